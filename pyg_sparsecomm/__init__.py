@@ -1,0 +1,17 @@
+"""pyg_sparsecomm: sparsity-aware full-graph GNN training across processes for PyTorch Geometric."""
+from .adj import HaloAdj
+from .comm.counters import comm_counter
+from .data import shard
+from .nn import DistributedGCNConv
+from .partition import SparsityAwarePartitioner
+from .plan import RankPlan, comm_pattern, rank_plan
+from .stats import CommStats
+from .training import distributed_loss, global_accuracy, global_count, global_sum, sync_gradients
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DistributedGCNConv", "SparsityAwarePartitioner", "shard", "HaloAdj", "RankPlan", "CommStats",
+    "comm_pattern", "rank_plan", "comm_counter", "distributed_loss", "sync_gradients", "global_sum",
+    "global_count", "global_accuracy", "__version__",
+]

@@ -1,0 +1,57 @@
+"""Input checks shared by the partitioner, the plan and the layer.
+
+Every check raises ``ValueError`` naming the offending argument: a distributed
+job that proceeds on bad input either hangs in a collective or returns silently
+wrong numbers, both far worse than an early, clear error.
+"""
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+
+def check_edge_index(edge_index: Tensor, num_nodes: int) -> None:
+    if not isinstance(edge_index, Tensor):
+        raise ValueError(f"edge_index must be a torch.Tensor, got {type(edge_index).__name__}")
+    if edge_index.is_floating_point() or edge_index.dtype == torch.bool:
+        raise ValueError(f"edge_index must hold integer node ids (torch.long), got dtype {edge_index.dtype}")
+    if edge_index.dim() != 2 or edge_index.size(0) != 2:
+        raise ValueError(f"edge_index must have shape [2, num_edges], got {list(edge_index.shape)}")
+    if edge_index.numel() > 0:
+        lo, hi = int(edge_index.min()), int(edge_index.max())
+        if lo < 0 or hi >= num_nodes:
+            raise ValueError(
+                f"edge_index holds node ids in [{lo}, {hi}] but the graph has num_nodes={num_nodes}: "
+                f"ids must lie in [0, {num_nodes - 1}]")
+
+
+def check_node_tensor(name: str, value: Optional[Tensor], num_nodes: int) -> None:
+    if value is not None and value.size(0) != num_nodes:
+        raise ValueError(f"{name} has {value.size(0)} rows but the graph has num_nodes={num_nodes}")
+
+
+def check_edge_weight(edge_weight: Optional[Tensor], num_edges: int) -> None:
+    if edge_weight is None:
+        return
+    if not edge_weight.is_floating_point():
+        raise ValueError(f"edge_weight must be a floating point tensor, got dtype {edge_weight.dtype}")
+    if edge_weight.dim() != 1 or edge_weight.numel() != num_edges:
+        raise ValueError(
+            f"edge_weight must have shape [{num_edges}] (one weight per edge), got {list(edge_weight.shape)}")
+
+
+def check_partition(part: Tensor, num_nodes: int, num_parts: int) -> None:
+    if not isinstance(part, Tensor):
+        raise ValueError(f"the partition must be a LongTensor, got {type(part).__name__}")
+    if part.is_floating_point() or part.dtype == torch.bool:
+        raise ValueError(f"the partition must hold integer part ids, got dtype {part.dtype}")
+    if part.dim() != 1 or part.numel() != num_nodes:
+        raise ValueError(
+            f"corrupt partition: expected one part id per node ({num_nodes}), got shape {list(part.shape)}")
+    if num_parts < 1:
+        raise ValueError(f"num_parts must be >= 1, got {num_parts}")
+    if part.numel() > 0:
+        lo, hi = int(part.min()), int(part.max())
+        if lo < 0 or hi >= num_parts:
+            raise ValueError(
+                f"corrupt partition: part ids lie in [{lo}, {hi}] but num_parts={num_parts}")

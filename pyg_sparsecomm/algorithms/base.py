@@ -1,0 +1,47 @@
+"""The interface every distributed SpMM algorithm implements."""
+from abc import ABC, abstractmethod
+from typing import ClassVar, Dict, Optional, Type
+
+import torch.distributed as dist
+from torch import Tensor
+
+from ..adj import HaloAdj
+from ..comm.group import check_plan_matches_group, is_distributed
+
+ALGORITHMS: Dict[str, Type["SpMMAlgorithm"]] = {}
+
+
+class SpMMAlgorithm(ABC):
+    """Computes this rank's block row of ``A H`` from its owned rows of ``H``.
+
+    An instance is bound to one (normalised) ``HaloAdj`` and may precompute
+    per-adjacency structures in ``__init__``; ``__call__`` may be invoked many
+    times and must be differentiable in ``x``.  Subclasses register themselves
+    by defining ``name``; adding an algorithm touches only its own file (and the
+    import in ``algorithms/__init__.py``).
+    """
+    name: ClassVar[str]
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if getattr(cls, "name", None):
+            ALGORITHMS[cls.name] = cls
+
+    def __init__(self, adj: HaloAdj, group: Optional[dist.ProcessGroup] = None) -> None:
+        plan = adj.plan
+        if plan.world_size > 1 and not is_distributed(group):
+            raise RuntimeError(f"this adjacency belongs to a {plan.world_size}-rank partition but "
+                               f"torch.distributed is not initialised: call init_process_group first")
+        if is_distributed(group):
+            check_plan_matches_group(plan.world_size, plan.rank, group)
+        self.adj, self.group = adj, group
+
+    @abstractmethod
+    def __call__(self, x: Tensor) -> Tensor:
+        """``x``: ``[num_owned, f]`` owned rows of ``H``; returns ``[num_owned, f]`` rows of ``A H``."""
+
+
+def make_algorithm(name: str, adj: HaloAdj, group: Optional[dist.ProcessGroup] = None) -> SpMMAlgorithm:
+    if name not in ALGORITHMS:
+        raise ValueError(f"unknown algorithm {name!r}; choose one of {sorted(ALGORITHMS)}")
+    return ALGORITHMS[name](adj, group)

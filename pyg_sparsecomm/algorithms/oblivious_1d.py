@@ -1,0 +1,95 @@
+"""Sparsity-oblivious 1D SpMM: the CAGNET baseline that broadcasts whole block rows."""
+from typing import List, Optional
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from ..adj import HaloAdj, make_csr, sort_coo
+from ..comm.collectives import broadcast_rows, reduce_rows
+from .base import SpMMAlgorithm
+
+
+def _csr(row: Tensor, col: Tensor, value: Tensor, shape) -> Tensor:
+    return make_csr(*sort_coo(row, col, value, shape[0], shape[1]), shape)
+
+
+class _BlockBroadcastSpMM(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: Tensor, algo: "Oblivious1D") -> Tensor:
+        ctx.algo = algo
+        plan, me = algo.adj.plan, algo.adj.plan.rank
+        out = x.new_zeros((plan.num_owned, x.size(1)))
+        for j, size in enumerate(plan.part_sizes):  # stage j: rank j broadcasts H_j
+            buf = x.contiguous() if j == me else x.new_empty((size, x.size(1)))
+            broadcast_rows(buf, j, algo.group)
+            if algo.blocks[j] is not None:
+                out += torch.sparse.mm(algo.block(j, x.dtype), buf)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor):
+        algo = ctx.algo
+        plan, me = algo.adj.plan, algo.adj.plan.rank
+        grad_out = grad_out.contiguous()
+        grad_x = None
+        for j, size in enumerate(plan.part_sizes):  # dH_j = sum_r A_rj^T dY_r, reduced on rank j
+            if algo.blocks[j] is not None:
+                part = torch.sparse.mm(algo.block_t(j, grad_out.dtype), grad_out)
+            else:
+                part = grad_out.new_zeros((size, grad_out.size(1)))
+            reduce_rows(part, j, algo.group)
+            if j == me:
+                grad_x = part
+        return grad_x, None
+
+
+class Oblivious1D(SpMMAlgorithm):
+    r"""CAGNET's 1D algorithm: in stage :math:`j` rank :math:`j` broadcasts its whole block
+    :math:`H_j`; every rank accumulates :math:`A_{rj} H_j` (P broadcasts and P SpMMs).
+
+    Backward: :math:`\partial H_j = \sum_r A_{rj}^T \partial Y_r`, reduced onto rank
+    :math:`j`, so it is exact for directed graphs.  Volume per SpMM: ``N (P - 1)``
+    rows regardless of sparsity.  Kept to measure the sparsity-aware algorithm against.
+    """
+    name = "oblivious"
+
+    def __init__(self, adj: HaloAdj, group: Optional[dist.ProcessGroup] = None) -> None:
+        super().__init__(adj, group)
+        if adj.value is not None and adj.value.requires_grad:
+            raise NotImplementedError("algorithm='oblivious' does not differentiate edge weights; "
+                                      "use algorithm='1d' for learnable edge weights")
+        plan = adj.plan
+        row, col = adj.coo()
+        n = plan.num_owned
+        is_halo = col >= n
+        owner = torch.full_like(col, plan.rank)
+        remote_col = col.clone()
+        owner[is_halo] = plan.halo_owner[col[is_halo] - n]
+        remote_col[is_halo] = plan.halo_remote_index[col[is_halo] - n]
+        value = adj._values(torch.float64).detach()
+        self.blocks: List[Optional[tuple]] = []
+        for j, size in enumerate(plan.part_sizes):
+            sel = owner == j
+            self.blocks.append((row[sel], remote_col[sel], value[sel], size) if bool(sel.any()) else None)
+        self._csr = {}
+
+    def block(self, j: int, dtype: torch.dtype) -> Tensor:
+        key = ("A", j, dtype)
+        if key not in self._csr:
+            row, col, value, size = self.blocks[j]
+            self._csr[key] = _csr(row, col, value.to(dtype), (self.adj.num_owned, size))
+        return self._csr[key]
+
+    def block_t(self, j: int, dtype: torch.dtype) -> Tensor:
+        key = ("At", j, dtype)
+        if key not in self._csr:
+            row, col, value, size = self.blocks[j]
+            self._csr[key] = _csr(col, row, value.to(dtype), (size, self.adj.num_owned))
+        return self._csr[key]
+
+    def __call__(self, x: Tensor) -> Tensor:
+        if self.adj.plan.world_size == 1:
+            return torch.sparse.mm(self.block(0, x.dtype), x) if self.blocks[0] is not None \
+                else x.new_zeros(x.shape)
+        return _BlockBroadcastSpMM.apply(x, self)

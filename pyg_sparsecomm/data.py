@@ -1,0 +1,80 @@
+"""``shard()``: the rank-local ``Data`` of a partitioned graph."""
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+from torch_geometric.data import Data
+
+from ._validate import check_edge_index, check_edge_weight, check_node_tensor, check_partition
+from .adj import HaloAdj
+from .comm.group import rank as group_rank
+from .comm.group import world_size as group_world_size
+from .plan import comm_pattern, local_edges, rank_plan
+
+# Graph-level attributes that must not be sliced by node.
+_SKIP = {"edge_index", "edge_weight", "edge_attr", "part", "num_parts", "comm_stats", "num_nodes"}
+
+
+def _edge_weight_of(data: Data) -> Optional[Tensor]:
+    if getattr(data, "edge_weight", None) is not None:
+        return data.edge_weight
+    attr = getattr(data, "edge_attr", None)
+    if attr is not None and (attr.dim() == 1 or (attr.dim() == 2 and attr.size(1) == 1)):
+        return attr.view(-1)  # PyG's convention: a 1-column edge_attr is a weight
+    return None
+
+
+def shard(data: Data, group: Optional[dist.ProcessGroup] = None, rank: Optional[int] = None,
+          world_size: Optional[int] = None) -> Data:
+    """Returns this rank's part of a graph partitioned by ``SparsityAwarePartitioner``.
+
+    The result holds the owned rows of every node-level attribute (``x``, ``y``,
+    masks, ...), ``n_id`` (global id of every local row), ``adj`` (a
+    :class:`~pyg_sparsecomm.adj.HaloAdj` whose values are the edge weights, if
+    any) and ``edge_weight`` (those weights in ``adj``'s edge order).
+
+    Args:
+        data: a graph carrying ``part`` (see ``SparsityAwarePartitioner``).
+        group: process group to train in (default: the default group).
+        rank, world_size: build the shard of another rank without a process
+            group (tests, simulations); default: taken from ``group``.
+    """
+    part = getattr(data, "part", None)
+    if part is None:
+        raise ValueError("data has no partition: apply SparsityAwarePartitioner(num_parts=world_size) first")
+    num_nodes = data.num_nodes
+    num_parts = int(getattr(data, "num_parts", None) or (int(part.max()) + 1 if part.numel() else 1))
+    check_partition(part, num_nodes, num_parts)
+    check_edge_index(data.edge_index, num_nodes)
+    for key in ("x", "y", "train_mask", "val_mask", "test_mask"):
+        check_node_tensor(key, getattr(data, key, None), num_nodes)
+    rank = group_rank(group) if rank is None else rank
+    world_size = group_world_size(group) if world_size is None else world_size
+    if world_size != num_parts:
+        raise ValueError(f"the graph was partitioned into num_parts={num_parts} but the world size is "
+                         f"{world_size}: re-run SparsityAwarePartitioner(num_parts={world_size})")
+
+    edge_index = data.edge_index.cpu()
+    weight = _edge_weight_of(data)
+    check_edge_weight(weight, edge_index.size(1))
+    pattern = comm_pattern(edge_index, part.cpu(), num_nodes, num_parts)
+    plan = rank_plan(pattern, rank)
+    row, col, edge_id = local_edges(edge_index, pattern, plan)
+    value = None if weight is None else weight[edge_id.to(weight.device)]
+    adj = HaloAdj.from_coo(row, col, None if value is None else value.cpu(), plan)
+
+    local = Data()
+    for key, value in data.items():
+        if key in _SKIP:
+            continue
+        if isinstance(value, Tensor) and value.dim() > 0 and value.size(0) == num_nodes and key != "n_id":
+            local[key] = value[plan.n_id.to(value.device)]
+        else:
+            local[key] = value
+    local.n_id = plan.n_id
+    local.adj = adj
+    local.edge_weight = adj.value
+    local.num_nodes = plan.num_owned
+    local.global_num_nodes = num_nodes
+    return local

@@ -1,0 +1,4 @@
+from .methods import METHODS, register
+from .partitioner import SparsityAwarePartitioner
+
+__all__ = ["METHODS", "register", "SparsityAwarePartitioner"]

@@ -1,0 +1,92 @@
+"""Run a function on ``P`` local processes under gloo (tests, benchmarks, notebooks).
+
+``launch(fn, P, *args)`` starts ``P`` spawned processes, initialises a gloo
+process group through a file store (no ports to collide), calls
+``fn(rank, world_size, *args)`` in each and returns the list of results by
+rank.  A failing rank's traceback is raised as ``RuntimeError`` in the caller;
+a job that does not finish within ``timeout`` seconds is killed and reported,
+so a hang can never stall a test suite.
+"""
+import io
+import multiprocessing as mp
+import os
+import queue
+import tempfile
+import time
+import traceback
+from datetime import timedelta
+from typing import Any, Callable, List
+
+import torch
+import torch.distributed as dist
+
+
+def _dumps(obj: Any) -> bytes:
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def _loads(data: bytes) -> Any:
+    return torch.load(io.BytesIO(data), weights_only=False)
+
+
+def _worker(fn, rank, world_size, store_path, args, results, threads, pg_timeout):
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    torch.set_num_threads(threads)
+    try:
+        dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank,
+                                world_size=world_size, timeout=timedelta(seconds=pg_timeout))
+        out = fn(rank, world_size, *args)
+        results.put((rank, True, _dumps(out)))
+    except BaseException:  # noqa: BLE001 - report everything to the parent
+        results.put((rank, False, traceback.format_exc()))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def launch(fn: Callable[..., Any], world_size: int, *args, timeout: float = 300.0,
+           threads: int = 1, pg_timeout: float = 60.0) -> List[Any]:
+    """Runs ``fn(rank, world_size, *args)`` on ``world_size`` gloo processes; returns results by rank."""
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    with tempfile.TemporaryDirectory() as tmp:
+        store = os.path.join(tmp, "store")
+        procs = [ctx.Process(target=_worker, args=(fn, r, world_size, store, args, results, threads,
+                                                   pg_timeout), daemon=True)
+                 for r in range(world_size)]
+        for p in procs:
+            p.start()
+        outputs, errors = {}, {}
+        try:
+            deadline = time.monotonic() + timeout
+            while len(outputs) + len(errors) < world_size:
+                try:
+                    rank, ok, payload = results.get(timeout=0.2)
+                except queue.Empty:
+                    dead = [r for r, p in enumerate(procs)
+                            if not p.is_alive() and r not in outputs and r not in errors]
+                    if dead and results.empty():
+                        r = dead[0]
+                        errors[r] = f"process exited with code {procs[r].exitcode} without a result"
+                        break
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"distributed job did not finish within {timeout:.0f}s; "
+                                           f"ranks done: {sorted(outputs)}") from None
+                    continue
+                if ok:
+                    outputs[rank] = _loads(payload)
+                else:
+                    errors[rank] = payload
+                    break  # peers of a failed rank may be stuck in a collective
+        finally:
+            for p in procs:
+                p.join(timeout=5 if not errors else 0.5)
+                if p.is_alive():
+                    p.kill()
+                    p.join()
+    if errors:
+        rank = min(errors)
+        raise RuntimeError(f"rank {rank} of {world_size} failed:\n{errors[rank]}")
+    return [outputs[r] for r in range(world_size)]

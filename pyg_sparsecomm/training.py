@@ -1,0 +1,80 @@
+"""What a training loop over a shard needs so that it equals single-process training.
+
+Each rank computes its owned rows; the whole-graph loss is the sum over ranks
+of each rank's *sum* of per-node losses, divided by the *global* number of
+labelled nodes.  Backward through the halo exchanges delivers to every rank
+its share of the parameter gradient; summing the shares
+(:func:`sync_gradients`) gives exactly the single-process gradient::
+
+    out = model(local.x, local.adj)
+    loss = distributed_loss(F.cross_entropy, out[local.train_mask], local.y[local.train_mask])
+    loss.backward()
+    sync_gradients(model)
+    optimizer.step()
+    print(global_sum(loss))          # the whole-graph loss, same on every rank
+
+Every rank must run the same forward/backward (also a rank with no labelled
+rows): the exchanges are collectives.
+"""
+from typing import Callable, Optional
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from .comm.group import is_distributed
+
+
+def global_sum(value, group: Optional[dist.ProcessGroup] = None) -> Tensor:
+    """Sum of a (detached) scalar or tensor over all ranks."""
+    t = torch.as_tensor(value.detach() if isinstance(value, Tensor) else value).clone()
+    if is_distributed(group):
+        dist.all_reduce(t, op=dist.ReduceOp.SUM, group=group)
+    return t
+
+
+def global_count(mask_or_count, group: Optional[dist.ProcessGroup] = None) -> int:
+    """Number of selected rows over all ranks (a bool mask, an index tensor or an int)."""
+    if isinstance(mask_or_count, Tensor):
+        local = int(mask_or_count.sum()) if mask_or_count.dtype == torch.bool else mask_or_count.numel()
+    else:
+        local = int(mask_or_count)
+    return int(global_sum(torch.tensor(local, dtype=torch.long), group))
+
+
+def distributed_loss(loss_fn: Callable[..., Tensor], input: Tensor, target: Tensor,
+                     group: Optional[dist.ProcessGroup] = None, **kwargs) -> Tensor:
+    """``loss_fn(..., reduction='sum')`` on the local rows divided by the global row count.
+
+    Summed over ranks it equals ``loss_fn(..., reduction='mean')`` over the whole graph.
+    """
+    count = global_count(input.size(0), group)
+    return loss_fn(input, target, reduction="sum", **kwargs) / max(count, 1)
+
+
+def sync_gradients(module: torch.nn.Module, group: Optional[dist.ProcessGroup] = None) -> None:
+    """Sums parameter gradients over ranks, in one flat all-reduce.
+
+    A parameter without a gradient on this rank contributes zeros, so ranks
+    never disagree about the collective's size.
+    """
+    if not is_distributed(group):
+        return
+    params = [p for p in module.parameters() if p.requires_grad]
+    if not params:
+        return
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group)
+    offset = 0
+    for p in params:
+        n = p.numel()
+        p.grad = flat[offset:offset + n].view_as(p).clone()
+        offset += n
+
+
+def global_accuracy(pred: Tensor, target: Tensor, group: Optional[dist.ProcessGroup] = None) -> float:
+    """Fraction of correct predictions over the rows of all ranks."""
+    correct = global_sum(torch.tensor(float((pred == target).sum()), dtype=torch.float64), group)
+    total = global_count(pred.numel(), group)
+    return float(correct) / max(total, 1)
