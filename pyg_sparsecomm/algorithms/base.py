@@ -6,7 +6,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from ..adj import HaloAdj
-from ..comm.group import check_plan_matches_group, is_distributed
+from ..comm.group import check_plan_matches_group
 
 ALGORITHMS: Dict[str, Type["SpMMAlgorithm"]] = {}
 
@@ -28,12 +28,7 @@ class SpMMAlgorithm(ABC):
             ALGORITHMS[cls.name] = cls
 
     def __init__(self, adj: HaloAdj, group: Optional[dist.ProcessGroup] = None) -> None:
-        plan = adj.plan
-        if plan.world_size > 1 and not is_distributed(group):
-            raise RuntimeError(f"this adjacency belongs to a {plan.world_size}-rank partition but "
-                               f"torch.distributed is not initialised: call init_process_group first")
-        if is_distributed(group):
-            check_plan_matches_group(plan.world_size, plan.rank, group)
+        check_plan_matches_group(adj.plan.world_size, adj.plan.rank, group)
         self.adj, self.group = adj, group
 
     @abstractmethod

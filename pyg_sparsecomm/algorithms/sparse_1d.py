@@ -21,4 +21,6 @@ class SparseAware1D(SpMMAlgorithm):
 
     def __call__(self, x: Tensor) -> Tensor:
         halo = halo_exchange(x, self.adj.plan, self.group)
-        return spmm(self.adj, torch.cat([x, halo], dim=0) if halo.size(0) else x)
+        # Always concatenate, even an empty halo: the exchange must stay in the autograd
+        # graph so that every rank joins the backward all-to-all its peers are waiting in.
+        return spmm(self.adj, torch.cat([x, halo], dim=0))

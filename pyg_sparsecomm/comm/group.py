@@ -24,6 +24,9 @@ def global_rank(group: Optional[dist.ProcessGroup], group_rank: int) -> int:
 def check_plan_matches_group(plan_world_size: int, plan_rank: int,
                              group: Optional[dist.ProcessGroup] = None) -> None:
     """A plan made for another world size or rank would deadlock or mix up rows."""
+    if plan_world_size > 1 and not is_distributed(group):
+        raise RuntimeError(f"this shard belongs to a {plan_world_size}-rank partition but "
+                           f"torch.distributed is not initialised: call init_process_group first")
     ws, r = world_size(group), rank(group)
     if plan_world_size != ws:
         raise ValueError(f"the graph was partitioned into {plan_world_size} parts but the process group "

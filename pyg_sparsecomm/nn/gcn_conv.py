@@ -7,7 +7,7 @@ from torch_geometric.nn import GCNConv
 
 from ..adj import HaloAdj
 from ..algorithms import ALGORITHMS, make_algorithm
-from ..comm.group import world_size
+from ..comm.group import check_plan_matches_group, world_size
 from .gcn_norm import distributed_gcn_norm
 
 
@@ -62,6 +62,7 @@ class DistributedGCNConv(GCNConv):
                     f"num_parts=world_size), call shard(data) and pass local.x, local.adj")
             return super().forward(x, edge_index, edge_weight)
         adj = edge_index
+        check_plan_matches_group(adj.plan.world_size, adj.plan.rank, self.group)
         if x.dim() != 2 or x.size(0) != adj.num_owned:
             raise ValueError(f"x has shape {list(x.shape)} but this rank owns {adj.num_owned} rows: "
                              f"pass the shard's own x (local.x)")

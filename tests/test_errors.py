@@ -1,0 +1,158 @@
+"""Bad input gives a clear error naming the problem: never a hang, never silent wrong results."""
+import os
+import time
+
+import pytest
+import torch
+from torch_geometric.data import Data
+
+from graphs import NUM_FEATURES, make_cases
+from pyg_sparsecomm import DistributedGCNConv, SparsityAwarePartitioner, shard
+from pyg_sparsecomm.testing import launch
+
+
+def _graph(n=20):
+    gen = torch.Generator().manual_seed(0)
+    return Data(x=torch.randn(n, NUM_FEATURES, generator=gen),
+                edge_index=torch.randint(0, n, (2, 60), generator=gen), num_nodes=n)
+
+
+def test_edge_index_out_of_range():
+    data = _graph()
+    data.edge_index[1, 3] = 20
+    with pytest.raises(ValueError, match="num_nodes=20"):
+        SparsityAwarePartitioner(2, "random")(data)
+    data.edge_index[1, 3] = -1
+    with pytest.raises(ValueError, match="ids must lie"):
+        SparsityAwarePartitioner(2, "random")(data)
+
+
+def test_float_edge_index():
+    data = _graph()
+    data.edge_index = data.edge_index.float()
+    with pytest.raises(ValueError, match="integer node ids"):
+        SparsityAwarePartitioner(2, "random")(data)
+
+
+def test_bad_edge_index_shape():
+    data = _graph()
+    data.edge_index = data.edge_index.t().contiguous()
+    with pytest.raises(ValueError, match=r"shape \[2, num_edges\]"):
+        SparsityAwarePartitioner(2, "random")(data)
+
+
+def test_x_rows_differ_from_num_nodes():
+    data = _graph()
+    data.x = torch.randn(21, NUM_FEATURES)
+    with pytest.raises(ValueError, match="x has 21 rows"):
+        SparsityAwarePartitioner(2, "random")(data)
+    good = SparsityAwarePartitioner(2, "random")(_graph())
+    good.x = torch.randn(19, NUM_FEATURES)
+    with pytest.raises(ValueError, match="x has 19 rows"):
+        shard(good, rank=0, world_size=2)
+
+
+def test_world_size_differs_from_num_parts():
+    data = SparsityAwarePartitioner(2, "random")(_graph())
+    with pytest.raises(ValueError, match="num_parts=2 but the world size is 3"):
+        shard(data, rank=0, world_size=3)
+
+
+def test_missing_partition():
+    with pytest.raises(ValueError, match="apply SparsityAwarePartitioner"):
+        shard(_graph(), rank=0, world_size=1)
+
+
+@pytest.mark.parametrize("corrupt,match", [
+    (lambda p: p[:-1], "one part id per node"),
+    (lambda p: p + 5, "num_parts=2"),
+    (lambda p: p.float(), "integer part ids"),
+    (lambda p: -p, r"part ids lie in \[-1"),
+])
+def test_corrupt_partition(corrupt, match):
+    data = SparsityAwarePartitioner(2, "random")(_graph())
+    data.part = corrupt(data.part)
+    with pytest.raises(ValueError, match=match):
+        shard(data, rank=0, world_size=2)
+
+
+def test_bad_options():
+    with pytest.raises(ValueError, match="unknown partitioning method"):
+        SparsityAwarePartitioner(2, "spectral")
+    with pytest.raises(ValueError, match="positive integer"):
+        SparsityAwarePartitioner(0)
+    with pytest.raises(ValueError, match="cannot split 20 nodes into 21 parts"):
+        SparsityAwarePartitioner(21, "random")(_graph())
+    with pytest.raises(ValueError, match="unknown algorithm"):
+        DistributedGCNConv(4, 4, algorithm="2d")
+
+
+def test_layer_input_checks_single_process():
+    data = SparsityAwarePartitioner(1, "random")(_graph())
+    local = shard(data, rank=0, world_size=1)
+    conv = DistributedGCNConv(NUM_FEATURES, 3)
+    with pytest.raises(ValueError, match="this rank owns 20 rows"):
+        conv(torch.randn(19, NUM_FEATURES), local.adj)
+    with pytest.raises(ValueError, match="floating point"):
+        conv(torch.ones(20, NUM_FEATURES, dtype=torch.long), local.adj)
+    with pytest.raises(ValueError, match="edge_weight has shape"):
+        conv(local.x, local.adj, torch.ones(3))
+
+
+def test_adjacency_of_another_world_without_process_group():
+    data = SparsityAwarePartitioner(2, "random")(_graph())
+    local = shard(data, rank=0, world_size=2)
+    with pytest.raises(RuntimeError, match="not initialised"):
+        DistributedGCNConv(NUM_FEATURES, 3)(local.x, local.adj)
+
+
+def _wrong_world(rank, world_size):
+    data = SparsityAwarePartitioner(world_size + 1, "random")(_graph())
+    shard(data)
+
+
+def _plain_edge_index(rank, world_size):
+    data = _graph()
+    DistributedGCNConv(NUM_FEATURES, 3)(data.x, data.edge_index)
+
+
+def _wrong_rank(rank, world_size):
+    data = SparsityAwarePartitioner(world_size, "random")(_graph())
+    local = shard(data, rank=(rank + 1) % world_size, world_size=world_size)
+    DistributedGCNConv(NUM_FEATURES, 3)(local.x, local.adj)
+
+
+def test_errors_inside_a_real_job():
+    with pytest.raises(RuntimeError, match="num_parts=3 but the world size is 2"):
+        launch(_wrong_world, 2)
+    with pytest.raises(RuntimeError, match="apply SparsityAwarePartitioner|partition the graph"):
+        launch(_plain_edge_index, 2)
+    with pytest.raises(RuntimeError, match=r"built for rank \d but this process is rank \d"):
+        launch(_wrong_rank, 2)
+
+
+def _dead_peer(rank, world_size, report):
+    data = make_cases(world_size)["directed"]
+    local = shard(data)
+    if rank == 1:
+        os._exit(3)  # dies without a word, as a crashed or killed process would
+    start = time.monotonic()
+    try:
+        DistributedGCNConv(NUM_FEATURES, 3)(local.x, local.adj).sum().backward()
+        outcome = "no error"
+    except RuntimeError as e:
+        outcome = f"RuntimeError: {e}"
+    with open(report, "w") as f:
+        f.write(f"{time.monotonic() - start:.1f}\n{outcome}")
+
+
+def test_dead_peer_surfaces_as_error_within_timeout(tmp_path):
+    report = tmp_path / "rank0.txt"
+    with pytest.raises(RuntimeError, match="rank 1 of 2 failed"):
+        launch(_dead_peer, 2, str(report), pg_timeout=10, timeout=120)
+    deadline = time.monotonic() + 30  # rank 0 writes its report once its collective gave up
+    while not report.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    seconds, outcome = report.read_text().split("\n", 1)
+    assert outcome.startswith("RuntimeError"), outcome
+    assert float(seconds) < 30
