@@ -87,23 +87,34 @@ class HaloAdj:
         return self.value.to(dtype)
 
     def csr(self, dtype: torch.dtype = torch.float32) -> Tensor:
-        """``[num_owned, num_cols]`` torch CSR tensor (cached unless values carry autograd)."""
-        if self.value is not None and self.value.requires_grad:
-            return make_csr(self.rowptr, self.col, self._values(dtype), (self.num_owned, self.num_cols))
+        """``[num_owned, num_cols]`` torch CSR tensor of the (detached) values, cached."""
         key = ("csr", dtype)
-        if key not in self._cache:
-            self._cache[key] = make_csr(self.rowptr, self.col, self._values(dtype),
-                                        (self.num_owned, self.num_cols))
-        return self._cache[key]
+        if key in self._cache:
+            return self._cache[key]
+        csr = make_csr(self.rowptr, self.col, self._values(dtype).detach(), (self.num_owned, self.num_cols))
+        if self.value is None or not self.value.requires_grad:  # learnable values change every step
+            self._cache[key] = csr
+        return csr
 
-    def csr_t(self, dtype: torch.dtype = torch.float32) -> Tensor:
-        """The transpose ``[num_cols, num_owned]`` as CSR, for the backward SpMM (cached)."""
+    def csr_t(self, dtype: torch.dtype = torch.float32, value: Optional[Tensor] = None) -> Tensor:
+        """The transpose ``[num_cols, num_owned]`` as CSR, for the backward SpMM.
+
+        The transposed structure is computed once; with ``value`` given (learnable
+        weights) only the values are permuted again.
+        """
+        if "t_structure" not in self._cache:
+            row, col = self.coo()
+            perm = torch.argsort(row + col * max(self.num_owned, 1), stable=True)
+            rowptr = torch.zeros(self.num_cols + 1, dtype=torch.long, device=self.device)
+            torch.cumsum(torch.bincount(col, minlength=self.num_cols), 0, out=rowptr[1:])
+            self._cache["t_structure"] = (rowptr, row[perm], perm)
+        rowptr, t_col, perm = self._cache["t_structure"]
+        shape = (self.num_cols, self.num_owned)
+        if value is not None:
+            return make_csr(rowptr, t_col, value.detach().to(dtype)[perm], shape)
         key = ("csr_t", dtype)
         if key not in self._cache:
-            row, col = self.coo()
-            rowptr, t_col, t_value = sort_coo(col, row, self._values(dtype).detach(),
-                                              self.num_cols, self.num_owned)
-            self._cache[key] = make_csr(rowptr, t_col, t_value, (self.num_cols, self.num_owned))
+            self._cache[key] = make_csr(rowptr, t_col, self._values(dtype).detach()[perm], shape)
         return self._cache[key]
 
     def __getstate__(self) -> dict:
@@ -117,22 +128,37 @@ class HaloAdj:
 
 
 class _CSRSpMM(torch.autograd.Function):
-    """``A @ X`` with the transposed CSR precomputed for ``dX = A^T dY``."""
+    """``Y = A X`` with ``dX = A^T dY`` from a cached transposed CSR and, when the values of
+    ``A`` are learnable, ``dA_e = <dY[row_e], X[col_e]>`` for every stored entry ``e``
+    (duplicate entries keep separate gradients, unlike torch's sparse autograd)."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, adj: HaloAdj) -> Tensor:
+    def forward(ctx, x: Tensor, value: Optional[Tensor], adj: HaloAdj) -> Tensor:
         ctx.adj = adj
-        return torch.sparse.mm(adj.csr(x.dtype), x)
+        if value is None:
+            a = adj.csr(x.dtype)
+        else:
+            a = make_csr(adj.rowptr, adj.col, value.detach().to(x.dtype), (adj.num_owned, adj.num_cols))
+            ctx.save_for_backward(x, value)
+        return torch.sparse.mm(a, x)
 
     @staticmethod
     def backward(ctx, grad_out: Tensor):
-        return torch.sparse.mm(ctx.adj.csr_t(grad_out.dtype), grad_out.contiguous()), None
+        adj, grad_out = ctx.adj, grad_out.contiguous()
+        if not ctx.saved_tensors:
+            return torch.sparse.mm(adj.csr_t(grad_out.dtype), grad_out), None, None
+        x, value = ctx.saved_tensors
+        grad_x = grad_value = None
+        if ctx.needs_input_grad[0]:
+            grad_x = torch.sparse.mm(adj.csr_t(grad_out.dtype, value), grad_out)
+        if ctx.needs_input_grad[1]:
+            grad_value = (grad_out[adj.row()] * x[adj.col]).sum(dim=-1).to(value.dtype)
+        return grad_x, grad_value, None
 
 
 def spmm(adj: HaloAdj, x: Tensor) -> Tensor:
-    """``adj @ x`` for ``x`` of shape ``[num_cols, f]``; differentiable in ``x`` (and in learnable values)."""
+    """``adj @ x`` for ``x`` of shape ``[num_cols, f]``; differentiable in ``x`` and in learnable values."""
     if x.size(0) != adj.num_cols:
         raise ValueError(f"spmm: x has {x.size(0)} rows, the adjacency has {adj.num_cols} columns")
-    if adj.value is not None and adj.value.requires_grad:
-        return torch.sparse.mm(adj.csr(x.dtype), x)  # torch differentiates the values too
-    return _CSRSpMM.apply(x, adj)
+    learnable = adj.value is not None and adj.value.requires_grad
+    return _CSRSpMM.apply(x, adj.value if learnable else None, adj)

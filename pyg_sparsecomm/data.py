@@ -13,7 +13,7 @@ from .comm.group import world_size as group_world_size
 from .plan import comm_pattern, local_edges, rank_plan
 
 # Graph-level attributes that must not be sliced by node.
-_SKIP = {"edge_index", "edge_weight", "edge_attr", "part", "num_parts", "comm_stats", "num_nodes"}
+_SKIP = {"edge_index", "edge_weight", "edge_attr", "e_id", "part", "num_parts", "comm_stats", "num_nodes"}
 
 
 def _edge_weight_of(data: Data) -> Optional[Tensor]:
@@ -32,7 +32,8 @@ def shard(data: Data, group: Optional[dist.ProcessGroup] = None, rank: Optional[
     The result holds the owned rows of every node-level attribute (``x``, ``y``,
     masks, ...), ``n_id`` (global id of every local row), ``adj`` (a
     :class:`~pyg_sparsecomm.adj.HaloAdj` whose values are the edge weights, if
-    any) and ``edge_weight`` (those weights in ``adj``'s edge order).
+    any), ``edge_weight`` (those weights in ``adj``'s edge order) and ``e_id`` (the
+    global edge id of every local edge, in the same order).
 
     Args:
         data: a graph carrying ``part`` (see ``SparsityAwarePartitioner``).
@@ -68,13 +69,14 @@ def shard(data: Data, group: Optional[dist.ProcessGroup] = None, rank: Optional[
     for key, value in data.items():
         if key in _SKIP:
             continue
-        if isinstance(value, Tensor) and value.dim() > 0 and value.size(0) == num_nodes and key != "n_id":
+        if isinstance(value, Tensor) and key != "n_id" and data.is_node_attr(key):
             local[key] = value[plan.n_id.to(value.device)]
         else:
             local[key] = value
     local.n_id = plan.n_id
     local.adj = adj
     local.edge_weight = adj.value
+    local.e_id = edge_id  # global edge id of every local edge, in adj order
     local.num_nodes = plan.num_owned
     local.global_num_nodes = num_nodes
     return local

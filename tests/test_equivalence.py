@@ -86,3 +86,48 @@ def test_matches_single_process_gcnconv(world_size):
             assert bool((seen == 1).all()), f"{where}: every node must be owned exactly once"
             torch.testing.assert_close(y, ref_y, atol=1e-5, rtol=1e-4, msg=lambda m: f"{where}: {m}")
             torch.testing.assert_close(gx, ref_gx, atol=1e-5, rtol=1e-4, msg=lambda m: f"{where}: {m}")
+
+
+def _edge_weight_worker(rank, world_size, dtype):
+    results = {}
+    for case in ["weighted", "self_loops_weighted"]:
+        data = make_cases(world_size)[case]
+        local = shard(data)
+        conv = DistributedGCNConv(NUM_FEATURES, OUT, improved=True).to(dtype)
+        conv.load_state_dict(_state({"improved": True}))
+        x = local.x.to(dtype).requires_grad_()
+        w = local.edge_weight.to(dtype).requires_grad_()
+        y = conv(x, local.adj, w)
+        (y * _upstream(data.num_nodes)[local.n_id].to(dtype)).sum().backward()
+        sync_gradients(conv)
+        results[case] = (local.n_id, local.e_id, y.detach(), x.grad, w.grad, conv.lin.weight.grad)
+        with pytest.raises(NotImplementedError, match="does not differentiate edge weights"):
+            DistributedGCNConv(NUM_FEATURES, OUT, algorithm="oblivious")(local.x, local.adj,
+                                                                         local.edge_weight.requires_grad_())
+    return results
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_learnable_edge_weights_and_dtypes(dtype):
+    """Gradients w.r.t. edge weights (through the global degrees) and float64 match GCNConv."""
+    world_size = 3
+    per_rank = launch(_edge_weight_worker, world_size, dtype)
+    tol = dict(atol=1e-5, rtol=1e-4) if dtype == torch.float32 else dict(atol=1e-10, rtol=1e-9)
+    for case, data in make_cases(world_size).items():
+        if case not in per_rank[0]:
+            continue
+        conv = GCNConv(NUM_FEATURES, OUT, improved=True).to(dtype)
+        conv.load_state_dict(_state({"improved": True}))
+        x = data.x.to(dtype).requires_grad_()
+        w = data.edge_weight.to(dtype).requires_grad_()
+        ref = conv(x, data.edge_index, w)
+        (ref * _upstream(data.num_nodes).to(dtype)).sum().backward()
+        y, gx, gw = torch.zeros_like(ref), torch.zeros_like(x), torch.zeros_like(w)
+        for r in range(world_size):
+            n_id, e_id, yy, gxx, gww, glin = per_rank[r][case]
+            assert yy.dtype == dtype
+            y[n_id], gx[n_id], gw[e_id] = yy, gxx, gww
+            torch.testing.assert_close(glin, conv.lin.weight.grad, **tol)
+        torch.testing.assert_close(y, ref.detach(), **tol)
+        torch.testing.assert_close(gx, x.grad, **tol)
+        torch.testing.assert_close(gw, w.grad, **tol)

@@ -53,6 +53,8 @@ def test_shards_reassemble_the_global_graph(P):
             row, col = adj.coo()
             cols = torch.cat([local.n_id, adj.plan.halo_n_id])
             edges.update(zip(cols[col].tolist(), local.n_id[row].tolist()))
+            # e_id names the global edge of every local edge, in adj order
+            assert torch.equal(data.edge_index[:, local.e_id], torch.stack([cols[col], local.n_id[row]]))
             assert torch.equal(local.x, data.x[local.n_id])
         assert edges == set(map(tuple, data.edge_index.t().tolist())), name
 

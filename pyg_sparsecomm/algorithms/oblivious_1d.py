@@ -5,7 +5,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from ..adj import HaloAdj, make_csr, sort_coo
+from ..adj import HaloAdj, make_csr, sort_coo, spmm
 from ..comm.collectives import broadcast_rows, reduce_rows
 from .base import SpMMAlgorithm
 
@@ -89,7 +89,6 @@ class Oblivious1D(SpMMAlgorithm):
         return self._csr[key]
 
     def __call__(self, x: Tensor) -> Tensor:
-        if self.adj.plan.world_size == 1:
-            return torch.sparse.mm(self.block(0, x.dtype), x) if self.blocks[0] is not None \
-                else x.new_zeros(x.shape)
+        if self.adj.plan.world_size == 1:  # nothing to broadcast: the same local kernel as "1d"
+            return spmm(self.adj, x)
         return _BlockBroadcastSpMM.apply(x, self)

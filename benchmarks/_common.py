@@ -1,0 +1,80 @@
+"""Shared helpers of the benchmark scripts: graph loading, medians, RESULTS.md sections."""
+import os
+import platform
+import re
+import shutil
+import statistics
+import tempfile
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "RESULTS.md"
+GRAPHS = HERE / "graphs"
+PLANETOID = HERE.parent.parent / "shared" / "data" / "planetoid"
+MESHES = ("mdual", "copter2", "4elt")
+
+
+def load_graph(name: str):
+    """Cora/CiteSeer (raw files copied to a temp root, no download) or a libmetis mesh."""
+    if name in ("Cora", "CiteSeer"):
+        from torch_geometric.datasets import Planetoid
+        import torch_geometric.transforms as T
+        root = Path(tempfile.mkdtemp(prefix="planetoid"))
+        shutil.copytree(Path(os.environ.get("PLANETOID_RAW", PLANETOID)) / name / "raw", root / name / "raw")
+        return Planetoid(str(root), name, transform=T.NormalizeFeatures())[0]
+    path = GRAPHS / f"{name}.graph"
+    if not path.exists():
+        raise SystemExit(f"{path} missing: run benchmarks/fetch_meshes.sh first")
+    from pyg_sparsecomm.io import read_metis_graph
+    return read_metis_graph(path)
+
+
+def with_features(data, num_features: int = 64, num_classes: int = 8, seed: int = 0):
+    """Random features/labels for graphs that have none (timing only)."""
+    if data.x is None:
+        gen = torch.Generator().manual_seed(seed)
+        data.x = torch.randn(data.num_nodes, num_features, generator=gen)
+        data.y = torch.randint(0, num_classes, (data.num_nodes,), generator=gen)
+        data.train_mask = torch.rand(data.num_nodes, generator=gen) < 0.1
+    return data
+
+
+def median(values):
+    return statistics.median(values)
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return (f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+            f"torch {torch.__version__}, no GPU")
+
+
+def markdown_table(headers, rows) -> str:
+    out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    out += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(out)
+
+
+def print_table(headers, rows) -> None:
+    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) for i, h in enumerate(headers)]
+    print("  ".join(str(h).rjust(w) for h, w in zip(headers, widths)))
+    for r in rows:
+        print("  ".join(str(c).rjust(w) for c, w in zip(r, widths)))
+
+
+def write_section(name: str, body: str) -> None:
+    """Replaces (or appends) the section ``name`` of RESULTS.md."""
+    text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"
+    block = f"<!-- BEGIN {name} -->\n{body.strip()}\n<!-- END {name} -->"
+    pattern = re.compile(rf"<!-- BEGIN {re.escape(name)} -->.*?<!-- END {re.escape(name)} -->", re.S)
+    text = pattern.sub(lambda _: block, text) if pattern.search(text) else text.rstrip() + "\n\n" + block + "\n"
+    RESULTS.write_text(text)
