@@ -6,6 +6,7 @@ from .nn import DistributedGCNConv
 from .partition import SparsityAwarePartitioner
 from .plan import RankPlan, comm_pattern, rank_plan
 from .stats import CommStats
+from .store import graph_fingerprint, load_shard, save_partition
 from .training import distributed_loss, global_accuracy, global_count, global_sum, sync_gradients
 
 __version__ = "0.1.0"
@@ -13,5 +14,5 @@ __version__ = "0.1.0"
 __all__ = [
     "DistributedGCNConv", "SparsityAwarePartitioner", "shard", "HaloAdj", "RankPlan", "CommStats",
     "comm_pattern", "rank_plan", "comm_counter", "distributed_loss", "sync_gradients", "global_sum",
-    "global_count", "global_accuracy", "__version__",
+    "global_count", "global_accuracy", "save_partition", "load_shard", "graph_fingerprint", "__version__",
 ]

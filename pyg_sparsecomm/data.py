@@ -10,7 +10,7 @@ from ._validate import check_edge_index, check_edge_weight, check_node_tensor, c
 from .adj import HaloAdj
 from .comm.group import rank as group_rank
 from .comm.group import world_size as group_world_size
-from .plan import comm_pattern, local_edges, rank_plan
+from .plan import CommPattern, comm_pattern, local_edges, rank_plan
 
 # Graph-level attributes that must not be sliced by node.
 _SKIP = {"edge_index", "edge_weight", "edge_attr", "e_id", "part", "num_parts", "comm_stats", "num_nodes"}
@@ -56,10 +56,16 @@ def shard(data: Data, group: Optional[dist.ProcessGroup] = None, rank: Optional[
         raise ValueError(f"the graph was partitioned into num_parts={num_parts} but the world size is "
                          f"{world_size}: re-run SparsityAwarePartitioner(num_parts={world_size})")
 
+    pattern = comm_pattern(data.edge_index.cpu(), part.cpu(), num_nodes, num_parts)
+    return shard_from_pattern(data, pattern, rank)
+
+
+def shard_from_pattern(data: Data, pattern: CommPattern, rank: int) -> Data:
+    """``shard`` for a pattern computed once (building every rank's shard costs one pattern)."""
+    num_nodes = data.num_nodes
     edge_index = data.edge_index.cpu()
     weight = _edge_weight_of(data)
     check_edge_weight(weight, edge_index.size(1))
-    pattern = comm_pattern(edge_index, part.cpu(), num_nodes, num_parts)
     plan = rank_plan(pattern, rank)
     row, col, edge_id = local_edges(edge_index, pattern, plan)
     value = None if weight is None else weight[edge_id.to(weight.device)]

@@ -53,7 +53,8 @@ def _run(rank, world_size, argv):
     return train_gcn.run(train_gcn.parse_args(argv), rank, world_size, verbose=False)
 
 
-@pytest.mark.parametrize("world_size,method,algorithm", [(4, "metis", "1d"), (3, "random", "oblivious")])
+@pytest.mark.parametrize("world_size,method,algorithm", [(4, "metis", "1d"), (3, "random", "oblivious"),
+                                                       (2, "hypergraph", "1d")])
 def test_cora_training_equals_single_process(planetoid_root, world_size, method, algorithm):
     # No dropout (its random masks differ between layouts) and a larger step, so that
     # 30 epochs reach the usual ~80 % on Cora.

@@ -1,3 +1,4 @@
+from . import hypergraph  # noqa: F401  (registers 'hypergraph')
 from .methods import METHODS, register
 from .partitioner import SparsityAwarePartitioner
 

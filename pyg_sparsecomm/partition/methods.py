@@ -1,7 +1,8 @@
 """Partitioning methods: each maps a graph to a ``part`` vector in ``[0, num_parts)``.
 
-A method is a function ``(edge_index, num_nodes, num_parts, seed) -> LongTensor``
-registered in :data:`METHODS`; adding a method touches this file only.  All
+A method is a function ``(edge_index, num_nodes, num_parts, seed, **options) -> LongTensor``
+registered in :data:`METHODS` with ``@register(name)``; adding a method touches
+one file (and its import in ``partition/__init__.py``).  All
 methods are deterministic for a fixed seed, so every rank of a job computing
 the partition independently gets the same answer.
 """
@@ -11,7 +12,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-PartitionMethod = Callable[[Tensor, int, int, int], Tensor]
+PartitionMethod = Callable[..., Tensor]
 METHODS: Dict[str, PartitionMethod] = {}
 
 

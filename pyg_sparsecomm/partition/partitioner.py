@@ -1,5 +1,6 @@
 """``SparsityAwarePartitioner``: a PyG transform that attaches a partition and its volumes."""
 import copy
+import inspect
 
 import torch
 from torch_geometric.data import Data
@@ -24,11 +25,13 @@ class SparsityAwarePartitioner(BaseTransform):
 
     Args:
         num_parts: number of parts (processes).
-        method: ``"random"``, ``"contiguous"`` or ``"metis"``.
+        method: ``"random"``, ``"contiguous"``, ``"metis"`` or ``"hypergraph"``
+            (column-net model, km1 = exact volume; needs the ``hypergraph`` extra).
         seed: seed of the method; a fixed seed gives the same partition on every rank.
+        **options: method options, e.g. ``epsilon``/``backend``/``preset`` for ``"hypergraph"``.
     """
 
-    def __init__(self, num_parts: int, method: str = "metis", seed: int = 0) -> None:
+    def __init__(self, num_parts: int, method: str = "metis", seed: int = 0, **options) -> None:
         if not isinstance(num_parts, int) or num_parts < 1:
             raise ValueError(f"num_parts must be a positive integer, got {num_parts!r}")
         if method not in METHODS:
@@ -36,6 +39,12 @@ class SparsityAwarePartitioner(BaseTransform):
         self.num_parts = num_parts
         self.method = method
         self.seed = seed
+        self.options = options
+        params = inspect.signature(METHODS[method]).parameters
+        unknown = sorted(set(options) - set(params))
+        if unknown:
+            raise ValueError(f"method {method!r} takes no option(s) {unknown}; its options: "
+                             f"{[p for p in params if p not in ('edge_index', 'num_nodes', 'num_parts', 'seed')]}")
 
     def forward(self, data: Data) -> Data:
         num_nodes = data.num_nodes
@@ -46,7 +55,7 @@ class SparsityAwarePartitioner(BaseTransform):
         if self.num_parts > max(num_nodes, 1):
             raise ValueError(f"cannot split {num_nodes} nodes into {self.num_parts} parts")
         edge_index = data.edge_index.cpu()
-        part = METHODS[self.method](edge_index, num_nodes, self.num_parts, self.seed)
+        part = METHODS[self.method](edge_index, num_nodes, self.num_parts, self.seed, **self.options)
         out = copy.copy(data)
         out.part = part.to(torch.long)
         out.num_parts = self.num_parts
@@ -55,4 +64,5 @@ class SparsityAwarePartitioner(BaseTransform):
         return out
 
     def __repr__(self) -> str:
-        return f"{self.__class__.__name__}({self.num_parts}, method={self.method!r}, seed={self.seed})"
+        opts = "".join(f", {k}={v!r}" for k, v in self.options.items())
+        return f"{self.__class__.__name__}({self.num_parts}, method={self.method!r}, seed={self.seed}{opts})"
