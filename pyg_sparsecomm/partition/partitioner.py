@@ -1,6 +1,7 @@
 """``SparsityAwarePartitioner``: a PyG transform that attaches a partition and its volumes."""
 import copy
 import inspect
+from typing import Optional
 
 import torch
 from torch_geometric.data import Data
@@ -9,6 +10,7 @@ from torch_geometric.transforms import BaseTransform
 from .._validate import check_edge_index, check_node_tensor
 from ..plan import comm_pattern
 from ..stats import CommStats
+from .balance import refine_max_send
 from .methods import METHODS
 
 
@@ -28,10 +30,20 @@ class SparsityAwarePartitioner(BaseTransform):
         method: ``"random"``, ``"contiguous"``, ``"metis"`` or ``"hypergraph"``
             (column-net model, km1 = exact volume; needs the ``hypergraph`` extra).
         seed: seed of the method; a fixed seed gives the same partition on every rank.
+        balance: ``"max_send"`` refines the partition to lower the maximum send (and not
+            raise the maximum receive) volume per rank, see
+            :func:`~pyg_sparsecomm.partition.balance.refine_max_send`; a method name
+            ending in ``"+vb"`` (``"metis+vb"``, ``"hypergraph+vb"``) means the same.
+        epsilon_balance: compute imbalance (max/avg row nonzeros - 1) the refinement may reach.
         **options: method options, e.g. ``epsilon``/``backend``/``preset`` for ``"hypergraph"``.
     """
 
-    def __init__(self, num_parts: int, method: str = "metis", seed: int = 0, **options) -> None:
+    def __init__(self, num_parts: int, method: str = "metis", seed: int = 0,
+                 balance: Optional[str] = None, epsilon_balance: float = 0.03, **options) -> None:
+        if method.endswith("+vb"):  # "metis+vb" == method="metis", balance="max_send"
+            method, balance = method[:-3], balance or "max_send"
+        if balance not in (None, "max_send"):
+            raise ValueError(f"unknown balance {balance!r}; choose None or 'max_send'")
         if not isinstance(num_parts, int) or num_parts < 1:
             raise ValueError(f"num_parts must be a positive integer, got {num_parts!r}")
         if method not in METHODS:
@@ -39,6 +51,7 @@ class SparsityAwarePartitioner(BaseTransform):
         self.num_parts = num_parts
         self.method = method
         self.seed = seed
+        self.balance, self.epsilon_balance = balance, epsilon_balance
         self.options = options
         params = inspect.signature(METHODS[method]).parameters
         unknown = sorted(set(options) - set(params))
@@ -56,6 +69,9 @@ class SparsityAwarePartitioner(BaseTransform):
             raise ValueError(f"cannot split {num_nodes} nodes into {self.num_parts} parts")
         edge_index = data.edge_index.cpu()
         part = METHODS[self.method](edge_index, num_nodes, self.num_parts, self.seed, **self.options)
+        if self.balance == "max_send":
+            part = refine_max_send(edge_index, num_nodes, part.to(torch.long), self.num_parts,
+                                   epsilon=self.epsilon_balance)
         out = copy.copy(data)
         out.part = part.to(torch.long)
         out.num_parts = self.num_parts
@@ -65,4 +81,6 @@ class SparsityAwarePartitioner(BaseTransform):
 
     def __repr__(self) -> str:
         opts = "".join(f", {k}={v!r}" for k, v in self.options.items())
+        if self.balance:
+            opts += f", balance={self.balance!r}"
         return f"{self.__class__.__name__}({self.num_parts}, method={self.method!r}, seed={self.seed}{opts})"
