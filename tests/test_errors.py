@@ -156,3 +156,18 @@ def test_dead_peer_surfaces_as_error_within_timeout(tmp_path):
     seconds, outcome = report.read_text().split("\n", 1)
     assert outcome.startswith("RuntimeError"), outcome
     assert float(seconds) < 30
+
+
+def test_plain_inputs_behave_exactly_like_gcnconv():
+    """Without a multi-rank group, edge_index and torch sparse inputs go through GCNConv itself."""
+    from torch_geometric.nn import GCNConv
+    data = _graph()
+    torch.manual_seed(0)
+    ours = DistributedGCNConv(NUM_FEATURES, 3, improved=True)
+    ref = GCNConv(NUM_FEATURES, 3, improved=True)
+    ref.load_state_dict(ours.state_dict())
+    torch.testing.assert_close(ours(data.x, data.edge_index), ref(data.x, data.edge_index))
+    adj_t = torch.sparse_coo_tensor(data.edge_index.flip(0), torch.ones(data.edge_index.size(1)),
+                                    (20, 20)).coalesce().to_sparse_csr()
+    torch.testing.assert_close(ours(data.x, adj_t), ref(data.x, adj_t))
+    assert repr(ours) == "DistributedGCNConv(6, 3, algorithm='1d')"

@@ -137,3 +137,15 @@ def test_volume_balancing_improves_a_skewed_graph():
     assert vb["max_rows_sent"] < base["max_rows_sent"]
     with pytest.raises(ValueError, match="unknown balance"):
         SparsityAwarePartitioner(8, "metis", balance="max_recv")
+
+
+def test_kahypar_backend_km1_exact_and_crash_contained():
+    from pyg_sparsecomm.partition.kahypar_backend import kahypar_partition
+    data = make_cases(1)["directed"]
+    out = SparsityAwarePartitioner(4, "hypergraph", backend="kahypar", seed=1)(data)
+    nets = column_nets(data.edge_index, data.num_nodes)
+    assert km1(*nets, out.part.numpy()) == out.comm_stats.total_rows
+    assert out.comm_stats.total_rows < SparsityAwarePartitioner(4, "random")(data).comm_stats.total_rows
+    weights = np.ones(data.num_nodes, dtype=np.int64)
+    with pytest.raises(RuntimeError, match="KaHyPar did not return a partition"):
+        kahypar_partition(*nets, weights, data.num_nodes, 4, 0.03, 0, config={"mode": "nonsense"})

@@ -72,7 +72,8 @@ def hypergraph_partition(edge_index: Tensor, num_nodes: int, num_parts: int, see
 
     Args:
         epsilon: allowed imbalance of the vertex weights (row nonzeros) per part.
-        backend: ``"mtkahypar"`` (MIT, default).
+        backend: ``"mtkahypar"`` (MIT, default) or ``"kahypar"`` (GPLv3, the project's own
+            km1 configuration, run in a child process).
         preset: Mt-KaHyPar preset; ``"deterministic"`` gives the same partition for a seed.
     """
     if num_parts == 1:
@@ -81,6 +82,9 @@ def hypergraph_partition(edge_index: Tensor, num_nodes: int, num_parts: int, see
     weights = row_nnz(edge_index, num_nodes)
     if backend == "mtkahypar":
         part = _mtkahypar(net_ptr, pins, weights, num_nodes, num_parts, epsilon, seed, preset)
+    elif backend == "kahypar":
+        from .kahypar_backend import kahypar_partition
+        part = kahypar_partition(net_ptr, pins, weights, num_nodes, num_parts, epsilon, seed)
     else:
-        raise ValueError(f"unknown hypergraph backend {backend!r}; available: 'mtkahypar'")
+        raise ValueError(f"unknown hypergraph backend {backend!r}; available: 'mtkahypar', 'kahypar'")
     return torch.from_numpy(part)
