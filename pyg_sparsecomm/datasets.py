@@ -40,3 +40,33 @@ def sbm_graph(num_nodes: int = 4000, num_classes: int = 8, num_features: int = 6
         m[idx] = True
         masks[name] = m
     return Data(x=x, y=y, edge_index=edge_index, num_nodes=num_nodes, **masks)
+
+
+def rmat_graph(scale: int = 14, edge_factor: int = 8, a: float = 0.57, b: float = 0.19,
+               c: float = 0.19, seed: int = 0, directed: bool = True) -> Data:
+    """An R-MAT graph with ``2**scale`` nodes and about ``edge_factor * 2**scale`` edges.
+
+    Each edge picks one of the four quadrants with probabilities ``a, b, c,
+    1 - a - b - c`` at every one of ``scale`` levels (Chakrabarti et al.),
+    giving the skewed degree distribution of web and social graphs.  Duplicate
+    edges and self-loops are removed; ``directed=False`` adds reverse edges.
+    """
+    import numpy as np
+    d = 1.0 - a - b - c
+    if min(a, b, c, d) < 0:
+        raise ValueError("R-MAT probabilities a, b, c must sum to at most 1")
+    rng = np.random.default_rng(seed)
+    n, m = 1 << scale, edge_factor << scale
+    src = np.zeros(m, dtype=np.int64)
+    dst = np.zeros(m, dtype=np.int64)
+    for level in range(scale):  # one vectorised draw per bit
+        q = rng.choice(4, size=m, p=[a, b, c, d])
+        src |= (q >> 1).astype(np.int64) << level
+        dst |= (q & 1).astype(np.int64) << level
+    keep = src != dst
+    key = np.unique(src[keep] * n + dst[keep])
+    edge_index = torch.from_numpy(np.stack([key // n, key % n]))
+    if not directed:
+        from torch_geometric.utils import to_undirected
+        edge_index = to_undirected(edge_index, num_nodes=n)
+    return Data(edge_index=edge_index, num_nodes=n)

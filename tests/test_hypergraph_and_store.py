@@ -149,3 +149,18 @@ def test_kahypar_backend_km1_exact_and_crash_contained():
     weights = np.ones(data.num_nodes, dtype=np.int64)
     with pytest.raises(RuntimeError, match="KaHyPar did not return a partition"):
         kahypar_partition(*nets, weights, data.num_nodes, 4, 0.03, 0, config={"mode": "nonsense"})
+
+
+def test_metis_volume_objective_and_rmat_generator():
+    from pyg_sparsecomm.datasets import rmat_graph
+    data = rmat_graph(scale=10, edge_factor=8, seed=3)
+    assert data.num_nodes == 1024 and data.edge_index.size(1) > 6000
+    assert bool((data.edge_index[0] != data.edge_index[1]).all())
+    assert torch.equal(rmat_graph(scale=10, edge_factor=8, seed=3).edge_index, data.edge_index)
+    deg = torch.bincount(data.edge_index[0], minlength=1024)
+    assert int(deg.max()) > 10 * float(deg.float().mean())  # skewed, as R-MAT must be
+    vol = SparsityAwarePartitioner(8, "metis", objective="vol")(data).comm_stats
+    rnd = SparsityAwarePartitioner(8, "random")(data).comm_stats
+    assert vol.total_rows < rnd.total_rows
+    with pytest.raises(ValueError, match="unknown METIS objective"):
+        SparsityAwarePartitioner(8, "metis", objective="edges")(data)

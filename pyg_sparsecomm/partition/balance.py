@@ -9,7 +9,8 @@ volume, vectorised in rounds:
    send volume ``S_p = Σ_{j owned by p} (λ_j - 1)``, receive volume ``R_p`` and
    compute weight ``W_p`` (row nonzeros).
 2. Candidates: vertices ``v`` of the parts with ``S_p >= (1 - slack) max S``
-   whose net spans other parts, each with every destination ``b ∈ Λ_v``.  The
+   whose net spans other parts, each with every destination ``b ∈ Λ_v``; per
+   hot part the ``4 × batch`` with the largest ``λ_v`` are evaluated.  The
    exact effect of a move on every part's ``S`` and ``R`` and on km1 is
    computed from pin counts (the net of ``v`` changes owner; the nets of
    ``v``'s in-neighbours lose a pin in ``a`` and gain one in ``b``).
@@ -21,7 +22,9 @@ volume, vectorised in rounds:
 4. The batch is applied and the state recomputed.  Moves are exact one at a
    time, but several may load the same part: a batch that raises the maximum
    send or receive volume, km1 beyond ``(1 + max_total_increase)`` times its
-   initial value, or the compute limit is undone and retried at half the size.
+   initial value, or the compute limit, or that does not lower the send load
+   above the hot threshold ``Σ_p max(0, S_p - (1 - slack) max S)``, is undone
+   and retried at half the size.
    The refinement stops when no admissible move is left, the batch size
    reaches zero, or after ``max_rounds``.
 
@@ -107,6 +110,18 @@ def refine_max_send(edge_index: Tensor, num_nodes: int, part: Tensor, num_parts:
             break
         a = part[v]
         lam_v = np.bincount(net, minlength=N)[v]
+        # Cheap necessary conditions first: v's whole send load moves to b, and b has room.
+        room = (state.S[b] + lam_v - 1 < max_s) & (state.W[b] + weights[v] <= w_limit)
+        v, b, a, lam_v = v[room], b[room], a[room], lam_v[room]
+        if v.size == 0:
+            break
+        # Only the most promising candidates of each hot part are evaluated exactly:
+        # largest send drop first, then fewest in-neighbours (cheapest, least disturbing).
+        deg = in_ptr[v + 1] - in_ptr[v]
+        order = np.lexsort((deg, -lam_v, a))
+        group_start = np.searchsorted(a[order], a[order])
+        keep = order[np.arange(order.size) - group_start < 4 * batch]
+        v, b, a, lam_v = v[keep], b[keep], a[keep], lam_v[keep]
         a_leaves_v = _count(state, v, a, P) == 1
         dS_a = -(lam_v - 1)
         dS_b = lam_v - 1 - a_leaves_v
@@ -174,7 +189,10 @@ def refine_max_send(edge_index: Tensor, num_nodes: int, part: Tensor, num_parts:
         new_state = _state(net_of_pin, pins, trial, weights, P)
         # Moves are exact one by one; together they may pile onto the same part: undo and
         # retry with smaller batches.
-        if (new_state.S.max() >= max_s or new_state.R.max() > max_r or new_state.km1 > km1_limit
+        tau = (1 - slack) * max_s  # progress = less send load above the hot threshold
+        excess = lambda S: np.maximum(S - tau, 0).sum()  # noqa: E731
+        if (new_state.S.max() > max_s or excess(new_state.S) >= excess(state.S)
+                or new_state.R.max() > max_r or new_state.km1 > km1_limit
                 or new_state.W.max() > max(w_limit, state.W.max())):
             batch //= 2
             if batch == 0:
