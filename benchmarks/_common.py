@@ -71,6 +71,12 @@ def print_table(headers, rows) -> None:
         print("  ".join(str(c).rjust(w) for c, w in zip(r, widths)))
 
 
+def write_table_section(name: str, title: str, script: str, notes: str, headers, rows) -> None:
+    """A RESULTS.md section: title, the command and machine, notes, then the table."""
+    write_section(name, f"## {title}\n\n`python benchmarks/{script}` — machine: {machine()}.\n"
+                        f"{notes}\n\n" + markdown_table(headers, rows))
+
+
 def write_section(name: str, body: str) -> None:
     """Replaces (or appends) the section ``name`` of RESULTS.md."""
     text = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n"

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch_geometric.nn import GCNConv
 
-from _common import load_graph, machine, markdown_table, median, print_table, with_features, write_section
+from _common import load_graph, median, print_table, with_features, write_table_section
 from pyg_sparsecomm import (DistributedGCNConv, SparsityAwarePartitioner, comm_counter, distributed_loss,
                             shard, sync_gradients)
 from pyg_sparsecomm.testing import launch
@@ -129,15 +129,13 @@ def main() -> None:
     print_table(headers_b, rows_b)
     print()
     print_table(headers_c, rows_c)
-    write_section("epoch_time", (
-        f"## (b) Measured epoch time under gloo\n\n`python benchmarks/epoch_time.py` — machine: {machine()}.\n"
+    write_table_section(
+        "epoch_time", "(b) Measured epoch time under gloo", "epoch_time.py",
         f"One thread per process; P = 4 oversubscribes the 2 cores. Medians over {args.epochs} epochs "
-        f"after {args.warmup} warm-up epochs, rank 0.\n\n" + markdown_table(headers_b, rows_b)))
-    write_section("overhead", (
-        f"## (c) P = 1 overhead of DistributedGCNConv vs GCNConv (target <= 1.10x)\n\n"
-        f"Same script, one process, one thread, the three models interleaved over 5 rounds; "
-        f"medians.\n\n" + markdown_table(headers_c, rows_c)))
-
+        f"after {args.warmup} warm-up epochs, rank 0.", headers_b, rows_b)
+    write_table_section(
+        "overhead", "(c) P = 1 overhead of DistributedGCNConv vs GCNConv (target <= 1.10x)", "epoch_time.py",
+        "One process, one thread, the three models interleaved over 5 rounds; medians.", headers_c, rows_c)
 
 if __name__ == "__main__":
     main()

@@ -12,7 +12,7 @@ import time
 
 import torch
 
-from _common import load_graph, machine, markdown_table, print_table, write_section
+from _common import load_graph, print_table, write_table_section
 from pyg_sparsecomm import CommStats, comm_pattern
 from pyg_sparsecomm.datasets import rmat_graph
 from pyg_sparsecomm.partition import METHODS
@@ -60,11 +60,10 @@ def main() -> None:
                              rel("total_rows"), rel("max_rows_sent"), f"{results[m][1]:.2f}"])
                 print(*rows[-1], sep="\t", flush=True)
     print_table(headers, rows)
-    write_section("partition_quality", (
-        f"## Partition quality (issue #3)\n\n`python benchmarks/partition_quality.py` — machine: {machine()}.\n"
+    write_table_section(
+        "partition_quality", "Partition quality (issue #3)", "partition_quality.py",
         f"Per SpMM, rows; '+vb' = max-send-volume balancing with compute imbalance <= "
-        f"{1 + args.epsilon:.2f}; seconds include the base method.\n\n" + markdown_table(headers, rows)))
-
+        f"{1 + args.epsilon:.2f}; seconds include the base method.", headers, rows)
 
 if __name__ == "__main__":
     main()

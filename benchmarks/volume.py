@@ -10,7 +10,7 @@ forward and backward, float32.
 import argparse
 import time
 
-from _common import load_graph, machine, markdown_table, print_table, write_section
+from _common import load_graph, print_table, write_table_section
 from pyg_sparsecomm import SparsityAwarePartitioner
 
 
@@ -43,12 +43,10 @@ def main() -> None:
                              f"{d['compute_imbalance']:.3f}", f"{seconds:.2f}"])
                 print(*rows[-1], sep="\t", flush=True)
     print_table(headers, rows)
-    body = (f"## (a) Bytes per epoch from the plan: sparsity-aware 1D vs oblivious\n\n"
-            f"`python benchmarks/volume.py` — machine: {machine()}.\n"
-            f"2-layer GCN, hidden {args.hidden}, float32, forward + backward exchanges; "
-            f"'compute imb.' = max/avg nonzeros per rank.\n\n" + markdown_table(headers, rows))
-    write_section("volume", body)
-
+    write_table_section(
+        "volume", "(a) Bytes per epoch from the plan: sparsity-aware 1D vs oblivious", "volume.py",
+        f"2-layer GCN, hidden {args.hidden}, float32, forward + backward exchanges; "
+        f"'compute imb.' = max/avg nonzeros per rank.", headers, rows)
 
 if __name__ == "__main__":
     main()

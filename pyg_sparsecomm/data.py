@@ -1,7 +1,6 @@
 """``shard()``: the rank-local ``Data`` of a partitioned graph."""
 from typing import Optional
 
-import torch
 import torch.distributed as dist
 from torch import Tensor
 from torch_geometric.data import Data

@@ -1,7 +1,6 @@
 """Bytes counted on the wire equal the plan's prediction exactly."""
 import numpy as np
 import pytest
-import torch
 
 from graphs import NUM_FEATURES, make_cases
 from pyg_sparsecomm import DistributedGCNConv, comm_counter, shard

@@ -57,9 +57,8 @@ def _state(net_of_pin, pins, part, weights, P) -> _State:
     keys, counts = np.unique(net_of_pin * P + part[pins], return_counts=True)
     net, holder = keys // P, keys % P
     lam = np.bincount(net, minlength=N)
-    owner = part
-    S = np.bincount(owner, weights=np.maximum(lam - 1, 0), minlength=P).astype(np.int64)
-    R = np.bincount(holder[holder != owner[net]], minlength=P).astype(np.int64)
+    S = np.bincount(part, weights=np.maximum(lam - 1, 0), minlength=P).astype(np.int64)  # net j is owned by j
+    R = np.bincount(holder[holder != part[net]], minlength=P).astype(np.int64)
     W = np.bincount(part, weights=weights, minlength=P).astype(np.int64)
     return _State(S, R, W, int(np.maximum(lam - 1, 0).sum()), keys, counts)
 
@@ -151,7 +150,6 @@ def refine_max_send(edge_index: Tensor, num_nodes: int, part: Tensor, num_parts:
         np.maximum.at(worst, uk // P, new_s)
         s_a_new = state.S[a] + d[np.searchsorted(uk, np.arange(v.size) * P + a)]
         ok = ((worst < max_s) & (s_a_new < state.S[a])
-              & (state.W[b] + weights[v] <= w_limit)
               & (state.R[a] + dR_a <= max_r) & (state.R[b] + dR_b <= max_r))
         if not ok.any():
             break
