@@ -164,3 +164,28 @@ def test_metis_volume_objective_and_rmat_generator():
     assert vol.total_rows < rnd.total_rows
     with pytest.raises(ValueError, match="unknown METIS objective"):
         SparsityAwarePartitioner(8, "metis", objective="edges")(data)
+
+
+def test_stochastic_hypergraph_model():
+    from pyg_sparsecomm.datasets import sbm_graph
+    from pyg_sparsecomm.partition.stochastic import (expected_minibatch_volume, hoeffding_num_nets,
+                                                     neighbor_sampler, node_sampler)
+    assert hoeffding_num_nets(8, 0.5, 0.05) == 362  # (P-1)^2 / (2 θ^2) ln(2/δ) = 98 ln 40
+    with pytest.raises(ValueError, match="theta > 0"):
+        hoeffding_num_nets(8, 0.0, 0.05)
+    data = sbm_graph(num_nodes=1200, num_classes=4, avg_degree=8)
+    sampler = node_sampler(128)
+    # a "batch" of every node with every in-edge is the full graph: its volume is the km1
+    full = SparsityAwarePartitioner(4, "metis")(data)
+    assert expected_minibatch_volume(data.edge_index, data.num_nodes, full.part, node_sampler(1200), 2) \
+        == full.comm_stats.total_rows
+    shp = SparsityAwarePartitioner(4, "stochastic_hypergraph", batch_size=128, num_batches=24)(data)
+    again = SparsityAwarePartitioner(4, "stochastic_hypergraph", batch_size=128, num_batches=24)(data)
+    assert torch.equal(shp.part, again.part)
+    rnd = SparsityAwarePartitioner(4, "random")(data)
+    vol = lambda p: expected_minibatch_volume(data.edge_index, data.num_nodes, p, sampler, 16)  # noqa: E731
+    assert vol(shp.part) < 0.7 * vol(rnd.part)
+    nbr = SparsityAwarePartitioner(4, "stochastic_hypergraph", batch_size=64, fanouts=[5, 5], num_batches=8)(data)
+    mask = neighbor_sampler(64, [5, 5])(*data.edge_index.numpy(), data.num_nodes, np.random.default_rng(0))
+    assert 0 < mask.sum() < data.edge_index.size(1)
+    assert nbr.part.unique().numel() == 4

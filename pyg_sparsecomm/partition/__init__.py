@@ -1,4 +1,4 @@
-from . import hypergraph  # noqa: F401  (registers 'hypergraph')
+from . import hypergraph, stochastic  # noqa: F401  (register 'hypergraph', 'stochastic_hypergraph')
 from .methods import METHODS, register
 from .partitioner import SparsityAwarePartitioner
 

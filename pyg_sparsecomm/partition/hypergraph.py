@@ -79,12 +79,17 @@ def hypergraph_partition(edge_index: Tensor, num_nodes: int, num_parts: int, see
     if num_parts == 1:
         return torch.zeros(num_nodes, dtype=torch.long)
     net_ptr, pins = column_nets(edge_index, num_nodes)
-    weights = row_nnz(edge_index, num_nodes)
-    if backend == "mtkahypar":
-        part = _mtkahypar(net_ptr, pins, weights, num_nodes, num_parts, epsilon, seed, preset)
-    elif backend == "kahypar":
-        from .kahypar_backend import kahypar_partition
-        part = kahypar_partition(net_ptr, pins, weights, num_nodes, num_parts, epsilon, seed)
-    else:
-        raise ValueError(f"unknown hypergraph backend {backend!r}; available: 'mtkahypar', 'kahypar'")
+    part = run_backend(net_ptr, pins, row_nnz(edge_index, num_nodes), num_nodes, num_parts, epsilon, seed,
+                       backend, preset)
     return torch.from_numpy(part)
+
+
+def run_backend(net_ptr: np.ndarray, pins: np.ndarray, weights: np.ndarray, num_nodes: int, num_parts: int,
+                epsilon: float, seed: int, backend: str = "mtkahypar", preset: str = "deterministic") -> np.ndarray:
+    """Partitions the hypergraph ``(net_ptr, pins)`` for km1 with the chosen backend."""
+    if backend == "mtkahypar":
+        return _mtkahypar(net_ptr, pins, weights, num_nodes, num_parts, epsilon, seed, preset)
+    if backend == "kahypar":
+        from .kahypar_backend import kahypar_partition
+        return kahypar_partition(net_ptr, pins, weights, num_nodes, num_parts, epsilon, seed)
+    raise ValueError(f"unknown hypergraph backend {backend!r}; available: 'mtkahypar', 'kahypar'")

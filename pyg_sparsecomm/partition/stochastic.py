@@ -1,0 +1,141 @@
+"""Stochastic hypergraph model for mini-batch training (VLDB'23 §4.3.3, Algorithm 3).
+
+A mini-batch is a sampled subgraph; its column-net hypergraph (a net per used
+column ``j`` holding ``j`` and every sampled row ``i`` with an edge
+``j -> i``) encodes the volume of that batch's exchange.  Merging the nets of
+``b`` random batches and partitioning the merged hypergraph for km1 minimises
+the *expected* volume of a random mini-batch.  By Hoeffding's inequality the
+mean connectivity of the merged nets is within ``θ`` of the expected
+connectivity with probability ``1 - δ`` once there are
+``|N| >= (P - 1)^2 / (2 θ^2) · ln(2 / δ)`` nets (the paper's eq. (14)).
+"""
+import math
+from typing import Callable, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .hypergraph import km1, run_backend
+from .methods import register, row_nnz
+
+# A sampler maps (src, dst, num_nodes, rng) to the mask of the edges one mini-batch uses.
+Sampler = Callable[[np.ndarray, np.ndarray, int, np.random.Generator], np.ndarray]
+
+
+def hoeffding_num_nets(num_parts: int, theta: float, delta: float) -> int:
+    """Smallest number of nets for an estimate of the expected connectivity within ``theta``
+    at confidence ``1 - delta`` (VLDB'23 eq. (14))."""
+    if not (theta > 0 and 0 < delta < 1):
+        raise ValueError("need theta > 0 and 0 < delta < 1")
+    return math.ceil((num_parts - 1) ** 2 / (2 * theta ** 2) * math.log(2 / delta))
+
+
+def node_sampler(batch_size: int) -> Sampler:
+    """Uniform batches of target nodes with all their in-edges (one aggregation)."""
+    def sample(src, dst, num_nodes, rng):
+        batch = np.zeros(num_nodes, dtype=bool)
+        batch[rng.choice(num_nodes, size=min(batch_size, num_nodes), replace=False)] = True
+        return batch[dst]
+    return sample
+
+
+def neighbor_sampler(batch_size: int, fanouts: Sequence[int]) -> Sampler:
+    """``NeighborLoader``-style sampling: uniform seed nodes, then for every hop at most
+    ``fanouts[h]`` random in-edges of each frontier node; the batch uses all sampled edges."""
+    def sample(src, dst, num_nodes, rng):
+        frontier = np.zeros(num_nodes, dtype=bool)
+        frontier[rng.choice(num_nodes, size=min(batch_size, num_nodes), replace=False)] = True
+        used = np.zeros(src.size, dtype=bool)
+        for fanout in fanouts:
+            cand = np.flatnonzero(frontier[dst] & ~used)
+            order = cand[np.lexsort((rng.random(cand.size), dst[cand]))]  # random order per target
+            d = dst[order]
+            rank = np.arange(d.size) - np.searchsorted(d, d)
+            picked = order[rank < fanout] if fanout >= 0 else order
+            used[picked] = True
+            frontier = np.zeros(num_nodes, dtype=bool)
+            frontier[src[picked]] = True
+        return used
+    return sample
+
+
+def _batch_nets(src, dst, mask, num_nodes):
+    """Column nets of one batch: net j = {j} ∪ {i : sampled j -> i}, one pin per (net, vertex)."""
+    s, d = src[mask], dst[mask]
+    cols = np.unique(s)
+    key = np.unique(np.concatenate([s * num_nodes + d, cols * num_nodes + cols]))
+    return key // num_nodes, key % num_nodes
+
+
+def stochastic_nets(edge_index: Tensor, num_nodes: int, sampler: Sampler, num_batches: int,
+                    seed: int = 0) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Merged nets of ``num_batches`` sampled mini-batches.
+
+    Returns ``(net_ptr, pins, batch_of_net)``; nets of a single pin are kept
+    (they count in the estimate, with connectivity 1).
+    """
+    src, dst = edge_index.numpy()
+    rng = np.random.default_rng(seed)
+    ptrs, all_pins, batch_of_net = [np.zeros(1, dtype=np.int64)], [], []
+    offset = 0
+    for k in range(num_batches):
+        net, pin = _batch_nets(src, dst, sampler(src, dst, num_nodes, rng), num_nodes)
+        counts = np.bincount(np.unique(net, return_inverse=True)[1])
+        ptrs.append(offset + np.cumsum(counts))
+        offset += pin.size
+        all_pins.append(pin)
+        batch_of_net.append(np.full(counts.size, k))
+    return (np.concatenate(ptrs), np.concatenate(all_pins) if all_pins else np.zeros(0, np.int64),
+            np.concatenate(batch_of_net) if batch_of_net else np.zeros(0, np.int64))
+
+
+def expected_minibatch_volume(edge_index: Tensor, num_nodes: int, part: Tensor, sampler: Sampler,
+                              num_batches: int = 32, seed: int = 1) -> float:
+    """Mean rows moved per mini-batch SpMM under ``part``, over ``num_batches`` random batches."""
+    net_ptr, pins, _ = stochastic_nets(edge_index, num_nodes, sampler, num_batches, seed)
+    if net_ptr.size == 1:
+        return 0.0
+    return km1(net_ptr, pins, part.numpy().astype(np.int64)) / num_batches
+
+
+@register("stochastic_hypergraph")
+def stochastic_hypergraph_partition(edge_index: Tensor, num_nodes: int, num_parts: int, seed: int,
+                                    batch_size: int = 1024, fanouts: Optional[Sequence[int]] = None,
+                                    num_batches: Optional[int] = None, theta: float = 0.5,
+                                    delta: float = 0.05, coverage: float = 2.0, max_batches: int = 64,
+                                    epsilon: float = 0.03,
+                                    backend: str = "mtkahypar", preset: str = "deterministic") -> Tensor:
+    """Partitions the merged hypergraph of sampled mini-batches for km1.
+
+    Args:
+        batch_size: seed nodes per mini-batch.
+        fanouts: neighbours sampled per hop (``NeighborLoader`` style); ``None``
+            samples nodes with all their in-edges.
+        num_batches: mini-batches to merge.  By default enough for every vertex to be
+            sampled ``coverage`` times on average (a vertex in no net gives the
+            partitioner nothing to optimise), grown until the merged nets satisfy
+            Hoeffding's bound for ``theta``/``delta``; at most ``max_batches``.
+    """
+    if num_parts == 1:
+        return torch.zeros(num_nodes, dtype=torch.long)
+    sampler = node_sampler(batch_size) if fanouts is None else neighbor_sampler(batch_size, fanouts)
+    if num_batches is None:
+        # Coverage: every vertex should appear in ~`coverage` batches, or the partitioner has
+        # nothing to go on for it; then grow until Hoeffding's bound on the nets is met.
+        batches = min(max_batches, max(1, math.ceil(coverage * num_nodes / batch_size)))
+        needed = hoeffding_num_nets(num_parts, theta, delta)
+        while True:
+            net_ptr, pins, _ = stochastic_nets(edge_index, num_nodes, sampler, batches, seed)
+            if net_ptr.size - 1 >= needed or batches >= max_batches:
+                break
+            batches = min(2 * batches, max_batches)
+    else:
+        net_ptr, pins, _ = stochastic_nets(edge_index, num_nodes, sampler, num_batches, seed)
+    size = np.diff(net_ptr)
+    keep_pin = np.repeat(size > 1, size)  # one-pin nets never cost volume
+    net_ptr = np.concatenate([[0], np.cumsum(size[size > 1])])
+    pins = pins[keep_pin]
+    part = run_backend(net_ptr, pins, row_nnz(edge_index, num_nodes), num_nodes, num_parts, epsilon, seed,
+                       backend, preset)
+    return torch.from_numpy(part)
