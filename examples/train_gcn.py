@@ -11,6 +11,7 @@ rank takes GPU ``LOCAL_RANK`` and NCCL.  Without torchrun it runs on one process
 import argparse
 import os
 import time
+from pathlib import Path
 from datetime import timedelta
 
 import torch
@@ -19,7 +20,8 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from pyg_sparsecomm import (DistributedGCNConv, SparsityAwarePartitioner, comm_counter,  # <- distributed
-                            distributed_loss, global_accuracy, global_sum, shard, sync_gradients)
+                            distributed_loss, global_accuracy, global_sum, load_shard, save_partition, shard,
+                            sync_gradients)
 from pyg_sparsecomm.datasets import sbm_graph
 
 
@@ -40,18 +42,26 @@ class GCN(torch.nn.Module):
         return self.conv2(x, adj)
 
 
-def load_data(name: str, root: str, seed: int):
+def load_data(name: str, root: str, seed: int, barrier: bool = True):
     if name == "SBM":
         return sbm_graph(seed=seed)
     from torch_geometric.datasets import Planetoid
     import torch_geometric.transforms as T
     # Rank 0 processes the raw files first so that ranks never write the same file.
-    if dist.is_initialized() and dist.get_rank() != 0:
+    sync = barrier and dist.is_initialized()
+    if sync and dist.get_rank() != 0:
         dist.barrier()
     dataset = Planetoid(root, name, transform=T.NormalizeFeatures())
-    if dist.is_initialized() and dist.get_rank() == 0:
+    if sync and dist.get_rank() == 0:
         dist.barrier()
     return dataset[0]
+
+
+def global_max(value: torch.Tensor) -> torch.Tensor:
+    value = value.detach().clone().reshape(())
+    if dist.is_initialized():
+        dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return value
 
 
 def setup_distributed(timeout_s: float = 120.0):
@@ -72,16 +82,28 @@ def setup_distributed(timeout_s: float = 120.0):
 
 def run(args, rank: int, world_size: int, device=torch.device("cpu"), verbose: bool = True) -> dict:
     torch.manual_seed(args.seed)  # same initial parameters on every rank
-    data = load_data(args.dataset, args.root, args.seed)
-    num_classes = int(data.y.max()) + 1
     start = time.perf_counter()
-    data = SparsityAwarePartitioner(world_size, method=args.method, seed=args.seed)(data)  # <- distributed
-    local = shard(data)                                                                      # <- distributed
+    if args.partition_dir:
+        # Partition once (rank 0), then every rank reads only its own part file.
+        if rank == 0 and not (Path(args.partition_dir) / "manifest.json").exists():
+            data = load_data(args.dataset, args.root, args.seed, barrier=False)
+            save_partition(SparsityAwarePartitioner(world_size, method=args.method, seed=args.seed)(data),
+                           args.partition_dir)
+            del data
+        if dist.is_initialized():
+            dist.barrier()
+        local = load_shard(args.partition_dir)
+        stats = f"loaded {args.partition_dir}/part-{rank}.pt: {local.num_nodes} rows, halo {local.adj.halo_size}"
+    else:
+        data = load_data(args.dataset, args.root, args.seed)
+        data = SparsityAwarePartitioner(world_size, method=args.method, seed=args.seed)(data)  # <- distributed
+        local = shard(data)                                                                      # <- distributed
+        stats = data.comm_stats
+        del data  # keep only this rank's share
     partition_s = time.perf_counter() - start
-    stats = data.comm_stats
-    del data  # keep only this rank's share
     local = local.to(device)
     local.adj = local.adj.to(device)
+    num_classes = int(global_max(local.y.max() if local.y.numel() else local.y.new_zeros(()))) + 1
 
     model = GCN(local.x.size(1), args.hidden, num_classes, args.dropout, args.algorithm).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
@@ -136,6 +158,8 @@ def parse_args(argv=None):
     p.add_argument("--weight-decay", type=float, default=5e-4)
     p.add_argument("--dropout", type=float, default=0.5)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--partition-dir", help="partition once into DIR (rank 0), then each rank loads only "
+                                           "its own part file; reused when DIR already holds a partition")
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--no-progress", dest="progress", action="store_false")
     return p.parse_args(argv)

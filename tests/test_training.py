@@ -88,3 +88,18 @@ def test_example_runs_under_torchrun():
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "final test accuracy" in proc.stdout
     assert "MB sent" in proc.stdout and "comm" in proc.stdout
+
+
+def test_example_partition_once_then_load_per_rank(planetoid_root, tmp_path):
+    """--partition-dir: rank 0 partitions and saves, every rank loads only its file; same training."""
+    parts = tmp_path / "parts"
+    argv = ["--dataset", "Cora", "--root", planetoid_root, "--epochs", "5", "--dropout", "0",
+            "--partition-dir", str(parts)]
+    first = launch(_run, 3, argv)
+    assert sorted(p.name for p in parts.iterdir()) == ["manifest.json", "part-0.pt", "part-1.pt", "part-2.pt"]
+    second = launch(_run, 3, argv)  # reuses the saved partition
+    ref_loss, _ = reference_history(train_gcn.parse_args(argv))
+    for hist in (first, second):
+        torch.testing.assert_close(torch.tensor(hist[0]["loss"]), torch.tensor(ref_loss), rtol=1e-4, atol=1e-6)
+    with pytest.raises(RuntimeError, match="has 3 parts but the world size is 2"):
+        launch(_run, 2, argv)
