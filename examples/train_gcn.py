@@ -19,7 +19,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from pyg_sparsecomm import (DistributedGCNConv, SparsityAwarePartitioner, comm_counter,  # <- distributed
+from pyg_sparsecomm import (DistributedGCNConv, NodeDropout, SparsityAwarePartitioner, comm_counter,  # <- dist.
                             distributed_loss, global_accuracy, global_sum, load_shard, save_partition, shard,
                             sync_gradients)
 from pyg_sparsecomm.datasets import sbm_graph
@@ -27,18 +27,27 @@ from pyg_sparsecomm.datasets import sbm_graph
 
 class GCN(torch.nn.Module):
     def __init__(self, in_channels: int, hidden_channels: int, out_channels: int,
-                 dropout: float = 0.5, algorithm: str = "1d") -> None:
+                 dropout: float = 0.5, algorithm: str = "1d", exact_dropout: bool = False) -> None:
         super().__init__()
         self.dropout = dropout
+        # NodeDropout keys its masks on global node ids: the run then equals a single-process
+        # run with the same masks exactly, whatever the partition.
+        self.drops = torch.nn.ModuleList([NodeDropout(dropout, seed=i) for i in range(2)]) if exact_dropout \
+            else None
         self.conv1 = DistributedGCNConv(in_channels, hidden_channels, cached=True,  # <- distributed
                                         algorithm=algorithm)
         self.conv2 = DistributedGCNConv(hidden_channels, out_channels, cached=True,
                                         algorithm=algorithm)
 
-    def forward(self, x, adj):
-        x = F.dropout(x, p=self.dropout, training=self.training)
+    def drop(self, x, n_id, layer: int):
+        if self.drops is not None:
+            return self.drops[layer](x, n_id)
+        return F.dropout(x, p=self.dropout, training=self.training)
+
+    def forward(self, x, adj, n_id=None):
+        x = self.drop(x, n_id, 0)
         x = self.conv1(x, adj).relu()
-        x = F.dropout(x, p=self.dropout, training=self.training)
+        x = self.drop(x, n_id, 1)
         return self.conv2(x, adj)
 
 
@@ -105,7 +114,8 @@ def run(args, rank: int, world_size: int, device=torch.device("cpu"), verbose: b
     local.adj = local.adj.to(device)
     num_classes = int(global_max(local.y.max() if local.y.numel() else local.y.new_zeros(()))) + 1
 
-    model = GCN(local.x.size(1), args.hidden, num_classes, args.dropout, args.algorithm).to(device)
+    model = GCN(local.x.size(1), args.hidden, num_classes, args.dropout, args.algorithm,
+                args.exact_dropout).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     if verbose and rank == 0:
         print(f"P={world_size} method={args.method} algorithm={args.algorithm} partition {partition_s:.2f}s")
@@ -120,7 +130,7 @@ def run(args, rank: int, world_size: int, device=torch.device("cpu"), verbose: b
         t0 = time.perf_counter()
         model.train()
         optimizer.zero_grad()
-        out = model(local.x, local.adj)
+        out = model(local.x, local.adj, local.n_id)
         mask = local.train_mask
         loss = distributed_loss(F.cross_entropy, out[mask], local.y[mask])  # <- distributed
         loss.backward()
@@ -131,7 +141,7 @@ def run(args, rank: int, world_size: int, device=torch.device("cpu"), verbose: b
 
         model.eval()
         with torch.no_grad():
-            pred = model(local.x, local.adj).argmax(dim=-1)
+            pred = model(local.x, local.adj, local.n_id).argmax(dim=-1)
         accs = [global_accuracy(pred[m], local.y[m]) for m in (local.train_mask, local.val_mask,
                                                                  local.test_mask)]
         total_loss = float(global_sum(loss))
@@ -158,6 +168,8 @@ def parse_args(argv=None):
     p.add_argument("--weight-decay", type=float, default=5e-4)
     p.add_argument("--dropout", type=float, default=0.5)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--exact-dropout", action="store_true",
+                   help="dropout masks keyed on global node ids (identical to single-process training)")
     p.add_argument("--partition-dir", help="partition once into DIR (rank 0), then each rank loads only "
                                            "its own part file; reused when DIR already holds a partition")
     p.add_argument("--log-every", type=int, default=10)

@@ -2,7 +2,7 @@
 from .adj import HaloAdj
 from .comm.counters import comm_counter
 from .data import shard
-from .nn import DistributedGCNConv
+from .nn import DistributedGCNConv, NodeDropout
 from .partition import SparsityAwarePartitioner
 from .plan import RankPlan, comm_pattern, rank_plan
 from .stats import CommStats
@@ -12,7 +12,7 @@ from .training import distributed_loss, global_accuracy, global_count, global_su
 __version__ = "0.1.0"
 
 __all__ = [
-    "DistributedGCNConv", "SparsityAwarePartitioner", "shard", "HaloAdj", "RankPlan", "CommStats",
+    "DistributedGCNConv", "NodeDropout", "SparsityAwarePartitioner", "shard", "HaloAdj", "RankPlan", "CommStats",
     "comm_pattern", "rank_plan", "comm_counter", "distributed_loss", "sync_gradients", "global_sum",
     "global_count", "global_accuracy", "save_partition", "load_shard", "graph_fingerprint", "__version__",
 ]

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch_geometric.nn import GCNConv
 
+from pyg_sparsecomm import NodeDropout
 from pyg_sparsecomm.testing import launch
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -19,19 +20,22 @@ import train_gcn  # noqa: E402
 class ReferenceGCN(torch.nn.Module):
     """The example's model written with plain PyG GCNConv, for one process."""
 
-    def __init__(self, in_channels, hidden, out_channels):
+    def __init__(self, in_channels, hidden, out_channels, dropout=0.0):
         super().__init__()
         self.conv1 = GCNConv(in_channels, hidden, cached=True)
         self.conv2 = GCNConv(hidden, out_channels, cached=True)
+        self.drops = torch.nn.ModuleList([NodeDropout(dropout, seed=i) for i in range(2)])
 
     def forward(self, x, edge_index):
-        return self.conv2(self.conv1(x, edge_index).relu(), edge_index)
+        x = self.conv1(self.drops[0](x), edge_index).relu()
+        return self.conv2(self.drops[1](x), edge_index)
 
 
 def reference_history(args):
     torch.manual_seed(args.seed)
     data = train_gcn.load_data(args.dataset, args.root, args.seed)
-    model = ReferenceGCN(data.num_features, args.hidden, int(data.y.max()) + 1)
+    assert args.exact_dropout or args.dropout == 0, "only layout-independent dropout can be compared"
+    model = ReferenceGCN(data.num_features, args.hidden, int(data.y.max()) + 1, args.dropout)
     opt = torch.optim.Adam(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     losses, test_acc = [], []
     for _ in range(args.epochs):
@@ -69,6 +73,17 @@ def test_cora_training_equals_single_process(planetoid_root, world_size, method,
     assert abs(hist[0]["test_acc"][-1] - ref_acc[-1]) <= 0.002
     assert hist[0]["test_acc"][-1] >= 0.77
     assert all(b > 0 for b in hist[0]["bytes"])
+
+
+def test_training_with_dropout_equals_single_process(planetoid_root):
+    """NodeDropout draws the same masks in every layout: dropout 0.5 runs match exactly too."""
+    argv = ["--dataset", "Cora", "--root", planetoid_root, "--epochs", "20", "--dropout", "0.5",
+            "--exact-dropout", "--method", "random"]
+    ref_loss, ref_acc = reference_history(train_gcn.parse_args(argv))
+    hist = launch(_run, 3, argv)
+    torch.testing.assert_close(torch.tensor(hist[0]["loss"]), torch.tensor(ref_loss), rtol=1e-4, atol=1e-6)
+    assert abs(hist[0]["test_acc"][-1] - ref_acc[-1]) <= 0.002
+    assert len(set(ref_loss)) == len(ref_loss)  # dropout really changed the masks every epoch
 
 
 def test_citeseer_two_ranks(planetoid_root):

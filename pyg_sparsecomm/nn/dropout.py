@@ -1,0 +1,58 @@
+"""Dropout whose mask depends on the *global* node id, so every layout draws the same mask."""
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+_M32 = 0xFFFFFFFF
+
+
+def _mix32(x: Tensor) -> Tensor:
+    """A 32-bit integer hash (xor-shift-multiply rounds) on int64 tensors holding values < 2**32.
+
+    Products stay below 2**59, so int64 arithmetic never overflows."""
+    x = (((x >> 16) ^ x) * 0x45D9F3B) & _M32
+    x = (((x >> 16) ^ x) * 0x45D9F3B) & _M32
+    return (x >> 16) ^ x
+
+
+def node_dropout(x: Tensor, p: float, n_id: Optional[Tensor], seed: int, step: int,
+                 training: bool = True) -> Tensor:
+    """Inverted dropout with the mask of element ``(v, k)`` a hash of ``(seed, step, n_id[v], k)``.
+
+    The same global node keeps the same mask wherever it lives, so a distributed
+    run drops exactly what a single-process run (``n_id = None`` = ``arange``) drops.
+    """
+    if not training or p == 0.0:
+        return x
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout probability must be in [0, 1), got {p}")
+    if n_id is None:
+        n_id = torch.arange(x.size(0), device=x.device)
+    cols = x.size(1) if x.dim() > 1 else 1
+    ids = n_id.to(torch.long).view(-1, 1) * cols + torch.arange(cols, device=x.device)
+    salt = _mix32(torch.tensor([(seed * 0x9E3779B1 + step) & _M32], device=x.device))
+    h = _mix32((ids & _M32) ^ _mix32(((ids >> 32) & _M32) ^ salt))
+    keep = (h.to(torch.float64) / 2.0 ** 32) >= p
+    return x * keep.view_as(x).to(x.dtype) / (1.0 - p)
+
+
+class NodeDropout(torch.nn.Module):
+    """``torch.nn.Dropout`` with layout-independent masks (see :func:`node_dropout`).
+
+    Call as ``dropout(x, n_id)`` with the global ids of ``x``'s rows (``local.n_id``
+    on a shard, ``None`` on the whole graph).  Every training call advances an
+    internal step, so masks change between epochs but agree across ranks.
+    """
+
+    def __init__(self, p: float = 0.5, seed: int = 0) -> None:
+        super().__init__()
+        self.p, self.seed, self.step = p, seed, 0
+
+    def forward(self, x: Tensor, n_id: Optional[Tensor] = None) -> Tensor:
+        if self.training and self.p > 0:
+            self.step += 1
+        return node_dropout(x, self.p, n_id, self.seed, self.step, self.training)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}, seed={self.seed}"
