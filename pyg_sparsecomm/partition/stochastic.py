@@ -69,31 +69,28 @@ def _batch_nets(src, dst, mask, num_nodes):
 
 
 def stochastic_nets(edge_index: Tensor, num_nodes: int, sampler: Sampler, num_batches: int,
-                    seed: int = 0) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Merged nets of ``num_batches`` sampled mini-batches.
+                    seed: int = 0) -> Tuple[np.ndarray, np.ndarray]:
+    """Merged nets of ``num_batches`` sampled mini-batches as CSR ``(net_ptr, pins)``.
 
-    Returns ``(net_ptr, pins, batch_of_net)``; nets of a single pin are kept
-    (they count in the estimate, with connectivity 1).
+    Nets of a single pin are kept (they count in the estimate, with connectivity 1).
     """
     src, dst = edge_index.numpy()
     rng = np.random.default_rng(seed)
-    ptrs, all_pins, batch_of_net = [np.zeros(1, dtype=np.int64)], [], []
+    ptrs, all_pins = [np.zeros(1, dtype=np.int64)], []
     offset = 0
-    for k in range(num_batches):
+    for _ in range(num_batches):
         net, pin = _batch_nets(src, dst, sampler(src, dst, num_nodes, rng), num_nodes)
         counts = np.bincount(np.unique(net, return_inverse=True)[1])
         ptrs.append(offset + np.cumsum(counts))
         offset += pin.size
         all_pins.append(pin)
-        batch_of_net.append(np.full(counts.size, k))
-    return (np.concatenate(ptrs), np.concatenate(all_pins) if all_pins else np.zeros(0, np.int64),
-            np.concatenate(batch_of_net) if batch_of_net else np.zeros(0, np.int64))
+    return np.concatenate(ptrs), np.concatenate(all_pins) if all_pins else np.zeros(0, np.int64)
 
 
 def expected_minibatch_volume(edge_index: Tensor, num_nodes: int, part: Tensor, sampler: Sampler,
                               num_batches: int = 32, seed: int = 1) -> float:
     """Mean rows moved per mini-batch SpMM under ``part``, over ``num_batches`` random batches."""
-    net_ptr, pins, _ = stochastic_nets(edge_index, num_nodes, sampler, num_batches, seed)
+    net_ptr, pins = stochastic_nets(edge_index, num_nodes, sampler, num_batches, seed)
     if net_ptr.size == 1:
         return 0.0
     return km1(net_ptr, pins, part.numpy().astype(np.int64)) / num_batches
@@ -126,12 +123,12 @@ def stochastic_hypergraph_partition(edge_index: Tensor, num_nodes: int, num_part
         batches = min(max_batches, max(1, math.ceil(coverage * num_nodes / batch_size)))
         needed = hoeffding_num_nets(num_parts, theta, delta)
         while True:
-            net_ptr, pins, _ = stochastic_nets(edge_index, num_nodes, sampler, batches, seed)
+            net_ptr, pins = stochastic_nets(edge_index, num_nodes, sampler, batches, seed)
             if net_ptr.size - 1 >= needed or batches >= max_batches:
                 break
             batches = min(2 * batches, max_batches)
     else:
-        net_ptr, pins, _ = stochastic_nets(edge_index, num_nodes, sampler, num_batches, seed)
+        net_ptr, pins = stochastic_nets(edge_index, num_nodes, sampler, num_batches, seed)
     size = np.diff(net_ptr)
     keep_pin = np.repeat(size > 1, size)  # one-pin nets never cost volume
     net_ptr = np.concatenate([[0], np.cumsum(size[size > 1])])
