@@ -16,7 +16,7 @@ def _worker(rank, world_size, case):
     counter = comm_counter()
     result = {"send_counts": local.adj.plan.send_counts, "recv_counts": local.adj.plan.recv_counts,
               "num_owned": local.adj.num_owned}
-    for algorithm in ["1d", "oblivious"]:
+    for algorithm in ["1d", "oblivious", "1d_overlap"]:
         conv = DistributedGCNConv(NUM_FEATURES, OUT, cached=True, algorithm=algorithm)
         counter.reset()
         conv(local.x, local.adj)  # first call: also exchanges the halo degrees (1 column)
@@ -46,6 +46,11 @@ def test_measured_bytes_equal_plan(world_size, case):
         np.testing.assert_array_equal(steady["halo_grad"][0], recv * OUT)  # backward: reverse
         np.testing.assert_array_equal(steady["halo_grad"][1], send * OUT)
         total_sent += int(steady["halo"][0].sum())
+        # the overlapped exchange moves exactly the same bytes as "1d"
+        for kind in ("halo", "halo_grad"):
+            for i in (0, 1):
+                np.testing.assert_array_equal(res["1d_overlap"][1][kind][i], steady[kind][i])
+                np.testing.assert_array_equal(res["1d_overlap"][0][kind][i], first[kind][i])
 
         # oblivious: rank r broadcasts its whole block to P-1 peers, forward and (reduce) backward
         block = res["num_owned"] * OUT * F32

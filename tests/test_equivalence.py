@@ -14,7 +14,7 @@ from pyg_sparsecomm import DistributedGCNConv, shard, sync_gradients
 from pyg_sparsecomm.testing import launch
 
 OUT = 5
-ALGORITHMS = ["1d", "oblivious"]
+ALGORITHMS = ["1d", "oblivious", "1d_overlap"]
 
 
 def _upstream(num_nodes):

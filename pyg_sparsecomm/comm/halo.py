@@ -17,19 +17,31 @@ from ..plan import RankPlan
 from .counters import comm_counter, row_nbytes
 
 
+def start_all_to_all_rows(send: Tensor, send_counts: List[int], recv_counts: List[int],
+                          group: Optional[dist.ProcessGroup] = None, kind: str = "halo"):
+    """Starts the exchange of :func:`all_to_all_rows` without waiting; returns ``(recv, work)``.
+
+    ``recv`` is valid once ``work.wait()`` returned.  The bytes are counted here; the
+    caller times the wait (the communication time it could not hide).
+    """
+    row_bytes = row_nbytes(send)
+    recv = send.new_empty((sum(recv_counts),) + tuple(send.shape[1:]))
+    work = dist.all_to_all_single(recv, send.contiguous(), output_split_sizes=recv_counts,
+                                  input_split_sizes=send_counts, group=group, async_op=True)
+    comm_counter().record(kind, [c * row_bytes for c in send_counts], [c * row_bytes for c in recv_counts])
+    return recv, work
+
+
 def all_to_all_rows(send: Tensor, send_counts: List[int], recv_counts: List[int],
                     group: Optional[dist.ProcessGroup] = None, kind: str = "halo") -> Tensor:
     """Sends ``send_counts[p]`` consecutive rows of ``send`` to every rank ``p``.
 
     Returns the ``sum(recv_counts)`` received rows, grouped by source rank.
     """
-    row_bytes = row_nbytes(send)
-    recv = send.new_empty((sum(recv_counts),) + tuple(send.shape[1:]))
     counter = comm_counter()
     with counter.timed():
-        dist.all_to_all_single(recv, send.contiguous(), output_split_sizes=recv_counts,
-                               input_split_sizes=send_counts, group=group)
-    counter.record(kind, [c * row_bytes for c in send_counts], [c * row_bytes for c in recv_counts])
+        recv, work = start_all_to_all_rows(send, send_counts, recv_counts, group, kind)
+        work.wait()
     return recv
 
 
