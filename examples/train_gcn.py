@@ -161,7 +161,7 @@ def parse_args(argv=None):
                    help="SBM is generated locally (no download); Planetoid sets need --root")
     p.add_argument("--root", default="data", help="Planetoid root (raw files under ROOT/NAME/raw)")
     p.add_argument("--method", default="metis", help="partitioning method")
-    p.add_argument("--algorithm", default="1d", help="'1d' (sparsity-aware) or 'oblivious'")
+    p.add_argument("--algorithm", default="1d", help="'1d' (sparsity-aware), '1d_overlap' or 'oblivious'")
     p.add_argument("--epochs", type=int, default=200)
     p.add_argument("--hidden", type=int, default=16)
     p.add_argument("--lr", type=float, default=0.01)

@@ -29,7 +29,8 @@ class DistributedGCNConv(GCNConv):
     between the two layers.  Extra arguments:
 
     Args:
-        algorithm: ``"1d"`` (sparsity-aware, one all-to-allv per SpMM) or
+        algorithm: ``"1d"`` (sparsity-aware, one all-to-allv per SpMM),
+            ``"1d_overlap"`` (the same, overlapped with the owned-column SpMM) or
             ``"oblivious"`` (CAGNET's block-row broadcasts, for comparison).
         group: process group (default: the default group).
 
