@@ -101,9 +101,10 @@ def _edge_weight_worker(rank, world_size, dtype):
         (y * _upstream(data.num_nodes)[local.n_id].to(dtype)).sum().backward()
         sync_gradients(conv)
         results[case] = (local.n_id, local.e_id, y.detach(), x.grad, w.grad, conv.lin.weight.grad)
-        with pytest.raises(NotImplementedError, match="does not differentiate edge weights"):
-            DistributedGCNConv(NUM_FEATURES, OUT, algorithm="oblivious")(local.x, local.adj,
-                                                                         local.edge_weight.requires_grad_())
+        for algorithm in ["oblivious", "1d_overlap"]:
+            with pytest.raises(NotImplementedError, match="does not differentiate edge weights"):
+                DistributedGCNConv(NUM_FEATURES, OUT, algorithm=algorithm)(
+                    local.x, local.adj, local.edge_weight.clone().requires_grad_())
     return results
 
 

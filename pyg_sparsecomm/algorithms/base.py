@@ -21,6 +21,8 @@ class SpMMAlgorithm(ABC):
     import in ``algorithms/__init__.py``).
     """
     name: ClassVar[str]
+    #: whether gradients reach learnable edge weights (adjacency values that require grad)
+    differentiates_edge_weights: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -29,6 +31,9 @@ class SpMMAlgorithm(ABC):
 
     def __init__(self, adj: HaloAdj, group: Optional[dist.ProcessGroup] = None) -> None:
         check_plan_matches_group(adj.plan.world_size, adj.plan.rank, group)
+        if not self.differentiates_edge_weights and adj.value is not None and adj.value.requires_grad:
+            raise NotImplementedError(f"algorithm={self.name!r} does not differentiate edge weights; "
+                                      f"use algorithm='1d' for learnable edge weights")
         self.adj, self.group = adj, group
 
     @abstractmethod

@@ -53,12 +53,10 @@ class Oblivious1D(SpMMAlgorithm):
     rows regardless of sparsity.  Kept to measure the sparsity-aware algorithm against.
     """
     name = "oblivious"
+    differentiates_edge_weights = False
 
     def __init__(self, adj: HaloAdj, group: Optional[dist.ProcessGroup] = None) -> None:
         super().__init__(adj, group)
-        if adj.value is not None and adj.value.requires_grad:
-            raise NotImplementedError("algorithm='oblivious' does not differentiate edge weights; "
-                                      "use algorithm='1d' for learnable edge weights")
         plan = adj.plan
         row, col = adj.coo()
         n = plan.num_owned

@@ -47,12 +47,10 @@ class Overlap1D(SpMMAlgorithm):
     counter's time is only the wait, i.e. the communication that was *not* hidden.
     """
     name = "1d_overlap"
+    differentiates_edge_weights = False
 
     def __init__(self, adj: HaloAdj, group: Optional[dist.ProcessGroup] = None) -> None:
         super().__init__(adj, group)
-        if adj.value is not None and adj.value.requires_grad:
-            raise NotImplementedError("algorithm='1d_overlap' does not differentiate edge weights; "
-                                      "use algorithm='1d' for learnable edge weights")
         row, col = adj.coo()
         n = adj.num_owned
         own = col < n
