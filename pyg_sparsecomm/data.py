@@ -61,7 +61,6 @@ def shard(data: Data, group: Optional[dist.ProcessGroup] = None, rank: Optional[
 
 def shard_from_pattern(data: Data, pattern: CommPattern, rank: int) -> Data:
     """``shard`` for a pattern computed once (building every rank's shard costs one pattern)."""
-    num_nodes = data.num_nodes
     edge_index = data.edge_index.cpu()
     weight = _edge_weight_of(data)
     check_edge_weight(weight, edge_index.size(1))
@@ -78,10 +77,17 @@ def shard_from_pattern(data: Data, pattern: CommPattern, rank: int) -> Data:
             local[key] = value[plan.n_id.to(value.device)]
         else:
             local[key] = value
+    return attach_adjacency(local, adj, edge_id)
+
+
+def attach_adjacency(local: Data, adj: HaloAdj, e_id: Tensor) -> Data:
+    """Sets the fields every shard carries besides its node attributes (one place for
+    ``shard`` and ``load_shard``)."""
+    plan = adj.plan
     local.n_id = plan.n_id
     local.adj = adj
     local.edge_weight = adj.value
-    local.e_id = edge_id  # global edge id of every local edge, in adj order
+    local.e_id = e_id  # global edge id of every local edge, in adj order
     local.num_nodes = plan.num_owned
-    local.global_num_nodes = num_nodes
+    local.global_num_nodes = plan.num_nodes
     return local

@@ -22,7 +22,7 @@ from torch_geometric.data import Data
 from .adj import HaloAdj
 from .comm.group import rank as group_rank
 from .comm.group import world_size as group_world_size
-from .data import shard_from_pattern
+from .data import attach_adjacency, shard_from_pattern
 from .plan import RankPlan, comm_pattern
 
 FORMAT_VERSION = 1
@@ -131,8 +131,4 @@ def load_shard(root: Union[str, Path], group: Optional[dist.ProcessGroup] = None
     plan = RankPlan(rank=rank, world_size=world_size, num_nodes=rec["num_nodes"],
                     **{k: rec[k] for k in _PLAN_TENSORS}, **{k: rec[k] for k in _PLAN_LISTS})
     adj = HaloAdj(rec["rowptr"], rec["col"], rec["value"], plan)
-    local = Data(**rec["attrs"])
-    local.n_id, local.adj, local.edge_weight, local.e_id = plan.n_id, adj, adj.value, rec["e_id"]
-    local.num_nodes = plan.num_owned
-    local.global_num_nodes = rec["num_nodes"]
-    return local
+    return attach_adjacency(Data(**rec["attrs"]), adj, rec["e_id"])
