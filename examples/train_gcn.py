@@ -23,11 +23,13 @@ from pyg_sparsecomm import (DistributedGCNConv, NodeDropout, SparsityAwarePartit
                             distributed_loss, global_accuracy, global_sum, load_shard, save_partition, shard,
                             sync_gradients)
 from pyg_sparsecomm.datasets import sbm_graph
+from pyg_sparsecomm.grid import process_grid
 
 
 class GCN(torch.nn.Module):
     def __init__(self, in_channels: int, hidden_channels: int, out_channels: int,
-                 dropout: float = 0.5, algorithm: str = "1d", exact_dropout: bool = False) -> None:
+                 dropout: float = 0.5, algorithm: str = "1d", exact_dropout: bool = False,
+                 replication: int = 1) -> None:
         super().__init__()
         self.dropout = dropout
         # NodeDropout keys its masks on global node ids: the run then equals a single-process
@@ -35,9 +37,9 @@ class GCN(torch.nn.Module):
         self.drops = torch.nn.ModuleList([NodeDropout(dropout, seed=i) for i in range(2)]) if exact_dropout \
             else None
         self.conv1 = DistributedGCNConv(in_channels, hidden_channels, cached=True,  # <- distributed
-                                        algorithm=algorithm)
+                                        algorithm=algorithm, replication=replication)
         self.conv2 = DistributedGCNConv(hidden_channels, out_channels, cached=True,
-                                        algorithm=algorithm)
+                                        algorithm=algorithm, replication=replication)
 
     def drop(self, x, n_id, layer: int):
         if self.drops is not None:
@@ -92,21 +94,25 @@ def setup_distributed(timeout_s: float = 120.0):
 def run(args, rank: int, world_size: int, device=torch.device("cpu"), verbose: bool = True) -> dict:
     torch.manual_seed(args.seed)  # same initial parameters on every rank
     start = time.perf_counter()
+    # 1.5D: P/c block rows, each replicated on the c ranks of a grid row
+    grid = process_grid(args.replication) if args.replication > 1 else None
+    num_parts = world_size // args.replication
     if args.partition_dir:
         # Partition once (rank 0), then every rank reads only its own part file.
         if rank == 0 and not (Path(args.partition_dir) / "manifest.json").exists():
             data = load_data(args.dataset, args.root, args.seed, barrier=False)
-            save_partition(SparsityAwarePartitioner(world_size, method=args.method, seed=args.seed)(data),
+            save_partition(SparsityAwarePartitioner(num_parts, method=args.method, seed=args.seed)(data),
                            args.partition_dir)
             del data
         if dist.is_initialized():
             dist.barrier()
-        local = load_shard(args.partition_dir)
-        stats = f"loaded {args.partition_dir}/part-{rank}.pt: {local.num_nodes} rows, halo {local.adj.halo_size}"
+        local = load_shard(args.partition_dir, grid=grid)
+        stats = (f"loaded {args.partition_dir}/part-{local.adj.plan.rank}.pt: {local.num_nodes} rows, "
+                 f"halo {local.adj.halo_size}")
     else:
         data = load_data(args.dataset, args.root, args.seed)
-        data = SparsityAwarePartitioner(world_size, method=args.method, seed=args.seed)(data)  # <- distributed
-        local = shard(data)                                                                      # <- distributed
+        data = SparsityAwarePartitioner(num_parts, method=args.method, seed=args.seed)(data)  # <- distributed
+        local = shard(data, grid=grid)                                                          # <- distributed
         stats = data.comm_stats
         del data  # keep only this rank's share
     partition_s = time.perf_counter() - start
@@ -115,10 +121,12 @@ def run(args, rank: int, world_size: int, device=torch.device("cpu"), verbose: b
     num_classes = int(global_max(local.y.max() if local.y.numel() else local.y.new_zeros(()))) + 1
 
     model = GCN(local.x.size(1), args.hidden, num_classes, args.dropout, args.algorithm,
-                args.exact_dropout).to(device)
+                args.exact_dropout, args.replication).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     if verbose and rank == 0:
-        print(f"P={world_size} method={args.method} algorithm={args.algorithm} partition {partition_s:.2f}s")
+        layout = f" replication={args.replication} ({num_parts} block rows)" if grid is not None else ""
+        print(f"P={world_size} method={args.method} algorithm={args.algorithm}{layout} "
+              f"partition {partition_s:.2f}s")
         print(f"  {stats}")
 
     history = {k: [] for k in ("loss", "train_acc", "val_acc", "test_acc", "epoch_s", "comm_s", "bytes")}
@@ -148,6 +156,9 @@ def run(args, rank: int, world_size: int, device=torch.device("cpu"), verbose: b
         total_bytes = int(global_sum(torch.tensor(sent)))
         for key, value in zip(history, [total_loss, *accs, epoch_s, comm_s, total_bytes]):
             history[key].append(value)
+        if verbose and rank == 0 and epoch == 1 and args.algorithm == "auto":
+            for conv in (model.conv1, model.conv2):
+                tqdm.write(conv.explain())
         if verbose and rank == 0 and (epoch % args.log_every == 0 or epoch == args.epochs):
             tqdm.write(f"epoch {epoch:4d} loss {total_loss:.4f} train {accs[0]:.3f} val {accs[1]:.3f} "
                        f"test {accs[2]:.3f} | {epoch_s * 1e3:.1f} ms/epoch (comm {comm_s * 1e3:.1f} ms, "
@@ -161,7 +172,11 @@ def parse_args(argv=None):
                    help="SBM is generated locally (no download); Planetoid sets need --root")
     p.add_argument("--root", default="data", help="Planetoid root (raw files under ROOT/NAME/raw)")
     p.add_argument("--method", default="metis", help="partitioning method")
-    p.add_argument("--algorithm", default="1d", help="'1d' (sparsity-aware), '1d_overlap' or 'oblivious'")
+    p.add_argument("--algorithm", default="1d",
+                   help="'1d' (sparsity-aware), '1d_overlap', 'oblivious', '1.5d', '1.5d_oblivious' or 'auto'")
+    p.add_argument("--replication", type=int, default=1,
+                   help="1.5D: replicas c of every block row (P/c parts; needs --algorithm 1.5d, "
+                        "1.5d_oblivious or auto)")
     p.add_argument("--epochs", type=int, default=200)
     p.add_argument("--hidden", type=int, default=16)
     p.add_argument("--lr", type=float, default=0.01)

@@ -1,7 +1,10 @@
 """pyg_sparsecomm: sparsity-aware full-graph GNN training across processes for PyTorch Geometric."""
 from .adj import HaloAdj
 from .comm.counters import comm_counter
+from .cost import CostModel
 from .data import shard
+from .grid import ProcessGrid, process_grid
+from .layout import predict_layouts
 from .nn import DistributedGCNConv, NodeDropout
 from .partition import SparsityAwarePartitioner
 from .plan import RankPlan, comm_pattern, rank_plan
@@ -14,5 +17,6 @@ __version__ = "0.1.0"
 __all__ = [
     "DistributedGCNConv", "NodeDropout", "SparsityAwarePartitioner", "shard", "HaloAdj", "RankPlan", "CommStats",
     "comm_pattern", "rank_plan", "comm_counter", "distributed_loss", "sync_gradients", "global_sum",
-    "global_count", "global_accuracy", "save_partition", "load_shard", "graph_fingerprint", "__version__",
+    "global_count", "global_accuracy", "save_partition", "load_shard", "graph_fingerprint", "ProcessGrid",
+    "process_grid", "CostModel", "predict_layouts", "__version__",
 ]

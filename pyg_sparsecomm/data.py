@@ -1,6 +1,7 @@
 """``shard()``: the rank-local ``Data`` of a partitioned graph."""
 from typing import Optional
 
+import torch
 import torch.distributed as dist
 from torch import Tensor
 from torch_geometric.data import Data
@@ -8,6 +9,7 @@ from torch_geometric.data import Data
 from ._validate import check_edge_index, check_edge_weight, check_node_tensor, check_partition
 from .adj import HaloAdj
 from .comm.group import rank as group_rank
+from .grid import ProcessGrid
 from .comm.group import world_size as group_world_size
 from .plan import CommPattern, comm_pattern, local_edges, rank_plan
 
@@ -25,7 +27,7 @@ def _edge_weight_of(data: Data) -> Optional[Tensor]:
 
 
 def shard(data: Data, group: Optional[dist.ProcessGroup] = None, rank: Optional[int] = None,
-          world_size: Optional[int] = None) -> Data:
+          world_size: Optional[int] = None, grid: Optional[ProcessGrid] = None) -> Data:
     """Returns this rank's part of a graph partitioned by ``SparsityAwarePartitioner``.
 
     The result holds the owned rows of every node-level attribute (``x``, ``y``,
@@ -34,11 +36,23 @@ def shard(data: Data, group: Optional[dist.ProcessGroup] = None, rank: Optional[
     any), ``edge_weight`` (those weights in ``adj``'s edge order) and ``e_id`` (the
     global edge id of every local edge, in the same order).
 
+    With a :class:`~pyg_sparsecomm.grid.ProcessGrid` ``grid`` of replication
+    ``c`` (the 1.5D algorithms), ``data`` must be partitioned into ``P / c``
+    parts and the result is the *replicated* view: block row ``grid.row``, the
+    same on the ``c`` ranks of a grid row.  So that losses and metrics count
+    every node once across replicas, ``owner_mask`` marks the rows this replica
+    scores (local row ``l`` on replica ``l mod c``) and every boolean node
+    attribute whose name ends in ``mask`` (``train_mask``, ...) is restricted to
+    them; ``distributed_loss``, ``global_accuracy`` and ``sync_gradients`` over
+    the whole world then equal single-process training.  AND your own masks
+    with ``owner_mask``.
+
     Args:
         data: a graph carrying ``part`` (see ``SparsityAwarePartitioner``).
         group: process group to train in (default: the default group).
         rank, world_size: build the shard of another rank without a process
             group (tests, simulations); default: taken from ``group``.
+        grid: the 1.5D process grid (``rank``/``world_size`` are then the grid's).
     """
     part = getattr(data, "part", None)
     if part is None:
@@ -49,6 +63,13 @@ def shard(data: Data, group: Optional[dist.ProcessGroup] = None, rank: Optional[
     check_edge_index(data.edge_index, num_nodes)
     for key in ("x", "y", "train_mask", "val_mask", "test_mask"):
         check_node_tensor(key, getattr(data, key, None), num_nodes)
+    if grid is not None:
+        if num_parts != grid.num_block_rows:
+            raise ValueError(f"a grid with replication c={grid.replication} on P={grid.world_size} ranks needs a "
+                             f"partition into P/c={grid.num_block_rows} parts, but the graph has num_parts="
+                             f"{num_parts}: re-run SparsityAwarePartitioner(num_parts={grid.num_block_rows})")
+        pattern = comm_pattern(data.edge_index.cpu(), part.cpu(), num_nodes, num_parts)
+        return replicate(shard_from_pattern(data, pattern, grid.row), grid.col, grid.replication)
     rank = group_rank(group) if rank is None else rank
     world_size = group_world_size(group) if world_size is None else world_size
     if world_size != num_parts:
@@ -57,6 +78,19 @@ def shard(data: Data, group: Optional[dist.ProcessGroup] = None, rank: Optional[
 
     pattern = comm_pattern(data.edge_index.cpu(), part.cpu(), num_nodes, num_parts)
     return shard_from_pattern(data, pattern, rank)
+
+
+def replicate(local: Data, replica: int, replication: int) -> Data:
+    """Marks a block-row shard as replica ``replica`` of ``replication``: ``owner_mask`` and the
+    ``*mask`` attributes select the rows this replica scores (every row on exactly one replica)."""
+    owner_mask = torch.arange(local.num_nodes) % replication == replica
+    for key, value in list(local.items()):
+        if key.endswith("mask") and isinstance(value, Tensor) and value.dtype == torch.bool \
+                and value.dim() >= 1 and value.size(0) == local.num_nodes:
+            local[key] = value & owner_mask.view((-1,) + (1,) * (value.dim() - 1)).to(value.device)
+    local.owner_mask = owner_mask
+    local.replica, local.replication = replica, replication
+    return local
 
 
 def shard_from_pattern(data: Data, pattern: CommPattern, rank: int) -> Data:

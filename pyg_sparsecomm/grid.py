@@ -6,7 +6,7 @@ partial sums (``row_group``); the ``P / c`` ranks of a grid column (``col_group`
 exchange the blocks of ``H`` between block rows.  Each rank computes ``P / c²`` of
 the block products, so ``c²`` must divide ``P``.
 """
-from typing import List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import torch.distributed as dist
 
@@ -72,3 +72,23 @@ class ProcessGrid:
     def __repr__(self) -> str:
         return (f"ProcessGrid(P={self.world_size}, c={self.replication}, rank={self.rank} at "
                 f"({self.row}, {self.col}), stages={self.stages})")
+
+
+_GRIDS: Dict[Tuple[int, int], ProcessGrid] = {}
+
+
+def process_grid(replication: int) -> ProcessGrid:
+    """The ``ProcessGrid(replication)`` of the current default group, created once.
+
+    Layers share it instead of creating groups of their own: ``new_group`` is
+    collective, and two layers creating groups in a different order on different
+    ranks would deadlock.  The cache is keyed on the default group, so a new job
+    (``init_process_group`` after ``destroy_process_group``) gets new groups.
+    """
+    world = dist.group.WORLD if is_distributed() else None
+    key = (id(world), replication)
+    grid = _GRIDS.get(key)
+    if grid is None or grid.world is not world:
+        grid = _GRIDS[key] = ProcessGrid(replication)
+        grid.world = world
+    return grid

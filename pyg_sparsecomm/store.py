@@ -22,7 +22,8 @@ from torch_geometric.data import Data
 from .adj import HaloAdj
 from .comm.group import rank as group_rank
 from .comm.group import world_size as group_world_size
-from .data import attach_adjacency, shard_from_pattern
+from .data import attach_adjacency, replicate, shard_from_pattern
+from .grid import ProcessGrid
 from .plan import RankPlan, comm_pattern
 
 FORMAT_VERSION = 1
@@ -103,15 +104,25 @@ def read_manifest(root: Union[str, Path]) -> dict:
 
 def load_shard(root: Union[str, Path], group: Optional[dist.ProcessGroup] = None,
                rank: Optional[int] = None, world_size: Optional[int] = None,
-               expected_fingerprint: Optional[str] = None) -> Data:
+               expected_fingerprint: Optional[str] = None, grid: Optional[ProcessGrid] = None) -> Data:
     """Loads this rank's shard written by :func:`save_partition` (reads one part file only).
 
-    Raises ``ValueError`` when the world size differs from the number of parts,
+    With a 1.5D ``grid`` (a partition into ``P / c`` parts) it loads block row
+    ``grid.row`` and returns the replicated view of :func:`~pyg_sparsecomm.shard`.
+
+    Raises ``ValueError`` when the world size (``P / c`` with a grid) differs from the number of parts,
     when the file's checksum does not match the manifest (corrupt or replaced),
     or when ``expected_fingerprint`` (see :func:`graph_fingerprint`) differs
     from the one the partition was made for (stale cache).
     """
     manifest = read_manifest(root)
+    if grid is not None:
+        if manifest["num_parts"] != grid.num_block_rows:
+            raise ValueError(f"the partition in {root} has {manifest['num_parts']} parts but a grid with c="
+                             f"{grid.replication} on {grid.world_size} ranks needs P/c={grid.num_block_rows}")
+        local = load_shard(root, rank=grid.row, world_size=grid.num_block_rows,
+                           expected_fingerprint=expected_fingerprint)
+        return replicate(local, grid.col, grid.replication)
     rank = group_rank(group) if rank is None else rank
     world_size = group_world_size(group) if world_size is None else world_size
     if manifest["num_parts"] != world_size:

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch_geometric.nn import GCNConv
 
-from pyg_sparsecomm import NodeDropout
+from pyg_sparsecomm import NodeDropout, ProcessGrid, load_shard
 from pyg_sparsecomm.testing import launch
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -57,13 +57,14 @@ def _run(rank, world_size, argv):
     return train_gcn.run(train_gcn.parse_args(argv), rank, world_size, verbose=False)
 
 
-@pytest.mark.parametrize("world_size,method,algorithm", [(4, "metis", "1d"), (3, "random", "oblivious"),
-                                                       (2, "hypergraph", "1d")])
-def test_cora_training_equals_single_process(planetoid_root, world_size, method, algorithm):
+@pytest.mark.parametrize("world_size,method,algorithm,replication", [
+    (4, "metis", "1d", 1), (3, "random", "oblivious", 1), (2, "hypergraph", "1d", 1),
+    (4, "metis", "1.5d", 2), (4, "random", "1.5d_oblivious", 2)])
+def test_cora_training_equals_single_process(planetoid_root, world_size, method, algorithm, replication):
     # No dropout (its random masks differ between layouts) and a larger step, so that
     # 30 epochs reach the usual ~80 % on Cora.
     argv = ["--dataset", "Cora", "--root", planetoid_root, "--epochs", "30", "--dropout", "0", "--lr", "0.1",
-            "--method", method, "--algorithm", algorithm]
+            "--method", method, "--algorithm", algorithm, "--replication", str(replication)]
     ref_loss, ref_acc = reference_history(train_gcn.parse_args(argv))
     hist = launch(_run, world_size, argv)
     for h in hist[1:]:  # every rank reports the same global numbers
@@ -118,3 +119,32 @@ def test_example_partition_once_then_load_per_rank(planetoid_root, tmp_path):
         torch.testing.assert_close(torch.tensor(hist[0]["loss"]), torch.tensor(ref_loss), rtol=1e-4, atol=1e-6)
     with pytest.raises(RuntimeError, match="has 3 parts but the world size is 2"):
         launch(_run, 2, argv)
+
+
+def test_example_partition_dir_with_15d_grid(planetoid_root, tmp_path):
+    """A saved partition into P/c parts: each replica of a block row loads the same part file."""
+    parts = tmp_path / "parts15"
+    argv = ["--dataset", "Cora", "--root", planetoid_root, "--epochs", "5", "--dropout", "0",
+            "--partition-dir", str(parts), "--algorithm", "1.5d", "--replication", "2"]
+    hist = launch(_run, 4, argv)
+    assert sorted(p.name for p in parts.iterdir()) == ["manifest.json", "part-0.pt", "part-1.pt"]
+    ref_loss, _ = reference_history(train_gcn.parse_args(argv))
+    torch.testing.assert_close(torch.tensor(hist[0]["loss"]), torch.tensor(ref_loss), rtol=1e-4, atol=1e-6)
+    with pytest.raises(ValueError, match="needs P/c=4"):
+        load_shard(parts, grid=ProcessGrid(2, world_size=8, rank=0))
+    replica = load_shard(parts, grid=ProcessGrid(2, world_size=4, rank=3))  # block row 1, replica 1
+    assert replica.adj.plan.rank == 1 and replica.replica == 1 and bool(replica.owner_mask[1])
+
+
+@pytest.mark.parametrize("world_size,replication,algorithm", [(8, 2, "auto"), (16, 4, "1.5d")])
+def test_15d_training_on_larger_grids_equals_single_process(world_size, replication, algorithm):
+    """1.5D whole training at P = 8 (c = 2) and P = 16 (c = 4) on the built-in SBM graph."""
+    argv = ["--dataset", "SBM", "--epochs", "8", "--dropout", "0", "--lr", "0.05", "--hidden", "8",
+            "--method", "metis", "--algorithm", algorithm, "--replication", str(replication)]
+    ref_loss, ref_acc = reference_history(train_gcn.parse_args(argv))
+    hist = launch(_run, world_size, argv, timeout=900)
+    for h in hist[1:]:
+        assert h["loss"] == hist[0]["loss"] and h["test_acc"] == hist[0]["test_acc"]
+    torch.testing.assert_close(torch.tensor(hist[0]["loss"]), torch.tensor(ref_loss), rtol=1e-4, atol=1e-6)
+    assert ref_loss[-1] < 0.9 * ref_loss[0]
+    assert abs(hist[0]["test_acc"][-1] - ref_acc[-1]) <= 0.002

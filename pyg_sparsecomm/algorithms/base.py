@@ -1,12 +1,16 @@
 """The interface every distributed SpMM algorithm implements."""
 from abc import ABC, abstractmethod
-from typing import ClassVar, Dict, Optional, Type
+from typing import TYPE_CHECKING, ClassVar, Dict, List, Optional, Type
 
 import torch.distributed as dist
 from torch import Tensor
 
 from ..adj import HaloAdj
 from ..comm.group import check_plan_matches_group
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..cost import CostModel, Prediction, RankVolumes
+    from ..grid import ProcessGrid
 
 ALGORITHMS: Dict[str, Type["SpMMAlgorithm"]] = {}
 
@@ -19,29 +23,61 @@ class SpMMAlgorithm(ABC):
     times and must be differentiable in ``x``.  Subclasses register themselves
     by defining ``name``; adding an algorithm touches only its own file (and the
     import in ``algorithms/__init__.py``).
+
+    1D algorithms run over ``group`` and the adjacency of a partition into P
+    parts.  *Replicated* (1.5D) algorithms run on a
+    :class:`~pyg_sparsecomm.grid.ProcessGrid`: the adjacency is the block row of a
+    partition into ``P / c`` parts, exchanged within the grid's column group
+    (whose ranks hold one block row each, so the plan's ranks are column-group
+    ranks) and summed within its row group.
     """
     name: ClassVar[str]
     #: whether gradients reach learnable edge weights (adjacency values that require grad)
     differentiates_edge_weights: ClassVar[bool] = True
+    #: 1.5D: needs a ProcessGrid and the block-row shard of ``shard(data, grid=...)``
+    replicated: ClassVar[bool] = False
+    #: compared by ``algorithm="auto"`` (needs a ``predict``)
+    auto_candidate: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
         if getattr(cls, "name", None):
             ALGORITHMS[cls.name] = cls
 
-    def __init__(self, adj: HaloAdj, group: Optional[dist.ProcessGroup] = None) -> None:
+    def __init__(self, adj: HaloAdj, group: Optional[dist.ProcessGroup] = None,
+                 grid: Optional["ProcessGrid"] = None) -> None:
+        if self.replicated:
+            if grid is None:
+                raise ValueError(f"algorithm={self.name!r} runs on a process grid: pass replication=c "
+                                 f"(DistributedGCNConv) or grid=ProcessGrid(c)")
+            group = grid.col_group
+        elif grid is not None and grid.replication > 1:
+            raise ValueError(f"algorithm={self.name!r} is a 1D algorithm but replication={grid.replication}: "
+                             f"use a 1.5D algorithm ({sorted(n for n, a in ALGORITHMS.items() if a.replicated)})")
         check_plan_matches_group(adj.plan.world_size, adj.plan.rank, group)
         if not self.differentiates_edge_weights and adj.value is not None and adj.value.requires_grad:
             raise NotImplementedError(f"algorithm={self.name!r} does not differentiate edge weights; "
-                                      f"use algorithm='1d' for learnable edge weights")
-        self.adj, self.group = adj, group
+                                      f"use algorithm='1d' or '1.5d' for learnable edge weights")
+        self.adj, self.group, self.grid = adj, group, grid
 
     @abstractmethod
     def __call__(self, x: Tensor) -> Tensor:
         """``x``: ``[num_owned, f]`` owned rows of ``H``; returns ``[num_owned, f]`` rows of ``A H``."""
 
+    @classmethod
+    def predict(cls, volumes: "RankVolumes", model: "CostModel", row_bytes: int) -> Optional["Prediction"]:
+        """α-β prediction of one SpMM, forward and backward, on the rank ``volumes`` describes
+        (``None``: the algorithm has no cost model and ``algorithm="auto"`` never picks it)."""
+        return None
 
-def make_algorithm(name: str, adj: HaloAdj, group: Optional[dist.ProcessGroup] = None) -> SpMMAlgorithm:
+
+def auto_candidates(replicated: bool) -> List[str]:
+    """The algorithms ``"auto"`` compares for a 1D (``False``) or 1.5D (``True``) layout."""
+    return sorted(n for n, a in ALGORITHMS.items() if a.auto_candidate and a.replicated == replicated)
+
+
+def make_algorithm(name: str, adj: HaloAdj, group: Optional[dist.ProcessGroup] = None,
+                   grid: Optional["ProcessGrid"] = None) -> SpMMAlgorithm:
     if name not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {name!r}; choose one of {sorted(ALGORITHMS)}")
-    return ALGORITHMS[name](adj, group)
+    return ALGORITHMS[name](adj, group, grid)

@@ -7,6 +7,7 @@ from torch import Tensor
 
 from ..adj import HaloAdj, make_csr, sort_coo, spmm
 from ..comm.collectives import broadcast_rows, reduce_rows
+from ..cost import CostModel, Prediction, RankVolumes
 from .base import SpMMAlgorithm
 
 
@@ -20,7 +21,8 @@ class _BlockBroadcastSpMM(torch.autograd.Function):
         ctx.algo = algo
         plan, me = algo.adj.plan, algo.adj.plan.rank
         out = x.new_zeros((plan.num_owned, x.size(1)))
-        for j, size in enumerate(plan.part_sizes):  # stage j: rank j broadcasts H_j
+        for j in algo.stage_ranks:  # stage j: rank j broadcasts H_j
+            size = plan.part_sizes[j]
             buf = x.contiguous() if j == me else x.new_empty((size, x.size(1)))
             broadcast_rows(buf, j, algo.group)
             if algo.blocks[j] is not None:
@@ -33,7 +35,8 @@ class _BlockBroadcastSpMM(torch.autograd.Function):
         plan, me = algo.adj.plan, algo.adj.plan.rank
         grad_out = grad_out.contiguous()
         grad_x = None
-        for j, size in enumerate(plan.part_sizes):  # dH_j = sum_r A_rj^T dY_r, reduced on rank j
+        for j in algo.stage_ranks:  # dH_j = sum_r A_rj^T dY_r, reduced on rank j
+            size = plan.part_sizes[j]
             if algo.blocks[j] is not None:
                 part = torch.sparse.mm(algo.block_t(j, grad_out.dtype), grad_out)
             else:
@@ -41,6 +44,8 @@ class _BlockBroadcastSpMM(torch.autograd.Function):
             reduce_rows(part, j, algo.group)
             if j == me:
                 grad_x = part
+        if grad_x is None:  # 1.5D: this rank's block is multiplied in another column group
+            grad_x = grad_out.new_zeros((plan.num_owned, grad_out.size(1)))
         return grad_x, None
 
 
@@ -53,11 +58,14 @@ class Oblivious1D(SpMMAlgorithm):
     rows regardless of sparsity.  Kept to measure the sparsity-aware algorithm against.
     """
     name = "oblivious"
+    auto_candidate = True
     differentiates_edge_weights = False
 
-    def __init__(self, adj: HaloAdj, group: Optional[dist.ProcessGroup] = None) -> None:
-        super().__init__(adj, group)
+    def __init__(self, adj: HaloAdj, group: Optional[dist.ProcessGroup] = None, grid=None) -> None:
+        super().__init__(adj, group, grid)
         plan = adj.plan
+        #: the block rows broadcast, in stage order (all of them in 1D)
+        self.stage_ranks: List[int] = list(range(plan.world_size))
         row, col = adj.coo()
         n = plan.num_owned
         is_halo = col >= n
@@ -68,7 +76,7 @@ class Oblivious1D(SpMMAlgorithm):
         value = adj._values(torch.float64).detach()
         self.blocks: List[Optional[tuple]] = []
         for j, size in enumerate(plan.part_sizes):
-            sel = owner == j
+            sel = owner == j  # A_rj, in the column numbering of rank j's rows
             self.blocks.append((row[sel], remote_col[sel], value[sel], size) if bool(sel.any()) else None)
         self._csr = {}
 
@@ -90,3 +98,21 @@ class Oblivious1D(SpMMAlgorithm):
         if self.adj.plan.world_size == 1:  # nothing to broadcast: the same local kernel as "1d"
             return spmm(self.adj, x)
         return _BlockBroadcastSpMM.apply(x, self)
+
+    @classmethod
+    def predict(cls, volumes: RankVolumes, model: CostModel, row_bytes: int) -> Prediction:
+        return broadcast_prediction(volumes, model, row_bytes)
+
+
+def broadcast_prediction(volumes: RankVolumes, model: CostModel, row_bytes: int) -> Prediction:
+    """One broadcast (forward) and one reduce (backward) per stage block, over the exchange group."""
+    g, seconds, sent = volumes.num_block_rows, 0.0, 0
+    if g == 1:
+        return Prediction(0.0, 0)
+    for k in volumes.stage_blocks:
+        nbytes = int(volumes.block_rows[k]) * row_bytes
+        seconds += 2 * model.broadcast(nbytes, g)
+        # counted as in comm.collectives: the root sends its block to every peer; every
+        # other rank sends its partial sum to the root
+        sent += nbytes * (g - 1) if k == volumes.row else nbytes
+    return Prediction(seconds, sent)

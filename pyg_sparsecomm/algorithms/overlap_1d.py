@@ -49,8 +49,8 @@ class Overlap1D(SpMMAlgorithm):
     name = "1d_overlap"
     differentiates_edge_weights = False
 
-    def __init__(self, adj: HaloAdj, group: Optional[dist.ProcessGroup] = None) -> None:
-        super().__init__(adj, group)
+    def __init__(self, adj: HaloAdj, group: Optional[dist.ProcessGroup] = None, grid=None) -> None:
+        super().__init__(adj, group, grid)
         row, col = adj.coo()
         n = adj.num_owned
         own = col < n

@@ -4,6 +4,7 @@ from torch import Tensor
 
 from ..adj import spmm
 from ..comm.halo import halo_exchange
+from ..cost import CostModel, Prediction, RankVolumes
 from .base import SpMMAlgorithm
 
 
@@ -18,9 +19,22 @@ class SparseAware1D(SpMMAlgorithm):
     exchange of the halo gradients (see :mod:`pyg_sparsecomm.comm.halo`).
     """
     name = "1d"
+    auto_candidate = True
 
     def __call__(self, x: Tensor) -> Tensor:
         halo = halo_exchange(x, self.adj.plan, self.group)
         # Always concatenate, even an empty halo: the exchange must stay in the autograd
         # graph so that every rank joins the backward all-to-all its peers are waiting in.
         return spmm(self.adj, torch.cat([x, halo], dim=0))
+
+    @classmethod
+    def predict(cls, volumes: RankVolumes, model: CostModel, row_bytes: int) -> Prediction:
+        """One all-to-allv forward and its reverse backward, over the rank's exchange group."""
+        return exchange_prediction(volumes, model, row_bytes)
+
+
+def exchange_prediction(volumes: RankVolumes, model: CostModel, row_bytes: int) -> Prediction:
+    """The halo all-to-allv and its reverse over the ``P / c`` ranks of an exchange group."""
+    sent, received = int(volumes.send_rows.sum()) * row_bytes, int(volumes.recv_rows.sum()) * row_bytes
+    seconds = 2 * model.all_to_all(sent, received, volumes.num_block_rows)
+    return Prediction(seconds, sent + received)  # the backward sends what the forward received

@@ -1,6 +1,8 @@
-"""Counted block-row broadcast and reduce, the primitives of the oblivious (CAGNET) baseline."""
+"""Counted collectives: block-row broadcast and reduce (the oblivious CAGNET baseline) and the
+differentiable row-group all-reduce of the 1.5D algorithms."""
 from typing import Optional
 
+import torch
 import torch.distributed as dist
 from torch import Tensor
 
@@ -17,7 +19,7 @@ def broadcast_rows(buf: Tensor, src: int, group: Optional[dist.ProcessGroup] = N
         dist.broadcast(buf, src=global_rank(group, src), group=group)
     sent = [nbytes if (me == src and p != src) else 0 for p in range(P)]
     recv = [nbytes if (me != src and p == src) else 0 for p in range(P)]
-    counter.record("bcast", sent, recv)
+    counter.record("bcast", sent, recv, group)
     return buf
 
 
@@ -30,5 +32,51 @@ def reduce_rows(buf: Tensor, dst: int, group: Optional[dist.ProcessGroup] = None
         dist.reduce(buf, dst=global_rank(group, dst), op=dist.ReduceOp.SUM, group=group)
     sent = [nbytes if (me != dst and p == dst) else 0 for p in range(P)]
     recv = [nbytes if (me == dst and p != dst) else 0 for p in range(P)]
-    counter.record("reduce", sent, recv)
+    counter.record("reduce", sent, recv, group)
     return buf
+
+
+def ring_allreduce_nbytes(nbytes: int, group_size: int) -> int:
+    """Bytes each rank sends (and receives) in a bandwidth-optimal ring all-reduce of ``nbytes``:
+    a reduce-scatter plus an all-gather, ``2 (g - 1) / g`` of the buffer.  The counters and the
+    cost model use this figure; a backend may run another algorithm underneath."""
+    return 0 if group_size <= 1 else 2 * (group_size - 1) * nbytes // group_size
+
+
+def _ring_counts(nbytes: int, group: Optional[dist.ProcessGroup]):
+    P, me = world_size(group), rank(group)
+    moved = ring_allreduce_nbytes(nbytes, P)
+    sent, recv = [0] * P, [0] * P
+    if P > 1:
+        sent[(me + 1) % P], recv[(me - 1) % P] = moved, moved
+    return sent, recv
+
+
+def all_reduce_rows(buf: Tensor, group: Optional[dist.ProcessGroup] = None, kind: str = "allreduce") -> Tensor:
+    """Sums ``buf`` over ``group`` in place (counted with the ring model, see above)."""
+    counter = comm_counter()
+    with counter.timed():
+        dist.all_reduce(buf, op=dist.ReduceOp.SUM, group=group)
+    counter.record(kind, *_ring_counts(buf.numel() * buf.element_size(), group), group)
+    return buf
+
+
+class _RowAllReduce(torch.autograd.Function):
+    """``Y = Σ_g T_g`` over the group, on every member; ``∂T_g = Σ_g' ∂Y_g'`` (the adjoint of
+    "sum then replicate" is "sum then replicate" again)."""
+
+    @staticmethod
+    def forward(ctx, partial: Tensor, group) -> Tensor:
+        ctx.group = group
+        return all_reduce_rows(partial.clone(), group, "allreduce")
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        return all_reduce_rows(grad.contiguous().clone(), ctx.group, "allreduce_grad"), None
+
+
+def row_all_reduce(partial: Tensor, group: Optional[dist.ProcessGroup] = None) -> Tensor:
+    """Differentiable all-reduce (sum) of partial results over ``group`` (1.5D's process row)."""
+    if world_size(group) == 1:
+        return partial
+    return _RowAllReduce.apply(partial, group)

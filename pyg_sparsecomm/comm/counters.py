@@ -1,17 +1,20 @@
 """Byte and time counters for every message the exchanges send.
 
 One process-wide :class:`CommCounter` (``comm_counter()``) records, per peer
-rank, the bytes of payload this process sent and received, per *kind* of
-exchange (``"halo"``, ``"halo_grad"``, ``"bcast"``, ...), and the wall time
-spent inside communication calls.  Bytes count tensor payload only
+(indexed by its rank in the *default* group, whatever subgroup the exchange ran
+in, so that 1.5D's row and column groups add up in one array), the bytes of
+payload this process sent and received, per *kind* of exchange (``"halo"``,
+``"halo_grad"``, ``"bcast"``, ``"allreduce"``, ...), and the wall time spent
+inside communication calls.  Bytes count tensor payload only
 (``numel * element_size``), which is what the plan predicts.
 """
 import time
 from collections import defaultdict
 from contextlib import contextmanager
-from typing import Dict, Iterator, Sequence
+from typing import Dict, Iterator, Optional, Sequence
 
 import numpy as np
+import torch.distributed as dist
 
 
 class CommCounter:
@@ -24,9 +27,12 @@ class CommCounter:
         self.calls: Dict[str, int] = defaultdict(int)
         self.seconds: float = 0.0
 
-    def record(self, kind: str, sent_per_peer: Sequence[int], received_per_peer: Sequence[int]) -> None:
-        sent = np.asarray(sent_per_peer, dtype=np.int64)
-        received = np.asarray(received_per_peer, dtype=np.int64)
+    def record(self, kind: str, sent_per_peer: Sequence[int], received_per_peer: Sequence[int],
+               group: Optional[dist.ProcessGroup] = None) -> None:
+        """Adds one exchange; ``*_per_peer[p]`` is indexed by rank ``p`` *of* ``group``."""
+        sent = _to_global(np.asarray(sent_per_peer, dtype=np.int64), group)
+        received = _to_global(np.asarray(received_per_peer, dtype=np.int64), group)
+        # A different length means a new job with another world size: its counts start afresh.
         if kind in self.sent and self.sent[kind].size == sent.size:
             self.sent[kind] += sent
             self.received[kind] += received
@@ -61,6 +67,16 @@ class CommCounter:
                             "calls": self.calls[k]} for k in self.sent},
             "comm_seconds": self.seconds,
         }
+
+
+def _to_global(per_group_peer: np.ndarray, group: Optional[dist.ProcessGroup]) -> np.ndarray:
+    """Re-indexes a per-peer array of ``group`` by default-group rank."""
+    if group is None or not (dist.is_available() and dist.is_initialized()):
+        return per_group_peer
+    out = np.zeros(dist.get_world_size(), dtype=np.int64)
+    ranks = [dist.get_global_rank(group, p) for p in range(per_group_peer.size)]
+    np.add.at(out, ranks, per_group_peer)
+    return out
 
 
 def row_nbytes(t) -> int:

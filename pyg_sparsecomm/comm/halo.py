@@ -28,7 +28,7 @@ def start_all_to_all_rows(send: Tensor, send_counts: List[int], recv_counts: Lis
     recv = send.new_empty((sum(recv_counts),) + tuple(send.shape[1:]))
     work = dist.all_to_all_single(recv, send.contiguous(), output_split_sizes=recv_counts,
                                   input_split_sizes=send_counts, group=group, async_op=True)
-    comm_counter().record(kind, [c * row_bytes for c in send_counts], [c * row_bytes for c in recv_counts])
+    comm_counter().record(kind, [c * row_bytes for c in send_counts], [c * row_bytes for c in recv_counts], group)
     return recv, work
 
 

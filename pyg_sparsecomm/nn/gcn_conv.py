@@ -1,13 +1,16 @@
 """``DistributedGCNConv``: ``GCNConv`` over a partitioned graph."""
-from typing import Optional
+from typing import List, Optional, Tuple
 
+import torch
 import torch.distributed as dist
 from torch import Tensor
 from torch_geometric.nn import GCNConv
 
 from ..adj import HaloAdj
-from ..algorithms import ALGORITHMS, make_algorithm
-from ..comm.group import check_plan_matches_group, world_size
+from ..algorithms import ALGORITHMS, auto_candidates, make_algorithm
+from ..comm.group import check_plan_matches_group, is_distributed, world_size
+from ..cost import CostModel, RankVolumes
+from ..grid import ProcessGrid, process_grid
 from .gcn_norm import distributed_gcn_norm
 
 
@@ -30,9 +33,23 @@ class DistributedGCNConv(GCNConv):
 
     Args:
         algorithm: ``"1d"`` (sparsity-aware, one all-to-allv per SpMM),
-            ``"1d_overlap"`` (the same, overlapped with the owned-column SpMM) or
-            ``"oblivious"`` (CAGNET's block-row broadcasts, for comparison).
-        group: process group (default: the default group).
+            ``"1d_overlap"`` (the same, overlapped with the owned-column SpMM),
+            ``"oblivious"`` (CAGNET's block-row broadcasts, for comparison),
+            ``"1.5d"`` / ``"1.5d_oblivious"`` (replicated block rows on a
+            :math:`(P/c) \times c` grid, ICPP'24 Algorithm 2; need
+            ``replication=c`` and ``shard(data, grid=ProcessGrid(c))`` of a
+            partition into ``P / c`` parts), or ``"auto"``: at the first call
+            the α-β model of ``cost_model`` predicts, from this layer's width
+            and every rank's plan, the communication time of the algorithms
+            that fit the shard's layout (1D: ``"1d"``/``"oblivious"``; 1.5D:
+            ``"1.5d"``/``"1.5d_oblivious"``) and the cheapest is used for good
+            (see :meth:`explain`; to also choose ``c``, use
+            :func:`pyg_sparsecomm.layout.choose_layout` before partitioning).
+        replication: ``c``, the number of replicas of each block row (1: 1D).
+        cost_model: α and β for ``"auto"`` (default: :class:`~pyg_sparsecomm.cost.CostModel`
+            defaults; ``CostModel.calibrate()`` measures the running backend).
+        group: process group of the 1D algorithms (default: the default group;
+            1.5D algorithms run on the grid of the default group).
 
     Called with a :class:`~pyg_sparsecomm.adj.HaloAdj` it runs distributed;
     called with a plain ``edge_index``/sparse tensor it behaves exactly like
@@ -43,10 +60,22 @@ class DistributedGCNConv(GCNConv):
     def __init__(self, in_channels: int, out_channels: int, improved: bool = False,
                  cached: bool = False, add_self_loops: Optional[bool] = None, normalize: bool = True,
                  bias: bool = True, algorithm: str = "1d", group: Optional[dist.ProcessGroup] = None,
-                 **kwargs) -> None:
-        if algorithm not in ALGORITHMS:
-            raise ValueError(f"unknown algorithm {algorithm!r}; choose one of {sorted(ALGORITHMS)}")
-        self.algorithm, self.group = algorithm, group
+                 replication: int = 1, cost_model: Optional[CostModel] = None, **kwargs) -> None:
+        if algorithm != "auto" and algorithm not in ALGORITHMS:
+            raise ValueError(f"unknown algorithm {algorithm!r}; choose one of {sorted(ALGORITHMS) + ['auto']}")
+        if not isinstance(replication, int) or replication < 1:
+            raise ValueError(f"replication must be a positive integer, got {replication!r}")
+        replicated = replication > 1 or (algorithm != "auto" and ALGORITHMS[algorithm].replicated)
+        if algorithm != "auto" and replication > 1 and not ALGORITHMS[algorithm].replicated:
+            raise ValueError(f"algorithm={algorithm!r} is a 1D algorithm; replication={replication} needs one of "
+                             f"{auto_candidates(True)} or 'auto'")
+        if replicated and group is not None:
+            raise ValueError("1.5D algorithms run on the ProcessGrid of the default group; do not pass group=")
+        self.algorithm, self.group, self.replication = algorithm, group, replication
+        self.replicated = replicated
+        self.cost_model = cost_model or CostModel()
+        self.chosen_algorithm: Optional[str] = None if algorithm == "auto" else algorithm
+        self.cost_report: List[Tuple[str, float, int]] = []
         super().__init__(in_channels, out_channels, improved=improved, cached=cached,
                          add_self_loops=add_self_loops, normalize=normalize, bias=bias, **kwargs)
 
@@ -63,7 +92,8 @@ class DistributedGCNConv(GCNConv):
                     f"num_parts=world_size), call shard(data) and pass local.x, local.adj")
             return super().forward(x, edge_index, edge_weight)
         adj = edge_index
-        check_plan_matches_group(adj.plan.world_size, adj.plan.rank, self.group)
+        grid = process_grid(self.replication) if self.replicated else None
+        exchange_group = self._check_layout(adj, grid)
         if x.dim() != 2 or x.size(0) != adj.num_owned:
             raise ValueError(f"x has shape {list(x.shape)} but this rank owns {adj.num_owned} rows: "
                              f"pass the shard's own x (local.x)")
@@ -71,7 +101,10 @@ class DistributedGCNConv(GCNConv):
             raise ValueError(f"x must be a floating point tensor, got dtype {x.dtype}")
         spmm = self._cached_spmm
         if spmm is None:
-            spmm = make_algorithm(self.algorithm, self._adjacency(adj, edge_weight, x), self.group)
+            if self.chosen_algorithm is None:
+                self.chosen_algorithm = self._choose(adj, grid, x.dtype)
+            spmm = make_algorithm(self.chosen_algorithm, self._adjacency(adj, edge_weight, x, exchange_group),
+                                  self.group, grid)
             if self.cached:
                 self._cached_spmm = spmm
         out = spmm(self.lin(x))
@@ -79,12 +112,59 @@ class DistributedGCNConv(GCNConv):
             out = out + self.bias
         return out
 
-    def _adjacency(self, adj: HaloAdj, edge_weight: Optional[Tensor], x: Tensor) -> HaloAdj:
+    def _check_layout(self, adj: HaloAdj, grid: Optional[ProcessGrid]) -> Optional[dist.ProcessGroup]:
+        """The group of the halo exchanges (1.5D: the grid's column group), after checking that
+        the shard was made for this layout."""
+        if grid is None:
+            check_plan_matches_group(adj.plan.world_size, adj.plan.rank, self.group)
+            return self.group
+        if adj.plan.world_size != grid.num_block_rows or adj.plan.rank != grid.row:
+            raise ValueError(
+                f"replication={grid.replication} on {grid.world_size} ranks needs the block row {grid.row} of a "
+                f"partition into P/c={grid.num_block_rows} parts (SparsityAwarePartitioner(num_parts="
+                f"{grid.num_block_rows}) and shard(data, grid=ProcessGrid({grid.replication}))), but this shard "
+                f"is part {adj.plan.rank} of {adj.plan.world_size}")
+        check_plan_matches_group(adj.plan.world_size, adj.plan.rank, grid.col_group)
+        return grid.col_group
+
+    def _adjacency(self, adj: HaloAdj, edge_weight: Optional[Tensor], x: Tensor,
+                   group: Optional[dist.ProcessGroup]) -> HaloAdj:
         if self.normalize:
-            return distributed_gcn_norm(adj, edge_weight, self.improved, self.add_self_loops,
-                                        x.dtype, self.group)
+            return distributed_gcn_norm(adj, edge_weight, self.improved, self.add_self_loops, x.dtype, group)
         return adj if edge_weight is None else adj.with_value(edge_weight)
 
+    def _choose(self, adj: HaloAdj, grid: Optional[ProcessGrid], dtype: torch.dtype) -> str:
+        """``algorithm="auto"``: the candidate with the lowest predicted time, max over ranks."""
+        plan = adj.plan
+        volumes = RankVolumes.from_counts(plan.send_counts, plan.recv_counts, plan.part_sizes, plan.rank,
+                                          grid.col if grid else 0, grid.replication if grid else 1)
+        row_bytes = self.out_channels * torch.empty((), dtype=dtype).element_size()
+        names = auto_candidates(grid is not None)
+        predictions = [ALGORITHMS[n].predict(volumes, self.cost_model, row_bytes) for n in names]
+        worst = torch.tensor([[p.seconds for p in predictions], [p.bytes_sent for p in predictions]],
+                             dtype=torch.float64)
+        group = None if grid is not None else self.group
+        if is_distributed(group):  # every rank must take the same decision: compare the slowest ranks
+            from ..training import _collective_device
+            device = _collective_device(group) or worst.device
+            reduced = worst.to(device)
+            dist.all_reduce(reduced, op=dist.ReduceOp.MAX, group=group)
+            worst = reduced.cpu()
+        self.cost_report = [(n, float(worst[0, k]), int(worst[1, k])) for k, n in enumerate(names)]
+        return names[int(torch.argmin(worst[0]))]
+
+    def explain(self) -> str:
+        """Why ``algorithm="auto"`` chose what it chose (available after the first call)."""
+        if not self.cost_report:
+            return f"algorithm={self.algorithm!r} (nothing was chosen automatically)"
+        lines = [f"cost model: {self.cost_model}", f"SpMM width {self.out_channels}, per SpMM forward + backward, "
+                 f"slowest rank:", f"{'algorithm':<16}{'predicted ms':>14}{'max bytes sent':>16}"]
+        for name, seconds, nbytes in self.cost_report:
+            mark = "  <- chosen" if name == self.chosen_algorithm else ""
+            lines.append(f"{name:<16}{seconds * 1e3:>14.3f}{nbytes:>16d}{mark}")
+        return "\n".join(lines)
+
     def __repr__(self) -> str:
+        extra = f", replication={self.replication}" if self.replication > 1 else ""
         return (f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, "
-                f"algorithm={self.algorithm!r})")
+                f"algorithm={self.algorithm!r}{extra})")

@@ -1,0 +1,88 @@
+"""Sparsity-aware 1.5D SpMM (ICPP'24 Algorithm 2, §4.2)."""
+from typing import List, Optional
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from ..adj import HaloAdj
+from ..comm.collectives import ring_allreduce_nbytes, row_all_reduce
+from ..cost import CostModel, Prediction, RankVolumes
+from ..plan import RankPlan
+from .base import SpMMAlgorithm
+from .sparse_1d import SparseAware1D, exchange_prediction
+
+
+def restrict_to_blocks(adj: HaloAdj, blocks: List[int]) -> HaloAdj:
+    """The part of a block row ``A_i`` whose columns lie in the block columns ``blocks``.
+
+    The plan shrinks with it: halo rows are received only from the owners in
+    ``blocks``, and rank ``i`` sends its rows only if ``i`` itself is one of
+    ``blocks`` (every rank of a column group multiplies the same stage blocks).
+    """
+    plan, n = adj.plan, adj.num_owned
+    in_stage = np.zeros(plan.world_size, dtype=bool)
+    in_stage[blocks] = True
+    keep_halo = torch.from_numpy(in_stage)[plan.halo_owner.cpu()].to(adj.device)
+    owned_in_stage = bool(in_stage[plan.rank])
+    # new halo column of every old halo column (-1: dropped); halos are ordered by owner,
+    # so the kept ones stay in order
+    new_halo = torch.cumsum(keep_halo.long(), 0) - 1
+    row, col = adj.coo()
+    is_halo = col >= n
+    keep = torch.where(is_halo, keep_halo[(col - n).clamp(min=0)] if adj.halo_size else is_halo,
+                       torch.full_like(is_halo, owned_in_stage))
+    new_col = col.clone()
+    new_col[is_halo] = n + new_halo[col[is_halo] - n]
+    stage_plan = RankPlan(
+        rank=plan.rank, world_size=plan.world_size, num_nodes=plan.num_nodes, n_id=plan.n_id,
+        halo_n_id=plan.halo_n_id[keep_halo], halo_owner=plan.halo_owner[keep_halo],
+        halo_remote_index=plan.halo_remote_index[keep_halo],
+        send_index=plan.send_index if owned_in_stage else plan.send_index[:0],
+        send_counts=[c if owned_in_stage else 0 for c in plan.send_counts],
+        recv_counts=[c if in_stage[k] else 0 for k, c in enumerate(plan.recv_counts)],
+        part_sizes=plan.part_sizes)
+    value = None if adj.value is None else adj.value[keep]  # keeps learnable weights in the graph
+    return HaloAdj.from_coo(row[keep], new_col[keep], value, stage_plan)
+
+
+class SparseAware15D(SpMMAlgorithm):
+    r"""1.5D SpMM on a :math:`(P/c) \times c` grid that moves only the rows it needs.
+
+    Rank :math:`(i, j)` holds block row :math:`i` (replicated on the :math:`c` ranks of
+    its grid row) and multiplies the :math:`P/c^2` block columns
+    :math:`\mathcal S_j` = ``grid.stage_blocks()``:
+
+    .. math::
+        T_{ij} = \sum_{k \in \mathcal S_j} A_{ik} H_k[\mathrm{NnzCols}(A_{ik})], \qquad
+        (A H)_i = \sum_{j=0}^{c-1} T_{ij}
+
+    The rows :math:`H_k[\mathrm{NnzCols}(A_{ik})]` come from rank :math:`(k, j)` of the same
+    column group; all stages are fused into one all-to-allv over the column group
+    (the 1D exchange with a plan restricted to :math:`\mathcal S_j`), and the partial
+    sums are all-reduced over the row group.  Backward: all-reduce of
+    :math:`\partial (AH)_i` over the row group, then the reverse exchange, so it is
+    exact for directed graphs.  Bytes per SpMM: the restricted halo volume plus a
+    ring all-reduce of :math:`n_i f` over :math:`c` ranks.
+    """
+    name = "1.5d"
+    auto_candidate = True
+    replicated = True
+
+    def __init__(self, adj: HaloAdj, group: Optional[dist.ProcessGroup] = None, grid=None) -> None:
+        super().__init__(adj, group, grid)
+        self.partial = SparseAware1D(restrict_to_blocks(adj, grid.stage_blocks()), grid.col_group)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return row_all_reduce(self.partial(x), self.grid.row_group)
+
+    @classmethod
+    def predict(cls, volumes: RankVolumes, model: CostModel, row_bytes: int) -> Prediction:
+        return exchange_prediction(volumes, model, row_bytes) + all_reduce_prediction(volumes, model, row_bytes)
+
+
+def all_reduce_prediction(volumes: RankVolumes, model: CostModel, row_bytes: int) -> Prediction:
+    """The row-group all-reduce of the partial block row, forward and backward."""
+    nbytes, c = volumes.num_owned * row_bytes, volumes.replication
+    return Prediction(2 * model.all_reduce(nbytes, c), 2 * ring_allreduce_nbytes(nbytes, c))

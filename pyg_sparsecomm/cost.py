@@ -1,0 +1,157 @@
+r"""The α-β cost model of the distributed SpMM algorithms (ICPP'24 §4, Table 1).
+
+A message of ``b`` bytes costs :math:`\alpha + \beta b`.  Per SpMM (forward and
+backward), the model charges each rank for
+
+* an all-to-allv over a group of ``g`` ranks: :math:`(g - 1)\alpha + \beta \max(s, r)`
+  (``s``/``r``: bytes it sends/receives; gloo and NCCL post a transfer to every
+  peer, so latency grows with ``g`` even for empty messages);
+* a broadcast or reduce of ``b`` bytes over ``g`` ranks (binomial tree):
+  :math:`\lceil \log_2 g \rceil (\alpha + \beta b)`;
+* an all-reduce of ``b`` bytes over ``g`` ranks (ring):
+  :math:`2 (g - 1) \alpha + \beta \cdot 2 \frac{g - 1}{g} b`.
+
+Collectives are bulk synchronous, so the predicted time of a layout is the
+*maximum* over ranks.  Each algorithm class states its own formula in
+``SpMMAlgorithm.predict`` (adding an algorithm touches one file); this module
+holds the model, what the formulas need to know about a rank
+(:class:`RankVolumes`) and the calibration micro-benchmark.
+"""
+import math
+import time
+from dataclasses import dataclass, field
+from typing import List, Optional, Sequence
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from .comm.collectives import ring_allreduce_nbytes
+from .comm.group import is_distributed
+
+
+@dataclass
+class Prediction:
+    """Predicted seconds and bytes sent by one rank for one SpMM (forward + backward)."""
+    seconds: float
+    bytes_sent: int
+
+    def __add__(self, other: "Prediction") -> "Prediction":
+        return Prediction(self.seconds + other.seconds, self.bytes_sent + other.bytes_sent)
+
+
+@dataclass
+class CostModel:
+    """``alpha``: seconds per message; ``beta``: seconds per byte.
+
+    The defaults were measured with :meth:`calibrate` on the development machine
+    (gloo over loopback, 2 cores, P = 2): about 0.06 ms per message and 2.5 GB/s.
+    """
+    alpha: float = 6e-5
+    beta: float = 4e-10
+    source: str = field(default="default (gloo loopback, 2-core dev machine)", compare=False)
+
+    def all_to_all(self, send_bytes: int, recv_bytes: int, group_size: int) -> float:
+        if group_size <= 1:
+            return 0.0
+        return (group_size - 1) * self.alpha + self.beta * max(send_bytes, recv_bytes)
+
+    def broadcast(self, nbytes: int, group_size: int) -> float:
+        """Also the cost of a reduce (the same tree, reversed)."""
+        if group_size <= 1:
+            return 0.0
+        return math.ceil(math.log2(group_size)) * (self.alpha + self.beta * nbytes)
+
+    def all_reduce(self, nbytes: int, group_size: int) -> float:
+        if group_size <= 1:
+            return 0.0
+        return 2 * (group_size - 1) * self.alpha + self.beta * ring_allreduce_nbytes(nbytes, group_size)
+
+    @classmethod
+    def calibrate(cls, group: Optional[dist.ProcessGroup] = None, large_bytes: int = 1 << 22,
+                  repeats: int = 10) -> "CostModel":
+        """Measures α and β on the running backend (collective: every rank must call it).
+
+        Times an all-to-all of 4-byte and of ``large_bytes`` messages to every peer
+        (medians of ``repeats``, maximum over ranks); α is the small-message time per
+        peer, β the extra time per byte of the large one.
+        """
+        if not is_distributed(group) or dist.get_world_size(group) == 1:
+            raise RuntimeError("CostModel.calibrate needs an initialised process group with more than one rank")
+        P = dist.get_world_size(group)
+        device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(group) == "nccl" \
+            else torch.device("cpu")
+
+        def timed(elements_per_peer: int) -> float:
+            send = torch.zeros(P * elements_per_peer, device=device)
+            recv = torch.empty_like(send)
+            samples = []
+            for _ in range(repeats + 1):  # the first call sets up connections
+                dist.barrier(group)
+                start = time.perf_counter()
+                dist.all_to_all_single(recv, send, group=group)
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                samples.append(time.perf_counter() - start)
+            t = torch.tensor([float(np.median(samples[1:]))], device=device)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+            return float(t)
+
+        small = timed(1)
+        large = timed(max(large_bytes // 4 // P, 1))
+        alpha = small / (P - 1)
+        beta = max(large - small, 1e-12) / (large_bytes * (P - 1) / P)
+        return cls(alpha, beta, source=f"calibrated: {dist.get_backend(group)}, P={P}")
+
+    def __str__(self) -> str:
+        return f"α = {self.alpha * 1e6:.1f} µs, β = {self.beta * 1e9:.3f} ns/B ({1 / self.beta / 1e9:.2f} GB/s), " \
+               f"{self.source}"
+
+
+@dataclass
+class RankVolumes:
+    """What the cost formulas need about one rank ``(row, col)`` of a ``(P/c) × c`` grid.
+
+    ``send_rows[k]`` / ``recv_rows[k]``: rows this rank sends to / receives from block
+    row ``k`` in one exchange, already restricted to the block columns it
+    multiplies (``stage_blocks``); ``block_rows[k]``: rows of block row ``k``.
+    For 1D (``replication == 1``) the grid is ``P × 1`` and every block is a stage.
+    """
+    row: int
+    col: int
+    replication: int
+    send_rows: np.ndarray
+    recv_rows: np.ndarray
+    block_rows: np.ndarray
+    stage_blocks: List[int]
+
+    @property
+    def num_block_rows(self) -> int:
+        return int(self.block_rows.size)
+
+    @property
+    def num_owned(self) -> int:
+        return int(self.block_rows[self.row])
+
+    @classmethod
+    def from_counts(cls, send_counts: Sequence[int], recv_counts: Sequence[int], block_rows: Sequence[int],
+                    row: int, col: int = 0, replication: int = 1) -> "RankVolumes":
+        """From a rank's *unrestricted* 1D counts (a ``RankPlan`` or a row/column of the
+        volume matrix of the partition into ``P / c`` parts)."""
+        Q = len(block_rows)
+        stages = Q // replication
+        stage_blocks = list(range(col * stages, (col + 1) * stages))
+        in_stage = np.zeros(Q, dtype=bool)
+        in_stage[stage_blocks] = True
+        send = np.asarray(send_counts, dtype=np.int64) * bool(in_stage[row])  # only a stage block is sent
+        recv = np.where(in_stage, np.asarray(recv_counts, dtype=np.int64), 0)
+        return cls(row, col, replication, send, recv, np.asarray(block_rows, dtype=np.int64), stage_blocks)
+
+
+def volumes_of_all_ranks(volume_matrix: np.ndarray, block_rows: Sequence[int],
+                         replication: int) -> List[RankVolumes]:
+    """``RankVolumes`` of all ``P = Q c`` ranks from the ``Q × Q`` volume matrix of a partition
+    into ``Q`` parts (``V[s, d]``: rows ``s`` sends to ``d`` per 1D exchange), rank order."""
+    Q = volume_matrix.shape[0]
+    return [RankVolumes.from_counts(volume_matrix[i], volume_matrix[:, i], block_rows, i, j, replication)
+            for i in range(Q) for j in range(replication)]
