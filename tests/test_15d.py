@@ -81,7 +81,8 @@ def test_15d_matches_single_process_gcnconv(world_size, c, configs):
                 n_id, owner_mask, outs = per_rank[r][(case, cfg_name, algorithm)]
                 y, grad_x, grad_w, grad_b = outs[call]
                 # every replica holds the whole block row of the output
-                torch.testing.assert_close(y, ref_y[n_id], atol=1e-5, rtol=1e-4, msg=lambda m, where=where: f"{where}: {m}")
+                torch.testing.assert_close(y, ref_y[n_id], atol=1e-5, rtol=1e-4,
+                                           msg=lambda m, where=where: f"{where}: {m}")
                 gx[n_id] += grad_x  # the input's gradient is the sum over its replicas
                 scored[n_id[owner_mask]] += 1
                 torch.testing.assert_close(grad_w, ref_gw, atol=1e-5, rtol=1e-4)
