@@ -16,7 +16,7 @@ def _worker(rank, world_size, case):
     counter = comm_counter()
     result = {"send_counts": local.adj.plan.send_counts, "recv_counts": local.adj.plan.recv_counts,
               "num_owned": local.adj.num_owned}
-    for algorithm in ["1d", "oblivious", "1d_overlap"]:
+    for algorithm in ["1d", "oblivious", "1d_overlap", "1d_overlap_p2p"]:
         conv = DistributedGCNConv(NUM_FEATURES, OUT, cached=True, algorithm=algorithm)
         counter.reset()
         conv(local.x, local.adj)  # first call: also exchanges the halo degrees (1 column)
@@ -46,13 +46,14 @@ def test_measured_bytes_equal_plan(world_size, case):
         np.testing.assert_array_equal(steady["halo_grad"][0], recv * OUT)  # backward: reverse
         np.testing.assert_array_equal(steady["halo_grad"][1], send * OUT)
         total_sent += int(steady["halo"][0].sum())
-        # the overlapped exchange moves exactly the same bytes as "1d"
-        ov_first, ov_steady = res["1d_overlap"]
-        assert set(ov_first) == set(first) and set(ov_steady) == set(steady)
-        for mine, ref in ((ov_first, first), (ov_steady, steady)):
-            for kind in ref:
-                np.testing.assert_array_equal(mine[kind][0], ref[kind][0])
-                np.testing.assert_array_equal(mine[kind][1], ref[kind][1])
+        # the overlapped exchanges (collective or point-to-point) move exactly the same bytes as "1d"
+        for overlapped in ("1d_overlap", "1d_overlap_p2p"):
+            ov_first, ov_steady = res[overlapped]
+            assert set(ov_first) == set(first) and set(ov_steady) == set(steady)
+            for mine, ref in ((ov_first, first), (ov_steady, steady)):
+                for kind in ref:
+                    np.testing.assert_array_equal(mine[kind][0], ref[kind][0])
+                    np.testing.assert_array_equal(mine[kind][1], ref[kind][1])
 
         # oblivious: rank r broadcasts its whole block to P-1 peers, forward and (reduce) backward
         block = res["num_owned"] * OUT * F32

@@ -14,7 +14,7 @@ from pyg_sparsecomm import DistributedGCNConv, shard, sync_gradients
 from pyg_sparsecomm.testing import launch
 
 OUT = 5
-ALGORITHMS = ["1d", "oblivious", "1d_overlap"]
+ALGORITHMS = ["1d", "oblivious", "1d_overlap", "1d_overlap_p2p"]
 
 
 def _upstream(num_nodes):
@@ -101,7 +101,7 @@ def _edge_weight_worker(rank, world_size, dtype):
         (y * _upstream(data.num_nodes)[local.n_id].to(dtype)).sum().backward()
         sync_gradients(conv)
         results[case] = (local.n_id, local.e_id, y.detach(), x.grad, w.grad, conv.lin.weight.grad)
-        for algorithm in ["oblivious", "1d_overlap"]:
+        for algorithm in ["oblivious", "1d_overlap", "1d_overlap_p2p"]:
             with pytest.raises(NotImplementedError, match="does not differentiate edge weights"):
                 DistributedGCNConv(NUM_FEATURES, OUT, algorithm=algorithm)(
                     local.x, local.adj, local.edge_weight.clone().requires_grad_())

@@ -32,6 +32,41 @@ def start_all_to_all_rows(send: Tensor, send_counts: List[int], recv_counts: Lis
     return recv, work
 
 
+class WorkList:
+    """The pending point-to-point operations of one exchange, waited for together."""
+
+    def __init__(self, works) -> None:
+        self.works = list(works)
+
+    def wait(self) -> None:
+        for work in self.works:
+            work.wait()
+
+
+def start_p2p_rows(send: Tensor, send_counts: List[int], recv_counts: List[int],
+                   group: Optional[dist.ProcessGroup] = None, kind: str = "halo"):
+    """:func:`start_all_to_all_rows` with non-blocking sends and receives posted only to the peers
+    that have rows (``batch_isend_irecv``), instead of a collective that contacts every rank.
+
+    The message count is then the plan's (e.g. at most 20 of 63 peers for METIS on mdual at
+    P = 64) rather than ``P - 1``.  Returns ``(recv, work)`` like the collective version.
+    """
+    row_bytes = row_nbytes(send)
+    send = send.contiguous()
+    recv = send.new_empty((sum(recv_counts),) + tuple(send.shape[1:]))
+    ops, sent_off, recv_off = [], 0, 0
+    for peer, (n_send, n_recv) in enumerate(zip(send_counts, recv_counts)):
+        peer_rank = peer if group is None else dist.get_global_rank(group, peer)
+        if n_recv:
+            ops.append(dist.P2POp(dist.irecv, recv.narrow(0, recv_off, n_recv), peer_rank, group))
+        if n_send:
+            ops.append(dist.P2POp(dist.isend, send.narrow(0, sent_off, n_send), peer_rank, group))
+        sent_off, recv_off = sent_off + n_send, recv_off + n_recv
+    works = dist.batch_isend_irecv(ops) if ops else []
+    comm_counter().record(kind, [c * row_bytes for c in send_counts], [c * row_bytes for c in recv_counts], group)
+    return recv, WorkList(works)
+
+
 def all_to_all_rows(send: Tensor, send_counts: List[int], recv_counts: List[int],
                     group: Optional[dist.ProcessGroup] = None, kind: str = "halo") -> Tensor:
     """Sends ``send_counts[p]`` consecutive rows of ``send`` to every rank ``p``.
