@@ -1,0 +1,60 @@
+"""One-sided (RDMA) distributed SpMM / SpGEMM engine after Brock, Buluç & Yelick, ICS'24.
+
+Backends (:mod:`.backend`): :class:`MPIBackend` (mpi4py one-sided RMA, CPU, run
+under ``mpiexec``) and :class:`SymmetricMemoryBackend` (PyTorch symmetric
+memory, CUDA), chosen by :func:`make_backend`.  Data structures
+(:mod:`.tiled`): :class:`DenseTiledMatrix`, :class:`SparseTiledMatrix` over a
+block-cyclic :class:`ProcessGrid`.  Algorithms: :func:`stationary_c`,
+:func:`stationary_a`, :func:`work_stealing`, :func:`summa`, dispatched by
+:func:`spmm` / :func:`spgemm`.  Measurements: :mod:`.measure`.
+
+The MPI backend is imported lazily, so ``import pyg_sparsecomm.rdma`` works
+without mpi4py; creating an :class:`MPIBackend` then raises an ImportError that
+names ``pip install "pyg_sparsecomm[mpi]"``.
+"""
+from .backend import Future, Region, RMABackend, make_backend
+from .kernels import Breakdown
+from .matmul import ALGORITHMS, SPGEMM_ALGORITHMS, spgemm, spmm
+from .queue import Outbox, RemoteQueue
+from .stationary import MatmulResult, stationary_a, stationary_c
+from .stealing import ReservationGrid, work_stealing
+from .summa import summa
+from .tiled import DenseTiledMatrix, ProcessGrid, SparseTiledMatrix, TileGrid
+
+
+def __getattr__(name):
+    # lazy: importing mpi4py initialises MPI, which only launched processes should do
+    if name == "MPIBackend":
+        from .mpi_backend import MPIBackend
+        return MPIBackend
+    if name == "SymmetricMemoryBackend":
+        from .symm_backend import SymmetricMemoryBackend
+        return SymmetricMemoryBackend
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [
+    "ALGORITHMS",
+    "SPGEMM_ALGORITHMS",
+    "Breakdown",
+    "DenseTiledMatrix",
+    "Future",
+    "MPIBackend",
+    "MatmulResult",
+    "Outbox",
+    "ProcessGrid",
+    "RMABackend",
+    "Region",
+    "RemoteQueue",
+    "ReservationGrid",
+    "SparseTiledMatrix",
+    "SymmetricMemoryBackend",
+    "TileGrid",
+    "make_backend",
+    "spgemm",
+    "spmm",
+    "stationary_a",
+    "stationary_c",
+    "summa",
+    "work_stealing",
+]

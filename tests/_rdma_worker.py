@@ -1,0 +1,234 @@
+"""Checks of :mod:`pyg_sparsecomm.rdma` run under ``mpiexec -n P`` by tests/test_rdma.py.
+
+Every check prints ``PASS <name>`` on rank 0 when it holds on all ranks; any
+failure prints the traceback and aborts the whole MPI job (so no peer hangs).
+"""
+import faulthandler
+import os
+import sys
+import time
+import traceback
+from collections import Counter
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+from mpi4py import MPI
+
+from pyg_sparsecomm.datasets import rmat_graph
+from pyg_sparsecomm.rdma import (
+    ALGORITHMS,
+    SPGEMM_ALGORITHMS,
+    DenseTiledMatrix,
+    ProcessGrid,
+    RemoteQueue,
+    SparseTiledMatrix,
+    spgemm,
+    spmm,
+    work_stealing,
+)
+from pyg_sparsecomm.rdma.measure import measure_get_bandwidth
+from pyg_sparsecomm.rdma.mpi_backend import MPIBackend
+from pyg_sparsecomm.rdma.stationary import k_order
+
+be = MPIBackend()
+P, RANK = be.world_size, be.rank
+
+
+def report(name: str) -> None:
+    be.barrier()
+    if RANK == 0:
+        print(f"PASS {name}", flush=True)
+
+
+def torch_csr(m: sp.csr_matrix) -> torch.Tensor:
+    coo = m.tocoo()
+    idx = torch.from_numpy(np.stack([coo.row, coo.col]).astype(np.int64))
+    return torch.sparse_coo_tensor(idx, torch.from_numpy(coo.data), m.shape).coalesce()
+
+
+def ragged() -> sp.csr_matrix:
+    """37 x 29: no tile size used below divides it."""
+    return sp.random(37, 29, density=0.12, random_state=3, format="csr")
+
+
+def with_empty_tiles() -> sp.csr_matrix:
+    """40 x 40 whose non-zeros avoid whole tile blocks (rows 10-29 and cols 0-19 are empty)."""
+    m = sp.random(40, 40, density=0.3, random_state=4, format="lil")
+    m[10:30, :] = 0
+    m[:, 0:20] = 0
+    m[35, 5] = 2.0  # one lonely entry in an otherwise empty tile column
+    return sp.csr_matrix(m)
+
+
+def rmat() -> sp.csr_matrix:
+    """Skewed R-MAT (a=0.6, b=c=d=0.4/3), 2**7 nodes, edge factor 8, random values."""
+    ei = rmat_graph(scale=7, edge_factor=8, a=0.6, b=0.4 / 3, c=0.4 / 3, seed=1).edge_index.numpy()
+    vals = np.random.default_rng(5).uniform(0.5, 1.5, ei.shape[1])
+    return sp.csr_matrix((vals, (ei[0], ei[1])), shape=(128, 128))
+
+
+CASES = {  # name -> (A, A tile shape, B tile columns for SpMM / SpGEMM)
+    "ragged": (ragged(), (8, 7), 4, 6),
+    "empty_tiles": (with_empty_tiles(), (10, 10), 3, 10),
+    "rmat": (rmat(), (24, 24), 5, 24),
+}
+
+
+VARIANTS = [("stationary_c", {}), ("stationary_c", {"prefetch": False}), ("stationary_a", {}),
+            ("stationary_a", {"combine": False}), ("ws_random", {}), ("ws_locality", {}), ("summa", {})]
+assert {name for name, _ in VARIANTS} == set(ALGORITHMS)
+
+
+def check_spmm_and_spgemm() -> None:
+    for case, (S, tile, bcols, gcols) in CASES.items():
+        X = np.random.default_rng(0).standard_normal((S.shape[1], 6))
+        A = SparseTiledMatrix.from_global(be, S, tile)
+        if case == "empty_tiles":
+            assert (A.directory[:, :, 6] == 0).any(), "case must contain empty tiles"
+        B = DenseTiledMatrix.from_global(be, X, (tile[1], bcols))
+        expect = torch.sparse.mm(torch_csr(S), torch.from_numpy(X)).numpy()
+        for name, kwargs in VARIANTS:
+            if name in ALGORITHMS:
+                res = spmm(A, B, name, **kwargs)
+                got = res.C.to_global()
+                assert got.shape == expect.shape
+                err = np.abs(got - expect).max()
+                assert np.allclose(got, expect, atol=1e-12), f"spmm {name} {kwargs} {case}: {err}"
+                res.C.free()
+        B.free()
+        # SpGEMM: A @ S2 with S2 = A^T A-shaped sparse operand (square case: A @ A as in the paper)
+        S2 = S if S.shape[0] == S.shape[1] else sp.csr_matrix(S.T)
+        Bs = SparseTiledMatrix.from_global(be, S2, (tile[1], gcols))
+        expect = torch.sparse.mm(torch_csr(S), torch_csr(S2)).to_dense().numpy()
+        for name, kwargs in VARIANTS:
+            if name not in SPGEMM_ALGORITHMS:
+                continue
+            res = spgemm(A, Bs, name, **kwargs)
+            got = res.C.to_global().toarray()
+            assert np.allclose(got, expect, atol=1e-12), f"spgemm {name} {kwargs} {case}: {np.abs(got - expect).max()}"
+            res.C.free()
+        Bs.free()
+        A.free()
+    report("spmm_equals_torch")
+    report("spgemm_equals_torch")
+
+
+def check_work_stealing_claims() -> None:
+    """Rank 0 is slowed down so the others steal; every non-empty (i, j, k) is reserved exactly once."""
+    S, tile = rmat(), (16, 16)
+    X = np.random.default_rng(1).standard_normal((S.shape[1], 4))
+    A = SparseTiledMatrix.from_global(be, S, tile)
+    B = DenseTiledMatrix.from_global(be, X, (16, 4))
+    expect = S @ X
+    M, N = A.grid_shape[0], B.grid_shape[1]
+    all_products = {(i, j, k) for i in range(M) for j in range(N) for k in k_order(A, B, i, j)}
+
+    def slow_rank_zero(i, j, k):
+        if RANK == 0:
+            time.sleep(0.01)
+    for victim in ("random", "locality"):
+        res = work_stealing(A, B, victim=victim, work_hook=slow_rank_zero)
+        claims = Counter(c for part in be.allgather(res.claims) for c in part)
+        assert set(claims) == all_products, f"{victim}: dropped {all_products - set(claims)}"
+        assert max(claims.values()) == 1, f"{victim}: computed twice {[c for c, n in claims.items() if n > 1]}"
+        stolen = sum(s["stolen"] for s in res.breakdowns)
+        if P > 1 and any(A.pgrid.owner(i, j) == 0 for i, j, _ in all_products):
+            assert stolen > 0, f"{victim}: nobody stole from the slow rank"
+        assert np.allclose(res.C.to_global(), expect, atol=1e-12), victim
+        if RANK == 0:
+            print(f"INFO {victim} stole {stolen} of {len(all_products)} products", flush=True)
+        res.C.free()
+    A.free()
+    B.free()
+    report("work_stealing_each_product_once")
+
+
+def check_queue_concurrent_pushes(per_rank: int = 150) -> None:
+    """All ranks push to rank 0 at once while it drains; nothing is lost or duplicated."""
+    queue = RemoteQueue(be, P * per_rank if RANK == 0 else 0)
+    be.barrier()
+    got = []
+    for seq in range(per_rank):
+        queue.push(0, (RANK, seq, 0, 0, 0, 0, seq * P + RANK))
+        if RANK == 0:
+            handle = queue.pop()
+            if handle is not None:
+                got.append(handle)
+    if RANK == 0:
+        deadline = time.time() + 60
+        while len(got) < P * per_rank and time.time() < deadline:
+            handle = queue.pop()
+            got.append(handle) if handle is not None else time.sleep(1e-4)
+        pairs = Counter((h[0], h[1]) for h in got)
+        assert len(got) == P * per_rank, f"received {len(got)} of {P * per_rank}"
+        assert set(pairs) == {(r, s) for r in range(P) for s in range(per_rank)} and max(pairs.values()) == 1
+        assert all(h[6] == h[1] * P + h[0] for h in got), "handle words corrupted"
+        assert queue.pop() is None
+    be.barrier()
+    queue.free()
+    # the reservation primitive itself: fetch_add tickets are unique and complete
+    counter = be.alloc(1, np.int64)
+    tickets = [be.fetch_add(0, counter, 0, 1) for _ in range(100)]
+    everyone = sorted(t for part in be.allgather(tickets) for t in part)
+    assert everyone == list(range(100 * P)), "fetch_add tickets not unique"
+    be.barrier()
+    be.free(counter)
+    report("queue_loses_no_update")
+
+
+def check_errors_and_measure() -> None:
+    X = np.ones((10, 10))
+    try:
+        DenseTiledMatrix.from_global(be, X, (3, 3), pgrid=ProcessGrid(P + 1, 1))
+        raise AssertionError("a process grid larger than the world must be rejected")
+    except ValueError as exc:
+        assert "process grid" in str(exc)
+    for bad in ((0, 3), (3, -1)):
+        try:
+            SparseTiledMatrix.from_global(be, sp.eye(10, format="csr"), bad)
+            raise AssertionError(f"tile shape {bad} must be rejected")
+        except ValueError as exc:
+            assert "tile shape" in str(exc)
+    bandwidth = measure_get_bandwidth(be, sizes=(256, 4096), repeats=2)
+    assert all(bw > 0 for _, bw in bandwidth)
+    report("errors_and_measure")
+
+
+def check_heap_fallback() -> None:
+    """A tiny symmetric heap: small regions in the heap, large ones in dedicated windows, results unchanged."""
+    small = MPIBackend(heap_bytes=256)
+    S, (tile, bcols, gcols) = ragged(), ((8, 7), 4, 6)
+    X = np.random.default_rng(2).standard_normal((S.shape[1], 5))
+    A = SparseTiledMatrix.from_global(small, S, tile)
+    B = DenseTiledMatrix.from_global(small, X, (tile[1], bcols))
+    Bs = SparseTiledMatrix.from_global(small, sp.csr_matrix(S.T), (tile[1], gcols))
+    for name in ("stationary_a", "ws_locality", "summa"):
+        res = spmm(A, B, name)
+        assert np.allclose(res.C.to_global(), S @ X, atol=1e-12), name
+        res.C.free()
+    res = spgemm(A, Bs, "stationary_a")
+    assert np.allclose(res.C.to_global().toarray(), (S @ S.T).toarray(), atol=1e-12)
+    assert small._dedicated and small._heap.high_water > 0, "both allocation paths must be exercised"
+    res.C.free()
+    for m in (A, B, Bs):
+        m.free()
+    small.close()
+    report("heap_fallback")
+
+
+CHECKS = {"spmm": check_spmm_and_spgemm, "stealing": check_work_stealing_claims,
+          "queue": check_queue_concurrent_pushes, "errors": check_errors_and_measure,
+          "heap": check_heap_fallback}
+
+if __name__ == "__main__":
+    # a hung rank prints where it hangs before the test's subprocess timeout kills the job
+    faulthandler.dump_traceback_later(float(os.environ.get("RDMA_TEST_DUMP_AFTER", "140")), exit=True)
+    try:
+        for name in sys.argv[1:] or CHECKS:
+            CHECKS[name]()
+    except BaseException:  # noqa: BLE001 -- any failure must abort every rank, or peers hang
+        traceback.print_exc()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        MPI.COMM_WORLD.Abort(1)
