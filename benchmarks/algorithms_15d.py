@@ -79,6 +79,8 @@ def _measure(rank, world_size, data, part, c, algorithms, epochs, warmup):
     data.part, data.num_parts = part, world_size // c
     local = shard(data, grid=grid)
     counter, out = comm_counter(), {}
+    model = CostModel.calibrate()
+    out["cost_model"] = (model.alpha, model.beta)
     for algorithm in algorithms:
         torch.manual_seed(0)
         model = Net(local.x.size(1), WIDTHS[1], algorithm=algorithm, replication=c)
@@ -114,14 +116,18 @@ def measured(names, sizes, methods, epochs, warmup):
                     per_rank = launch(_measure, P, data, part, c, algorithms, epochs, warmup, timeout=3600)
                     predictions = predict_from_partition(data.edge_index, data.num_nodes, part, P, c, WIDTHS,
                                                          algorithms=algorithms)
-                    for algorithm, prediction in zip(algorithms, predictions):
+                    calibrated = CostModel(*per_rank[0]["cost_model"])
+                    recalibrated = predict_from_partition(data.edge_index, data.num_nodes, part, P, c, WIDTHS,
+                                                          model=calibrated, algorithms=algorithms)
+                    for algorithm, prediction, calibrated_prediction in zip(algorithms, predictions, recalibrated):
                         # bulk synchronous: an epoch lasts as long as its slowest rank
                         epoch = max(median(r[algorithm][0]) for r in per_rank)
                         comm = max(median(r[algorithm][1]) for r in per_rank)
                         sent = sum(r[algorithm][2][-1] for r in per_rank)
                         rows.append([name, P, method, c, algorithm, f"{epoch * 1e3:.1f}", f"{comm * 1e3:.1f}",
                                      f"{sent / 1e6:.3f}", f"{prediction.total_bytes_sent / 1e6:.3f}",
-                                     f"{prediction.seconds * 1e3:.2f}"])
+                                     f"{prediction.seconds * 1e3:.2f}", f"{calibrated_prediction.seconds * 1e3:.2f}",
+                                     f"{calibrated.alpha * 1e6:.0f} / {1 / calibrated.beta / 1e9:.2f}"])
                         print_table(HEAD_B, rows[-1:])
     return rows
 
@@ -129,7 +135,7 @@ def measured(names, sizes, methods, epochs, warmup):
 HEAD_A = ["graph", "P", "method", "c", "sparse alg.", "sparse MB", "oblivious MB", "sparse/obl.",
           "sparse max MB/rank", "obl. max MB/rank", "sparse pred. ms", "obl. pred. ms", "model picks"]
 HEAD_B = ["graph", "P", "method", "c", "algorithm", "median epoch ms", "median comm ms", "MB sent/epoch",
-          "predicted MB", "predicted comm ms"]
+          "predicted MB", "pred. comm ms (default α, β)", "pred. comm ms (calibrated)", "calibrated α µs / GB/s"]
 
 
 def main() -> None:
@@ -142,15 +148,18 @@ def main() -> None:
     p.add_argument("--epochs", type=int, default=15)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--skip-measured", action="store_true")
+    p.add_argument("--skip-predicted", action="store_true")
     args = p.parse_args()
 
-    rows_a = predicted(args.graphs, args.parts, args.methods)
-    print_table(HEAD_A, rows_a)
-    write_table_section(
-        "algorithms_15d_predicted", "(d) 1D vs 1.5D, sparse vs oblivious: predicted bytes and time per epoch",
-        "algorithms_15d.py", f"2-layer GCN, SpMM widths {WIDTHS}, float32, forward + backward; partitions into P/c "
-        f"parts; 'MB' = all ranks per epoch (halo exchanges, broadcasts/reduces, ring all-reduces); times from the "
-        f"α-β model ({CostModel()}), slowest rank. R-MAT: scale 16, edge factor 8, symmetrised.", HEAD_A, rows_a)
+    rows_a = [] if args.skip_predicted else predicted(args.graphs, args.parts, args.methods)
+    if rows_a:
+        print_table(HEAD_A, rows_a)
+        write_table_section(
+            "algorithms_15d_predicted", "(d) 1D vs 1.5D, sparse vs oblivious: predicted bytes and time per epoch",
+            "algorithms_15d.py", f"2-layer GCN, SpMM widths {WIDTHS}, float32, forward + backward; partitions into "
+            f"P/c parts; 'MB' = all ranks per epoch (halo exchanges, broadcasts/reduces, ring all-reduces); times from "
+            f"the α-β model ({CostModel()}), slowest rank. R-MAT: scale 16, edge factor 8, symmetrised.",
+            HEAD_A, rows_a)
     if args.skip_measured:
         return
     rows_b = measured(args.measure_graphs, args.measure_sizes, args.methods, args.epochs, args.warmup)
@@ -158,7 +167,8 @@ def main() -> None:
         "algorithms_15d_measured", "(e) 1D vs 1.5D measured under gloo", "algorithms_15d.py",
         f"The same model trained for {args.epochs} epochs after {args.warmup} warm-up epochs, 1 thread per process "
         f"(P = 4 and 8 oversubscribe the 2 cores). Epoch and comm times: medians, slowest rank. MB sent: all ranks, "
-        f"counted by the exchanges (steady-state epoch), next to the model's prediction.", HEAD_B, rows_b)
+        f"counted by the exchanges (steady-state epoch), next to the model's prediction, with the default α, β and "
+        f"with α, β calibrated in the same job (CostModel.calibrate()).", HEAD_B, rows_b)
 
 
 if __name__ == "__main__":

@@ -44,8 +44,10 @@ class Prediction:
 class CostModel:
     """``alpha``: seconds per message; ``beta``: seconds per byte.
 
-    The defaults were measured with :meth:`calibrate` on the development machine
-    (gloo over loopback, 2 cores, P = 2): about 0.06 ms per message and 2.5 GB/s.
+    The defaults are gloo over loopback on the 2-core development machine at P = 2
+    (about 0.06 ms per message and 2.5 GB/s); with more processes than cores the
+    latency grows tenfold, so for absolute predictions :meth:`calibrate` on the
+    running job (the ranking of algorithms is usually the same).
     """
     alpha: float = 6e-5
     beta: float = 4e-10
@@ -68,7 +70,7 @@ class CostModel:
         return 2 * (group_size - 1) * self.alpha + self.beta * ring_allreduce_nbytes(nbytes, group_size)
 
     @classmethod
-    def calibrate(cls, group: Optional[dist.ProcessGroup] = None, large_bytes: int = 1 << 22,
+    def calibrate(cls, group: Optional[dist.ProcessGroup] = None, large_bytes: int = 1 << 24,
                   repeats: int = 10) -> "CostModel":
         """Measures α and β on the running backend (collective: every rank must call it).
 
