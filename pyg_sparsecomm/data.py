@@ -64,6 +64,9 @@ def shard(data: Data, group: Optional[dist.ProcessGroup] = None, rank: Optional[
     for key in ("x", "y", "train_mask", "val_mask", "test_mask"):
         check_node_tensor(key, getattr(data, key, None), num_nodes)
     if grid is not None:
+        if rank is not None or world_size is not None or group is not None:
+            raise ValueError("shard(..., grid=...) takes the rank and world size from the grid: do not also pass "
+                             "group, rank or world_size (build ProcessGrid(c, world_size=P, rank=r) to simulate)")
         if num_parts != grid.num_block_rows:
             raise ValueError(f"a grid with replication c={grid.replication} on P={grid.world_size} ranks needs a "
                              f"partition into P/c={grid.num_block_rows} parts, but the graph has num_parts="

@@ -14,6 +14,7 @@ from .comm.group import is_distributed
 
 
 def check_grid(world_size: int, replication: int) -> None:
+    """Raises ``ValueError`` unless ``c = replication`` divides ``P`` and ``c²`` divides ``P``."""
     if not isinstance(replication, int) or replication < 1:
         raise ValueError(f"replication must be a positive integer, got {replication!r}")
     if world_size % replication:

@@ -22,6 +22,7 @@ from .cost import CostModel, volumes_of_all_ranks
 from .grid import check_grid
 from .plan import comm_pattern
 
+
 @dataclass
 class LayoutPrediction:
     algorithm: str

@@ -33,19 +33,43 @@ def _bytes_worker(rank, world_size, c, case):
         x = local.x.clone().requires_grad_()
         conv(x, local.adj).sum().backward()
         predicted = ALGORITHMS[algorithm].predict(volumes, CostModel(), OUT * 4).bytes_sent
-        result[algorithm] = (counter.bytes_sent(), counter.bytes_received(), predicted)
+        result[algorithm] = (counter.bytes_sent(), counter.bytes_received(), predicted,
+                             counter.bytes_received("halo"), counter.bytes_sent("halo"))
+    result["grid"] = (grid.row, grid.col) if grid else (rank, 0)
     return result
+
+
+def _halo_rows_from_first_principles(data, row, col, c):
+    """Rows block row ``row`` receives / sends in replica ``col``'s exchange, straight from the edge
+    list (independent of the plan code): sources in the stage blocks of ``col`` with an edge into
+    ``row``; and, if ``row`` itself is a stage block, its rows needed by each other block row."""
+    Q = int(data.num_parts)
+    stages = list(range(col * (Q // c), (col + 1) * (Q // c)))
+    src, dst = data.edge_index
+    part = data.part
+    into = (part[dst] == row) & (part[src] != row) & torch.isin(part[src], torch.tensor(stages))
+    received = torch.unique(src[into]).numel()
+    sent = 0
+    if row in stages:
+        out = (part[src] == row) & (part[dst] != row)
+        sent = torch.unique(torch.stack([src[out], part[dst][out]]), dim=1).size(1) if bool(out.any()) else 0
+    return received, sent
 
 
 @pytest.mark.parametrize("world_size,c,case", [(4, 2, "directed"), (8, 2, "empty_part"), (4, 1, "isolated"),
                                                (4, 2, "isolated")])
 def test_measured_bytes_equal_predicted(world_size, c, case):
     per_rank = launch(_bytes_worker, world_size, c, case)
-    for algorithm in per_rank[0]:
+    data = make_cases(world_size // c)[case]
+    for algorithm in [a for a in per_rank[0] if a != "grid"]:
         sent = [r[algorithm][0] for r in per_rank]
         received = [r[algorithm][1] for r in per_rank]
-        assert sent == [r[algorithm][2] for r in per_rank], algorithm
+        assert sent == [r[algorithm][2] for r in per_rank], algorithm  # the model's bytes = the counted bytes
         assert sum(sent) == sum(received) > 0, algorithm
+        if algorithm in ("1d", "1.5d"):  # the (restricted) halo exchange moved exactly the needed rows
+            for r in per_rank:
+                received_rows, sent_rows = _halo_rows_from_first_principles(data, *r["grid"], c)
+                assert (r[algorithm][3], r[algorithm][4]) == (received_rows * OUT * 4, sent_rows * OUT * 4)
 
 
 def _grid_data(side=120):
@@ -165,11 +189,16 @@ def _layout_errors_worker(rank, world_size):
         errors.append(None)
     except ValueError as e:
         errors.append(str(e))
-    return errors
+    # "auto" never picks an algorithm that refuses learnable edge weights
+    auto = DistributedGCNConv(NUM_FEATURES, OUT, algorithm="auto")
+    weights = torch.ones(one_d_shard.adj.nnz, requires_grad=True)
+    auto(one_d_shard.x, one_d_shard.adj, weights).sum().backward()
+    return errors, auto.chosen_algorithm, [name for name, _, _ in auto.cost_report], weights.grad is not None
 
 
 def test_bad_layouts_raise_clear_errors():
-    errors = launch(_layout_errors_worker, 4)[0]
+    errors, chosen, compared, has_grad = launch(_layout_errors_worker, 4)[0]
+    assert (chosen, compared, has_grad) == ("1d", ["1d"], True)
     assert None not in errors, errors
     assert "partition into P/c=2 parts" in errors[0]
     assert "does not divide" in errors[1]

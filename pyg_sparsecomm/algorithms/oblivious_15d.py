@@ -7,6 +7,7 @@ from torch import Tensor
 from ..adj import HaloAdj
 from ..comm.collectives import row_all_reduce
 from ..cost import CostModel, Prediction, RankVolumes
+from ..grid import ProcessGrid
 from .oblivious_1d import Oblivious1D, broadcast_prediction
 from .sparse_15d import all_reduce_prediction
 
@@ -28,7 +29,8 @@ class Oblivious15D(Oblivious1D):
     auto_candidate = True
     replicated = True
 
-    def __init__(self, adj: HaloAdj, group: Optional[dist.ProcessGroup] = None, grid=None) -> None:
+    def __init__(self, adj: HaloAdj, group: Optional[dist.ProcessGroup] = None,
+                 grid: Optional[ProcessGrid] = None) -> None:
         super().__init__(adj, group, grid)
         self.stage_ranks = grid.stage_blocks()
 

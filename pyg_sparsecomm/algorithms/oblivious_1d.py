@@ -1,5 +1,5 @@
 """Sparsity-oblivious 1D SpMM: the CAGNET baseline that broadcasts whole block rows."""
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import torch
 import torch.distributed as dist
@@ -9,6 +9,9 @@ from ..adj import HaloAdj, make_csr, sort_coo, spmm
 from ..comm.collectives import broadcast_rows, reduce_rows
 from ..cost import CostModel, Prediction, RankVolumes
 from .base import SpMMAlgorithm
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..grid import ProcessGrid
 
 
 def _csr(row: Tensor, col: Tensor, value: Tensor, shape) -> Tensor:
@@ -61,7 +64,8 @@ class Oblivious1D(SpMMAlgorithm):
     auto_candidate = True
     differentiates_edge_weights = False
 
-    def __init__(self, adj: HaloAdj, group: Optional[dist.ProcessGroup] = None, grid=None) -> None:
+    def __init__(self, adj: HaloAdj, group: Optional[dist.ProcessGroup] = None,
+                 grid: Optional["ProcessGrid"] = None) -> None:
         super().__init__(adj, group, grid)
         plan = adj.plan
         #: the block rows broadcast, in stage order (all of them in 1D)

@@ -1,5 +1,5 @@
 """Sparsity-aware 1D SpMM with the halo exchange overlapped by the local SpMM (VLDB'23 Alg. 1-2)."""
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import torch
 import torch.distributed as dist
@@ -9,6 +9,9 @@ from ..adj import HaloAdj, make_csr, sort_coo, spmm
 from ..comm.counters import comm_counter
 from ..comm.halo import start_all_to_all_rows, start_p2p_rows
 from .base import SpMMAlgorithm
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..grid import ProcessGrid
 
 
 class _OverlappedSpMM(torch.autograd.Function):
@@ -54,7 +57,8 @@ class Overlap1D(SpMMAlgorithm):
     #: how the exchange is started: one non-blocking all-to-allv with split sizes
     start_exchange = staticmethod(start_all_to_all_rows)
 
-    def __init__(self, adj: HaloAdj, group: Optional[dist.ProcessGroup] = None, grid=None) -> None:
+    def __init__(self, adj: HaloAdj, group: Optional[dist.ProcessGroup] = None,
+                 grid: Optional["ProcessGrid"] = None) -> None:
         super().__init__(adj, group, grid)
         row, col = adj.coo()
         n = adj.num_owned

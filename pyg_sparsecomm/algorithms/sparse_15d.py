@@ -9,6 +9,7 @@ from torch import Tensor
 from ..adj import HaloAdj
 from ..comm.collectives import ring_allreduce_nbytes, row_all_reduce
 from ..cost import CostModel, Prediction, RankVolumes
+from ..grid import ProcessGrid
 from ..plan import RankPlan
 from .base import SpMMAlgorithm
 from .sparse_1d import SparseAware1D, exchange_prediction
@@ -70,7 +71,8 @@ class SparseAware15D(SpMMAlgorithm):
     auto_candidate = True
     replicated = True
 
-    def __init__(self, adj: HaloAdj, group: Optional[dist.ProcessGroup] = None, grid=None) -> None:
+    def __init__(self, adj: HaloAdj, group: Optional[dist.ProcessGroup] = None,
+                 grid: Optional[ProcessGrid] = None) -> None:
         super().__init__(adj, group, grid)
         self.partial = SparseAware1D(restrict_to_blocks(adj, grid.stage_blocks()), grid.col_group)
 

@@ -102,7 +102,7 @@ class DistributedGCNConv(GCNConv):
         spmm = self._cached_spmm
         if spmm is None:
             if self.chosen_algorithm is None:
-                self.chosen_algorithm = self._choose(adj, grid, x.dtype)
+                self.chosen_algorithm = self._choose(adj, grid, x.dtype, edge_weight)
             spmm = make_algorithm(self.chosen_algorithm, self._adjacency(adj, edge_weight, x, exchange_group),
                                   self.group, grid)
             if self.cached:
@@ -133,13 +133,18 @@ class DistributedGCNConv(GCNConv):
             return distributed_gcn_norm(adj, edge_weight, self.improved, self.add_self_loops, x.dtype, group)
         return adj if edge_weight is None else adj.with_value(edge_weight)
 
-    def _choose(self, adj: HaloAdj, grid: Optional[ProcessGrid], dtype: torch.dtype) -> str:
+    def _choose(self, adj: HaloAdj, grid: Optional[ProcessGrid], dtype: torch.dtype,
+                edge_weight: Optional[Tensor] = None) -> str:
         """``algorithm="auto"``: the candidate with the lowest predicted time, max over ranks."""
         plan = adj.plan
         volumes = RankVolumes.from_counts(plan.send_counts, plan.recv_counts, plan.part_sizes, plan.rank,
                                           grid.col if grid else 0, grid.replication if grid else 1)
         row_bytes = self.out_channels * torch.empty((), dtype=dtype).element_size()
         names = auto_candidates(grid is not None)
+        learnable = (edge_weight is not None and edge_weight.requires_grad) or \
+            (adj.value is not None and adj.value.requires_grad)
+        if learnable:  # never choose an algorithm that would then refuse the learnable weights
+            names = [n for n in names if ALGORITHMS[n].differentiates_edge_weights]
         predictions = [ALGORITHMS[n].predict(volumes, self.cost_model, row_bytes) for n in names]
         worst = torch.tensor([[p.seconds for p in predictions], [p.bytes_sent for p in predictions]],
                              dtype=torch.float64)
@@ -157,8 +162,9 @@ class DistributedGCNConv(GCNConv):
         """Why ``algorithm="auto"`` chose what it chose (available after the first call)."""
         if not self.cost_report:
             return f"algorithm={self.algorithm!r} (nothing was chosen automatically)"
-        lines = [f"cost model: {self.cost_model}", f"SpMM width {self.out_channels}, per SpMM forward + backward, "
-                 f"slowest rank:", f"{'algorithm':<16}{'predicted ms':>14}{'max bytes sent':>16}"]
+        lines = [f"cost model: {self.cost_model}",
+                 f"this layer's SpMM (width {self.out_channels}), forward + backward, i.e. its communication per "
+                 f"training step; slowest rank:", f"{'algorithm':<16}{'predicted ms':>14}{'max bytes sent':>16}"]
         for name, seconds, nbytes in self.cost_report:
             mark = "  <- chosen" if name == self.chosen_algorithm else ""
             lines.append(f"{name:<16}{seconds * 1e3:>14.3f}{nbytes:>16d}{mark}")
