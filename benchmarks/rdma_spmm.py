@@ -24,9 +24,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from _common import GRAPHS, machine, markdown_table, print_table, write_section
+from _common import GRAPHS, machine, markdown_table, print_table, write_section  # noqa: E402 -- after sys.path
 
-from pyg_sparsecomm.rdma.measure import PARTS
+from pyg_sparsecomm.rdma.measure import PARTS  # noqa: E402 -- after sys.path
 
 SPMM_ALGS = ("stationary_c", "stationary_a", "ws_random", "ws_locality", "summa")
 SPGEMM_ALGS = ("stationary_c", "stationary_a", "summa")
@@ -51,14 +51,14 @@ def load_matrix(name: str, rmat_scale: int, permute: bool = False) -> sp.csr_mat
     return sp.csr_matrix((np.ones(ei.shape[1]), (ei[0], ei[1])), shape=(n, n))
 
 
-def worker(args) -> None:
+def worker(args: argparse.Namespace) -> None:
     """Runs under mpiexec: every algorithm on every (graph, op); rank 0 prints one JSON row each."""
     from pyg_sparsecomm.rdma import DenseTiledMatrix, SparseTiledMatrix, spgemm, spmm
     from pyg_sparsecomm.rdma.measure import breakdown_row, measure_get_bandwidth
     from pyg_sparsecomm.rdma.mpi_backend import MPIBackend
     be = MPIBackend()
 
-    def emit(row):
+    def emit(row: dict) -> None:
         if be.rank == 0:
             print("ROW " + json.dumps(row), flush=True)
     if be.world_size > 1:
@@ -92,7 +92,7 @@ def worker(args) -> None:
         A.free()
 
 
-def launch(P: int, args) -> list:
+def launch(P: int, args: argparse.Namespace) -> list:
     cmd = ["mpiexec", "-n", str(P), sys.executable, str(Path(__file__).resolve()), "--worker",
            "--reps", str(args.reps), "--rmat-scale", str(args.rmat_scale), "--graphs", *args.graphs,
            "--cols", *map(str, args.cols)] + ([] if args.spgemm else ["--no-spgemm"])
@@ -145,8 +145,8 @@ def main() -> None:
     rows = [r for r in rows if "alg" in r]
     headers = ["graph", "op", "P", "algorithm", "time ms", "comp", "comm", "acc", "imbal", "resv", "other", "stolen"]
     table = [[r["graph"], r["op"], r["P"], r["alg"], ms(r["time"]), ms(r["parts"]["compute"]),
-              ms(r["parts"]["comm"]), ms(r["parts"]["accumulate"]), ms(r["parts"]["imbalance"]), ms(r["parts"]["reserve"]),
-              ms(r["parts"]["total"] - sum(r["parts"][p] for p in PARTS if p != "total")),
+              ms(r["parts"]["comm"]), ms(r["parts"]["accumulate"]), ms(r["parts"]["imbalance"]),
+              ms(r["parts"]["reserve"]), ms(r["parts"]["total"] - sum(r["parts"][p] for p in PARTS if p != "total")),
               r["parts"]["stolen"]] for r in rows]
     print_table(headers, table)
 
@@ -167,18 +167,22 @@ def main() -> None:
     if args.no_write:
         return
     roofline_svg(HERE / "rdma_roofline.svg", bandwidth, peak, points,
-                 title=f"inter-node roofline, stationary-C, P={max(args.procs)}")
+                 title=f"intra-node roofline, stationary-C, P={max(args.procs)}")
     intro = (f"`python benchmarks/rdma_spmm.py` (launches `mpiexec -n P` itself; MPI one-sided RMA over mpich, "
              f"1 thread per process) — machine: {machine()}. P = 4 runs two processes per core. "
              f"A tiled {TILES}x{TILES} (ragged), 2D block-cyclic process grid; dense B in 2 column tiles. "
              f"Times: median over {args.reps} runs of the slowest rank's end-to-end ms; the breakdown is the mean "
              f"over ranks of that run (paper Table 2): comp = local tile products, comm = waiting for gets / "
-             f"broadcasts / pushes, acc = accumulation into C, imbal = idle in the final barrier and waiting for "
-             f"queued updates, resv = work-stealing fetch-and-add reservations, other = the rest (Python loop "
-             f"overhead, collective allocation of queues, outboxes and reservation grids). R-MAT: scale {args.rmat_scale}, a=0.6, b=c=d=0.4/3, edge factor 8.")
-    roof = (f"**Roofline** (stationary-C, P = {max(args.procs)}): measured get bandwidth {bandwidth / 1e9:.2f} GB/s "
-            f"(largest of 8 KiB–16 MiB gets, rank r from r+1), local peak = measured scipy SpMM "
-            f"{peak / 1e9:.2f} GFlop/s; AI = flops / bytes fetched by gets; plot: `benchmarks/rdma_roofline.svg`.")
+             f"broadcasts / pushes, acc = accumulation into C, imbal = idle in the final barrier, waiting for "
+             f"queued updates and (SpGEMM stationary-A) in the collective outbox allocation after the local "
+             f"products, resv = work-stealing fetch-and-add reservations, other = the rest (Python loop "
+             f"overhead, collective allocation of queues, outboxes and reservation grids). "
+             f"R-MAT: scale {args.rmat_scale}, a=0.6, b=c=d=0.4/3, edge factor 8.")
+    roof = (f"**Roofline** (stationary-C, P = {max(args.procs)}; *intra-node*: all ranks share one machine, so "
+            f"the bandwidth is shared-memory MPI RMA, not a network): measured get bandwidth "
+            f"{bandwidth / 1e9:.2f} GB/s (largest of 8 KiB–16 MiB gets, rank r from r+1), local peak = measured "
+            f"scipy SpMM {peak / 1e9:.2f} GFlop/s; AI = flops / bytes fetched by gets; plot: "
+            f"`benchmarks/rdma_roofline.svg`.")
     fig = ("**Figure 1** (flop load imbalance of R-MAT A·A on a simulated q x q SUMMA grid): end-to-end = "
            "max/avg of each rank's total flops; per-stage = what a code that synchronises after every k-stage "
            "pays, sum_k max / sum_k avg; generator order = R-MAT labels as generated, random = vertices "

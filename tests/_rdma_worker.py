@@ -20,7 +20,7 @@ from pyg_sparsecomm.rdma import (
     ALGORITHMS,
     SPGEMM_ALGORITHMS,
     DenseTiledMatrix,
-    ProcessGrid,
+    TileProcessGrid,
     RemoteQueue,
     SparseTiledMatrix,
     spgemm,
@@ -84,8 +84,14 @@ def check_spmm_and_spgemm() -> None:
     for case, (S, tile, bcols, gcols) in CASES.items():
         X = np.random.default_rng(0).standard_normal((S.shape[1], 6))
         A = SparseTiledMatrix.from_global(be, S, tile)
+        empty = A.directory[:, :, 6] == 0
         if case == "empty_tiles":
-            assert (A.directory[:, :, 6] == 0).any(), "case must contain empty tiles"
+            assert empty.any(), "case must contain empty tiles"
+        # empty tiles take no storage: offsets -1, and the regions hold only the non-empty tiles
+        assert (A.directory[empty][:, 1:4] == -1).all() and (A.directory[~empty][:, 1:4] >= 0).all()
+        mine = [ij for ij in A.my_tiles() if A.nnz(*ij)]
+        assert be.local(A.regions[1]).size == sum(A.tiles.dims(*ij)[0] + 1 for ij in mine), case
+        assert be.local(A.regions[0]).size == sum(A.nnz(*ij) for ij in mine), case
         B = DenseTiledMatrix.from_global(be, X, (tile[1], bcols))
         expect = torch.sparse.mm(torch_csr(S), torch.from_numpy(X)).numpy()
         for name, kwargs in VARIANTS:
@@ -114,33 +120,71 @@ def check_spmm_and_spgemm() -> None:
     report("spgemm_equals_torch")
 
 
+def slow_owner_hook(A, slow: int, signal, word: int, stealable: bool, wait: float = 30.0):
+    """A ``work_hook`` that makes stealing deterministic instead of timing-dependent.
+
+    Every stolen product (``C_ij`` not owned by the computing rank) increments ``signal[word]``
+    at rank 0.  Rank ``slow`` blocks before its first own product until some rank has
+    stolen (or ``wait`` seconds passed), so if anything of rank ``slow`` can be stolen, it is.
+    """
+    waited = [not stealable or RANK != slow]
+
+    def hook(i, j, k):
+        if A.pgrid.owner(i, j) != RANK:
+            be.fetch_add(0, signal, word, 1)
+        elif not waited[0]:
+            waited[0] = True
+            deadline = time.time() + wait
+            while be.fetch_add(0, signal, word, 0) == 0 and time.time() < deadline:
+                time.sleep(1e-3)
+    return hook
+
+
+def stealable_from(A, B, ks, slow: int, victim: str, words, budget) -> bool:
+    """Whether another rank can steal a product of rank ``slow`` besides its first one (``budget``-limited)."""
+    own = [(i, j, k) for (i, j), kk in sorted(ks.items()) if A.pgrid.owner(i, j) == slow for k in kk]
+    if victim == "random":
+        rest = own[1:]
+    else:  # 3D: a thief must own A_ik or B_kj
+        rest = [(i, j, k) for i, j, k in own[1:] if A.owner(i, k) != slow or B.owner(k, j) != slow]
+    return any(budget is None or words[i, j] <= budget for i, j, _ in rest)
+
+
 def check_work_stealing_claims() -> None:
-    """Rank 0 is slowed down so the others steal; every non-empty (i, j, k) is reserved exactly once."""
+    """A rank is held back so the others steal; every non-empty (i, j, k) is reserved exactly once."""
     S, tile = rmat(), (16, 16)
     X = np.random.default_rng(1).standard_normal((S.shape[1], 4))
     A = SparseTiledMatrix.from_global(be, S, tile)
     B = DenseTiledMatrix.from_global(be, X, (16, 4))
-    expect = S @ X
-    M, N = A.grid_shape[0], B.grid_shape[1]
-    all_products = {(i, j, k) for i in range(M) for j in range(N) for k in k_order(A, B, i, j)}
-
-    def slow_rank_zero(i, j, k):
-        if RANK == 0:
-            time.sleep(0.01)
-    for victim in ("random", "locality"):
-        res = work_stealing(A, B, victim=victim, work_hook=slow_rank_zero)
+    # ragged: 128 = 5 * 24 + 8, so C tile row 5 is 8 rows (32 words) and the others 24 rows (96 words)
+    Ar = SparseTiledMatrix.from_global(be, S, (24, 24))
+    Br = DenseTiledMatrix.from_global(be, X, (24, 4))
+    signal = be.alloc(8 if RANK == 0 else 0, np.int64)
+    be.barrier()
+    runs = [("random", A, B, None), ("locality", A, B, None), ("locality budget", Ar, Br, 32)]
+    for word, (victim, A_, B_, budget) in enumerate(runs):
+        M, N = A_.grid_shape[0], B_.grid_shape[1]
+        ks = {(i, j): k_order(A_, B_, i, j) for i in range(M) for j in range(N)}
+        words = {(i, j): A_.tiles.dims(i, 0)[0] * B_.tiles.dims(0, j)[1] for i, j in ks}
+        all_products = {(i, j, k) for (i, j), kk in ks.items() for k in kk}
+        slow = 0 if budget is None else A_.pgrid.owner(M - 1, 0)  # budget run: the ragged row's owner
+        stealable = P > 1 and stealable_from(A_, B_, ks, slow, victim.split()[0], words, budget)
+        hook = slow_owner_hook(A_, slow, signal, word, stealable, wait=30.0 if budget is None else 10.0)
+        res = work_stealing(A_, B_, victim=victim.split()[0], work_hook=hook, steal_budget=budget)
         claims = Counter(c for part in be.allgather(res.claims) for c in part)
         assert set(claims) == all_products, f"{victim}: dropped {all_products - set(claims)}"
         assert max(claims.values()) == 1, f"{victim}: computed twice {[c for c, n in claims.items() if n > 1]}"
         stolen = sum(s["stolen"] for s in res.breakdowns)
-        if P > 1 and any(A.pgrid.owner(i, j) == 0 for i, j, _ in all_products):
-            assert stolen > 0, f"{victim}: nobody stole from the slow rank"
-        assert np.allclose(res.C.to_global(), expect, atol=1e-12), victim
-        if RANK == 0:
+        if stealable:
+            assert stolen > 0, f"{victim}: nobody stole from the held-back rank {slow}"
+        assert np.allclose(res.C.to_global(), S @ X, atol=1e-12), victim
+        if RANK == 0 and budget is None:
             print(f"INFO {victim} stole {stolen} of {len(all_products)} products", flush=True)
         res.C.free()
-    A.free()
-    B.free()
+    be.barrier()
+    be.free(signal)
+    for m in (A, B, Ar, Br):
+        m.free()
     report("work_stealing_each_product_once")
 
 
@@ -180,7 +224,7 @@ def check_queue_concurrent_pushes(per_rank: int = 150) -> None:
 def check_errors_and_measure() -> None:
     X = np.ones((10, 10))
     try:
-        DenseTiledMatrix.from_global(be, X, (3, 3), pgrid=ProcessGrid(P + 1, 1))
+        DenseTiledMatrix.from_global(be, X, (3, 3), pgrid=TileProcessGrid(P + 1, 1))
         raise AssertionError("a process grid larger than the world must be rejected")
     except ValueError as exc:
         assert "process grid" in str(exc)
@@ -190,6 +234,17 @@ def check_errors_and_measure() -> None:
             raise AssertionError(f"tile shape {bad} must be rejected")
         except ValueError as exc:
             assert "tile shape" in str(exc)
+    A = SparseTiledMatrix.from_global(be, sp.eye(10, format="csr"), (5, 5))
+    B = DenseTiledMatrix.from_global(be, X, (5, 5))
+    for alg, bad in (("summa", {"prefetch": False}), ("stationary_c", {"combine": True}),
+                     ("ws_random", {"victim": "locality"})):
+        try:
+            spmm(A, B, alg, **bad)
+            raise AssertionError(f"{alg} must reject {bad}")
+        except ValueError as exc:
+            assert f"algorithm {alg!r} does not take option(s) {sorted(bad)}" in str(exc), str(exc)
+    for m in (A, B):
+        m.free()
     bandwidth = measure_get_bandwidth(be, sizes=(256, 4096), repeats=2)
     assert all(bw > 0 for _, bw in bandwidth)
     report("errors_and_measure")
@@ -227,6 +282,7 @@ if __name__ == "__main__":
     try:
         for name in sys.argv[1:] or CHECKS:
             CHECKS[name]()
+        be.close()  # collective: no window left in use when MPI finalises
     except BaseException:  # noqa: BLE001 -- any failure must abort every rank, or peers hang
         traceback.print_exc()
         sys.stdout.flush()

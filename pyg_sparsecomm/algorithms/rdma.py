@@ -1,13 +1,34 @@
 """``algorithm="rdma"``: the GCN SpMM through the one-sided stationary-C engine (issue #5 part 2, item 5).
 
 Needs ``mpiexec`` (the MPI one-sided backend) *and* ``torch.distributed``
-initialised with the same ranks (the layer's group); import this module before
-building ``DistributedGCNConv(algorithm="rdma")`` so that the name is registered.
+initialised with the same ranks (the layer's group).  The name is registered
+when :mod:`pyg_sparsecomm.algorithms` is imported (it imports this module), so
+``DistributedGCNConv(algorithm="rdma")`` works without importing anything else.
+
+**Engine lifetime.**  Building the tiled adjacency (an *engine*) is collective,
+and so is freeing it (its windows).  Engines are shared: identical adjacencies
+(same values on every rank) get the same engine, handed out as a *lease*.  A
+lease is held by every :class:`RDMAStationaryC` (released by its collective
+:meth:`RDMAStationaryC.close`, or when the object is garbage-collected) and by
+every autograd node of a forward pass (released when the graph is freed), so an
+engine is never freed while a layer or a pending backward still uses it.  Leases
+are counted locally at any time; engines are *freed* only at collective points —
+when an engine is looked up (every rank builds an algorithm at the same point) and
+in :func:`free_engines` — and only engines that are unreferenced on **every** rank
+(their keys are all-gathered), so all ranks free the same engines in the same
+order.  At most :data:`MAX_IDLE_ENGINES` unreferenced engines stay cached for reuse
+(uncached layers rebuild their algorithm every forward).  :func:`free_engines`
+(collective) frees every engine and is also registered with :mod:`atexit`,
+together with closing the backend, so no window is left in use when MPI finalises.
 """
 from __future__ import annotations
 
+import atexit
 import hashlib
+import threading
+import weakref
 from collections import OrderedDict
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -18,10 +39,12 @@ from torch import Tensor
 from ..adj import HaloAdj
 from .base import SpMMAlgorithm
 
-#: tiled adjacencies kept alive between calls, most recent last (identical on every rank, see ``_engine``)
+#: unreferenced engines kept cached (oldest freed first); referenced engines are never freed
+MAX_IDLE_ENGINES = 4
+#: engine key -> engine, least recently looked up first (identical keys and order on every rank)
 _ENGINES: OrderedDict = OrderedDict()
-_MAX_ENGINES = 4
 _BACKEND = None
+_LOCK = threading.Lock()  # lease counts may drop from a garbage-collecting thread
 
 
 def _backend():
@@ -29,7 +52,21 @@ def _backend():
     if _BACKEND is None:
         from ..rdma.mpi_backend import MPIBackend
         _BACKEND = MPIBackend()
+        atexit.register(_shutdown)  # runs before mpi4py's MPI_Finalize (registered earlier, atexit is LIFO)
     return _BACKEND
+
+
+class _Lease:
+    """One reference to an engine; ``release()`` (idempotent, also on garbage collection) drops it."""
+
+    def __init__(self, engine: _TiledAdjacency) -> None:
+        self.engine = engine
+        with _LOCK:
+            engine.users += 1
+        self._finalizer = weakref.finalize(self, _TiledAdjacency._drop, engine)
+
+    def release(self) -> None:
+        self._finalizer()
 
 
 class _TiledAdjacency:
@@ -38,15 +75,22 @@ class _TiledAdjacency:
     Rank ``r``'s owned rows become padded global rows ``[r T, r T + n_r)`` with
     ``T = max_r n_r``, so tile row ``r`` (tile shape ``T x T``) is exactly rank
     ``r``'s block row ``A_{r,:}`` and ``H``'s tile ``r`` its owned rows.  Rank ``k``
-    builds its tiles of ``A^T`` by *getting* ``A_{rk}`` from every rank ``r``.
+    builds its tiles of ``A^T`` by *getting* ``A_{rk}`` from every rank ``r`` with a
+    non-empty block.  Empty blocks take no storage (passed as O(1) empty COO tiles,
+    not stored by :class:`~pyg_sparsecomm.rdma.SparseTiledMatrix`), so a rank holds
+    its own non-zeros, the ``P x P`` directory and its ``H`` buffers — never ``O(N)``.
+
+    ``H`` lives in two reused dense tiled buffers per feature width (see
+    :meth:`multiply`); each product needs exactly one collective (a barrier).
     """
 
     def __init__(self, adj: HaloAdj) -> None:
-        from ..rdma import ProcessGrid, SparseTiledMatrix
+        from ..rdma import SparseTiledMatrix, TileProcessGrid
         plan, be = adj.plan, _backend()
         P, me = plan.world_size, plan.rank
+        self.users, self.freed = 0, False
         self.T = T = max(max(int(s) for s in plan.part_sizes), 1)
-        self.n, self.pgrid = plan.num_owned, ProcessGrid(P, 1)
+        self.n, self.pgrid = plan.num_owned, TileProcessGrid(P, 1)
         row, col = (t.cpu().numpy() for t in adj.coo())
         value = adj._values(torch.float64).detach().cpu().numpy()
         owner = np.full(col.shape, me)
@@ -54,28 +98,101 @@ class _TiledAdjacency:
         halo = col >= plan.num_owned
         owner[halo] = plan.halo_owner.cpu().numpy()[col[halo] - plan.num_owned]
         remote[halo] = plan.halo_remote_index.cpu().numpy()[col[halo] - plan.num_owned]
-        tiles = {(me, j): sp.csr_matrix((value[owner == j], (row[owner == j], remote[owner == j])), shape=(T, T))
-                 for j in range(P)}
+        tiles = {}
+        for j in range(P):
+            sel = owner == j
+            tiles[me, j] = (sp.csr_matrix((value[sel], (row[sel], remote[sel])), shape=(T, T)) if sel.any()
+                            else sp.coo_matrix((T, T)))
         self.A = SparseTiledMatrix.from_local_tiles(be, (P * T, P * T), (T, T), tiles, self.pgrid)
-        fetched = {r: self.A.async_get_tile(r, me) for r in range(P)}
-        t_tiles = {(me, r): sp.csr_matrix(fut.wait().T) for r, fut in fetched.items()}
+        fetched = {r: self.A.async_get_tile(r, me) for r in range(P)}  # empty blocks: no get
+        t_tiles = {}
+        for r, fut in fetched.items():
+            block = fut.wait()
+            t_tiles[me, r] = sp.csr_matrix(block.T) if block.nnz else sp.coo_matrix((T, T))
         self.AT = SparseTiledMatrix.from_local_tiles(be, (P * T, P * T), (T, T), t_tiles, self.pgrid)
+        self.blocks = {id(self.A): self._blocks(self.A), id(self.AT): self._blocks(self.AT)}
+        self._buffers: dict[int, list] = {}  # feature width -> [two DenseTiledMatrix, next index]
 
-    def multiply(self, M, x: Tensor) -> Tensor:
-        """Owned rows of ``M H`` where ``x`` holds this rank's rows of ``H`` (collective)."""
-        from ..rdma import DenseTiledMatrix, stationary_c
-        be, P = _backend(), self.pgrid.rows
-        f = x.size(1)
-        padded = np.zeros((self.T, f))
-        padded[:self.n] = x.detach().cpu().to(torch.float64).numpy()
-        H = DenseTiledMatrix.from_local_tiles(be, (P * self.T, f), (self.T, f), {(be.rank, 0): padded}, self.pgrid)
-        result = stationary_c(M, H)
-        out = torch.from_numpy(result.C.local_tile(be.rank, 0)[:self.n].copy()).to(dtype=x.dtype, device=x.device)
-        result.C.free()
-        H.free()
+    def _blocks(self, M: Any) -> list[tuple[int, sp.csr_matrix, int, int]]:
+        """This rank's non-empty blocks ``(k, M_rk[:, lo:hi], lo, hi)`` in the paper's ``k = (r + t) mod P`` order.
+
+        ``[lo, hi)`` is the range of columns the block uses, so a product fetches only
+        rows ``lo..hi-1`` of ``H_k`` (one contiguous get), not the whole tile.
+        """
+        r, P = M.backend.rank, M.grid_shape[1]
+        out = []
+        for k in ((r + t) % P for t in range(P)):
+            if M.nnz(r, k) == 0:
+                continue
+            tile = M.get_tile(r, k)  # owned: tile row r lives on rank r
+            lo, hi = int(tile.indices.min()), int(tile.indices.max()) + 1
+            out.append((k, sp.csr_matrix(tile[:self.n, lo:hi]), lo, hi))
         return out
 
+    def _buffer(self, f: int):
+        """The next of two ``(P T) x f`` dense tiled ``H`` buffers, allocated (collectively) on first use.
+
+        Alternating two buffers makes one barrier per product enough: a rank writes
+        buffer ``b`` only after the barrier of its previous product, which every rank
+        entered after finishing the reads of the last product that used ``b``.
+        """
+        from ..rdma import DenseTiledMatrix
+        be = _backend()
+        if f not in self._buffers:
+            zero = {(be.rank, 0): np.zeros((self.T, f))}
+            shape = (self.pgrid.rows * self.T, f)
+            self._buffers[f] = [[DenseTiledMatrix.from_local_tiles(be, shape, (self.T, f), zero, self.pgrid)
+                                 for _ in range(2)], 0]
+        pair = self._buffers[f]
+        H = pair[0][pair[1]]
+        pair[1] ^= 1
+        return H
+
+    def multiply(self, M: Any, x: Tensor) -> Tensor:
+        """Owned rows of ``M H`` where ``x`` holds this rank's rows of ``H`` (collective: one barrier).
+
+        Stationary-C (ICS'24 Algorithm 2) with the ``A``-tile row local: for every
+        non-empty block ``M_rk`` rank ``r`` gets rows ``[lo, hi)`` of ``H_k`` (the next
+        get is issued before the current product) and accumulates ``M_rk H_k``.
+        """
+        if self.freed:
+            raise RuntimeError("algorithm='rdma': this tiled adjacency was freed (free_engines() or exit); "
+                               "build the layer's algorithm again")
+        be = _backend()
+        f = x.size(1)
+        H = self._buffer(f)
+        mine = H.local_tile(be.rank, 0)
+        mine[:self.n] = x.detach().cpu().to(torch.float64).numpy()
+        be.barrier()  # every rank's H rows are written and visible
+        region, out = H.regions[0], np.zeros((self.n, f))
+        blocks = self.blocks[id(M)]
+
+        def fetch(b: tuple) -> Any:
+            k, _, lo, hi = b
+            if k == be.rank:
+                return None
+            return be.get_async(k, region, int(H.directory[k, 0, 1]) + lo * f, (hi - lo) * f)
+        pending = fetch(blocks[0]) if blocks else None
+        for n, (_k, tile, lo, hi) in enumerate(blocks):
+            h = mine[lo:hi] if pending is None else pending.wait().reshape(hi - lo, f)
+            pending = fetch(blocks[n + 1]) if n + 1 < len(blocks) else None
+            out += tile @ h
+        return torch.from_numpy(out).to(dtype=x.dtype, device=x.device)
+
+    @staticmethod
+    def _drop(engine: _TiledAdjacency) -> None:
+        with _LOCK:
+            engine.users -= 1
+
     def free(self) -> None:
+        """Collectively frees ``A``, ``A^T`` and the ``H`` buffers (all ranks, same point)."""
+        if self.freed:
+            return
+        self.freed = True
+        for pair, _ in self._buffers.values():
+            for H in pair:
+                H.free()
+        self._buffers.clear()
         self.A.free()
         self.AT.free()
 
@@ -88,32 +205,48 @@ def _fingerprint(adj: HaloAdj) -> str:
     return h.hexdigest()
 
 
-def _engine(adj: HaloAdj) -> _TiledAdjacency:
-    """The tiled adjacency of ``adj``, built collectively once and reused by later layers and calls.
+def _idle() -> list:
+    with _LOCK:
+        return [key for key, engine in _ENGINES.items() if engine.users <= 0]
 
-    Building and freeing are collective, so every rank must take the same branch: the
-    key is the all-gathered tuple of every rank's local fingerprint (two adjacencies can
-    coincide on one rank and differ on another), which keeps the caches identical.
+
+def _evict(idle_everywhere: list, keep: int) -> None:
+    """Frees the oldest engines of ``idle_everywhere`` (computed identically on every rank) beyond ``keep``."""
+    victims = [key for key in _ENGINES if key in set(idle_everywhere)]
+    for key in victims[:max(len(victims) - keep, 0)]:
+        _ENGINES.pop(key).free()
+
+
+def _lease(adj: HaloAdj) -> _Lease:
+    """A lease on the tiled adjacency of ``adj``, built collectively once and shared by later layers and calls.
+
+    Collective.  Every rank must take the same branch: the key is the all-gathered
+    tuple of every rank's local fingerprint (two adjacencies can coincide on one rank
+    and differ on another), and the engines freed are those unreferenced on every rank
+    (all-gathered with the fingerprint), so the caches stay identical.
     """
-    key = tuple(_backend().allgather(_fingerprint(adj)))
+    gathered = _backend().allgather((_fingerprint(adj), _idle()))
+    key = tuple(fp for fp, _ in gathered)
+    idle = set.intersection(*(set(part) for _, part in gathered)) - {key}
     if key in _ENGINES:
         _ENGINES.move_to_end(key)
-        return _ENGINES[key]
-    _ENGINES[key] = _TiledAdjacency(adj)
-    while len(_ENGINES) > _MAX_ENGINES:
-        _ENGINES.popitem(last=False)[1].free()
-    return _ENGINES[key]
+    else:
+        _ENGINES[key] = _TiledAdjacency(adj)
+    lease = _Lease(_ENGINES[key])
+    _evict([k for k in _ENGINES if k in idle], MAX_IDLE_ENGINES)
+    return lease
 
 
 class _RDMASpMM(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x: Tensor, engine: _TiledAdjacency) -> Tensor:
-        ctx.engine = engine
-        return engine.multiply(engine.A, x)
+    def forward(ctx: Any, x: Tensor, lease: _Lease) -> Tensor:
+        ctx.lease = _Lease(lease.engine)  # the graph's own reference: released when the graph is freed
+        return lease.engine.multiply(lease.engine.A, x)
 
     @staticmethod
-    def backward(ctx, grad_out: Tensor):
-        return ctx.engine.multiply(ctx.engine.AT, grad_out), None  # dH = A^T dY, exact for directed A
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor, None]:
+        engine = ctx.lease.engine
+        return engine.multiply(engine.AT, grad_out), None  # dH = A^T dY, exact for directed A
 
 
 class RDMAStationaryC(SpMMAlgorithm):
@@ -121,29 +254,82 @@ class RDMAStationaryC(SpMMAlgorithm):
 
     .. math:: (A H)_r = \sum_{k} A_{r,k} H_k
 
-    Rank ``r`` gets each ``H_k`` with a non-empty ``A_{rk}`` from rank ``k`` (whole
-    tiles: the volume of the oblivious algorithm minus empty blocks), prefetching the
-    next while multiplying.  Backward: the same with the tiled ``A^T``.  Computed in
-    float64 numpy/scipy (CPU).  Must run under ``mpiexec`` with torch.distributed
-    ranks equal to MPI ranks.
+    Rank ``r`` gets, for each non-empty block ``A_{rk}``, the contiguous range of
+    ``H_k``'s rows between the smallest and largest column the block uses, prefetching
+    the next range while multiplying.  **Volume**: this is the *oblivious* algorithm's
+    volume restricted to non-empty blocks and trimmed to each block's column range —
+    rows inside the range that the block does not use are fetched too (no
+    sparsity-aware packing; use ``algorithm="1d"`` for the minimal volume).  Memory per
+    rank: its non-zeros, two ``T x f`` ``H`` buffers per feature width (``T`` = largest
+    part) and what it fetches.  One barrier per SpMM.  Backward: the same with the tiled
+    ``A^T``.  Computed in float64 numpy/scipy on the host (CPU only).  Must run under
+    ``mpiexec`` with torch.distributed ranks equal to MPI ranks.
+
+    The engine is shared through a lease (see the module docstring); :meth:`close`
+    releases it collectively, and it is also released when this object is collected.
     """
     name = "rdma"
     differentiates_edge_weights = False
 
-    def __init__(self, adj: HaloAdj, group: dist.ProcessGroup | None = None, grid=None) -> None:
+    def __init__(self, adj: HaloAdj, group: dist.ProcessGroup | None = None, grid: Any = None) -> None:
         super().__init__(adj, group, grid)
         be = _backend()
         if (be.world_size, be.rank) != (adj.plan.world_size, adj.plan.rank):
             raise RuntimeError(f"algorithm='rdma' needs MPI ranks equal to the shard's ranks: MPI rank "
                                f"{be.rank} of {be.world_size}, shard part {adj.plan.rank} of "
                                f"{adj.plan.world_size}; launch with mpiexec -n {adj.plan.world_size}")
-        self.engine = _engine(adj)
+        self._lease: _Lease | None = _lease(adj)
+
+    @property
+    def engine(self) -> _TiledAdjacency:
+        if self._lease is None:
+            raise RuntimeError("this RDMAStationaryC was closed")
+        return self._lease.engine
 
     def __call__(self, x: Tensor) -> Tensor:
-        return _RDMASpMM.apply(x, self.engine)
+        if self._lease is None:
+            raise RuntimeError("this RDMAStationaryC was closed")
+        return _RDMASpMM.apply(x, self._lease)
+
+    def close(self) -> None:
+        """Collective: releases this layer's engine; unreferenced engines beyond the cache size are freed.
+
+        Pending backward passes keep their own reference, so closing before ``backward``
+        is safe.  Idempotent per object, but every rank must call it at the same point.
+        """
+        if self._lease is not None:
+            self._lease.release()
+            self._lease = None
+        collect()
+
+
+def collect(keep: int = MAX_IDLE_ENGINES) -> None:
+    """Collective: frees the engines unreferenced on every rank, oldest first, keeping ``keep`` of them."""
+    if not _ENGINES and _BACKEND is None:
+        return
+    gathered = _backend().allgather(_idle())
+    _evict(list(set.intersection(*(set(part) for part in gathered))), keep)
 
 
 def free_engines() -> None:
-    """Collectively frees every cached tiled adjacency (call on all ranks before MPI finalises)."""
+    """Collectively frees every cached tiled adjacency, referenced or not (call on all ranks at the same point).
+
+    A layer or a pending backward that still uses a freed engine then raises a clear
+    RuntimeError instead of reading freed memory.  Registered with :mod:`atexit`.
+    """
     while _ENGINES:
         _ENGINES.popitem(last=False)[1].free()
+
+
+def _shutdown() -> None:
+    """atexit: free every engine and close the backend's windows while MPI is still initialised."""
+    global _BACKEND
+    if _BACKEND is None:
+        return
+    try:
+        if _BACKEND.MPI.Is_finalized() or not _BACKEND.MPI.Is_initialized():
+            return
+        free_engines()
+        _BACKEND.close()
+    finally:
+        _BACKEND = None

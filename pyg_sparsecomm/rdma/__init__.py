@@ -1,10 +1,12 @@
 """One-sided (RDMA) distributed SpMM / SpGEMM engine after Brock, Buluç & Yelick, ICS'24.
 
-Backends (:mod:`.backend`): :class:`MPIBackend` (mpi4py one-sided RMA, CPU, run
-under ``mpiexec``) and :class:`SymmetricMemoryBackend` (PyTorch symmetric
-memory, CUDA), chosen by :func:`make_backend`.  Data structures
+Backend (:mod:`.backend`): :class:`MPIBackend` (mpi4py one-sided RMA, CPU, run
+under ``mpiexec``), returned by :func:`make_backend`; every algorithm runs on it.
+There is no working CUDA backend: ``make_backend("cuda")`` raises
+NotImplementedError (the tile kernels are numpy/scipy; see
+:mod:`.symm_backend` for the untested symmetric-memory transport sketch).  Data structures
 (:mod:`.tiled`): :class:`DenseTiledMatrix`, :class:`SparseTiledMatrix` over a
-block-cyclic :class:`ProcessGrid`.  Algorithms: :func:`stationary_c`,
+block-cyclic :class:`TileProcessGrid`.  Algorithms: :func:`stationary_c`,
 :func:`stationary_a`, :func:`work_stealing`, :func:`summa`, dispatched by
 :func:`spmm` / :func:`spgemm`.  Measurements: :mod:`.measure`.
 
@@ -19,17 +21,14 @@ from .queue import Outbox, RemoteQueue
 from .stationary import MatmulResult, stationary_a, stationary_c
 from .stealing import ReservationGrid, work_stealing
 from .summa import summa
-from .tiled import DenseTiledMatrix, ProcessGrid, SparseTiledMatrix, TileGrid
+from .tiled import DenseTiledMatrix, SparseTiledMatrix, TileGrid, TileProcessGrid
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> type:
     # lazy: importing mpi4py initialises MPI, which only launched processes should do
     if name == "MPIBackend":
         from .mpi_backend import MPIBackend
         return MPIBackend
-    if name == "SymmetricMemoryBackend":
-        from .symm_backend import SymmetricMemoryBackend
-        return SymmetricMemoryBackend
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -42,14 +41,13 @@ __all__ = [
     "MPIBackend",
     "MatmulResult",
     "Outbox",
-    "ProcessGrid",
     "RMABackend",
     "Region",
     "RemoteQueue",
     "ReservationGrid",
     "SparseTiledMatrix",
-    "SymmetricMemoryBackend",
     "TileGrid",
+    "TileProcessGrid",
     "make_backend",
     "spgemm",
     "spmm",

@@ -66,6 +66,9 @@ class RMABackend(ABC):
 
     rank: int
     world_size: int
+    #: whether regions are host (numpy) memory the package's numpy/scipy tile kernels can use;
+    #: the tiled matrices and every algorithm require it
+    host_kernels: bool = False
 
     @abstractmethod
     def alloc(self, length: int, dtype: Any = np.float64) -> Region:
@@ -114,18 +117,28 @@ class RMABackend(ABC):
                              f"({region.lengths[rank]} elements)")
 
 
+CUDA_UNSUPPORTED = (
+    "the RDMA algorithms have no CUDA backend: the tiled matrices and the tile kernels are numpy/scipy host code, "
+    "and PyTorch symmetric memory has no Python remote fetch-and-add (needed by stationary-A queues and work "
+    "stealing).  Supported: make_backend('cpu') (MPI one-sided RMA, under mpiexec) for every algorithm.  "
+    "pyg_sparsecomm.rdma.symm_backend.SymmetricMemoryBackend is an untested transport sketch (alloc/get/put/"
+    "barrier only, never run: no GPU was available) and cannot run any algorithm")
+
+
 def make_backend(device: Any = "cpu", **kwargs: Any) -> RMABackend:
-    """The backend for ``device``: MPI one-sided RMA for CPU, symmetric memory for CUDA."""
+    """The backend for ``device``: MPI one-sided RMA for CPU (the only device the algorithms run on).
+
+    ``"cuda"`` raises NotImplementedError saying what is and is not supported
+    (see :data:`CUDA_UNSUPPORTED`); other device types raise ValueError.
+    """
     import torch
     device = torch.device(device)
     if device.type == "cpu":
         from .mpi_backend import MPIBackend
         return MPIBackend(**kwargs)
     if device.type == "cuda":
-        from .symm_backend import SymmetricMemoryBackend
-        return SymmetricMemoryBackend(device=device, **kwargs)
-    raise ValueError(f"no RDMA backend for device type {device.type!r}; use 'cpu' (MPI) or 'cuda' "
-                     f"(PyTorch symmetric memory)")
+        raise NotImplementedError(CUDA_UNSUPPORTED)
+    raise ValueError(f"no RDMA backend for device type {device.type!r}; use 'cpu' (MPI one-sided RMA)")
 
 
 def as_dtype(dtype: Any | None) -> np.dtype:

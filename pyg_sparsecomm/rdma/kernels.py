@@ -1,5 +1,6 @@
 """Local tile kernels, flop counts, per-rank time breakdown and operand checks."""
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Union
@@ -64,7 +65,7 @@ class Breakdown:
     iterations: list[tuple[int, int]] = field(default_factory=list)
 
     @contextmanager
-    def timing(self, part: str):
+    def timing(self, part: str) -> Iterator[None]:
         t0 = time.perf_counter()
         try:
             yield

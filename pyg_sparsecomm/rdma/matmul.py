@@ -1,6 +1,8 @@
 """``spmm`` / ``spgemm``: one entry point over the RDMA algorithms and the SUMMA baseline."""
+import inspect
+from collections.abc import Iterable
 from functools import partial
-from typing import Callable
+from typing import Any, Callable
 
 from .stationary import MatmulResult, stationary_a, stationary_c
 from .stealing import work_stealing
@@ -19,21 +21,40 @@ ALGORITHMS: dict[str, Callable[..., MatmulResult]] = {
 SPGEMM_ALGORITHMS = ("stationary_c", "stationary_a", "summa")
 
 
-def _lookup(algorithm: str, allowed) -> Callable[..., MatmulResult]:
+def options(algorithm: str) -> tuple[str, ...]:
+    """The keyword options ``algorithm`` accepts (beyond ``A`` and ``B``)."""
+    fn = ALGORITHMS[algorithm]
+    fixed = set(fn.keywords) if isinstance(fn, partial) else set()
+    params = inspect.signature(fn.func if isinstance(fn, partial) else fn).parameters
+    return tuple(name for name in list(params)[2:] if name not in fixed)
+
+
+def _lookup(algorithm: str, allowed: Iterable[str], kwargs: dict[str, Any]) -> Callable[..., MatmulResult]:
     if algorithm not in allowed:
         raise ValueError(f"unknown algorithm {algorithm!r}; choose one of {sorted(allowed)}")
+    unknown = sorted(set(kwargs) - set(options(algorithm)))
+    if unknown:
+        raise ValueError(f"algorithm {algorithm!r} does not take option(s) {unknown}; it accepts "
+                         f"{list(options(algorithm)) or 'no options'}")
     return ALGORITHMS[algorithm]
 
 
-def spmm(A: SparseTiledMatrix, B: DenseTiledMatrix, algorithm: str = "stationary_c", **kwargs) -> MatmulResult:
-    """Distributed SpMM ``C = A B`` (sparse ``A``, dense ``B``); collective over ``A.backend``."""
+def spmm(A: SparseTiledMatrix, B: DenseTiledMatrix, algorithm: str = "stationary_c", **kwargs: Any) -> MatmulResult:
+    """Distributed SpMM ``C = A B`` (sparse ``A``, dense ``B``); collective over ``A.backend``.
+
+    ``kwargs`` are the algorithm's options (:func:`options`); others raise ValueError.
+    """
     if not isinstance(B, DenseTiledMatrix):
         raise TypeError(f"spmm needs a DenseTiledMatrix B, got {type(B).__name__}; use spgemm for sparse B")
-    return _lookup(algorithm, ALGORITHMS)(A, B, **kwargs)
+    return _lookup(algorithm, ALGORITHMS, kwargs)(A, B, **kwargs)
 
 
-def spgemm(A: SparseTiledMatrix, B: SparseTiledMatrix, algorithm: str = "stationary_c", **kwargs) -> MatmulResult:
-    """Distributed SpGEMM ``C = A B`` (both CSR tiled); collective over ``A.backend``."""
+def spgemm(A: SparseTiledMatrix, B: SparseTiledMatrix, algorithm: str = "stationary_c",
+           **kwargs: Any) -> MatmulResult:
+    """Distributed SpGEMM ``C = A B`` (both CSR tiled); collective over ``A.backend``.
+
+    ``kwargs`` are the algorithm's options (:func:`options`); others raise ValueError.
+    """
     if not isinstance(B, SparseTiledMatrix):
         raise TypeError(f"spgemm needs a SparseTiledMatrix B, got {type(B).__name__}; use spmm for dense B")
-    return _lookup(algorithm, SPGEMM_ALGORITHMS)(A, B, **kwargs)
+    return _lookup(algorithm, SPGEMM_ALGORITHMS, kwargs)(A, B, **kwargs)

@@ -1,13 +1,17 @@
-"""Measurements of the ICS'24 paper: Table 2 breakdowns, Figure 1 load imbalance, the inter-node roofline.
+"""Measurements of the ICS'24 paper: Table 2 breakdowns, Figure 1 load imbalance, a roofline.
 
-* :func:`breakdown_table` — per-algorithm max-over-ranks seconds of compute,
-  communication, accumulation and load imbalance (Table 2).
+* :func:`breakdown_row` — one Table 2 row from every rank's breakdown: the
+  **mean over ranks** of the seconds of compute, communication, accumulation,
+  load imbalance, reservation and total, plus the slowest rank's total
+  (``max_total``) and the summed steal / product counts.
 * :func:`stage_load_imbalance` — end-to-end vs per-stage max/avg flop
   imbalance of a 2D SpGEMM ``A A`` on a simulated ``q x q`` grid (Figure 1).
-* :func:`measure_get_bandwidth` and :func:`roofline_points` — the inter-node
-  roofline (Section 4): arithmetic intensity of each iteration
-  ``AI = flops / bytes fetched`` against the backend's measured get bandwidth
-  ``beta``; attainable rate ``min(peak, AI * beta)``.
+* :func:`measure_get_bandwidth` and :func:`roofline_points` — the roofline of
+  Section 4: arithmetic intensity of each iteration ``AI = flops / bytes
+  fetched`` against the backend's measured get bandwidth ``beta``; attainable
+  rate ``min(peak, AI * beta)``.  The paper's roofline is *inter-node*; here the
+  bandwidth is measured between MPI processes **on one node** (shared memory),
+  so this is an intra-node roofline and says nothing about network bandwidth.
 * :func:`roofline_svg` — the roofline plot as an SVG (no plotting dependency).
 """
 import math
@@ -103,7 +107,7 @@ def attainable(ai: float, bandwidth: float, peak: float) -> float:
 
 
 def roofline_svg(path, bandwidth: float, peak: float, points: dict[str, tuple[float, float]],
-                 title: str = "inter-node roofline") -> None:
+                 title: str = "intra-node roofline") -> None:
     """Log-log roofline: ``min(peak, AI * bandwidth)`` and one labelled point per (AI, achieved flop/s)."""
     ais = [p[0] for p in points.values()] + [peak / bandwidth]
     rates = [p[1] for p in points.values()] + [peak]

@@ -27,7 +27,7 @@ ALIGN = 64
 DEFAULT_HEAP_MB = 256
 
 
-def import_mpi():
+def import_mpi() -> Any:
     """``mpi4py.MPI``, or an ImportError that says how to install it."""
     try:
         from mpi4py import MPI
@@ -70,6 +70,7 @@ class MPIBackend(RMABackend):
     ``heap_bytes`` (default ``$PYG_SPARSECOMM_RDMA_HEAP_MB`` or 256 MiB per rank) sizes
     the symmetric heap; 0 gives every region its own window.
     """
+    host_kernels = True
 
     def __init__(self, comm: Any | None = None, heap_bytes: int | None = None) -> None:
         self.MPI = MPI = import_mpi()
@@ -140,7 +141,7 @@ class MPIBackend(RMABackend):
         win, target = self._target(region, offset, count)
         request = win.Rget([buf, self._mpi_type[region.dtype]], rank, target=target)
 
-        def finish():
+        def finish() -> np.ndarray:
             request.Wait()  # completes the Rget at the origin: buf holds the data
             return buf
         return Future(finish, buf.nbytes)

@@ -107,7 +107,7 @@ class Outbox:
         self.f_used, self.i_used = f_off + nf, i_off + ni
         return f_off, i_off, nnz
 
-    def fetch(self, src: int, f_off: int, i_off: int, nnz: int, rows: int, cols: int):
+    def fetch(self, src: int, f_off: int, i_off: int, nnz: int, rows: int, cols: int) -> np.ndarray | sp.csr_matrix:
         """Reads a partial stored by ``src`` (the owner's side of a dequeue)."""
         if nnz < 0:
             return self.backend.get(src, self.values, f_off, rows * cols).reshape(rows, cols)

@@ -4,20 +4,24 @@ Both work for SpMM (dense tiled ``B``, dense ``C``) and SpGEMM (CSR tiled
 ``B``, CSR ``C``).  Tile products over an empty ``A_ik`` (or empty CSR
 ``B_kj``) are skipped: the directories tell every rank which tiles are empty,
 so the skipped set is the same everywhere and update counts stay exact.
-Nothing synchronises inside the loops; the only collective steps are the
-allocations before and the final barrier (whose wait is the load-imbalance
-time) and the construction of the result's directory after it.
+Nothing synchronises inside the product loops; the collective steps are the
+allocations before them, the final barrier (whose wait is the load-imbalance
+time) and the construction of the result's directory after it — with one
+exception: **SpGEMM stationary-A** allocates its outbox collectively *after* the
+local products (partial sizes are data-dependent), a global synchronisation
+point in the middle of the algorithm; its wait is counted as load imbalance.
 """
 from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Callable
 
 import scipy.sparse as sp
 
 from .backend import Future
-from .kernels import Breakdown, accumulate, check_operands, tile_flops, tile_product, zero_tile
+from .kernels import Breakdown, Tile, accumulate, check_operands, tile_flops, tile_product, zero_tile
 from .queue import Outbox, RemoteQueue
 from .tiled import DenseTiledMatrix, SparseTiledMatrix, TiledMatrix, TileIndex
 
@@ -34,7 +38,7 @@ class MatmulResult:
     claims: list[tuple[int, int, int]] = field(default_factory=list)
 
 
-def c_layout(A: SparseTiledMatrix, B: TiledMatrix):
+def c_layout(A: SparseTiledMatrix, B: TiledMatrix) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int], int]:
     """Shape, tile shape and tile-grid shape of ``C = A B`` and the inner tile count ``K``."""
     shape = (A.shape[0], B.shape[1])
     tile_shape = (A.tile_shape[0], B.tile_shape[1])
@@ -65,8 +69,9 @@ def fetch_pair(A: TiledMatrix, B: TiledMatrix, i: int, k: int, j: int) -> tuple[
     return A.async_get_tile(i, k), B.async_get_tile(k, j)
 
 
-def pipelined_products(A, B, tasks: Iterable[tuple[int, int, int]], bd: Breakdown, prefetch: bool = True,
-                       work_hook=None) -> Iterator[tuple[tuple[int, int, int], object]]:
+def pipelined_products(A: TiledMatrix, B: TiledMatrix, tasks: Iterable[tuple[int, int, int]], bd: Breakdown,
+                       prefetch: bool = True, work_hook: Callable[[int, int, int], None] | None = None,
+                       ) -> Iterator[tuple[tuple[int, int, int], Tile]]:
     """Yields ``((i, j, k), A_ik @ B_kj)`` for ``tasks``, prefetching the next pair before each product.
 
     ``tasks`` may be a lazy iterator (work stealing reserves the next task when
@@ -95,8 +100,8 @@ def pipelined_products(A, B, tasks: Iterable[tuple[int, int, int]], bd: Breakdow
         current = nxt
 
 
-def finish(A, B, bd: Breakdown, c_tiles: dict[TileIndex, object], t_start: float,
-           claims: list | None = None) -> MatmulResult:
+def finish(A: SparseTiledMatrix, B: TiledMatrix, bd: Breakdown, c_tiles: dict[TileIndex, Tile], t_start: float,
+           claims: list[tuple[int, int, int]] | None = None) -> MatmulResult:
     """Final barrier (timed as load imbalance), then ``C`` built collectively from the local tiles."""
     with bd.timing("imbalance"):
         A.backend.barrier()
@@ -107,7 +112,7 @@ def finish(A, B, bd: Breakdown, c_tiles: dict[TileIndex, object], t_start: float
     return MatmulResult(C, bd, A.backend.allgather(bd.summary()), claims or [])
 
 
-def zero_c_tiles(A, B) -> dict[TileIndex, object]:
+def zero_c_tiles(A: SparseTiledMatrix, B: TiledMatrix) -> dict[TileIndex, Tile]:
     sparse = isinstance(B, SparseTiledMatrix)
     return {(i, j): zero_tile(A.tiles.dims(i, 0)[0], B.tiles.dims(0, j)[1], sparse) for i, j in my_c_tiles(A, B)}
 
@@ -130,7 +135,8 @@ def stationary_c(A: SparseTiledMatrix, B: TiledMatrix, prefetch: bool = True) ->
     return finish(A, B, bd, c_tiles, t_start)
 
 
-def drain(queue: RemoteQueue, outbox: Outbox | None, c_tiles, B, A, bd: Breakdown, limit: int = -1) -> int:
+def drain(queue: RemoteQueue, outbox: Outbox | None, c_tiles: dict[TileIndex, Tile], B: TiledMatrix,
+          A: SparseTiledMatrix, bd: Breakdown, limit: int = -1) -> int:
     """Dequeues ready handles (at most ``limit`` if >= 0), fetches the partials and accumulates them."""
     done = 0
     while limit < 0 or done < limit:
@@ -147,7 +153,8 @@ def drain(queue: RemoteQueue, outbox: Outbox | None, c_tiles, B, A, bd: Breakdow
     return done
 
 
-def drain_until(queue, outbox, c_tiles, B, A, bd: Breakdown, received: int, expected: int) -> int:
+def drain_until(queue: RemoteQueue, outbox: Outbox | None, c_tiles: dict[TileIndex, Tile], B: TiledMatrix,
+                A: SparseTiledMatrix, bd: Breakdown, received: int, expected: int) -> int:
     """Blocks until ``expected`` remote updates were applied; waiting counts as load imbalance."""
     while received < expected:
         got = drain(queue, outbox, c_tiles, B, A, bd)
@@ -158,7 +165,7 @@ def drain_until(queue, outbox, c_tiles, B, A, bd: Breakdown, received: int, expe
     return received
 
 
-def push_partial(queue: RemoteQueue, outbox: Outbox, owner: int, i: int, j: int, k: int, partial,
+def push_partial(queue: RemoteQueue, outbox: Outbox, owner: int, i: int, j: int, k: int, partial: Tile,
                  bd: Breakdown) -> None:
     with bd.timing("comm"):
         f_off, i_off, nnz = outbox.store(partial)
@@ -198,8 +205,12 @@ def stationary_a(A: SparseTiledMatrix, B: TiledMatrix, prefetch: bool = True, co
 
     SpMM partial sizes are known in advance, so the outbox is allocated before
     the loop and updates stream out while computing.  SpGEMM partials have
-    data-dependent sizes: they are kept locally, the outbox is allocated
-    (collectively) once the local products are done, then the handles are pushed.
+    data-dependent sizes: they are kept locally, the outbox is allocated once the
+    local products are done, then the handles are pushed.  That allocation is
+    **collective** (an all-gather of the sizes): every rank waits there for the
+    slowest one to finish its local products, so SpGEMM stationary-A is not free of
+    global synchronisation — the wait is counted as ``imbalance`` in the breakdown,
+    and no remote update is sent before it.
     """
     check_operands(A, B)
     be, bd, t_start = A.backend, Breakdown(), time.perf_counter()
@@ -233,7 +244,8 @@ def stationary_a(A: SparseTiledMatrix, B: TiledMatrix, prefetch: bool = True, co
             deferred.append((i, j, k, sp.csr_matrix(running)))
         running = None
     if sparse_out:
-        outbox = Outbox(be, sum(p.nnz for *_, p in deferred), sum(p.shape[0] + 1 + p.nnz for *_, p in deferred))
+        with bd.timing("imbalance"):  # collective: waits for the slowest rank's local products
+            outbox = Outbox(be, sum(p.nnz for *_, p in deferred), sum(p.shape[0] + 1 + p.nnz for *_, p in deferred))
         for i, j, k, partial in deferred:
             push_partial(queue, outbox, owner(i, j), i, j, k, partial, bd)
     drain_until(queue, outbox, c_tiles, B, A, bd, received, expected)

@@ -134,7 +134,7 @@ def work_stealing(A: SparseTiledMatrix, B, victim: str = "locality", seed: int =
             for n in rng.permutation(len(candidates)):
                 i, j, k = candidates[n]
                 if reserved + words[i, j] > steal_budget:
-                    return
+                    continue  # a smaller (ragged) tile further on may still fit
                 if reserve(i, j, k):
                     reserved += words[i, j]
                     claims.append((i, j, k))

@@ -15,16 +15,17 @@ Tile sizes and nnz are known from the directories, so receivers size their
 buffers without a separate size message.  Needs the MPI backend.
 """
 import time
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
-from .kernels import Breakdown, accumulate, check_operands, tile_flops, tile_product
+from .kernels import Breakdown, Tile, accumulate, check_operands, tile_flops, tile_product
 from .stationary import MatmulResult, finish, nonempty, zero_c_tiles
 from .tiled import SparseTiledMatrix, TiledMatrix, TileIndex
 
 
-def bcast_tiles(comm, root: int, M: TiledMatrix, tiles: list[TileIndex]) -> dict[TileIndex, object]:
+def bcast_tiles(comm: Any, root: int, M: TiledMatrix, tiles: list[TileIndex]) -> dict[TileIndex, Tile]:
     """Broadcasts the listed tiles (all owned by ``root``) packed into one to three buffers."""
     if not tiles:
         return {}

@@ -7,12 +7,18 @@ Written against ``torch.distributed._symmetric_memory`` (alpha API):
 aliasing ``peer``'s allocation, so a one-sided get/put is a device copy from/to
 that view (no action by the peer).
 
-Limits, stated plainly: this backend was written to the PyTorch spec and has
-not been run (the development machine has no GPU); the package's tile kernels
-(:mod:`pyg_sparsecomm.rdma.kernels`) are numpy/scipy CPU kernels, so the
-algorithms run on the MPI backend only.  ``fetch_add`` needs a remote atomic,
-which the Python symmetric-memory API does not expose; it raises
-``NotImplementedError`` rather than emulate an atomic with a racy get+put.
+**Status: an untested transport sketch, not a usable backend.**  It was
+written to the PyTorch spec and has never been run (the development machine has
+no GPU; nothing CUDA is exercised by the tests).  It cannot run any algorithm:
+the tiled matrices and tile kernels (:mod:`pyg_sparsecomm.rdma.tiled`,
+:mod:`pyg_sparsecomm.rdma.kernels`) are numpy/scipy host code and refuse a
+backend without ``host_kernels`` (this one has ``host_kernels = False``), and
+``fetch_add`` needs a remote atomic, which the Python symmetric-memory API does
+not expose, so it raises ``NotImplementedError`` rather than emulate an atomic
+with a racy get+put.  For that reason it is not exported from
+:mod:`pyg_sparsecomm.rdma` and ``make_backend("cuda")`` raises
+``NotImplementedError``; it is importable from this module only for experiments
+with the raw ``alloc``/``get``/``put``/``barrier`` primitives.
 """
 from __future__ import annotations
 
@@ -41,7 +47,11 @@ def check_symmetric_memory_available(device: Any) -> None:
 
 
 class SymmetricMemoryBackend(RMABackend):
-    """``get``/``put`` through peer-mapped symmetric-memory tensors of ``group`` (default world)."""
+    """``get``/``put`` through peer-mapped symmetric-memory tensors of ``group`` (default world).
+
+    Untested sketch (no GPU here); cannot run any algorithm, see the module docstring.
+    """
+    host_kernels = False
 
     def __init__(self, device: Any = "cuda", group: Any | None = None) -> None:
         check_symmetric_memory_available(device)
@@ -73,7 +83,7 @@ class SymmetricMemoryBackend(RMABackend):
         handle.barrier()
         return region
 
-    def local(self, region: Region):
+    def local(self, region: Region) -> Any:
         return self._tensors[region.id][:region.lengths[self.rank]]
 
     def _peer(self, rank: int, region: Region, offset: int, count: int):
@@ -87,7 +97,7 @@ class SymmetricMemoryBackend(RMABackend):
         done = self.torch.cuda.Event()
         done.record()
 
-        def finish():
+        def finish() -> Any:
             done.synchronize()
             return out
         return Future(finish, out.numel() * out.element_size())

@@ -3,7 +3,7 @@
 A matrix of shape ``(m, n)`` is cut into a regular grid of ``tile_shape =
 (tm, tn)`` tiles, ``grid_shape = (ceil(m / tm), ceil(n / tn))``; the last tile
 row/column is ragged when ``tm``/``tn`` does not divide ``m``/``n``.  Tiles are
-assigned to a ``rows x cols`` :class:`ProcessGrid` **block-cyclically**, as in
+assigned to a ``rows x cols`` :class:`TileProcessGrid` **block-cyclically**, as in
 ScaLAPACK:
 
 .. math::
@@ -14,13 +14,19 @@ region; CSR: float64 values, int64 row pointers, int64 column indices) and
 holds a *directory* with, for every tile, the owner rank, the offsets into the
 owner's regions and the tile's sizes — built collectively by one all-gather.
 Any rank then reads any tile with one get (dense) or three gets (CSR) and no
-action by the owner.  Values are float64; tiles are numpy arrays / scipy CSR.
+action by the owner.  An *empty* CSR tile (``nnz == 0``) takes no storage at
+all (not even its row pointers): its directory row has offsets ``-1`` and
+reading it makes no get, so a rank's memory is its non-empty tiles plus the
+``O(tiles)`` directory.  Values are float64; tiles are numpy arrays / scipy CSR
+computed on the host — the tiled matrices need a backend with host-memory
+regions (:attr:`RMABackend.host_kernels`), i.e. the MPI backend.
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -31,7 +37,7 @@ TileIndex = tuple[int, int]
 
 
 @dataclass(frozen=True)
-class ProcessGrid:
+class TileProcessGrid:
     """A ``rows x cols`` grid of ranks, rank ``r * cols + c`` at ``(r, c)``."""
     rows: int
     cols: int
@@ -45,12 +51,12 @@ class ProcessGrid:
         return self.rows * self.cols
 
     @staticmethod
-    def for_world(world_size: int) -> ProcessGrid:
+    def for_world(world_size: int) -> TileProcessGrid:
         """The most square grid with ``rows <= cols`` (P=2: 1x2, P=4: 2x2, P=6: 2x3)."""
         if world_size < 1:
             raise ValueError(f"world size must be >= 1, got {world_size}")
         rows = max(r for r in range(1, math.isqrt(world_size) + 1) if world_size % r == 0)
-        return ProcessGrid(rows, world_size // rows)
+        return TileProcessGrid(rows, world_size // rows)
 
     def owner(self, i: int, j: int) -> int:
         """Block-cyclic owner of tile ``(i, j)``."""
@@ -102,7 +108,7 @@ class TiledMatrix:
     #: directory columns; subclasses add their offsets and sizes
     FIELDS: tuple[str, ...] = ()
 
-    def __init__(self, backend: RMABackend, tiles: TileGrid, pgrid: ProcessGrid, directory: np.ndarray,
+    def __init__(self, backend: RMABackend, tiles: TileGrid, pgrid: TileProcessGrid, directory: np.ndarray,
                  regions: tuple) -> None:
         self.backend, self.tiles, self.pgrid, self.directory, self.regions = backend, tiles, pgrid, directory, regions
 
@@ -125,7 +131,7 @@ class TiledMatrix:
         """The tiles this rank owns, row-major."""
         return [(i, j) for i, j in self.tiles.indices() if self.owner(i, j) == self.backend.rank]
 
-    def get_tile(self, i: int, j: int):
+    def get_tile(self, i: int, j: int) -> np.ndarray | sp.csr_matrix:
         """Blocking read of tile ``(i, j)`` (local tiles are returned without copying; do not modify)."""
         return self.async_get_tile(i, j).wait()
 
@@ -139,8 +145,11 @@ class TiledMatrix:
         self.regions = ()
 
     @staticmethod
-    def _setup(backend: RMABackend, shape, tile_shape, pgrid: ProcessGrid | None):
-        pgrid = pgrid or ProcessGrid.for_world(backend.world_size)
+    def _setup(backend: RMABackend, shape, tile_shape, pgrid: TileProcessGrid | None):
+        if not getattr(backend, "host_kernels", False):
+            raise NotImplementedError(f"{type(backend).__name__} cannot hold tiled matrices: the tile kernels are "
+                                      f"numpy/scipy host code; use the MPI backend (make_backend('cpu'))")
+        pgrid = pgrid or TileProcessGrid.for_world(backend.world_size)
         pgrid.check_world(backend.world_size)
         tiles = TileGrid(tuple(int(s) for s in shape), tuple(int(t) for t in tile_shape))
         mine = [(i, j) for i, j in tiles.indices() if pgrid.owner(i, j) == backend.rank]
@@ -169,7 +178,7 @@ class DenseTiledMatrix(TiledMatrix):
 
     @classmethod
     def from_local_tiles(cls, backend: RMABackend, shape, tile_shape, tiles: dict[TileIndex, np.ndarray],
-                         pgrid: ProcessGrid | None = None) -> DenseTiledMatrix:
+                         pgrid: TileProcessGrid | None = None) -> DenseTiledMatrix:
         """Collective: every rank passes exactly the tiles it owns (``pgrid.owner``)."""
         grid, pgrid, mine = cls._setup(backend, shape, tile_shape, pgrid)
         cls._check_local_tiles(grid, mine, tiles)
@@ -186,7 +195,8 @@ class DenseTiledMatrix(TiledMatrix):
         return cls(backend, grid, pgrid, directory, (region,))
 
     @classmethod
-    def from_global(cls, backend: RMABackend, matrix, tile_shape, pgrid: ProcessGrid | None = None):
+    def from_global(cls, backend: RMABackend, matrix: Any, tile_shape: tuple[int, int],
+                    pgrid: TileProcessGrid | None = None) -> DenseTiledMatrix:
         """Collective: every rank passes the same global matrix (numpy or torch) and keeps its tiles."""
         matrix = np.asarray(matrix.detach().cpu().numpy() if hasattr(matrix, "detach") else matrix, np.float64)
         if matrix.ndim != 2:
@@ -243,26 +253,30 @@ class SparseTiledMatrix(TiledMatrix):
     """CSR tiled matrix; directory row ``(owner, val_off, ptr_off, idx_off, rows, cols, nnz)``.
 
     Reading a remote tile issues three gets (values, row pointers, column
-    indices), completed together by one future (paper Section 3.1.1).
+    indices), completed together by one future (paper Section 3.1.1).  Empty
+    tiles are not stored (offsets ``-1``) and read without any get.
     """
     FIELDS = ("owner", "val_off", "ptr_off", "idx_off", "rows", "cols", "nnz")
 
     @classmethod
     def from_local_tiles(cls, backend: RMABackend, shape, tile_shape, tiles: dict[TileIndex, sp.spmatrix],
-                         pgrid: ProcessGrid | None = None) -> SparseTiledMatrix:
+                         pgrid: TileProcessGrid | None = None) -> SparseTiledMatrix:
         """Collective: every rank passes exactly the (scipy) tiles it owns."""
         grid, pgrid, mine = cls._setup(backend, shape, tile_shape, pgrid)
         cls._check_local_tiles(grid, mine, tiles)
-        csr = {ij: to_scipy_csr(tiles[ij]) for ij in mine}
-        nnz = [csr[ij].nnz for ij in mine]
+        # empty tiles (e.g. ``sp.coo_matrix((rows, cols))``, O(1) memory) are never converted nor stored
+        full = [ij for ij in mine if not (sp.issparse(tiles[ij]) and tiles[ij].nnz == 0)]
+        csr = {ij: to_scipy_csr(tiles[ij]) for ij in full}
+        full = [ij for ij in full if csr[ij].nnz > 0]  # explicit zeros summed away
+        nnz = [csr[ij].nnz for ij in full]
         val_offs = np.cumsum([0] + nnz)
-        ptr_offs = np.cumsum([0] + [csr[ij].shape[0] + 1 for ij in mine])
+        ptr_offs = np.cumsum([0] + [csr[ij].shape[0] + 1 for ij in full])
         values = backend.alloc(int(val_offs[-1]), np.float64)
         indptr = backend.alloc(int(ptr_offs[-1]), np.int64)
         indices = backend.alloc(int(val_offs[-1]), np.int64)
         mem_v, mem_p, mem_i = backend.local(values), backend.local(indptr), backend.local(indices)
-        entries = {}
-        for ij, vo, po in zip(mine, val_offs, ptr_offs):
+        entries = {ij: (backend.rank, -1, -1, -1, *grid.dims(*ij), 0) for ij in mine}
+        for ij, vo, po in zip(full, val_offs, ptr_offs):
             t = csr[ij]
             mem_v[vo:vo + t.nnz], mem_i[vo:vo + t.nnz] = t.data, t.indices
             mem_p[po:po + t.shape[0] + 1] = t.indptr
@@ -272,7 +286,8 @@ class SparseTiledMatrix(TiledMatrix):
         return cls(backend, grid, pgrid, directory, (values, indptr, indices))
 
     @classmethod
-    def from_global(cls, backend: RMABackend, matrix, tile_shape, pgrid: ProcessGrid | None = None):
+    def from_global(cls, backend: RMABackend, matrix: Any, tile_shape: tuple[int, int],
+                    pgrid: TileProcessGrid | None = None) -> SparseTiledMatrix:
         """Collective: every rank passes the same global matrix (scipy, torch sparse or dense)."""
         matrix = to_scipy_csr(matrix)
         grid, pgrid, mine = cls._setup(backend, matrix.shape, tile_shape, pgrid)
@@ -288,6 +303,8 @@ class SparseTiledMatrix(TiledMatrix):
     def async_get_tile(self, i: int, j: int) -> Future:
         owner, vo, po, io, rows, cols, nnz = (int(v) for v in self.directory[i, j])
         values, indptr, indices = self.regions
+        if nnz == 0:  # not stored anywhere: no get
+            return Future.ready(sp.csr_matrix((rows, cols)))
         if owner == self.backend.rank:
             be = self.backend
             tile = sp.csr_matrix((be.local(values)[vo:vo + nnz], be.local(indices)[io:io + nnz],
