@@ -1,9 +1,34 @@
 """Small graphs covering every corner the distributed layer must get right."""
 import torch
 from torch_geometric.data import Data
+from torch_geometric.nn import GCNConv
 from torch_geometric.utils import to_undirected
 
 NUM_FEATURES = 6
+OUT = 5
+
+
+def upstream_grad(num_nodes):
+    """A fixed, non-uniform upstream gradient, so input gradients are really tested."""
+    return torch.randn(num_nodes, OUT, generator=torch.Generator().manual_seed(7))
+
+
+def reference_state(config):
+    """The GCNConv parameters every equivalence test loads (random bias: a zero one would not test it)."""
+    torch.manual_seed(3)
+    conv = GCNConv(NUM_FEATURES, OUT, **config)
+    torch.nn.init.normal_(conv.bias)
+    return conv.state_dict()
+
+
+def reference_outputs(data, config):
+    """Single-process GCNConv: output, input gradient, weight and bias gradients."""
+    conv = GCNConv(NUM_FEATURES, OUT, **config)
+    conv.load_state_dict(reference_state(config))
+    x = data.x.clone().requires_grad_()
+    y = conv(x, data.edge_index, getattr(data, "edge_weight", None))
+    (y * upstream_grad(data.num_nodes)).sum().backward()
+    return y.detach(), x.grad, conv.lin.weight.grad, conv.bias.grad
 
 
 def _random_edges(num_nodes, num_edges, gen, low=0):

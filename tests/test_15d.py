@@ -8,24 +8,12 @@ import pytest
 import torch
 from torch_geometric.nn import GCNConv
 
-from graphs import CONFIGS, NUM_FEATURES, make_cases
+from graphs import CONFIGS, NUM_FEATURES, OUT, make_cases, reference_outputs, reference_state, upstream_grad
 from pyg_sparsecomm import DistributedGCNConv, shard, sync_gradients
 from pyg_sparsecomm.grid import process_grid
 from pyg_sparsecomm.testing import launch
 
-OUT = 5
 ALGORITHMS = ["1.5d", "1.5d_oblivious"]
-
-
-def _upstream(num_nodes):
-    return torch.randn(num_nodes, OUT, generator=torch.Generator().manual_seed(7))
-
-
-def _state(config):
-    torch.manual_seed(3)
-    conv = GCNConv(NUM_FEATURES, OUT, **config)
-    torch.nn.init.normal_(conv.bias)
-    return conv.state_dict()
 
 
 def _worker(rank, world_size, c, config_names):
@@ -33,12 +21,12 @@ def _worker(rank, world_size, c, config_names):
     results = {}
     for case, data in make_cases(world_size // c).items():
         local = shard(data, grid=grid)
-        upstream = _upstream(data.num_nodes)[local.n_id] * local.owner_mask.view(-1, 1)
+        upstream = upstream_grad(data.num_nodes)[local.n_id] * local.owner_mask.view(-1, 1)
         for cfg_name in config_names:
             config = CONFIGS[cfg_name]
             for algorithm in ALGORITHMS:
                 conv = DistributedGCNConv(NUM_FEATURES, OUT, algorithm=algorithm, replication=c, **config)
-                conv.load_state_dict(_state(config))
+                conv.load_state_dict(reference_state(config))
                 outs = []
                 for _ in range(2 if config.get("cached") else 1):
                     conv.zero_grad()
@@ -49,15 +37,6 @@ def _worker(rank, world_size, c, config_names):
                     outs.append((y.detach(), x.grad, conv.lin.weight.grad.clone(), conv.bias.grad.clone()))
                 results[(case, cfg_name, algorithm)] = (local.n_id, local.owner_mask, outs)
     return results
-
-
-def _reference(data, config):
-    conv = GCNConv(NUM_FEATURES, OUT, **config)
-    conv.load_state_dict(_state(config))
-    x = data.x.clone().requires_grad_()
-    y = conv(x, data.edge_index, getattr(data, "edge_weight", None))
-    (y * _upstream(data.num_nodes)).sum().backward()
-    return y.detach(), x.grad, conv.lin.weight.grad, conv.bias.grad
 
 
 @pytest.mark.parametrize("world_size,c,configs", [
@@ -72,7 +51,7 @@ def test_15d_matches_single_process_gcnconv(world_size, c, configs):
     assert len(per_rank[0]) == len(cases) * len(configs) * len(ALGORITHMS)
     for (case, cfg_name, algorithm), (_, _, first_outs) in per_rank[0].items():
         data = cases[case]
-        ref_y, ref_gx, ref_gw, ref_gb = _reference(data, CONFIGS[cfg_name])
+        ref_y, ref_gx, ref_gw, ref_gb = reference_outputs(data, CONFIGS[cfg_name])
         for call in range(len(first_outs)):
             where = f"{case}/{cfg_name}/{algorithm}/P={world_size},c={c}/call {call}"
             gx = torch.zeros_like(ref_gx)
@@ -95,10 +74,10 @@ def _edge_weight_worker(rank, world_size, c):
     data = make_cases(world_size // c)["weighted"]
     local = shard(data, grid=process_grid(c))
     conv = DistributedGCNConv(NUM_FEATURES, OUT, improved=True, algorithm="1.5d", replication=c)
-    conv.load_state_dict(_state({"improved": True}))
+    conv.load_state_dict(reference_state({"improved": True}))
     w = local.edge_weight.clone().requires_grad_()
     y = conv(local.x, local.adj, w)
-    (y * _upstream(data.num_nodes)[local.n_id] * local.owner_mask.view(-1, 1)).sum().backward()
+    (y * upstream_grad(data.num_nodes)[local.n_id] * local.owner_mask.view(-1, 1)).sum().backward()
     return local.e_id, w.grad
 
 
@@ -107,9 +86,9 @@ def test_15d_learnable_edge_weights():
     per_rank = launch(_edge_weight_worker, 4, 2)
     data = make_cases(2)["weighted"]
     conv = GCNConv(NUM_FEATURES, OUT, improved=True)
-    conv.load_state_dict(_state({"improved": True}))
+    conv.load_state_dict(reference_state({"improved": True}))
     w = data.edge_weight.clone().requires_grad_()
-    (conv(data.x, data.edge_index, w) * _upstream(data.num_nodes)).sum().backward()
+    (conv(data.x, data.edge_index, w) * upstream_grad(data.num_nodes)).sum().backward()
     grad = torch.zeros_like(w)
     for e_id, grad_w in per_rank:
         grad.index_add_(0, e_id, grad_w)

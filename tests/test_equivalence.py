@@ -9,25 +9,11 @@ import pytest
 import torch
 from torch_geometric.nn import GCNConv
 
-from graphs import CONFIGS, NUM_FEATURES, make_cases
+from graphs import CONFIGS, NUM_FEATURES, OUT, make_cases, reference_outputs, reference_state, upstream_grad
 from pyg_sparsecomm import DistributedGCNConv, shard, sync_gradients
 from pyg_sparsecomm.testing import launch
 
-OUT = 5
 ALGORITHMS = ["1d", "oblivious", "1d_overlap", "1d_overlap_p2p"]
-
-
-def _upstream(num_nodes):
-    """A fixed, non-uniform upstream gradient, so input gradients are really tested."""
-    gen = torch.Generator().manual_seed(7)
-    return torch.randn(num_nodes, OUT, generator=gen)
-
-
-def _state(config):
-    torch.manual_seed(3)
-    conv = GCNConv(NUM_FEATURES, OUT, **config)
-    torch.nn.init.normal_(conv.bias)  # a zero bias would not test the bias path
-    return conv.state_dict()
 
 
 def _worker(rank, world_size):
@@ -35,11 +21,11 @@ def _worker(rank, world_size):
     results = {}
     for case, data in cases.items():
         local = shard(data)
-        upstream = _upstream(data.num_nodes)[local.n_id]
+        upstream = upstream_grad(data.num_nodes)[local.n_id]
         for cfg_name, config in CONFIGS.items():
             for algorithm in ALGORITHMS:
                 conv = DistributedGCNConv(NUM_FEATURES, OUT, algorithm=algorithm, **config)
-                conv.load_state_dict(_state(config))
+                conv.load_state_dict(reference_state(config))
                 outs = []
                 for _ in range(2 if config.get("cached") else 1):  # second call uses the cache
                     conv.zero_grad()
@@ -52,15 +38,6 @@ def _worker(rank, world_size):
     return results
 
 
-def _reference(data, config):
-    conv = GCNConv(NUM_FEATURES, OUT, **config)
-    conv.load_state_dict(_state(config))
-    x = data.x.clone().requires_grad_()
-    y = conv(x, data.edge_index, getattr(data, "edge_weight", None))
-    (y * _upstream(data.num_nodes)).sum().backward()
-    return y.detach(), x.grad, conv.lin.weight.grad, conv.bias.grad
-
-
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4, 8])
 def test_matches_single_process_gcnconv(world_size):
     per_rank = launch(_worker, world_size)
@@ -68,7 +45,7 @@ def test_matches_single_process_gcnconv(world_size):
     assert len(per_rank[0]) == len(cases) * len(CONFIGS) * len(ALGORITHMS)
     for (case, cfg_name, algorithm), _ in per_rank[0].items():
         data = cases[case]
-        ref_y, ref_gx, ref_gw, ref_gb = _reference(data, CONFIGS[cfg_name])
+        ref_y, ref_gx, ref_gw, ref_gb = reference_outputs(data, CONFIGS[cfg_name])
         assert ref_gx.abs().sum() > 0
         num_calls = len(per_rank[0][(case, cfg_name, algorithm)][1])
         for call in range(num_calls):
@@ -94,11 +71,11 @@ def _edge_weight_worker(rank, world_size, dtype):
         data = make_cases(world_size)[case]
         local = shard(data)
         conv = DistributedGCNConv(NUM_FEATURES, OUT, improved=True).to(dtype)
-        conv.load_state_dict(_state({"improved": True}))
+        conv.load_state_dict(reference_state({"improved": True}))
         x = local.x.to(dtype).requires_grad_()
         w = local.edge_weight.to(dtype).requires_grad_()
         y = conv(x, local.adj, w)
-        (y * _upstream(data.num_nodes)[local.n_id].to(dtype)).sum().backward()
+        (y * upstream_grad(data.num_nodes)[local.n_id].to(dtype)).sum().backward()
         sync_gradients(conv)
         results[case] = (local.n_id, local.e_id, y.detach(), x.grad, w.grad, conv.lin.weight.grad)
         for algorithm in ["oblivious", "1d_overlap", "1d_overlap_p2p"]:
@@ -118,11 +95,11 @@ def test_learnable_edge_weights_and_dtypes(dtype):
         if case not in per_rank[0]:
             continue
         conv = GCNConv(NUM_FEATURES, OUT, improved=True).to(dtype)
-        conv.load_state_dict(_state({"improved": True}))
+        conv.load_state_dict(reference_state({"improved": True}))
         x = data.x.to(dtype).requires_grad_()
         w = data.edge_weight.to(dtype).requires_grad_()
         ref = conv(x, data.edge_index, w)
-        (ref * _upstream(data.num_nodes).to(dtype)).sum().backward()
+        (ref * upstream_grad(data.num_nodes).to(dtype)).sum().backward()
         y, gx, gw = torch.zeros_like(ref), torch.zeros_like(x), torch.zeros_like(w)
         for r in range(world_size):
             n_id, e_id, yy, gxx, gww, glin = per_rank[r][case]
