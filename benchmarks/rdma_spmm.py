@@ -27,6 +27,7 @@ sys.path.insert(0, str(HERE.parent))
 from _common import GRAPHS, machine, markdown_table, print_table, write_section  # noqa: E402 -- after sys.path
 
 from pyg_sparsecomm.rdma.measure import PARTS  # noqa: E402 -- after sys.path
+from pyg_sparsecomm.rdma.mpi_backend import find_mpiexec  # noqa: E402
 
 SPMM_ALGS = ("stationary_c", "stationary_a", "ws_random", "ws_locality", "summa")
 SPGEMM_ALGS = ("stationary_c", "stationary_a", "summa")
@@ -93,7 +94,7 @@ def worker(args: argparse.Namespace) -> None:
 
 
 def launch(P: int, args: argparse.Namespace) -> list:
-    cmd = ["mpiexec", "-n", str(P), sys.executable, str(Path(__file__).resolve()), "--worker",
+    cmd = [find_mpiexec(), "-n", str(P), sys.executable, str(Path(__file__).resolve()), "--worker",
            "--reps", str(args.reps), "--rmat-scale", str(args.rmat_scale), "--graphs", *args.graphs,
            "--cols", *map(str, args.cols)] + ([] if args.spgemm else ["--no-spgemm"])
     env = dict(os.environ, OMP_NUM_THREADS="1", UCX_LOG_LEVEL="error", PYTHONWARNINGS="ignore",

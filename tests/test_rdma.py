@@ -8,7 +8,6 @@ one is a failure, not a skip.
 """
 import functools
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +20,7 @@ import scipy.sparse as sp
 from pyg_sparsecomm.datasets import rmat_graph
 from pyg_sparsecomm.rdma import DenseTiledMatrix, TileGrid, TileProcessGrid, make_backend
 from pyg_sparsecomm.rdma.measure import roofline_svg, stage_load_imbalance
-from pyg_sparsecomm.rdma.mpi_backend import SymmetricHeap
+from pyg_sparsecomm.rdma.mpi_backend import SymmetricHeap, find_mpiexec
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = Path(__file__).resolve().parent / "_rdma_worker.py"
@@ -33,9 +32,10 @@ CHECKS = ("spmm_equals_torch", "spgemm_equals_torch", "work_stealing_each_produc
 
 def mpiexec(P: int, *args: str, timeout: float = 150) -> subprocess.CompletedProcess:
     """``mpiexec -n P python *args`` with one thread per process; a timeout fails the test."""
-    exe = shutil.which("mpiexec")
-    if exe is None:
-        pytest.fail('mpiexec not found on PATH: pip install "pyg_sparsecomm[mpi]" (mpich wheel provides it)')
+    try:
+        exe = find_mpiexec()
+    except FileNotFoundError as exc:
+        pytest.fail(str(exc))
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
                UCX_LOG_LEVEL="error", PYTHONWARNINGS="ignore", RDMA_TEST_DUMP_AFTER=str(timeout - 10))
     try:

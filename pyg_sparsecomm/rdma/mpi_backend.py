@@ -27,6 +27,29 @@ ALIGN = 64
 DEFAULT_HEAP_MB = 256
 
 
+def find_mpiexec() -> str:
+    """The ``mpiexec`` launcher: on ``PATH``, else beside this interpreter's installed scripts (where
+    ``pip install mpich`` puts it, also when that folder is not on ``PATH``, e.g. ``pip install --user``)."""
+    import shutil
+    import sys
+    import sysconfig
+    from pathlib import Path
+
+    found = shutil.which("mpiexec")
+    if found:
+        return found
+    for scheme in (None, f"{os.name}_user"):
+        try:
+            folder = Path(sysconfig.get_path("scripts", scheme) if scheme else sysconfig.get_path("scripts"))
+        except KeyError:
+            continue
+        if (folder / "mpiexec").exists():
+            return str(folder / "mpiexec")
+    if (Path(sys.executable).parent / "mpiexec").exists():
+        return str(Path(sys.executable).parent / "mpiexec")
+    raise FileNotFoundError(f"mpiexec not found on PATH nor beside {sys.executable}: {MPI_INSTALL_HINT}")
+
+
 def import_mpi() -> Any:
     """``mpi4py.MPI``, or an ImportError that says how to install it."""
     try:
