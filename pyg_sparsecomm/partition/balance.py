@@ -2,38 +2,57 @@
 
 Graph and hypergraph partitioners minimise the *total* volume; the time of the
 all-to-allv is set by the busiest rank (ICPP'24 §5, "Graph-VB").  This
-refinement moves boundary vertices out of the ranks with the largest send
-volume, vectorised in rounds:
+refinement moves single vertices, vectorised in rounds, on the column-net
+model (net ``j = {j} ∪ {i : j -> i}``, owned by the part of row ``j``):
 
-1. From the column-net state (pins of every net per part) compute each part's
-   send volume ``S_p = Σ_{j owned by p} (λ_j - 1)``, receive volume ``R_p`` and
-   compute weight ``W_p`` (row nonzeros).
-2. Candidates: vertices ``v`` of the parts with ``S_p >= (1 - slack) max S``
-   whose net spans other parts, each with every destination ``b ∈ Λ_v``; per
-   hot part the ``4 × batch`` with the largest ``λ_v`` are evaluated.  The
-   exact effect of a move on every part's ``S`` and ``R`` and on km1 is
-   computed from pin counts (the net of ``v`` changes owner; the nets of
-   ``v``'s in-neighbours lose a pin in ``a`` and gain one in ``b``).
-3. A candidate is admissible if it keeps ``W_b <= (1 + ε) avg W``, raises no
-   part's ``S`` to the current maximum nor any ``R`` to the current maximum
-   receive volume, and lowers ``S_a``.  The best ones (largest drop of
-   ``S_a``, then smallest km1 increase) are taken greedily so that no two
-   chosen moves share a net — their effects are then exactly additive.
-4. The batch is applied and the state recomputed.  Moves are exact one at a
-   time, but several may load the same part: a batch that raises the maximum
-   send or receive volume, km1 beyond ``(1 + max_total_increase)`` times its
-   initial value, or the compute limit, or that does not lower the send load
-   above the hot threshold ``Σ_p max(0, S_p - (1 - slack) max S)``, is undone
-   and retried at half the size.
-   The refinement stops when no admissible move is left, the batch size
-   reaches zero, or after ``max_rounds``.
+1. From the pins of every net per part compute each part's send volume
+   ``S_p = Σ_{j owned by p} (λ_j - 1)``, receive volume ``R_p`` and compute
+   weight ``W_p`` (row nonzeros).
+2. Candidates (``v`` moves from ``a`` to ``b``) are generated for the *focus*
+   parts: *out-moves* of every vertex of a focus part to a part that holds
+   pins of its net, and *pull-moves* of the lone pin ``u`` that a net owned
+   by a focus part has in another part (pulling ``u`` in removes that part
+   from the net).  Per focus part only the ``4 × batch`` with the best cheap
+   score (the most its send could drop) go on.
+3. The exact effect of each move alone on every part's ``S``, on ``R_a``,
+   ``R_b`` and on km1 is computed from pin counts (net ``v`` changes owner and
+   maybe ``λ``; every net that has ``v`` as a pin may lose part ``a`` and gain
+   ``b``).
+4. A greedy pass takes the best admissible moves that share no net one of
+   them changes (so their effects add up exactly; nets left unchanged may be
+   shared, which hubs' nets need), while checking the accumulated ``S``,
+   ``R``, ``W``, km1 and hot excess of the parts they touch.  The batch is
+   applied and re-verified from scratch (a failing batch is undone and
+   retried at half the size).
 
-Never increases the maximum send volume (a round that would is undone) and
-never breaks the compute balance ``(1 + ε) avg W`` (unless the input already
-did, in which case no move may add weight to an overloaded part).
-Cost per round: O((E + pins) log E) numpy work; rounds are bounded by ``max_rounds``.
+Two phases alternate (``cycles`` times, until neither makes progress), after a
+first **compute phase** if the input exceeds the compute limit (focus = the
+overloaded parts; out-moves to parts with room that raise no ``S`` above the
+maximum, fewest km1 first, until no part is over or no move is left):
+
+* **max phase** (minimises ``max_p S_p``): focus = *hot* parts,
+  ``S_p >= (1 - slack) max S``.  A move is admissible if the largest ``S``
+  among the parts it changes goes down (``max(S + ΔS) < max S`` over those
+  parts) and that is at least the hot threshold; best = hottest part first,
+  then smallest km1 increase.  A batch must lower the hot excess
+  ``Σ_p max(0, S_p - (1 - slack) max S)``.
+* **volume phase** (minimises km1 = total volume under the max cap): focus =
+  every part; admissible moves lower km1 and raise no ``S`` above the current
+  maximum; the phase ends once a round gains less than 0.05 % of km1.  It
+  pays back volume spent by the max phase (or by a multi-constraint start,
+  see :mod:`.multiconstraint`) and frees room.
+
+Guarantees (checked on every batch): the maximum send volume never increases,
+nor the maximum receive volume; compute stays within ``(1 + ε) avg W`` (or the
+input's maximum, if that was already larger); km1 stays within
+``(1 + max_total_increase)`` times its initial value; the result is
+deterministic.  Cost per round: O((pins of the candidates' nets) log E) numpy
+work plus a Python pass over the admissible moves (at most ``4 × batch`` per
+focus part are evaluated); rounds are bounded by ``max_rounds`` per max phase and
+``side_rounds`` per volume or compute phase, and a max phase ends early once
+the maximum stalls (``patience``).
 """
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -42,159 +61,274 @@ from torch import Tensor
 from .methods import row_nnz
 
 
-@dataclass
-class _State:
+class _Nets(NamedTuple):
+    net_of_pin: np.ndarray  # pins as (net, vertex) pairs, sorted by net
+    pins: np.ndarray
+    net_ptr: np.ndarray     # CSR over nets
+    in_ptr: np.ndarray      # CSR over vertices: the nets each vertex is a pin of (incl. its own)
+    in_net: np.ndarray
+    weights: np.ndarray     # row nonzeros = compute per vertex
+
+
+class _State(NamedTuple):
     S: np.ndarray       # send volume per part
     R: np.ndarray       # receive volume per part
     W: np.ndarray       # compute weight per part
     km1: int
+    lam: np.ndarray     # parts spanned by every net
     keys: np.ndarray    # sorted unique net * P + part (a part holding pins of the net)
     counts: np.ndarray  # pins of the net in that part
 
 
-def _state(net_of_pin, pins, part, weights, P) -> _State:
+def column_net_pins(edge_index: Tensor, num_nodes: int) -> _Nets:
+    """The column-net hypergraph as pin lists (self-loops folded into the ``{j}`` pin)."""
+    N = int(num_nodes)
+    src, dst = edge_index.numpy()
+    keep = src != dst
+    nodes = np.arange(N, dtype=np.int64)
+    pairs = np.unique(np.concatenate([src[keep] * N + dst[keep], nodes * N + nodes]))
+    net_of_pin, pins = pairs // N, pairs % N
+    net_ptr = np.concatenate([[0], np.cumsum(np.bincount(net_of_pin, minlength=N))])
+    in_ptr = np.concatenate([[0], np.cumsum(np.bincount(pins, minlength=N))])
+    in_net = net_of_pin[np.argsort(pins, kind="stable")]
+    return _Nets(net_of_pin, pins, net_ptr, in_ptr, in_net, row_nnz(edge_index, N))
+
+
+def _state(nets: _Nets, part: np.ndarray, P: int) -> _State:
     N = part.size
-    keys, counts = np.unique(net_of_pin * P + part[pins], return_counts=True)
+    keys, counts = np.unique(nets.net_of_pin * P + part[nets.pins], return_counts=True)
     net, holder = keys // P, keys % P
     lam = np.bincount(net, minlength=N)
-    S = np.bincount(part, weights=np.maximum(lam - 1, 0), minlength=P).astype(np.int64)  # net j is owned by j
+    S = np.bincount(part, weights=lam - 1, minlength=P).astype(np.int64)  # net j is owned by j
     R = np.bincount(holder[holder != part[net]], minlength=P).astype(np.int64)
-    W = np.bincount(part, weights=weights, minlength=P).astype(np.int64)
-    return _State(S, R, W, int(np.maximum(lam - 1, 0).sum()), keys, counts)
+    W = np.bincount(part, weights=nets.weights, minlength=P).astype(np.int64)
+    return _State(S, R, W, int((lam - 1).sum()), lam, keys, counts)
 
 
 def _count(state: _State, net: np.ndarray, p: np.ndarray, P: int) -> np.ndarray:
     """Pins of each ``net`` in part ``p`` (0 where none)."""
     key = net * P + p
-    idx = np.searchsorted(state.keys, key)
-    idx = np.minimum(idx, state.keys.size - 1)
+    idx = np.minimum(np.searchsorted(state.keys, key), state.keys.size - 1)
     return np.where(state.keys[idx] == key, state.counts[idx], 0)
+
+
+def _expand(ptr: np.ndarray, values: np.ndarray, rows: np.ndarray):
+    """CSR slices ``values[ptr[r]:ptr[r + 1]]`` of ``rows`` concatenated, with the index into ``rows``."""
+    deg = ptr[rows + 1] - ptr[rows]
+    which = np.repeat(np.arange(rows.size), deg)
+    first = np.concatenate([[0], np.cumsum(deg)[:-1]]).astype(np.int64)
+    return which, values[np.repeat(ptr[rows] - first, deg) + np.arange(int(deg.sum()))]
+
+
+def _candidates(nets: _Nets, state: _State, part: np.ndarray, focus: np.ndarray, P: int, pulls: bool = True):
+    """Moves ``(v, b)`` for the focus parts with the part they serve (``lead``) and a cheap score.
+
+    Out-moves of a focus part's vertex ``v`` score ``λ_v - 1`` (the most its owner's
+    send can drop); pull-moves of ``u`` into focus part ``b`` score the number of
+    ``b``-owned nets in which ``u`` is the lone pin of its part.
+    """
+    net, holder = state.keys // P, state.keys % P
+    sel = focus[part[net]] & (holder != part[net])
+    # the lone pin u of a focus-owned net in another part: pulling u in drops that part
+    lone = sel & (state.counts == 1) & pulls
+    pi, u = _expand(nets.net_ptr, nets.pins, net[lone])
+    is_lone = part[u] == holder[lone][pi]
+    u, into = u[is_lone], part[net[lone][pi[is_lone]]]
+    pull_key, pull_score = np.unique(u * P + into, return_counts=True)
+    out_key = state.keys[sel] // P * P + holder[sel]  # sorted and unique already
+    key = np.concatenate([out_key, pull_key])
+    v, b = key // P, key % P
+    lead = np.concatenate([part[out_key // P], pull_key % P])
+    score = np.concatenate([state.lam[out_key // P] - 1, pull_score])
+    keep = b != part[v]
+    return v[keep], b[keep], lead[keep], score[keep]
+
+
+def _best_per_lead(lead: np.ndarray, score: np.ndarray, cost: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the ``k`` best-scored candidates of every lead part (ties: lowest cost)."""
+    order = np.lexsort((cost, -score, lead))
+    first = np.searchsorted(lead[order], lead[order])
+    return np.sort(order[np.arange(order.size) - first < k])
+
+
+def _evaluate(nets: _Nets, state: _State, part: np.ndarray, v: np.ndarray, b: np.ndarray, P: int):
+    """Exact effect of each move alone: sparse ``(candidate, part, ΔS)``, ``ΔR_a``, ``ΔR_b``, ``Δkm1``,
+    and the candidate's other nets with a flag for those whose ``λ`` it changes."""
+    a = part[v]
+    cnt_a, cnt_b = _count(state, v, a, P), _count(state, v, b, P)
+    lam_v = state.lam[v]
+    lam_new = lam_v - (cnt_a == 1) + (cnt_b == 0)
+    dR_a = (cnt_a >= 2).astype(np.int64)   # a keeps pins of net v: it now receives row v
+    dR_b = -(cnt_b > 0).astype(np.int64)   # b owns v, no longer receives it
+    c_idx, j = _expand(nets.in_ptr, nets.in_net, v)
+    other = j != v[c_idx]
+    c_idx, j = c_idx[other], j[other]
+    owner = part[j]
+    leave = (_count(state, j, a[c_idx], P) == 1) & (owner != a[c_idx])  # net j loses part a
+    join = _count(state, j, b[c_idx], P) == 0                           # net j gains part b
+    d_lam = join.astype(np.int64) - leave
+    m = v.size
+    dkm1 = np.bincount(c_idx, weights=d_lam, minlength=m).astype(np.int64) + (lam_new - lam_v)
+    dR_a = dR_a - np.bincount(c_idx, weights=leave, minlength=m).astype(np.int64)
+    dR_b = dR_b + np.bincount(c_idx, weights=join, minlength=m).astype(np.int64)
+    ar = np.arange(m)
+    key, inv = np.unique(np.concatenate([c_idx * P + owner, ar * P + a, ar * P + b]), return_inverse=True)
+    d = np.bincount(inv, weights=np.concatenate([d_lam, -(lam_v - 1), lam_new - 1])).astype(np.int64)
+    nz = d != 0
+    moved_nets = (c_idx, j, leave | join)  # per candidate: its other nets, and which ones change λ
+    return key[nz] // P, key[nz] % P, d[nz], dR_a, dR_b, dkm1, moved_nets
+
+
+def _round(nets, state, part, P, phase, limits, batch, slack):
+    """One batch of moves of ``phase`` (``"max"``, ``"volume"`` or ``"compute"``); the new part or None."""
+    w_limit, r_limit, km1_limit, w_target = limits
+    max_s = state.S.max()
+    tau = (1 - slack) * max_s if phase == "max" else -1
+    focus = state.W > w_target if phase == "compute" else state.S >= tau
+    # with every part in focus, pulls mostly repeat out-moves (all of them, on symmetric graphs)
+    v, b, lead, score = _candidates(nets, state, part, focus, P, pulls=phase == "max")
+    room = w_target if phase == "compute" else w_limit
+    ok = state.W[b] + nets.weights[v] <= room
+    if phase == "compute":
+        ok &= focus[part[v]]  # out of the overloaded parts only
+    ok = np.flatnonzero(ok)
+    # exact evaluation costs the candidate's nets: only the most promising per lead part
+    ok = ok[_best_per_lead(lead[ok], score[ok], nets.in_ptr[v[ok] + 1] - nets.in_ptr[v[ok]], 4 * batch)]
+    v, b = v[ok], b[ok]
+    if v.size == 0:
+        return None
+    c, p, d, dR_a, dR_b, dkm1, (n_idx, n_net, n_changes) = _evaluate(nets, state, part, v, b, P)
+    a = part[v]
+    before, after = np.full(v.size, -1), np.full(v.size, -1)
+    np.maximum.at(before, c, state.S[p])
+    np.maximum.at(after, c, state.S[p] + d)
+    adm = ((state.R[a] + dR_a <= r_limit) & (state.R[b] + dR_b <= r_limit)
+           & (state.km1 + dkm1 <= km1_limit))
+    if phase == "max":
+        adm &= (before >= tau) & (after < before)
+        idx = np.flatnonzero(adm)
+        idx = idx[np.lexsort((after[idx] - before[idx], dkm1[idx], -before[idx]))]
+    else:
+        adm &= (after <= max_s)
+        if phase == "volume":
+            adm &= dkm1 < 0
+        idx = np.flatnonzero(adm)
+        idx = idx[np.lexsort((after[idx], dkm1[idx]))]
+    if idx.size == 0:
+        return None
+    # Greedy.  Moves add up exactly unless they share a net that one of them changes (its λ, or
+    # its owner: the move's own net); nets a move leaves unchanged (a keeps pins, b already has
+    # some) may be shared, combined such moves can only do better.  Track what they add per part.
+    c_ptr = np.concatenate([[0], np.cumsum(np.bincount(c, minlength=v.size))])
+    n_ptr = np.concatenate([[0], np.cumsum(np.bincount(n_idx, minlength=v.size))])
+    locked = np.zeros(part.size, dtype=bool)   # nets changed by a chosen move
+    touched = np.zeros(part.size, dtype=bool)  # nets with pins moved, unchanged
+    acc_s, acc_r, acc_w = (np.zeros(P, dtype=np.int64) for _ in range(3))
+    acc_km1, per_focus = 0, np.zeros(P, dtype=np.int64)
+    chosen = []
+    for k in idx.tolist():
+        vk, ak, bk = v[k], a[k], b[k]
+        pk, dk = p[c_ptr[k]:c_ptr[k + 1]], d[c_ptr[k]:c_ptr[k + 1]]
+        lead = pk[np.argmax(state.S[pk])] if pk.size else ak
+        if per_focus[lead] >= batch:
+            continue
+        nk, ck = n_net[n_ptr[k]:n_ptr[k + 1]], n_changes[n_ptr[k]:n_ptr[k + 1]]
+        changed, kept = np.append(nk[ck], vk), nk[~ck]
+        if locked[changed].any() or touched[changed].any() or locked[kept].any():
+            continue
+        rise = dk > 0
+        now = state.S[pk] + acc_s[pk]
+        if rise.any() and (now[rise] + dk[rise]).max() > (before[k] - 1 if phase == "max" else max_s):
+            continue
+        if phase == "max" and np.maximum(now + dk - tau, 0).sum() >= np.maximum(now - tau, 0).sum():
+            continue  # together with the moves taken so far, this one must still lower the hot excess
+        if (state.W[bk] + acc_w[bk] + nets.weights[vk] > room
+                or state.R[ak] + acc_r[ak] + dR_a[k] > r_limit or state.R[bk] + acc_r[bk] + dR_b[k] > r_limit
+                or state.km1 + acc_km1 + dkm1[k] > km1_limit):
+            continue
+        locked[changed] = True
+        touched[kept] = True
+        acc_s[pk] += dk
+        acc_r[ak] += dR_a[k]
+        acc_r[bk] += dR_b[k]
+        acc_w[bk] += nets.weights[vk]
+        acc_w[ak] -= nets.weights[vk]
+        acc_km1 += dkm1[k]
+        per_focus[lead] += 1
+        chosen.append(k)
+    if not chosen:
+        return None
+    trial = part.copy()
+    trial[v[chosen]] = b[chosen]
+    return trial, tau
+
+
+
+def _accept(phase, old: _State, new: _State, tau, limits) -> bool:
+    w_limit, r_limit, km1_limit, w_target = limits
+    if new.S.max() > old.S.max() or new.R.max() > r_limit or new.km1 > km1_limit or new.W.max() > w_limit:
+        return False
+    if phase == "max":
+        return np.maximum(new.S - tau, 0).sum() < np.maximum(old.S - tau, 0).sum()
+    if phase == "compute":
+        return np.maximum(new.W - w_target, 0).sum() < np.maximum(old.W - w_target, 0).sum()
+    return new.km1 < old.km1
 
 
 def refine_max_send(edge_index: Tensor, num_nodes: int, part: Tensor, num_parts: int,
                     epsilon: float = 0.03, max_total_increase: float = 0.1, slack: float = 0.02,
-                    max_rounds: int = 200, moves_per_part: int = 64) -> Tensor:
-    """Returns a refined copy of ``part`` with a lower (never higher) maximum send volume."""
+                    max_rounds: int = 200, moves_per_part: int = 64, cycles: int = 3,
+                    patience: int = 5, side_rounds: int = 20) -> Tensor:
+    """Returns a refined copy of ``part`` with a lower (never higher) maximum send volume.
+
+    Args:
+        epsilon: compute imbalance ``max W / avg W - 1`` moves may reach.
+        max_total_increase: km1 (total volume) may grow at most by this fraction of its input value.
+        slack: parts within this fraction of the maximum send volume are refined together.
+        max_rounds: bound on the batches of each max phase.
+        side_rounds: bound on the batches of each volume and compute phase.
+        moves_per_part: largest batch of moves led by one part.
+        cycles: alternations of the max phase and the volume phase.
+        patience: a max phase stops when the maximum fell by less than 0.5 % in this many rounds.
+    """
     P, N = int(num_parts), int(num_nodes)
     part = part.numpy().astype(np.int64).copy()
     if P == 1 or N == 0:
         return torch.from_numpy(part)
-    weights = row_nnz(edge_index, N)  # the same compute measure as CommStats
-    src, dst = edge_index.numpy()
-    keep = src != dst
-    src, dst = src[keep], dst[keep]
-    # nets: net j = {j} ∪ {i : j -> i}; pins as (net, vertex) pairs
-    nodes = np.arange(N, dtype=np.int64)
-    pairs = np.unique(np.concatenate([src * N + dst, nodes * N + nodes]))
-    net_of_pin, pins = pairs // N, pairs % N
-    # nets containing each vertex (its in-neighbours), as CSR over vertices
-    order = np.argsort(pins, kind="stable")
-    in_ptr = np.concatenate([[0], np.cumsum(np.bincount(pins, minlength=N))])
-    in_net = net_of_pin[order]
-
-    state = _state(net_of_pin, pins, part, weights, P)
-    km1_limit = state.km1 * (1 + max_total_increase) + 1
-    w_limit = (1 + epsilon) * weights.sum() / P
-    batch = moves_per_part
-    for _ in range(max_rounds):
-        max_s, max_r = state.S.max(), state.R.max()
-        if max_s == 0:
-            break
-        hot = np.flatnonzero(state.S >= (1 - slack) * max_s)
-        # candidate (v, b): v in a hot part, b another part holding pins of net v
-        net, holder = state.keys // P, state.keys % P
-        cand = np.isin(part[net], hot) & (holder != part[net])
-        v, b = net[cand], holder[cand]
-        if v.size == 0:
-            break
-        a = part[v]
-        lam_v = np.bincount(net, minlength=N)[v]
-        # Cheap necessary conditions first: v's whole send load moves to b, and b has room.
-        room = (state.S[b] + lam_v - 1 < max_s) & (state.W[b] + weights[v] <= w_limit)
-        v, b, a, lam_v = v[room], b[room], a[room], lam_v[room]
-        if v.size == 0:
-            break
-        # Only the most promising candidates of each hot part are evaluated exactly:
-        # largest send drop first, then fewest in-neighbours (cheapest, least disturbing).
-        deg = in_ptr[v + 1] - in_ptr[v]
-        order = np.lexsort((deg, -lam_v, a))
-        group_start = np.searchsorted(a[order], a[order])
-        keep = order[np.arange(order.size) - group_start < 4 * batch]
-        v, b, a, lam_v = v[keep], b[keep], a[keep], lam_v[keep]
-        a_leaves_v = _count(state, v, a, P) == 1
-        dS_a = -(lam_v - 1)
-        dS_b = lam_v - 1 - a_leaves_v
-        dR_a = (~a_leaves_v).astype(np.int64)   # a now receives v's row
-        dR_b = -np.ones_like(v)                 # b owns v, no longer receives it
-        # in-neighbour nets j of v (j != v): lose a pin in a, gain one in b
-        deg = in_ptr[v + 1] - in_ptr[v]
-        c_idx = np.repeat(np.arange(v.size), deg)
-        first = np.concatenate([[0], np.cumsum(deg)[:-1]])
-        j = in_net[np.repeat(in_ptr[v] - first, deg) + np.arange(deg.sum())]
-        not_self = j != v[c_idx]
-        c_idx, j = c_idx[not_self], j[not_self]
-        oj = part[j]
-        leave = (_count(state, j, a[c_idx], P) == 1) & (oj != a[c_idx])
-        join = (_count(state, j, b[c_idx], P) == 0) & (oj != b[c_idx])
-        d_lam = join.astype(np.int64) - leave
-        dkm1 = np.bincount(c_idx, weights=d_lam, minlength=v.size) + (dS_a + dS_b)
-        dR_a = dR_a - np.bincount(c_idx, weights=leave, minlength=v.size).astype(np.int64)
-        dR_b = dR_b + np.bincount(c_idx, weights=join, minlength=v.size).astype(np.int64)
-        # per (candidate, owner of j) send deltas, plus a and b
-        owner_key = np.concatenate([c_idx * P + oj, np.arange(v.size) * P + a, np.arange(v.size) * P + b])
-        owner_d = np.concatenate([d_lam, dS_a, dS_b])
-        uk, inv = np.unique(owner_key, return_inverse=True)
-        d = np.bincount(inv, weights=owner_d)
-        new_s = state.S[uk % P] + d
-        worst = np.full(v.size, -np.inf)
-        np.maximum.at(worst, uk // P, new_s)
-        s_a_new = state.S[a] + d[np.searchsorted(uk, np.arange(v.size) * P + a)]
-        ok = ((worst < max_s) & (s_a_new < state.S[a])
-              & (state.R[a] + dR_a <= max_r) & (state.R[b] + dR_b <= max_r))
-        if not ok.any():
-            break
-        idx = np.flatnonzero(ok)
-        idx = idx[np.lexsort((dkm1[idx], -(state.S[a[idx]] - s_a_new[idx])))]
-        # greedy: moves whose nets (v's own and its in-neighbours') are disjoint, per hot part
-        used_net = np.zeros(N, dtype=bool)
-        moved = np.zeros(N, dtype=bool)
-        taken = {int(p): 0 for p in hot}
-        added_w = np.zeros(P)
-        chosen = []
-        for k in idx:
-            if all(t >= batch for t in taken.values()):
-                break
-            vk, ak, bk = int(v[k]), int(a[k]), int(b[k])
-            if moved[vk] or taken[ak] >= batch:
+    nets = column_net_pins(edge_index, N)
+    state = _state(nets, part, P)
+    w_target = (1 + epsilon) * nets.weights.sum() / P
+    limits = (max(w_target, state.W.max()), state.R.max(), state.km1 * (1 + max_total_increase), w_target)
+    for cycle in range(cycles):
+        progress = False
+        for phase in ("compute", "max", "volume") if cycle == 0 else ("max", "volume"):
+            if phase == "compute" and state.W.max() <= w_target:
                 continue
-            nets_k = in_net[in_ptr[vk]:in_ptr[vk + 1]]
-            if used_net[nets_k].any() or used_net[vk]:
-                continue
-            if state.W[bk] + added_w[bk] + weights[vk] > w_limit:
-                continue
-            used_net[nets_k] = True
-            used_net[vk] = True
-            moved[vk] = True
-            taken[ak] += 1
-            added_w[bk] += weights[vk]
-            added_w[ak] -= weights[vk]
-            chosen.append((vk, bk))
-        if not chosen:
+            batch, history = moves_per_part, []
+            for _ in range(max_rounds if phase == "max" else side_rounds):
+                if state.S.max() == 0:
+                    break
+                history.append(state.S.max())
+                if phase == "max" and len(history) > patience and \
+                        history[-patience - 1] - history[-1] < 5e-3 * history[-1]:
+                    break  # the maximum stalled: hot parts only trade load among themselves
+                out = _round(nets, state, part, P, phase, limits, batch, slack)
+                if out is None:
+                    break
+                trial, tau = out
+                new_state = _state(nets, trial, P)
+                if not _accept(phase, state, new_state, tau, limits):
+                    batch //= 2   # moves pile onto the same part: retry smaller
+                    if batch == 0:
+                        break
+                    continue
+                batch = min(2 * batch, moves_per_part)
+                gain = state.km1 - new_state.km1
+                part, state, progress = trial, new_state, True
+                if phase == "volume" and gain < 5e-4 * state.km1:
+                    break  # the tail of tiny volume gains is not worth a round each
+            if phase == "compute":  # what was repaired stays repaired
+                limits = (max(w_target, state.W.max()),) + limits[1:]
+        if not progress:
             break
-        trial = part.copy()
-        for vk, bk in chosen:
-            trial[vk] = bk
-        new_state = _state(net_of_pin, pins, trial, weights, P)
-        # Moves are exact one by one; together they may pile onto the same part: undo and
-        # retry with smaller batches.
-        tau = (1 - slack) * max_s  # progress = less send load above the hot threshold
-        excess = lambda S: np.maximum(S - tau, 0).sum()  # noqa: E731
-        if (new_state.S.max() > max_s or excess(new_state.S) >= excess(state.S)
-                or new_state.R.max() > max_r or new_state.km1 > km1_limit
-                or new_state.W.max() > max(w_limit, state.W.max())):
-            batch //= 2
-            if batch == 0:
-                break
-            continue
-        part, state = trial, new_state
     return torch.from_numpy(part)

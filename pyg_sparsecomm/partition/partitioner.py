@@ -1,7 +1,8 @@
 """``SparsityAwarePartitioner``: a PyG transform that attaches a partition and its volumes."""
+from __future__ import annotations
+
 import copy
 import inspect
-from typing import Optional
 
 import torch
 from torch_geometric.data import Data
@@ -10,8 +11,8 @@ from torch_geometric.transforms import BaseTransform
 from .._validate import check_edge_index, check_node_tensor
 from ..plan import comm_pattern
 from ..stats import CommStats
-from .balance import refine_max_send
 from .methods import METHODS
+from .multiconstraint import balance_max_send
 
 
 class SparsityAwarePartitioner(BaseTransform):
@@ -30,16 +31,27 @@ class SparsityAwarePartitioner(BaseTransform):
         method: ``"random"``, ``"contiguous"``, ``"metis"`` or ``"hypergraph"``
             (column-net model, km1 = exact volume; needs the ``hypergraph`` extra).
         seed: seed of the method; a fixed seed gives the same partition on every rank.
-        balance: ``"max_send"`` refines the partition to lower the maximum send (and not
-            raise the maximum receive) volume per rank, see
-            :func:`~pyg_sparsecomm.partition.balance.refine_max_send`; a method name
+        balance: ``"max_send"`` lowers the maximum send (and never raises the maximum
+            receive) volume per rank: refinement of the partition
+            (:func:`~pyg_sparsecomm.partition.balance.refine_max_send`) plus send-balanced
+            restarts, see :func:`~pyg_sparsecomm.partition.multiconstraint.balance_max_send`;
+            a method name
             ending in ``"+vb"`` (``"metis+vb"``, ``"hypergraph+vb"``) means the same.
-        epsilon_balance: compute imbalance (max/avg row nonzeros - 1) the refinement may reach.
+        epsilon_balance: compute imbalance (max/avg row nonzeros - 1) the balancing may reach.
+        max_total_increase: the balancing may raise the total volume (rows per SpMM) by at
+            most this fraction of the input partition's (default 10 %); on irregular graphs a
+            larger budget buys a lower maximum (see ``benchmarks/RESULTS.md``).
+        vb_restarts: besides refining the input partition, the balancing tries this many
+            send-balanced restarts (multi-constraint METIS with each row's send volume as the
+            second constraint, then refinement, see
+            :func:`~pyg_sparsecomm.partition.multiconstraint.balance_max_send`) and keeps the
+            lowest maximum send volume within the bounds above; ``0`` = refinement only.
         **options: method options, e.g. ``epsilon``/``backend``/``preset`` for ``"hypergraph"``.
     """
 
     def __init__(self, num_parts: int, method: str = "metis", seed: int = 0,
-                 balance: Optional[str] = None, epsilon_balance: float = 0.03, **options) -> None:
+                 balance: str | None = None, epsilon_balance: float = 0.03,
+                 max_total_increase: float = 0.1, vb_restarts: int = 4, **options) -> None:
         if method.endswith("+vb"):  # "metis+vb" == method="metis", balance="max_send"
             method, balance = method[:-3], balance or "max_send"
         if balance not in (None, "max_send"):
@@ -51,7 +63,11 @@ class SparsityAwarePartitioner(BaseTransform):
         self.num_parts = num_parts
         self.method = method
         self.seed = seed
+        if max_total_increase < 0 or not isinstance(vb_restarts, int) or vb_restarts < 0:
+            raise ValueError(f"max_total_increase must be >= 0 and vb_restarts a non-negative integer, "
+                             f"got {max_total_increase!r} and {vb_restarts!r}")
         self.balance, self.epsilon_balance = balance, epsilon_balance
+        self.max_total_increase, self.vb_restarts = max_total_increase, vb_restarts
         self.options = options
         params = inspect.signature(METHODS[method]).parameters
         unknown = sorted(set(options) - set(params))
@@ -70,8 +86,9 @@ class SparsityAwarePartitioner(BaseTransform):
         edge_index = data.edge_index.cpu()
         part = METHODS[self.method](edge_index, num_nodes, self.num_parts, self.seed, **self.options)
         if self.balance == "max_send":
-            part = refine_max_send(edge_index, num_nodes, part.to(torch.long), self.num_parts,
-                                   epsilon=self.epsilon_balance)
+            part = balance_max_send(edge_index, num_nodes, part.to(torch.long), self.num_parts,
+                                    epsilon=self.epsilon_balance, max_total_increase=self.max_total_increase,
+                                    restarts=self.vb_restarts, seed=self.seed)
         out = copy.copy(data)
         out.part = part.to(torch.long)
         out.num_parts = self.num_parts

@@ -1,0 +1,126 @@
+"""Max-send-volume balancing: exact move evaluation, guarantees, determinism and quality."""
+import numpy as np
+import pytest
+import torch
+from torch_geometric.data import Data
+
+from pyg_sparsecomm import CommStats, comm_pattern
+from pyg_sparsecomm.partition import METHODS, SparsityAwarePartitioner
+from pyg_sparsecomm.partition.balance import _evaluate, _state, column_net_pins, refine_max_send
+from pyg_sparsecomm.partition.methods import symmetric_csr
+from pyg_sparsecomm.partition.multiconstraint import balance_max_send, metis_multiconstraint
+
+
+def _skewed(n=600, m=5000, seed=0, directed=True, isolated=0):
+    """Power-law out-degrees (hubs send to many parts); ``isolated`` extra nodes without edges."""
+    gen = torch.Generator().manual_seed(seed)
+    src = (torch.rand(m, generator=gen) ** 3 * n).long()
+    dst = torch.randint(0, n, (m,), generator=gen)
+    ei = torch.stack([src, dst])
+    if not directed:
+        ei = torch.cat([ei, ei.flip(0)], 1)
+    return Data(edge_index=ei, num_nodes=n + isolated)
+
+
+def _stats(data, part, P):
+    return CommStats.from_pattern(comm_pattern(data.edge_index, part, data.num_nodes, P)).as_dict()
+
+
+GRAPHS = {
+    "directed": lambda: _skewed(),
+    "undirected": lambda: _skewed(directed=False, seed=1),
+    "isolated": lambda: _skewed(n=300, m=2000, seed=2, isolated=40),
+}
+
+
+def test_move_evaluation_is_exact_on_a_directed_graph():
+    data, P = _skewed(n=120, m=700, seed=3), 5
+    nets = column_net_pins(data.edge_index, data.num_nodes)
+    part = METHODS["random"](data.edge_index, data.num_nodes, P, 0).numpy()
+    state = _state(nets, part, P)
+    gen = np.random.default_rng(0)
+    v = gen.integers(0, data.num_nodes, 200)
+    b = (part[v] + gen.integers(1, P, 200)) % P
+    c, p, d, dR_a, dR_b, dkm1, (n_idx, n_net, n_changes) = _evaluate(nets, state, part, v, b, P)
+    for k in range(v.size):
+        moved = part.copy()
+        moved[v[k]] = b[k]
+        new = _state(nets, moved, P)
+        dS = np.zeros(P, dtype=np.int64)
+        dS[p[c == k]] = d[c == k]
+        np.testing.assert_array_equal(new.S - state.S, dS)
+        assert new.km1 - state.km1 == dkm1[k]
+        assert new.R[part[v[k]]] - state.R[part[v[k]]] == dR_a[k]
+        assert new.R[b[k]] - state.R[b[k]] == dR_b[k]
+        others = np.setdiff1d(np.arange(P), [part[v[k]], b[k]])
+        np.testing.assert_array_equal(new.R[others], state.R[others])
+        # every other net whose λ changes is flagged (the greedy batches rely on it)
+        changed = np.flatnonzero(new.lam != state.lam)
+        changed = changed[changed != v[k]]
+        assert set(changed.tolist()) <= set(n_net[(n_idx == k) & n_changes].tolist())
+
+
+@pytest.mark.parametrize("graph", sorted(GRAPHS))
+@pytest.mark.parametrize("P", [2, 5, 16])
+@pytest.mark.parametrize("method", ["metis", "random"])
+def test_balancing_guarantees(graph, P, method):
+    data = GRAPHS[graph]()
+    base = METHODS[method](data.edge_index, data.num_nodes, P, 0)
+    b = _stats(data, base, P)
+    for restarts in (0, 2):
+        part = balance_max_send(data.edge_index, data.num_nodes, base, P, epsilon=0.03,
+                                max_total_increase=0.1, restarts=restarts, seed=0)
+        r = _stats(data, part, P)
+        assert part.shape == (data.num_nodes,) and int(part.min()) >= 0 and int(part.max()) < P
+        assert r["max_rows_sent"] <= b["max_rows_sent"]
+        assert r["max_rows_received"] <= b["max_rows_received"]
+        assert r["total_rows"] <= 1.1 * b["total_rows"] + 1e-9
+        assert r["compute_imbalance"] <= max(1.03, b["compute_imbalance"]) + 1e-9
+        again = balance_max_send(data.edge_index, data.num_nodes, base, P, epsilon=0.03,
+                                 max_total_increase=0.1, restarts=restarts, seed=0)
+        assert torch.equal(part, again)
+
+
+def test_refinement_strictly_helps_and_respects_a_zero_volume_budget():
+    data, P = _skewed(n=2000, m=20000, seed=4), 8
+    base = METHODS["metis"](data.edge_index, data.num_nodes, P, 0)
+    b = _stats(data, base, P)
+    part = refine_max_send(data.edge_index, data.num_nodes, base, P, epsilon=0.05)
+    assert _stats(data, part, P)["max_rows_sent"] < b["max_rows_sent"]
+    tight = refine_max_send(data.edge_index, data.num_nodes, base, P, epsilon=0.05, max_total_increase=0.0)
+    t = _stats(data, tight, P)
+    assert t["total_rows"] <= b["total_rows"] and t["max_rows_sent"] <= b["max_rows_sent"]
+
+
+def test_multiconstraint_metis_balances_both_weights():
+    data = _skewed(n=3000, m=30000, seed=5, directed=False)
+    xadj, adjncy = symmetric_csr(data.edge_index, data.num_nodes)
+    gen = np.random.default_rng(0)
+    weights = np.stack([np.ones(data.num_nodes, dtype=np.int64), gen.integers(0, 10, data.num_nodes)], 1)
+    part = metis_multiconstraint(xadj, adjncy, weights, 8, (1.05, 1.05), seed=0)
+    assert part is not None and part.min() >= 0 and part.max() < 8
+    for c in range(2):
+        load = np.bincount(part, weights=weights[:, c], minlength=8)
+        assert load.max() / load.mean() <= 1.15  # METIS may overshoot its tolerance a little
+    assert np.array_equal(part, metis_multiconstraint(xadj, adjncy, weights, 8, (1.05, 1.05), seed=0))
+
+
+def test_send_balanced_restarts_reach_far_lower_max_send_on_cora(planetoid_root):
+    """Cora, P = 64: METIS max send 70 rows, the single-move refinement alone 53-57 (0.76-0.81x);
+    with the send-balanced restarts 41 (0.59x) was measured, total volume +5 %."""
+    from torch_geometric.datasets import Planetoid
+    data = Planetoid(planetoid_root, "Cora")[0]
+    base = SparsityAwarePartitioner(64, "metis", seed=0)(data).comm_stats.as_dict()
+    vb = SparsityAwarePartitioner(64, "metis+vb", seed=0, epsilon_balance=0.05)(data)
+    r = vb.comm_stats.as_dict()
+    assert r["max_rows_sent"] <= 0.66 * base["max_rows_sent"]
+    assert r["compute_imbalance"] <= 1.05 + 1e-9
+    assert r["total_rows"] <= 1.1 * base["total_rows"]
+    assert r["max_rows_received"] <= base["max_rows_received"]
+
+
+def test_bad_balance_options():
+    with pytest.raises(ValueError, match="vb_restarts"):
+        SparsityAwarePartitioner(4, "metis+vb", vb_restarts=-1)
+    with pytest.raises(ValueError, match="max_total_increase"):
+        SparsityAwarePartitioner(4, "metis+vb", max_total_increase=-0.5)
