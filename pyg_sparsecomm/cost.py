@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 
 from .comm.collectives import ring_allreduce_nbytes
-from .comm.group import is_distributed
+from .comm.group import collective_device, is_distributed
 
 
 @dataclass
@@ -81,8 +81,7 @@ class CostModel:
         if not is_distributed(group) or dist.get_world_size(group) == 1:
             raise RuntimeError("CostModel.calibrate needs an initialised process group with more than one rank")
         P = dist.get_world_size(group)
-        device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(group) == "nccl" \
-            else torch.device("cpu")
+        device = collective_device(group) or torch.device("cpu")
 
         def timed(elements_per_peer: int) -> float:
             send = torch.zeros(P * elements_per_peer, device=device)

@@ -22,21 +22,14 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from .comm.group import is_distributed
-
-
-def _collective_device(group: Optional[dist.ProcessGroup]) -> Optional[torch.device]:
-    """NCCL reduces only CUDA tensors; gloo takes CPU tensors."""
-    if is_distributed(group) and dist.get_backend(group) == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return None
+from .comm.group import collective_device, is_distributed
 
 
 def global_sum(value, group: Optional[dist.ProcessGroup] = None) -> Tensor:
     """Sum of a (detached) scalar or tensor over all ranks (returned on the input's device)."""
     t = torch.as_tensor(value.detach() if isinstance(value, Tensor) else value).clone()
     if is_distributed(group):
-        device = _collective_device(group) or t.device
+        device = collective_device(group) or t.device
         reduced = t.to(device)
         dist.all_reduce(reduced, op=dist.ReduceOp.SUM, group=group)
         t = reduced.to(t.device)

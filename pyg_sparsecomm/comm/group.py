@@ -1,11 +1,20 @@
 """Process-group helpers that also work when ``torch.distributed`` is not initialised."""
 from typing import Optional
 
+import torch
 import torch.distributed as dist
 
 
 def is_distributed(group: Optional[dist.ProcessGroup] = None) -> bool:
     return dist.is_available() and dist.is_initialized()
+
+
+def collective_device(group: Optional[dist.ProcessGroup] = None) -> Optional[torch.device]:
+    """Where small bookkeeping tensors must live for a collective: NCCL reduces only CUDA
+    tensors, gloo takes CPU tensors (``None``: leave them where they are)."""
+    if is_distributed(group) and dist.get_backend(group) == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return None
 
 
 def world_size(group: Optional[dist.ProcessGroup] = None) -> int:

@@ -8,7 +8,7 @@ from torch_geometric.nn import GCNConv
 
 from ..adj import HaloAdj
 from ..algorithms import ALGORITHMS, auto_candidates, make_algorithm
-from ..comm.group import check_plan_matches_group, is_distributed, world_size
+from ..comm.group import check_plan_matches_group, collective_device, is_distributed, world_size
 from ..cost import CostModel, RankVolumes
 from ..grid import ProcessGrid, process_grid
 from .gcn_norm import distributed_gcn_norm
@@ -150,8 +150,7 @@ class DistributedGCNConv(GCNConv):
                              dtype=torch.float64)
         group = None if grid is not None else self.group
         if is_distributed(group):  # every rank must take the same decision: compare the slowest ranks
-            from ..training import _collective_device
-            device = _collective_device(group) or worst.device
+            device = collective_device(group) or worst.device
             reduced = worst.to(device)
             dist.all_reduce(reduced, op=dist.ReduceOp.MAX, group=group)
             worst = reduced.cpu()
