@@ -27,8 +27,8 @@ def restrict_to_blocks(adj: HaloAdj, blocks: List[int]) -> HaloAdj:
     in_stage[blocks] = True
     keep_halo = torch.from_numpy(in_stage)[plan.halo_owner.cpu()].to(adj.device)
     owned_in_stage = bool(in_stage[plan.rank])
-    # new halo column of every old halo column (-1: dropped); halos are ordered by owner,
-    # so the kept ones stay in order
+    # new halo column of every kept halo column (values at dropped ones are never read);
+    # halos are ordered by owner, so the kept ones stay in order
     new_halo = torch.cumsum(keep_halo.long(), 0) - 1
     row, col = adj.coo()
     is_halo = col >= n

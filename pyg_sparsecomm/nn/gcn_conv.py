@@ -34,7 +34,10 @@ class DistributedGCNConv(GCNConv):
     Args:
         algorithm: ``"1d"`` (sparsity-aware, one all-to-allv per SpMM),
             ``"1d_overlap"`` (the same, overlapped with the owned-column SpMM),
-            ``"oblivious"`` (CAGNET's block-row broadcasts, for comparison),
+            ``"1d_overlap_p2p"`` (overlapped, posted as point-to-point messages to
+            the peers that have rows only), ``"oblivious"`` (CAGNET's block-row
+            broadcasts, for comparison), ``"rdma"`` (the one-sided stationary-C
+            engine of :mod:`pyg_sparsecomm.rdma`, under ``mpiexec``),
             ``"1.5d"`` / ``"1.5d_oblivious"`` (replicated block rows on a
             :math:`(P/c) \times c` grid, ICPP'24 Algorithm 2; need
             ``replication=c`` and ``shard(data, grid=ProcessGrid(c))`` of a
