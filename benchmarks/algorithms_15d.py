@@ -12,15 +12,12 @@ sent per epoch (all ranks, counted by the exchanges), next to the prediction.
     python benchmarks/algorithms_15d.py [--graphs Cora CiteSeer mdual rmat] [--parts 4 16 64 256]
 """
 import argparse
-import time
 
 import torch
-import torch.nn.functional as F
 from torch_geometric.data import Data
 
-from _common import load_graph, median, print_table, with_features, write_table_section
-from pyg_sparsecomm import (DistributedGCNConv, SparsityAwarePartitioner, comm_counter, distributed_loss, shard,
-                            sync_gradients)
+from _common import load_graph, median, print_table, train_epochs, with_features, write_table_section
+from pyg_sparsecomm import DistributedGCNConv, SparsityAwarePartitioner, shard
 from pyg_sparsecomm.cost import CostModel
 from pyg_sparsecomm.datasets import rmat_graph
 from pyg_sparsecomm.grid import process_grid
@@ -78,27 +75,15 @@ def _measure(rank, world_size, data, part, c, algorithms, epochs, warmup):
     grid = process_grid(c) if c > 1 else None
     data.part, data.num_parts = part, world_size // c
     local = shard(data, grid=grid)
-    counter, out = comm_counter(), {}
+    out = {}
     model = CostModel.calibrate()
     out["cost_model"] = (model.alpha, model.beta)
     for algorithm in algorithms:
         torch.manual_seed(0)
         model = Net(local.x.size(1), WIDTHS[1], algorithm=algorithm, replication=c)
         opt = torch.optim.Adam(model.parameters(), lr=0.01)
-        times, comm, sent = [], [], []
-        for epoch in range(warmup + epochs):
-            counter.reset()
-            t0 = time.perf_counter()
-            opt.zero_grad()
-            o = model(local.x, local.adj)
-            loss = distributed_loss(F.cross_entropy, o[local.train_mask], local.y[local.train_mask])
-            loss.backward()
-            sync_gradients(model)
-            opt.step()
-            if epoch >= warmup:
-                times.append(time.perf_counter() - t0)
-                comm.append(counter.seconds)
-                sent.append(counter.bytes_sent())
+        times, comm, sent = train_epochs(model, opt, local.x, local.adj, local.y, local.train_mask, warmup + epochs)
+        times, comm, sent = times[warmup:], comm[warmup:], sent[warmup:]
         out[algorithm] = (times, comm, sent)
     return out
 

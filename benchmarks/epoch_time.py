@@ -15,15 +15,13 @@ torch CSR ``adj_t`` (PyG's fastest path without torch_sparse).
     python benchmarks/epoch_time.py [--graphs Cora mdual] [--epochs 30]
 """
 import argparse
-import time
 
 import torch
 import torch.nn.functional as F
 from torch_geometric.nn import GCNConv
 
-from _common import load_graph, median, print_table, with_features, write_table_section
-from pyg_sparsecomm import (DistributedGCNConv, SparsityAwarePartitioner, comm_counter, distributed_loss,
-                            shard, sync_gradients)
+from _common import load_graph, median, print_table, train_epochs, with_features, write_table_section
+from pyg_sparsecomm import DistributedGCNConv, SparsityAwarePartitioner, shard
 from pyg_sparsecomm.testing import launch
 
 
@@ -39,26 +37,8 @@ class Net(torch.nn.Module):
         return self.conv2(x, adj)
 
 
-def train_epochs(model, x, adj, y, mask, epochs, distributed=True):
-    opt = torch.optim.Adam(model.parameters(), lr=0.01)
-    counter = comm_counter()
-    times, comm = [], []
-    for _ in range(epochs):
-        counter.reset()
-        t0 = time.perf_counter()
-        opt.zero_grad()
-        out = model(x, adj)
-        if distributed:
-            loss = distributed_loss(F.cross_entropy, out[mask], y[mask])
-        else:
-            loss = F.cross_entropy(out[mask], y[mask])
-        loss.backward()
-        if distributed:
-            sync_gradients(model)
-        opt.step()
-        times.append(time.perf_counter() - t0)
-        comm.append(counter.seconds)
-    return times, comm
+def adam(model):
+    return torch.optim.Adam(model.parameters(), lr=0.01)
 
 
 def _distributed(rank, world_size, data, algorithm, epochs, warmup):
@@ -67,14 +47,15 @@ def _distributed(rank, world_size, data, algorithm, epochs, warmup):
     local = shard(data)
     classes = int(data.y.max()) + 1
     model = Net(DistributedGCNConv, local.x.size(1), 16, classes, algorithm=algorithm)
-    times, comm = train_epochs(model, local.x, local.adj, local.y, local.train_mask, warmup + epochs)
-    return times[warmup:], comm[warmup:], comm_counter().bytes_sent()  # the counter holds the last epoch
+    times, comm, sent = train_epochs(model, adam(model), local.x, local.adj, local.y, local.train_mask,
+                                     warmup + epochs)
+    return times[warmup:], comm[warmup:], sent[-1]
 
 
 def _pyg(rank, world_size, data, epochs, warmup):
     torch.manual_seed(0)
     model = Net(GCNConv, data.x.size(1), 16, int(data.y.max()) + 1)
-    times, _ = train_epochs(model, data.x, data.edge_index, data.y, data.train_mask, warmup + epochs,
+    times, _, _ = train_epochs(model, adam(model), data.x, data.edge_index, data.y, data.train_mask, warmup + epochs,
                             distributed=False)
     return times[warmup:]
 
@@ -94,7 +75,8 @@ def overhead(data, epochs, rounds=5):
         for name, (conv, x, adj) in runs.items():
             torch.manual_seed(0)
             model = Net(conv, x.size(1), 16, classes)
-            times, _ = train_epochs(model, x, adj, data.y, data.train_mask, epochs + 3, distributed=False)
+            times, _, _ = train_epochs(model, adam(model), x, adj, data.y, data.train_mask, epochs + 3,
+                                       distributed=False)
             samples[name] += times[3:]
     return {k: median(v) * 1e3 for k, v in samples.items()}
 

@@ -14,14 +14,11 @@ hidden (exposed).  hidden = 1d comm - exposed comm; fraction hidden = hidden /
     python benchmarks/overlap.py [--graphs Cora mdual] [--parts 2 4] [--rounds 5 --epochs 8]
 """
 import argparse
-import time
 
 import torch
-import torch.nn.functional as F
 
-from _common import load_graph, median, print_table, with_features, write_table_section
-from pyg_sparsecomm import (DistributedGCNConv, SparsityAwarePartitioner, comm_counter, distributed_loss, shard,
-                            sync_gradients)
+from _common import load_graph, median, print_table, train_epochs, with_features, write_table_section
+from pyg_sparsecomm import DistributedGCNConv, SparsityAwarePartitioner, shard
 from pyg_sparsecomm.testing import launch
 
 ALGORITHMS = ["1d", "1d_overlap", "1d_overlap_p2p"]
@@ -43,23 +40,14 @@ def _job(rank, world_size, data, rounds, epochs, warmup):
     classes = int(data.y.max()) + 1
     models = {a: Net(local.x.size(1), 16, classes, a) for a in ALGORITHMS}
     optims = {a: torch.optim.Adam(m.parameters(), lr=0.01) for a, m in models.items()}
-    counter = comm_counter()
     samples = {a: ([], []) for a in ALGORITHMS}
     for round_ in range(rounds):
         for algorithm in ALGORITHMS:
-            model, opt = models[algorithm], optims[algorithm]
-            for epoch in range(epochs + (warmup if round_ == 0 else 0)):
-                counter.reset()
-                t0 = time.perf_counter()
-                opt.zero_grad()
-                out = model(local.x, local.adj)
-                loss = distributed_loss(F.cross_entropy, out[local.train_mask], local.y[local.train_mask])
-                loss.backward()
-                sync_gradients(model)
-                opt.step()
-                if round_ or epoch >= warmup:
-                    samples[algorithm][0].append(time.perf_counter() - t0)
-                    samples[algorithm][1].append(counter.seconds)
+            skip = warmup if round_ == 0 else 0
+            times, comm, _ = train_epochs(models[algorithm], optims[algorithm], local.x, local.adj, local.y,
+                                          local.train_mask, epochs + skip)
+            samples[algorithm][0].extend(times[skip:])
+            samples[algorithm][1].extend(comm[skip:])
     return samples
 
 
