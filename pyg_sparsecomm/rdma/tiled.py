@@ -155,6 +155,17 @@ class TiledMatrix:
         mine = [(i, j) for i, j in tiles.indices() if pgrid.owner(i, j) == backend.rank]
         return tiles, pgrid, mine
 
+    @classmethod
+    def _from_sliceable(cls, backend: RMABackend, matrix: Any, tile_shape: tuple[int, int],
+                        pgrid: TileProcessGrid | None):
+        """``from_global`` once the matrix supports 2-D slicing: each rank keeps its own tiles."""
+        grid, pgrid, mine = cls._setup(backend, matrix.shape, tile_shape, pgrid)
+        local = {}
+        for ij in mine:
+            r0, r1, c0, c1 = grid.bounds(*ij)
+            local[ij] = matrix[r0:r1, c0:c1]
+        return cls.from_local_tiles(backend, matrix.shape, tile_shape, local, pgrid)
+
     @staticmethod
     def _check_local_tiles(tiles: TileGrid, mine: list[TileIndex], given: dict[TileIndex, object]) -> None:
         if set(given) != set(mine):
@@ -201,12 +212,7 @@ class DenseTiledMatrix(TiledMatrix):
         matrix = np.asarray(matrix.detach().cpu().numpy() if hasattr(matrix, "detach") else matrix, np.float64)
         if matrix.ndim != 2:
             raise ValueError(f"a dense tiled matrix needs a 2-D matrix, got shape {matrix.shape}")
-        grid, pgrid, mine = cls._setup(backend, matrix.shape, tile_shape, pgrid)
-        local = {}
-        for ij in mine:
-            r0, r1, c0, c1 = grid.bounds(*ij)
-            local[ij] = matrix[r0:r1, c0:c1]
-        return cls.from_local_tiles(backend, matrix.shape, tile_shape, local, pgrid)
+        return cls._from_sliceable(backend, matrix, tile_shape, pgrid)
 
     def local_tile(self, i: int, j: int) -> np.ndarray:
         """Writable view of an owned tile (the paper's ``tile_ref``)."""
@@ -290,12 +296,7 @@ class SparseTiledMatrix(TiledMatrix):
                     pgrid: TileProcessGrid | None = None) -> SparseTiledMatrix:
         """Collective: every rank passes the same global matrix (scipy, torch sparse or dense)."""
         matrix = to_scipy_csr(matrix)
-        grid, pgrid, mine = cls._setup(backend, matrix.shape, tile_shape, pgrid)
-        local = {}
-        for ij in mine:
-            r0, r1, c0, c1 = grid.bounds(*ij)
-            local[ij] = matrix[r0:r1, c0:c1]
-        return cls.from_local_tiles(backend, matrix.shape, tile_shape, local, pgrid)
+        return cls._from_sliceable(backend, matrix, tile_shape, pgrid)
 
     def nnz(self, i: int, j: int) -> int:
         return int(self.directory[i, j, 6])
