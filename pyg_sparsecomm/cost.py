@@ -28,6 +28,8 @@ import torch.distributed as dist
 
 from .comm.collectives import ring_allreduce_nbytes
 from .comm.group import collective_device, is_distributed
+from .grid import stage_blocks
+from .plan import restrict_counts
 
 
 @dataclass
@@ -139,14 +141,10 @@ class RankVolumes:
                     row: int, col: int = 0, replication: int = 1) -> "RankVolumes":
         """From a rank's *unrestricted* 1D counts (a ``RankPlan`` or a row/column of the
         volume matrix of the partition into ``P / c`` parts)."""
-        Q = len(block_rows)
-        stages = Q // replication
-        stage_blocks = list(range(col * stages, (col + 1) * stages))
-        in_stage = np.zeros(Q, dtype=bool)
-        in_stage[stage_blocks] = True
-        send = np.asarray(send_counts, dtype=np.int64) * bool(in_stage[row])  # only a stage block is sent
-        recv = np.where(in_stage, np.asarray(recv_counts, dtype=np.int64), 0)
-        return cls(row, col, replication, send, recv, np.asarray(block_rows, dtype=np.int64), stage_blocks)
+        blocks = stage_blocks(len(block_rows), replication, col)
+        send, recv = restrict_counts(list(send_counts), list(recv_counts), row, blocks)
+        return cls(row, col, replication, np.asarray(send, dtype=np.int64), np.asarray(recv, dtype=np.int64),
+                   np.asarray(block_rows, dtype=np.int64), blocks)
 
 
 def volumes_of_all_ranks(volume_matrix: np.ndarray, block_rows: Sequence[int],

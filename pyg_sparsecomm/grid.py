@@ -24,6 +24,12 @@ def check_grid(world_size: int, replication: int) -> None:
                          f"P={world_size}, c={replication} gives {world_size / replication ** 2:g}")
 
 
+def stage_blocks(num_block_rows: int, replication: int, col: int) -> List[int]:
+    """The block columns grid column ``col`` multiplies: ``col · P/c² … (col + 1) · P/c² - 1``."""
+    stages = num_block_rows // replication
+    return list(range(col * stages, (col + 1) * stages))
+
+
 class ProcessGrid:
     """Row and column process groups over the default group, created identically on every rank.
 
@@ -67,8 +73,8 @@ class ProcessGrid:
         return [i * self.replication + col for i in range(self.num_block_rows)]
 
     def stage_blocks(self) -> List[int]:
-        """The block columns this rank multiplies: ``col · P/c² … (col + 1) · P/c² - 1``."""
-        return list(range(self.col * self.stages, (self.col + 1) * self.stages))
+        """The block columns this rank multiplies (see :func:`stage_blocks`)."""
+        return stage_blocks(self.num_block_rows, self.replication, self.col)
 
     def __repr__(self) -> str:
         return (f"ProcessGrid(P={self.world_size}, c={self.replication}, rank={self.rank} at "

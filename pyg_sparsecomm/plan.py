@@ -20,7 +20,7 @@ Layout conventions:
   a destination by ascending global id, the *local* rows this rank sends.
 """
 from dataclasses import dataclass
-from typing import List
+from typing import List, Tuple
 
 import numpy as np
 import torch
@@ -158,6 +158,17 @@ def rank_plan(pattern: CommPattern, rank: int) -> RankPlan:
         recv_counts=np.bincount(halo_owner, minlength=P).tolist(),
         part_sizes=pattern.part_sizes.tolist(),
     )
+
+
+def restrict_counts(send_counts: List[int], recv_counts: List[int], rank: int,
+                    blocks: List[int]) -> Tuple[List[int], List[int]]:
+    """A 1D exchange limited to the block columns ``blocks`` (1.5D's stage blocks): rows come
+    only from owners in ``blocks``, and ``rank`` sends only if it is one of them (every rank
+    of a grid column multiplies the same blocks)."""
+    in_stage = set(blocks)
+    sends = rank in in_stage
+    return ([c if sends else 0 for c in send_counts],
+            [c if k in in_stage else 0 for k, c in enumerate(recv_counts)])
 
 
 def local_edges(edge_index, pattern: CommPattern, plan: RankPlan):

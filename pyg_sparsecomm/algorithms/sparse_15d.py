@@ -10,7 +10,7 @@ from ..adj import HaloAdj
 from ..comm.collectives import ring_allreduce_nbytes, row_all_reduce
 from ..cost import CostModel, Prediction, RankVolumes
 from ..grid import ProcessGrid
-from ..plan import RankPlan
+from ..plan import RankPlan, restrict_counts
 from .base import SpMMAlgorithm
 from .sparse_1d import SparseAware1D, exchange_prediction
 
@@ -36,14 +36,13 @@ def restrict_to_blocks(adj: HaloAdj, blocks: List[int]) -> HaloAdj:
                        torch.full_like(is_halo, owned_in_stage))
     new_col = col.clone()
     new_col[is_halo] = n + new_halo[col[is_halo] - n]
+    send_counts, recv_counts = restrict_counts(plan.send_counts, plan.recv_counts, plan.rank, blocks)
     stage_plan = RankPlan(
         rank=plan.rank, world_size=plan.world_size, num_nodes=plan.num_nodes, n_id=plan.n_id,
         halo_n_id=plan.halo_n_id[keep_halo], halo_owner=plan.halo_owner[keep_halo],
         halo_remote_index=plan.halo_remote_index[keep_halo],
         send_index=plan.send_index if owned_in_stage else plan.send_index[:0],
-        send_counts=[c if owned_in_stage else 0 for c in plan.send_counts],
-        recv_counts=[c if in_stage[k] else 0 for k, c in enumerate(plan.recv_counts)],
-        part_sizes=plan.part_sizes)
+        send_counts=send_counts, recv_counts=recv_counts, part_sizes=plan.part_sizes)
     value = None if adj.value is None else adj.value[keep]  # keeps learnable weights in the graph
     return HaloAdj.from_coo(row[keep], new_col[keep], value, stage_plan)
 
