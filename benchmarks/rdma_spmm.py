@@ -170,7 +170,7 @@ def main() -> None:
     roofline_svg(HERE / "rdma_roofline.svg", bandwidth, peak, points,
                  title=f"intra-node roofline, stationary-C, P={max(args.procs)}")
     intro = (f"`python benchmarks/rdma_spmm.py` (launches `mpiexec -n P` itself; MPI one-sided RMA over mpich, "
-             f"1 thread per process) — machine: {machine()}. P = 4 runs two processes per core. "
+             f"1 thread per process; torch tile kernels) — machine: {machine()}. P = 4 runs two processes per core. "
              f"A tiled {TILES}x{TILES} (ragged), 2D block-cyclic process grid; dense B in 2 column tiles. "
              f"Times: median over {args.reps} runs of the slowest rank's end-to-end ms; the breakdown is the mean "
              f"over ranks of that run (paper Table 2): comp = local tile products, comm = waiting for gets / "
@@ -182,7 +182,7 @@ def main() -> None:
     roof = (f"**Roofline** (stationary-C, P = {max(args.procs)}; *intra-node*: all ranks share one machine, so "
             f"the bandwidth is shared-memory MPI RMA, not a network): measured get bandwidth "
             f"{bandwidth / 1e9:.2f} GB/s (largest of 8 KiB–16 MiB gets, rank r from r+1), local peak = measured "
-            f"scipy SpMM {peak / 1e9:.2f} GFlop/s; AI = flops / bytes fetched by gets; plot: "
+            f"torch CSR SpMM (the tile kernel) {peak / 1e9:.2f} GFlop/s; AI = flops / bytes fetched by gets; plot: "
             f"`benchmarks/rdma_roofline.svg`.")
     fig = ("**Figure 1** (flop load imbalance of R-MAT A·A on a simulated q x q SUMMA grid): end-to-end = "
            "max/avg of each rank's total flops; per-stage = what a code that synchronises after every k-stage "

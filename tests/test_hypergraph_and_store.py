@@ -166,6 +166,32 @@ def test_metis_volume_objective_and_rmat_generator():
         SparsityAwarePartitioner(8, "metis", objective="edges")(data)
 
 
+
+@pytest.mark.parametrize("P", [2, 7, 64])
+def test_metis_seed(P):
+    """Seed 0 is pymetis called as before (benchmark tables depend on it); equal seeds agree, seeds differ."""
+    import pymetis
+
+    from pyg_sparsecomm.datasets import sbm_graph
+    from pyg_sparsecomm.partition.methods import metis_partition, row_nnz, symmetric_csr
+    data = sbm_graph(num_nodes=2000, num_classes=7)  # no vertex heavier than a part's share, even at P = 64
+    ei, n = data.edge_index, data.num_nodes
+    xadj, adjncy = symmetric_csr(ei, n)
+    w = row_nnz(ei, n)
+    for objective, objtype in (("cut", pymetis.ObjType.CUT), ("vol", pymetis.ObjType.VOL)):
+        ref = pymetis.part_graph(P, pymetis.CSRAdjacency(xadj, adjncy), vweights=w,
+                                 options=pymetis.Options(seed=0, objtype=int(objtype)),
+                                 recursive=False if objective == "vol" else None).vertex_part
+        parts = [metis_partition(ei, n, P, s, objective=objective) for s in (0, 1, 2, 3)]
+        assert torch.equal(parts[0], torch.as_tensor(np.asarray(ref)))
+        assert torch.equal(parts[2], metis_partition(ei, n, P, 2, objective=objective))
+        assert len({tuple(p.tolist()) for p in parts[1:]}) > 1
+        for part in parts:
+            assert int(part.min()) >= 0 and int(part.max()) < P
+            load = np.bincount(part.numpy(), weights=w, minlength=P)
+            assert load.max() / load.mean() <= 1.03 + 0.01  # METIS's default k-way ufactor, with its overshoot
+
+
 def test_stochastic_hypergraph_model():
     from pyg_sparsecomm.datasets import sbm_graph
     from pyg_sparsecomm.partition.stochastic import (expected_minibatch_volume, hoeffding_num_nets,

@@ -1,7 +1,9 @@
 """``algorithm="rdma"``: the GCN SpMM through the one-sided stationary-C engine (issue #5 part 2, item 5).
 
-Needs ``mpiexec`` (the MPI one-sided backend) *and* ``torch.distributed``
-initialised with the same ranks (the layer's group).  The name is registered
+The backend follows the adjacency's device (:func:`pyg_sparsecomm.rdma.make_backend`):
+on CPU the MPI one-sided backend, which needs ``mpiexec`` *and* ``torch.distributed``
+initialised with the same ranks (the layer's group); on CUDA PyTorch symmetric memory
+over the default ``torch.distributed`` group (written to the API, not run here: no GPU).  The name is registered
 when :mod:`pyg_sparsecomm.algorithms` is imported (it imports this module), so
 ``DistributedGCNConv(algorithm="rdma")`` works without importing anything else.
 
@@ -31,12 +33,12 @@ from collections import OrderedDict
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
 from ..adj import HaloAdj
+from ..rdma.kernels import csr_tile, tile_product
 from .base import SpMMAlgorithm
 
 #: unreferenced engines kept cached (oldest freed first); referenced engines are never freed
@@ -47,13 +49,33 @@ _BACKEND = None
 _LOCK = threading.Lock()  # lease counts may drop from a garbage-collecting thread
 
 
-def _backend():
+def _backend(device: torch.device | str | None = None):
+    """The process's one-sided backend, created for ``device`` on first use (one device type per process)."""
     global _BACKEND
     if _BACKEND is None:
-        from ..rdma.mpi_backend import MPIBackend
-        _BACKEND = MPIBackend()
+        from ..rdma import make_backend
+        _BACKEND = make_backend(device if device is not None else "cpu")
         atexit.register(_shutdown)  # runs before mpi4py's MPI_Finalize (registered earlier, atexit is LIFO)
+    elif device is not None and torch.device(device).type != _BACKEND.device.type:
+        raise RuntimeError(f"algorithm='rdma' already runs on a {_BACKEND.device.type} backend in this process; "
+                           f"got an adjacency on {torch.device(device)}")
     return _BACKEND
+
+
+def set_backend(backend: Any) -> None:
+    """Runs ``algorithm="rdma"`` in this process on ``backend`` (an
+    :class:`~pyg_sparsecomm.rdma.RMABackend`, e.g. ``MPIBackend(heap_bytes=...)`` or a
+    ``SymmetricMemoryBackend`` on a chosen group) instead of ``make_backend(device)``.
+
+    Call on every rank before the first ``rdma`` layer is built; refused once engines exist.
+    """
+    global _BACKEND
+    if _ENGINES:
+        raise RuntimeError("set_backend must be called before the first algorithm='rdma' layer is built "
+                           "(or after free_engines())")
+    if _BACKEND is None:
+        atexit.register(_shutdown)
+    _BACKEND = backend
 
 
 class _Lease:
@@ -86,34 +108,35 @@ class _TiledAdjacency:
 
     def __init__(self, adj: HaloAdj) -> None:
         from ..rdma import SparseTiledMatrix, TileProcessGrid
-        plan, be = adj.plan, _backend()
+        plan, be = adj.plan, _backend(adj.rowptr.device)
         P, me = plan.world_size, plan.rank
         self.users, self.freed = 0, False
         self.T = T = max(max(int(s) for s in plan.part_sizes), 1)
         self.n, self.pgrid = plan.num_owned, TileProcessGrid(P, 1)
-        row, col = (t.cpu().numpy() for t in adj.coo())
-        value = adj._values(torch.float64).detach().cpu().numpy()
-        owner = np.full(col.shape, me)
-        remote = col.copy()
+        row, col = adj.coo()
+        value = adj._values(torch.float64).detach()
+        owner = torch.full_like(col, me)
+        remote = col.clone()
         halo = col >= plan.num_owned
-        owner[halo] = plan.halo_owner.cpu().numpy()[col[halo] - plan.num_owned]
-        remote[halo] = plan.halo_remote_index.cpu().numpy()[col[halo] - plan.num_owned]
+        owner[halo] = plan.halo_owner.to(col.device)[col[halo] - plan.num_owned]
+        remote[halo] = plan.halo_remote_index.to(col.device)[col[halo] - plan.num_owned]
         tiles = {}
         for j in range(P):
             sel = owner == j
-            tiles[me, j] = (sp.csr_matrix((value[sel], (row[sel], remote[sel])), shape=(T, T)) if sel.any()
-                            else sp.coo_matrix((T, T)))
+            tiles[me, j] = (torch.sparse_coo_tensor(torch.stack([row[sel], remote[sel]]), value[sel], (T, T))
+                            if sel.any() else torch.sparse_coo_tensor(size=(T, T)))  # empty: O(1), not stored
         self.A = SparseTiledMatrix.from_local_tiles(be, (P * T, P * T), (T, T), tiles, self.pgrid)
         fetched = {r: self.A.async_get_tile(r, me) for r in range(P)}  # empty blocks: no get
         t_tiles = {}
         for r, fut in fetched.items():
             block = fut.wait()
-            t_tiles[me, r] = sp.csr_matrix(block.T) if block.nnz else sp.coo_matrix((T, T))
+            t_tiles[me, r] = (block.to_sparse_coo().t().coalesce() if block._nnz()
+                              else torch.sparse_coo_tensor(size=(T, T)))
         self.AT = SparseTiledMatrix.from_local_tiles(be, (P * T, P * T), (T, T), t_tiles, self.pgrid)
         self.blocks = {id(self.A): self._blocks(self.A), id(self.AT): self._blocks(self.AT)}
         self._buffers: dict[int, list] = {}  # feature width -> [two DenseTiledMatrix, next index]
 
-    def _blocks(self, M: Any) -> list[tuple[int, sp.csr_matrix, int, int]]:
+    def _blocks(self, M: Any) -> list[tuple[int, Tensor, int, int]]:
         """This rank's non-empty blocks ``(k, M_rk[:, lo:hi], lo, hi)`` in the paper's ``k = (r + t) mod P`` order.
 
         ``[lo, hi)`` is the range of columns the block uses, so a product fetches only
@@ -125,8 +148,11 @@ class _TiledAdjacency:
             if M.nnz(r, k) == 0:
                 continue
             tile = M.get_tile(r, k)  # owned: tile row r lives on rank r
-            lo, hi = int(tile.indices.min()), int(tile.indices.max()) + 1
-            out.append((k, sp.csr_matrix(tile[:self.n, lo:hi]), lo, hi))
+            cols = tile.col_indices()
+            lo, hi = int(cols.min()), int(cols.max()) + 1
+            # rows >= n are padding (empty), so the first n + 1 row pointers describe the block
+            out.append((k, csr_tile(tile.values(), tile.crow_indices()[:self.n + 1], cols - lo, (self.n, hi - lo)),
+                        lo, hi))
         return out
 
     def _buffer(self, f: int):
@@ -139,7 +165,7 @@ class _TiledAdjacency:
         from ..rdma import DenseTiledMatrix
         be = _backend()
         if f not in self._buffers:
-            zero = {(be.rank, 0): np.zeros((self.T, f))}
+            zero = {(be.rank, 0): torch.zeros(self.T, f, dtype=torch.float64, device=be.device)}
             shape = (self.pgrid.rows * self.T, f)
             self._buffers[f] = [[DenseTiledMatrix.from_local_tiles(be, shape, (self.T, f), zero, self.pgrid)
                                  for _ in range(2)], 0]
@@ -162,9 +188,9 @@ class _TiledAdjacency:
         f = x.size(1)
         H = self._buffer(f)
         mine = H.local_tile(be.rank, 0)
-        mine[:self.n] = x.detach().cpu().to(torch.float64).numpy()
+        mine[:self.n] = x.detach().to(mine)
         be.barrier()  # every rank's H rows are written and visible
-        region, out = H.regions[0], np.zeros((self.n, f))
+        region, out = H.regions[0], torch.zeros(self.n, f, dtype=torch.float64, device=be.device)
         blocks = self.blocks[id(M)]
 
         def fetch(b: tuple) -> Any:
@@ -176,8 +202,8 @@ class _TiledAdjacency:
         for n, (_k, tile, lo, hi) in enumerate(blocks):
             h = mine[lo:hi] if pending is None else pending.wait().reshape(hi - lo, f)
             pending = fetch(blocks[n + 1]) if n + 1 < len(blocks) else None
-            out += tile @ h
-        return torch.from_numpy(out).to(dtype=x.dtype, device=x.device)
+            out += tile_product(tile, h)
+        return out.to(dtype=x.dtype, device=x.device)
 
     @staticmethod
     def _drop(engine: _TiledAdjacency) -> None:
@@ -262,8 +288,8 @@ class RDMAStationaryC(SpMMAlgorithm):
     sparsity-aware packing; use ``algorithm="1d"`` for the minimal volume).  Memory per
     rank: its non-zeros, two ``T x f`` ``H`` buffers per feature width (``T`` = largest
     part) and what it fetches.  One barrier per SpMM.  Backward: the same with the tiled
-    ``A^T``.  Computed in float64 numpy/scipy on the host (CPU only).  Must run under
-    ``mpiexec`` with torch.distributed ranks equal to MPI ranks.
+    ``A^T``.  Computed in float64 with the torch tile kernels on the adjacency's device;
+    on CPU it must run under ``mpiexec`` with torch.distributed ranks equal to MPI ranks.
 
     The engine is shared through a lease (see the module docstring); :meth:`close`
     releases it collectively, and it is also released when this object is collected.
@@ -273,7 +299,7 @@ class RDMAStationaryC(SpMMAlgorithm):
 
     def __init__(self, adj: HaloAdj, group: dist.ProcessGroup | None = None, grid: Any = None) -> None:
         super().__init__(adj, group, grid)
-        be = _backend()
+        be = _backend(adj.rowptr.device)
         if (be.world_size, be.rank) != (adj.plan.world_size, adj.plan.rank):
             raise RuntimeError(f"algorithm='rdma' needs MPI ranks equal to the shard's ranks: MPI rank "
                                f"{be.rank} of {be.world_size}, shard part {adj.plan.rank} of "
@@ -327,7 +353,8 @@ def _shutdown() -> None:
     if _BACKEND is None:
         return
     try:
-        if _BACKEND.MPI.Is_finalized() or not _BACKEND.MPI.Is_initialized():
+        MPI = getattr(_BACKEND, "MPI", None)
+        if MPI is not None and (MPI.Is_finalized() or not MPI.Is_initialized()):
             return
         free_engines()
         _BACKEND.close()

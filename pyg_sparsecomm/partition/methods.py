@@ -64,6 +64,12 @@ def metis_partition(edge_index: Tensor, num_nodes: int, num_parts: int, seed: in
     the VLDB'23 and ICPP'24 papers, so parts get balanced compute rather than
     balanced node counts.  ``objective="cut"`` minimises the edge cut (METIS's
     default), ``"vol"`` METIS's total communication volume objective.
+
+    ``seed`` is METIS's random seed (``METIS_OPTION_SEED``; ``pymetis`` puts it
+    in the slot of the ``metis.h`` it was built with).  Equal seeds give equal
+    partitions.  The METIS that ``pymetis`` builds seeds libc's ``srand``, and
+    glibc treats seed 0 as 1, so on Linux seeds 0 and 1 give the same partition:
+    use seeds 1, 2, ... for independent runs.
     """
     try:
         import pymetis

@@ -21,7 +21,10 @@ Each restart reweights with the current best partition and uses another
 seed / send tolerance.  Cost per restart: one METIS k-way call, O(E log P),
 plus one refinement.  METIS is called through ``ctypes`` in the library that
 ``pymetis`` ships (it exports ``METIS_PartGraphKway``; ``pymetis`` itself
-exposes a single constraint only).
+exposes a single constraint only).  The option slots come from ``pymetis``
+(compiled from the ``metis.h`` it was built with: METIS 5.1 and 5.2 number
+them differently), and the library is checked once against the ABI the calls
+assume (:func:`_check_abi`).
 """
 from __future__ import annotations
 
@@ -35,16 +38,22 @@ from torch import Tensor
 from .balance import _state, column_net_pins, refine_max_send
 from .methods import symmetric_csr
 
-# option slots of METIS 5.2 (pymetis bundles 5.2: slot 6 is NIPARTS, so the seed is slot 9)
-_METIS_NOPTIONS, _OPTION_OBJTYPE, _OPTION_SEED = 40, 1, 9
+# the ABI of the METIS pymetis builds (64-bit idx_t, 32-bit real_t); checked by _check_abi on first use
+_IDX, _REAL = np.int64, np.float32
+_METIS_NOPTIONS, _METIS_OK = 40, 1
 # send-constraint tolerances tried in turn: tight ones cut the maximum most, loose ones cost
 # less total volume (so fit a small volume budget)
 _SEND_TOLERANCES = (1.05, 1.5, 2.0, 1.1)
 _COMPUTE_SHARE = 0.4  # METIS gets this share of the compute slack, the refinement the rest
 _LIB = None
+# ABI probe: two triangles {0, 1, 2} and {3, 4, 5} joined by the edge 2-3; the only 2-way split
+# with edge cut 1 separates the triangles
+_PROBE_XADJ = (0, 2, 4, 7, 10, 12, 14)
+_PROBE_ADJNCY = (1, 2, 0, 2, 0, 1, 3, 2, 4, 5, 3, 5, 3, 4)
 
 
 def _metis():
+    """The METIS in ``pymetis``'s extension module, loaded and ABI-checked once (the result is cached)."""
     global _LIB
     if _LIB is None:
         try:
@@ -53,35 +62,84 @@ def _metis():
             raise ImportError("multi-constraint METIS needs pymetis: pip install pymetis") from e
         lib = ctypes.CDLL(internal.__file__)
         lib.METIS_PartGraphKway.restype = ctypes.c_int
+        _check_abi(lib, internal.__file__, getattr(internal, "_idx_type_width", None))
         _LIB = lib
     return _LIB
+
+
+def _option_slot(name: str) -> int:
+    from pymetis._internal import options_indices
+    return int(getattr(options_indices, name))
+
+
+def _part_graph_kway(lib, xadj, adjncy, vwgt, ncon: int, nparts: int, ubvec, options):
+    """``METIS_PartGraphKway`` on arrays already in the ABI's dtypes; returns ``(status, edge cut/volume, part)``."""
+    n = len(xadj) - 1
+    part, objval = np.full(n, -1, dtype=_IDX), np.zeros(1, dtype=_IDX)
+    scalars = [np.array([x], dtype=_IDX) for x in (n, ncon, nparts)]
+
+    def ptr(a):
+        return a.ctypes.data_as(ctypes.c_void_p)
+
+    status = lib.METIS_PartGraphKway(ptr(scalars[0]), ptr(scalars[1]), ptr(xadj), ptr(adjncy), ptr(vwgt),
+                                     None, None, ptr(scalars[2]), None, ptr(ubvec), ptr(options),
+                                     ptr(objval), ptr(part))
+    return status, int(objval[0]), part
+
+
+def _check_abi(lib, path: str, idx_type_width=None) -> None:
+    """Raise ``RuntimeError`` unless ``lib`` takes 64-bit ``idx_t`` and 32-bit ``real_t``.
+
+    pymetis >= 2025.2.1 reports its ``idx_t`` width; with any pymetis, a 2-way
+    partition of a 6-vertex probe graph must come back as the known split.  The
+    probe's buffers are built so that a mismatched METIS rejects them in its
+    parameter check, before it reads the graph or writes the output:
+
+    * 32-bit ``idx_t``: METIS reads each 64-bit option as two 32-bit ones, so the
+      high half of slot 0 (``PTYPE``, unread by ``METIS_PartGraphKway``; ``PTYPE``
+      and ``OBJTYPE`` are the first two slots in every METIS 5) becomes the
+      objective type; we put 7 there, not a valid objective -> ``METIS_ERROR_INPUT``.
+    * 64-bit ``real_t``: METIS reads the two float32 ``1.5`` as one double
+      (0.125), an imbalance tolerance below 1 -> ``METIS_ERROR_INPUT``; the
+      second entry keeps that 8-byte read inside the buffer.
+    """
+    expected = f"64-bit idx_t and 32-bit real_t (as the pymetis wheels build METIS), the ABI {__name__} calls it with"
+    if idx_type_width is not None and idx_type_width() != 8 * np.dtype(_IDX).itemsize:
+        raise RuntimeError(f"METIS in {path} was built with {idx_type_width()}-bit idx_t, not the {expected}; "
+                           f"multi-constraint METIS ('+vb' balancing) cannot use this pymetis build")
+    options = np.full(_METIS_NOPTIONS, -1, dtype=_IDX)
+    options[0] = (7 << 32) | 0xFFFFFFFF  # low half -1 (PTYPE default), high half 7 (bad OBJTYPE if 32-bit)
+    xadj, adjncy = np.array(_PROBE_XADJ, dtype=_IDX), np.array(_PROBE_ADJNCY, dtype=_IDX)
+    status, cut, part = _part_graph_kway(lib, xadj, adjncy, np.ones(6, dtype=_IDX), 1, 2,
+                                         np.full(2, 1.5, dtype=_REAL), options)
+    sides = sorted([tuple(part[:3].tolist()), tuple(part[3:].tolist())])
+    if status != _METIS_OK or cut != 1 or sides != [(0, 0, 0), (1, 1, 1)]:
+        raise RuntimeError(f"METIS in {path} does not take the {expected}: a 2-way partition of a 6-vertex "
+                           f"probe graph returned status {status}, edge cut {cut}, parts {part.tolist()} "
+                           f"(expected status 1, cut 1, two triangles); multi-constraint METIS ('+vb' "
+                           f"balancing) cannot use this pymetis build")
 
 
 def metis_multiconstraint(xadj: np.ndarray, adjncy: np.ndarray, vertex_weights: np.ndarray, num_parts: int,
                           tolerances: Sequence[float], seed: int = 0, objective: str = "cut") -> np.ndarray | None:
     """METIS k-way partition balancing every column of ``vertex_weights`` (``[N, ncon]``).
 
-    ``tolerances[c]`` is the allowed max/avg of constraint ``c``.  Returns ``None``
-    when METIS reports an error (the caller keeps its partition).
+    ``tolerances[c]`` is the allowed max/avg of constraint ``c``.  ``seed`` 0
+    leaves METIS's default seed (so it reproduces earlier releases' output, and
+    differs from seed 1: METIS seeds libc's ``srand``, where glibc treats 0 as
+    1); any other value is passed as ``METIS_OPTION_SEED``.  Equal seeds give
+    equal partitions.  Returns ``None`` when METIS reports an error (the caller
+    keeps its partition).
     """
     lib = _metis()
-    idx = np.int64  # pymetis builds METIS with 64-bit idx_t and 32-bit real_t
-    n, ncon = vertex_weights.shape
-    arrays = [np.ascontiguousarray(a, dtype=idx) for a in (xadj, adjncy, vertex_weights.reshape(-1))]
-    options = np.full(_METIS_NOPTIONS, -1, dtype=idx)
-    options[_OPTION_SEED] = seed
-    options[_OPTION_OBJTYPE] = {"cut": 0, "vol": 1}[objective]
-    ubvec = np.asarray(tolerances, dtype=np.float32)
-    part = np.zeros(n, dtype=idx)
-    objval = np.zeros(1, dtype=idx)
-    scalars = [np.array([x], dtype=idx) for x in (n, ncon, num_parts)]
-    def ptr(a):
-        return a.ctypes.data_as(ctypes.c_void_p)
-
-    status = lib.METIS_PartGraphKway(ptr(scalars[0]), ptr(scalars[1]), ptr(arrays[0]), ptr(arrays[1]),
-                                     ptr(arrays[2]), None, None, ptr(scalars[2]), None, ptr(ubvec),
-                                     ptr(options), ptr(objval), ptr(part))
-    return part.astype(np.int64) if status == 1 else None  # METIS_OK == 1
+    ncon = vertex_weights.shape[1]
+    arrays = [np.ascontiguousarray(a, dtype=_IDX) for a in (xadj, adjncy, vertex_weights.reshape(-1))]
+    options = np.full(_METIS_NOPTIONS, -1, dtype=_IDX)
+    if seed != 0:
+        options[_option_slot("SEED")] = seed
+    options[_option_slot("OBJTYPE")] = {"cut": 0, "vol": 1}[objective]
+    status, _, part = _part_graph_kway(lib, *arrays, ncon, num_parts, np.asarray(tolerances, dtype=_REAL), options)
+    return part.astype(np.int64) if status == _METIS_OK else None
 
 
 def balance_max_send(edge_index: Tensor, num_nodes: int, part: Tensor, num_parts: int,

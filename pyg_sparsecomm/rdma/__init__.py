@@ -1,18 +1,19 @@
 """One-sided (RDMA) distributed SpMM / SpGEMM engine after Brock, Buluç & Yelick, ICS'24.
 
-Backend (:mod:`.backend`): :class:`MPIBackend` (mpi4py one-sided RMA, CPU, run
-under ``mpiexec``), returned by :func:`make_backend`; every algorithm runs on it.
-There is no working CUDA backend: ``make_backend("cuda")`` raises
-NotImplementedError (the tile kernels are numpy/scipy; see
-:mod:`.symm_backend` for the untested symmetric-memory transport sketch).  Data structures
+Backends (:mod:`.backend`), chosen by :func:`make_backend` from the device:
+:class:`MPIBackend` (mpi4py one-sided RMA, CPU, run under ``mpiexec``) and
+:class:`SymmetricMemoryBackend` (PyTorch symmetric memory, CUDA; never run on a GPU
+here, tested over an emulated CPU heap).  Regions and tiles are torch tensors and the
+tile kernels (:mod:`.kernels`) are torch operations, so every algorithm is written once
+for both (SUMMA, built on MPI broadcasts, is MPI-only).  Data structures
 (:mod:`.tiled`): :class:`DenseTiledMatrix`, :class:`SparseTiledMatrix` over a
 block-cyclic :class:`TileProcessGrid`.  Algorithms: :func:`stationary_c`,
 :func:`stationary_a`, :func:`work_stealing`, :func:`summa`, dispatched by
 :func:`spmm` / :func:`spgemm`.  Measurements: :mod:`.measure`.
 
-The MPI backend is imported lazily, so ``import pyg_sparsecomm.rdma`` works
-without mpi4py; creating an :class:`MPIBackend` then raises an ImportError that
-names ``pip install "pyg_sparsecomm[mpi]"``.
+Both backends are imported lazily, so ``import pyg_sparsecomm.rdma`` works
+without mpi4py or Triton; creating an :class:`MPIBackend` without mpi4py raises an
+ImportError that names ``pip install "pyg_sparsecomm[mpi]"``.
 """
 from .backend import Future, Region, RMABackend, make_backend
 from .kernels import Breakdown
@@ -29,6 +30,9 @@ def __getattr__(name: str) -> type:
     if name == "MPIBackend":
         from .mpi_backend import MPIBackend
         return MPIBackend
+    if name == "SymmetricMemoryBackend":
+        from .symm_backend import SymmetricMemoryBackend
+        return SymmetricMemoryBackend
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -46,6 +50,7 @@ __all__ = [
     "RemoteQueue",
     "ReservationGrid",
     "SparseTiledMatrix",
+    "SymmetricMemoryBackend",
     "TileGrid",
     "TileProcessGrid",
     "make_backend",

@@ -11,6 +11,12 @@ its *own* region through :meth:`RMABackend.local` only before a
 :meth:`RMABackend.barrier`; afterwards every access — also to its own region —
 goes through ``get``/``put``/``fetch_add``, which are ordered and atomic as the
 backend documents.
+
+Regions, reads and writes are **torch tensors on the backend's** :attr:`RMABackend.device`
+(host memory for MPI, CUDA memory for symmetric memory), and the tiled matrices and
+tile kernels use only torch operations, so every algorithm of
+:mod:`pyg_sparsecomm.rdma` is written once for both backends; :func:`make_backend`
+picks the backend from the device.
 """
 from __future__ import annotations
 
@@ -19,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import numpy as np
+import torch
 
 MPI_INSTALL_HINT = 'pip install "pyg_sparsecomm[mpi]"'
 
@@ -28,7 +34,7 @@ MPI_INSTALL_HINT = 'pip install "pyg_sparsecomm[mpi]"'
 class Region:
     """Handle of a collectively allocated region (same ``id`` on every rank)."""
     id: int
-    dtype: np.dtype
+    dtype: torch.dtype
     lengths: tuple  # elements held by every rank (lengths[r] is rank r's size)
 
 
@@ -66,28 +72,27 @@ class RMABackend(ABC):
 
     rank: int
     world_size: int
-    #: whether regions are host (numpy) memory the package's numpy/scipy tile kernels can use;
-    #: the tiled matrices and every algorithm require it
-    host_kernels: bool = False
+    #: where regions live and where tiles are computed
+    device: torch.device
 
     @abstractmethod
-    def alloc(self, length: int, dtype: Any = np.float64) -> Region:
+    def alloc(self, length: int, dtype: torch.dtype = torch.float64) -> Region:
         """Collectively allocates ``length`` zero-initialised elements on this rank."""
 
     @abstractmethod
-    def local(self, region: Region) -> np.ndarray:
-        """A writable view of this rank's own part (see the module's memory-model rule)."""
+    def local(self, region: Region) -> torch.Tensor:
+        """A writable 1-D view of this rank's own part (see the module's memory-model rule)."""
 
     @abstractmethod
     def get_async(self, rank: int, region: Region, offset: int, count: int) -> Future:
-        """Starts reading ``count`` elements at ``offset`` of ``rank``'s part."""
+        """Starts reading ``count`` elements at ``offset`` of ``rank``'s part (a future of a 1-D tensor)."""
 
-    def get(self, rank: int, region: Region, offset: int, count: int) -> np.ndarray:
-        """Blocking read: ``region[rank][offset:offset + count]`` as a fresh array."""
+    def get(self, rank: int, region: Region, offset: int, count: int) -> torch.Tensor:
+        """Blocking read: ``region[rank][offset:offset + count]`` as a fresh tensor."""
         return self.get_async(rank, region, offset, count).wait()
 
     @abstractmethod
-    def put(self, rank: int, region: Region, offset: int, data: np.ndarray) -> None:
+    def put(self, rank: int, region: Region, offset: int, data: torch.Tensor) -> None:
         """Writes ``data`` to ``region[rank][offset:]``; complete (remotely visible) on return."""
 
     @abstractmethod
@@ -117,32 +122,40 @@ class RMABackend(ABC):
                              f"({region.lengths[rank]} elements)")
 
 
-CUDA_UNSUPPORTED = (
-    "the RDMA algorithms have no CUDA backend: the tiled matrices and the tile kernels are numpy/scipy host code, "
-    "and PyTorch symmetric memory has no Python remote fetch-and-add (needed by stationary-A queues and work "
-    "stealing).  Supported: make_backend('cpu') (MPI one-sided RMA, under mpiexec) for every algorithm.  "
-    "pyg_sparsecomm.rdma.symm_backend.SymmetricMemoryBackend is an untested transport sketch (alloc/get/put/"
-    "barrier only, never run: no GPU was available) and cannot run any algorithm")
-
-
 def make_backend(device: Any = "cpu", **kwargs: Any) -> RMABackend:
-    """The backend for ``device``: MPI one-sided RMA for CPU (the only device the algorithms run on).
+    """The one-sided backend for ``device``; every algorithm runs on either.
 
-    ``"cuda"`` raises NotImplementedError saying what is and is not supported
-    (see :data:`CUDA_UNSUPPORTED`); other device types raise ValueError.
+    * ``"cpu"``: :class:`~pyg_sparsecomm.rdma.mpi_backend.MPIBackend` (MPI-3 RMA through
+      mpi4py, processes launched with ``mpiexec``);
+    * ``"cuda"``: :class:`~pyg_sparsecomm.rdma.symm_backend.SymmetricMemoryBackend`
+      (PyTorch symmetric memory over the ``torch.distributed`` group; remote atomics by a
+      Triton kernel).  Written to the PyTorch API but never run on a GPU here: the test
+      suite runs its code on an emulated CPU symmetric heap (``tests/_symm_emulation.py``).
+
+    Other device types raise ValueError.
     """
-    import torch
     device = torch.device(device)
     if device.type == "cpu":
         from .mpi_backend import MPIBackend
         return MPIBackend(**kwargs)
     if device.type == "cuda":
-        raise NotImplementedError(CUDA_UNSUPPORTED)
-    raise ValueError(f"no RDMA backend for device type {device.type!r}; use 'cpu' (MPI one-sided RMA)")
+        from .symm_backend import SymmetricMemoryBackend
+        return SymmetricMemoryBackend(device, **kwargs)
+    raise ValueError(f"no RDMA backend for device type {device.type!r}; use 'cpu' (MPI one-sided RMA) "
+                     f"or 'cuda' (PyTorch symmetric memory)")
 
 
-def as_dtype(dtype: Any | None) -> np.dtype:
-    dt = np.dtype(dtype if dtype is not None else np.float64)
-    if dt not in (np.dtype(np.float64), np.dtype(np.float32), np.dtype(np.int64)):
-        raise ValueError(f"unsupported region dtype {dt}; use float64, float32 or int64")
-    return dt
+DTYPES = (torch.float64, torch.float32, torch.int64)
+
+
+def as_dtype(dtype: Any | None) -> torch.dtype:
+    """A region dtype: ``torch.float64`` (default), ``torch.float32`` or ``torch.int64``."""
+    if dtype is None:
+        return torch.float64
+    if not isinstance(dtype, torch.dtype):
+        import numpy as np
+        dtype = {np.dtype(np.float64): torch.float64, np.dtype(np.float32): torch.float32,
+                 np.dtype(np.int64): torch.int64}.get(np.dtype(dtype), dtype)
+    if dtype not in DTYPES:
+        raise ValueError(f"unsupported region dtype {dtype}; use torch.float64, torch.float32 or torch.int64")
+    return dtype

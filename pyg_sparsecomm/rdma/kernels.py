@@ -1,45 +1,124 @@
-"""Local tile kernels, flop counts, per-rank time breakdown and operand checks."""
+"""Local tile kernels (torch: the same code on CPU and CUDA), flop counts, time breakdown, operand checks.
+
+A tile is a 2-D torch tensor: strided (dense) or ``torch.sparse_csr`` with int64
+indices, float64 values, on the backend's device.  Products go through
+``torch.sparse.mm`` (MKL / cuSPARSE), so the tile kernels are the only place that
+touches local arithmetic and they are device-agnostic.
+"""
+from __future__ import annotations
+
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Union
 
-import numpy as np
-import scipy.sparse as sp
+import torch
 
-Tile = Union[np.ndarray, sp.csr_matrix]
+Tile = torch.Tensor
 
 
-def tile_product(a: sp.csr_matrix, b: Tile) -> Tile:
+def is_sparse(tile: Tile) -> bool:
+    return tile.layout == torch.sparse_csr
+
+
+def csr_tile(values: torch.Tensor, crow: torch.Tensor, col: torch.Tensor, shape: tuple[int, int]) -> Tile:
+    """A CSR tile over the given (not copied) buffers; invariants are guaranteed by the writer."""
+    return torch.sparse_csr_tensor(crow, col, values, size=shape, check_invariants=False)
+
+
+def tile_nnz(tile: Tile) -> int:
+    return int(tile._nnz()) if is_sparse(tile) else tile.numel()
+
+
+def tile_product(a: Tile, b: Tile) -> Tile:
     """``a @ b``: SpMM (dense ``b``, dense result) or SpGEMM (CSR ``b``, CSR result)."""
-    out = a @ b
-    return out.tocsr() if sp.issparse(out) else np.asarray(out)
+    return torch.sparse.mm(a, b)
 
 
-def tile_flops(a: sp.csr_matrix, b: Tile) -> int:
+def tile_flops(a: Tile, b: Tile) -> int:
     """Multiply-add flops of ``a @ b``: ``2 nnz(a) n`` for SpMM, ``2 sum_{a_rc != 0} nnz(b_c,:)`` for SpGEMM."""
-    if sp.issparse(b):
-        return 2 * int(np.diff(b.indptr)[a.indices].sum()) if a.nnz else 0
-    return 2 * a.nnz * b.shape[1]
+    if is_sparse(b):
+        if not a._nnz():
+            return 0
+        return 2 * int(torch.diff(b.crow_indices())[a.col_indices()].sum())
+    return 2 * int(a._nnz()) * b.shape[1]
 
 
 def tile_nbytes(tile: Tile) -> int:
-    if sp.issparse(tile):
-        return tile.data.nbytes + tile.indices.nbytes + tile.indptr.nbytes
-    return tile.nbytes
+    if is_sparse(tile):
+        return sum(t.numel() * t.element_size() for t in (tile.values(), tile.crow_indices(), tile.col_indices()))
+    return tile.numel() * tile.element_size()
 
 
-def accumulate(c: Tile, partial: Tile) -> Tile:
-    """``c + partial`` (in place for dense ``c``; sparse sums build a new CSR)."""
-    if sp.issparse(c):
-        return (c + partial).tocsr()
+class SparseSum:
+    """A sum of CSR tiles kept as pending summands and reduced in one pass when read.
+
+    torch's pairwise CSR addition costs 2.5-8x scipy's on the SpGEMM tiles measured
+    here; instead every summand contributes its ``row * cols + col`` keys and values,
+    and :meth:`result` reduces them with one ``unique`` + ``index_add_`` (one sort of
+    the pending entries, any device).  Pending entries are compacted whenever they
+    exceed twice the compacted sum (and 64 Ki), so memory stays O(result + recent
+    summands) and every entry takes part in O(log) compactions.
+    """
+
+    def __init__(self, rows: int, cols: int, device: torch.device | str = "cpu") -> None:
+        self.shape, self.device = (rows, cols), torch.device(device)
+        self._keys: list[torch.Tensor] = []
+        self._values: list[torch.Tensor] = []
+        self._pending = self._compacted = 0
+
+    def add(self, tile: Tile) -> SparseSum:
+        if tuple(tile.shape) != self.shape:
+            raise ValueError(f"cannot add a {tuple(tile.shape)} tile to a {self.shape} sum")
+        crow = tile.crow_indices()
+        rows = torch.repeat_interleave(torch.arange(self.shape[0], device=crow.device), torch.diff(crow))
+        self._keys.append(rows * self.shape[1] + tile.col_indices())
+        self._values.append(tile.values().to(torch.float64))
+        self._pending += int(tile._nnz())
+        if self._pending > max(2 * self._compacted, 1 << 16):
+            self._compact()
+        return self
+
+    def _compact(self) -> None:
+        if len(self._keys) > 1:
+            keys, inverse = torch.unique(torch.cat(self._keys), sorted=True, return_inverse=True)
+            values = torch.zeros(keys.numel(), dtype=torch.float64, device=keys.device)
+            values.index_add_(0, inverse, torch.cat(self._values))
+            self._keys, self._values = [keys], [values]
+        self._compacted, self._pending = (self._keys[0].numel() if self._keys else 0), 0
+
+    def result(self) -> Tile:
+        """The sum as a CSR tile (sorted column indices, no duplicates)."""
+        if not self._keys:
+            return zero_tile(*self.shape, True, self.device)
+        self._compact()
+        keys, values = self._keys[0], self._values[0]
+        crow = torch.zeros(self.shape[0] + 1, dtype=torch.int64, device=keys.device)
+        crow[1:] = torch.cumsum(torch.bincount(keys // self.shape[1], minlength=self.shape[0]), 0)
+        return csr_tile(values, crow, keys % self.shape[1], self.shape)
+
+
+def accumulate(c: Tile | SparseSum, partial: Tile) -> Tile | SparseSum:
+    """``c + partial``: in place for dense ``c``; a sparse ``c`` becomes (or stays) a :class:`SparseSum`."""
+    if isinstance(c, SparseSum):
+        return c.add(partial)
+    if is_sparse(c):
+        return SparseSum(*c.shape, c.device).add(c).add(partial)
     c += partial
     return c
 
 
-def zero_tile(rows: int, cols: int, sparse: bool) -> Tile:
-    return sp.csr_matrix((rows, cols)) if sparse else np.zeros((rows, cols))
+def materialize(c: Tile | SparseSum) -> Tile:
+    """The tile an accumulator stands for (a :class:`SparseSum` is reduced once)."""
+    return c.result() if isinstance(c, SparseSum) else c
+
+
+def zero_tile(rows: int, cols: int, sparse: bool, device: torch.device | str = "cpu") -> Tile:
+    if sparse:
+        empty_i = torch.zeros(0, dtype=torch.int64, device=device)
+        return csr_tile(torch.zeros(0, dtype=torch.float64, device=device),
+                        torch.zeros(rows + 1, dtype=torch.int64, device=device), empty_i, (rows, cols))
+    return torch.zeros(rows, cols, dtype=torch.float64, device=device)
 
 
 @dataclass

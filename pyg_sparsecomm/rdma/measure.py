@@ -20,8 +20,10 @@ from collections.abc import Sequence
 
 import numpy as np
 import scipy.sparse as sp
+import torch
 
 from .backend import RMABackend
+from .kernels import tile_product
 
 PARTS = ("compute", "comm", "accumulate", "imbalance", "reserve", "total")
 
@@ -69,7 +71,7 @@ def measure_get_bandwidth(backend: RMABackend, sizes: Sequence[int] = (1 << 10, 
 
     Returns ``[(bytes, bytes_per_second)]``; with one rank the "remote" rank is itself.
     """
-    region = backend.alloc(max(sizes), np.float64)
+    region = backend.alloc(max(sizes), torch.float64)
     peer = (backend.rank + 1) % backend.world_size
     out = []
     backend.barrier()
@@ -85,14 +87,19 @@ def measure_get_bandwidth(backend: RMABackend, sizes: Sequence[int] = (1 << 10, 
     return out
 
 
-def local_peak_flops(n: int = 20000, cols: int = 64, density: float = 1e-3, repeats: int = 3) -> float:
-    """The roofline's flat part: measured flop rate of a local scipy SpMM (the paper's local peak)."""
+def local_peak_flops(n: int = 20000, cols: int = 64, density: float = 1e-3, repeats: int = 3,
+                     device: str | torch.device = "cpu") -> float:
+    """The roofline's flat part: measured flop rate of the tile kernel (torch CSR SpMM, the paper's local peak)."""
     A = sp.random(n, n, density=density, format="csr", random_state=0)
-    X = np.random.default_rng(0).standard_normal((n, cols))
+    At = torch.sparse_csr_tensor(*(torch.from_numpy(a.astype(np.int64)) for a in (A.indptr, A.indices)),
+                                 torch.from_numpy(A.data), A.shape).to(device)
+    X = torch.from_numpy(np.random.default_rng(0).standard_normal((n, cols))).to(device)
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        A @ X
+        tile_product(At, X)
+        if At.device.type == "cuda":
+            torch.cuda.synchronize(At.device)
         times.append(time.perf_counter() - t0)
     return 2 * A.nnz * cols / float(np.median(times))
 

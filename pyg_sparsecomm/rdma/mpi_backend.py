@@ -12,7 +12,8 @@ window per region.  A request that does not fit gets a dedicated window.
 The inner loops issue only ``Rget``/``Put``/``Fetch_and_op`` plus a ``Flush``
 of the one target — never a fence or a barrier, and the target process does
 not take part (ICS'24 Section 2.3).  Windows use ``disp_unit=1`` (byte
-displacements).
+displacements).  Regions are host memory handed out as CPU torch tensors that
+alias the window (``torch.from_numpy``, no copy); gets land in fresh tensors.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import os
 from typing import Any
 
 import numpy as np
+import torch
 
 from .backend import MPI_INSTALL_HINT, Future, Region, RMABackend, as_dtype
 
@@ -93,7 +95,7 @@ class MPIBackend(RMABackend):
     ``heap_bytes`` (default ``$PYG_SPARSECOMM_RDMA_HEAP_MB`` or 256 MiB per rank) sizes
     the symmetric heap; 0 gives every region its own window.
     """
-    host_kernels = True
+    device = torch.device("cpu")
 
     def __init__(self, comm: Any | None = None, heap_bytes: int | None = None) -> None:
         self.MPI = MPI = import_mpi()
@@ -106,8 +108,7 @@ class MPIBackend(RMABackend):
         self._dedicated: dict[int, Any] = {}  # region id -> its own window
         self._where: dict[int, tuple] = {}  # region id -> (window, byte base, local view, symmetric bytes)
         self._next_id = 0
-        self._mpi_type = {np.dtype(np.float64): MPI.DOUBLE, np.dtype(np.float32): MPI.FLOAT,
-                          np.dtype(np.int64): MPI.INT64_T}
+        self._mpi_type = {torch.float64: MPI.DOUBLE, torch.float32: MPI.FLOAT, torch.int64: MPI.INT64_T}
 
     def _window(self, nbytes: int, zero: bool = True):
         win = self.MPI.Win.Allocate(nbytes, 1, comm=self.comm)
@@ -117,13 +118,14 @@ class MPIBackend(RMABackend):
         win.Lock_all(self.MPI.MODE_NOCHECK)  # one passive-target epoch for the window's lifetime
         return win, mem
 
-    def alloc(self, length: int, dtype: Any = np.float64) -> Region:
+    def alloc(self, length: int, dtype: Any = torch.float64) -> Region:
         dtype = as_dtype(dtype)
         if length < 0:
             raise ValueError(f"region length must be >= 0, got {length}")
         # the one collective of an allocation; reused heap memory is zero because free() zeroes it
         lengths = tuple(int(n) for n in self.comm.allgather(int(length)))
-        nbytes = max(lengths) * dtype.itemsize
+        itemsize = dtype.itemsize
+        nbytes = max(lengths) * itemsize
         if self._heap is None and self._heap_bytes > 0:
             # not zeroed here: pages are touched (and zeroed) only when first handed out
             self._heap_win, self._heap_mem = self._window(self._heap_bytes, zero=False)
@@ -138,18 +140,19 @@ class MPIBackend(RMABackend):
         region = Region(self._next_id, dtype, lengths)
         self._next_id += 1
         if base is None:  # no room in the heap: a dedicated window (collective, zeroed)
-            win, mem = self._window(length * dtype.itemsize)
+            win, mem = self._window(length * itemsize)
             self._dedicated[region.id] = win
             win.Sync()
             self.comm.Barrier()
             base = 0
         else:
             win, mem = self._heap_win, self._heap_mem
-        view = mem[base:base + length * dtype.itemsize].view(dtype)
+        np_dtype = {torch.float64: np.float64, torch.float32: np.float32, torch.int64: np.int64}[dtype]
+        view = torch.from_numpy(mem[base:base + length * itemsize].view(np_dtype))  # aliases the window
         self._where[region.id] = (win, base, view, nbytes)
         return region
 
-    def local(self, region: Region) -> np.ndarray:
+    def local(self, region: Region) -> torch.Tensor:
         return self._where[region.id][2]
 
     def _target(self, region: Region, offset: int, count: int):
@@ -158,19 +161,19 @@ class MPIBackend(RMABackend):
 
     def get_async(self, rank: int, region: Region, offset: int, count: int) -> Future:
         self._check_range(rank, region, offset, count)
+        out = torch.empty(count, dtype=region.dtype)
         if count == 0:
-            return Future.ready(np.empty(0, region.dtype))
-        buf = np.empty(count, region.dtype)
+            return Future.ready(out)
         win, target = self._target(region, offset, count)
-        request = win.Rget([buf, self._mpi_type[region.dtype]], rank, target=target)
+        request = win.Rget([out.numpy(), self._mpi_type[region.dtype]], rank, target=target)
 
-        def finish() -> np.ndarray:
-            request.Wait()  # completes the Rget at the origin: buf holds the data
-            return buf
-        return Future(finish, buf.nbytes)
+        def finish() -> torch.Tensor:
+            request.Wait()  # completes the Rget at the origin: out holds the data
+            return out
+        return Future(finish, count * region.dtype.itemsize)
 
-    def put(self, rank: int, region: Region, offset: int, data: np.ndarray) -> None:
-        data = np.ascontiguousarray(data, dtype=region.dtype).ravel()
+    def put(self, rank: int, region: Region, offset: int, data: Any) -> None:
+        data = np.ascontiguousarray(torch.as_tensor(data).to(region.dtype).reshape(-1).numpy())
         self._check_range(rank, region, offset, data.size)
         if data.size:
             win, target = self._target(region, offset, data.size)
@@ -178,7 +181,7 @@ class MPIBackend(RMABackend):
             win.Flush(rank)  # remote completion: later operations of this rank see the data
 
     def fetch_add(self, rank: int, region: Region, offset: int, value: int) -> int:
-        if region.dtype != np.int64:
+        if region.dtype != torch.int64:
             raise ValueError(f"fetch_add needs an int64 region, region {region.id} is {region.dtype}")
         self._check_range(rank, region, offset, 1)
         origin, result = np.array([value], np.int64), np.zeros(1, np.int64)
@@ -216,7 +219,7 @@ class MPIBackend(RMABackend):
     def close(self) -> None:
         """Frees every region and the heap (collective)."""
         for rid in sorted(self._where):
-            self.free(Region(rid, np.dtype(np.uint8), ()))
+            self.free(Region(rid, torch.uint8, ()))
         if self._heap_win is not None:
             self._heap_win.Unlock_all()
             self._heap_win.Free()

@@ -25,10 +25,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-import scipy.sparse as sp
+import torch
 
 from .backend import RMABackend
+from .kernels import Tile, csr_tile, is_sparse, tile_nnz
 
 SLOT_WORDS = 8
 
@@ -40,8 +40,8 @@ class RemoteQueue:
         if capacity < 0:
             raise ValueError(f"queue capacity must be >= 0, got {capacity}")
         self.backend = backend
-        self.slots = backend.alloc(capacity * SLOT_WORDS, np.int64)
-        self.tail = backend.alloc(1, np.int64)
+        self.slots = backend.alloc(capacity * SLOT_WORDS, torch.int64)
+        self.tail = backend.alloc(1, torch.int64)
         self.capacity = [n // SLOT_WORDS for n in self.slots.lengths]
         self.head = 0  # next slot this rank consumes (only the owner pops)
 
@@ -53,7 +53,8 @@ class RemoteQueue:
         if slot >= self.capacity[owner]:
             raise RuntimeError(f"remote queue of rank {owner} overflowed: slot {slot} >= capacity "
                                f"{self.capacity[owner]} (expected-update count too small)")
-        self.backend.put(owner, self.slots, slot * SLOT_WORDS + 1, np.asarray(handle, np.int64))
+        words = torch.tensor([int(w) for w in handle], dtype=torch.int64, device=self.backend.device)
+        self.backend.put(owner, self.slots, slot * SLOT_WORDS + 1, words)
         self.backend.fetch_add(owner, self.slots, slot * SLOT_WORDS, 1)  # publish after the put completed
         return slot
 
@@ -64,7 +65,7 @@ class RemoteQueue:
             return None
         words = self.backend.get(me, self.slots, self.head * SLOT_WORDS + 1, SLOT_WORDS - 1)
         self.head += 1
-        return [int(w) for w in words]
+        return [int(w) for w in words.tolist()]
 
     def free(self) -> None:
         self.backend.free(self.slots)
@@ -76,30 +77,30 @@ class Outbox:
 
     def __init__(self, backend: RMABackend, float_capacity: int, int_capacity: int = 0) -> None:
         self.backend = backend
-        self.values = backend.alloc(float_capacity, np.float64)
-        self.ints = backend.alloc(int_capacity, np.int64)
+        self.values = backend.alloc(float_capacity, torch.float64)
+        self.ints = backend.alloc(int_capacity, torch.int64)
         self.f_used = self.i_used = 0
 
-    def fits(self, tile) -> bool:
+    def fits(self, tile: Tile) -> bool:
         nf, ni = self._sizes(tile)
         me = self.backend.rank
         return self.f_used + nf <= self.values.lengths[me] and self.i_used + ni <= self.ints.lengths[me]
 
     @staticmethod
-    def _sizes(tile) -> tuple[int, int]:
-        if sp.issparse(tile):
-            return tile.nnz, tile.shape[0] + 1 + tile.nnz
-        return tile.size, 0
+    def _sizes(tile: Tile) -> tuple[int, int]:
+        if is_sparse(tile):
+            return tile_nnz(tile), tile.shape[0] + 1 + tile_nnz(tile)
+        return tile.numel(), 0
 
-    def store(self, tile) -> tuple[int, int, int]:
+    def store(self, tile: Tile) -> tuple[int, int, int]:
         """Copies ``tile`` into the outbox; returns ``(f_off, i_off, nnz)`` (``nnz = -1``: dense)."""
         if not self.fits(tile):
             raise RuntimeError(f"outbox of rank {self.backend.rank} is full")
         me, f_off, i_off = self.backend.rank, self.f_used, self.i_used
-        if sp.issparse(tile):
-            self.backend.put(me, self.values, f_off, tile.data)
-            self.backend.put(me, self.ints, i_off, np.concatenate([tile.indptr, tile.indices]).astype(np.int64))
-            nnz = tile.nnz
+        if is_sparse(tile):
+            self.backend.put(me, self.values, f_off, tile.values())
+            self.backend.put(me, self.ints, i_off, torch.cat([tile.crow_indices(), tile.col_indices()]))
+            nnz = tile_nnz(tile)
         else:
             self.backend.put(me, self.values, f_off, tile)
             nnz = -1
@@ -107,13 +108,13 @@ class Outbox:
         self.f_used, self.i_used = f_off + nf, i_off + ni
         return f_off, i_off, nnz
 
-    def fetch(self, src: int, f_off: int, i_off: int, nnz: int, rows: int, cols: int) -> np.ndarray | sp.csr_matrix:
+    def fetch(self, src: int, f_off: int, i_off: int, nnz: int, rows: int, cols: int) -> Tile:
         """Reads a partial stored by ``src`` (the owner's side of a dequeue)."""
         if nnz < 0:
             return self.backend.get(src, self.values, f_off, rows * cols).reshape(rows, cols)
         values = self.backend.get_async(src, self.values, f_off, nnz)
         ints = self.backend.get(src, self.ints, i_off, rows + 1 + nnz)
-        return sp.csr_matrix((values.wait(), ints[rows + 1:], ints[:rows + 1]), shape=(rows, cols))
+        return csr_tile(values.wait(), ints[:rows + 1], ints[rows + 1:], (rows, cols))
 
     def free(self) -> None:
         self.backend.free(self.values)

@@ -18,10 +18,19 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Callable
 
-import scipy.sparse as sp
-
 from .backend import Future
-from .kernels import Breakdown, Tile, accumulate, check_operands, tile_flops, tile_product, zero_tile
+from .kernels import (
+    Breakdown,
+    SparseSum,
+    Tile,
+    accumulate,
+    check_operands,
+    materialize,
+    tile_flops,
+    tile_nnz,
+    tile_product,
+    zero_tile,
+)
 from .queue import Outbox, RemoteQueue
 from .tiled import DenseTiledMatrix, SparseTiledMatrix, TiledMatrix, TileIndex
 
@@ -102,7 +111,9 @@ def pipelined_products(A: TiledMatrix, B: TiledMatrix, tasks: Iterable[tuple[int
 
 def finish(A: SparseTiledMatrix, B: TiledMatrix, bd: Breakdown, c_tiles: dict[TileIndex, Tile], t_start: float,
            claims: list[tuple[int, int, int]] | None = None) -> MatmulResult:
-    """Final barrier (timed as load imbalance), then ``C`` built collectively from the local tiles."""
+    """Sparse sums reduced, final barrier (timed as load imbalance), then ``C`` built collectively."""
+    with bd.timing("accumulate"):  # SpGEMM: every SparseSum is reduced here, once
+        c_tiles = {ij: materialize(t) for ij, t in c_tiles.items()}
     with bd.timing("imbalance"):
         A.backend.barrier()
     bd.total = time.perf_counter() - t_start
@@ -112,9 +123,12 @@ def finish(A: SparseTiledMatrix, B: TiledMatrix, bd: Breakdown, c_tiles: dict[Ti
     return MatmulResult(C, bd, A.backend.allgather(bd.summary()), claims or [])
 
 
-def zero_c_tiles(A: SparseTiledMatrix, B: TiledMatrix) -> dict[TileIndex, Tile]:
-    sparse = isinstance(B, SparseTiledMatrix)
-    return {(i, j): zero_tile(A.tiles.dims(i, 0)[0], B.tiles.dims(0, j)[1], sparse) for i, j in my_c_tiles(A, B)}
+def zero_c_tiles(A: SparseTiledMatrix, B: TiledMatrix) -> dict[TileIndex, Tile | SparseSum]:
+    """This rank's ``C`` tiles: dense zeros, or empty :class:`SparseSum` accumulators for SpGEMM."""
+    dims = {(i, j): (A.tiles.dims(i, 0)[0], B.tiles.dims(0, j)[1]) for i, j in my_c_tiles(A, B)}
+    if isinstance(B, SparseTiledMatrix):
+        return {ij: SparseSum(*d, A.backend.device) for ij, d in dims.items()}
+    return {ij: zero_tile(*d, False, A.backend.device) for ij, d in dims.items()}
 
 
 def stationary_c(A: SparseTiledMatrix, B: TiledMatrix, prefetch: bool = True) -> MatmulResult:
@@ -237,15 +251,18 @@ def stationary_a(A: SparseTiledMatrix, B: TiledMatrix, prefetch: bool = True, co
             running = partial if running is None else accumulate(running, partial)
         if last[unit(i, j, k)] != n:
             continue  # more of this rank's partials of C_ij follow
+        with bd.timing("accumulate"):
+            running = materialize(running)
         if outbox is not None:
             push_partial(queue, outbox, owner(i, j), i, j, k, running, bd)
             received += drain(queue, outbox, c_tiles, B, A, bd)
         else:
-            deferred.append((i, j, k, sp.csr_matrix(running)))
+            deferred.append((i, j, k, running))
         running = None
     if sparse_out:
         with bd.timing("imbalance"):  # collective: waits for the slowest rank's local products
-            outbox = Outbox(be, sum(p.nnz for *_, p in deferred), sum(p.shape[0] + 1 + p.nnz for *_, p in deferred))
+            outbox = Outbox(be, sum(tile_nnz(p) for *_, p in deferred),
+                            sum(p.shape[0] + 1 + tile_nnz(p) for *_, p in deferred))
         for i, j, k, partial in deferred:
             push_partial(queue, outbox, owner(i, j), i, j, k, partial, bd)
     drain_until(queue, outbox, c_tiles, B, A, bd, received, expected)

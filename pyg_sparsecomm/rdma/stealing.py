@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from typing import Callable
 
 import numpy as np
+import torch
 
 from .kernels import Breakdown, accumulate, check_operands
 from .queue import Outbox, RemoteQueue
@@ -62,7 +63,7 @@ class ReservationGrid:
                 r = self.owner(i, j)
                 self.pos[i, j], counts[r] = counts.get(r, 0), counts.get(r, 0) + 1
         width = self.K if three_d else 1
-        self.region = self.backend.alloc(counts.get(self.backend.rank, 0) * width, np.int64)
+        self.region = self.backend.alloc(counts.get(self.backend.rank, 0) * width, torch.int64)
 
     def next_index(self, i: int, j: int) -> int:
         """2D: reserves and returns the next ticket of tile ``(i, j)``."""

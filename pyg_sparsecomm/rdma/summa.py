@@ -12,15 +12,16 @@ communicator, and every rank adds ``A_ik B_kj`` into its ``C_ij``:
 All ranks advance in lock step: the broadcast time includes waiting for the
 slowest rank of the step (the per-stage imbalance of the paper's Figure 1).
 Tile sizes and nnz are known from the directories, so receivers size their
-buffers without a separate size message.  Needs the MPI backend.
+buffers without a separate size message.  Needs the MPI backend (mpi4py
+collectives over host buffers; the tiles themselves are torch tensors as
+everywhere else).
 """
 import time
 from typing import Any
 
-import numpy as np
-import scipy.sparse as sp
+import torch
 
-from .kernels import Breakdown, Tile, accumulate, check_operands, tile_flops, tile_product
+from .kernels import Breakdown, Tile, accumulate, check_operands, csr_tile, tile_flops, tile_product, zero_tile
 from .stationary import MatmulResult, finish, nonempty, zero_c_tiles
 from .tiled import SparseTiledMatrix, TiledMatrix, TileIndex
 
@@ -33,23 +34,24 @@ def bcast_tiles(comm: Any, root: int, M: TiledMatrix, tiles: list[TileIndex]) ->
     dims = [M.tiles.dims(*ij) for ij in tiles]
     if not isinstance(M, SparseTiledMatrix):
         sizes = [r * c for r, c in dims]
-        buf = np.concatenate([M.get_tile(*ij).ravel() for ij in tiles]) if mine else np.empty(sum(sizes))
-        comm.Bcast(buf, root=root)
-        parts = np.split(buf, np.cumsum(sizes)[:-1])
-        return {ij: part.reshape(d) for ij, part, d in zip(tiles, parts, dims)}
+        buf = (torch.cat([M.get_tile(*ij).reshape(-1) for ij in tiles]) if mine
+               else torch.empty(sum(sizes), dtype=torch.float64))
+        comm.Bcast(buf.numpy(), root=root)
+        return {ij: part.reshape(d) for ij, part, d in zip(tiles, torch.split(buf, sizes), dims)}
     nnz = [M.nnz(*ij) for ij in tiles]
     if not sum(nnz):  # every rank knows this from the directory: nothing to send
-        return {ij: sp.csr_matrix(d) for ij, d in zip(tiles, dims)}
+        return {ij: zero_tile(*d, True) for ij, d in zip(tiles, dims)}
     local = [M.get_tile(*ij) for ij in tiles] if mine else []
-    values = np.concatenate([t.data for t in local]).astype(np.float64) if mine else np.empty(sum(nnz))
-    ints = (np.concatenate([np.concatenate([t.indptr, t.indices]) for t in local]).astype(np.int64) if mine
-            else np.empty(sum(r + 1 + z for (r, _), z in zip(dims, nnz)), np.int64))
-    comm.Bcast(values, root=root)
-    comm.Bcast(ints, root=root)
+    values = (torch.cat([t.values() for t in local]).to(torch.float64) if mine
+              else torch.empty(sum(nnz), dtype=torch.float64))
+    ints = (torch.cat([torch.cat([t.crow_indices(), t.col_indices()]) for t in local]) if mine
+            else torch.empty(sum(r + 1 + z for (r, _), z in zip(dims, nnz)), dtype=torch.int64))
+    comm.Bcast(values.numpy(), root=root)
+    comm.Bcast(ints.numpy(), root=root)
     out, vo, io = {}, 0, 0
     for ij, (rows, cols), z in zip(tiles, dims, nnz):
-        indptr, indices = ints[io:io + rows + 1], ints[io + rows + 1:io + rows + 1 + z]
-        out[ij] = sp.csr_matrix((values[vo:vo + z], indices, indptr), shape=(rows, cols))
+        out[ij] = csr_tile(values[vo:vo + z], ints[io:io + rows + 1], ints[io + rows + 1:io + rows + 1 + z],
+                           (rows, cols))
         vo, io = vo + z, io + rows + 1 + z
     return out
 
@@ -59,7 +61,7 @@ def summa(A: SparseTiledMatrix, B: TiledMatrix) -> MatmulResult:
     check_operands(A, B)
     be = A.backend
     comm = getattr(be, "comm", None)
-    if comm is None:
+    if comm is None or be.device.type != "cpu":
         raise ValueError("summa needs the MPI backend (collective broadcasts over row/column communicators)")
     bd, t_start = Breakdown(), time.perf_counter()
     pr, pc = A.pgrid.rows, A.pgrid.cols

@@ -1,37 +1,43 @@
-"""PyTorch symmetric-memory backend (CUDA tensors, NVLink P2P / NVSHMEM), the paper's GPU setting.
+"""PyTorch symmetric-memory backend (CUDA tensors over NVLink P2P / NVSHMEM): the paper's GPU setting.
 
-Written against ``torch.distributed._symmetric_memory`` (alpha API):
-``symm_mem.empty(n, dtype=, device=)`` allocates from the symmetric heap,
-``symm_mem.rendezvous(tensor, group)`` exchanges the handles collectively, and
-``handle.get_buffer(peer, sizes, dtype, storage_offset)`` returns a CUDA tensor
-aliasing ``peer``'s allocation, so a one-sided get/put is a device copy from/to
-that view (no action by the peer).
+Written against ``torch.distributed._symmetric_memory``:
 
-**Status: an untested transport sketch, not a usable backend.**  It was
-written to the PyTorch spec and has never been run (the development machine has
-no GPU; nothing CUDA is exercised by the tests).  It cannot run any algorithm:
-the tiled matrices and tile kernels (:mod:`pyg_sparsecomm.rdma.tiled`,
-:mod:`pyg_sparsecomm.rdma.kernels`) are numpy/scipy host code and refuse a
-backend without ``host_kernels`` (this one has ``host_kernels = False``), and
-``fetch_add`` needs a remote atomic, which the Python symmetric-memory API does
-not expose, so it raises ``NotImplementedError`` rather than emulate an atomic
-with a racy get+put.  For that reason it is not exported from
-:mod:`pyg_sparsecomm.rdma` and ``make_backend("cuda")`` raises
-``NotImplementedError``; it is importable from this module only for experiments
-with the raw ``alloc``/``get``/``put``/``barrier`` primitives.
+* ``symm_mem.empty(n, dtype=, device=)`` allocates from the symmetric heap (every
+  rank the same size: requests are rounded up to the largest, as the API requires);
+* ``symm_mem.rendezvous(tensor, group)`` exchanges the handles collectively;
+* ``handle.get_buffer(peer, sizes, dtype, storage_offset)`` is a CUDA tensor that
+  aliases ``peer``'s allocation, so a one-sided **get** / **put** is a device copy
+  from / to that view — the peer takes no part (ICS'24 Section 2.3);
+* **fetch-and-add** is a one-thread Triton kernel doing ``tl.atomic_add`` with
+  system scope and acquire-release semantics on the peer's address
+  (:func:`pyg_sparsecomm.rdma.atomics.fetch_add`): peer-mapped memory supports
+  hardware atomics over NVLink, and ``atomic_add`` returns the old value.
+
+Ordering: a get is enqueued on the current stream and its future waits on an event;
+``put`` and ``fetch_add`` synchronise the stream before returning (complete and
+visible on return, as the interface requires); ``barrier`` synchronises the device
+and the group.
+
+**Status.**  Written to the PyTorch API and never run on a GPU (the development and CI
+machines have none).  Its code — allocation, rendezvous, offsets, gets, puts, the
+Triton fetch-and-add — runs in the test suite over an *emulated* symmetric heap on
+CPU (``tests/_symm_emulation.py``: shared-memory files instead of NVLink mappings,
+Triton's interpreter instead of the GPU) in real multi-process jobs, with every
+algorithm of :mod:`pyg_sparsecomm.rdma` checked against ``torch.sparse``.
 """
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
-import numpy as np
+import torch
 
+from .atomics import fetch_add as atomic_fetch_add
 from .backend import Future, Region, RMABackend, as_dtype
 
 
 def check_symmetric_memory_available(device: Any) -> None:
     """Raises RuntimeError naming what is missing for the symmetric-memory backend."""
-    import torch
     import torch.distributed as dist
     if torch.device(device).type != "cuda":
         raise RuntimeError(f"SymmetricMemoryBackend needs a CUDA device, got {device!r}")
@@ -39,7 +45,7 @@ def check_symmetric_memory_available(device: Any) -> None:
         raise RuntimeError("SymmetricMemoryBackend needs CUDA, but torch.cuda.is_available() is False "
                            "(CPU-only build or no GPU); use make_backend('cpu') for the MPI backend")
     try:
-        import torch.distributed._symmetric_memory
+        importlib.import_module("torch.distributed._symmetric_memory")
     except ImportError as exc:
         raise RuntimeError("this PyTorch build has no torch.distributed._symmetric_memory") from exc
     if not dist.is_initialized():
@@ -47,83 +53,101 @@ def check_symmetric_memory_available(device: Any) -> None:
 
 
 class SymmetricMemoryBackend(RMABackend):
-    """``get``/``put`` through peer-mapped symmetric-memory tensors of ``group`` (default world).
+    """``get``/``put``/``fetch_add`` through peer-mapped symmetric-memory tensors of ``group`` (default world).
 
-    Untested sketch (no GPU here); cannot run any algorithm, see the module docstring.
+    ``symm_mem`` replaces ``torch.distributed._symmetric_memory`` (the tests pass a CPU
+    emulation); with the default the device must be CUDA.
     """
-    host_kernels = False
 
-    def __init__(self, device: Any = "cuda", group: Any | None = None) -> None:
-        check_symmetric_memory_available(device)
-        import torch
+    def __init__(self, device: Any = "cuda", group: Any | None = None, symm_mem: Any | None = None) -> None:
         import torch.distributed as dist
-        import torch.distributed._symmetric_memory as symm_mem
-        self.torch, self.dist, self.symm_mem = torch, dist, symm_mem
+        if symm_mem is None:
+            check_symmetric_memory_available(device)
+            import torch.distributed._symmetric_memory as symm_mem
+        self.dist, self.symm_mem = dist, symm_mem
         self.device = torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
         self.group = group if group is not None else dist.group.WORLD
         self.rank, self.world_size = dist.get_rank(self.group), dist.get_world_size(self.group)
-        self._tensors: dict[int, Any] = {}
+        self._tensors: dict[int, torch.Tensor] = {}
         self._handles: dict[int, Any] = {}
         self._next_id = 0
 
-    def _torch_dtype(self, dtype: np.dtype):
-        return {np.dtype(np.float64): self.torch.float64, np.dtype(np.float32): self.torch.float32,
-                np.dtype(np.int64): self.torch.int64}[dtype]
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.current_stream(self.device).synchronize()
 
-    def alloc(self, length: int, dtype: Any = np.float64) -> Region:
+    def alloc(self, length: int, dtype: Any = torch.float64) -> Region:
         dtype = as_dtype(dtype)
+        if length < 0:
+            raise ValueError(f"region length must be >= 0, got {length}")
         lengths = tuple(int(n) for n in self.allgather(int(length)))
-        # symmetric heaps need identical sizes on every rank: round up to the largest request
-        tensor = self.symm_mem.empty(max(max(lengths), 1), dtype=self._torch_dtype(dtype), device=self.device)
+        # symmetric allocations must have the same size everywhere: round up to the largest request
+        tensor = self.symm_mem.empty(max(max(lengths), 1), dtype=dtype, device=self.device)
         tensor.zero_()
+        self._sync()  # zeroed before any peer can read it
         handle = self.symm_mem.rendezvous(tensor, self.group)
         region = Region(self._next_id, dtype, lengths)
         self._next_id += 1
         self._tensors[region.id], self._handles[region.id] = tensor, handle
-        handle.barrier()
+        self.barrier()
         return region
 
-    def local(self, region: Region) -> Any:
+    def local(self, region: Region) -> torch.Tensor:
         return self._tensors[region.id][:region.lengths[self.rank]]
 
-    def _peer(self, rank: int, region: Region, offset: int, count: int):
-        return self._handles[region.id].get_buffer(rank, (count,), self._torch_dtype(region.dtype), offset)
+    def _peer(self, rank: int, region: Region, offset: int, count: int) -> torch.Tensor:
+        """``count`` elements at ``offset`` of ``rank``'s allocation, as a tensor aliasing the peer's memory."""
+        return self._handles[region.id].get_buffer(rank, (count,), region.dtype, offset)
 
     def get_async(self, rank: int, region: Region, offset: int, count: int) -> Future:
         self._check_range(rank, region, offset, count)
-        out = self.torch.empty(count, dtype=self._torch_dtype(region.dtype), device=self.device)
+        out = torch.empty(count, dtype=region.dtype, device=self.device)
         if count:
             out.copy_(self._peer(rank, region, offset, count), non_blocking=True)
-        done = self.torch.cuda.Event()
+        if self.device.type != "cuda":
+            return Future.ready(out, out.numel() * out.element_size())
+        done = torch.cuda.Event()
         done.record()
 
-        def finish() -> Any:
+        def finish() -> torch.Tensor:
             done.synchronize()
             return out
         return Future(finish, out.numel() * out.element_size())
 
     def put(self, rank: int, region: Region, offset: int, data: Any) -> None:
-        data = self.torch.as_tensor(data, dtype=self._torch_dtype(region.dtype), device=self.device).reshape(-1)
+        data = torch.as_tensor(data).to(dtype=region.dtype, device=self.device).reshape(-1)
         self._check_range(rank, region, offset, data.numel())
         if data.numel():
             self._peer(rank, region, offset, data.numel()).copy_(data)
-            self.torch.cuda.current_stream().synchronize()
+            self._sync()  # remotely complete on return
 
     def fetch_add(self, rank: int, region: Region, offset: int, value: int) -> int:
-        raise NotImplementedError("SymmetricMemoryBackend.fetch_add: torch.distributed._symmetric_memory has no "
-                                  "Python remote atomic fetch-and-add; stationary-A queues and work stealing "
-                                  "need the MPI backend (or an NVSHMEM atomic binding)")
+        if region.dtype != torch.int64:
+            raise ValueError(f"fetch_add needs an int64 region, region {region.id} is {region.dtype}")
+        self._check_range(rank, region, offset, 1)
+        return self._remote_fetch_add(self._peer(rank, region, offset, 1), int(value))
+
+    def _remote_fetch_add(self, target: torch.Tensor, value: int) -> int:
+        """One hardware atomic on a peer-mapped int64 (the emulation adds a lock around it)."""
+        return atomic_fetch_add(target, value)
 
     def barrier(self) -> None:
-        self.torch.cuda.synchronize(self.device)
+        self._sync()
         self.dist.barrier(group=self.group)
 
     def allgather(self, obj: Any) -> list[Any]:
-        out: list[Any] = [None] * self.dist.get_world_size(self.group)
+        out: list[Any] = [None] * self.world_size
         self.dist.all_gather_object(out, obj, group=self.group)
         return out
 
     def free(self, region: Region) -> None:
-        self.barrier()  # no peer may still be reading the allocation
+        self.barrier()  # no peer still reads or updates the allocation
         self._handles.pop(region.id)
         self._tensors.pop(region.id)
+
+    def close(self) -> None:
+        """Frees every region (collective)."""
+        for rid in sorted(self._tensors):
+            self.free(Region(rid, torch.uint8, ()))

@@ -17,9 +17,9 @@ Any rank then reads any tile with one get (dense) or three gets (CSR) and no
 action by the owner.  An *empty* CSR tile (``nnz == 0``) takes no storage at
 all (not even its row pointers): its directory row has offsets ``-1`` and
 reading it makes no get, so a rank's memory is its non-empty tiles plus the
-``O(tiles)`` directory.  Values are float64; tiles are numpy arrays / scipy CSR
-computed on the host — the tiled matrices need a backend with host-memory
-regions (:attr:`RMABackend.host_kernels`), i.e. the MPI backend.
+``O(tiles)`` directory.  Values are float64; tiles are torch tensors (strided or
+``sparse_csr``) on the backend's device, so the same code runs over the MPI (CPU)
+and the symmetric-memory (CUDA) backend.  The directory is small host metadata.
 """
 from __future__ import annotations
 
@@ -29,9 +29,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
+import torch
 
 from .backend import Future, RMABackend
+from .kernels import Tile, csr_tile, zero_tile
 
 TileIndex = tuple[int, int]
 
@@ -131,7 +132,7 @@ class TiledMatrix:
         """The tiles this rank owns, row-major."""
         return [(i, j) for i, j in self.tiles.indices() if self.owner(i, j) == self.backend.rank]
 
-    def get_tile(self, i: int, j: int) -> np.ndarray | sp.csr_matrix:
+    def get_tile(self, i: int, j: int) -> Tile:
         """Blocking read of tile ``(i, j)`` (local tiles are returned without copying; do not modify)."""
         return self.async_get_tile(i, j).wait()
 
@@ -146,25 +147,11 @@ class TiledMatrix:
 
     @staticmethod
     def _setup(backend: RMABackend, shape, tile_shape, pgrid: TileProcessGrid | None):
-        if not getattr(backend, "host_kernels", False):
-            raise NotImplementedError(f"{type(backend).__name__} cannot hold tiled matrices: the tile kernels are "
-                                      f"numpy/scipy host code; use the MPI backend (make_backend('cpu'))")
         pgrid = pgrid or TileProcessGrid.for_world(backend.world_size)
         pgrid.check_world(backend.world_size)
         tiles = TileGrid(tuple(int(s) for s in shape), tuple(int(t) for t in tile_shape))
         mine = [(i, j) for i, j in tiles.indices() if pgrid.owner(i, j) == backend.rank]
         return tiles, pgrid, mine
-
-    @classmethod
-    def _from_sliceable(cls, backend: RMABackend, matrix: Any, tile_shape: tuple[int, int],
-                        pgrid: TileProcessGrid | None):
-        """``from_global`` once the matrix supports 2-D slicing: each rank keeps its own tiles."""
-        grid, pgrid, mine = cls._setup(backend, matrix.shape, tile_shape, pgrid)
-        local = {}
-        for ij in mine:
-            r0, r1, c0, c1 = grid.bounds(*ij)
-            local[ij] = matrix[r0:r1, c0:c1]
-        return cls.from_local_tiles(backend, matrix.shape, tile_shape, local, pgrid)
 
     @staticmethod
     def _check_local_tiles(tiles: TileGrid, mine: list[TileIndex], given: dict[TileIndex, object]) -> None:
@@ -188,18 +175,18 @@ class DenseTiledMatrix(TiledMatrix):
     FIELDS = ("owner", "offset", "rows", "cols")
 
     @classmethod
-    def from_local_tiles(cls, backend: RMABackend, shape, tile_shape, tiles: dict[TileIndex, np.ndarray],
+    def from_local_tiles(cls, backend: RMABackend, shape, tile_shape, tiles: dict[TileIndex, Any],
                          pgrid: TileProcessGrid | None = None) -> DenseTiledMatrix:
-        """Collective: every rank passes exactly the tiles it owns (``pgrid.owner``)."""
+        """Collective: every rank passes exactly the tiles it owns (``pgrid.owner``); numpy or torch."""
         grid, pgrid, mine = cls._setup(backend, shape, tile_shape, pgrid)
         cls._check_local_tiles(grid, mine, tiles)
-        offsets = np.cumsum([0] + [tiles[ij].size for ij in mine])
-        region = backend.alloc(int(offsets[-1]), np.float64)
+        offsets = np.cumsum([0] + [int(np.prod(grid.dims(*ij))) for ij in mine])
+        region = backend.alloc(int(offsets[-1]), torch.float64)
         memory = backend.local(region)
         entries = {}
         for ij, off in zip(mine, offsets):
             rows, cols = grid.dims(*ij)
-            memory[off:off + rows * cols] = np.asarray(tiles[ij], dtype=np.float64).ravel()
+            memory[off:off + rows * cols] = torch.as_tensor(tiles[ij]).to(memory).reshape(-1)
             entries[ij] = (backend.rank, int(off), rows, cols)
         directory = cls._directory(backend, grid, entries, len(cls.FIELDS))
         backend.barrier()  # local writes visible before anyone reads
@@ -209,12 +196,17 @@ class DenseTiledMatrix(TiledMatrix):
     def from_global(cls, backend: RMABackend, matrix: Any, tile_shape: tuple[int, int],
                     pgrid: TileProcessGrid | None = None) -> DenseTiledMatrix:
         """Collective: every rank passes the same global matrix (numpy or torch) and keeps its tiles."""
-        matrix = np.asarray(matrix.detach().cpu().numpy() if hasattr(matrix, "detach") else matrix, np.float64)
-        if matrix.ndim != 2:
-            raise ValueError(f"a dense tiled matrix needs a 2-D matrix, got shape {matrix.shape}")
-        return cls._from_sliceable(backend, matrix, tile_shape, pgrid)
+        matrix = torch.as_tensor(matrix.detach() if hasattr(matrix, "detach") else np.asarray(matrix))
+        if matrix.dim() != 2:
+            raise ValueError(f"a dense tiled matrix needs a 2-D matrix, got shape {tuple(matrix.shape)}")
+        grid, pgrid, mine = cls._setup(backend, matrix.shape, tile_shape, pgrid)
+        local = {}
+        for ij in mine:
+            r0, r1, c0, c1 = grid.bounds(*ij)
+            local[ij] = matrix[r0:r1, c0:c1]
+        return cls.from_local_tiles(backend, matrix.shape, tile_shape, local, pgrid)
 
-    def local_tile(self, i: int, j: int) -> np.ndarray:
+    def local_tile(self, i: int, j: int) -> torch.Tensor:
         """Writable view of an owned tile (the paper's ``tile_ref``)."""
         owner, off, rows, cols = self.directory[i, j]
         if owner != self.backend.rank:
@@ -228,9 +220,9 @@ class DenseTiledMatrix(TiledMatrix):
         fut = self.backend.get_async(owner, self.regions[0], off, rows * cols)
         return Future.gather([fut], lambda flat: flat.reshape(rows, cols))
 
-    def to_global(self) -> np.ndarray:
+    def to_global(self) -> torch.Tensor:
         """The whole matrix on this rank (reads every tile; for checking and small matrices)."""
-        out = np.zeros(self.shape)
+        out = torch.zeros(self.shape, dtype=torch.float64, device=self.backend.device)
         futures = {ij: self.async_get_tile(*ij) for ij in self.tiles.indices()}
         for ij, fut in futures.items():
             r0, r1, c0, c1 = self.tiles.bounds(*ij)
@@ -238,21 +230,37 @@ class DenseTiledMatrix(TiledMatrix):
         return out
 
 
-def to_scipy_csr(matrix) -> sp.csr_matrix:
-    """scipy CSR (float64, int64 indices, sorted) from scipy, torch sparse/dense or numpy input."""
-    if hasattr(matrix, "layout"):  # torch tensor
-        import torch
-        matrix = matrix.detach().cpu()
-        if matrix.layout != torch.strided:
-            coo = matrix.to_sparse_coo().coalesce()
-            idx = coo.indices().numpy()
-            matrix = sp.coo_matrix((coo.values().numpy(), (idx[0], idx[1])), shape=tuple(coo.shape))
-        else:
-            matrix = matrix.numpy()
-    csr = sp.csr_matrix(matrix, dtype=np.float64)
-    csr.sum_duplicates()
-    csr.sort_indices()
-    return csr
+def to_coo(matrix: Any) -> tuple[torch.Tensor, torch.Tensor, tuple[int, int]]:
+    """``(indices [2, nnz], float64 values, shape)``, coalesced (row-major, no duplicates, no explicit zeros)
+    from torch (sparse or dense), scipy sparse or numpy input."""
+    if isinstance(matrix, torch.Tensor):
+        matrix = matrix.detach()
+        coo = (matrix if matrix.layout == torch.sparse_coo else matrix.to_sparse_coo()).coalesce()
+    elif hasattr(matrix, "tocoo"):  # scipy sparse
+        m = matrix.tocoo()
+        idx = torch.from_numpy(np.stack([m.row, m.col]).astype(np.int64))
+        coo = torch.sparse_coo_tensor(idx, torch.from_numpy(np.asarray(m.data, np.float64)), m.shape).coalesce()
+    else:
+        coo = torch.as_tensor(np.asarray(matrix, np.float64)).to_sparse_coo().coalesce()
+    if coo.dim() != 2:
+        raise ValueError(f"a sparse tiled matrix needs a 2-D matrix, got shape {tuple(coo.shape)}")
+    values = coo.values().to(torch.float64)
+    keep = values != 0
+    return coo.indices()[:, keep], values[keep], tuple(int(s) for s in coo.shape)
+
+
+def coo_to_csr(row: torch.Tensor, col: torch.Tensor, values: torch.Tensor, shape: tuple[int, int]) -> Tile:
+    """CSR tile from entries sorted row-major without duplicates."""
+    crow = torch.zeros(shape[0] + 1, dtype=torch.int64, device=values.device)
+    crow[1:] = torch.cumsum(torch.bincount(row, minlength=shape[0]), 0)
+    return csr_tile(values, crow, col.to(torch.int64), shape)
+
+
+def is_empty_sparse(tile: Any) -> bool:
+    """An all-zero sparse tile given without storage (torch sparse or scipy with nnz 0)."""
+    if isinstance(tile, torch.Tensor):
+        return tile.layout != torch.strided and tile._nnz() == 0
+    return getattr(tile, "nnz", None) == 0
 
 
 class SparseTiledMatrix(TiledMatrix):
@@ -265,28 +273,28 @@ class SparseTiledMatrix(TiledMatrix):
     FIELDS = ("owner", "val_off", "ptr_off", "idx_off", "rows", "cols", "nnz")
 
     @classmethod
-    def from_local_tiles(cls, backend: RMABackend, shape, tile_shape, tiles: dict[TileIndex, sp.spmatrix],
+    def from_local_tiles(cls, backend: RMABackend, shape, tile_shape, tiles: dict[TileIndex, Any],
                          pgrid: TileProcessGrid | None = None) -> SparseTiledMatrix:
-        """Collective: every rank passes exactly the (scipy) tiles it owns."""
+        """Collective: every rank passes exactly the tiles it owns (torch sparse/dense, scipy or numpy)."""
         grid, pgrid, mine = cls._setup(backend, shape, tile_shape, pgrid)
         cls._check_local_tiles(grid, mine, tiles)
-        # empty tiles (e.g. ``sp.coo_matrix((rows, cols))``, O(1) memory) are never converted nor stored
-        full = [ij for ij in mine if not (sp.issparse(tiles[ij]) and tiles[ij].nnz == 0)]
-        csr = {ij: to_scipy_csr(tiles[ij]) for ij in full}
-        full = [ij for ij in full if csr[ij].nnz > 0]  # explicit zeros summed away
-        nnz = [csr[ij].nnz for ij in full]
+        # empty sparse tiles (e.g. ``torch.sparse_coo_tensor(size=...)``, O(1) memory) are never converted
+        coo = {ij: to_coo(tiles[ij]) for ij in mine if not is_empty_sparse(tiles[ij])}
+        full = [ij for ij in mine if ij in coo and coo[ij][1].numel() > 0]  # explicit zeros dropped
+        nnz = [int(coo[ij][1].numel()) for ij in full]
         val_offs = np.cumsum([0] + nnz)
-        ptr_offs = np.cumsum([0] + [csr[ij].shape[0] + 1 for ij in full])
-        values = backend.alloc(int(val_offs[-1]), np.float64)
-        indptr = backend.alloc(int(ptr_offs[-1]), np.int64)
-        indices = backend.alloc(int(val_offs[-1]), np.int64)
+        ptr_offs = np.cumsum([0] + [grid.dims(*ij)[0] + 1 for ij in full])
+        values = backend.alloc(int(val_offs[-1]), torch.float64)
+        indptr = backend.alloc(int(ptr_offs[-1]), torch.int64)
+        indices = backend.alloc(int(val_offs[-1]), torch.int64)
         mem_v, mem_p, mem_i = backend.local(values), backend.local(indptr), backend.local(indices)
         entries = {ij: (backend.rank, -1, -1, -1, *grid.dims(*ij), 0) for ij in mine}
-        for ij, vo, po in zip(full, val_offs, ptr_offs):
-            t = csr[ij]
-            mem_v[vo:vo + t.nnz], mem_i[vo:vo + t.nnz] = t.data, t.indices
-            mem_p[po:po + t.shape[0] + 1] = t.indptr
-            entries[ij] = (backend.rank, int(vo), int(po), int(vo), t.shape[0], t.shape[1], t.nnz)
+        for ij, vo, po, z in zip(full, val_offs, ptr_offs, nnz):
+            (idx, vals, _), (rows, cols) = coo[ij], grid.dims(*ij)
+            t = coo_to_csr(idx[0].to(mem_p.device), idx[1].to(mem_p.device), vals.to(mem_v.device), (rows, cols))
+            mem_v[vo:vo + z], mem_i[vo:vo + z] = t.values(), t.col_indices()
+            mem_p[po:po + rows + 1] = t.crow_indices()
+            entries[ij] = (backend.rank, int(vo), int(po), int(vo), rows, cols, z)
         directory = cls._directory(backend, grid, entries, len(cls.FIELDS))
         backend.barrier()
         return cls(backend, grid, pgrid, directory, (values, indptr, indices))
@@ -294,9 +302,26 @@ class SparseTiledMatrix(TiledMatrix):
     @classmethod
     def from_global(cls, backend: RMABackend, matrix: Any, tile_shape: tuple[int, int],
                     pgrid: TileProcessGrid | None = None) -> SparseTiledMatrix:
-        """Collective: every rank passes the same global matrix (scipy, torch sparse or dense)."""
-        matrix = to_scipy_csr(matrix)
-        return cls._from_sliceable(backend, matrix, tile_shape, pgrid)
+        """Collective: every rank passes the same global matrix (torch sparse/dense, scipy or numpy)
+        and keeps the entries of its own tiles (split in one vectorised pass)."""
+        idx, values, shape = to_coo(matrix)
+        grid, pgrid, mine = cls._setup(backend, shape, tile_shape, pgrid)
+        (tm, tn), G = grid.tile_shape, grid.grid_shape[1]
+        ti, tj = idx[0] // tm, idx[1] // tn
+        key = ti * G + tj
+        keep = (ti % pgrid.rows) * pgrid.cols + tj % pgrid.cols == backend.rank
+        key, idx, values = key[keep], idx[:, keep], values[keep]
+        order = torch.argsort(key, stable=True)  # row-major order within every tile is kept
+        key, idx, values = key[order], idx[:, order], values[order]
+        counts = torch.bincount(key, minlength=grid.grid_shape[0] * G).tolist()
+        starts = np.cumsum([0] + counts)
+        local = {}
+        for i, j in mine:
+            s0, s1 = int(starts[i * G + j]), int(starts[i * G + j + 1])
+            r0, _, c0, _ = grid.bounds(i, j)
+            local[i, j] = (coo_to_csr(idx[0, s0:s1] - r0, idx[1, s0:s1] - c0, values[s0:s1], grid.dims(i, j))
+                           if s1 > s0 else torch.sparse_coo_tensor(size=grid.dims(i, j)))
+        return cls.from_local_tiles(backend, shape, tile_shape, local, pgrid)
 
     def nnz(self, i: int, j: int) -> int:
         return int(self.directory[i, j, 6])
@@ -305,20 +330,25 @@ class SparseTiledMatrix(TiledMatrix):
         owner, vo, po, io, rows, cols, nnz = (int(v) for v in self.directory[i, j])
         values, indptr, indices = self.regions
         if nnz == 0:  # not stored anywhere: no get
-            return Future.ready(sp.csr_matrix((rows, cols)))
+            return Future.ready(zero_tile(rows, cols, True, self.backend.device))
         if owner == self.backend.rank:
             be = self.backend
-            tile = sp.csr_matrix((be.local(values)[vo:vo + nnz], be.local(indices)[io:io + nnz],
-                                  be.local(indptr)[po:po + rows + 1]), shape=(rows, cols), copy=False)
+            tile = csr_tile(be.local(values)[vo:vo + nnz], be.local(indptr)[po:po + rows + 1],
+                            be.local(indices)[io:io + nnz], (rows, cols))
             return Future.ready(tile)
         gets = [self.backend.get_async(owner, values, vo, nnz), self.backend.get_async(owner, indptr, po, rows + 1),
                 self.backend.get_async(owner, indices, io, nnz)]
-        return Future.gather(gets, lambda v, p, c: sp.csr_matrix((v, c, p), shape=(rows, cols), copy=False))
+        return Future.gather(gets, lambda v, p, c: csr_tile(v, p, c, (rows, cols)))
 
-    def to_global(self) -> sp.csr_matrix:
-        """The whole matrix on this rank as scipy CSR (for checking)."""
+    def to_global(self) -> torch.Tensor:
+        """The whole matrix on this rank as a torch CSR tensor (for checking)."""
         futures = {ij: self.async_get_tile(*ij) for ij in self.tiles.indices()}
-        rows = []
-        for i in range(self.grid_shape[0]):
-            rows.append(sp.hstack([futures[i, j].wait() for j in range(self.grid_shape[1])], format="csr"))
-        return sp.vstack(rows, format="csr")
+        rows, cols, vals = [], [], []
+        for ij, fut in futures.items():
+            coo = fut.wait().to_sparse_coo()
+            r0, _, c0, _ = self.tiles.bounds(*ij)
+            rows.append(coo.indices()[0] + r0)
+            cols.append(coo.indices()[1] + c0)
+            vals.append(coo.values())
+        idx = torch.stack([torch.cat(rows), torch.cat(cols)])
+        return torch.sparse_coo_tensor(idx, torch.cat(vals), self.shape).coalesce().to_sparse_csr()
