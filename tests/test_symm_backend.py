@@ -11,45 +11,32 @@ import os
 
 import pytest
 import torch
-from _rdma_checks import VARIANTS, check_queue_concurrent_pushes, check_spmm_and_spgemm, check_work_stealing_claims
+from _rdma_checks import check_queue_concurrent_pushes, check_spmm_and_spgemm, check_work_stealing_claims
 from _rdma_gcn_checks import check, check_many_adjacencies
 from _symm_emulation import emulated_backend
 
-from pyg_sparsecomm.rdma import DenseTiledMatrix, SparseTiledMatrix, make_backend, spmm
+from pyg_sparsecomm.rdma import make_backend
 from pyg_sparsecomm.testing import launch
 
 import triton  # noqa: E402,F401  -- a test dependency: a missing triton must fail this module, not skip it
 
-NO_SUMMA = [(name, kwargs) for name, kwargs in VARIANTS if name != "summa"]
-
-
 def _algorithms_worker(rank: int, world_size: int, workdir: str) -> list[str]:
     be = emulated_backend(workdir)
     done = []
-    check_spmm_and_spgemm(be, NO_SUMMA)
+    check_spmm_and_spgemm(be)  # every algorithm, SUMMA included (broadcasts over torch.distributed groups)
     done.append("spmm_spgemm")
     check_work_stealing_claims(be)
     done.append("work_stealing")
     check_queue_concurrent_pushes(be, per_rank=40)
     done.append("queue")
-    # SUMMA is the MPI collective baseline: refused clearly on this backend
-    A = SparseTiledMatrix.from_global(be, torch.eye(6, dtype=torch.float64), (3, 3))
-    B = DenseTiledMatrix.from_global(be, torch.ones(6, 2), (3, 1))
-    try:
-        spmm(A, B, "summa")
-        raise AssertionError("summa must refuse the symmetric-memory backend")
-    except ValueError as exc:
-        assert "MPI backend" in str(exc)
-    for m in (A, B):
-        m.free()
     be.close()
     return done
 
 
 @pytest.mark.parametrize("P", [1, 2, 3, 4])
 def test_every_algorithm_on_symmetric_memory_backend(P, tmp_path):
-    """SpMM/SpGEMM of stationary-C, stationary-A and both work-stealing variants == torch.sparse over the
-    symmetric-memory backend (ragged tiles, empty tiles, R-MAT); every product reserved exactly once; the
+    """SpMM/SpGEMM of stationary-C, stationary-A, both work-stealing variants and SUMMA == torch.sparse over
+    the symmetric-memory backend (ragged tiles, empty tiles, R-MAT); every product reserved exactly once; the
     remote queue loses no update under concurrent pushes (Triton fetch-and-add on peers' memory)."""
     out = launch(_algorithms_worker, P, str(tmp_path), timeout=600)
     assert out == [["spmm_spgemm", "work_stealing", "queue"]] * P

@@ -5,7 +5,7 @@ Backends (:mod:`.backend`), chosen by :func:`make_backend` from the device:
 :class:`SymmetricMemoryBackend` (PyTorch symmetric memory, CUDA; never run on a GPU
 here, tested over an emulated CPU heap).  Regions and tiles are torch tensors and the
 tile kernels (:mod:`.kernels`) are torch operations, so every algorithm is written once
-for both (SUMMA, built on MPI broadcasts, is MPI-only).  Data structures
+for both.  Data structures
 (:mod:`.tiled`): :class:`DenseTiledMatrix`, :class:`SparseTiledMatrix` over a
 block-cyclic :class:`TileProcessGrid`.  Algorithms: :func:`stationary_c`,
 :func:`stationary_a`, :func:`work_stealing`, :func:`summa`, dispatched by

@@ -114,6 +114,15 @@ class RMABackend(ABC):
     def free(self, region: Region) -> None:
         """Collectively releases a region."""
 
+    def grid_broadcast(self, rows: int, cols: int) -> tuple[Callable[[torch.Tensor, int], None],
+                                                            Callable[[torch.Tensor, int], None], Callable[[], None]]:
+        """Collective: ``(row_bcast, col_bcast, release)`` for a ``rows x cols`` grid of the ranks
+        (rank ``r * cols + c`` at ``(r, c)``).  ``row_bcast(tensor, root)`` broadcasts in place
+        within this rank's process row from the rank in column ``root``, ``col_bcast`` within its
+        column from the rank in row ``root``; ``release()`` frees what was set up.  Used only by
+        the bulk-synchronous SUMMA baseline."""
+        raise NotImplementedError(f"{type(self).__name__} has no collective broadcasts (needed by summa)")
+
     def _check_range(self, rank: int, region: Region, offset: int, count: int) -> None:
         if not 0 <= rank < self.world_size:
             raise ValueError(f"rank {rank} out of range for world size {self.world_size}")

@@ -204,6 +204,18 @@ class MPIBackend(RMABackend):
     def allgather(self, obj: Any) -> list[Any]:
         return self.comm.allgather(obj)
 
+    def grid_broadcast(self, rows: int, cols: int):
+        r, c = divmod(self.rank, cols)
+        row, col = self.comm.Split(r, c), self.comm.Split(c, r)  # rank in row = c, in col = r
+
+        def bcast(comm: Any):
+            return lambda tensor, root: comm.Bcast(tensor.numpy(), root=root)
+
+        def release() -> None:
+            row.Free()
+            col.Free()
+        return bcast(row), bcast(col), release
+
     def free(self, region: Region) -> None:
         win, base, view, nbytes = self._where.pop(region.id)
         if region.id in self._dedicated:

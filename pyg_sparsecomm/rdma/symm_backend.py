@@ -72,6 +72,7 @@ class SymmetricMemoryBackend(RMABackend):
         self.rank, self.world_size = dist.get_rank(self.group), dist.get_world_size(self.group)
         self._tensors: dict[int, torch.Tensor] = {}
         self._handles: dict[int, Any] = {}
+        self._grid_groups: dict[tuple[int, int], tuple[list, list]] = {}
         self._next_id = 0
 
     def _sync(self) -> None:
@@ -141,6 +142,23 @@ class SymmetricMemoryBackend(RMABackend):
         out: list[Any] = [None] * self.world_size
         self.dist.all_gather_object(out, obj, group=self.group)
         return out
+
+    def grid_broadcast(self, rows: int, cols: int):
+        """Row and column process groups (created once per grid shape, cached) and
+        ``torch.distributed.broadcast`` over them; ``new_group`` is collective over the default
+        group, so every rank of the job must call SUMMA, as it does with the default ``group``."""
+        members = self.dist.get_process_group_ranks(self.group)  # global ranks, in group-rank order
+        if (rows, cols) not in self._grid_groups:
+            self._grid_groups[rows, cols] = (
+                [self.dist.new_group([members[r * cols + c] for c in range(cols)]) for r in range(rows)],
+                [self.dist.new_group([members[r * cols + c] for r in range(rows)]) for c in range(cols)])
+        row_groups, col_groups = self._grid_groups[rows, cols]
+        r, c = divmod(self.rank, cols)
+
+        def bcast(group: Any, ranks: list[int]):
+            return lambda tensor, root: self.dist.broadcast(tensor, src=ranks[root], group=group)
+        return (bcast(row_groups[r], [members[r * cols + j] for j in range(cols)]),
+                bcast(col_groups[c], [members[i * cols + c] for i in range(rows)]), lambda: None)
 
     def free(self, region: Region) -> None:
         self.barrier()  # no peer still reads or updates the allocation
