@@ -319,8 +319,9 @@ class SparseTiledMatrix(TiledMatrix):
         for i, j in mine:
             s0, s1 = int(starts[i * G + j]), int(starts[i * G + j + 1])
             r0, _, c0, _ = grid.bounds(i, j)
-            local[i, j] = (coo_to_csr(idx[0, s0:s1] - r0, idx[1, s0:s1] - c0, values[s0:s1], grid.dims(i, j))
-                           if s1 > s0 else torch.sparse_coo_tensor(size=grid.dims(i, j)))
+            # row-major and duplicate-free already: marked coalesced, so it is not sorted again
+            local[i, j] = torch.sparse_coo_tensor(idx[:, s0:s1] - torch.tensor([[r0], [c0]]), values[s0:s1],
+                                                  grid.dims(i, j), is_coalesced=True)
         return cls.from_local_tiles(backend, shape, tile_shape, local, pgrid)
 
     def nnz(self, i: int, j: int) -> int:
