@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import numpy as np
 import torch
 
 MPI_INSTALL_HINT = 'pip install "pyg_sparsecomm[mpi]"'
@@ -154,7 +155,10 @@ def make_backend(device: Any = "cpu", **kwargs: Any) -> RMABackend:
                      f"or 'cuda' (PyTorch symmetric memory)")
 
 
-DTYPES = (torch.float64, torch.float32, torch.int64)
+#: region dtypes and their numpy twins (host buffers of the MPI backend)
+NUMPY_DTYPES = {torch.float64: np.dtype(np.float64), torch.float32: np.dtype(np.float32),
+                torch.int64: np.dtype(np.int64)}
+DTYPES = tuple(NUMPY_DTYPES)
 
 
 def as_dtype(dtype: Any | None) -> torch.dtype:
@@ -162,9 +166,7 @@ def as_dtype(dtype: Any | None) -> torch.dtype:
     if dtype is None:
         return torch.float64
     if not isinstance(dtype, torch.dtype):
-        import numpy as np
-        dtype = {np.dtype(np.float64): torch.float64, np.dtype(np.float32): torch.float32,
-                 np.dtype(np.int64): torch.int64}.get(np.dtype(dtype), dtype)
+        dtype = {v: k for k, v in NUMPY_DTYPES.items()}.get(np.dtype(dtype), dtype)
     if dtype not in DTYPES:
         raise ValueError(f"unsupported region dtype {dtype}; use torch.float64, torch.float32 or torch.int64")
     return dtype

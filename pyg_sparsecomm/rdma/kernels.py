@@ -44,10 +44,11 @@ def tile_flops(a: Tile, b: Tile) -> int:
     return 2 * int(a._nnz()) * b.shape[1]
 
 
-def tile_nbytes(tile: Tile) -> int:
-    if is_sparse(tile):
-        return sum(t.numel() * t.element_size() for t in (tile.values(), tile.crow_indices(), tile.col_indices()))
-    return tile.numel() * tile.element_size()
+def coo_to_csr(row: torch.Tensor, col: torch.Tensor, values: torch.Tensor, shape: tuple[int, int]) -> Tile:
+    """CSR tile from entries sorted row-major without duplicates."""
+    crow = torch.zeros(shape[0] + 1, dtype=torch.int64, device=values.device)
+    crow[1:] = torch.cumsum(torch.bincount(row, minlength=shape[0]), 0)
+    return csr_tile(values, crow, col.to(torch.int64), shape)
 
 
 class SparseSum:
@@ -92,10 +93,8 @@ class SparseSum:
         if not self._keys:
             return zero_tile(*self.shape, True, self.device)
         self._compact()
-        keys, values = self._keys[0], self._values[0]
-        crow = torch.zeros(self.shape[0] + 1, dtype=torch.int64, device=keys.device)
-        crow[1:] = torch.cumsum(torch.bincount(keys // self.shape[1], minlength=self.shape[0]), 0)
-        return csr_tile(values, crow, keys % self.shape[1], self.shape)
+        keys, cols = self._keys[0], self.shape[1]
+        return coo_to_csr(keys // cols, keys % cols, self._values[0], self.shape)
 
 
 def accumulate(c: Tile | SparseSum, partial: Tile) -> Tile | SparseSum:

@@ -23,7 +23,7 @@ import scipy.sparse as sp
 import torch
 
 from .backend import RMABackend
-from .kernels import tile_product
+from .kernels import csr_tile, tile_product
 
 PARTS = ("compute", "comm", "accumulate", "imbalance", "reserve", "total")
 
@@ -91,8 +91,8 @@ def local_peak_flops(n: int = 20000, cols: int = 64, density: float = 1e-3, repe
                      device: str | torch.device = "cpu") -> float:
     """The roofline's flat part: measured flop rate of the tile kernel (torch CSR SpMM, the paper's local peak)."""
     A = sp.random(n, n, density=density, format="csr", random_state=0)
-    At = torch.sparse_csr_tensor(*(torch.from_numpy(a.astype(np.int64)) for a in (A.indptr, A.indices)),
-                                 torch.from_numpy(A.data), A.shape).to(device)
+    crow, col = (torch.from_numpy(a.astype(np.int64)).to(device) for a in (A.indptr, A.indices))
+    At = csr_tile(torch.from_numpy(A.data).to(device), crow, col, A.shape)
     X = torch.from_numpy(np.random.default_rng(0).standard_normal((n, cols))).to(device)
     times = []
     for _ in range(repeats):

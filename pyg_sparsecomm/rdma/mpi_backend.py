@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .backend import MPI_INSTALL_HINT, Future, Region, RMABackend, as_dtype
+from .backend import MPI_INSTALL_HINT, NUMPY_DTYPES, Future, Region, RMABackend, as_dtype
 
 ALIGN = 64
 DEFAULT_HEAP_MB = 256
@@ -147,8 +147,7 @@ class MPIBackend(RMABackend):
             base = 0
         else:
             win, mem = self._heap_win, self._heap_mem
-        np_dtype = {torch.float64: np.float64, torch.float32: np.float32, torch.int64: np.int64}[dtype]
-        view = torch.from_numpy(mem[base:base + length * itemsize].view(np_dtype))  # aliases the window
+        view = torch.from_numpy(mem[base:base + length * itemsize].view(NUMPY_DTYPES[dtype]))  # aliases the window
         self._where[region.id] = (win, base, view, nbytes)
         return region
 

@@ -82,12 +82,13 @@ class Outbox:
         self.f_used = self.i_used = 0
 
     def fits(self, tile: Tile) -> bool:
-        nf, ni = self._sizes(tile)
+        nf, ni = self.sizes(tile)
         me = self.backend.rank
         return self.f_used + nf <= self.values.lengths[me] and self.i_used + ni <= self.ints.lengths[me]
 
     @staticmethod
-    def _sizes(tile: Tile) -> tuple[int, int]:
+    def sizes(tile: Tile) -> tuple[int, int]:
+        """``(float64 words, int64 words)`` that storing ``tile`` takes."""
         if is_sparse(tile):
             return tile_nnz(tile), tile.shape[0] + 1 + tile_nnz(tile)
         return tile.numel(), 0
@@ -104,7 +105,7 @@ class Outbox:
         else:
             self.backend.put(me, self.values, f_off, tile)
             nnz = -1
-        nf, ni = self._sizes(tile)
+        nf, ni = self.sizes(tile)
         self.f_used, self.i_used = f_off + nf, i_off + ni
         return f_off, i_off, nnz
 

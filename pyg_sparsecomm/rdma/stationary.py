@@ -27,7 +27,6 @@ from .kernels import (
     check_operands,
     materialize,
     tile_flops,
-    tile_nnz,
     tile_product,
     zero_tile,
 )
@@ -261,8 +260,8 @@ def stationary_a(A: SparseTiledMatrix, B: TiledMatrix, prefetch: bool = True, co
         running = None
     if sparse_out:
         with bd.timing("imbalance"):  # collective: waits for the slowest rank's local products
-            outbox = Outbox(be, sum(tile_nnz(p) for *_, p in deferred),
-                            sum(p.shape[0] + 1 + tile_nnz(p) for *_, p in deferred))
+            sizes = [Outbox.sizes(p) for *_, p in deferred]
+            outbox = Outbox(be, sum(f for f, _ in sizes), sum(n for _, n in sizes))
         for i, j, k, partial in deferred:
             push_partial(queue, outbox, owner(i, j), i, j, k, partial, bd)
     drain_until(queue, outbox, c_tiles, B, A, bd, received, expected)

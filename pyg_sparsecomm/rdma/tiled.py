@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from .backend import Future, RMABackend
-from .kernels import Tile, csr_tile, zero_tile
+from .kernels import Tile, coo_to_csr, csr_tile, zero_tile
 
 TileIndex = tuple[int, int]
 
@@ -247,13 +247,6 @@ def to_coo(matrix: Any) -> tuple[torch.Tensor, torch.Tensor, tuple[int, int]]:
     values = coo.values().to(torch.float64)
     keep = values != 0
     return coo.indices()[:, keep], values[keep], tuple(int(s) for s in coo.shape)
-
-
-def coo_to_csr(row: torch.Tensor, col: torch.Tensor, values: torch.Tensor, shape: tuple[int, int]) -> Tile:
-    """CSR tile from entries sorted row-major without duplicates."""
-    crow = torch.zeros(shape[0] + 1, dtype=torch.int64, device=values.device)
-    crow[1:] = torch.cumsum(torch.bincount(row, minlength=shape[0]), 0)
-    return csr_tile(values, crow, col.to(torch.int64), shape)
 
 
 def is_empty_sparse(tile: Any) -> bool:
