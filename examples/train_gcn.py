@@ -24,6 +24,7 @@ from pyg_sparsecomm import (DistributedGCNConv, NodeDropout, SparsityAwarePartit
                             sync_gradients)
 from pyg_sparsecomm.datasets import sbm_graph
 from pyg_sparsecomm.grid import process_grid
+from pyg_sparsecomm.store import partition_source
 
 
 class GCN(torch.nn.Module):
@@ -97,22 +98,25 @@ def run(args, rank: int, world_size: int, device=torch.device("cpu"), verbose: b
     # 1.5D: P/c block rows, each replicated on the c ranks of a grid row
     grid = process_grid(args.replication) if args.replication > 1 else None
     num_parts = world_size // args.replication
+    partitioner = SparsityAwarePartitioner(num_parts, method=args.method, seed=args.seed)  # <- distributed
     if args.partition_dir:
-        # Partition once (rank 0), then every rank reads only its own part file.
+        # Partition once (rank 0), then every rank reads only its own part file.  What this run
+        # is about to use is checked against the cache, so one made with another dataset, method,
+        # seed or P raises instead of being reused.
+        source = partition_source(partitioner, dataset=args.dataset)
         if rank == 0 and not (Path(args.partition_dir) / "manifest.json").exists():
             data = load_data(args.dataset, args.root, args.seed, barrier=False)
-            save_partition(SparsityAwarePartitioner(num_parts, method=args.method, seed=args.seed)(data),
-                           args.partition_dir)
+            save_partition(partitioner(data), args.partition_dir, source=source)
             del data
         if dist.is_initialized():
             dist.barrier()
-        local = load_shard(args.partition_dir, grid=grid)
+        local = load_shard(args.partition_dir, grid=grid, expected_source=source)
         stats = (f"loaded {args.partition_dir}/part-{local.adj.plan.rank}.pt: {local.num_nodes} rows, "
                  f"halo {local.adj.halo_size}")
     else:
         data = load_data(args.dataset, args.root, args.seed)
-        data = SparsityAwarePartitioner(num_parts, method=args.method, seed=args.seed)(data)  # <- distributed
-        local = shard(data, grid=grid)                                                          # <- distributed
+        data = partitioner(data)        # <- distributed
+        local = shard(data, grid=grid)  # <- distributed
         stats = data.comm_stats
         del data  # keep only this rank's share
     partition_s = time.perf_counter() - start
@@ -186,7 +190,8 @@ def parse_args(argv=None):
     p.add_argument("--exact-dropout", action="store_true",
                    help="dropout masks keyed on global node ids (identical to single-process training)")
     p.add_argument("--partition-dir", help="partition once into DIR (rank 0), then each rank loads only "
-                                           "its own part file; reused when DIR already holds a partition")
+                                           "its own part file; reused when DIR already holds a partition "
+                                           "made the same way (else an error names what differs)")
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--no-progress", dest="progress", action="store_false")
     return p.parse_args(argv)

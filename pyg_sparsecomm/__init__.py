@@ -9,7 +9,7 @@ from .nn import DistributedGCNConv, NodeDropout
 from .partition import SparsityAwarePartitioner
 from .plan import RankPlan, comm_pattern, rank_plan
 from .stats import CommStats
-from .store import graph_fingerprint, load_shard, save_partition
+from .store import graph_fingerprint, load_shard, partition_source, save_partition
 from .training import distributed_loss, global_accuracy, global_count, global_sum, sync_gradients
 
 __version__ = "0.1.0"
@@ -17,6 +17,6 @@ __version__ = "0.1.0"
 __all__ = [
     "DistributedGCNConv", "NodeDropout", "SparsityAwarePartitioner", "shard", "HaloAdj", "RankPlan", "CommStats",
     "comm_pattern", "rank_plan", "comm_counter", "distributed_loss", "sync_gradients", "global_sum",
-    "global_count", "global_accuracy", "save_partition", "load_shard", "graph_fingerprint", "ProcessGrid",
-    "process_grid", "CostModel", "predict_layouts", "__version__",
+    "global_count", "global_accuracy", "save_partition", "load_shard", "graph_fingerprint", "partition_source",
+    "ProcessGrid", "process_grid", "CostModel", "predict_layouts", "__version__",
 ]

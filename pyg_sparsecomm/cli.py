@@ -1,37 +1,77 @@
 """``python -m pyg_sparsecomm partition-stats``: communication volumes of partitioning methods.
 
 Prints, for every P and method, the per-SpMM total volume, max send/receive
-volume, max messages and compute imbalance, each also normalised to the random
-partition (as Table 2 of the VLDB'23 paper), and can save the P×P volume matrix
-as a PNG heatmap.  Needs no processes: everything comes from the plan.
+volume, max messages sent/received and compute imbalance, the main ones also
+normalised to the random partition (as Table 2 of the VLDB'23 paper), and can
+save the P×P volume matrix as a PNG heatmap.  Needs no processes: everything
+comes from the plan.
 """
 import argparse
+import inspect
+import json
 import struct
 import sys
 import time
 import zlib
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
 from .partition import METHODS, SparsityAwarePartitioner
+from .stats import CommStats
+
+GRAPH_SPECS = "sbm, sbm:N, rmat:SCALE[:EDGE_FACTOR], Cora, CiteSeer, PubMed or a METIS .graph file"
+# Arguments every method takes; the rest of a method's signature are its options.
+_FIXED_PARAMS = ("edge_index", "num_nodes", "num_parts", "seed")
+Option = Tuple[Optional[str], str, Any]  # (method it is scoped to or None, key, value)
+
+EPILOG = """\
+graphs: sbm (4000 nodes) or sbm:N (N nodes) is the stochastic block model of
+  pyg_sparsecomm.datasets.sbm_graph; rmat:SCALE[:EDGE_FACTOR] is an R-MAT graph with
+  2**SCALE nodes (edge factor 8 by default, a = 0.6, b = c = d = 0.4/3 and seed 0 as in
+  benchmarks/partition_quality.py, so --seed changes the partition, not the graph).
+
+methods: any method SparsityAwarePartitioner accepts, e.g. random, contiguous, metis,
+  hypergraph, stochastic_hypergraph, and each with '+vb' (max-send-volume balancing,
+  tuned by --epsilon-balance, --max-total-increase and --vb-restarts).
+
+options: --option KEY=VALUE goes to every listed method whose signature takes KEY (and it
+  is an error if none does); --option METHOD:KEY=VALUE goes to METHOD only ('hypergraph'
+  also matches 'hypergraph+vb'), and the partitioner rejects keys that method does not
+  take.  VALUE is read as JSON (3, 0.05, true, [10,5], "x"), else as a plain string:
+  --option objective=vol --option hypergraph:preset=quality --option fanouts=[10,5]
+"""
+
+
+# graphs ---------------------------------------------------------------------
+def _spec_ints(spec: str, fields: str, max_fields: int) -> List[int]:
+    values = fields.split(":")
+    if len(values) > max_fields or not all(v.isdigit() and int(v) > 0 for v in values):
+        raise SystemExit(f"bad graph {spec!r}: expected {GRAPH_SPECS}")
+    return [int(v) for v in values]
 
 
 def load_graph(spec: str, root: Optional[str]):
-    if spec.lower() == "sbm":
+    """The graph named by ``spec`` (see ``GRAPH_SPECS``); ``root`` holds the Planetoid files."""
+    path = Path(spec)
+    if path.suffix == ".graph" and path.exists():
+        from .io import read_metis_graph
+        return read_metis_graph(path)
+    kind, colon, fields = spec.partition(":")
+    if kind.lower() == "sbm":
         from .datasets import sbm_graph
-        return sbm_graph()
+        return sbm_graph(num_nodes=_spec_ints(spec, fields, 1)[0]) if colon else sbm_graph()
+    if kind.lower() == "rmat" and colon:
+        from .datasets import rmat_graph
+        scale, *edge_factor = _spec_ints(spec, fields, 2)
+        return rmat_graph(scale, edge_factor[0] if edge_factor else 8, 0.6, 0.4 / 3, 0.4 / 3)
     if spec in ("Cora", "CiteSeer", "PubMed"):
         if root is None:
             raise SystemExit(f"--graph {spec} needs --root DIR holding {spec}/raw (Planetoid files)")
         from torch_geometric.datasets import Planetoid
         return Planetoid(root, spec)[0]
-    path = Path(spec)
-    if path.suffix == ".graph" and path.exists():
-        from .io import read_metis_graph
-        return read_metis_graph(path)
-    raise SystemExit(f"unknown graph {spec!r}: use sbm, Cora, CiteSeer, PubMed or a METIS .graph file")
+    raise SystemExit(f"unknown graph {spec!r}: use {GRAPH_SPECS}")
 
 
 def write_heatmap_png(matrix: np.ndarray, path: str, cell: int = 0) -> None:
@@ -52,41 +92,193 @@ def write_heatmap_png(matrix: np.ndarray, path: str, cell: int = 0) -> None:
     Path(path).write_bytes(png)
 
 
-def partition_stats(argv: List[str]) -> int:
-    p = argparse.ArgumentParser(prog="python -m pyg_sparsecomm partition-stats", description=__doc__)
-    p.add_argument("--graph", required=True, help="sbm | Cora | CiteSeer | PubMed | path/to/file.graph")
+# arguments ------------------------------------------------------------------
+def parse_value(text: str) -> Any:
+    """JSON if it parses (numbers, true/false/null, lists, quoted strings), else the string itself."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return {"True": True, "False": False, "None": None}.get(text, text)
+
+
+def parse_option(text: str) -> Option:
+    """``[METHOD:]KEY=VALUE`` -> ``(METHOD or None, KEY, parsed VALUE)``."""
+    target, sep, value = text.partition("=")
+    method, _, key = target.rpartition(":")
+    if not sep or not key.isidentifier():
+        raise argparse.ArgumentTypeError(f"expected [METHOD:]KEY=VALUE, got {text!r}")
+    return method or None, key, parse_value(value)
+
+
+def _positive_ints(text: str) -> List[int]:
+    try:
+        values = [int(x) for x in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got {text!r}")
+    return values
+
+
+def _base(method: str) -> str:
+    return method[:-3] if method.endswith("+vb") else method
+
+
+def method_options(method: str) -> List[str]:
+    """Option names ``method`` (or its ``+vb`` form) takes; ``[]`` for unknown methods."""
+    fn = METHODS.get(_base(method))
+    return [] if fn is None else [p for p in inspect.signature(fn).parameters if p not in _FIXED_PARAMS]
+
+
+def assign_options(methods: List[str], options: List[Option]) -> Dict[str, Dict[str, Any]]:
+    """Per method, the options it gets: scoped ones to their method, the others where they fit."""
+    per_method: Dict[str, Dict[str, Any]] = {m: {} for m in methods}
+    for target, key, value in options:
+        if target is not None:
+            matches = [m for m in methods if target in (m, _base(m))]
+            if not matches:
+                raise SystemExit(f"--option {target}:{key}: method {target!r} is not in --methods {methods}")
+        else:
+            matches = [m for m in methods if key in method_options(m)]
+            if not matches:
+                known = {m: method_options(m) for m in methods}
+                raise SystemExit(f"--option {key}: none of --methods takes option {key!r}; "
+                                 f"their options: {known}")
+        for m in matches:
+            per_method[m][key] = value
+    return per_method
+
+
+def _partitioner(num_parts: int, method: str, options: Dict[str, Any],
+                 common: Dict[str, Any]) -> SparsityAwarePartitioner:
+    # The partitioner's own validation gives the message (unknown method, option, budget).
+    try:
+        return SparsityAwarePartitioner(num_parts, method, **common, **options)
+    except (TypeError, ValueError) as e:
+        raise SystemExit(f"method {method!r}: {e}") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m pyg_sparsecomm partition-stats", description=__doc__,
+                                epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--graph", required=True, help=GRAPH_SPECS)
     p.add_argument("--root", help="Planetoid root directory")
-    p.add_argument("--parts", default="4,16,64", help="comma-separated numbers of parts")
-    p.add_argument("--methods", default="random,contiguous,metis", help=f"comma-separated, of {sorted(METHODS)}")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--parts", type=_positive_ints, default=[4, 16, 64], help="comma-separated numbers of parts")
+    p.add_argument("--methods", default="random,contiguous,metis",
+                   help=f"comma-separated; any of {sorted(METHODS)}, optionally with '+vb'")
+    p.add_argument("--option", type=parse_option, action="append", default=[], metavar="[METHOD:]KEY=VALUE",
+                   help="method option, repeatable (see below)")
+    p.add_argument("--seed", type=int, default=0, help="seed of every method (the random baseline too)")
+    p.add_argument("--epsilon-balance", type=float, help="+vb: compute imbalance allowed (default 0.03)")
+    p.add_argument("--max-total-increase", type=float,
+                   help="+vb: allowed rise of the total volume, a fraction (default 0.1)")
+    p.add_argument("--vb-restarts", type=int, help="+vb: send-balanced restarts (default 4)")
+    p.add_argument("--bytes", type=int, metavar="WIDTH",
+                   help="add per-SpMM byte columns for dense operands of WIDTH columns")
+    p.add_argument("--element-size", type=int, default=4, help="bytes per element for --bytes (default 4)")
+    p.add_argument("--format", choices=("table", "tsv", "markdown"), default="table",
+                   help="aligned table (default), tab-separated values or a Markdown table")
     p.add_argument("--heatmap", help="save the P×P volume matrix of the last method and P as PNG")
-    args = p.parse_args(argv)
-    data = load_graph(args.graph, args.root)
-    parts = [int(x) for x in args.parts.split(",")]
-    methods = args.methods.split(",")
-    unknown = [m for m in methods if m not in METHODS]
-    if unknown:
-        raise SystemExit(f"unknown method(s) {unknown}; choose from {sorted(METHODS)}")
-    print(f"graph {args.graph}: {data.num_nodes} nodes, {data.edge_index.size(1)} edges")
-    header = f"{'P':>5} {'method':>12} {'total':>10} {'max send':>9} {'max recv':>9} {'max msgs':>8} " \
-             f"{'imbal.':>7} | {'total/rnd':>9} {'maxsend/rnd':>11} {'seconds':>8}"
-    print(header)
-    last = None
+    return p
+
+
+# output ---------------------------------------------------------------------
+# (header, key of the row dict, format, minimum width of the aligned table).
+Column = Tuple[str, str, str, int]
+_COLUMNS: List[Column] = [
+    ("P", "num_parts", "d", 5), ("method", "method", "s", 12), ("total", "total_rows", "d", 10),
+    ("max send", "max_rows_sent", ".0f", 9), ("max recv", "max_rows_received", ".0f", 9),
+    ("max msgs out", "max_messages_sent", ".0f", 0), ("max msgs in", "max_messages_received", ".0f", 0),
+    ("avg msgs", "avg_messages_sent", ".1f", 0), ("imbal.", "compute_imbalance", ".3f", 7)]
+_BYTE_COLUMNS: List[Column] = [("total B", "total_bytes", "d", 12), ("max send B", "max_bytes_sent", ".0f", 12),
+                               ("max recv B", "max_bytes_received", ".0f", 12)]
+# Relative to the random partition of the same P (keys filled in by _row).
+_RATIO_COLUMNS: List[Column] = [
+    ("total/rnd", "total_rows/rnd", ".3f", 0), ("maxsend/rnd", "max_rows_sent/rnd", ".3f", 0),
+    ("maxrecv/rnd", "max_rows_received/rnd", ".3f", 0), ("maxmsgs/rnd", "max_messages_sent/rnd", ".3f", 0),
+    ("seconds", "seconds", ".2f", 8)]
+
+
+class _Printer:
+    """Streams rows as they are computed (large P can take minutes per method)."""
+
+    def __init__(self, fmt: str, with_bytes: bool, method_width: int) -> None:
+        self.fmt = fmt
+        self.left = _COLUMNS + (_BYTE_COLUMNS if with_bytes else [])
+        self.columns = self.left + _RATIO_COLUMNS
+        self.widths = [max(len(h), w, method_width if k == "method" else 0) for h, k, _, w in self.columns]
+
+    def note(self, text: str) -> None:
+        print(f"# {text}" if self.fmt == "tsv" else text)
+        if self.fmt == "markdown":
+            print()  # a paragraph, not the table's first line
+
+    def _line(self, cells: List[str]) -> str:
+        if self.fmt == "tsv":
+            return "\t".join(cells)
+        if self.fmt == "markdown":
+            return "| " + " | ".join(cells) + " |"
+        cells = [c.rjust(w) for c, w in zip(cells, self.widths)]
+        n = len(self.left)  # '|' separates the raw figures from those relative to random
+        return " ".join(cells[:n]) + " | " + " ".join(cells[n:])
+
+    def header(self) -> None:
+        print(self._line([h for h, _, _, _ in self.columns]))
+        if self.fmt == "markdown":
+            print("|" + "|".join(":---" if k == "method" else "---:" for _, k, _, _ in self.columns) + "|")
+
+    def row(self, row: Dict[str, Any]) -> None:
+        print(self._line([format(row[k], f) for _, k, f, _ in self.columns]))
+
+
+def _row(method: str, d: Dict[str, Any], base: Dict[str, Any], seconds: float) -> Dict[str, Any]:
+    row = dict(d, method=method, seconds=seconds)
+    for key in ("total_rows", "max_rows_sent", "max_rows_received", "max_messages_sent"):
+        row[f"{key}/rnd"] = d[key] / base[key] if base[key] else float("nan")
+    return row
+
+
+def _run(data, parts: List[int], methods: List[str], options: Dict[str, Dict[str, Any]],
+         common: Dict[str, Any], width: Optional[int], element_size: int) -> Iterator[Tuple[Dict, CommStats]]:
+    """Yields ``(table row, CommStats)`` for every P and method."""
     for P in parts:
-        baseline = SparsityAwarePartitioner(P, "random", seed=args.seed)(data).comm_stats.as_dict()
-        for method in methods:
-            t0 = time.perf_counter()
-            stats = SparsityAwarePartitioner(P, method, seed=args.seed)(data).comm_stats
-            seconds = time.perf_counter() - t0
-            d = stats.as_dict()
-            ratio = lambda k: d[k] / baseline[k] if baseline[k] else float("nan")  # noqa: E731
-            print(f"{P:>5} {method:>12} {d['total_rows']:>10} {d['max_rows_sent']:>9.0f} "
-                  f"{d['max_rows_received']:>9.0f} {d['max_messages']:>8.0f} {d['compute_imbalance']:>7.3f} | "
-                  f"{ratio('total_rows'):>9.3f} {ratio('max_rows_sent'):>11.3f} {seconds:>8.2f}")
-            last = stats
+        try:
+            baseline = _partitioner(P, "random", {}, common)(data).comm_stats.as_dict()
+            for method in methods:
+                t0 = time.perf_counter()
+                stats = _partitioner(P, method, options[method], common)(data).comm_stats
+                yield _row(method, stats.as_dict(width, element_size), baseline, time.perf_counter() - t0), stats
+        except (ValueError, ImportError) as e:  # e.g. more parts than nodes, a missing backend
+            raise SystemExit(f"P={P}: {e}") from None
+
+
+def partition_stats(argv: List[str]) -> int:
+    args = build_parser().parse_args(argv)
+    methods = [m for m in args.methods.split(",") if m]
+    if not methods:
+        raise SystemExit("--methods names no method")
+    common = {"seed": args.seed}
+    common.update({k: v for k, v in (("epsilon_balance", args.epsilon_balance),
+                                     ("max_total_increase", args.max_total_increase),
+                                     ("vb_restarts", args.vb_restarts)) if v is not None})
+    if args.bytes is not None and (args.bytes < 0 or args.element_size < 1):
+        raise SystemExit(f"--bytes needs WIDTH >= 0 and --element-size >= 1, got {args.bytes}, {args.element_size}")
+    for m in methods:  # unknown methods first, before options are matched to them
+        _partitioner(1, m, {}, common)
+    options = assign_options(methods, args.option)
+    for m in methods:  # then every option against its method, before the graph is loaded
+        _partitioner(1, m, options[m], common)
+
+    data = load_graph(args.graph, args.root)
+    out = _Printer(args.format, args.bytes is not None, max(map(len, methods)))
+    out.note(f"graph {args.graph}: {data.num_nodes} nodes, {data.edge_index.size(1)} edges")
+    out.header()
+    last = None
+    for row, last in _run(data, args.parts, methods, options, common, args.bytes, args.element_size):
+        out.row(row)
     if args.heatmap and last is not None:
         write_heatmap_png(last.volume, args.heatmap)
-        print(f"wrote {args.heatmap} (P×P rows sent per SpMM, row = sender)")
+        out.note(f"wrote {args.heatmap} (P×P rows sent per SpMM, row = sender)")
     return 0
 
 

@@ -1,5 +1,5 @@
 """``shard()``: the rank-local ``Data`` of a partitioned graph."""
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 import torch.distributed as dist
@@ -13,8 +13,8 @@ from .grid import ProcessGrid
 from .comm.group import world_size as group_world_size
 from .plan import CommPattern, comm_pattern, local_edges, rank_plan
 
-# Graph-level attributes that must not be sliced by node.
-_SKIP = {"edge_index", "edge_weight", "edge_attr", "e_id", "part", "num_parts", "comm_stats", "num_nodes"}
+# Attributes a shard rebuilds itself (adjacency, weights, ids) or that describe the whole partition.
+_SKIP = {"edge_index", "edge_weight", "e_id", "part", "num_parts", "comm_stats", "num_nodes"}
 
 
 def _edge_weight_of(data: Data) -> Optional[Tensor]:
@@ -31,7 +31,9 @@ def shard(data: Data, group: Optional[dist.ProcessGroup] = None, rank: Optional[
     """Returns this rank's part of a graph partitioned by ``SparsityAwarePartitioner``.
 
     The result holds the owned rows of every node-level attribute (``x``, ``y``,
-    masks, ...), ``n_id`` (global id of every local row), ``adj`` (a
+    masks, ...), the local edges of every edge-level attribute (``edge_attr``,
+    ``edge_type``, ...; in ``adj`` order, i.e. ``value[e_id]``), graph-level values
+    unchanged, ``n_id`` (global id of every local row), ``adj`` (a
     :class:`~pyg_sparsecomm.adj.HaloAdj` whose values are the edge weights, if
     any), ``edge_weight`` (those weights in ``adj``'s edge order) and ``e_id`` (the
     global edge id of every local edge, in the same order).
@@ -108,13 +110,46 @@ def shard_from_pattern(data: Data, pattern: CommPattern, rank: int) -> Data:
 
     local = Data()
     for key, value in data.items():
-        if key in _SKIP:
-            continue
-        if isinstance(value, Tensor) and key != "n_id" and data.is_node_attr(key):
-            local[key] = value[plan.n_id.to(value.device)]
-        else:
-            local[key] = value
+        if key not in _SKIP:
+            local[key] = _local_attr(data, key, value, plan.n_id, edge_id)
     return attach_adjacency(local, adj, edge_id)
+
+
+def _is_edge_level(data: Data, key: str, value: Any) -> bool:
+    # PyG's rule, plus any tensor with one row per edge that PyG files elsewhere because of its
+    # name (e.g. an '*index*' key, concatenated along the last dimension).
+    num_edges = data.edge_index.size(1)
+    return data.is_edge_attr(key) or (isinstance(value, Tensor) and value.dim() >= 1
+                                      and value.size(0) == num_edges)
+
+
+def _take(value: Any, index: Tensor) -> Any:
+    if isinstance(value, Tensor):
+        return value[index.to(value.device)]
+    items = [value[i] for i in index.tolist()]
+    return tuple(items) if isinstance(value, tuple) else items
+
+
+def _local_attr(data: Data, key: str, value: Any, n_id: Tensor, edge_id: Tensor) -> Any:
+    """This rank's part of attribute ``key``: the owned rows of a node-level attribute, the local
+    edges (in ``adj`` order, as ``e_id``) of an edge-level one, graph-level values unchanged.
+
+    When ``num_nodes == num_edges`` PyG's name rule decides ('edge' in the name: edge-level).
+    Raises ``ValueError`` for an edge-level tensor whose first dimension is not the edge
+    dimension: copying it whole would put the whole graph on every rank."""
+    if not isinstance(value, (Tensor, list, tuple)) or key == "n_id":
+        return value
+    if data.is_node_attr(key):
+        return _take(value, n_id)
+    if not _is_edge_level(data, key, value):
+        return value  # graph-level (class weights, ...): small, the same on every rank
+    num_edges = data.edge_index.size(1)
+    if isinstance(value, Tensor) and (value.dim() == 0 or value.size(0) != num_edges):
+        raise ValueError(f"edge-level attribute {key!r} has shape {list(value.shape)}: shard() slices "
+                         f"edge attributes along their first dimension only, which must have one entry "
+                         f"per edge ({num_edges}); store it as [num_edges, ...] or delete it before "
+                         f"sharding")
+    return _take(value, edge_id)
 
 
 def attach_adjacency(local: Data, adj: HaloAdj, e_id: Tensor) -> Data:

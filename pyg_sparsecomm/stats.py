@@ -2,10 +2,11 @@
 
 All numbers are per SpMM (one forward halo exchange); the backward exchange of
 the same layer moves the same rows in the opposite direction.  Computable for
-any ``P`` without launching processes.
+any ``P`` without launching processes.  Rows become bytes with a feature width:
+:meth:`CommStats.bytes_per_spmm` or ``as_dict(width=...)``.
 """
 from dataclasses import dataclass, field
-from typing import Dict, Sequence
+from typing import Dict, Optional, Sequence
 
 import numpy as np
 
@@ -15,6 +16,14 @@ from .plan import CommPattern
 def _max_avg(values: np.ndarray) -> tuple:
     values = np.asarray(values, dtype=np.float64)
     return float(values.max()) if values.size else 0.0, float(values.mean()) if values.size else 0.0
+
+
+def _row_bytes(width: int, element_size: int) -> int:
+    # A negative or fractional width would silently give meaningless byte counts.
+    for name, value in (("width", width), ("element_size", element_size)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+            raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    return int(width) * int(element_size)
 
 
 @dataclass
@@ -73,13 +82,39 @@ class CommStats:
         rows = self.total_rows if algorithm == "1d" else int(self.oblivious_rows_sent.sum())
         return 2 * rows * int(sum(widths)) * element_size
 
-    def as_dict(self) -> Dict[str, float]:
+    def bytes_per_spmm(self, width: int, element_size: int = 4) -> Dict[str, float]:
+        """Payload bytes of one SpMM whose dense operand has ``width`` columns.
+
+        Every row on the wire carries ``width * element_size`` bytes (4 for
+        float32), so each figure is the matching row figure times that: keys
+        ``total_bytes``, ``max_bytes_sent``/``avg_bytes_sent``,
+        ``max_bytes_received``/``avg_bytes_received`` and ``oblivious_total_bytes``.
+        """
+        row_bytes = _row_bytes(width, element_size)
+        s_max, s_avg = _max_avg(self.rows_sent)
+        r_max, r_avg = _max_avg(self.rows_received)
+        return {
+            "total_bytes": self.total_rows * row_bytes,
+            "max_bytes_sent": s_max * row_bytes, "avg_bytes_sent": s_avg * row_bytes,
+            "max_bytes_received": r_max * row_bytes, "avg_bytes_received": r_avg * row_bytes,
+            "oblivious_total_bytes": int(self.oblivious_rows_sent.sum()) * row_bytes,
+        }
+
+    def as_dict(self, width: Optional[int] = None, element_size: int = 4) -> Dict[str, float]:
+        """All figures per SpMM, in rows; with ``width`` also :meth:`bytes_per_spmm`'s byte keys.
+
+        ``max_messages``/``avg_messages`` count messages *sent* (kept under their
+        original names; ``*_messages_sent`` are the same numbers named explicitly).
+        ``max_nnz``/``avg_nnz`` are the nonzeros of the ranks' block rows, whose
+        ratio is ``compute_imbalance``.
+        """
         s_max, s_avg = _max_avg(self.rows_sent)
         r_max, r_avg = _max_avg(self.rows_received)
         m_max, m_avg = _max_avg(self.messages_sent)
+        mr_max, mr_avg = _max_avg(self.messages_received)
         c_max, c_avg = _max_avg(self.nnz)
         n_max, n_avg = _max_avg(self.part_sizes)
-        return {
+        out = {
             "num_parts": self.num_parts,
             "total_rows": self.total_rows,
             "max_rows_sent": s_max, "avg_rows_sent": s_avg,
@@ -89,7 +124,13 @@ class CommStats:
             "compute_imbalance": c_max / c_avg if c_avg > 0 else 1.0,
             "node_imbalance": n_max / n_avg if n_avg > 0 else 1.0,
             "empty_parts": int((self.part_sizes == 0).sum()),
+            "max_messages_sent": m_max, "avg_messages_sent": m_avg,
+            "max_messages_received": mr_max, "avg_messages_received": mr_avg,
+            "max_nnz": c_max, "avg_nnz": c_avg,
         }
+        if width is not None:
+            out.update(self.bytes_per_spmm(width, element_size))
+        return out
 
     def __str__(self) -> str:
         d = self.as_dict()

@@ -1,20 +1,24 @@
 """Partition once, train many times: one file per rank plus a manifest.
 
-``save_partition(data, root)`` writes ``root/part-<r>.pt`` for every rank ``r``
-(its rows of every node attribute, its local adjacency and its halo plan) and
-``root/manifest.json`` (format version, number of parts, graph size and
-fingerprint, SHA-256 of every part file).  ``load_shard(root)`` then reads only
-this rank's file: memory per rank is its share of the graph plus its halo plan,
-never the whole graph — the path for graphs that fit no single machine.
-Files are loaded with ``torch.load(weights_only=True)`` (tensors, lists and
-numbers only: no code runs on load) and validated against the manifest.
+``save_partition(data, root, source=partition_source(partitioner, dataset))`` writes
+``root/part-<r>.pt`` for every rank ``r`` (its rows of every node attribute, its local
+edges of every edge attribute, its local adjacency and its halo plan) and
+``root/manifest.json``: format version, the ``source`` description (how the partition
+was made: dataset, method, seed, options, number of parts, graph size, feature shape
+and a fingerprint of the whole graph) and the SHA-256 of every part file.
+``load_shard(root, expected_source=...)`` then reads only this rank's file: memory per
+rank is its share of the graph plus its halo plan, never the whole graph — the path for
+graphs that fit no single machine.  Files are loaded with
+``torch.load(weights_only=True)`` (tensors, lists and numbers only: no code runs on
+load) and validated against the manifest; a cache made another way raises instead of
+being reused silently.
 """
 import hashlib
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch_geometric.data import Data
@@ -26,20 +30,79 @@ from .data import attach_adjacency, replicate, shard_from_pattern
 from .grid import ProcessGrid
 from .plan import RankPlan, comm_pattern
 
-FORMAT_VERSION = 1
+# 2: the manifest holds a ``source`` description; part files hold sliced edge attributes.
+FORMAT_VERSION = 2
 _PLAN_TENSORS = ("n_id", "halo_n_id", "halo_owner", "halo_remote_index", "send_index")
 _PLAN_LISTS = ("send_counts", "recv_counts", "part_sizes")
+_MANIFEST_KEYS = {"format_version": int, "source": dict, "files": dict}
+_SOURCE_KEYS = {"num_parts": int, "num_nodes": int, "num_edges": int, "fingerprint": str}
+_NOT_RECORDED = "<not recorded>"
+
+
+def _hash_tensor(h: Any, name: str, value: torch.Tensor) -> None:
+    value = value.detach().cpu()
+    value = (value.to_dense() if value.layout != torch.strided else value).contiguous().reshape(-1)
+    h.update(f"{name}:{value.dtype}:{value.numel()}:".encode())
+    h.update(value.view(torch.uint8).numpy())
 
 
 def graph_fingerprint(data: Data) -> str:
-    """SHA-256 over the graph structure and the partition (not the features)."""
+    """SHA-256 over the graph: structure, partition and every tensor attribute (``x``, ``y``,
+    masks, edge attributes, ...) plus scalar attributes; one pass over the bytes."""
     h = hashlib.sha256()
-    h.update(str(int(data.num_nodes)).encode())
-    h.update(np.ascontiguousarray(data.edge_index.cpu().numpy().astype(np.int64)).tobytes())
-    part = getattr(data, "part", None)
-    if part is not None:
-        h.update(np.ascontiguousarray(part.cpu().numpy().astype(np.int64)).tobytes())
+    h.update(f"num_nodes={int(data.num_nodes)};".encode())
+    for key in sorted(data.keys()):  # sorted: the same digest whatever the insertion order
+        value = data[key]
+        if isinstance(value, torch.Tensor):
+            _hash_tensor(h, key, value)
+        elif isinstance(value, (bool, int, float, str)):
+            h.update(f"{key}={value!r};".encode())
     return h.hexdigest()
+
+
+def _canonical(value: Any) -> Any:
+    # What the manifest's JSON gives back (tuples become lists, ...), so that a description
+    # compares equal to its recorded copy.
+    return json.loads(json.dumps(value, sort_keys=True, default=repr))
+
+
+def partition_source(partitioner: Any, dataset: Optional[str] = None) -> dict:
+    """How a partition is made, from its ``SparsityAwarePartitioner``: dataset name, method (with
+    ``"+vb"`` when balanced), seed, options and number of parts.
+
+    Pass it to :func:`save_partition` (recorded in the manifest) and, in every later run, to
+    :func:`load_shard` as ``expected_source``: a cache made differently then raises.  Needs no
+    graph, so every rank can build it."""
+    options = dict(partitioner.options)
+    method = partitioner.method
+    if partitioner.balance == "max_send":
+        method += "+vb"
+        options.update(epsilon_balance=partitioner.epsilon_balance,
+                       max_total_increase=partitioner.max_total_increase, vb_restarts=partitioner.vb_restarts)
+    return _canonical({"dataset": dataset, "method": method, "seed": partitioner.seed,
+                       "num_parts": partitioner.num_parts, "options": options})
+
+
+def _data_source(data: Data) -> dict:
+    """The description fields read off the partitioned graph itself."""
+    x = getattr(data, "x", None)
+    return {"num_parts": int(data.num_parts), "num_nodes": int(data.num_nodes),
+            "num_edges": int(data.edge_index.size(1)),
+            "num_features": None if x is None else int(x.size(-1)) if x.dim() > 1 else 1,
+            "x_dtype": None if x is None else str(x.dtype).replace("torch.", ""),
+            "fingerprint": graph_fingerprint(data)}
+
+
+def source_mismatch(recorded: Mapping, expected: Mapping) -> list[tuple[str, Any, Any]]:
+    """``(field, recorded, expected)`` for every field of ``expected`` the recorded description
+    lacks or holds another value for; fields only ``recorded`` has are not compared."""
+    expected = _canonical(dict(expected))
+    return [(k, recorded.get(k, _NOT_RECORDED), v) for k, v in sorted(expected.items())
+            if recorded.get(k, _NOT_RECORDED) != v]
+
+
+def _fields(pairs: list[tuple[str, Any]]) -> str:
+    return ", ".join(f"{k}={v}" if v == _NOT_RECORDED else f"{k}={v!r}" for k, v in pairs)
 
 
 def _sha256(path: Path) -> str:
@@ -67,28 +130,52 @@ def _to_record(local: Data) -> dict:
     return record
 
 
-def save_partition(data: Data, root: Union[str, Path]) -> Path:
-    """Writes every rank's shard of a partitioned ``data`` under ``root``; returns the manifest path."""
+def save_partition(data: Data, root: Union[str, Path], source: Optional[Mapping] = None) -> Path:
+    """Writes every rank's shard of a partitioned ``data`` under ``root``; returns the manifest path.
+
+    ``source`` (see :func:`partition_source`) describes how the partition was made; the manifest
+    records it together with the graph's size, feature shape and :func:`graph_fingerprint`.
+    """
     if getattr(data, "part", None) is None:
         raise ValueError("data has no partition: apply SparsityAwarePartitioner first")
+    described = _canonical(dict(source or {}))
+    measured = _data_source(data)
+    wrong = [(k, described[k], v) for k, v in measured.items() if k in described and described[k] != v]
+    if wrong:  # the description belongs to another graph or partition: recording it would lie
+        raise ValueError(f"source does not describe data: {_fields([(k, a) for k, a, _ in wrong])} given, "
+                         f"but data has {_fields([(k, b) for k, _, b in wrong])}")
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
-    num_parts = int(data.num_parts)
+    num_parts = measured["num_parts"]
     pattern = comm_pattern(data.edge_index.cpu(), data.part.cpu(), data.num_nodes, num_parts)
     files = {}
     for r in range(num_parts):
         path = root / f"part-{r}.pt"
         torch.save(_to_record(shard_from_pattern(data, pattern, r)), path)
         files[path.name] = _sha256(path)
-    manifest = {"format_version": FORMAT_VERSION, "num_parts": num_parts, "num_nodes": int(data.num_nodes),
-                "num_edges": int(data.edge_index.size(1)), "fingerprint": graph_fingerprint(data),
-                "files": files}
+    manifest = {"format_version": FORMAT_VERSION, "source": {**described, **measured}, "files": files}
     path = root / "manifest.json"
-    path.write_text(json.dumps(manifest, indent=1))
+    path.write_text(json.dumps(manifest, indent=1, sort_keys=True))
     return path
 
 
+def _json_type(value: Any) -> str:
+    names = {dict: "object", list: "array", str: "string", bool: "boolean", int: "integer", float: "number"}
+    return names.get(type(value), "null")
+
+
+def _check_keys(path: Path, where: str, body: dict, keys: Mapping[str, type]) -> None:
+    missing = sorted(k for k in keys if k not in body)
+    if missing:
+        raise ValueError(f"corrupt partition manifest {path}: {where} lacks key(s) {missing}: re-run save_partition")
+    for key, kind in keys.items():
+        if _json_type(body[key]) != _json_type(kind()):  # by JSON type: True is no integer here
+            raise ValueError(f"corrupt partition manifest {path}: {key!r} in {where} should be a JSON "
+                             f"{_json_type(kind())}, got a JSON {_json_type(body[key])}: re-run save_partition")
+
+
 def read_manifest(root: Union[str, Path]) -> dict:
+    """The validated ``manifest.json`` under ``root``; ``ValueError`` naming the file and the problem."""
     path = Path(root) / "manifest.json"
     if not path.exists():
         raise FileNotFoundError(f"no partition manifest at {path}: run save_partition first")
@@ -96,41 +183,62 @@ def read_manifest(root: Union[str, Path]) -> dict:
         manifest = json.loads(path.read_text())
     except json.JSONDecodeError as e:
         raise ValueError(f"corrupt partition manifest {path}: {e}") from None
+    if not isinstance(manifest, dict):  # a corrupt file, not a caller's type error: ValueError like the rest
+        raise ValueError(f"corrupt partition manifest {path}: expected a JSON object, "  # noqa: TRY004
+                         f"got a JSON {_json_type(manifest)}: re-run save_partition")
     if manifest.get("format_version") != FORMAT_VERSION:
         raise ValueError(f"{path} has format version {manifest.get('format_version')}, "
                          f"this library reads {FORMAT_VERSION}: re-run save_partition")
+    _check_keys(path, "the manifest", manifest, _MANIFEST_KEYS)
+    _check_keys(path, "source", manifest["source"], _SOURCE_KEYS)
     return manifest
+
+
+def check_source(root: Union[str, Path], manifest: dict, expected_source: Optional[Mapping] = None,
+                 expected_fingerprint: Optional[str] = None) -> None:
+    """Raises ``ValueError`` listing the fields in which the partition under ``root`` differs
+    from ``expected_source`` (or whose fingerprint is not ``expected_fingerprint``)."""
+    recorded = manifest["source"]
+    diff = source_mismatch(recorded, expected_source or {})
+    if expected_fingerprint is not None and expected_fingerprint != recorded["fingerprint"]:
+        diff.append(("fingerprint", recorded["fingerprint"], expected_fingerprint))
+    if diff:
+        raise ValueError(f"partition cache at {root} was made with {_fields([(k, a) for k, a, _ in diff])}; "
+                         f"this run asks for {_fields([(k, b) for k, _, b in diff])} (stale cache): delete the "
+                         f"directory to re-partition, or use another partition directory")
 
 
 def load_shard(root: Union[str, Path], group: Optional[dist.ProcessGroup] = None,
                rank: Optional[int] = None, world_size: Optional[int] = None,
-               expected_fingerprint: Optional[str] = None, grid: Optional[ProcessGrid] = None) -> Data:
+               expected_fingerprint: Optional[str] = None, grid: Optional[ProcessGrid] = None,
+               expected_source: Optional[Mapping] = None) -> Data:
     """Loads this rank's shard written by :func:`save_partition` (reads one part file only).
 
     With a 1.5D ``grid`` (a partition into ``P / c`` parts) it loads block row
     ``grid.row`` and returns the replicated view of :func:`~pyg_sparsecomm.shard`.
 
-    Raises ``ValueError`` when the world size (``P / c`` with a grid) differs from the number of parts,
-    when the file's checksum does not match the manifest (corrupt or replaced),
-    or when ``expected_fingerprint`` (see :func:`graph_fingerprint`) differs
-    from the one the partition was made for (stale cache).
+    Raises ``ValueError`` when the manifest is corrupt, when the world size (``P / c`` with a
+    grid) differs from the number of parts, when ``expected_source`` (see
+    :func:`partition_source`; compared field by field with the recorded description, so no
+    rank needs the graph) or ``expected_fingerprint`` (see :func:`graph_fingerprint`, for
+    callers that hold the graph) differs from what the partition was made from (stale
+    cache), or when the file's checksum does not match the manifest (corrupt or replaced).
     """
     manifest = read_manifest(root)
+    num_parts = manifest["source"]["num_parts"]
     if grid is not None:
-        if manifest["num_parts"] != grid.num_block_rows:
-            raise ValueError(f"the partition in {root} has {manifest['num_parts']} parts but a grid with c="
+        if num_parts != grid.num_block_rows:
+            raise ValueError(f"the partition in {root} has {num_parts} parts but a grid with c="
                              f"{grid.replication} on {grid.world_size} ranks needs P/c={grid.num_block_rows}")
         local = load_shard(root, rank=grid.row, world_size=grid.num_block_rows,
-                           expected_fingerprint=expected_fingerprint)
+                           expected_fingerprint=expected_fingerprint, expected_source=expected_source)
         return replicate(local, grid.col, grid.replication)
     rank = group_rank(group) if rank is None else rank
     world_size = group_world_size(group) if world_size is None else world_size
-    if manifest["num_parts"] != world_size:
-        raise ValueError(f"the partition in {root} has {manifest['num_parts']} parts but the world size is "
+    if num_parts != world_size:
+        raise ValueError(f"the partition in {root} has {num_parts} parts but the world size is "
                          f"{world_size}: re-partition with num_parts={world_size}")
-    if expected_fingerprint is not None and expected_fingerprint != manifest["fingerprint"]:
-        raise ValueError(f"the partition in {root} was made for another graph or partition "
-                         f"(stale cache): re-run save_partition")
+    check_source(root, manifest, expected_source, expected_fingerprint)
     path = Path(root) / f"part-{rank}.pt"
     if not path.exists():
         raise FileNotFoundError(f"missing part file {path}")

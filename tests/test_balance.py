@@ -179,3 +179,42 @@ def test_metis_abi_check(monkeypatch):
     with pytest.raises(RuntimeError, match=r"does not take the 64-bit idx_t .* returned status -2"):
         mc._metis()
     assert mc._LIB is None  # a failed check is not cached as a usable library
+
+
+def test_fast_sorting_helpers_match_numpy():
+    from pyg_sparsecomm.partition._sorting import lexsort, stable_sort, unique_inverse
+    rng = np.random.default_rng(0)
+    for n in [0, 1, 2, 9, 5000]:
+        keys = (rng.integers(-3, 3, n), rng.integers(0, 1000, n), rng.integers(-50, 0, n))
+        assert np.array_equal(lexsort(keys), np.lexsort(keys))
+        wide = (rng.integers(0, 2 ** 40, n), rng.integers(0, 2 ** 30, n))  # > 63 bits: numpy's lexsort
+        assert np.array_equal(lexsort(wide), np.lexsort(wide))
+        values = rng.integers(0, 40, n)
+        sorted_values, order = stable_sort(values)
+        assert np.array_equal(order, np.argsort(values, kind="stable"))
+        assert np.array_equal(sorted_values, np.sort(values))
+        big = rng.integers(0, 2 ** 60, n)  # value and index do not fit in 63 bits together
+        assert np.array_equal(stable_sort(big)[1], np.argsort(big, kind="stable"))
+        unique, inverse = unique_inverse(values)
+        expected_unique, expected_inverse = np.unique(values, return_inverse=True)
+        assert np.array_equal(unique, expected_unique) and np.array_equal(inverse, expected_inverse.reshape(-1))
+
+
+def test_dense_and_binary_search_pin_counts_agree(monkeypatch):
+    """The (net, part) count table and the binary search give the same refinement."""
+    import pyg_sparsecomm.partition.balance as balance
+    data, P = _skewed(n=400, m=3000, seed=5), 8
+    part = METHODS["random"](data.edge_index, data.num_nodes, P, 0)
+    dense = refine_max_send(data.edge_index, data.num_nodes, part, P)
+    nets = column_net_pins(data.edge_index, data.num_nodes)
+    state = _state(nets, part.numpy(), P)
+    monkeypatch.setattr(balance, "_DENSE_COUNT_ENTRIES", 0)
+    searched = refine_max_send(data.edge_index, data.num_nodes, part, P)
+    assert torch.equal(dense, searched) and not torch.equal(dense, part)
+    net = np.repeat(np.arange(data.num_nodes), P)
+    p = np.tile(np.arange(P), data.num_nodes)
+    expected = np.zeros(data.num_nodes * P, dtype=np.int64)
+    np.add.at(expected, nets.net_of_pin * P + part.numpy()[nets.pins], 1)
+    assert np.array_equal(balance._pin_counter(state, data.num_nodes, P)(net, p), expected)
+    monkeypatch.setattr(balance, "_DENSE_COUNT_ENTRIES", 1 << 25)
+    assert np.array_equal(balance._pin_counter(state, data.num_nodes, P)(net, p), expected)

@@ -4,7 +4,14 @@ import sys
 
 import pytest
 
-from pyg_sparsecomm.cli import main
+from pyg_sparsecomm import SparsityAwarePartitioner
+from pyg_sparsecomm.cli import assign_options, main, parse_option
+from pyg_sparsecomm.datasets import sbm_graph
+
+
+def _rows(out, P):
+    """Table rows of ``P`` parts, by method."""
+    return {ln.split()[1]: ln for ln in out.splitlines() if ln.split()[:1] == [str(P)]}
 
 
 def test_partition_stats_table_and_heatmap(tmp_path, capsys):
@@ -21,7 +28,7 @@ def test_partition_stats_table_and_heatmap(tmp_path, capsys):
 
 
 def test_cli_errors():
-    with pytest.raises(SystemExit, match="unknown method"):
+    with pytest.raises(SystemExit, match="unknown partitioning method 'spectral'"):
         main(["partition-stats", "--graph", "sbm", "--methods", "spectral"])
     with pytest.raises(SystemExit, match="unknown graph"):
         main(["partition-stats", "--graph", "nowhere.txt"])
@@ -31,3 +38,68 @@ def test_cli_errors():
 def test_module_entry_point():
     proc = subprocess.run([sys.executable, "-m", "pyg_sparsecomm"], capture_output=True, text=True)
     assert proc.returncode == 2 and "partition-stats" in proc.stderr
+
+
+def test_vb_method_with_an_option_and_byte_columns(capsys):
+    assert main(["partition-stats", "--graph", "sbm:400", "--parts", "4", "--methods", "random,metis,metis+vb",
+                 "--option", "objective=vol", "--vb-restarts", "1", "--bytes", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "graph sbm:400: 400 nodes" in out
+    rows = _rows(out, 4)
+    assert set(rows) == {"random", "metis", "metis+vb"}
+    data = sbm_graph(num_nodes=400)
+    for method in ("metis", "metis+vb"):  # 'objective' reached both METIS runs (vol != cut here)
+        expected = SparsityAwarePartitioner(4, method, objective="vol", vb_restarts=1)(data).comm_stats
+        total, total_bytes = int(rows[method].split()[2]), int(rows[method].split()[9])
+        assert total == expected.total_rows and total_bytes == expected.total_rows * 8 * 4
+    assert int(rows["metis"].split()[2]) != SparsityAwarePartitioner(4, "metis")(data).comm_stats.total_rows
+
+
+def test_rmat_graph_tsv_and_markdown(capsys):
+    assert main(["partition-stats", "--graph", "rmat:7", "--parts", "2", "--methods", "random,contiguous",
+                 "--format", "tsv"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "# graph rmat:7: 128 nodes, " + lines[0].split(", ")[1]
+    header, rows = lines[1].split("\t"), [ln.split("\t") for ln in lines[2:]]
+    assert header[:3] == ["P", "method", "total"] and [r[1] for r in rows] == ["random", "contiguous"]
+    assert all(len(r) == len(header) for r in rows) and rows[0][header.index("total/rnd")] == "1.000"
+    assert main(["partition-stats", "--graph", "sbm:200", "--parts", "2", "--methods", "metis",
+                 "--format", "markdown"]) == 0
+    table = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("|")]
+    assert len(table) == 3 and table[1].startswith("|---:|:---|") and table[2].startswith("| 2 | metis |")
+
+
+def test_option_parsing_and_assignment():
+    assert parse_option("fanouts=[10,5]") == (None, "fanouts", [10, 5])
+    assert parse_option("hypergraph:preset=quality") == ("hypergraph", "preset", "quality")
+    assert parse_option("epsilon=0.05")[2] == 0.05 and parse_option("x=true")[2] is True
+    methods = ["random", "metis", "metis+vb", "hypergraph+vb"]
+    options = assign_options(methods, [(None, "objective", "vol"), (None, "epsilon", 0.05),
+                                       ("hypergraph", "preset", "quality"), ("metis+vb", "objective", "cut")])
+    assert options == {"random": {}, "metis": {"objective": "vol"}, "metis+vb": {"objective": "cut"},
+                       "hypergraph+vb": {"epsilon": 0.05, "preset": "quality"}}
+
+
+def test_bad_options_name_the_option():
+    base = ["partition-stats", "--graph", "sbm:200", "--parts", "2", "--methods", "random,metis"]
+    with pytest.raises(SystemExit, match="none of --methods takes option 'frobnicate'"):
+        main(base + ["--option", "frobnicate=1"])
+    with pytest.raises(SystemExit, match=r"method 'metis' takes no option\(s\) \['preset'\]"):
+        main(base + ["--option", "metis:preset=quality"])
+    with pytest.raises(SystemExit, match="'hypergraph' is not in --methods"):
+        main(base + ["--option", "hypergraph:preset=quality"])
+    with pytest.raises(SystemExit) as exc:  # argparse: usage error, exit status 2
+        main(base + ["--option", "objective"])
+    assert exc.value.code == 2
+    with pytest.raises(SystemExit, match="bad graph 'rmat:x'"):
+        main(["partition-stats", "--graph", "rmat:x"])
+    with pytest.raises(SystemExit, match="cannot split 200 nodes into 400 parts"):
+        main(["partition-stats", "--graph", "sbm:200", "--parts", "400", "--methods", "random"])
+
+
+def test_bad_option_exits_non_zero_from_the_shell():
+    proc = subprocess.run([sys.executable, "-m", "pyg_sparsecomm", "partition-stats", "--graph", "sbm:200",
+                           "--methods", "metis+vb", "--option", "metis:frobnicate=1"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1 and not proc.stdout  # refused before the graph is loaded
+    assert "method 'metis+vb': method 'metis' takes no option(s) ['frobnicate']" in proc.stderr

@@ -76,6 +76,17 @@ def test_cora_training_equals_single_process(planetoid_root, world_size, method,
     assert all(b > 0 for b in hist[0]["bytes"])
 
 
+@pytest.mark.parametrize("method", ["contiguous", "metis+vb", "hypergraph+vb", "stochastic_hypergraph"])
+def test_cora_training_with_every_partitioner(planetoid_root, method):
+    """The methods the test above leaves out: the loss curve still equals GCNConv's."""
+    argv = ["--dataset", "Cora", "--root", planetoid_root, "--epochs", "8", "--dropout", "0", "--lr", "0.1",
+            "--method", method]
+    ref_loss, _ = reference_history(train_gcn.parse_args(argv))
+    hist = launch(_run, 3, argv)
+    torch.testing.assert_close(torch.tensor(hist[0]["loss"]), torch.tensor(ref_loss), rtol=1e-4, atol=1e-6)
+    assert ref_loss[-1] < 0.9 * ref_loss[0]
+
+
 def test_training_with_dropout_equals_single_process(planetoid_root):
     """NodeDropout draws the same masks in every layout: dropout 0.5 runs match exactly too."""
     argv = ["--dataset", "Cora", "--root", planetoid_root, "--epochs", "20", "--dropout", "0.5",

@@ -46,11 +46,13 @@ Guarantees (checked on every batch): the maximum send volume never increases,
 nor the maximum receive volume; compute stays within ``(1 + ε) avg W`` (or the
 input's maximum, if that was already larger); km1 stays within
 ``(1 + max_total_increase)`` times its initial value; the result is
-deterministic.  Cost per round: O((pins of the candidates' nets) log E) numpy
-work plus a Python pass over the admissible moves (at most ``4 × batch`` per
+deterministic.  Cost per round: one sort of all pins (the state, O(pins log
+pins)) plus O(pins of the candidates' nets) lookups — a dense (net, part)
+table when ``N × P`` fits in 128 MB, else O(log pins) binary searches — in
+numpy, and a Python pass over the admissible moves (at most ``4 × batch`` per
 focus part are evaluated); rounds are bounded by ``max_rounds`` per max phase and
 ``side_rounds`` per volume or compute phase, and a max phase ends early once
-the maximum stalls (``patience``).
+the maximum stalls (``patience``).  Memory: O(pins) plus that table.
 """
 from typing import NamedTuple
 
@@ -58,6 +60,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ._sorting import lexsort, stable_sort, unique_inverse
 from .methods import row_nnz
 
 
@@ -78,6 +81,10 @@ class _State(NamedTuple):
     lam: np.ndarray     # parts spanned by every net
     keys: np.ndarray    # sorted unique net * P + part (a part holding pins of the net)
     counts: np.ndarray  # pins of the net in that part
+    first_pin: np.ndarray  # a pin of the net in that part (the only one where counts == 1)
+    net: np.ndarray     # keys // P and keys % P, kept because every round reads them
+    holder: np.ndarray
+    owner: np.ndarray   # part of the net's own row (the part that sends it)
 
 
 def column_net_pins(edge_index: Tensor, num_nodes: int) -> _Nets:
@@ -96,20 +103,39 @@ def column_net_pins(edge_index: Tensor, num_nodes: int) -> _Nets:
 
 def _state(nets: _Nets, part: np.ndarray, P: int) -> _State:
     N = part.size
-    keys, counts = np.unique(nets.net_of_pin * P + part[nets.pins], return_counts=True)
+    sorted_keys, order = stable_sort(nets.net_of_pin * P + part[nets.pins])
+    start = np.flatnonzero(np.concatenate([[True], sorted_keys[1:] != sorted_keys[:-1]]))
+    keys, counts = sorted_keys[start], np.diff(np.append(start, sorted_keys.size))
     net, holder = keys // P, keys % P
+    owner = part[net]
     lam = np.bincount(net, minlength=N)
     S = np.bincount(part, weights=lam - 1, minlength=P).astype(np.int64)  # net j is owned by j
-    R = np.bincount(holder[holder != part[net]], minlength=P).astype(np.int64)
+    R = np.bincount(holder[holder != owner], minlength=P).astype(np.int64)
     W = np.bincount(part, weights=nets.weights, minlength=P).astype(np.int64)
-    return _State(S, R, W, int((lam - 1).sum()), lam, keys, counts)
+    return _State(S, R, W, int((lam - 1).sum()), lam, keys, counts, nets.pins[order[start]], net, holder, owner)
 
 
-def _count(state: _State, net: np.ndarray, p: np.ndarray, P: int) -> np.ndarray:
-    """Pins of each ``net`` in part ``p`` (0 where none)."""
-    key = net * P + p
-    idx = np.minimum(np.searchsorted(state.keys, key), state.keys.size - 1)
-    return np.where(state.keys[idx] == key, state.counts[idx], 0)
+_DENSE_COUNT_ENTRIES = 1 << 25  # a (net, part) table up to 128 MB of int32, else binary search
+
+
+def _pin_counter(state: _State, num_nodes: int, P: int):
+    """``count(net, p)``: pins of each ``net`` in part ``p`` (0 where none).
+
+    A move's evaluation asks this for every net of every candidate (millions
+    of queries per round on power-law graphs); a dense table answers them
+    several times faster than a binary search in ``state.keys`` when
+    ``N × P`` is small enough to allocate.
+    """
+    if num_nodes * P <= _DENSE_COUNT_ENTRIES:
+        table = np.zeros(num_nodes * P, dtype=np.int32)
+        table[state.keys] = state.counts
+        return lambda net, p: table[net * P + p]
+
+    def count(net, p):
+        key = net * P + p
+        idx = np.minimum(np.searchsorted(state.keys, key), state.keys.size - 1)
+        return np.where(state.keys[idx] == key, state.counts[idx], 0)
+    return count
 
 
 def _expand(ptr: np.ndarray, values: np.ndarray, rows: np.ndarray):
@@ -127,27 +153,26 @@ def _candidates(nets: _Nets, state: _State, part: np.ndarray, focus: np.ndarray,
     send can drop); pull-moves of ``u`` into focus part ``b`` score the number of
     ``b``-owned nets in which ``u`` is the lone pin of its part.
     """
-    net, holder = state.keys // P, state.keys % P
-    sel = focus[part[net]] & (holder != part[net])
+    net, holder = state.net, state.holder
+    sel = focus[state.owner] & (holder != state.owner)
     # the lone pin u of a focus-owned net in another part: pulling u in drops that part
     lone = sel & (state.counts == 1) & pulls
-    pi, u = _expand(nets.net_ptr, nets.pins, net[lone])
-    is_lone = part[u] == holder[lone][pi]
-    u, into = u[is_lone], part[net[lone][pi[is_lone]]]
-    pull_key, pull_score = np.unique(u * P + into, return_counts=True)
-    out_key = state.keys[sel] // P * P + holder[sel]  # sorted and unique already
-    key = np.concatenate([out_key, pull_key])
-    v, b = key // P, key % P
-    lead = np.concatenate([part[out_key // P], pull_key % P])
-    score = np.concatenate([state.lam[out_key // P] - 1, pull_score])
+    pull_key, pull_score = np.unique(state.first_pin[lone] * P + state.owner[lone], return_counts=True)
+    out_v = net[sel]  # move net v's own row to a part holding pins of the net
+    v = np.concatenate([out_v, pull_key // P])
+    b = np.concatenate([holder[sel], pull_key % P])
+    lead = np.concatenate([state.owner[sel], pull_key % P])
+    score = np.concatenate([state.lam[out_v] - 1, pull_score])
     keep = b != part[v]
     return v[keep], b[keep], lead[keep], score[keep]
 
 
 def _best_per_lead(lead: np.ndarray, score: np.ndarray, cost: np.ndarray, k: int) -> np.ndarray:
     """Indices of the ``k`` best-scored candidates of every lead part (ties: lowest cost)."""
-    order = np.lexsort((cost, -score, lead))
-    first = np.searchsorted(lead[order], lead[order])
+    order = lexsort((cost, -score, lead))
+    sorted_lead = lead[order]
+    starts = np.flatnonzero(np.concatenate([[True], sorted_lead[1:] != sorted_lead[:-1]]))
+    first = np.repeat(starts, np.diff(np.append(starts, order.size)))  # where each lead's run begins
     return np.sort(order[np.arange(order.size) - first < k])
 
 
@@ -155,7 +180,8 @@ def _evaluate(nets: _Nets, state: _State, part: np.ndarray, v: np.ndarray, b: np
     """Exact effect of each move alone: sparse ``(candidate, part, ΔS)``, ``ΔR_a``, ``ΔR_b``, ``Δkm1``,
     and the candidate's other nets with a flag for those whose ``λ`` it changes."""
     a = part[v]
-    cnt_a, cnt_b = _count(state, v, a, P), _count(state, v, b, P)
+    count = _pin_counter(state, part.size, P)
+    cnt_a, cnt_b = count(v, a), count(v, b)
     lam_v = state.lam[v]
     lam_new = lam_v - (cnt_a == 1) + (cnt_b == 0)
     dR_a = (cnt_a >= 2).astype(np.int64)   # a keeps pins of net v: it now receives row v
@@ -164,15 +190,15 @@ def _evaluate(nets: _Nets, state: _State, part: np.ndarray, v: np.ndarray, b: np
     other = j != v[c_idx]
     c_idx, j = c_idx[other], j[other]
     owner = part[j]
-    leave = (_count(state, j, a[c_idx], P) == 1) & (owner != a[c_idx])  # net j loses part a
-    join = _count(state, j, b[c_idx], P) == 0                           # net j gains part b
+    leave = (count(j, a[c_idx]) == 1) & (owner != a[c_idx])  # net j loses part a
+    join = count(j, b[c_idx]) == 0                           # net j gains part b
     d_lam = join.astype(np.int64) - leave
     m = v.size
     dkm1 = np.bincount(c_idx, weights=d_lam, minlength=m).astype(np.int64) + (lam_new - lam_v)
     dR_a = dR_a - np.bincount(c_idx, weights=leave, minlength=m).astype(np.int64)
     dR_b = dR_b + np.bincount(c_idx, weights=join, minlength=m).astype(np.int64)
     ar = np.arange(m)
-    key, inv = np.unique(np.concatenate([c_idx * P + owner, ar * P + a, ar * P + b]), return_inverse=True)
+    key, inv = unique_inverse(np.concatenate([c_idx * P + owner, ar * P + a, ar * P + b]))
     d = np.bincount(inv, weights=np.concatenate([d_lam, -(lam_v - 1), lam_new - 1])).astype(np.int64)
     nz = d != 0
     moved_nets = (c_idx, j, leave | join)  # per candidate: its other nets, and which ones change λ
@@ -207,53 +233,66 @@ def _round(nets, state, part, P, phase, limits, batch, slack):
     if phase == "max":
         adm &= (before >= tau) & (after < before)
         idx = np.flatnonzero(adm)
-        idx = idx[np.lexsort((after[idx] - before[idx], dkm1[idx], -before[idx]))]
+        idx = idx[lexsort((after[idx] - before[idx], dkm1[idx], -before[idx]))]
     else:
         adm &= (after <= max_s)
         if phase == "volume":
             adm &= dkm1 < 0
         idx = np.flatnonzero(adm)
-        idx = idx[np.lexsort((after[idx], dkm1[idx]))]
+        idx = idx[lexsort((after[idx], dkm1[idx]))]
     if idx.size == 0:
         return None
     # Greedy.  Moves add up exactly unless they share a net that one of them changes (its λ, or
     # its owner: the move's own net); nets a move leaves unchanged (a keeps pins, b already has
     # some) may be shared, combined such moves can only do better.  Track what they add per part.
-    c_ptr = np.concatenate([[0], np.cumsum(np.bincount(c, minlength=v.size))])
-    n_ptr = np.concatenate([[0], np.cumsum(np.bincount(n_idx, minlength=v.size))])
-    locked = np.zeros(part.size, dtype=bool)   # nets changed by a chosen move
-    touched = np.zeros(part.size, dtype=bool)  # nets with pins moved, unchanged
-    acc_s, acc_r, acc_w = (np.zeros(P, dtype=np.int64) for _ in range(3))
-    acc_km1, per_focus = 0, np.zeros(P, dtype=np.int64)
+    c_ptr = np.concatenate([[0], np.cumsum(np.bincount(c, minlength=v.size))]).tolist()
+    n_ptr = np.concatenate([[0], np.cumsum(np.bincount(n_idx, minlength=v.size))]).tolist()
+    # the part a move serves: its hottest changed part (the first one on ties; c is sorted, p
+    # ascending per candidate), else its source part
+    at_max = np.flatnonzero(state.S[p] == before[c])
+    served, first = np.unique(c[at_max], return_index=True)
+    leads = a.copy()
+    leads[served] = p[at_max[first]]
+    # the loop below runs once per admissible move: it reads Python lists and does a few numpy
+    # calls on the move's short slices only
+    mark = np.zeros(part.size, dtype=np.int8)  # 0 free, 1 pins moved but net unchanged, 2 changed
+    changes = n_changes.astype(np.int8)
+    rises = d > 0
+    s_now = state.S.copy()
+    w_now, r_now = state.W.tolist(), state.R.tolist()
+    km1_now, per_focus = state.km1, [0] * P
+    v_l, a_l, b_l, lead_l = v.tolist(), a.tolist(), b.tolist(), leads.tolist()
+    w_l, dra_l, drb_l, dkm1_l, before_l = (nets.weights[v].tolist(), dR_a.tolist(), dR_b.tolist(),
+                                           dkm1.tolist(), before.tolist())
     chosen = []
     for k in idx.tolist():
-        vk, ak, bk = v[k], a[k], b[k]
-        pk, dk = p[c_ptr[k]:c_ptr[k + 1]], d[c_ptr[k]:c_ptr[k + 1]]
-        lead = pk[np.argmax(state.S[pk])] if pk.size else ak
+        lead = lead_l[k]
         if per_focus[lead] >= batch:
             continue
-        nk, ck = n_net[n_ptr[k]:n_ptr[k + 1]], n_changes[n_ptr[k]:n_ptr[k + 1]]
-        changed, kept = np.append(nk[ck], vk), nk[~ck]
-        if locked[changed].any() or touched[changed].any() or locked[kept].any():
+        vk, ak, bk = v_l[k], a_l[k], b_l[k]
+        nk, ck = n_net[n_ptr[k]:n_ptr[k + 1]], changes[n_ptr[k]:n_ptr[k + 1]]
+        # a net this move changes must be free; a net it leaves unchanged must not be changed
+        if mark[vk] or (nk.size and (mark[nk] + ck).max() >= 2):
             continue
-        rise = dk > 0
-        now = state.S[pk] + acc_s[pk]
-        if rise.any() and (now[rise] + dk[rise]).max() > (before[k] - 1 if phase == "max" else max_s):
+        pk, dk = p[c_ptr[k]:c_ptr[k + 1]], d[c_ptr[k]:c_ptr[k + 1]]
+        now = s_now[pk]
+        after_k = now + dk
+        if (rises[c_ptr[k]:c_ptr[k + 1]] & (after_k > (before_l[k] - 1 if phase == "max" else max_s))).any():
             continue
-        if phase == "max" and np.maximum(now + dk - tau, 0).sum() >= np.maximum(now - tau, 0).sum():
+        if phase == "max" and np.maximum(after_k - tau, 0).sum() >= np.maximum(now - tau, 0).sum():
             continue  # together with the moves taken so far, this one must still lower the hot excess
-        if (state.W[bk] + acc_w[bk] + nets.weights[vk] > room
-                or state.R[ak] + acc_r[ak] + dR_a[k] > r_limit or state.R[bk] + acc_r[bk] + dR_b[k] > r_limit
-                or state.km1 + acc_km1 + dkm1[k] > km1_limit):
+        wk = w_l[k]
+        if (w_now[bk] + wk > room or r_now[ak] + dra_l[k] > r_limit or r_now[bk] + drb_l[k] > r_limit
+                or km1_now + dkm1_l[k] > km1_limit):
             continue
-        locked[changed] = True
-        touched[kept] = True
-        acc_s[pk] += dk
-        acc_r[ak] += dR_a[k]
-        acc_r[bk] += dR_b[k]
-        acc_w[bk] += nets.weights[vk]
-        acc_w[ak] -= nets.weights[vk]
-        acc_km1 += dkm1[k]
+        mark[nk] = 1 + ck
+        mark[vk] = 2
+        s_now[pk] = after_k
+        r_now[ak] += dra_l[k]
+        r_now[bk] += drb_l[k]
+        w_now[bk] += wk
+        w_now[ak] -= wk
+        km1_now += dkm1_l[k]
         per_focus[lead] += 1
         chosen.append(k)
     if not chosen:
@@ -295,7 +334,14 @@ def refine_max_send(edge_index: Tensor, num_nodes: int, part: Tensor, num_parts:
     part = part.numpy().astype(np.int64).copy()
     if P == 1 or N == 0:
         return torch.from_numpy(part)
-    nets = column_net_pins(edge_index, N)
+    return torch.from_numpy(_refine(column_net_pins(edge_index, N), part, P, epsilon, max_total_increase, slack,
+                                    max_rounds, moves_per_part, cycles, patience, side_rounds))
+
+
+def _refine(nets: _Nets, part: np.ndarray, P: int, epsilon: float = 0.03, max_total_increase: float = 0.1,
+            slack: float = 0.02, max_rounds: int = 200, moves_per_part: int = 64, cycles: int = 3,
+            patience: int = 5, side_rounds: int = 20) -> np.ndarray:
+    """:func:`refine_max_send` on prebuilt nets (the restarts share them); returns the new part."""
     state = _state(nets, part, P)
     w_target = (1 + epsilon) * nets.weights.sum() / P
     limits = (max(w_target, state.W.max()), state.R.max(), state.km1 * (1 + max_total_increase), w_target)
@@ -331,4 +377,4 @@ def refine_max_send(edge_index: Tensor, num_nodes: int, part: Tensor, num_parts:
                 limits = (max(w_target, state.W.max()),) + limits[1:]
         if not progress:
             break
-    return torch.from_numpy(part)
+    return part

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .balance import _state, column_net_pins, refine_max_send
+from .balance import _refine, _state, column_net_pins
 from .methods import symmetric_csr
 
 # the ABI of the METIS pymetis builds (64-bit idx_t, 32-bit real_t); checked by _check_abi on first use
@@ -156,19 +156,22 @@ def balance_max_send(edge_index: Tensor, num_nodes: int, part: Tensor, num_parts
     restarts do not give (they cost a METIS call and a refinement each).
     """
     P, N = int(num_parts), int(num_nodes)
-    best = refine_max_send(edge_index, N, part, P, epsilon=epsilon, max_total_increase=max_total_increase)
-    if restarts <= 0 or P == 1 or N == 0:
-        return best
+    part = part.numpy().astype(np.int64)
+    if P == 1 or N == 0:
+        return torch.from_numpy(part.copy())
     nets = column_net_pins(edge_index, N)
-    base = _state(nets, part.numpy().astype(np.int64), P)
+    best = _refine(nets, part.copy(), P, epsilon=epsilon, max_total_increase=max_total_increase)
+    if restarts <= 0:
+        return torch.from_numpy(best)
+    base = _state(nets, part, P)
     w_limit = max((1 + epsilon) * nets.weights.sum() / P, base.W.max())
     km1_limit = base.km1 * (1 + max_total_increase)
     xadj, adjncy = symmetric_csr(edge_index, N)
     if adjncy.size == 0:
-        return best
-    best_state = _state(nets, best.numpy(), P)
+        return torch.from_numpy(best)
+    best_state = _state(nets, best, P)
     if best_state.S.max() <= restart_above * best_state.km1 / P:
-        return best
+        return torch.from_numpy(best)
     compute_tolerance = 1 + _COMPUTE_SHARE * epsilon  # METIS overshoots it at times
     for r in range(restarts):
         send = best_state.lam - 1
@@ -178,10 +181,9 @@ def balance_max_send(edge_index: Tensor, num_nodes: int, part: Tensor, num_parts
                                       seed=seed + r, objective="vol")
         if start is None:
             continue
-        cand = refine_max_send(edge_index, N, torch.from_numpy(start), P, epsilon=epsilon,
-                               max_total_increase=max_total_increase)
-        s = _state(nets, cand.numpy(), P)
+        cand = _refine(nets, start, P, epsilon=epsilon, max_total_increase=max_total_increase)
+        s = _state(nets, cand, P)
         if (s.W.max() <= w_limit and s.R.max() <= base.R.max() and s.km1 <= km1_limit
                 and (s.S.max(), s.km1) < (best_state.S.max(), best_state.km1)):
             best, best_state = cand, s
-    return best
+    return torch.from_numpy(best)
