@@ -7,7 +7,6 @@ save the P×P volume matrix as a PNG heatmap.  Needs no processes: everything
 comes from the plan.
 """
 import argparse
-import inspect
 import json
 import struct
 import sys
@@ -19,11 +18,10 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 
 from .partition import METHODS, SparsityAwarePartitioner
+from .partition.methods import method_options
 from .stats import CommStats
 
 GRAPH_SPECS = "sbm, sbm:N, rmat:SCALE[:EDGE_FACTOR], Cora, CiteSeer, PubMed or a METIS .graph file"
-# Arguments every method takes; the rest of a method's signature are its options.
-_FIXED_PARAMS = ("edge_index", "num_nodes", "num_parts", "seed")
 Option = Tuple[Optional[str], str, Any]  # (method it is scoped to or None, key, value)
 
 EPILOG = """\
@@ -122,12 +120,6 @@ def _positive_ints(text: str) -> List[int]:
 
 def _base(method: str) -> str:
     return method[:-3] if method.endswith("+vb") else method
-
-
-def method_options(method: str) -> List[str]:
-    """Option names ``method`` (or its ``+vb`` form) takes; ``[]`` for unknown methods."""
-    fn = METHODS.get(_base(method))
-    return [] if fn is None else [p for p in inspect.signature(fn).parameters if p not in _FIXED_PARAMS]
 
 
 def assign_options(methods: List[str], options: List[Option]) -> Dict[str, Dict[str, Any]]:

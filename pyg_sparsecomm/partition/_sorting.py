@@ -25,13 +25,20 @@ def stable_sort(values: np.ndarray):
     return packed >> idx_bits, packed & ((1 << idx_bits) - 1)
 
 
+def run_starts(sorted_values: np.ndarray) -> np.ndarray:
+    """Indices where a run of equal values begins in ``sorted_values`` (``[0]`` for an empty array)."""
+    return np.flatnonzero(np.concatenate([[True], sorted_values[1:] != sorted_values[:-1]]))
+
+
 def unique_inverse(values: np.ndarray):
     """``np.unique(values, return_inverse=True)`` for non-negative ``int64`` values, via :func:`stable_sort`."""
     sorted_values, order = stable_sort(values)
-    new = np.concatenate([[True], sorted_values[1:] != sorted_values[:-1]]) if values.size else np.zeros(0, bool)
+    starts = run_starts(sorted_values)[:values.size]  # an empty input has no run
+    group = np.zeros(values.size, dtype=np.int64)
+    group[starts[1:]] = 1
     inverse = np.empty(values.size, dtype=np.int64)
-    inverse[order] = np.cumsum(new) - 1
-    return sorted_values[new], inverse
+    inverse[order] = np.cumsum(group)
+    return sorted_values[starts], inverse
 
 
 def lexsort(keys) -> np.ndarray:

@@ -60,7 +60,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ._sorting import lexsort, stable_sort, unique_inverse
+from ._sorting import lexsort, run_starts, stable_sort, unique_inverse
 from .methods import row_nnz
 
 
@@ -104,7 +104,7 @@ def column_net_pins(edge_index: Tensor, num_nodes: int) -> _Nets:
 def _state(nets: _Nets, part: np.ndarray, P: int) -> _State:
     N = part.size
     sorted_keys, order = stable_sort(nets.net_of_pin * P + part[nets.pins])
-    start = np.flatnonzero(np.concatenate([[True], sorted_keys[1:] != sorted_keys[:-1]]))
+    start = run_starts(sorted_keys)
     keys, counts = sorted_keys[start], np.diff(np.append(start, sorted_keys.size))
     net, holder = keys // P, keys % P
     owner = part[net]
@@ -171,7 +171,7 @@ def _best_per_lead(lead: np.ndarray, score: np.ndarray, cost: np.ndarray, k: int
     """Indices of the ``k`` best-scored candidates of every lead part (ties: lowest cost)."""
     order = lexsort((cost, -score, lead))
     sorted_lead = lead[order]
-    starts = np.flatnonzero(np.concatenate([[True], sorted_lead[1:] != sorted_lead[:-1]]))
+    starts = run_starts(sorted_lead)
     first = np.repeat(starts, np.diff(np.append(starts, order.size)))  # where each lead's run begins
     return np.sort(order[np.arange(order.size) - first < k])
 

@@ -6,7 +6,8 @@ one file (and its import in ``partition/__init__.py``).  All
 methods are deterministic for a fixed seed, so every rank of a job computing
 the partition independently gets the same answer.
 """
-from typing import Callable, Dict
+import inspect
+from typing import Callable, Dict, List
 
 import numpy as np
 import torch
@@ -14,6 +15,14 @@ from torch import Tensor
 
 PartitionMethod = Callable[..., Tensor]
 METHODS: Dict[str, PartitionMethod] = {}
+# Arguments every method takes; the rest of a method's signature are its options.
+_FIXED_PARAMS = ("edge_index", "num_nodes", "num_parts", "seed")
+
+
+def method_options(name: str) -> List[str]:
+    """Option names of method ``name`` (or of its ``"+vb"`` form); ``[]`` for unknown names."""
+    fn = METHODS.get(name[:-3] if name.endswith("+vb") else name)
+    return [] if fn is None else [p for p in inspect.signature(fn).parameters if p not in _FIXED_PARAMS]
 
 
 def register(name: str):

@@ -11,7 +11,7 @@ from torch_geometric.transforms import BaseTransform
 from .._validate import check_edge_index, check_node_tensor
 from ..plan import comm_pattern
 from ..stats import CommStats
-from .methods import METHODS
+from .methods import METHODS, method_options
 from .multiconstraint import balance_max_send
 
 
@@ -73,7 +73,7 @@ class SparsityAwarePartitioner(BaseTransform):
         unknown = sorted(set(options) - set(params))
         if unknown:
             raise ValueError(f"method {method!r} takes no option(s) {unknown}; its options: "
-                             f"{[p for p in params if p not in ('edge_index', 'num_nodes', 'num_parts', 'seed')]}")
+                             f"{method_options(method)}")
 
     def forward(self, data: Data) -> Data:
         num_nodes = data.num_nodes
