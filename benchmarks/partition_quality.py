@@ -2,8 +2,8 @@
 
 For every graph and P: random, contiguous, METIS (edge cut) and the column-net
 hypergraph (Mt-KaHyPar, km1), each alone and followed by max-send-volume
-balancing (``+vb``: refinement plus send-balanced multi-constraint restarts,
-epsilon 5 %, total volume +10 % at most).  ``--loose-total 0.3`` adds rows
+balancing (``+vb``: refinement of the max send, then max receive volume, plus
+send-balanced multi-constraint restarts, epsilon 5 %, total volume +10 % at most).  ``--loose-total 0.3`` adds rows
 ``metis+vb*``/``hypergraph+vb*`` with that total-volume budget.  ``--merge``
 keeps the table rows of the graphs/P not rerun.  Volumes are per SpMM, in rows,
 from the plan.
@@ -84,9 +84,10 @@ def main() -> None:
              f"+{args.loose_total:.0%} at most" if args.loose_total is not None else "")
     write_table_section(
         "partition_quality", "Partition quality (issue #3)", "partition_quality.py",
-        f"Per SpMM, rows; '+vb' = max-send-volume balancing (refinement + {args.restarts} send-balanced "
-        f"multi-constraint restarts) with compute imbalance <= {1 + args.epsilon:.2f} and total volume "
-        f"+10 % at most{loose}; seconds include the base method."
+        f"Per SpMM, rows; '+vb' = max-send-volume balancing (refinement: max send, then max receive, then "
+        f"total volume + {args.restarts} send-balanced multi-constraint restarts, METIS objective 'auto': "
+        f"volume, edge cut on graphs with hubs) with compute imbalance <= {1 + args.epsilon:.2f} and total "
+        f"volume +10 % at most{loose}; seconds include the base method."
         + (" Rows of graphs/P not in this invocation are kept from an earlier run (--merge)." if args.merge else ""),
         headers, rows)
 

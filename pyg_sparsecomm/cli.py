@@ -32,7 +32,7 @@ graphs: sbm (4000 nodes) or sbm:N (N nodes) is the stochastic block model of
 
 methods: any method SparsityAwarePartitioner accepts, e.g. random, contiguous, metis,
   hypergraph, stochastic_hypergraph, and each with '+vb' (max-send-volume balancing,
-  tuned by --epsilon-balance, --max-total-increase and --vb-restarts).
+  tuned by --epsilon-balance, --max-total-increase, --vb-restarts and --vb-objective).
 
 options: --option KEY=VALUE goes to every listed method whose signature takes KEY (and it
   is an error if none does); --option METHOD:KEY=VALUE goes to METHOD only ('hypergraph'
@@ -165,6 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-total-increase", type=float,
                    help="+vb: allowed rise of the total volume, a fraction (default 0.1)")
     p.add_argument("--vb-restarts", type=int, help="+vb: send-balanced restarts (default 4)")
+    p.add_argument("--vb-objective", choices=("auto", "vol", "cut"),
+                   help="+vb: METIS objective of the restarts (default auto: vol unless the graph has hubs)")
     p.add_argument("--bytes", type=int, metavar="WIDTH",
                    help="add per-SpMM byte columns for dense operands of WIDTH columns")
     p.add_argument("--element-size", type=int, default=4, help="bytes per element for --bytes (default 4)")
@@ -252,7 +254,8 @@ def partition_stats(argv: List[str]) -> int:
     common = {"seed": args.seed}
     common.update({k: v for k, v in (("epsilon_balance", args.epsilon_balance),
                                      ("max_total_increase", args.max_total_increase),
-                                     ("vb_restarts", args.vb_restarts)) if v is not None})
+                                     ("vb_restarts", args.vb_restarts),
+                                     ("vb_objective", args.vb_objective)) if v is not None})
     if args.bytes is not None and (args.bytes < 0 or args.element_size < 1):
         raise SystemExit(f"--bytes needs WIDTH >= 0 and --element-size >= 1, got {args.bytes}, {args.element_size}")
     for m in methods:  # unknown methods first, before options are matched to them

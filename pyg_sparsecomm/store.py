@@ -78,7 +78,8 @@ def partition_source(partitioner: Any, dataset: Optional[str] = None) -> dict:
     if partitioner.balance == "max_send":
         method += "+vb"
         options.update(epsilon_balance=partitioner.epsilon_balance,
-                       max_total_increase=partitioner.max_total_increase, vb_restarts=partitioner.vb_restarts)
+                       max_total_increase=partitioner.max_total_increase, vb_restarts=partitioner.vb_restarts,
+                       vb_objective=partitioner.vb_objective)
     return _canonical({"dataset": dataset, "method": method, "seed": partitioner.seed,
                        "num_parts": partitioner.num_parts, "options": options})
 

@@ -55,6 +55,20 @@ def test_vb_method_with_an_option_and_byte_columns(capsys):
     assert int(rows["metis"].split()[2]) != SparsityAwarePartitioner(4, "metis")(data).comm_stats.total_rows
 
 
+def test_vb_objective_reaches_the_balancing(monkeypatch, capsys):
+    import pyg_sparsecomm.partition.partitioner as partitioner
+    seen, balance = [], partitioner.balance_max_send
+    monkeypatch.setattr(partitioner, "balance_max_send",
+                        lambda *a, **k: seen.append(k["objective"]) or balance(*a, **k))
+    for flag, expected in (([], "auto"), (["--vb-objective", "cut"], "cut"), (["--vb-objective", "vol"], "vol")):
+        seen.clear()
+        assert main(["partition-stats", "--graph", "sbm:300", "--parts", "4", "--methods", "metis+vb"] + flag) == 0
+        assert seen == [expected]
+    with pytest.raises(SystemExit):
+        main(["partition-stats", "--graph", "sbm:300", "--methods", "metis+vb", "--vb-objective", "volume"])
+    assert "invalid choice: 'volume'" in capsys.readouterr().err
+
+
 def test_rmat_graph_tsv_and_markdown(capsys):
     assert main(["partition-stats", "--graph", "rmat:7", "--parts", "2", "--methods", "random,contiguous",
                  "--format", "tsv"]) == 0

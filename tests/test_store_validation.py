@@ -31,6 +31,7 @@ def test_manifest_records_how_the_partition_was_made(tmp_path):
     source = json.loads((tmp_path / "manifest.json").read_text())["source"]
     assert source["method"] == "metis+vb" and source["seed"] == 5 and source["num_parts"] == 3
     assert source["dataset"] == "toy" and source["options"]["vb_restarts"] == 4
+    assert source["options"]["vb_objective"] == "auto"
     assert (source["num_nodes"], source["num_edges"]) == (data.num_nodes, data.edge_index.size(1))
     assert (source["num_features"], source["x_dtype"]) == (data.x.size(1), "float32")
     assert source["fingerprint"] == graph_fingerprint(data)

@@ -12,7 +12,7 @@ from .._validate import check_edge_index, check_node_tensor
 from ..plan import comm_pattern
 from ..stats import CommStats
 from .methods import METHODS, method_options
-from .multiconstraint import balance_max_send
+from .multiconstraint import _check_objective, balance_max_send
 
 
 class SparsityAwarePartitioner(BaseTransform):
@@ -31,8 +31,8 @@ class SparsityAwarePartitioner(BaseTransform):
         method: ``"random"``, ``"contiguous"``, ``"metis"`` or ``"hypergraph"``
             (column-net model, km1 = exact volume; needs the ``hypergraph`` extra).
         seed: seed of the method; a fixed seed gives the same partition on every rank.
-        balance: ``"max_send"`` lowers the maximum send (and never raises the maximum
-            receive) volume per rank: refinement of the partition
+        balance: ``"max_send"`` lowers the maximum send volume per rank, then the maximum
+            receive volume (never raising either): refinement of the partition
             (:func:`~pyg_sparsecomm.partition.balance.refine_max_send`) plus send-balanced
             restarts, see :func:`~pyg_sparsecomm.partition.multiconstraint.balance_max_send`;
             a method name
@@ -46,12 +46,17 @@ class SparsityAwarePartitioner(BaseTransform):
             second constraint, then refinement, see
             :func:`~pyg_sparsecomm.partition.multiconstraint.balance_max_send`) and keeps the
             lowest maximum send volume within the bounds above; ``0`` = refinement only.
+        vb_objective: METIS objective of those restarts: ``"vol"`` (total volume), ``"cut"``
+            (edge cut), or ``"auto"`` = ``"vol"`` unless the graph has hubs (mean endpoint
+            degree above 32, where METIS's volume refinement becomes slow at large P), see
+            :func:`~pyg_sparsecomm.partition.multiconstraint.restart_objective`.
         **options: method options, e.g. ``epsilon``/``backend``/``preset`` for ``"hypergraph"``.
     """
 
     def __init__(self, num_parts: int, method: str = "metis", seed: int = 0,
                  balance: str | None = None, epsilon_balance: float = 0.03,
-                 max_total_increase: float = 0.1, vb_restarts: int = 4, **options) -> None:
+                 max_total_increase: float = 0.1, vb_restarts: int = 4, vb_objective: str = "auto",
+                 **options) -> None:
         if method.endswith("+vb"):  # "metis+vb" == method="metis", balance="max_send"
             method, balance = method[:-3], balance or "max_send"
         if balance not in (None, "max_send"):
@@ -68,6 +73,7 @@ class SparsityAwarePartitioner(BaseTransform):
                              f"got {max_total_increase!r} and {vb_restarts!r}")
         self.balance, self.epsilon_balance = balance, epsilon_balance
         self.max_total_increase, self.vb_restarts = max_total_increase, vb_restarts
+        self.vb_objective = _check_objective(vb_objective)
         self.options = options
         params = inspect.signature(METHODS[method]).parameters
         unknown = sorted(set(options) - set(params))
@@ -88,7 +94,7 @@ class SparsityAwarePartitioner(BaseTransform):
         if self.balance == "max_send":
             part = balance_max_send(edge_index, num_nodes, part.to(torch.long), self.num_parts,
                                     epsilon=self.epsilon_balance, max_total_increase=self.max_total_increase,
-                                    restarts=self.vb_restarts, seed=self.seed)
+                                    restarts=self.vb_restarts, seed=self.seed, objective=self.vb_objective)
         out = copy.copy(data)
         out.part = part.to(torch.long)
         out.num_parts = self.num_parts
