@@ -3,8 +3,9 @@
 For every graph and P: random, contiguous, METIS (edge cut) and the column-net
 hypergraph (Mt-KaHyPar, km1), each alone and followed by max-send-volume
 balancing (``+vb``: refinement of the max send, then max receive volume, plus
-send-balanced multi-constraint restarts, epsilon 5 %, total volume +10 % at most).  ``--loose-total 0.3`` adds rows
-``metis+vb*``/``hypergraph+vb*`` with that total-volume budget.  ``--merge``
+send-balanced multi-constraint restarts, epsilon 5 %, total volume +10 % at
+most).  ``--loose-total 0.3`` adds rows ``metis+vb*``/``hypergraph+vb*`` with
+that total-volume budget.  ``--merge``
 keeps the table rows of the graphs/P not rerun.  Volumes are per SpMM, in rows,
 from the plan.
 

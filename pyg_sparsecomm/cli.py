@@ -18,7 +18,8 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 
 from .partition import METHODS, SparsityAwarePartitioner
-from .partition.methods import method_options
+from .partition.methods import base_method, method_options
+from .partition.multiconstraint import RESTART_OBJECTIVES
 from .stats import CommStats
 
 GRAPH_SPECS = "sbm, sbm:N, rmat:SCALE[:EDGE_FACTOR], Cora, CiteSeer, PubMed or a METIS .graph file"
@@ -118,16 +119,12 @@ def _positive_ints(text: str) -> List[int]:
     return values
 
 
-def _base(method: str) -> str:
-    return method[:-3] if method.endswith("+vb") else method
-
-
 def assign_options(methods: List[str], options: List[Option]) -> Dict[str, Dict[str, Any]]:
     """Per method, the options it gets: scoped ones to their method, the others where they fit."""
     per_method: Dict[str, Dict[str, Any]] = {m: {} for m in methods}
     for target, key, value in options:
         if target is not None:
-            matches = [m for m in methods if target in (m, _base(m))]
+            matches = [m for m in methods if target in (m, base_method(m))]
             if not matches:
                 raise SystemExit(f"--option {target}:{key}: method {target!r} is not in --methods {methods}")
         else:
@@ -165,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-total-increase", type=float,
                    help="+vb: allowed rise of the total volume, a fraction (default 0.1)")
     p.add_argument("--vb-restarts", type=int, help="+vb: send-balanced restarts (default 4)")
-    p.add_argument("--vb-objective", choices=("auto", "vol", "cut"),
+    p.add_argument("--vb-objective", choices=RESTART_OBJECTIVES,
                    help="+vb: METIS objective of the restarts (default auto: vol unless the graph has hubs)")
     p.add_argument("--bytes", type=int, metavar="WIDTH",
                    help="add per-SpMM byte columns for dense operands of WIDTH columns")

@@ -142,12 +142,13 @@ def _round(nets, state, part, P, phase, limits, batch, slack):
     np.maximum.at(after, c, state.S[p] + d)
     adm = ((state.R[a] + dR_a <= r_limit) & (state.R[b] + dR_b <= r_limit)
            & (state.km1 + dkm1 <= km1_limit))
-    r_before = np.maximum(state.R[a], state.R[b])
+    gate = before  # the maximum a move must stay below in the greedy pass (max and receive phases)
     if phase == "max":
         adm &= (before >= tau) & (after < before)
         idx = np.flatnonzero(adm)
         idx = idx[lexsort((after[idx] - before[idx], dkm1[idx], -before[idx]))]
     elif receive:  # the larger receive volume of a and b goes down; no send volume above the max
+        gate = r_before = np.maximum(state.R[a], state.R[b])
         r_after = np.maximum(state.R[a] + dR_a, state.R[b] + dR_b)
         adm &= (r_before >= tau) & (r_after < r_before) & (after <= max_s)
         idx = np.flatnonzero(adm)
@@ -184,8 +185,8 @@ def _round(nets, state, part, P, phase, limits, batch, slack):
     w_now, r_now = state.W.tolist(), state.R.tolist()
     km1_now, per_focus = state.km1, [0] * P
     v_l, a_l, b_l, lead_l = v.tolist(), a.tolist(), b.tolist(), leads.tolist()
-    w_l, dra_l, drb_l, dkm1_l, before_l = (nets.weights[v].tolist(), dR_a.tolist(), dR_b.tolist(),
-                                           dkm1.tolist(), (r_before if receive else before).tolist())
+    w_l, dra_l, drb_l, dkm1_l, gate_l = (nets.weights[v].tolist(), dR_a.tolist(), dR_b.tolist(),
+                                         dkm1.tolist(), gate.tolist())
     chosen = []
     for k in idx.tolist():
         lead = lead_l[k]
@@ -199,13 +200,13 @@ def _round(nets, state, part, P, phase, limits, batch, slack):
         pk, dk = p[c_ptr[k]:c_ptr[k + 1]], d[c_ptr[k]:c_ptr[k + 1]]
         now = s_now[pk]
         after_k = now + dk
-        if (rises[c_ptr[k]:c_ptr[k + 1]] & (after_k > (before_l[k] - 1 if phase == "max" else max_s))).any():
+        if (rises[c_ptr[k]:c_ptr[k + 1]] & (after_k > (gate_l[k] - 1 if phase == "max" else max_s))).any():
             continue
         if phase == "max" and np.maximum(after_k - tau, 0).sum() >= np.maximum(now - tau, 0).sum():
             continue  # together with the moves taken so far, this one must still lower the hot excess
         if receive:  # the same on the receive side, for the two parts a receive move changes
             ra, rb = r_now[ak] + dra_l[k], r_now[bk] + drb_l[k]
-            if max(ra, rb) >= before_l[k] or (max(ra - tau, 0) + max(rb - tau, 0)
+            if max(ra, rb) >= gate_l[k] or (max(ra - tau, 0) + max(rb - tau, 0)
                                               >= max(r_now[ak] - tau, 0) + max(r_now[bk] - tau, 0)):
                 continue
         wk = w_l[k]

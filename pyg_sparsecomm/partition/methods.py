@@ -19,9 +19,14 @@ METHODS: Dict[str, PartitionMethod] = {}
 _FIXED_PARAMS = ("edge_index", "num_nodes", "num_parts", "seed")
 
 
+def base_method(name: str) -> str:
+    """The partitioning method of ``name``: ``"metis"`` for ``"metis+vb"`` (balanced) and ``"metis"``."""
+    return name[:-3] if name.endswith("+vb") else name
+
+
 def method_options(name: str) -> List[str]:
     """Option names of method ``name`` (or of its ``"+vb"`` form); ``[]`` for unknown names."""
-    fn = METHODS.get(name[:-3] if name.endswith("+vb") else name)
+    fn = METHODS.get(base_method(name))
     return [] if fn is None else [p for p in inspect.signature(fn).parameters if p not in _FIXED_PARAMS]
 
 

@@ -24,10 +24,10 @@ seed / send tolerance.  Cost per restart: one METIS k-way call, O(E log P)
 with the cut objective (the volume objective's refinement costs more on graphs
 with hubs, see :func:`restart_objective`), plus one refinement.  METIS is
 called through ``ctypes`` in the library that ``pymetis`` ships (it exports
-``METIS_PartGraphKway``; ``pymetis`` itself exposes a single constraint only).  The option slots come from ``pymetis``
-(compiled from the ``metis.h`` it was built with: METIS 5.1 and 5.2 number
-them differently), and the library is checked once against the ABI the calls
-assume (:func:`_check_abi`).
+``METIS_PartGraphKway``; ``pymetis`` itself exposes a single constraint only).
+The option slots come from ``pymetis`` (compiled from the ``metis.h`` it was
+built with: METIS 5.1 and 5.2 number them differently), and the library is
+checked once against the ABI the calls assume (:func:`_check_abi`).
 """
 from __future__ import annotations
 
@@ -56,6 +56,7 @@ _NEAR_AVERAGE_GAIN = 0.05  # total-volume gain a restart's start must offer when
 # 38 s vs 6.7 s, P = 256 > 12 min vs 11.5 s), while on meshes and citation graphs both cost the
 # same.  Above this mean endpoint degree sum(deg^2) / sum(deg) the restarts use the cut objective.
 _VOLUME_OBJECTIVE_MAX_ENDPOINT_DEGREE = 32
+RESTART_OBJECTIVES = ("auto", "vol", "cut")  # values of balance_max_send's objective
 _LIB = None
 # ABI probe: two triangles {0, 1, 2} and {3, 4, 5} joined by the edge 2-3; the only 2-way split
 # with edge cut 1 separates the triangles
@@ -154,7 +155,7 @@ def metis_multiconstraint(xadj: np.ndarray, adjncy: np.ndarray, vertex_weights: 
 
 
 def _check_objective(objective: str) -> str:
-    if objective not in ("auto", "vol", "cut"):
+    if objective not in RESTART_OBJECTIVES:
         raise ValueError(f"unknown restart objective {objective!r}; choose 'auto', 'vol' or 'cut'")
     return objective
 
