@@ -5,7 +5,7 @@ from .cost import CostModel
 from .data import shard
 from .grid import ProcessGrid, process_grid
 from .layout import predict_layouts
-from .nn import DistributedGCNConv, NodeDropout
+from .nn import DistributedGCNConv, NodeDropout, distribute
 from .partition import SparsityAwarePartitioner
 from .plan import RankPlan, comm_pattern, rank_plan
 from .stats import CommStats
@@ -15,7 +15,8 @@ from .training import distributed_loss, global_accuracy, global_count, global_su
 __version__ = "0.1.0"
 
 __all__ = [
-    "DistributedGCNConv", "NodeDropout", "SparsityAwarePartitioner", "shard", "HaloAdj", "RankPlan", "CommStats",
+    "DistributedGCNConv", "distribute", "NodeDropout", "SparsityAwarePartitioner", "shard", "HaloAdj",
+    "RankPlan", "CommStats",
     "comm_pattern", "rank_plan", "comm_counter", "distributed_loss", "sync_gradients", "global_sum",
     "global_count", "global_accuracy", "save_partition", "load_shard", "graph_fingerprint", "partition_source",
     "ProcessGrid", "process_grid", "CostModel", "predict_layouts", "__version__",

@@ -33,7 +33,9 @@ def sort_coo(row: Tensor, col: Tensor, value: Optional[Tensor], num_rows: int, n
 class HaloAdj:
     def __init__(self, rowptr: Tensor, col: Tensor, value: Optional[Tensor], plan: RankPlan) -> None:
         self.rowptr, self.col, self.value, self.plan = rowptr, col, value, plan
-        self._cache: Dict[tuple, object] = {}
+        self._cache: Dict[object, object] = {}
+        # structure-only entries (the transpose's order), shared by every with_value() copy
+        self._structure: Dict[str, object] = {}
 
     @classmethod
     def from_coo(cls, row: Tensor, col: Tensor, value: Optional[Tensor], plan: RankPlan) -> "HaloAdj":
@@ -70,11 +72,20 @@ class HaloAdj:
     def coo(self) -> Tuple[Tensor, Tensor]:
         return self.row(), self.col
 
+    def edge_index(self) -> Tensor:
+        """``[2, nnz]`` local edge index in PyG's orientation (row 0: source column in
+        ``[owned | halo]``, row 1: target owned row), in this adjacency's edge order; cached."""
+        if "edge_index" not in self._structure:
+            self._structure["edge_index"] = torch.stack([self.col, self.row()])
+        return self._structure["edge_index"]  # type: ignore[return-value]
+
     def with_value(self, value: Optional[Tensor]) -> "HaloAdj":
         if value is not None and value.numel() != self.nnz:
             raise ValueError(f"edge_weight has {value.numel()} entries but the local adjacency has "
                              f"{self.nnz} edges (pass weights in local.adj's edge order)")
-        return HaloAdj(self.rowptr, self.col, value, self.plan)
+        out = HaloAdj(self.rowptr, self.col, value, self.plan)
+        out._structure = self._structure
+        return out
 
     def to(self, device) -> "HaloAdj":
         value = None if self.value is None else self.value.to(device)
@@ -102,13 +113,13 @@ class HaloAdj:
         The transposed structure is computed once; with ``value`` given (learnable
         weights) only the values are permuted again.
         """
-        if "t_structure" not in self._cache:
+        if "t_structure" not in self._structure:
             row, col = self.coo()
             perm = torch.argsort(row + col * max(self.num_owned, 1), stable=True)
             rowptr = torch.zeros(self.num_cols + 1, dtype=torch.long, device=self.device)
             torch.cumsum(torch.bincount(col, minlength=self.num_cols), 0, out=rowptr[1:])
-            self._cache["t_structure"] = (rowptr, row[perm], perm)
-        rowptr, t_col, perm = self._cache["t_structure"]
+            self._structure["t_structure"] = (rowptr, row[perm], perm)
+        rowptr, t_col, perm = self._structure["t_structure"]
         shape = (self.num_cols, self.num_owned)
         if value is not None:
             return make_csr(rowptr, t_col, value.detach().to(dtype)[perm], shape)
@@ -119,7 +130,7 @@ class HaloAdj:
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        state["_cache"] = {}
+        state["_cache"], state["_structure"] = {}, {}
         return state
 
     def __repr__(self) -> str:

@@ -7,6 +7,7 @@ halo gradients travel back to their owners (the reverse all-to-allv) and are
 summed into the owned rows with ``index_add_`` (a row sent to several peers
 accumulates all their gradients).  Nothing assumes ``A = A^T``.
 """
+import math
 from typing import List, Optional
 
 import torch
@@ -108,3 +109,59 @@ def halo_exchange(x: Tensor, plan: RankPlan, group: Optional[dist.ProcessGroup] 
     if plan.world_size == 1:
         return x.new_empty((0,) + tuple(x.shape[1:]))
     return _HaloExchange.apply(x, plan, group)
+
+
+class _HaloReduce(torch.autograd.Function):
+    """The adjoint of :class:`_HaloExchange`: halo rows travel back to their owners and are
+    summed into the owned rows; backward is the forward exchange."""
+
+    @staticmethod
+    def forward(ctx, owned: Tensor, halo: Tensor, plan: RankPlan, group) -> Tensor:
+        ctx.plan, ctx.group = plan, group
+        back = all_to_all_rows(halo.contiguous(), plan.recv_counts, plan.send_counts, group, "halo_grad")
+        return owned.clone().index_add_(0, plan.send_index, back)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        plan = ctx.plan
+        send = grad.index_select(0, plan.send_index)
+        grad_halo = all_to_all_rows(send, plan.send_counts, plan.recv_counts, ctx.group, "halo")
+        return grad, grad_halo, None, None
+
+
+def halo_reduce(x_ext: Tensor, plan: RankPlan, group: Optional[dist.ProcessGroup] = None) -> Tensor:
+    r"""Folds values over ``[owned | halo]`` columns into the owners' rows.
+
+    Row ``c`` of the result is ``x_ext[c]`` plus every peer's ``x_ext`` row of the halo
+    column that is this rank's node ``c``: the sum over all ranks of a per-column partial
+    (e.g. a node's out-degree, whose edges live on the ranks owning their targets).
+    Differentiable; the adjoint of :func:`halo_exchange`.
+    """
+    if x_ext.size(0) != plan.num_owned + plan.halo_size:
+        raise ValueError(f"halo_reduce: x has {x_ext.size(0)} rows, expected owned + halo = "
+                         f"{plan.num_owned + plan.halo_size}")
+    owned, halo = x_ext[:plan.num_owned], x_ext[plan.num_owned:]
+    if plan.world_size == 1:
+        return owned
+    return _HaloReduce.apply(owned, halo, plan, group)
+
+
+def halo_exchange_many(tensors: List[Tensor], plan: RankPlan,
+                       group: Optional[dist.ProcessGroup] = None) -> List[Tensor]:
+    """:func:`halo_exchange` of several ``[num_owned, ...]`` tensors in one all-to-allv per dtype.
+
+    The tensors are flattened to rows and concatenated column-wise, so a message function
+    reading several source tensors (``x_j``, ``alpha_j``, ...) costs one collective with the
+    sum of their widths per row.  Returns the halo rows of every tensor, in order.
+    """
+    out: List[Optional[Tensor]] = [None] * len(tensors)
+    by_dtype: dict = {}
+    for k, t in enumerate(tensors):
+        by_dtype.setdefault(t.dtype, []).append(k)
+    for ks in by_dtype.values():
+        flat = [tensors[k].reshape(tensors[k].size(0), math.prod(tensors[k].shape[1:])) for k in ks]
+        widths = [f.size(1) for f in flat]
+        halo = halo_exchange(flat[0] if len(flat) == 1 else torch.cat(flat, dim=1), plan, group)
+        for k, part in zip(ks, torch.split(halo, widths, dim=1)):
+            out[k] = part.reshape((part.size(0),) + tuple(tensors[k].shape[1:]))
+    return out  # type: ignore[return-value]

@@ -1,5 +1,6 @@
-from .gcn_conv import DistributedGCNConv
+from .distribute import REFUSED, distribute
 from .dropout import NodeDropout, node_dropout
+from .gcn_conv import DistributedGCNConv
 from .gcn_norm import distributed_gcn_norm
 
-__all__ = ["DistributedGCNConv", "distributed_gcn_norm", "NodeDropout", "node_dropout"]
+__all__ = ["DistributedGCNConv", "distribute", "REFUSED", "distributed_gcn_norm", "NodeDropout", "node_dropout"]

@@ -8,8 +8,9 @@ from torch_geometric.nn import GCNConv
 
 from ..adj import HaloAdj
 from ..algorithms import ALGORITHMS, auto_candidates, make_algorithm
-from ..comm.group import check_plan_matches_group, collective_device, is_distributed, world_size
-from ..cost import CostModel, RankVolumes
+from ..algorithms.choice import choose_algorithm, exchange_group, explain_table
+from ..comm.group import world_size
+from ..cost import CostModel
 from ..grid import ProcessGrid, process_grid
 from .gcn_norm import distributed_gcn_norm
 
@@ -96,7 +97,7 @@ class DistributedGCNConv(GCNConv):
             return super().forward(x, edge_index, edge_weight)
         adj = edge_index
         grid = process_grid(self.replication) if self.replicated else None
-        exchange_group = self._check_layout(adj, grid)
+        exchange = exchange_group(adj, grid, self.group)
         if x.dim() != 2 or x.size(0) != adj.num_owned:
             raise ValueError(f"x has shape {list(x.shape)} but this rank owns {adj.num_owned} rows: "
                              f"pass the shard's own x (local.x)")
@@ -106,7 +107,7 @@ class DistributedGCNConv(GCNConv):
         if spmm is None:
             if self.chosen_algorithm is None:
                 self.chosen_algorithm = self._choose(adj, grid, x.dtype, edge_weight)
-            spmm = make_algorithm(self.chosen_algorithm, self._adjacency(adj, edge_weight, x, exchange_group),
+            spmm = make_algorithm(self.chosen_algorithm, self._adjacency(adj, edge_weight, x, exchange),
                                   self.group, grid)
             if self.cached:
                 self._cached_spmm = spmm
@@ -114,21 +115,6 @@ class DistributedGCNConv(GCNConv):
         if self.bias is not None:
             out = out + self.bias
         return out
-
-    def _check_layout(self, adj: HaloAdj, grid: Optional[ProcessGrid]) -> Optional[dist.ProcessGroup]:
-        """The group of the halo exchanges (1.5D: the grid's column group), after checking that
-        the shard was made for this layout."""
-        if grid is None:
-            check_plan_matches_group(adj.plan.world_size, adj.plan.rank, self.group)
-            return self.group
-        if adj.plan.world_size != grid.num_block_rows or adj.plan.rank != grid.row:
-            raise ValueError(
-                f"replication={grid.replication} on {grid.world_size} ranks needs the block row {grid.row} of a "
-                f"partition into P/c={grid.num_block_rows} parts (SparsityAwarePartitioner(num_parts="
-                f"{grid.num_block_rows}) and shard(data, grid=ProcessGrid({grid.replication}))), but this shard "
-                f"is part {adj.plan.rank} of {adj.plan.world_size}")
-        check_plan_matches_group(adj.plan.world_size, adj.plan.rank, grid.col_group)
-        return grid.col_group
 
     def _adjacency(self, adj: HaloAdj, edge_weight: Optional[Tensor], x: Tensor,
                    group: Optional[dist.ProcessGroup]) -> HaloAdj:
@@ -139,38 +125,19 @@ class DistributedGCNConv(GCNConv):
     def _choose(self, adj: HaloAdj, grid: Optional[ProcessGrid], dtype: torch.dtype,
                 edge_weight: Optional[Tensor] = None) -> str:
         """``algorithm="auto"``: the candidate with the lowest predicted time, max over ranks."""
-        plan = adj.plan
-        volumes = RankVolumes.from_counts(plan.send_counts, plan.recv_counts, plan.part_sizes, plan.rank,
-                                          grid.col if grid else 0, grid.replication if grid else 1)
         row_bytes = self.out_channels * torch.empty((), dtype=dtype).element_size()
-        names = auto_candidates(grid is not None)
         learnable = (edge_weight is not None and edge_weight.requires_grad) or \
             (adj.value is not None and adj.value.requires_grad)
-        if learnable:  # never choose an algorithm that would then refuse the learnable weights
-            names = [n for n in names if ALGORITHMS[n].differentiates_edge_weights]
-        predictions = [ALGORITHMS[n].predict(volumes, self.cost_model, row_bytes) for n in names]
-        worst = torch.tensor([[p.seconds for p in predictions], [p.bytes_sent for p in predictions]],
-                             dtype=torch.float64)
-        group = None if grid is not None else self.group
-        if is_distributed(group):  # every rank must take the same decision: compare the slowest ranks
-            device = collective_device(group) or worst.device
-            reduced = worst.to(device)
-            dist.all_reduce(reduced, op=dist.ReduceOp.MAX, group=group)
-            worst = reduced.cpu()
-        self.cost_report = [(n, float(worst[0, k]), int(worst[1, k])) for k, n in enumerate(names)]
-        return names[int(torch.argmin(worst[0]))]
+        name, self.cost_report = choose_algorithm(adj, grid, row_bytes, learnable, self.cost_model, self.group)
+        return name
 
     def explain(self) -> str:
         """Why ``algorithm="auto"`` chose what it chose (available after the first call)."""
         if not self.cost_report:
             return f"algorithm={self.algorithm!r} (nothing was chosen automatically)"
-        lines = [f"cost model: {self.cost_model}",
-                 f"this layer's SpMM (width {self.out_channels}), forward + backward, i.e. its communication per "
-                 f"training step; slowest rank:", f"{'algorithm':<16}{'predicted ms':>14}{'max bytes sent':>16}"]
-        for name, seconds, nbytes in self.cost_report:
-            mark = "  <- chosen" if name == self.chosen_algorithm else ""
-            lines.append(f"{name:<16}{seconds * 1e3:>14.3f}{nbytes:>16d}{mark}")
-        return "\n".join(lines)
+        header = (f"this layer's SpMM (width {self.out_channels}), forward + backward, i.e. its communication "
+                  f"per training step; slowest rank:")
+        return explain_table(self.cost_report, self.chosen_algorithm, header, self.cost_model)
 
     def __repr__(self) -> str:
         extra = f", replication={self.replication}" if self.replication > 1 else ""

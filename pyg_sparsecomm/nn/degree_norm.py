@@ -1,0 +1,122 @@
+r"""PyG's degree normalisations (``gcn_norm``, ``get_laplacian``) with *global* degrees.
+
+Inside a distributed layer the edge index is local: targets are owned rows, sources
+``[owned | halo]`` columns (see :mod:`~pyg_sparsecomm.nn.shard_context`).  PyG computes
+:math:`\hat d^{-1/2}_j` of every source from a scatter over the rank's own edges, which
+neither covers halo sources nor, for ``get_laplacian``'s source-side (out-)degree, owned
+sources whose out-edges live on other ranks.  The versions here compute the same
+quantities exactly:
+
+* in-degrees (``gcn_norm``): local to the target's owner; halo values fetched with one
+  one-column :func:`~pyg_sparsecomm.comm.halo.halo_exchange`;
+* out-degrees (``get_laplacian``): per-column partial sums folded into the owners
+  (:func:`~pyg_sparsecomm.comm.halo.halo_reduce`), then fetched for the halo.
+
+:func:`install` swaps the module-level names PyG's conv modules call for dispatchers
+that use these versions only while a distributed layer runs (a shard context is
+active) and call PyG's own function otherwise, so single-process code is untouched.
+"""
+import functools
+import sys
+from typing import Callable, Optional
+
+import torch
+from torch import Tensor
+from torch_geometric.utils import add_remaining_self_loops, add_self_loops, remove_self_loops, scatter
+
+from ..comm.halo import halo_exchange, halo_reduce
+from .shard_context import ShardContext, current
+
+_PATCHED = "_pyg_sparsecomm_original"
+
+
+def _inv_sqrt(deg: Tensor) -> Tensor:
+    out = deg.pow(-0.5)
+    return out.masked_fill(out == float("inf"), 0.0)
+
+
+def _with_halo(owned: Tensor, context: ShardContext) -> Tensor:
+    """``[owned | halo]`` values of a per-node quantity known on the owners."""
+    return torch.cat([owned, halo_exchange(owned.view(-1, 1), context.plan, context.group).view(-1)])
+
+
+def _check_num_nodes(name: str, num_nodes: Optional[int], context: ShardContext) -> int:
+    if num_nodes is not None and num_nodes != context.num_owned:
+        raise ValueError(f"{name} was called with num_nodes={num_nodes} inside a distributed layer whose "
+                         f"shard owns {context.num_owned} rows: the layer passes a node count other than "
+                         f"x.size(0), which distribute() cannot map to the partition")
+    return context.num_owned
+
+
+def gcn_norm(context: ShardContext, edge_index: Tensor, edge_weight: Optional[Tensor] = None,
+             num_nodes: Optional[int] = None, improved: bool = False, add_self_loops: bool = True,
+             flow: str = "source_to_target", dtype: Optional[torch.dtype] = None):
+    r""":math:`w'_{ji} = \hat d_j^{-1/2} w_{ji} \hat d_i^{-1/2}` over a local edge index, with
+    :math:`\hat d` the global weighted in-degree (PyG's ``gcn_norm``, ``source_to_target``)."""
+    if flow != "source_to_target":
+        raise ValueError("gcn_norm with flow='target_to_source' cannot run distributed")
+    n = _check_num_nodes("gcn_norm", num_nodes, context)
+    if add_self_loops:
+        edge_index, edge_weight = add_remaining_self_loops(edge_index, edge_weight, 2.0 if improved else 1.0, n)
+    if edge_weight is None:
+        edge_weight = torch.ones(edge_index.size(1), dtype=dtype, device=edge_index.device)
+    row, col = edge_index[0], edge_index[1]
+    deg_inv_sqrt = _inv_sqrt(scatter(edge_weight, col, dim=0, dim_size=n, reduce="sum"))
+    ext = _with_halo(deg_inv_sqrt, context)
+    return edge_index, ext[row] * edge_weight * deg_inv_sqrt[col]
+
+
+def get_laplacian(context: ShardContext, edge_index: Tensor, edge_weight: Optional[Tensor] = None,
+                  normalization: Optional[str] = None, dtype: Optional[torch.dtype] = None,
+                  num_nodes: Optional[int] = None):
+    r"""PyG's ``get_laplacian`` over a local edge index; :math:`d_j = \sum_i w_{ji}` is the global
+    (source-side) degree, summed over the ranks that own the targets."""
+    if normalization is not None and normalization not in ("sym", "rw"):
+        raise ValueError(f"get_laplacian: invalid normalization {normalization!r}")
+    n = _check_num_nodes("get_laplacian", num_nodes, context)
+    edge_index, edge_weight = remove_self_loops(edge_index, edge_weight)
+    if edge_weight is None:
+        edge_weight = torch.ones(edge_index.size(1), dtype=dtype, device=edge_index.device)
+    row, col = edge_index[0], edge_index[1]
+    partial = scatter(edge_weight, row, 0, dim_size=context.num_cols, reduce="sum")
+    deg = halo_reduce(partial.view(-1, 1), context.plan, context.group).view(-1)
+    if normalization is None:  # L = D - A
+        edge_index, _ = add_self_loops(edge_index, num_nodes=n)
+        return edge_index, torch.cat([-edge_weight, deg], dim=0)
+    if normalization == "sym":  # L = I - D^{-1/2} A D^{-1/2}
+        ext = _with_halo(_inv_sqrt(deg), context)
+        edge_weight = ext[row] * edge_weight * ext[col]
+    else:  # L = I - D^{-1} A
+        inv = 1.0 / deg
+        edge_weight = _with_halo(inv.masked_fill(inv == float("inf"), 0.0), context)[row] * edge_weight
+    return add_self_loops(edge_index, -edge_weight, fill_value=1.0, num_nodes=n)
+
+
+_REPLACEMENTS = {"gcn_norm": gcn_norm, "get_laplacian": get_laplacian}
+
+
+def _dispatcher(original: Callable, distributed: Callable) -> Callable:
+    @functools.wraps(original)
+    def dispatch(edge_index, *args, **kwargs):
+        context = current()
+        if context is None or not isinstance(edge_index, Tensor) or edge_index.is_sparse \
+                or edge_index.layout != torch.strided:
+            return original(edge_index, *args, **kwargs)
+        return distributed(context, edge_index, *args, **kwargs)
+    setattr(dispatch, _PATCHED, original)
+    return dispatch
+
+
+def install(conv_class: type) -> None:
+    """Makes the degree normalisations ``conv_class``'s module calls shard-aware (idempotent)."""
+    module = sys.modules[conv_class.__module__]
+    for name, distributed in _REPLACEMENTS.items():
+        original = getattr(module, name, None)
+        if callable(original) and not hasattr(original, _PATCHED):
+            setattr(module, name, _dispatcher(original, distributed))
+
+
+def uses_degree_norm(conv_class: type) -> bool:
+    """Whether ``conv_class``'s module calls one of the normalisations handled here."""
+    module = sys.modules[conv_class.__module__]
+    return any(callable(getattr(module, name, None)) for name in _REPLACEMENTS)

@@ -1,0 +1,106 @@
+"""``distribute(model)``: any module of PyG layers, trained full-graph across processes."""
+from typing import Dict, Optional
+
+import torch
+import torch.distributed as dist
+from torch_geometric.nn import MessagePassing
+
+from ..algorithms import ALGORITHMS
+from ..cost import CostModel
+from . import degree_norm
+from .distributed_layer import DistributedSettings, attach
+from .norms import convert_norm, refused_norm
+
+#: layers that cannot be exact on a partitioned graph, by class name, with the reason
+REFUSED: Dict[str, str] = {
+    "DynamicEdgeConv": "builds a k-nearest-neighbour graph from the features of all nodes",
+    "GravNetConv": "builds a k-nearest-neighbour graph from the features of all nodes",
+    "XConv": "builds a k-nearest-neighbour graph from the positions of all nodes",
+    "DirGNNConv": "also propagates along reversed edges (flow='target_to_source'), whose messages the "
+                  "owner of the target does not hold",
+    "GPSConv": "runs global attention over all nodes of the graph",
+    "HypergraphConv": "propagates over a node-hyperedge incidence, not a graph's edge_index",
+    "HeteroConv": "takes heterogeneous graphs (dicts of node and edge types)",
+    "HGTConv": "takes heterogeneous graphs (dicts of node and edge types)",
+    "HANConv": "takes heterogeneous graphs (dicts of node and edge types)",
+    "SignedConv": "takes two adjacencies (positive and negative edges)",
+    "SuperGATConv": "samples negative edges over the whole graph while training",
+    "WLConv": "numbers colours in the order it meets them, which differs between ranks",
+    "PANConv": "builds powers of the whole adjacency matrix (a torch_sparse path integral)",
+    "MeshCNNConv": "reads each mesh edge's four neighbours by their position in the global edge_index",
+    "CuGraphSAGEConv": "runs in cugraph-ops on the whole graph (CUDA only)",
+    "CuGraphGATConv": "runs in cugraph-ops on the whole graph (CUDA only)",
+    "CuGraphRGCNConv": "runs in cugraph-ops on the whole graph (CUDA only)",
+    "FusedGATConv": "runs in dgNN's fused CUDA kernel on the whole graph",
+}
+
+
+def check_layer(conv: MessagePassing) -> None:
+    """Raises ``NotImplementedError`` naming ``conv`` if it cannot run exactly on a shard."""
+    name = type(conv).__name__
+    for cls in type(conv).__mro__:
+        if cls.__name__ in REFUSED:
+            raise NotImplementedError(f"distribute(): {name} cannot be trained exactly on a partitioned graph: "
+                                      f"it {REFUSED[cls.__name__]}")
+    if conv.flow != "source_to_target":
+        raise NotImplementedError(f"distribute(): {name} has flow={conv.flow!r}; a rank holds the in-edges of "
+                                  f"its nodes, so only flow='source_to_target' can run distributed")
+
+
+def distribute(module: torch.nn.Module, algorithm: str = "1d", group: Optional[dist.ProcessGroup] = None,
+               replication: int = 1, cost_model: Optional[CostModel] = None) -> torch.nn.Module:
+    r"""Makes every PyG layer in ``module`` train full-graph on a rank's shard; returns ``module``.
+
+    Works in place, as ``torch.nn.SyncBatchNorm.convert_sync_batchnorm`` does: classes,
+    parameters and ``state_dict`` keys are unchanged, so a single-process checkpoint loads
+    before or after.  Call the model as before, with the shard's ``local.adj`` where it took
+    ``edge_index`` (and ``local.edge_weight`` / ``local.edge_attr``, which are in ``adj``'s
+    edge order, where it took those)::
+
+        model = distribute(GraphSAGE(in_channels, 64, num_layers=2, out_channels=c))
+        out = model(local.x, local.adj)
+
+    Every ``MessagePassing`` layer computes its owned rows exactly as on the whole graph:
+    the layer transforms its inputs first, then the tensors its messages read at sources
+    (``x_j``, ``alpha_j``, ...) are completed with halo rows in one all-to-allv (backward:
+    the reverse exchange), so bytes per row are the transformed widths.  A linear
+    aggregation (:math:`\sum_j w_{ji} x_j`, sum or mean) runs as one distributed SpMM by
+    ``algorithm``.  Degree normalisations (``gcn_norm``, ``get_laplacian``) use global
+    degrees.  Norms with whole-graph statistics (``BatchNorm``, graph-mode ``LayerNorm``,
+    ``GraphNorm``, ``InstanceNorm``) reduce them over all ranks.  Layers that cannot be
+    exact raise ``NotImplementedError`` here, naming the layer and the reason.  Without a
+    process group, or with one rank, and without a ``HaloAdj``, every layer is plain PyG.
+
+    Args:
+        module: a PyG layer, a ``BasicGNN`` (``GCN``, ``GraphSAGE``, ``GIN``, ``GAT``, ...),
+            ``torch_geometric.nn.Sequential`` or any module holding them.
+        algorithm: SpMM algorithm of the linear aggregations (``"1d"``, ``"1d_overlap"``,
+            ``"1d_overlap_p2p"``, ``"oblivious"``, ``"auto"``, or with ``replication > 1``
+            ``"1.5d"`` / ``"1.5d_oblivious"``); other messages always use the 1D exchange.
+        group: process group of the 1D exchanges (default: the default group).
+        replication: ``c`` of the 1.5D layout (``shard(data, grid=process_grid(c))``).
+        cost_model: α and β for ``algorithm="auto"``.
+    """
+    if algorithm != "auto" and algorithm not in ALGORITHMS:
+        raise ValueError(f"unknown algorithm {algorithm!r}; choose one of {sorted(ALGORITHMS) + ['auto']}")
+    if not isinstance(replication, int) or replication < 1:
+        raise ValueError(f"replication must be a positive integer, got {replication!r}")
+    if algorithm != "auto" and ALGORITHMS[algorithm].replicated != (replication > 1):
+        raise ValueError(f"algorithm={algorithm!r} needs replication "
+                         f"{'> 1' if ALGORITHMS[algorithm].replicated else '= 1'}, got {replication}")
+    if replication > 1 and group is not None:
+        raise ValueError("1.5D layouts run on the ProcessGrid of the default group; do not pass group=")
+    settings = DistributedSettings(algorithm, group, replication, cost_model or CostModel())
+    for name, child in list(module.named_modules()):
+        reason = refused_norm(child)
+        if reason:
+            raise NotImplementedError(f"distribute(): {type(child).__name__} ({name or 'the module'}) {reason}")
+        if isinstance(child, MessagePassing):
+            check_layer(child)
+    for child in module.modules():
+        if isinstance(child, MessagePassing):
+            degree_norm.install(type(child))
+            attach(child, settings)
+        else:
+            convert_norm(child, settings)
+    return module

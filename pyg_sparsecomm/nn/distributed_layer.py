@@ -1,0 +1,213 @@
+r"""One PyG ``MessagePassing`` layer, run on a rank's shard.
+
+:func:`attach` leaves the layer's class, parameters and code alone and adds, through
+PyG's and torch's own extension points:
+
+1. a forward pre-hook that swaps the shard's :class:`~pyg_sparsecomm.adj.HaloAdj` for a
+   local ``edge_index`` (sources in ``[owned | halo]`` columns, targets the owned rows, in
+   ``adj``'s edge order, so ``local.edge_weight``/``local.edge_attr`` line up) and makes the
+   shard current for the degree normalisations (:mod:`.degree_norm`); a forward hook that
+   always runs removes it again;
+2. an instance-level ``propagate`` (as PyG itself installs for explanations) that, for
+   each tensor the message reads at sources (``x_j``, ``alpha_j``, ...), appends the halo
+   rows fetched in one all-to-allv and propagates over ``size = (owned + halo, owned)``.
+   The layer's own transform has run by then, so the exchange carries the transformed
+   width (GAT: ``heads * out`` and, in its ``edge_updater``, ``heads``).  Where the
+   message is linear (:mod:`.linear_aggregation`) the propagation is one distributed
+   SpMM instead, through the package's algorithms;
+3. the same for ``edge_updater``.
+
+Every layer whose forward reaches the graph only through these is exact: a target's
+messages, softmaxes and aggregations see exactly its in-edges, which its owner holds.
+"""
+import types
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+from torch_geometric.nn import MessagePassing
+
+from ..adj import HaloAdj
+from ..algorithms import make_algorithm
+from ..algorithms.choice import CostRow, choose_algorithm, exchange_group
+from ..comm.group import world_size
+from ..comm.halo import halo_exchange_many
+from ..cost import CostModel
+from ..grid import process_grid
+from . import shard_context
+from .layer_adapters import adapt
+from .linear_aggregation import (AdjacencyCache, aggregation_weights, from_node_rows, linear_weight_arg,
+                                 node_rows)
+
+
+@dataclass
+class DistributedSettings:
+    """How :func:`~pyg_sparsecomm.distribute` runs a model's layers (see its arguments)."""
+    algorithm: str = "1d"
+    group: Optional[dist.ProcessGroup] = None
+    replication: int = 1
+    cost_model: CostModel = field(default_factory=CostModel)
+
+
+class LayerState:
+    """What one distributed layer keeps between calls: settings, PyG's own ``propagate`` /
+    ``edge_updater``, whether each active call entered a shard, caches of the linear path."""
+
+    def __init__(self, conv: MessagePassing, settings: DistributedSettings) -> None:
+        self.settings = settings
+        self.propagate = conv.propagate
+        self.edge_updater = conv.edge_updater
+        self.entered: List[bool] = []
+        self.adjacency = AdjacencyCache()
+        self.chosen_algorithm: Optional[str] = None if settings.algorithm == "auto" else settings.algorithm
+        self.cost_report: List[CostRow] = []
+
+    @property
+    def active(self) -> bool:
+        return bool(self.entered) and self.entered[-1]
+
+
+def attach(conv: MessagePassing, settings: DistributedSettings) -> None:
+    """Makes ``conv`` run distributed when called with a ``HaloAdj`` (idempotent)."""
+    if hasattr(conv, "_sparsecomm"):
+        conv._sparsecomm.settings = settings
+        return
+    conv._sparsecomm = LayerState(conv, settings)
+    conv.register_forward_pre_hook(_enter, with_kwargs=True)
+    conv.register_forward_hook(_leave, always_call=True)
+    conv.propagate = types.MethodType(_propagate, conv)
+    conv.edge_updater = types.MethodType(_edge_updater, conv)
+
+
+def _is_graph_argument(value: Any) -> bool:
+    if isinstance(value, Tensor):
+        return value.layout != torch.strided or (value.dim() == 2 and value.size(0) == 2
+                                                 and not value.is_floating_point())
+    return type(value).__name__ == "SparseTensor"
+
+
+def _enter(conv: MessagePassing, args: tuple, kwargs: dict):
+    state: LayerState = conv._sparsecomm
+    settings = state.settings
+    adj_at = [k for k, v in list(enumerate(args)) + list(kwargs.items()) if isinstance(v, HaloAdj)]
+    outer = shard_context.current()
+    if not adj_at:
+        if outer is not None:  # a layer called by a distributed layer (e.g. AntiSymmetricConv's phi)
+            state.entered.append(True)
+            shard_context.push(outer)
+            return None
+        if world_size(settings.group) > 1 and any(_is_graph_argument(v) for v in list(args) + list(kwargs.values())):
+            raise ValueError(f"{type(conv).__name__} got a plain edge_index or sparse adjacency under a world size "
+                             f"of {world_size(settings.group)}: partition the graph with SparsityAwarePartitioner("
+                             f"num_parts=world_size), call local = shard(data) and pass local.adj")
+        state.entered.append(False)
+        return None
+    if len(adj_at) > 1:
+        raise ValueError(f"{type(conv).__name__} got {len(adj_at)} HaloAdj arguments; distribute() runs layers "
+                         f"over one adjacency")
+    adj: HaloAdj = args[adj_at[0]] if isinstance(adj_at[0], int) else kwargs[adj_at[0]]
+    grid = process_grid(settings.replication) if settings.replication > 1 else None
+    group = exchange_group(adj, grid, settings.group)
+    context = shard_context.ShardContext(adj, group, adj.edge_index())
+    shard_context.push(context)
+    state.entered.append(True)
+    if isinstance(adj_at[0], int):
+        args = args[:adj_at[0]] + (context.edge_index,) + args[adj_at[0] + 1:]
+    else:
+        kwargs = {**kwargs, adj_at[0]: context.edge_index}
+    return adapt(conv, args, kwargs, context)
+
+
+def _leave(conv: MessagePassing, args: tuple, output: Any) -> None:
+    state: LayerState = conv._sparsecomm
+    if state.entered and state.entered.pop():
+        shard_context.pop()
+
+
+def _source_names(arg_names: List[str]) -> List[str]:
+    return sorted({a[:-2] for a in arg_names if a.endswith("_j")})
+
+
+def _with_halo(conv: MessagePassing, kwargs: Dict[str, Any], names: List[str],
+               context: shard_context.ShardContext) -> Dict[str, Any]:
+    """``kwargs`` where every tensor read at sources is ``(cat[owned, halo], targets)``; the halo
+    rows of all of them arrive in one all-to-allv (one per dtype)."""
+    sources: List[Tuple[str, Tensor, Any, Tuple[int, ...]]] = []
+    for name in names:
+        value = kwargs.get(name)
+        src, dst = value if isinstance(value, (tuple, list)) else (value, value)
+        if not isinstance(src, Tensor):
+            continue
+        if src.size(conv.node_dim) != context.num_owned:
+            raise ValueError(f"{type(conv).__name__}: the message reads '{name}_j' from a tensor with "
+                             f"{src.size(conv.node_dim)} rows in dimension {conv.node_dim}, but this rank owns "
+                             f"{context.num_owned} rows: pass the shard's rows (local.x)")
+        rows, moved = node_rows(src, conv.node_dim)
+        sources.append((name, rows, dst, moved))
+    if not sources:
+        return kwargs
+    halos = halo_exchange_many([rows for _, rows, _, _ in sources], context.plan, context.group)
+    out = dict(kwargs)
+    for (name, rows, dst, moved), halo in zip(sources, halos):
+        ext_shape = (rows.size(0) + halo.size(0),) + moved[1:]
+        out[name] = (from_node_rows(torch.cat([rows, halo], 0), ext_shape, conv.node_dim), dst)
+    return out
+
+
+def _check_call(conv: MessagePassing, edge_index: Any, size: Any, context: shard_context.ShardContext) -> tuple:
+    if not isinstance(edge_index, Tensor) or edge_index.layout != torch.strided:
+        raise ValueError(f"{type(conv).__name__} turned the local edge_index into a {type(edge_index).__name__} "
+                         f"before propagating; distribute() supports layers that propagate over edge_index")
+    if size is not None and size[1] not in (None, context.num_owned):
+        raise ValueError(f"{type(conv).__name__} propagates with size={tuple(size)}, but this rank owns "
+                         f"{context.num_owned} target rows")
+    return (context.num_cols, context.num_owned)
+
+
+def _propagate(conv: MessagePassing, edge_index: Any, size: Any = None, **kwargs: Any) -> Any:
+    state: LayerState = conv._sparsecomm
+    context = shard_context.current()
+    if not state.active or context is None:
+        return state.propagate(edge_index, size=size, **kwargs)
+    size = _check_call(conv, edge_index, size, context)
+    weight_arg = linear_weight_arg(conv)
+    if weight_arg is not None and isinstance(kwargs.get("x"), (Tensor, tuple, list)):
+        return _linear_propagate(conv, state, context, edge_index, kwargs, weight_arg)
+    kwargs = _with_halo(conv, kwargs, _source_names(conv._user_args), context)
+    return state.propagate(edge_index, size=size, **kwargs)
+
+
+def _edge_updater(conv: MessagePassing, edge_index: Any, size: Any = None, **kwargs: Any) -> Any:
+    state: LayerState = conv._sparsecomm
+    context = shard_context.current()
+    if not state.active or context is None:
+        return state.edge_updater(edge_index, size=size, **kwargs)
+    size = _check_call(conv, edge_index, size, context)
+    kwargs = _with_halo(conv, kwargs, _source_names(conv._edge_user_args), context)
+    return state.edge_updater(edge_index, size=size, **kwargs)
+
+
+def _linear_propagate(conv: MessagePassing, state: LayerState, context: shard_context.ShardContext,
+                      edge_index: Tensor, kwargs: Dict[str, Any], weight_arg: str) -> Tensor:
+    """``out = A x`` by the distributed SpMM algorithm, ``A[i, j]`` the message weights."""
+    x = kwargs["x"]
+    src = x[0] if isinstance(x, (tuple, list)) else x
+    if src.size(conv.node_dim) != context.num_owned:
+        raise ValueError(f"{type(conv).__name__}: x has {src.size(conv.node_dim)} rows in dimension "
+                         f"{conv.node_dim}, but this rank owns {context.num_owned} rows")
+    rows, moved = node_rows(src, conv.node_dim)
+    weight = kwargs.get(weight_arg) if weight_arg else None
+    value = aggregation_weights(edge_index, weight, conv.aggr, context.num_owned, rows.dtype)
+    adj = state.adjacency.adjacency(edge_index, value, context.adj)
+    settings = state.settings
+    grid = process_grid(settings.replication) if settings.replication > 1 else None
+    if state.chosen_algorithm is None:
+        learnable = value is not None and value.requires_grad
+        row_bytes = rows.size(1) * rows.element_size()
+        state.chosen_algorithm, state.cost_report = choose_algorithm(
+            adj, grid, row_bytes, learnable, settings.cost_model, settings.group)
+    spmm = make_algorithm(state.chosen_algorithm, adj, context.group if grid is None else None, grid)
+    return from_node_rows(spmm(rows.contiguous()), moved, conv.node_dim)
+

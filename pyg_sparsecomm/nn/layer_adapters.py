@@ -1,0 +1,61 @@
+"""Whole-graph quantities a few PyG layers compute inside ``forward``, supplied globally.
+
+Most layers reach the graph only through ``propagate``/``edge_updater`` and the degree
+normalisations, which :mod:`.distributed_layer` and :mod:`.degree_norm` make exact.  A layer
+that also reduces over *all* edges in its forward gets an adapter here, run by the forward
+pre-hook on the call's bound arguments, that passes the whole-graph value explicitly:
+
+* ``ChebConv`` with ``lambda_max=None`` scales by :math:`2 \\max_e L_e`, the largest
+  Laplacian weight of the whole graph: the maximum over ranks is passed as ``lambda_max``.
+"""
+import inspect
+from typing import Callable, Dict, Optional
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+from torch_geometric.nn import ChebConv, MessagePassing
+
+from ..comm.group import collective_device, is_distributed
+from . import degree_norm
+from .shard_context import ShardContext
+
+
+def global_max(value: Tensor, group: Optional[dist.ProcessGroup]) -> Tensor:
+    """The maximum of ``value`` over all ranks (``-inf`` where empty); the gradient reaches the
+    rank(s) holding it, as a single-process ``max`` would."""
+    local = value.max() if value.numel() else value.new_tensor(float("-inf"))
+    if not is_distributed(group):
+        return local
+    reduced = local.detach().clone().to(collective_device(group) or local.device)
+    dist.all_reduce(reduced, op=dist.ReduceOp.MAX, group=group)
+    reduced = reduced.to(local.device)
+    return torch.where(local == reduced, local, reduced)
+
+
+def _cheb_lambda_max(conv: ChebConv, bound: inspect.BoundArguments, context: ShardContext) -> None:
+    args = bound.arguments
+    if args.get("lambda_max") is not None:
+        return
+    if args.get("batch") is not None:
+        raise NotImplementedError("ChebConv with a batch vector and lambda_max=None cannot run distributed: "
+                                  "pass lambda_max explicitly")
+    x = args["x"]
+    _, weight = degree_norm.get_laplacian(context, args["edge_index"], args.get("edge_weight"),
+                                          conv.normalization, x.dtype, x.size(conv.node_dim))
+    args["lambda_max"] = 2.0 * global_max(weight, context.group)
+
+
+ADAPTERS: Dict[type, Callable[[MessagePassing, inspect.BoundArguments, ShardContext], None]] = {
+    ChebConv: _cheb_lambda_max,
+}
+
+
+def adapt(conv: MessagePassing, args: tuple, kwargs: dict, context: ShardContext):
+    """``(args, kwargs)`` with the whole-graph arguments ``conv``'s adapter supplies (if any)."""
+    adapter = next((a for cls, a in ADAPTERS.items() if isinstance(conv, cls)), None)
+    if adapter is None:
+        return args, kwargs
+    bound = inspect.signature(conv.forward).bind(*args, **kwargs)
+    adapter(conv, bound, context)
+    return bound.args, bound.kwargs

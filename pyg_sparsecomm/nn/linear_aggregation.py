@@ -1,0 +1,94 @@
+r"""Message passing whose aggregation is linear in the source rows, run as one SpMM.
+
+When a layer's message is :math:`m_{ji} = w_{ji} x_j` (or :math:`x_j`) and it aggregates
+by ``"sum"``/``"add"``/``"mean"``, propagation is :math:`\mathrm{out} = A x` with
+:math:`A_{ij} = w_{ji}` (divided by the in-degree for ``"mean"``): exactly the SpMM the
+package's algorithms distribute (``"1d"``, ``"1d_overlap"``, ``"oblivious"``, ``"1.5d"``,
+``"auto"``, ...), computed as one compact CSR SpMM over ``[owned | halo]`` columns instead
+of a scatter over edges.  Layers are recognised by their ``message`` *function* (a
+subclass that overrides ``message`` is not), listed in :func:`linear_messages`.
+"""
+import functools
+import math
+from typing import Dict, Optional, Tuple
+
+import torch
+from torch import Tensor
+from torch_geometric.nn import MessagePassing
+
+from ..adj import HaloAdj
+
+LINEAR_AGGRS = ("add", "sum", "mean")
+_NO_WEIGHT = ""
+
+
+@functools.lru_cache(maxsize=1)
+def linear_messages() -> Dict[object, str]:
+    """``message`` functions of PyG layers that are :math:`w_{ji} x_j`, mapped to the name of
+    the weight argument (``""``: unweighted)."""
+    from torch_geometric.nn import conv as c
+    weighted = [c.GCNConv, c.GraphConv, c.SGConv, c.APPNP, c.TAGConv, c.ARMAConv, c.GCN2Conv, c.SSGConv,
+                c.LGConv, c.MixHopConv, c.SimpleConv, c.ClusterGCNConv, c.GatedGraphConv, c.PDNConv]
+    table = {cls.message: "edge_weight" for cls in weighted}
+    table[c.ChebConv.message] = "norm"
+    for cls in (c.SAGEConv, c.GINConv, c.MFConv):
+        table[cls.message] = _NO_WEIGHT
+    return table
+
+
+def linear_weight_arg(conv: MessagePassing) -> Optional[str]:
+    """The weight argument of ``conv``'s linear message (``""`` if unweighted), or ``None`` if
+    its propagation is not a linear aggregation of source rows."""
+    cls = type(conv)
+    if cls.update is not MessagePassing.update or getattr(conv, "decomposed_layers", 1) != 1:
+        return None
+    if not (isinstance(conv.aggr, str) and conv.aggr in LINEAR_AGGRS):
+        return None
+    return linear_messages().get(cls.message)
+
+
+class AdjacencyCache:
+    """The CSR of the last local edge index a layer propagated over.
+
+    Layers rebuild their edge index every call (self-loops, normalisation) unless they
+    cache it; the sort into CSR is done again only when the structure changed (compared
+    element-wise, O(E)), and the values are permuted with the stored order.
+    """
+
+    def __init__(self) -> None:
+        self.edge_index: Optional[Tensor] = None
+        self.perm: Optional[Tensor] = None
+        self.structure: Optional[HaloAdj] = None
+
+    def adjacency(self, edge_index: Tensor, value: Optional[Tensor], like: HaloAdj) -> HaloAdj:
+        if self.edge_index is None or self.edge_index.shape != edge_index.shape \
+                or not torch.equal(self.edge_index, edge_index):
+            col, row = edge_index[0], edge_index[1]
+            n = like.num_owned
+            self.perm = torch.argsort(row * max(like.num_cols, 1) + col, stable=True)
+            rowptr = torch.zeros(n + 1, dtype=torch.long, device=row.device)
+            torch.cumsum(torch.bincount(row, minlength=n), 0, out=rowptr[1:])
+            self.structure = HaloAdj(rowptr, col[self.perm], None, like.plan)
+            self.edge_index = edge_index
+        assert self.structure is not None and self.perm is not None
+        return self.structure.with_value(None if value is None else value[self.perm])
+
+
+def aggregation_weights(edge_index: Tensor, weight: Optional[Tensor], aggr: str, num_owned: int,
+                        dtype: torch.dtype) -> Optional[Tensor]:
+    """Per-edge coefficients of the linear aggregation (``None``: all ones)."""
+    if aggr != "mean":
+        return None if weight is None else weight.to(dtype)
+    count = torch.bincount(edge_index[1], minlength=num_owned).clamp_(min=1).to(dtype)
+    inv = count.reciprocal()[edge_index[1]]
+    return inv if weight is None else weight.to(dtype) * inv
+
+
+def node_rows(t: Tensor, node_dim: int) -> Tuple[Tensor, Tuple[int, ...]]:
+    """``t`` with its node dimension first, flattened to ``[num_nodes, -1]``, and the moved shape."""
+    moved = t.movedim(node_dim, 0)
+    return moved.reshape(moved.size(0), math.prod(moved.shape[1:])), tuple(moved.shape)
+
+
+def from_node_rows(rows: Tensor, moved_shape: Tuple[int, ...], node_dim: int) -> Tensor:
+    return rows.reshape((rows.size(0),) + moved_shape[1:]).movedim(0, node_dim)

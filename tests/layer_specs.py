@@ -1,0 +1,129 @@
+"""Every layer of ``torch_geometric.nn.conv``: how to build and call it, or why it is refused.
+
+One table serves the equivalence test (tests/test_distribute_layers.py), the refusal test and
+the README's layer table (``python tests/layer_specs.py`` prints it).  A spec builds the
+layer (seeded, so every rank and the reference get the same parameters) and calls it on
+``Inputs``: whole-graph tensors on one process, the shard's tensors (``edge_index`` is then
+``local.adj``) when distributed.
+"""
+from dataclasses import dataclass
+from typing import Callable, Dict, Optional
+
+import torch
+from torch import Tensor
+from torch.nn import Linear, ReLU, Sequential
+from torch_geometric.nn import conv as c
+
+F, O, D, R = 6, 5, 3, 3  # input / output channels, edge_attr width, relations
+
+
+@dataclass
+class Inputs:
+    x: Tensor
+    edge_index: object          # Tensor (one process) or HaloAdj (a shard)
+    edge_weight: Tensor
+    edge_attr: Tensor
+    edge_type: Tensor
+    pos: Tensor
+    normal: Tensor
+    node_type: Tensor
+    x_seq: Tensor               # [N, 3, F] for DNAConv
+
+
+@dataclass
+class Spec:
+    build: Callable[[], torch.nn.Module]
+    call: Callable[[torch.nn.Module, Inputs], Tensor] = lambda m, i: m(i.x, i.edge_index)
+
+
+def _mlp(i: int, o: int) -> Sequential:
+    return Sequential(Linear(i, 8), ReLU(), Linear(8, o))
+
+
+def _weighted(m, i):
+    return m(i.x, i.edge_index, i.edge_weight)
+
+
+def _attr(m, i):
+    return m(i.x, i.edge_index, edge_attr=i.edge_attr)
+
+
+def _typed(m, i):
+    return m(i.x, i.edge_index, i.edge_type)
+
+
+def _pna(deg: Tensor) -> c.PNAConv:
+    return c.PNAConv(F, O, ["mean", "min", "max", "std"], ["identity", "amplification", "attenuation"], deg,
+                     edge_dim=D, towers=1)
+
+
+def specs(deg: Optional[Tensor] = None) -> Dict[str, Spec]:
+    """``deg``: PNA's in-degree histogram of the whole graph (PNA is built from it)."""
+    deg = torch.tensor([1, 2, 3, 4]) if deg is None else deg
+    return {
+        "SimpleConv": Spec(lambda: c.SimpleConv("mean", combine_root="sum"), _weighted),
+        "GCNConv": Spec(lambda: c.GCNConv(F, O), _weighted),
+        "ChebConv": Spec(lambda: c.ChebConv(F, O, K=3), _weighted),
+        "SAGEConv": Spec(lambda: c.SAGEConv(F, O)),
+        "GraphConv": Spec(lambda: c.GraphConv(F, O), _weighted),
+        "GatedGraphConv": Spec(lambda: c.GatedGraphConv(O + 2, num_layers=2), _weighted),
+        "ResGatedGraphConv": Spec(lambda: c.ResGatedGraphConv(F, O, edge_dim=D), _attr),
+        "GATConv": Spec(lambda: c.GATConv(F, O, heads=2, edge_dim=D), _attr),
+        "GATv2Conv": Spec(lambda: c.GATv2Conv(F, O, heads=2, edge_dim=D), _attr),
+        "TransformerConv": Spec(lambda: c.TransformerConv(F, O, heads=2, edge_dim=D, beta=True), _attr),
+        "AGNNConv": Spec(lambda: c.AGNNConv()),
+        "TAGConv": Spec(lambda: c.TAGConv(F, O, K=2), _weighted),
+        "GINConv": Spec(lambda: c.GINConv(_mlp(F, O), train_eps=True)),
+        "GINEConv": Spec(lambda: c.GINEConv(_mlp(F, O), train_eps=True, edge_dim=D), _attr),
+        "ARMAConv": Spec(lambda: c.ARMAConv(F, O, num_stacks=2, num_layers=2), _weighted),
+        "SGConv": Spec(lambda: c.SGConv(F, O, K=2), _weighted),
+        "SSGConv": Spec(lambda: c.SSGConv(F, O, alpha=0.1, K=2), _weighted),
+        "APPNP": Spec(lambda: c.APPNP(K=3, alpha=0.1), _weighted),
+        "MFConv": Spec(lambda: c.MFConv(F, O, max_degree=4)),
+        "RGCNConv": Spec(lambda: c.RGCNConv(F, O, num_relations=R, num_bases=2), _typed),
+        "FastRGCNConv": Spec(lambda: c.FastRGCNConv(F, O, num_relations=R), _typed),
+        "RGATConv": Spec(lambda: c.RGATConv(F, O, num_relations=R, heads=2), _typed),
+        "DNAConv": Spec(lambda: c.DNAConv(F, heads=2), lambda m, i: m(i.x_seq, i.edge_index, i.edge_weight)),
+        "PointNetConv": Spec(lambda: c.PointNetConv(_mlp(F + 3, O), _mlp(O, O)),
+                             lambda m, i: m(i.x, i.pos, i.edge_index)),
+        "GMMConv": Spec(lambda: c.GMMConv(F, O, dim=D, kernel_size=2), _attr),
+        "NNConv": Spec(lambda: c.NNConv(F, O, _mlp(D, F * O), aggr="mean"), _attr),
+        "CGConv": Spec(lambda: c.CGConv(F, dim=D), _attr),
+        "EdgeConv": Spec(lambda: c.EdgeConv(_mlp(2 * F, O))),
+        "PPFConv": Spec(lambda: c.PPFConv(_mlp(F + 4, O), _mlp(O, O)),
+                        lambda m, i: m(i.x, i.pos, i.normal, i.edge_index)),
+        "FeaStConv": Spec(lambda: c.FeaStConv(F, O, heads=2)),
+        "PointTransformerConv": Spec(lambda: c.PointTransformerConv(F, O), lambda m, i: m(i.x, i.pos, i.edge_index)),
+        "LEConv": Spec(lambda: c.LEConv(F, O), _weighted),
+        "PNAConv": Spec(lambda: _pna(deg), _attr),
+        "ClusterGCNConv": Spec(lambda: c.ClusterGCNConv(F, O, diag_lambda=0.5)),
+        "GENConv": Spec(lambda: c.GENConv(F, O, aggr="softmax", learn_t=True, edge_dim=D), _attr),
+        "GCN2Conv": Spec(lambda: c.GCN2Conv(F, alpha=0.1, theta=0.5, layer=2),
+                         lambda m, i: m(i.x, i.x.flip(1), i.edge_index)),
+        "WLConvContinuous": Spec(lambda: c.WLConvContinuous(), _weighted),
+        "FiLMConv": Spec(lambda: c.FiLMConv(F, O, num_relations=R), _typed),
+        "FAConv": Spec(lambda: c.FAConv(F, eps=0.2), lambda m, i: m(i.x, i.x.flip(1), i.edge_index)),
+        "EGConv": Spec(lambda: c.EGConv(F, 8, aggregators=["sum", "mean", "symnorm", "max", "std"], num_heads=2,
+                                        num_bases=2)),
+        "PDNConv": Spec(lambda: c.PDNConv(F, O, edge_dim=D, hidden_channels=4), _attr),
+        "GeneralConv": Spec(lambda: c.GeneralConv(F, O, in_edge_channels=D, attention=True, heads=2), _attr),
+        "HEATConv": Spec(lambda: c.HEATConv(F, O, num_node_types=2, num_edge_types=R, edge_type_emb_dim=2,
+                                            edge_dim=D, edge_attr_emb_dim=2, heads=2),
+                         lambda m, i: m(i.x, i.edge_index, i.node_type, i.edge_type, i.edge_attr)),
+        "LGConv": Spec(lambda: c.LGConv(), _weighted),
+        "PointGNNConv": Spec(lambda: c.PointGNNConv(_mlp(F, 3), _mlp(F + 3, F), _mlp(F, F)),
+                             lambda m, i: m(i.x, i.pos, i.edge_index)),
+        "AntiSymmetricConv": Spec(lambda: c.AntiSymmetricConv(F, num_iters=2)),
+        "MixHopConv": Spec(lambda: c.MixHopConv(F, O, powers=[0, 1, 2]), _weighted),
+    }
+
+
+#: layers distribute() refuses, or that cannot be built on this machine, with the test's expectation
+NOT_BUILT_HERE = {
+    "MessagePassing": "the base class",
+    "SplineConv": "needs torch-spline-conv, which has no wheel for this torch",
+}
+
+#: layers PyG itself cannot run on a graph without edges (what a rank owning no node holds): they
+#: are tested on partitions without an empty part, and test_distribute_layers checks that PyG fails
+EMPTY_GRAPH_FAILS_IN_PYG = {"FeaStConv"}
