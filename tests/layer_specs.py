@@ -12,6 +12,7 @@ from typing import Callable, Dict, Optional
 import torch
 from torch import Tensor
 from torch.nn import Linear, ReLU, Sequential
+from torch_geometric.nn import MessagePassing
 from torch_geometric.nn import conv as c
 
 F, O, D, R = 6, 5, 3, 3  # input / output channels, edge_attr width, relations
@@ -118,12 +119,73 @@ def specs(deg: Optional[Tensor] = None) -> Dict[str, Spec]:
     }
 
 
-#: layers distribute() refuses, or that cannot be built on this machine, with the test's expectation
+class EdgeGateConv(MessagePassing):
+    """A user's own layer: a gate from both endpoints and the edge feature, max aggregation."""
+
+    def __init__(self) -> None:
+        super().__init__(aggr="max")
+        self.lin = Linear(F, O)
+        self.gate = Linear(2 * O + D, 1)
+
+    def forward(self, x, edge_index, edge_attr):
+        h = self.lin(x)
+        return self.propagate(edge_index, h=h, edge_attr=edge_attr) + h
+
+    def message(self, h_i, h_j, edge_attr):
+        return torch.sigmoid(self.gate(torch.cat([h_i, h_j, edge_attr], dim=-1))) * h_j
+
+
+#: user-defined layers, tested like PyG's (not part of PyG's conv list)
+CUSTOM = {"EdgeGateConv (user-defined)": Spec(EdgeGateConv, _attr)}
+
+#: refused layers that can be built here (the others need CUDA-only or pyg-lib packages)
+REFUSED_BUILDERS: Dict[str, Callable[[], torch.nn.Module]] = {
+    "PANConv": lambda: c.PANConv(F, O, filter_size=2),
+    "MeshCNNConv": lambda: c.MeshCNNConv(F, O),
+    "WLConv": lambda: c.WLConv(),
+    "HGTConv": lambda: c.HGTConv(F, O, (["a"], [("a", "to", "a")])),
+    "HANConv": lambda: c.HANConv(F, O, (["a"], [("a", "to", "a")])),
+    "HeteroConv": lambda: c.HeteroConv({("a", "to", "a"): c.GCNConv(F, O)}),
+    "SignedConv": lambda: c.SignedConv(F, O, first_aggr=True),
+    "SuperGATConv": lambda: c.SuperGATConv(F, O),
+    "HypergraphConv": lambda: c.HypergraphConv(F, O),
+    "GPSConv": lambda: c.GPSConv(F, c.GCNConv(F, F)),
+    "DirGNNConv": lambda: c.DirGNNConv(c.GCNConv(F, O)),
+}
+
+#: PyG's conv list entries that are neither a layer to distribute nor buildable here
 NOT_BUILT_HERE = {
-    "MessagePassing": "the base class",
-    "SplineConv": "needs torch-spline-conv, which has no wheel for this torch",
+    "MessagePassing": "the base class: user layers built on it run through propagate/edge_updater "
+                      "(see the user-defined layer in the tests)",
+    "SplineConv": "not tested: needs pyg-lib or torch-spline-conv, which have no wheel for this torch",
 }
 
 #: layers PyG itself cannot run on a graph without edges (what a rank owning no node holds): they
 #: are tested on partitions without an empty part, and test_distribute_layers checks that PyG fails
 EMPTY_GRAPH_FAILS_IN_PYG = {"FeaStConv"}
+
+
+def layer_table() -> str:
+    """The README's table: every entry of ``torch_geometric.nn.conv.__all__`` and what distribute() does."""
+    from pyg_sparsecomm.nn import refusal
+    from pyg_sparsecomm.nn.linear_aggregation import linear_weight_arg
+    table = specs()
+    rows = ["| layer | under `distribute()` |", "|---|---|"]
+    for name in c.__all__:
+        if name in table:
+            torch.manual_seed(0)
+            built = table[name].build()
+            linear = any(linear_weight_arg(m) is not None for m in built.modules() if isinstance(m, MessagePassing))
+            how = ("exact; aggregation as one distributed SpMM (`algorithm=` applies)" if linear
+                   else "exact; source tensors exchanged after the layer's transform")
+        elif name in NOT_BUILT_HERE:
+            how = NOT_BUILT_HERE[name]
+        else:
+            cls = getattr(c, name)
+            how = f"refused: it {refusal(cls.__new__(cls))}"
+        rows.append(f"| `{name}` | {how} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(layer_table())

@@ -1,6 +1,7 @@
-from .distribute import REFUSED, distribute
+from .distribute import REFUSED, distribute, refusal
 from .dropout import NodeDropout, node_dropout
 from .gcn_conv import DistributedGCNConv
 from .gcn_norm import distributed_gcn_norm
 
-__all__ = ["DistributedGCNConv", "distribute", "REFUSED", "distributed_gcn_norm", "NodeDropout", "node_dropout"]
+__all__ = ["DistributedGCNConv", "distribute", "refusal", "REFUSED", "distributed_gcn_norm", "NodeDropout",
+           "node_dropout"]

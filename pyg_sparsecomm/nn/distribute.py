@@ -35,16 +35,20 @@ REFUSED: Dict[str, str] = {
 }
 
 
-def check_layer(conv: MessagePassing) -> None:
-    """Raises ``NotImplementedError`` naming ``conv`` if it cannot run exactly on a shard."""
-    name = type(conv).__name__
-    for cls in type(conv).__mro__:
+def refusal(module: torch.nn.Module) -> Optional[str]:
+    """Why ``module`` cannot run exactly on a partitioned graph, or ``None`` (a layer named in
+    :data:`REFUSED`, a subclass of one, a whole-graph norm ``distribute`` does not reduce, or a
+    ``MessagePassing`` layer whose messages flow ``target_to_source``)."""
+    for cls in type(module).__mro__:
         if cls.__name__ in REFUSED:
-            raise NotImplementedError(f"distribute(): {name} cannot be trained exactly on a partitioned graph: "
-                                      f"it {REFUSED[cls.__name__]}")
-    if conv.flow != "source_to_target":
-        raise NotImplementedError(f"distribute(): {name} has flow={conv.flow!r}; a rank holds the in-edges of "
-                                  f"its nodes, so only flow='source_to_target' can run distributed")
+            return REFUSED[cls.__name__]
+    reason = refused_norm(module)
+    if reason:
+        return reason
+    if isinstance(module, MessagePassing) and module.flow != "source_to_target":
+        return (f"has flow={module.flow!r}; a rank holds the in-edges of its nodes, so only "
+                f"flow='source_to_target' can run distributed")
+    return None
 
 
 def distribute(module: torch.nn.Module, algorithm: str = "1d", group: Optional[dist.ProcessGroup] = None,
@@ -91,12 +95,11 @@ def distribute(module: torch.nn.Module, algorithm: str = "1d", group: Optional[d
     if replication > 1 and group is not None:
         raise ValueError("1.5D layouts run on the ProcessGrid of the default group; do not pass group=")
     settings = DistributedSettings(algorithm, group, replication, cost_model or CostModel())
-    for name, child in list(module.named_modules()):
-        reason = refused_norm(child)
+    for name, child in module.named_modules():
+        reason = refusal(child)
         if reason:
-            raise NotImplementedError(f"distribute(): {type(child).__name__} ({name or 'the module'}) {reason}")
-        if isinstance(child, MessagePassing):
-            check_layer(child)
+            raise NotImplementedError(f"distribute(): {type(child).__name__} ({name or 'the module itself'}) cannot "
+                                      f"be trained exactly on a partitioned graph: it {reason}")
     for child in module.modules():
         if isinstance(child, MessagePassing):
             degree_norm.install(type(child))
