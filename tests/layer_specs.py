@@ -15,7 +15,7 @@ from torch.nn import Linear, ReLU, Sequential
 from torch_geometric.nn import MessagePassing
 from torch_geometric.nn import conv as c
 
-F, O, D, R = 6, 5, 3, 3  # input / output channels, edge_attr width, relations
+F, OUT, D, R = 6, 5, 3, 3  # input / output channels, edge_attr width, relations
 
 
 @dataclass
@@ -54,7 +54,7 @@ def _typed(m, i):
 
 
 def _pna(deg: Tensor) -> c.PNAConv:
-    return c.PNAConv(F, O, ["mean", "min", "max", "std"], ["identity", "amplification", "attenuation"], deg,
+    return c.PNAConv(F, OUT, ["mean", "min", "max", "std"], ["identity", "amplification", "attenuation"], deg,
                      edge_dim=D, towers=1)
 
 
@@ -63,59 +63,59 @@ def specs(deg: Optional[Tensor] = None) -> Dict[str, Spec]:
     deg = torch.tensor([1, 2, 3, 4]) if deg is None else deg
     return {
         "SimpleConv": Spec(lambda: c.SimpleConv("mean", combine_root="sum"), _weighted),
-        "GCNConv": Spec(lambda: c.GCNConv(F, O), _weighted),
-        "ChebConv": Spec(lambda: c.ChebConv(F, O, K=3), _weighted),
-        "SAGEConv": Spec(lambda: c.SAGEConv(F, O)),
-        "GraphConv": Spec(lambda: c.GraphConv(F, O), _weighted),
-        "GatedGraphConv": Spec(lambda: c.GatedGraphConv(O + 2, num_layers=2), _weighted),
-        "ResGatedGraphConv": Spec(lambda: c.ResGatedGraphConv(F, O, edge_dim=D), _attr),
-        "GATConv": Spec(lambda: c.GATConv(F, O, heads=2, edge_dim=D), _attr),
-        "GATv2Conv": Spec(lambda: c.GATv2Conv(F, O, heads=2, edge_dim=D), _attr),
-        "TransformerConv": Spec(lambda: c.TransformerConv(F, O, heads=2, edge_dim=D, beta=True), _attr),
+        "GCNConv": Spec(lambda: c.GCNConv(F, OUT), _weighted),
+        "ChebConv": Spec(lambda: c.ChebConv(F, OUT, K=3), _weighted),
+        "SAGEConv": Spec(lambda: c.SAGEConv(F, OUT)),
+        "GraphConv": Spec(lambda: c.GraphConv(F, OUT), _weighted),
+        "GatedGraphConv": Spec(lambda: c.GatedGraphConv(OUT + 2, num_layers=2), _weighted),
+        "ResGatedGraphConv": Spec(lambda: c.ResGatedGraphConv(F, OUT, edge_dim=D), _attr),
+        "GATConv": Spec(lambda: c.GATConv(F, OUT, heads=2, edge_dim=D), _attr),
+        "GATv2Conv": Spec(lambda: c.GATv2Conv(F, OUT, heads=2, edge_dim=D), _attr),
+        "TransformerConv": Spec(lambda: c.TransformerConv(F, OUT, heads=2, edge_dim=D, beta=True), _attr),
         "AGNNConv": Spec(lambda: c.AGNNConv()),
-        "TAGConv": Spec(lambda: c.TAGConv(F, O, K=2), _weighted),
-        "GINConv": Spec(lambda: c.GINConv(_mlp(F, O), train_eps=True)),
-        "GINEConv": Spec(lambda: c.GINEConv(_mlp(F, O), train_eps=True, edge_dim=D), _attr),
-        "ARMAConv": Spec(lambda: c.ARMAConv(F, O, num_stacks=2, num_layers=2), _weighted),
-        "SGConv": Spec(lambda: c.SGConv(F, O, K=2), _weighted),
-        "SSGConv": Spec(lambda: c.SSGConv(F, O, alpha=0.1, K=2), _weighted),
+        "TAGConv": Spec(lambda: c.TAGConv(F, OUT, K=2), _weighted),
+        "GINConv": Spec(lambda: c.GINConv(_mlp(F, OUT), train_eps=True)),
+        "GINEConv": Spec(lambda: c.GINEConv(_mlp(F, OUT), train_eps=True, edge_dim=D), _attr),
+        "ARMAConv": Spec(lambda: c.ARMAConv(F, OUT, num_stacks=2, num_layers=2), _weighted),
+        "SGConv": Spec(lambda: c.SGConv(F, OUT, K=2), _weighted),
+        "SSGConv": Spec(lambda: c.SSGConv(F, OUT, alpha=0.1, K=2), _weighted),
         "APPNP": Spec(lambda: c.APPNP(K=3, alpha=0.1), _weighted),
-        "MFConv": Spec(lambda: c.MFConv(F, O, max_degree=4)),
-        "RGCNConv": Spec(lambda: c.RGCNConv(F, O, num_relations=R, num_bases=2), _typed),
-        "FastRGCNConv": Spec(lambda: c.FastRGCNConv(F, O, num_relations=R), _typed),
-        "RGATConv": Spec(lambda: c.RGATConv(F, O, num_relations=R, heads=2), _typed),
+        "MFConv": Spec(lambda: c.MFConv(F, OUT, max_degree=4)),
+        "RGCNConv": Spec(lambda: c.RGCNConv(F, OUT, num_relations=R, num_bases=2), _typed),
+        "FastRGCNConv": Spec(lambda: c.FastRGCNConv(F, OUT, num_relations=R), _typed),
+        "RGATConv": Spec(lambda: c.RGATConv(F, OUT, num_relations=R, heads=2), _typed),
         "DNAConv": Spec(lambda: c.DNAConv(F, heads=2), lambda m, i: m(i.x_seq, i.edge_index, i.edge_weight)),
-        "PointNetConv": Spec(lambda: c.PointNetConv(_mlp(F + 3, O), _mlp(O, O)),
+        "PointNetConv": Spec(lambda: c.PointNetConv(_mlp(F + 3, OUT), _mlp(OUT, OUT)),
                              lambda m, i: m(i.x, i.pos, i.edge_index)),
-        "GMMConv": Spec(lambda: c.GMMConv(F, O, dim=D, kernel_size=2), _attr),
-        "NNConv": Spec(lambda: c.NNConv(F, O, _mlp(D, F * O), aggr="mean"), _attr),
+        "GMMConv": Spec(lambda: c.GMMConv(F, OUT, dim=D, kernel_size=2), _attr),
+        "NNConv": Spec(lambda: c.NNConv(F, OUT, _mlp(D, F * OUT), aggr="mean"), _attr),
         "CGConv": Spec(lambda: c.CGConv(F, dim=D), _attr),
-        "EdgeConv": Spec(lambda: c.EdgeConv(_mlp(2 * F, O))),
-        "PPFConv": Spec(lambda: c.PPFConv(_mlp(F + 4, O), _mlp(O, O)),
+        "EdgeConv": Spec(lambda: c.EdgeConv(_mlp(2 * F, OUT))),
+        "PPFConv": Spec(lambda: c.PPFConv(_mlp(F + 4, OUT), _mlp(OUT, OUT)),
                         lambda m, i: m(i.x, i.pos, i.normal, i.edge_index)),
-        "FeaStConv": Spec(lambda: c.FeaStConv(F, O, heads=2)),
-        "PointTransformerConv": Spec(lambda: c.PointTransformerConv(F, O), lambda m, i: m(i.x, i.pos, i.edge_index)),
-        "LEConv": Spec(lambda: c.LEConv(F, O), _weighted),
+        "FeaStConv": Spec(lambda: c.FeaStConv(F, OUT, heads=2)),
+        "PointTransformerConv": Spec(lambda: c.PointTransformerConv(F, OUT), lambda m, i: m(i.x, i.pos, i.edge_index)),
+        "LEConv": Spec(lambda: c.LEConv(F, OUT), _weighted),
         "PNAConv": Spec(lambda: _pna(deg), _attr),
-        "ClusterGCNConv": Spec(lambda: c.ClusterGCNConv(F, O, diag_lambda=0.5)),
-        "GENConv": Spec(lambda: c.GENConv(F, O, aggr="softmax", learn_t=True, edge_dim=D), _attr),
+        "ClusterGCNConv": Spec(lambda: c.ClusterGCNConv(F, OUT, diag_lambda=0.5)),
+        "GENConv": Spec(lambda: c.GENConv(F, OUT, aggr="softmax", learn_t=True, edge_dim=D), _attr),
         "GCN2Conv": Spec(lambda: c.GCN2Conv(F, alpha=0.1, theta=0.5, layer=2),
                          lambda m, i: m(i.x, i.x.flip(1), i.edge_index)),
         "WLConvContinuous": Spec(lambda: c.WLConvContinuous(), _weighted),
-        "FiLMConv": Spec(lambda: c.FiLMConv(F, O, num_relations=R), _typed),
+        "FiLMConv": Spec(lambda: c.FiLMConv(F, OUT, num_relations=R), _typed),
         "FAConv": Spec(lambda: c.FAConv(F, eps=0.2), lambda m, i: m(i.x, i.x.flip(1), i.edge_index)),
         "EGConv": Spec(lambda: c.EGConv(F, 8, aggregators=["sum", "mean", "symnorm", "max", "std"], num_heads=2,
                                         num_bases=2)),
-        "PDNConv": Spec(lambda: c.PDNConv(F, O, edge_dim=D, hidden_channels=4), _attr),
-        "GeneralConv": Spec(lambda: c.GeneralConv(F, O, in_edge_channels=D, attention=True, heads=2), _attr),
-        "HEATConv": Spec(lambda: c.HEATConv(F, O, num_node_types=2, num_edge_types=R, edge_type_emb_dim=2,
+        "PDNConv": Spec(lambda: c.PDNConv(F, OUT, edge_dim=D, hidden_channels=4), _attr),
+        "GeneralConv": Spec(lambda: c.GeneralConv(F, OUT, in_edge_channels=D, attention=True, heads=2), _attr),
+        "HEATConv": Spec(lambda: c.HEATConv(F, OUT, num_node_types=2, num_edge_types=R, edge_type_emb_dim=2,
                                             edge_dim=D, edge_attr_emb_dim=2, heads=2),
                          lambda m, i: m(i.x, i.edge_index, i.node_type, i.edge_type, i.edge_attr)),
         "LGConv": Spec(lambda: c.LGConv(), _weighted),
         "PointGNNConv": Spec(lambda: c.PointGNNConv(_mlp(F, 3), _mlp(F + 3, F), _mlp(F, F)),
                              lambda m, i: m(i.x, i.pos, i.edge_index)),
         "AntiSymmetricConv": Spec(lambda: c.AntiSymmetricConv(F, num_iters=2)),
-        "MixHopConv": Spec(lambda: c.MixHopConv(F, O, powers=[0, 1, 2]), _weighted),
+        "MixHopConv": Spec(lambda: c.MixHopConv(F, OUT, powers=[0, 1, 2]), _weighted),
     }
 
 
@@ -124,8 +124,8 @@ class EdgeGateConv(MessagePassing):
 
     def __init__(self) -> None:
         super().__init__(aggr="max")
-        self.lin = Linear(F, O)
-        self.gate = Linear(2 * O + D, 1)
+        self.lin = Linear(F, OUT)
+        self.gate = Linear(2 * OUT + D, 1)
 
     def forward(self, x, edge_index, edge_attr):
         h = self.lin(x)
@@ -140,17 +140,17 @@ CUSTOM = {"EdgeGateConv (user-defined)": Spec(EdgeGateConv, _attr)}
 
 #: refused layers that can be built here (the others need CUDA-only or pyg-lib packages)
 REFUSED_BUILDERS: Dict[str, Callable[[], torch.nn.Module]] = {
-    "PANConv": lambda: c.PANConv(F, O, filter_size=2),
-    "MeshCNNConv": lambda: c.MeshCNNConv(F, O),
+    "PANConv": lambda: c.PANConv(F, OUT, filter_size=2),
+    "MeshCNNConv": lambda: c.MeshCNNConv(F, OUT),
     "WLConv": lambda: c.WLConv(),
-    "HGTConv": lambda: c.HGTConv(F, O, (["a"], [("a", "to", "a")])),
-    "HANConv": lambda: c.HANConv(F, O, (["a"], [("a", "to", "a")])),
-    "HeteroConv": lambda: c.HeteroConv({("a", "to", "a"): c.GCNConv(F, O)}),
-    "SignedConv": lambda: c.SignedConv(F, O, first_aggr=True),
-    "SuperGATConv": lambda: c.SuperGATConv(F, O),
-    "HypergraphConv": lambda: c.HypergraphConv(F, O),
+    "HGTConv": lambda: c.HGTConv(F, OUT, (["a"], [("a", "to", "a")])),
+    "HANConv": lambda: c.HANConv(F, OUT, (["a"], [("a", "to", "a")])),
+    "HeteroConv": lambda: c.HeteroConv({("a", "to", "a"): c.GCNConv(F, OUT)}),
+    "SignedConv": lambda: c.SignedConv(F, OUT, first_aggr=True),
+    "SuperGATConv": lambda: c.SuperGATConv(F, OUT),
+    "HypergraphConv": lambda: c.HypergraphConv(F, OUT),
     "GPSConv": lambda: c.GPSConv(F, c.GCNConv(F, F)),
-    "DirGNNConv": lambda: c.DirGNNConv(c.GCNConv(F, O)),
+    "DirGNNConv": lambda: c.DirGNNConv(c.GCNConv(F, OUT)),
 }
 
 #: PyG's conv list entries that are neither a layer to distribute nor buildable here
