@@ -31,6 +31,7 @@ import cProfile
 import io
 import pstats
 import time
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -49,6 +50,8 @@ CSR_MODELS = ("GCN", "GraphSAGE", "GIN")        # convolutions that take a torch
 LINEAR_MODELS = ("GCN", "GraphSAGE", "GIN")     # aggregation = one SpMM: "oblivious" applies
 HIDDEN, CLASSES, FEATURES = 64, 8, 64
 TARGET = 0.8
+warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled")
 
 
 # graph ------------------------------------------------------------------------------------
@@ -130,7 +133,7 @@ def run_epochs(model, x, adj, y, mask, epochs: int, distributed: bool, profile_e
         times.append(time.perf_counter() - t0)
         comm.append(counter.seconds)
         sent.append(counter.bytes_sent())
-        losses.append(float(global_sum(loss)) if distributed else float(loss))
+        losses.append(float(global_sum(loss.detach())) if distributed else float(loss.detach()))
         if prof is not None:
             prof.__exit__(None, None, None)
             profiles["ops"] = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25)

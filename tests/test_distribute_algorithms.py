@@ -1,0 +1,132 @@
+"""distribute(): the SpMM algorithms on linear aggregations, 1.5D layouts, and bytes on the wire.
+
+* ``algorithm=`` ("1d", "1d_overlap", "1d_overlap_p2p", "oblivious", "auto") for GCNConv,
+  SAGEConv(mean), GINConv and GraphConv equals single-process PyG;
+* ``"1.5d"`` / ``"1.5d_oblivious"`` with ``replication=2`` at P = 4 and 8 equal PyG for those
+  layers, and a non-linear layer (GATConv) runs on the same grid through its column group;
+* the bytes every exchange records equal the plan's prediction for the widths each layer moves
+  (after its own transform), with the number of all-to-allv calls per layer.
+"""
+import pytest
+import torch
+from torch_geometric.nn import GATConv, GCNConv, GINConv, GraphConv, SAGEConv, TransformerConv
+
+from layer_specs import D, F, OUT, _mlp
+from pyg_sparsecomm import comm_counter, distribute, shard, sync_gradients
+from pyg_sparsecomm.grid import process_grid
+from pyg_sparsecomm.testing import launch
+from test_distribute_layers import make_graph
+
+LINEAR = {
+    "GCNConv": (lambda: GCNConv(F, OUT), True),
+    "SAGEConv(mean)": (lambda: SAGEConv(F, OUT), False),
+    "GINConv": (lambda: GINConv(_mlp(F, OUT), train_eps=True), False),
+    "GraphConv": (lambda: GraphConv(F, OUT), True),
+}
+ALGORITHMS_1D = ["1d", "1d_overlap", "1d_overlap_p2p", "oblivious", "auto"]
+
+
+def run(build, weighted, data, edge_index, algorithm=None, rows=None, owner_mask=None, **kwargs):
+    torch.manual_seed(0)
+    layer = build()
+    if algorithm is not None:
+        distribute(layer, algorithm=algorithm, **kwargs)
+    x = data.x.clone().requires_grad_()
+    out = layer(x, edge_index, data.edge_weight) if weighted else layer(x, edge_index)
+    up = torch.randn(40, out.size(1), generator=torch.Generator().manual_seed(2))
+    up = up if rows is None else up[rows]
+    if owner_mask is not None:
+        up = up * owner_mask.view(-1, 1)
+    (out * up).sum().backward()
+    if algorithm is not None:
+        sync_gradients(layer)
+    return out.detach(), x.grad, {k: p.grad.clone() for k, p in layer.named_parameters()}
+
+
+def _worker_1d(rank, world_size):
+    local = shard(make_graph(world_size))
+    return local.n_id, {(name, algo): run(build, w, local, local.adj, algo, local.n_id)
+                        for name, (build, w) in LINEAR.items() for algo in ALGORITHMS_1D}
+
+
+def compare(per_rank, data, layers, algorithms):
+    for name, (build, weighted) in layers.items():
+        ref_out, ref_gx, ref_grads = run(build, weighted, data, data.edge_index)
+        for algo in algorithms:
+            out, gx = torch.zeros_like(ref_out), torch.zeros_like(ref_gx)
+            for result in per_rank:
+                n_id, results = result[0], result[-1]
+                o, g, grads = results[(name, algo)]
+                out[n_id] = o          # replicas compute the same rows
+                gx[n_id] += g          # and hold shares of the input gradient
+                for k, r in ref_grads.items():
+                    torch.testing.assert_close(grads[k], r, atol=1e-4, rtol=1e-4,
+                                               msg=lambda m: f"{name}/{algo} {k}: {m}")
+            torch.testing.assert_close(out, ref_out, atol=1e-4, rtol=1e-4, msg=lambda m: f"{name}/{algo}: {m}")
+            torch.testing.assert_close(gx, ref_gx, atol=1e-4, rtol=1e-4, msg=lambda m: f"{name}/{algo}: {m}")
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_1d_algorithms_on_linear_layers(world_size):
+    per_rank = launch(_worker_1d, world_size, timeout=300)
+    compare(per_rank, make_graph(world_size), LINEAR, ALGORITHMS_1D)
+
+
+GRID_LAYERS = {**LINEAR, "GATConv": (lambda: GATConv(F, OUT, heads=2), False)}
+
+
+def _worker_15d(rank, world_size, c):
+    data = make_graph(world_size // c)
+    local = shard(data, grid=process_grid(c))
+    results = {}
+    for name, (build, w) in GRID_LAYERS.items():
+        for algo in ["1.5d", "1.5d_oblivious"]:
+            results[(name, algo)] = run(build, w, local, local.adj, algo, local.n_id, local.owner_mask,
+                                        replication=c)
+    return local.n_id, results
+
+
+@pytest.mark.parametrize("world_size", [4, 8])
+def test_15d_layouts(world_size):
+    c = 2
+    per_rank = launch(_worker_15d, world_size, c, timeout=300)
+    compare(per_rank, make_graph(world_size // c), GRID_LAYERS, ["1.5d", "1.5d_oblivious"])
+
+
+# --- bytes -------------------------------------------------------------------------------
+# (forward columns per halo row, backward columns per halo row, forward all-to-allv calls)
+BYTES = {
+    "GCNConv": (lambda: GCNConv(F, OUT), True, (1 + OUT, OUT, 2)),               # degrees + SpMM
+    "SAGEConv": (lambda: SAGEConv(F, OUT), False, (F, F, 1)),                     # mean of inputs
+    "GATConv": (lambda: GATConv(F, OUT, heads=2, edge_dim=D), False, (2 + 2 * OUT, 2 + 2 * OUT, 2)),
+    "TransformerConv": (lambda: TransformerConv(F, OUT, heads=2), False, (4 * OUT, 4 * OUT, 1)),
+}
+
+
+def _bytes_worker(rank, world_size):
+    data = make_graph(world_size)
+    local = shard(data)
+    counted = {}
+    for name, (build, weighted, _) in BYTES.items():
+        counter = comm_counter()
+        counter.reset()
+        torch.manual_seed(0)
+        layer = distribute(build())
+        kwargs = {"edge_attr": local.edge_attr} if name == "GATConv" else {}
+        x = local.x.clone().requires_grad_()
+        out = layer(x, local.adj, local.edge_weight) if weighted else layer(x, local.adj, **kwargs)
+        out.sum().backward()
+        counted[name] = {k: (int(counter.sent[k].sum()), int(counter.received[k].sum()), counter.calls[k])
+                         for k in counter.sent}
+    plan = local.adj.plan
+    return sum(plan.send_counts), sum(plan.recv_counts), counted
+
+
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_bytes_equal_the_plan_per_layer(world_size):
+    for send_rows, recv_rows, counted in launch(_bytes_worker, world_size, timeout=300):
+        for name, (_, _, (fwd, bwd, calls)) in BYTES.items():
+            got = counted[name]
+            assert got["halo"] == (send_rows * fwd * 4, recv_rows * fwd * 4, calls), name
+            assert got["halo_grad"][:2] == (recv_rows * bwd * 4, send_rows * bwd * 4), name
+            assert set(got) == {"halo", "halo_grad"}, name
