@@ -29,7 +29,9 @@ on rank 0 (torch.profiler operators and cProfile functions).
 import argparse
 import cProfile
 import io
+import os
 import pstats
+import resource
 import time
 import warnings
 
@@ -136,7 +138,9 @@ def run_epochs(model, x, adj, y, mask, epochs: int, distributed: bool, profile_e
         losses.append(float(global_sum(loss.detach())) if distributed else float(loss.detach()))
         if prof is not None:
             prof.__exit__(None, None, None)
-            profiles["ops"] = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25)
+            averages = prof.key_averages()
+            profiles["ops"] = averages.table(sort_by="self_cpu_time_total", row_limit=25)
+            profiles["events"] = [(e.key, e.self_cpu_time_total / 1e3) for e in averages]
             profiles["ops_epoch_ms"] = times[-1] * 1e3
             profiles["ops_comm_ms"] = comm[-1] * 1e3
         if cprof is not None:
@@ -163,6 +167,14 @@ def _single(rank, world_size, data, names, epochs, warmup):
             out[name, graph] = {"times": times[warmup:], "loss0": losses[0], "threads": torch.get_num_threads()}
             print(f"  PyG {name} {graph}: {median(times[warmup:]) * 1e3:.1f} ms", flush=True)
     return out
+
+
+def _profile_single(rank, world_size, data, name, graph, warmup):
+    """One profiled epoch of PyG (after ``warmup``), for the breakdown next to rank 0's."""
+    adj = data.edge_index if graph == "edge_index" else csr_adj_t(data.edge_index, data.num_nodes)
+    model = build(name, data.x.size(1))
+    return run_epochs(model, data.x, adj, data.y, data.train_mask, warmup + 2, distributed=False,
+                      profile_epoch=warmup)[4]
 
 
 def _distributed(rank, world_size, data, runs, epochs, warmup, profile):
@@ -205,6 +217,72 @@ def oblivious_bytes(name: str, owned):
             for n_r in owned]
 
 
+#: operator categories of the profile breakdown, matched in order on torch.profiler's names
+CATEGORIES = [
+    ("halo exchange", ("_haloexchange", "_haloreduce", "alltoall", "all_to_all")),
+    ("all-reduce (grads, loss)", ("allreduce", "all_reduce")),
+    ("sort/CSR build", ("sort", "bincount", "cumsum", "unique", "nonzero", "repeat_interleave", "coalesce")),
+    ("SpMM (CSR)", ("sparse", "csr", "spmm")),
+    ("scatter (aggregation, softmax)", ("scatter", "index_add", "segment")),
+    ("gather (x_j, alpha_j)", ("index_select", "gather", "aten::index")),
+    ("dense matmul", ("aten::mm", "addmm", "linear", "bmm")),
+    ("alloc/fill/copy/cat", ("fill_", "zero", "empty", "copy", "cat", "clone", "contiguous", "resize")),
+    ("elementwise/reductions", ("mul", "add", "div", "exp", "sub", "relu", "threshold", "leaky", "where",
+                                "neg", "pow", "sum", "max", "mean", "softmax", "nll", "masked", "sqrt")),
+]
+
+
+def breakdown(events) -> dict:
+    """Self CPU ms per category (``events``: ``(name, self ms)`` of one profiled epoch)."""
+    out = {c: 0.0 for c, _ in CATEGORIES}
+    out["other"] = 0.0
+    for key, ms in events:
+        k = key.lower()
+        cat = next((c for c, pats in CATEGORIES if any(p in k for p in pats)), "other")
+        out[cat] += ms
+    return out
+
+
+# machine load ------------------------------------------------------------------------------
+def _busy_seconds() -> float:
+    """CPU seconds all processes of the machine spent busy (user, nice, system, irq, softirq)."""
+    fields = [int(v) for v in open("/proc/stat").readline().split()[1:]]
+    return sum(fields[i] for i in (0, 1, 2, 5, 6)) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_seconds() -> float:
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+class ForeignLoad:
+    """CPU seconds that processes other than this one and its children used (other jobs on
+    the machine perturb the timings); accumulated over every ``with`` block."""
+
+    def __init__(self) -> None:
+        self.seconds = self.wall = 0.0
+
+    def __enter__(self):
+        self._t = (time.perf_counter(), _busy_seconds(), _own_seconds())
+        return self
+
+    def __exit__(self, *exc) -> None:
+        t, busy, own = self._t
+        self.wall += time.perf_counter() - t
+        self.seconds += max(0.0, (_busy_seconds() - busy) - (_own_seconds() - own))
+
+
+def wait_idle(max_wait: float, busy_cores: float = 0.15) -> float:
+    """Waits (up to ``max_wait`` s) until the machine's other processes use < ``busy_cores``
+    cores over one second; returns the seconds waited."""
+    t0 = time.perf_counter()
+    while True:
+        b0, o0 = _busy_seconds(), _own_seconds()
+        time.sleep(1.0)
+        if (_busy_seconds() - b0) - (_own_seconds() - o0) < busy_cores or time.perf_counter() - t0 > max_wait:
+            return time.perf_counter() - t0
+
+
 # main -------------------------------------------------------------------------------------
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -212,7 +290,9 @@ def main() -> None:
     p.add_argument("--blocks", type=int, default=100)
     p.add_argument("--degree", type=float, default=8.0, help="average (directed) degree before dedup")
     p.add_argument("--p-in", type=float, default=0.9)
-    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--epochs", type=int, default=12, help="measured epochs per configuration (all rounds)")
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--max-wait", type=float, default=60.0, help="s to wait for other jobs to go idle")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--parts", type=int, default=2)
     p.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
@@ -238,23 +318,44 @@ def main() -> None:
     t_part = time.perf_counter() - t0
     print(f"METIS P={args.parts}: {t_part:.1f} s")
 
-    print("PyG single process, 2 threads:")
-    single = launch(_single, 1, data, args.models, args.epochs, args.warmup, threads=2, timeout=1800)[0]
+    # Rounds alternate the single-process and the distributed runs, so that a slow phase of
+    # the machine (other jobs) does not fall on one side only; epochs of all rounds are pooled.
     runs = [(m, "1d") for m in args.models] + [(m, "oblivious") for m in args.models if m in LINEAR_MODELS]
-    print(f"distribute, P={args.parts}, 1 thread each:")
-    dist_out = launch(_distributed, args.parts, part, runs, args.epochs, args.warmup, False,
-                      threads=1, timeout=1800)
+    per_round = -(-args.epochs // args.rounds)
+    load, waited, single, dist_out = ForeignLoad(), 0.0, {}, None
+    for r in range(args.rounds):
+        waited += wait_idle(args.max_wait)
+        print(f"round {r + 1}/{args.rounds}: PyG single process, 2 threads:", flush=True)
+        with load:
+            got = launch(_single, 1, data, args.models, per_round, args.warmup, threads=2, timeout=1800)[0]
+        for key, v in got.items():
+            single.setdefault(key, {"times": [], "loss0": v["loss0"]})["times"] += v["times"]
+        waited += wait_idle(args.max_wait)
+        print(f"round {r + 1}/{args.rounds}: distribute, P={args.parts}, 1 thread each:", flush=True)
+        with load:
+            got = launch(_distributed, args.parts, part, runs, per_round, args.warmup, False, threads=1,
+                         timeout=1800)
+        if dist_out is None:
+            dist_out = got
+        else:
+            for mine, new in zip(dist_out, got):
+                for key in runs:
+                    for k in ("times", "comm", "sent"):
+                        mine[key][k] += new[key][k]
+    print(f"other processes used {load.seconds:.0f} CPU-s during the {load.wall:.0f} s of measurement "
+          f"({load.seconds / max(load.wall, 1e-9):.2f} cores on average); waited {waited:.0f} s for idle")
     owned = [r["owned"] for r in dist_out]
     halos = [r["halo"] for r in dist_out]
 
     headers = ["model", "PyG edge_index ms", "PyG CSR adj_t ms", "PyG fastest ms", "distribute 1d ms",
                "1d comm ms", "1d / fastest", f"<= {TARGET}x", "1d MB/epoch r0", "1d MB/epoch total",
                "oblivious ms", "obl. comm ms", "obl. MB/epoch r0", "obl. MB/epoch total", "epoch-0 loss diff"]
-    rows, ratios, misses, loss_diffs = [], {}, [], {}
+    rows, ratios, misses, loss_diffs, fastest = [], {}, [], {}, {}
     for name in args.models:
         ei_ms = median(single[name, "edge_index"]["times"]) * 1e3
         csr_ms = median(single[name, "csr"]["times"]) * 1e3 if (name, "csr") in single else None
         fast = min(v for v in (ei_ms, csr_ms) if v is not None)
+        fastest[name] = "csr" if csr_ms is not None and csr_ms < ei_ms else "edge_index"
         r1d = [r[name, "1d"] for r in dist_out]
         d_ms = median(r1d[0]["times"]) * 1e3
         ratio = d_ms / fast
@@ -284,13 +385,30 @@ def main() -> None:
     print("\nepoch-0 loss (distribute 1d, single process):",
           {k: (f"{a:.7f}", f"{b:.7f}") for k, (a, b) in loss_diffs.items()})
 
-    profile_text = ""
+    profile_text, profile_notes = "", []
     if misses:
         print(f"\nprofiling one epoch of {misses} on rank 0 (P={args.parts}, 1d):")
+        wait_idle(args.max_wait)
         prof_out = launch(_distributed, args.parts, part, [(m, "1d") for m in misses], 1, 1, True,
                           threads=1, timeout=1800)[0]
         for name in misses:
             pr = prof_out[name, "1d"]["profiles"]
+            graph = "csr" if (name, "csr") in single and fastest[name] == "csr" else "edge_index"
+            wait_idle(args.max_wait)
+            ps = launch(_profile_single, 1, data, name, graph, 1, threads=2, timeout=1800)[0]
+            mine, theirs = breakdown(pr["events"]), breakdown(ps["events"])
+            tot_m, tot_t = sum(mine.values()), sum(theirs.values())
+            brow = [[c, f"{theirs[c]:.0f}", f"{100 * theirs[c] / tot_t:.0f}%", f"{mine[c]:.0f}",
+                     f"{100 * mine[c] / tot_m:.0f}%"] for c in mine if mine[c] + theirs[c] > 0.005 * (tot_m + tot_t)]
+            bhead = ["category", f"PyG {graph} 2 thr ms", "share", "distribute r0 ms", "share"]
+            print(f"\n{name}: self-CPU breakdown of one profiled epoch (PyG {graph}: {ps['ops_epoch_ms']:.0f} ms "
+                  f"wall, {tot_t:.0f} ms self CPU over 2 threads; distribute rank 0: {pr['ops_epoch_ms']:.0f} "
+                  f"ms wall, comm {pr['ops_comm_ms']:.0f} ms)")
+            print_table(bhead, brow)
+            profile_notes.append(
+                f"{name} profile (one epoch, self CPU, rank 0 of distribute vs PyG {graph} on 2 threads): "
+                + ", ".join(f"{c} {mine[c]:.0f} vs {theirs[c]:.0f} ms" for c in sorted(mine, key=mine.get,
+                                                                                       reverse=True)[:6]))
             text = (f"\n=== {name}: torch.profiler, rank 0, epoch {pr['ops_epoch_ms']:.1f} ms "
                     f"(comm {pr['ops_comm_ms']:.1f} ms; profiled) ===\n{pr['ops']}\n"
                     f"=== {name}: cProfile, rank 0, epoch {pr['python_epoch_ms']:.1f} ms (profiled) ===\n"
@@ -306,7 +424,7 @@ def main() -> None:
         f"Synthetic SBM ({N} nodes, {E} directed edges, {args.blocks} random blocks, {args.p_in:.0%} of the "
         f"edges inside a block, seed 0; 64 random features, 8 random classes, {int(data.train_mask.sum())} "
         f"train nodes). Models of `torch_geometric.nn.models`, 2 layers, hidden 64, defaults (GAT heads = 1). "
-        f"Medians over {args.epochs} epochs after {args.warmup} warm-up epochs (forward, backward, gradient "
+        f"Medians over {args.rounds} x {per_round} epochs, each round after {args.warmup} warm-up epochs (forward, backward, gradient "
         f"sync, Adam step). PyG: one process, 2 threads, `edge_index` and a torch CSR `adj_t` "
         f"(outputs checked equal to `edge_index`'s); `distribute(model)`: P = {args.parts} gloo processes of "
         f"1 thread, METIS ({owned} owned, {halos} halo rows per rank), rank 0's times. "
@@ -315,7 +433,9 @@ def main() -> None:
         + f". MB/epoch: halo payload counted by `comm_counter` (rank 0 and the sum over ranks; the "
         f"gradient all-reduce is not counted); GAT's oblivious bytes are computed (broadcast of the same "
         f"exchanges), the others measured. Epoch-0 loss diff: |distributed - single-process| loss of the "
-        f"first epoch, same initial weights.")
+        f"first epoch, same initial weights. {args.rounds} rounds alternating single-process and distributed "
+        f"runs; other processes on the machine used {load.seconds / max(load.wall, 1e-9):.2f} cores on average "
+        f"during the measurements." + "".join(f" {n}." for n in profile_notes))
     write_table_section("distribute_models", "distribute(model) on PyG models vs PyG's fastest single process",
                         "distribute_models.py", notes, headers, rows)
 

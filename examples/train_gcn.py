@@ -9,10 +9,8 @@ reduction plus gradient sync.  Runs on CPU with gloo; with CUDA available each
 rank takes GPU ``LOCAL_RANK`` and NCCL.  Without torchrun it runs on one process.
 """
 import argparse
-import os
 import time
 from pathlib import Path
-from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -22,8 +20,9 @@ from tqdm import tqdm
 from pyg_sparsecomm import (DistributedGCNConv, NodeDropout, SparsityAwarePartitioner, comm_counter,  # <- dist.
                             distributed_loss, global_accuracy, global_sum, load_shard, save_partition, shard,
                             sync_gradients)
-from pyg_sparsecomm.datasets import sbm_graph
+from pyg_sparsecomm.datasets import load_dataset
 from pyg_sparsecomm.grid import process_grid
+from pyg_sparsecomm.runtime import init_distributed
 from pyg_sparsecomm.store import partition_source
 
 
@@ -54,42 +53,11 @@ class GCN(torch.nn.Module):
         return self.conv2(x, adj)
 
 
-def load_data(name: str, root: str, seed: int, barrier: bool = True):
-    if name == "SBM":
-        return sbm_graph(seed=seed)
-    from torch_geometric.datasets import Planetoid
-    import torch_geometric.transforms as T
-    # Rank 0 processes the raw files first so that ranks never write the same file.
-    sync = barrier and dist.is_initialized()
-    if sync and dist.get_rank() != 0:
-        dist.barrier()
-    dataset = Planetoid(root, name, transform=T.NormalizeFeatures())
-    if sync and dist.get_rank() == 0:
-        dist.barrier()
-    return dataset[0]
-
-
 def global_max(value: torch.Tensor) -> torch.Tensor:
     value = value.detach().clone().reshape(())
     if dist.is_initialized():
         dist.all_reduce(value, op=dist.ReduceOp.MAX)
     return value
-
-
-def setup_distributed(timeout_s: float = 120.0):
-    """Joins the torchrun job (if any); returns (rank, world_size, device)."""
-    if "RANK" not in os.environ:
-        return 0, 1, torch.device("cpu")
-    cuda = torch.cuda.is_available()
-    if cuda:
-        local_rank = int(os.environ.get("LOCAL_RANK", 0))
-        torch.cuda.set_device(local_rank)
-        device = torch.device("cuda", local_rank)
-    else:
-        device = torch.device("cpu")
-    # A dead peer surfaces as an error after at most `timeout_s`, never as a hang.
-    dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=timeout_s))
-    return dist.get_rank(), dist.get_world_size(), device
 
 
 def run(args, rank: int, world_size: int, device=torch.device("cpu"), verbose: bool = True) -> dict:
@@ -105,7 +73,7 @@ def run(args, rank: int, world_size: int, device=torch.device("cpu"), verbose: b
         # seed or P raises instead of being reused.
         source = partition_source(partitioner, dataset=args.dataset)
         if rank == 0 and not (Path(args.partition_dir) / "manifest.json").exists():
-            data = load_data(args.dataset, args.root, args.seed, barrier=False)
+            data = load_dataset(args.dataset, args.root, args.seed, barrier=False)
             save_partition(partitioner(data), args.partition_dir, source=source)
             del data
         if dist.is_initialized():
@@ -114,7 +82,7 @@ def run(args, rank: int, world_size: int, device=torch.device("cpu"), verbose: b
         stats = (f"loaded {args.partition_dir}/part-{local.adj.plan.rank}.pt: {local.num_nodes} rows, "
                  f"halo {local.adj.halo_size}")
     else:
-        data = load_data(args.dataset, args.root, args.seed)
+        data = load_dataset(args.dataset, args.root, args.seed)
         data = partitioner(data)        # <- distributed
         local = shard(data, grid=grid)  # <- distributed
         stats = data.comm_stats
@@ -199,7 +167,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    rank, world_size, device = setup_distributed()
+    rank, world_size, device = init_distributed()
     try:
         history = run(args, rank, world_size, device)
         if rank == 0:

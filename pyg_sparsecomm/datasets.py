@@ -1,5 +1,6 @@
-"""Graphs that need no download: the default of the example and of the benchmarks."""
+"""Graphs that need no download (the default of the examples and benchmarks), and Planetoid."""
 import torch
+import torch.distributed as dist
 from torch_geometric.data import Data
 from torch_geometric.utils import stochastic_blockmodel_graph
 
@@ -70,3 +71,24 @@ def rmat_graph(scale: int = 14, edge_factor: int = 8, a: float = 0.57, b: float 
         from torch_geometric.utils import to_undirected
         edge_index = to_undirected(edge_index, num_nodes=n)
     return Data(edge_index=edge_index, num_nodes=n)
+
+
+def load_dataset(name: str, root: str = "data", seed: int = 0, barrier: bool = True) -> Data:
+    """``"SBM"`` (:func:`sbm_graph`, generated) or a Planetoid set (``"Cora"``, ``"CiteSeer"``,
+    ``"PubMed"``) with normalised features from ``root``.
+
+    Under a process group (and ``barrier=True``; pass ``False`` when only one rank calls it)
+    rank 0 processes the raw files first while the others wait, so that ranks never write
+    the same processed file at once.
+    """
+    if name == "SBM":
+        return sbm_graph(seed=seed)
+    from torch_geometric.datasets import Planetoid
+    import torch_geometric.transforms as T
+    sync = barrier and dist.is_available() and dist.is_initialized()
+    if sync and dist.get_rank() != 0:
+        dist.barrier()
+    dataset = Planetoid(root, name, transform=T.NormalizeFeatures())
+    if sync and dist.get_rank() == 0:
+        dist.barrier()
+    return dataset[0]

@@ -97,7 +97,8 @@ def test_15d_layouts(world_size):
 # (forward columns per halo row, backward columns per halo row, forward all-to-allv calls)
 BYTES = {
     "GCNConv": (lambda: GCNConv(F, OUT), True, (1 + OUT, OUT, 2)),               # degrees + SpMM
-    "SAGEConv": (lambda: SAGEConv(F, OUT), False, (F, F, 1)),                     # mean of inputs
+    "SAGEConv": (lambda: SAGEConv(F, OUT), False, (OUT, OUT, 1)),                 # lin_l moved first
+    "SAGEConv(wide)": (lambda: SAGEConv(F, F + 2), False, (F, F, 1)),             # inputs are narrower
     "GATConv": (lambda: GATConv(F, OUT, heads=2, edge_dim=D), False, (2 + 2 * OUT, 2 + 2 * OUT, 2)),
     "TransformerConv": (lambda: TransformerConv(F, OUT, heads=2), False, (4 * OUT, 4 * OUT, 1)),
 }

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch_geometric.nn import GCNConv
 
 from pyg_sparsecomm import NodeDropout, ProcessGrid, load_shard
+from pyg_sparsecomm.datasets import load_dataset
 from pyg_sparsecomm.testing import launch
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -33,7 +34,7 @@ class ReferenceGCN(torch.nn.Module):
 
 def reference_history(args):
     torch.manual_seed(args.seed)
-    data = train_gcn.load_data(args.dataset, args.root, args.seed)
+    data = load_dataset(args.dataset, args.root, args.seed)
     assert args.exact_dropout or args.dropout == 0, "only layout-independent dropout can be compared"
     model = ReferenceGCN(data.num_features, args.hidden, int(data.y.max()) + 1, args.dropout)
     opt = torch.optim.Adam(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)

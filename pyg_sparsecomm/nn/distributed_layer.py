@@ -26,6 +26,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
@@ -38,8 +39,8 @@ from ..cost import CostModel
 from ..grid import process_grid
 from . import shard_context
 from .layer_adapters import adapt
-from .linear_aggregation import (AdjacencyCache, aggregation_weights, from_node_rows, linear_weight_arg,
-                                 node_rows)
+from .linear_aggregation import (AdjacencyCache, AppliedLinear, aggregation_weights, from_node_rows,
+                                 linear_weight_arg, narrowing_linear, node_rows)
 
 
 @dataclass
@@ -60,6 +61,7 @@ class LayerState:
         self.propagate = conv.propagate
         self.edge_updater = conv.edge_updater
         self.entered: List[bool] = []
+        self.applied_first: Optional[str] = None  # post-aggregation Linear moved before the exchange
         self.adjacency = AdjacencyCache()
         self.chosen_algorithm: Optional[str] = None if settings.algorithm == "auto" else settings.algorithm
         self.cost_report: List[CostRow] = []
@@ -117,11 +119,17 @@ def _enter(conv: MessagePassing, args: tuple, kwargs: dict):
         args = args[:adj_at[0]] + (context.edge_index,) + args[adj_at[0] + 1:]
     else:
         kwargs = {**kwargs, adj_at[0]: context.edge_index}
+    state.applied_first = narrowing_linear(conv)
+    if state.applied_first:
+        conv._modules[state.applied_first] = AppliedLinear(conv._modules[state.applied_first])
     return adapt(conv, args, kwargs, context)
 
 
 def _leave(conv: MessagePassing, args: tuple, output: Any) -> None:
     state: LayerState = conv._sparsecomm
+    if state.applied_first and isinstance(conv._modules[state.applied_first], AppliedLinear):
+        conv._modules[state.applied_first] = conv._modules[state.applied_first].linear
+        state.applied_first = None
     if state.entered and state.entered.pop():
         shard_context.pop()
 
@@ -198,6 +206,11 @@ def _linear_propagate(conv: MessagePassing, state: LayerState, context: shard_co
         raise ValueError(f"{type(conv).__name__}: x has {src.size(conv.node_dim)} rows in dimension "
                          f"{conv.node_dim}, but this rank owns {context.num_owned} rows")
     rows, moved = node_rows(src, conv.node_dim)
+    if state.applied_first:  # (A x) W^T = A (x W^T): exchange the narrower rows
+        if src.dim() != 2:
+            raise ValueError(f"{type(conv).__name__}: expected 2-D node features, got shape {list(src.shape)}")
+        rows = F.linear(rows, conv._modules[state.applied_first].linear.weight)
+        moved = tuple(rows.shape)
     weight = kwargs.get(weight_arg) if weight_arg else None
     value = aggregation_weights(edge_index, weight, conv.aggr, context.num_owned, rows.dtype)
     adj = state.adjacency.adjacency(edge_index, value, context.adj)

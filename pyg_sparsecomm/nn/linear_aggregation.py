@@ -7,6 +7,12 @@ package's algorithms distribute (``"1d"``, ``"1d_overlap"``, ``"oblivious"``, ``
 ``"auto"``, ...), computed as one compact CSR SpMM over ``[owned | halo]`` columns instead
 of a scatter over edges.  Layers are recognised by their ``message`` *function* (a
 subclass that overrides ``message`` is not), listed in :func:`linear_messages`.
+
+Where the layer applies a linear map *after* the aggregation (``SAGEConv``'s ``lin_l``,
+``GraphConv``'s ``lin_rel``) and it narrows the rows, the map moves before it
+(:math:`(A x) W^T + b = A (x W^T) + b`, also for isolated nodes), so the exchange carries
+the narrower width: the layer's ``Linear`` is replaced by :class:`AppliedLinear` (its bias
+only) for the duration of the call.
 """
 import functools
 import math
@@ -92,3 +98,34 @@ def node_rows(t: Tensor, node_dim: int) -> Tuple[Tensor, Tuple[int, ...]]:
 
 def from_node_rows(rows: Tensor, moved_shape: Tuple[int, ...], node_dim: int) -> Tensor:
     return rows.reshape((rows.size(0),) + moved_shape[1:]).movedim(0, node_dim)
+
+
+@functools.lru_cache(maxsize=1)
+def post_linear_layers() -> Dict[object, str]:
+    """``forward`` functions of layers that apply a ``Linear`` right after a linear aggregation,
+    mapped to the attribute name of that ``Linear``."""
+    from torch_geometric.nn import conv as c
+    return {c.SAGEConv.forward: "lin_l", c.GraphConv.forward: "lin_rel"}
+
+
+def narrowing_linear(conv: MessagePassing) -> Optional[str]:
+    """The name of ``conv``'s post-aggregation ``Linear`` if applying it first narrows the
+    exchanged rows, else ``None``."""
+    name = post_linear_layers().get(type(conv).forward)
+    if name is None or linear_weight_arg(conv) is None:
+        return None
+    lin = getattr(conv, name, None)
+    in_channels, out_channels = getattr(lin, "in_channels", -1), getattr(lin, "out_channels", -1)
+    return name if 0 < out_channels < in_channels else None
+
+
+class AppliedLinear(torch.nn.Module):
+    """Stands in for a post-aggregation ``Linear`` whose weight was applied before the
+    aggregation: adds its bias only."""
+
+    def __init__(self, linear: torch.nn.Module) -> None:
+        super().__init__()
+        self.linear = linear
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x if self.linear.bias is None else x + self.linear.bias

@@ -1,0 +1,30 @@
+"""Joining a ``torchrun`` job: the process group (with a timeout) and the device."""
+import os
+from datetime import timedelta
+from typing import Optional, Tuple
+
+import torch
+import torch.distributed as dist
+
+#: how long a collective waits for a stalled or dead peer before raising (gloo's default is 30 min)
+DEFAULT_TIMEOUT = timedelta(seconds=120)
+
+
+def init_distributed(backend: Optional[str] = None,
+                     timeout: timedelta = DEFAULT_TIMEOUT) -> Tuple[int, int, torch.device]:
+    """Joins the job ``torchrun`` started; returns ``(rank, world_size, device)``.
+
+    Without ``torchrun`` (no ``RANK`` in the environment) nothing is initialised and the
+    script runs as rank 0 of 1.  With CUDA each rank takes GPU ``LOCAL_RANK`` and NCCL,
+    otherwise the CPU and gloo.  ``timeout`` bounds every collective, so a dead peer
+    surfaces as an error instead of a hang.
+    """
+    if "RANK" not in os.environ:
+        return 0, 1, torch.device("cpu")
+    cuda = torch.cuda.is_available() and backend in (None, "nccl")
+    device = torch.device("cpu")
+    if cuda:
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend or ("nccl" if cuda else "gloo"), timeout=timeout)
+    return dist.get_rank(), dist.get_world_size(), device
