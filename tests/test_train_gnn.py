@@ -27,7 +27,7 @@ def reference_losses(args):
         loss = F.cross_entropy(out[data.train_mask], data.y[data.train_mask])
         loss.backward()
         opt.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     return losses
 
 
