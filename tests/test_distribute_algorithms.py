@@ -13,6 +13,7 @@ from torch_geometric.nn import GATConv, GCNConv, GINConv, GraphConv, SAGEConv, T
 
 from layer_specs import D, F, OUT, _mlp
 from pyg_sparsecomm import comm_counter, distribute, shard, sync_gradients
+from pyg_sparsecomm.nn import summary
 from pyg_sparsecomm.grid import process_grid
 from pyg_sparsecomm.testing import launch
 from test_distribute_layers import make_graph
@@ -131,3 +132,16 @@ def test_bytes_equal_the_plan_per_layer(world_size):
             assert got["halo"] == (send_rows * fwd * 4, recv_rows * fwd * 4, calls), name
             assert got["halo_grad"][:2] == (recv_rows * bwd * 4, send_rows * bwd * 4), name
             assert set(got) == {"halo", "halo_grad"}, name
+
+
+def _auto_worker(rank, world_size):
+    local = shard(make_graph(world_size))
+    model = distribute(torch.nn.ModuleList([GCNConv(F, OUT), GATConv(OUT, OUT)]), algorithm="auto")
+    model[1](model[0](local.x, local.adj), local.adj)
+    return summary(model)
+
+
+def test_summary_reports_the_auto_choice():
+    text = launch(_auto_worker, 2)[0]
+    assert "0 (GCNConv): distributed SpMM, algorithm='1d'" in text and "<- chosen" in text
+    assert "1 (GATConv): source tensors exchanged" in text

@@ -6,6 +6,7 @@ import torch.distributed as dist
 from torch_geometric.nn import MessagePassing
 
 from ..algorithms import ALGORITHMS
+from ..algorithms.choice import explain_table
 from ..cost import CostModel
 from . import degree_norm
 from .distributed_layer import DistributedSettings, attach
@@ -107,3 +108,24 @@ def distribute(module: torch.nn.Module, algorithm: str = "1d", group: Optional[d
         else:
             convert_norm(child, settings)
     return module
+
+
+def summary(module: torch.nn.Module) -> str:
+    """One line per distributed layer of ``module``: how its aggregation runs (after a first
+    forward, the SpMM algorithm chosen, with the cost table of ``algorithm="auto"``)."""
+    from .linear_aggregation import linear_weight_arg
+    lines = []
+    for name, child in module.named_modules():
+        state = getattr(child, "_sparsecomm", None)
+        if state is None:
+            continue
+        if linear_weight_arg(child) is None:
+            how = "source tensors exchanged (1D all-to-allv)"
+        else:
+            how = f"distributed SpMM, algorithm={state.chosen_algorithm or state.settings.algorithm!r}"
+        lines.append(f"{name or type(child).__name__} ({type(child).__name__}): {how}")
+        if state.cost_report:
+            header = "  algorithm=\"auto\" compared (forward + backward, slowest rank):"
+            lines.append(explain_table(state.cost_report, state.chosen_algorithm, header,
+                                       state.settings.cost_model))
+    return "\n".join(lines)

@@ -67,8 +67,8 @@ class AdjacencyCache:
         self.structure: Optional[HaloAdj] = None
 
     def adjacency(self, edge_index: Tensor, value: Optional[Tensor], like: HaloAdj) -> HaloAdj:
-        if self.edge_index is None or self.edge_index.shape != edge_index.shape \
-                or not torch.equal(self.edge_index, edge_index):
+        if self.edge_index is not edge_index and (self.edge_index is None or self.edge_index.shape != edge_index.shape
+                                                  or not torch.equal(self.edge_index, edge_index)):
             col, row = edge_index[0], edge_index[1]
             n = like.num_owned
             self.perm = torch.argsort(row * max(like.num_cols, 1) + col, stable=True)
