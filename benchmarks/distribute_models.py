@@ -35,6 +35,7 @@ import cProfile
 import io
 import os
 import pstats
+import subprocess
 import time
 import warnings
 
@@ -139,7 +140,9 @@ class Trainer:
         self.opt = torch.optim.Adam(model.parameters(), lr=0.01)
         self.rank0 = not distributed or dist.get_rank() == 0
 
-    def epoch(self, profiler=None) -> dict:
+    def epoch(self, profiler=None, deadline: float = float("inf")) -> dict:
+        """One timed epoch; ``foreign`` (cores other processes used meanwhile) and ``late``
+        (rank 0 is past ``deadline``, a ``time.time()``) are the same on every rank."""
         counter = comm_counter()
         counter.reset()
         b0, c0 = busy_seconds(), time.process_time()
@@ -157,45 +160,58 @@ class Trainer:
             self.opt.step()
             seconds = time.perf_counter() - t0
         b1, c1 = busy_seconds(), time.process_time()
-        load = torch.tensor([b1 - b0 if self.rank0 else 0.0, c1 - c0, seconds if self.rank0 else 0.0],
-                            dtype=torch.float64)
-        if self.distributed:  # every rank takes the same keep/discard decision
+        late = float(time.time() > deadline)
+        load = torch.tensor([b1 - b0, c1 - c0, seconds, late], dtype=torch.float64)
+        if self.distributed:  # every rank takes the same keep/discard/stop decision (rank 0's view)
+            if not self.rank0:
+                load[[0, 2, 3]] = 0.0
             dist.all_reduce(load)
         foreign = max(0.0, float(load[0] - load[1])) / max(float(load[2]), 1e-9)
         return {"seconds": seconds, "comm": counter.seconds, "sent": counter.bytes_sent(),
                 "loss": float(global_sum(loss.detach())) if self.distributed else float(loss.detach()),
-                "foreign": foreign}
+                "foreign": foreign, "late": bool(load[3] > 0)}
 
-    def measure(self, warmup: int, epochs: int, max_epochs: int) -> dict:
-        """``warmup`` epochs, then epochs until ``epochs`` clean ones (at most ``max_epochs``)."""
+    def pause_if_busy(self, e: dict) -> None:
+        """After an epoch other processes disturbed: wait for the machine to go idle (all ranks)."""
+        if e["foreign"] >= CLEAN:
+            wait_idle(30.0)
+            if self.distributed:
+                dist.barrier()
+
+    def measure(self, warmup: int, epochs: int, deadline: float) -> dict:
+        """``warmup`` epochs, then epochs until ``epochs`` clean ones or, after 3 epochs, the deadline."""
         first = [self.epoch() for _ in range(max(warmup, 1))][0]
         clean, dirty = [], []
-        while len(clean) < epochs and len(clean) + len(dirty) < max_epochs:
-            e = self.epoch()
+        while len(clean) < epochs:
+            e = self.epoch(deadline=deadline)
             (clean if e["foreign"] < CLEAN else dirty).append(e)
-        kept = clean if len(clean) >= max(3, epochs // 2) else clean + dirty
-        return {"times": [e["seconds"] for e in kept], "comm": [e["comm"] for e in kept],
-                "sent": [e["sent"] for e in kept], "loss0": first["loss"], "discarded": len(dirty),
-                "foreign": [e["foreign"] for e in kept]}
+            if e["late"] and len(clean) + len(dirty) >= 3:
+                break
+            self.pause_if_busy(e)
+        keys = ("seconds", "comm", "sent", "foreign")
+        return {"clean": {k: [e[k] for e in clean] for k in keys},
+                "dirty": {k: [e[k] for e in dirty] for k in keys}, "loss0": first["loss"]}
 
     def profile(self, tries: int = 3) -> dict:
-        """torch.profiler of one epoch, then cProfile of one epoch (rank 0; retried while dirty)."""
+        """torch.profiler of one epoch, then cProfile of one epoch (rank 0; retried while disturbed)."""
         out = {}
-        for _ in range(tries):
+        for k in range(tries):
             prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) if self.rank0 else None
             e = self.epoch(prof)
-            if e["foreign"] < CLEAN or _ == tries - 1:
+            if e["foreign"] < CLEAN or k == tries - 1:
                 break
+            self.pause_if_busy(e)
         if self.rank0:
             averages = prof.key_averages()
             out.update(ops=averages.table(sort_by="self_cpu_time_total", row_limit=25),
                        events=[(a.key, a.self_cpu_time_total / 1e3) for a in averages],
                        ops_epoch_ms=e["seconds"] * 1e3, ops_comm_ms=e["comm"] * 1e3, ops_foreign=e["foreign"])
-        for _ in range(tries):
+        for k in range(tries):
             cprof = cProfile.Profile() if self.rank0 else None
             e = self.epoch(cprof)
-            if e["foreign"] < CLEAN or _ == tries - 1:
+            if e["foreign"] < CLEAN or k == tries - 1:
                 break
+            self.pause_if_busy(e)
         if self.rank0:
             s = io.StringIO()
             stats = pstats.Stats(cprof, stream=s)
@@ -205,17 +221,17 @@ class Trainer:
         return out
 
 
-def _single(rank, world_size, data, names, epochs, warmup, max_epochs):
-    """PyG in one process (the launcher sets the thread count): edge_index and CSR adj_t."""
+def _single(rank, world_size, data, configs, epochs, warmup, deadline):
+    """PyG in one process (the launcher sets the thread count) on ``edge_index`` or CSR ``adj_t``."""
     adj_t = csr_adj_t(data.edge_index, data.num_nodes)
     out = {}
-    for name in names:
-        for graph in (["edge_index", "csr"] if name in CSR_MODELS else ["edge_index"]):
-            adj = data.edge_index if graph == "edge_index" else adj_t
-            trainer = Trainer(build(name, data.x.size(1)), data.x, adj, data.y, data.train_mask, False)
-            out[name, graph] = r = trainer.measure(warmup, epochs, max_epochs)
-            print(f"  PyG {name} {graph}: {median(r['times']) * 1e3:.1f} ms ({r['discarded']} epochs discarded)",
-                  flush=True)
+    for name, graph in configs:
+        adj = data.edge_index if graph == "edge_index" else adj_t
+        trainer = Trainer(build(name, data.x.size(1)), data.x, adj, data.y, data.train_mask, False)
+        out[name, graph] = r = trainer.measure(warmup, epochs, deadline)
+        print(f"  PyG {name} {graph}: {len(r['clean']['seconds'])} clean epochs, median "
+              f"{median(r['clean']['seconds'] or r['dirty']['seconds']) * 1e3:.1f} ms "
+              f"({len(r['dirty']['seconds'])} disturbed)", flush=True)
     return out
 
 
@@ -227,7 +243,7 @@ def _profile_single(rank, world_size, data, name, graph, warmup):
     return trainer.profile()
 
 
-def _distributed(rank, world_size, data, runs, epochs, warmup, max_epochs, profile=False):
+def _distributed(rank, world_size, data, runs, epochs, warmup, deadline, profile=False):
     local = shard(data)
     out = {"owned": local.num_nodes, "halo": local.adj.halo_size, "nnz": local.adj.nnz}
     for name, algorithm in runs:
@@ -238,10 +254,13 @@ def _distributed(rank, world_size, data, runs, epochs, warmup, max_epochs, profi
                 trainer.epoch()
             out[name, algorithm] = trainer.profile()
             continue
-        out[name, algorithm] = r = trainer.measure(warmup, epochs, max_epochs)
+        out[name, algorithm] = r = trainer.measure(warmup, epochs, deadline)
         if rank == 0:
-            print(f"  distribute {name} {algorithm}: {median(r['times']) * 1e3:.1f} ms "
-                  f"(comm {median(r['comm']) * 1e3:.1f} ms, {r['discarded']} epochs discarded)", flush=True)
+            t = r["clean"]["seconds"] or r["dirty"]["seconds"]
+            c = r["clean"]["comm"] or r["dirty"]["comm"]
+            print(f"  distribute {name} {algorithm}: {len(r['clean']['seconds'])} clean epochs, median "
+                  f"{median(t) * 1e3:.1f} ms (comm {median(c) * 1e3:.1f} ms; {len(r['dirty']['seconds'])} "
+                  f"disturbed)", flush=True)
     return out
 
 
@@ -249,12 +268,13 @@ def _distributed(rank, world_size, data, runs, epochs, warmup, max_epochs, profi
 def exchanges(name: str):
     """``(floats per row, has a backward exchange)`` of every source-row exchange of one
     epoch's forward, in order (layer 1, layer 2).  GraphSAGE and GIN aggregate their input
-    first (layer 1 moves the 64 features, which need no gradient); GAT exchanges alpha_j
+    first (layer 1 moves the 64 features, which need no gradient); distribute() applies
+    SAGEConv's ``lin_l`` before the aggregation where it narrows the rows (layer 2: 8); GAT exchanges alpha_j
     (heads) in its edge_updater and x_j (heads * out) in propagate; GCN's degree exchanges
     (1 float, no backward) always use the 1D halo exchange and are left out."""
     return {"GAT": [(1, True), (HIDDEN, True), (1, True), (CLASSES, True)],
             "GCN": [(HIDDEN, True), (CLASSES, True)],
-            "GraphSAGE": [(FEATURES, False), (HIDDEN, True)],
+            "GraphSAGE": [(FEATURES, False), (CLASSES, True)],
             "GIN": [(FEATURES, False), (HIDDEN, True)]}[name]
 
 
@@ -292,6 +312,20 @@ def breakdown(events) -> dict:
     return out
 
 
+def code_version() -> str:
+    """The commit and whether ``pyg_sparsecomm`` had uncommitted changes when the run started."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        head = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "pyg_sparsecomm"], capture_output=True,
+                               text=True, check=True).stdout.split("\n")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    changed = [line[3:] for line in dirty if line.strip()]
+    return f"commit {head}" + (f" with uncommitted changes to {', '.join(changed)}" if changed else "")
+
+
 # main -------------------------------------------------------------------------------------
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -304,10 +338,14 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--parts", type=int, default=2)
     p.add_argument("--max-wait", type=float, default=60.0, help="s to wait for other jobs to go idle")
+    p.add_argument("--budget", type=float, default=540.0,
+                   help="s of measurement after which configurations short of clean epochs stop re-running")
     p.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     p.add_argument("--no-write", action="store_true", help="do not write RESULTS.md")
     args = p.parse_args()
     t_start = time.perf_counter()
+    version = code_version()
+    print("package code:", version)
 
     small_err = check_adj_t(small_directed_graph(), [m for m in args.models if m in CSR_MODELS])
     print("adj_t vs edge_index, small directed graph, max |diff|:", small_err)
@@ -326,69 +364,106 @@ def main() -> None:
     print(f"METIS P={args.parts}: {time.perf_counter() - t0:.1f} s")
 
     # Rounds alternate the single-process and the distributed runs, so that a slow phase of
-    # the machine does not fall on one side only; the epochs of all rounds are pooled.
+    # the machine does not fall on one side only; the clean epochs of all rounds are pooled.
+    # After --rounds rounds, configurations short of clean epochs run again until --budget.
+    singles = [(m, g) for m in args.models for g in (["edge_index", "csr"] if m in CSR_MODELS else ["edge_index"])]
     runs = [(m, "1d") for m in args.models] + [(m, "oblivious") for m in args.models if m in LINEAR_MODELS]
     per_round = -(-args.epochs // args.rounds)
-    limit = 4 * per_round
-    single, dist_out, waited = {}, None, 0.0
-    for r in range(args.rounds):
-        waited += wait_idle(args.max_wait)
-        print(f"round {r + 1}/{args.rounds}: PyG single process, 2 threads:", flush=True)
-        got = launch(_single, 1, data, args.models, per_round, args.warmup, limit, threads=2, timeout=3600)[0]
-        for key, v in got.items():
-            mine = single.setdefault(key, {"times": [], "discarded": 0, "foreign": [], "loss0": v["loss0"]})
-            for k in ("times", "foreign", "discarded"):
-                mine[k] += v[k]
-        waited += wait_idle(args.max_wait)
-        print(f"round {r + 1}/{args.rounds}: distribute, P={args.parts}, 1 thread each:", flush=True)
-        got = launch(_distributed, args.parts, part, runs, per_round, args.warmup, limit, threads=1,
-                     timeout=3600)
-        if dist_out is None:
-            dist_out = got
-            continue
-        for mine, new in zip(dist_out, got):
-            for key in runs:
-                for k in ("times", "comm", "sent", "discarded", "foreign"):
-                    mine[key][k] += new[key][k]
-    owned = [r["owned"] for r in dist_out]
-    halos = [r["halo"] for r in dist_out]
-    discarded = sum(v["discarded"] for v in single.values()) + sum(dist_out[0][k]["discarded"] for k in runs)
-    kept_foreign = [f for v in single.values() for f in v["foreign"]] + \
-                   [f for k in runs for f in dist_out[0][k]["foreign"]]
-    print(f"discarded {discarded} epochs run while other processes were busy; waited {waited:.0f} s for idle; "
-          f"other processes' load in kept epochs: median {median(kept_foreign):.3f}, max {max(kept_foreign):.2f} cores")
+    deadline = time.time() + args.budget
+    pool = {("pyg",) + c: None for c in singles}
+    pool.update({("dist",) + c: None for c in runs})
+    dist_meta, waited, r = None, 0.0, 0
+
+    def add(key, res):
+        if pool[key] is None:
+            pool[key] = {"clean": {k: [] for k in res["clean"]}, "dirty": {k: [] for k in res["dirty"]},
+                         "loss0": res["loss0"]}
+        for part_ in ("clean", "dirty"):
+            for k, v in res[part_].items():
+                pool[key][part_][k] += v
+
+    def missing(key):
+        return args.epochs - (0 if pool[key] is None else len(pool[key]["clean"]["seconds"]))
+
+    while True:
+        todo_s = [c for c in singles if missing(("pyg",) + c) > 0]
+        todo_d = [c for c in runs if missing(("dist",) + c) > 0]
+        if not (todo_s or todo_d) or (r >= args.rounds and time.time() > deadline):
+            break
+        want = per_round if r < args.rounds else max(missing(k) for k in pool)
+        if todo_s:
+            waited += wait_idle(args.max_wait)
+            print(f"round {r + 1}: PyG single process, 2 threads:", flush=True)
+            got = launch(_single, 1, data, todo_s, min(want, max(missing(("pyg",) + c) for c in todo_s)),
+                         args.warmup, deadline, threads=2, timeout=3600)[0]
+            for c, res in got.items():
+                add(("pyg",) + c, res)
+        if todo_d:
+            waited += wait_idle(args.max_wait)
+            print(f"round {r + 1}: distribute, P={args.parts}, 1 thread each:", flush=True)
+            got = launch(_distributed, args.parts, part, todo_d, min(want, max(missing(("dist",) + c) for c in todo_d)),
+                         args.warmup, deadline, threads=1, timeout=3600)
+            dist_meta = dist_meta or [{k: g[k] for k in ("owned", "halo", "nnz")} for g in got]
+            for c in todo_d:
+                add(("dist",) + c, got[0][c])
+                # bytes of every rank (the same every epoch)
+                pool[("dist",) + c].setdefault("sent_ranks", [g[c]["clean"]["sent"] + g[c]["dirty"]["sent"]
+                                                              for g in got])
+        r += 1
+
+    def kept(key, field="seconds"):
+        v = pool[key]
+        return v["clean"][field] if len(v["clean"][field]) >= 3 else v["clean"][field] + v["dirty"][field]
+
+    noisy = [k for k in pool if len(pool[k]["clean"]["seconds"]) < 3]
+    discarded = sum(len(v["dirty"]["seconds"]) for v in pool.values())
+    kept_foreign = [f for k in pool for f in kept(k, "foreign")]
+    owned, halos = [m["owned"] for m in dist_meta], [m["halo"] for m in dist_meta]
+    print(f"{r} rounds; {discarded} epochs discarded (other processes busy); waited {waited:.0f} s for idle; "
+          f"other processes' load in kept epochs: median {median(kept_foreign):.3f}, max {max(kept_foreign):.2f} "
+          f"cores; too few clean epochs (disturbed ones kept): {noisy or 'none'}")
 
     headers = ["model", "PyG edge_index ms", "PyG CSR adj_t ms", "PyG fastest ms", "distribute 1d ms",
                "1d comm ms", "1d / fastest", f"<= {TARGET}x", "1d MB/epoch r0", "1d MB/epoch total",
                "oblivious ms", "obl. comm ms", "obl. MB/epoch r0", "obl. MB/epoch total", "epoch-0 loss diff"]
     rows, ratios, misses, fastest = [], {}, [], {}
+
+    def ms(key, field="seconds"):
+        return median(kept(key, field)) * 1e3
+
+    def flag(key):
+        return "*" if key in noisy else ""
+
     for name in args.models:
-        ei_ms = median(single[name, "edge_index"]["times"]) * 1e3
-        csr_ms = median(single[name, "csr"]["times"]) * 1e3 if (name, "csr") in single else None
+        ei_ms = ms(("pyg", name, "edge_index"))
+        csr_ms = ms(("pyg", name, "csr")) if name in CSR_MODELS else None
         fast = min(v for v in (ei_ms, csr_ms) if v is not None)
         fastest[name] = "csr" if csr_ms is not None and csr_ms < ei_ms else "edge_index"
-        r1d = [r[name, "1d"] for r in dist_out]
-        d_ms = median(r1d[0]["times"]) * 1e3
+        d1 = ("dist", name, "1d")
+        d_ms = ms(d1)
         ratios[name] = d_ms / fast
         if d_ms / fast > TARGET:
             misses.append(name)
-        ref = single[name, "edge_index"]["loss0"]
-        diff = abs(r1d[0]["loss0"] - ref)
-        print(f"epoch-0 loss {name}: distribute 1d {r1d[0]['loss0']:.7f}, single process {ref:.7f}")
-        if (name, "oblivious") in dist_out[0]:
-            ro = [r[name, "oblivious"] for r in dist_out]
-            obl = [f"{median(ro[0]['times']) * 1e3:.1f}", f"{median(ro[0]['comm']) * 1e3:.1f}",
-                   f"{median(ro[0]['sent']) / 1e6:.2f}", f"{sum(median(r['sent']) for r in ro) / 1e6:.2f}"]
-            diff = max(diff, abs(ro[0]["loss0"] - ref))
-            print(f"oblivious bytes {name}: measured {[int(median(r['sent'])) for r in ro]}, formula "
+        ref = pool["pyg", name, "edge_index"]["loss0"]
+        diff = abs(pool[d1]["loss0"] - ref)
+        print(f"epoch-0 loss {name}: distribute 1d {pool[d1]['loss0']:.7f}, single process {ref:.7f}")
+        sent = [median(s_) for s_ in pool[d1]["sent_ranks"]]
+        if name in LINEAR_MODELS:
+            do = ("dist", name, "oblivious")
+            osent = [median(s_) for s_ in pool[do]["sent_ranks"]]
+            obl = [f"{ms(do):.1f}{flag(do)}", f"{ms(do, 'comm'):.1f}", f"{osent[0] / 1e6:.2f}",
+                   f"{sum(osent) / 1e6:.2f}"]
+            diff = max(diff, abs(pool[do]["loss0"] - ref))
+            print(f"oblivious bytes {name}: measured {[int(v) for v in osent]}, formula "
                   f"{oblivious_bytes(name, owned)}" + (" (+ degree exchanges)" if name == "GCN" else ""))
         else:
             ob = oblivious_bytes(name, owned)
             obl = ["-", "-", f"{ob[0] / 1e6:.2f} (computed)", f"{sum(ob) / 1e6:.2f} (computed)"]
-        rows.append([name, f"{ei_ms:.1f}", "-" if csr_ms is None else f"{csr_ms:.1f}", f"{fast:.1f}",
-                     f"{d_ms:.1f}", f"{median(r1d[0]['comm']) * 1e3:.1f}", f"{ratios[name]:.2f}",
-                     "yes" if ratios[name] <= TARGET else "no", f"{median(r1d[0]['sent']) / 1e6:.2f}",
-                     f"{sum(median(r['sent']) for r in r1d) / 1e6:.2f}", *obl, f"{diff:.1e}"])
+        rows.append([name, f"{ei_ms:.1f}{flag(('pyg', name, 'edge_index'))}",
+                     "-" if csr_ms is None else f"{csr_ms:.1f}{flag(('pyg', name, 'csr'))}", f"{fast:.1f}",
+                     f"{d_ms:.1f}{flag(d1)}", f"{ms(d1, 'comm'):.1f}", f"{ratios[name]:.2f}",
+                     "yes" if ratios[name] <= TARGET else "no", f"{sent[0] / 1e6:.2f}", f"{sum(sent) / 1e6:.2f}",
+                     *obl, f"{diff:.1e}"])
     print()
     print_table(headers, rows)
 
@@ -396,7 +471,7 @@ def main() -> None:
     if misses:
         print(f"\nprofiling one epoch of {misses} (distribute rank 0, P={args.parts}, 1d; and PyG fastest):")
         wait_idle(args.max_wait)
-        prof_out = launch(_distributed, args.parts, part, [(m, "1d") for m in misses], 0, args.warmup, 0, True,
+        prof_out = launch(_distributed, args.parts, part, [(m, "1d") for m in misses], 0, args.warmup, 0.0, True,
                           threads=1, timeout=3600)[0]
         for name in misses:
             pr, graph = prof_out[name, "1d"], fastest[name]
@@ -428,10 +503,12 @@ def main() -> None:
         f"Synthetic SBM ({N} nodes, {E} directed edges, {args.blocks} random blocks, {args.p_in:.0%} of the "
         f"edges inside a block, seed 0; 64 random features, 8 random classes, {int(data.train_mask.sum())} "
         f"train nodes). Models of `torch_geometric.nn.models`, 2 layers, hidden 64, defaults (GAT heads = 1). "
-        f"Median epoch (forward, backward, gradient sync, Adam step) over {args.rounds} x {per_round} epochs, "
-        f"rounds alternating PyG and distribute, {args.warmup} warm-up epochs each; epochs during which other "
-        f"processes used > {CLEAN} cores were discarded and re-run ({discarded} discarded). PyG: one process, "
-        f"2 threads, `edge_index` and a torch CSR `adj_t` (outputs checked equal to `edge_index`'s); "
+        f"Median epoch (forward, backward, gradient sync, Adam step) over {args.epochs} clean epochs per "
+        f"configuration, gathered in {r} rounds alternating PyG and distribute ({args.warmup} warm-up epochs "
+        f"per launch); the machine is shared, so an epoch during which other processes used > {CLEAN} cores was "
+        f"discarded and re-run ({discarded} discarded; `*`: fewer than 3 clean epochs, disturbed ones kept). "
+        f"Package code: {version}. PyG: one process, "
+f"2 threads, `edge_index` and a torch CSR `adj_t` (outputs checked equal to `edge_index`'s); "
         f"`distribute(model)`: P = {args.parts} gloo processes of 1 thread, METIS ({owned} owned, {halos} "
         f"halo rows per rank), rank 0's times. Ratio = distribute 1d / PyG fastest, target <= {TARGET}x: "
         + ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items())

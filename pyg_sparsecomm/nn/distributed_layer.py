@@ -20,6 +20,7 @@ PyG's and torch's own extension points:
 Every layer whose forward reaches the graph only through these is exact: a target's
 messages, softmaxes and aggregations see exactly its in-edges, which its owner holds.
 """
+import inspect
 import types
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
@@ -110,6 +111,7 @@ def _enter(conv: MessagePassing, args: tuple, kwargs: dict):
         raise ValueError(f"{type(conv).__name__} got {len(adj_at)} HaloAdj arguments; distribute() runs layers "
                          f"over one adjacency")
     adj: HaloAdj = args[adj_at[0]] if isinstance(adj_at[0], int) else kwargs[adj_at[0]]
+    _check_edge_arguments(conv, args, kwargs, adj)
     grid = process_grid(settings.replication) if settings.replication > 1 else None
     group = exchange_group(adj, grid, settings.group)
     context = shard_context.ShardContext(adj, group, adj.edge_index())
@@ -123,6 +125,19 @@ def _enter(conv: MessagePassing, args: tuple, kwargs: dict):
     if state.applied_first:
         conv._modules[state.applied_first] = AppliedLinear(conv._modules[state.applied_first])
     return adapt(conv, args, kwargs, context)
+
+
+_EDGE_ARGUMENTS = ("edge_weight", "edge_attr", "edge_type")
+
+
+def _check_edge_arguments(conv: MessagePassing, args: tuple, kwargs: dict, adj: HaloAdj) -> None:
+    """Edge-level arguments must be the shard's, in ``adj``'s edge order (``local.edge_weight``...)."""
+    bound = inspect.signature(conv.forward).bind_partial(*args, **kwargs).arguments
+    for name in _EDGE_ARGUMENTS:
+        value = bound.get(name)
+        if isinstance(value, Tensor) and value.dim() > 0 and value.size(0) != adj.nnz:
+            raise ValueError(f"{type(conv).__name__}: {name} has {value.size(0)} rows but this rank's adjacency "
+                             f"has {adj.nnz} edges: pass the shard's local.{name} (in local.adj's edge order)")
 
 
 def _leave(conv: MessagePassing, args: tuple, output: Any) -> None:
