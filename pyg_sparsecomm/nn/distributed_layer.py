@@ -198,6 +198,9 @@ def _propagate(conv: MessagePassing, edge_index: Any, size: Any = None, **kwargs
     weight_arg = linear_weight_arg(conv)
     if weight_arg is not None and isinstance(kwargs.get("x"), (Tensor, tuple, list)):
         return _linear_propagate(conv, state, context, edge_index, kwargs, weight_arg)
+    if state.applied_first:  # its Linear was replaced by its bias: only the SpMM path applies it first
+        raise RuntimeError(f"{type(conv).__name__} propagated without 'x'; distribute() expected the linear "
+                           f"aggregation of its {state.applied_first}")
     kwargs = _with_halo(conv, kwargs, _source_names(conv._user_args), context)
     return state.propagate(edge_index, size=size, **kwargs)
 
