@@ -48,3 +48,26 @@ def test_single_process_without_shard_is_plain_pyg():
     torch.manual_seed(0)
     out = distribute(GCNConv(F, OUT))(data.x, data.edge_index, data.edge_weight)
     assert torch.equal(out, ref)
+
+
+def test_state_dict_keys_checkpoints_copies_and_pickles_survive(tmp_path):
+    from torch_geometric.nn.models import GraphSAGE
+    torch.manual_seed(0)
+    model = GraphSAGE(F, 8, num_layers=2, out_channels=OUT, norm="batch_norm")
+    checkpoint = {k: v.clone() for k, v in model.state_dict().items()}
+    distribute(model)
+    assert list(model.state_dict()) == list(checkpoint)
+    model.load_state_dict(checkpoint)
+    data = make_graph(1)
+    local = shard(data)
+    out = model(local.x, local.adj)  # SAGE's lin_l is swapped during the call and restored after
+    assert list(model.state_dict()) == list(checkpoint)
+    import copy
+    for twin in (copy.deepcopy(model), _pickled(model, tmp_path)):
+        torch.testing.assert_close(twin(local.x, local.adj), model(local.x, local.adj))
+    assert out.shape == (data.num_nodes, OUT)
+
+
+def _pickled(model, tmp_path):
+    torch.save(model, tmp_path / "model.pt")
+    return torch.load(tmp_path / "model.pt", weights_only=False)

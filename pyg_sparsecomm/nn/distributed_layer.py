@@ -21,7 +21,6 @@ Every layer whose forward reaches the graph only through these is exact: a targe
 messages, softmaxes and aggregations see exactly its in-edges, which its owner holds.
 """
 import inspect
-import types
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -59,8 +58,6 @@ class LayerState:
 
     def __init__(self, conv: MessagePassing, settings: DistributedSettings) -> None:
         self.settings = settings
-        self.propagate = conv.propagate
-        self.edge_updater = conv.edge_updater
         self.entered: List[bool] = []
         self.applied_first: Optional[str] = None  # post-aggregation Linear moved before the exchange
         self.adjacency = AdjacencyCache()
@@ -80,8 +77,24 @@ def attach(conv: MessagePassing, settings: DistributedSettings) -> None:
     conv._sparsecomm = LayerState(conv, settings)
     conv.register_forward_pre_hook(_enter, with_kwargs=True)
     conv.register_forward_hook(_leave, always_call=True)
-    conv.propagate = types.MethodType(_propagate, conv)
-    conv.edge_updater = types.MethodType(_edge_updater, conv)
+    conv.propagate = _InstanceMethod(conv, _propagate)
+    conv.edge_updater = _InstanceMethod(conv, _edge_updater)
+
+
+class _InstanceMethod:
+    """``conv.propagate`` / ``conv.edge_updater`` of a distributed layer: a picklable bound call
+    (PyG shadows ``propagate`` per instance the same way for explanations)."""
+
+    def __init__(self, conv: MessagePassing, function) -> None:
+        self.conv, self.function = conv, function
+
+    def __call__(self, edge_index: Any, size: Any = None, **kwargs: Any) -> Any:
+        return self.function(self.conv, edge_index, size, **kwargs)
+
+
+def _pyg(conv: MessagePassing, name: str):
+    """PyG's own (class-level, possibly template-generated) ``propagate``/``edge_updater``."""
+    return getattr(type(conv), name).__get__(conv)
 
 
 def _is_graph_argument(value: Any) -> bool:
@@ -193,7 +206,7 @@ def _propagate(conv: MessagePassing, edge_index: Any, size: Any = None, **kwargs
     state: LayerState = conv._sparsecomm
     context = shard_context.current()
     if not state.active or context is None:
-        return state.propagate(edge_index, size=size, **kwargs)
+        return _pyg(conv, "propagate")(edge_index, size=size, **kwargs)
     size = _check_call(conv, edge_index, size, context)
     weight_arg = linear_weight_arg(conv)
     if weight_arg is not None and isinstance(kwargs.get("x"), (Tensor, tuple, list)):
@@ -202,17 +215,17 @@ def _propagate(conv: MessagePassing, edge_index: Any, size: Any = None, **kwargs
         raise RuntimeError(f"{type(conv).__name__} propagated without 'x'; distribute() expected the linear "
                            f"aggregation of its {state.applied_first}")
     kwargs = _with_halo(conv, kwargs, _source_names(conv._user_args), context)
-    return state.propagate(edge_index, size=size, **kwargs)
+    return _pyg(conv, "propagate")(edge_index, size=size, **kwargs)
 
 
 def _edge_updater(conv: MessagePassing, edge_index: Any, size: Any = None, **kwargs: Any) -> Any:
     state: LayerState = conv._sparsecomm
     context = shard_context.current()
     if not state.active or context is None:
-        return state.edge_updater(edge_index, size=size, **kwargs)
+        return _pyg(conv, "edge_updater")(edge_index, size=size, **kwargs)
     size = _check_call(conv, edge_index, size, context)
     kwargs = _with_halo(conv, kwargs, _source_names(conv._edge_user_args), context)
-    return state.edge_updater(edge_index, size=size, **kwargs)
+    return _pyg(conv, "edge_updater")(edge_index, size=size, **kwargs)
 
 
 def _linear_propagate(conv: MessagePassing, state: LayerState, context: shard_context.ShardContext,
