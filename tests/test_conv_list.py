@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch_geometric.nn import GCNConv, Sequential
+from torch_geometric.nn import GCNConv, MessagePassing, Sequential
 from torch_geometric.nn import conv as c
 from torch_geometric.nn.norm import BatchNorm, MeanSubtractionNorm, PairNorm
 
@@ -41,6 +41,22 @@ def test_flow_target_to_source_and_whole_graph_norms_are_refused():
         with pytest.raises(NotImplementedError, match=type(norm).__name__):
             distribute(torch.nn.ModuleList([GCNConv(4, 4), norm]))
     distribute(torch.nn.ModuleList([GCNConv(4, 4), BatchNorm(4)]))  # reduced over ranks: accepted
+
+
+class _RootInUpdate(MessagePassing):
+    def forward(self, x, edge_index):
+        return self.propagate(edge_index, x=x)
+
+    def message(self, x_j):
+        return x_j
+
+    def update(self, aggr_out, x):
+        return aggr_out + x
+
+
+def test_a_layer_reading_a_source_tensor_whole_is_refused():
+    with pytest.raises(NotImplementedError, match="_RootInUpdate .* reads 'x' both whole and at sources"):
+        distribute(_RootInUpdate())
 
 
 def test_readme_shows_the_generated_table():

@@ -49,6 +49,13 @@ def refusal(module: torch.nn.Module) -> Optional[str]:
     if isinstance(module, MessagePassing) and module.flow != "source_to_target":
         return (f"has flow={module.flow!r}; a rank holds the in-edges of its nodes, so only "
                 f"flow='source_to_target' can run distributed")
+    if isinstance(module, MessagePassing):
+        for args in (module._user_args, module._edge_user_args):
+            both = sorted({a[:-2] for a in args if a.endswith("_j")} & set(args))
+            if both:
+                return (f"reads {both[0]!r} both whole and at sources ('{both[0]}_j') in its message functions; "
+                        f"distribute() completes source tensors with halo rows, so pass the whole tensor under "
+                        f"another name")
     return None
 
 
