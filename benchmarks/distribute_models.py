@@ -10,7 +10,7 @@ inside a block, undirected, fixed seed; 64 random features, 8 random classes).
   ``edge_index`` and, where its convolution takes one (GCN, GraphSAGE, GIN), on a torch
   CSR ``adj_t`` (``adj_t[target, source]``; checked to give the ``edge_index`` outputs on
   a small directed graph and on the benchmark graph before timing).  The faster of the two
-  is "PyG fastest".
+  is "PyG fastest".  The same paths on 1 thread show how far PyG itself scales.
 * **distribute(model)**, P = 2 processes of 1 thread (gloo), METIS partition, algorithm
   ``"1d"`` and, for the models whose aggregation is a linear SpMM (GCN, GraphSAGE, GIN),
   ``"oblivious"`` (CAGNET 1D broadcast).  GAT's attention messages always use the 1D halo
@@ -18,7 +18,8 @@ inside a block, undirected, fixed seed; 64 random features, 8 random classes).
   exchanges (every rank's whole block forward, every peer block's partial sums backward).
 
 Median epoch time of rank 0 over ``--epochs`` epochs, in ``--rounds`` rounds that alternate
-the single-process and the distributed runs, each after ``--warmup`` warm-up epochs.  The
+the single-process and the distributed runs, each after ``--warmup`` warm-up epochs (if an
+epoch was discarded, a configuration short of clean epochs runs again, until ``--budget``).  The
 machine may be shared: an epoch during which other processes used more than 0.15 cores
 (``/proc/stat`` busy time minus the benchmark's own CPU time) is discarded and re-run.
 Bytes: halo payload the exchanges counted (``comm_counter``) per epoch, rank 0 and the sum
@@ -27,7 +28,7 @@ every distributed run is compared with the single-process one (same initial weig
 model whose distributed/PyG-fastest ratio misses the target gets a profile of one epoch on
 rank 0 and of PyG (torch.profiler operators by category, and cProfile functions).
 
-    python benchmarks/distribute_models.py [--nodes 100000] [--degree 8] [--epochs 12]
+    python benchmarks/distribute_models.py [--nodes 100000] [--degree 8] [--epochs 24] [--rounds 4]
 """
 import argparse
 import contextlib
@@ -47,8 +48,7 @@ from torch_geometric.nn.models import GAT, GCN, GIN, GraphSAGE
 from torch_geometric.utils import coalesce, remove_self_loops, to_torch_csr_tensor, to_undirected
 
 from _common import median, print_table, with_features, write_table_section
-from pyg_sparsecomm import (SparsityAwarePartitioner, comm_counter, distribute, distributed_loss, shard,
-                            sync_gradients)
+from pyg_sparsecomm import SparsityAwarePartitioner, comm_counter, distribute, distributed_loss, shard, sync_gradients
 from pyg_sparsecomm.testing import launch
 from pyg_sparsecomm.training import global_sum
 
@@ -180,7 +180,8 @@ class Trainer:
 
     def measure(self, warmup: int, epochs: int, deadline: float) -> dict:
         """``warmup`` epochs, then epochs until ``epochs`` clean ones or, after 3 epochs, the deadline."""
-        first = [self.epoch() for _ in range(max(warmup, 1))][0]
+        warm = [self.epoch() for _ in range(max(warmup, 1))]  # every warm-up epoch runs; keep epoch 0's loss
+        first = warm[0]
         clean, dirty = [], []
         while len(clean) < epochs:
             e = self.epoch(deadline=deadline)
@@ -204,7 +205,7 @@ class Trainer:
         if self.rank0:
             averages = prof.key_averages()
             out.update(ops=averages.table(sort_by="self_cpu_time_total", row_limit=25),
-                       events=[(a.key, a.self_cpu_time_total / 1e3) for a in averages],
+                       events=profile_events(prof),
                        ops_epoch_ms=e["seconds"] * 1e3, ops_comm_ms=e["comm"] * 1e3, ops_foreign=e["foreign"])
         for k in range(tries):
             cprof = cProfile.Profile() if self.rank0 else None
@@ -287,12 +288,17 @@ def oblivious_bytes(name: str, owned):
             for n_r in owned]
 
 
-#: operator categories of the profile breakdown, matched in order on torch.profiler's names
-CATEGORIES = [
+#: categories that claim an operator if it or any operator it runs inside matches (the closest wins):
+#: the gathers/index_add_ of the halo exchange count as halo exchange, a CSR SpMM's addmm as SpMM
+OUTER = [
     ("halo exchange", ("_haloexchange", "_haloreduce", "alltoall", "all_to_all")),
     ("all-reduce (grads, loss)", ("allreduce", "all_reduce")),
-    ("sort/CSR build", ("sort", "bincount", "cumsum", "unique", "nonzero", "repeat_interleave", "coalesce")),
-    ("SpMM (CSR)", ("sparse", "csr", "spmm")),
+    ("sort/CSR build", ("sort", "bincount", "cumsum", "unique", "nonzero", "repeat_interleave", "coalesce",
+                        "to_sparse", "convert_indices")),
+    ("SpMM (CSR)", ("sparse", "csrspmm")),
+]
+#: categories by the operator's own name, for the rest
+INNER = [
     ("scatter (aggregation, softmax)", ("scatter", "index_add", "segment")),
     ("gather (x_j, alpha_j)", ("index_select", "gather", "aten::index")),
     ("dense matmul", ("aten::mm", "addmm", "linear", "bmm")),
@@ -302,13 +308,27 @@ CATEGORIES = [
 ]
 
 
+def profile_events(prof):
+    """``(self ms, [name, parent name, ...])`` of every operator of a torch.profiler run."""
+    out = []
+    for e in prof.events():
+        chain, p = [e.name.lower()], e.cpu_parent
+        while p is not None:
+            chain.append(p.name.lower())
+            p = p.cpu_parent
+        out.append((e.self_cpu_time_total / 1e3, chain))
+    return out
+
+
 def breakdown(events) -> dict:
-    """Self CPU ms per category (``events``: ``(name, self ms)`` of one profiled epoch)."""
-    out = {c: 0.0 for c, _ in CATEGORIES}
+    """Self CPU ms per category of one profiled epoch."""
+    out = {c: 0.0 for c, _ in OUTER + INNER}
     out["other"] = 0.0
-    for key, ms in events:
-        k = key.lower()
-        out[next((c for c, pats in CATEGORIES if any(p in k for p in pats)), "other")] += ms
+    for ms, chain in events:
+        cat = next((c for name in chain for c, pats in OUTER if any(p in name for p in pats)), None)
+        if cat is None:
+            cat = next((c for c, pats in INNER if any(p in chain[0] for p in pats)), "other")
+        out[cat] += ms
     return out
 
 
@@ -333,8 +353,8 @@ def main() -> None:
     p.add_argument("--blocks", type=int, default=100)
     p.add_argument("--degree", type=float, default=8.0, help="average (directed) degree before dedup")
     p.add_argument("--p-in", type=float, default=0.9)
-    p.add_argument("--epochs", type=int, default=12, help="measured epochs per configuration (all rounds)")
-    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--epochs", type=int, default=24, help="measured epochs per configuration (all rounds)")
+    p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--parts", type=int, default=2)
     p.add_argument("--max-wait", type=float, default=60.0, help="s to wait for other jobs to go idle")
@@ -370,14 +390,17 @@ def main() -> None:
     runs = [(m, "1d") for m in args.models] + [(m, "oblivious") for m in args.models if m in LINEAR_MODELS]
     per_round = -(-args.epochs // args.rounds)
     deadline = time.time() + args.budget
+    singles1 = [(m, "csr" if m in CSR_MODELS else "edge_index") for m in args.models]  # same paths, 1 thread
     pool = {("pyg",) + c: None for c in singles}
+    pool.update({("pyg1",) + c: None for c in singles1})
     pool.update({("dist",) + c: None for c in runs})
     dist_meta, waited, r = None, 0.0, 0
 
     def add(key, res):
         if pool[key] is None:
             pool[key] = {"clean": {k: [] for k in res["clean"]}, "dirty": {k: [] for k in res["dirty"]},
-                         "loss0": res["loss0"]}
+                         "loss0": res["loss0"], "rounds": []}
+        pool[key]["rounds"].append(median(res["clean"]["seconds"] or res["dirty"]["seconds"]))
         for part_ in ("clean", "dirty"):
             for k, v in res[part_].items():
                 pool[key][part_][k] += v
@@ -387,8 +410,9 @@ def main() -> None:
 
     while True:
         todo_s = [c for c in singles if missing(("pyg",) + c) > 0]
+        todo_1 = [c for c in singles1 if missing(("pyg1",) + c) > 0]
         todo_d = [c for c in runs if missing(("dist",) + c) > 0]
-        if not (todo_s or todo_d) or (r >= args.rounds and time.time() > deadline):
+        if not (todo_s or todo_1 or todo_d) or (r >= args.rounds and time.time() > deadline):
             break
         want = per_round if r < args.rounds else max(missing(k) for k in pool)
         if todo_s:
@@ -398,6 +422,13 @@ def main() -> None:
                          args.warmup, deadline, threads=2, timeout=3600)[0]
             for c, res in got.items():
                 add(("pyg",) + c, res)
+        if todo_1:
+            waited += wait_idle(args.max_wait)
+            print(f"round {r + 1}: PyG single process, 1 thread:", flush=True)
+            got = launch(_single, 1, data, todo_1, min(want, max(missing(("pyg1",) + c) for c in todo_1)),
+                         args.warmup, deadline, threads=1, timeout=3600)[0]
+            for c, res in got.items():
+                add(("pyg1",) + c, res)
         if todo_d:
             waited += wait_idle(args.max_wait)
             print(f"round {r + 1}: distribute, P={args.parts}, 1 thread each:", flush=True)
@@ -424,9 +455,9 @@ def main() -> None:
           f"cores; too few clean epochs (disturbed ones kept): {noisy or 'none'}")
 
     headers = ["model", "PyG edge_index ms", "PyG CSR adj_t ms", "PyG fastest ms", "distribute 1d ms",
-               "1d comm ms", "1d / fastest", f"<= {TARGET}x", "1d MB/epoch r0", "1d MB/epoch total",
+               "1d comm ms", "1d / fastest", "per round min-max", f"<= {TARGET}x", "PyG 1 thread ms", "1d / (1 thread / P)", "1d MB/epoch r0", "1d MB/epoch total",
                "oblivious ms", "obl. comm ms", "obl. MB/epoch r0", "obl. MB/epoch total", "epoch-0 loss diff"]
-    rows, ratios, misses, fastest = [], {}, [], {}
+    rows, ratios, misses, fastest, spread = [], {}, [], {}, {}
 
     def ms(key, field="seconds"):
         return median(kept(key, field)) * 1e3
@@ -439,9 +470,15 @@ def main() -> None:
         csr_ms = ms(("pyg", name, "csr")) if name in CSR_MODELS else None
         fast = min(v for v in (ei_ms, csr_ms) if v is not None)
         fastest[name] = "csr" if csr_ms is not None and csr_ms < ei_ms else "edge_index"
+        path1 = "csr" if name in CSR_MODELS else "edge_index"
+        one = ms(("pyg1", name, path1))
         d1 = ("dist", name, "1d")
         d_ms = ms(d1)
         ratios[name] = d_ms / fast
+        per_round_ratio = [d / min(p_) for d, *p_ in zip(
+            pool[("dist", name, "1d")]["rounds"], *[pool[("pyg", name, g)]["rounds"] for g in
+                                                   (["edge_index", "csr"] if name in CSR_MODELS else ["edge_index"])])]
+        spread[name] = (min(per_round_ratio), max(per_round_ratio))
         if d_ms / fast > TARGET:
             misses.append(name)
         ref = pool["pyg", name, "edge_index"]["loss0"]
@@ -461,8 +498,9 @@ def main() -> None:
             obl = ["-", "-", f"{ob[0] / 1e6:.2f} (computed)", f"{sum(ob) / 1e6:.2f} (computed)"]
         rows.append([name, f"{ei_ms:.1f}{flag(('pyg', name, 'edge_index'))}",
                      "-" if csr_ms is None else f"{csr_ms:.1f}{flag(('pyg', name, 'csr'))}", f"{fast:.1f}",
-                     f"{d_ms:.1f}{flag(d1)}", f"{ms(d1, 'comm'):.1f}", f"{ratios[name]:.2f}",
-                     "yes" if ratios[name] <= TARGET else "no", f"{sent[0] / 1e6:.2f}", f"{sum(sent) / 1e6:.2f}",
+                     f"{d_ms:.1f}{flag(d1)}", f"{ms(d1, 'comm'):.1f}", f"{ratios[name]:.2f}", f"{spread[name][0]:.2f}-{spread[name][1]:.2f}",
+                     "yes" if ratios[name] <= TARGET else "no", f"{one:.1f} ({path1})",
+                     f"{d_ms / (one / args.parts):.2f}", f"{sent[0] / 1e6:.2f}", f"{sum(sent) / 1e6:.2f}",
                      *obl, f"{diff:.1e}"])
     print()
     print_table(headers, rows)
@@ -487,13 +525,14 @@ def main() -> None:
             order = sorted(mine, key=lambda c: -(mine[c] + theirs[c]))
             brow = [[c, f"{theirs[c]:.0f}", f"{100 * theirs[c] / tot_t:.0f}%", f"{mine[c]:.0f}",
                      f"{100 * mine[c] / tot_m:.0f}%"] for c in order if mine[c] + theirs[c] > 0.005 * (tot_m + tot_t)]
-            print(f"{name}: self-CPU ms by category of one profiled epoch (PyG {graph}: {ps['ops_epoch_ms']:.0f} ms "
-                  f"wall, {tot_t:.0f} ms CPU over 2 threads; distribute rank 0: {pr['ops_epoch_ms']:.0f} ms wall, "
-                  f"{tot_m:.0f} ms CPU, comm {pr['ops_comm_ms']:.0f} ms)")
+            print(f"{name}: operator self time (ms on the calling thread, OpenMP workers included in it) by "
+                  f"category, one profiled epoch (PyG {graph}: {ps['ops_epoch_ms']:.0f} ms wall, {tot_t:.0f} ms in "
+                  f"operators; distribute rank 0: {pr['ops_epoch_ms']:.0f} ms wall, {tot_m:.0f} ms in operators, "
+                  f"comm {pr['ops_comm_ms']:.0f} ms)")
             print_table(["category", f"PyG {graph} ms", "share", "distribute r0 ms", "share"], brow)
             profile_notes.append(
-                f"{name} misses the target; one profiled epoch (self CPU ms, distribute rank 0 vs PyG {graph} "
-                f"summed over its 2 threads): " + ", ".join(f"{c} {mine[c]:.0f} vs {theirs[c]:.0f}"
+                f"{name} misses the target; one profiled epoch, operator self time in ms by category, "
+                f"distribute rank 0 vs PyG {graph} (2 threads): " + ", ".join(f"{c} {mine[c]:.0f} vs {theirs[c]:.0f}"
                                                               for c in order[:6]))
 
     print(f"\ntotal {time.perf_counter() - t_start:.0f} s")
@@ -510,8 +549,11 @@ def main() -> None:
         f"Package code: {version}. PyG: one process, "
 f"2 threads, `edge_index` and a torch CSR `adj_t` (outputs checked equal to `edge_index`'s); "
         f"`distribute(model)`: P = {args.parts} gloo processes of 1 thread, METIS ({owned} owned, {halos} "
-        f"halo rows per rank), rank 0's times. Ratio = distribute 1d / PyG fastest, target <= {TARGET}x: "
-        + ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items())
+        f"halo rows per rank), rank 0's times. PyG 1 thread: the same model in one process of 1 thread on "
+        f"the path named; `1d / (1 thread / P)` compares distribute with perfect scaling of that run. Per round: "
+        f"distribute's median over PyG fastest's median within each round (the machine's speed drifts). "
+        f"Ratio = distribute 1d / PyG fastest, target <= {TARGET}x: "
+        + ", ".join(f"{k} {v:.2f}x (rounds {spread[k][0]:.2f}-{spread[k][1]:.2f})" for k, v in ratios.items())
         + ". MB/epoch: halo payload counted by `comm_counter` (rank 0 and the sum over ranks; the gradient "
         "all-reduce is not counted); GAT's oblivious bytes are computed (broadcast of the same exchanges), "
         "the others measured. Epoch-0 loss diff: |distributed - single-process| loss of the first epoch, "
