@@ -10,6 +10,8 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch_geometric.data import Data
+from torch_geometric.utils import remove_self_loops, to_undirected
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "RESULTS.md"
@@ -31,6 +33,26 @@ def load_graph(name: str):
         raise SystemExit(f"{path} missing: run benchmarks/fetch_meshes.sh first")
     from pyg_sparsecomm.io import read_metis_graph
     return read_metis_graph(path)
+
+
+def sparse_sbm_graph(num_nodes: int, num_blocks: int, degree: float, p_in: float, seed: int) -> Data:
+    """Sparse stochastic block model: ``num_nodes * degree / 2`` undirected pairs, a fraction
+    ``p_in`` inside the source's (random) block, the rest uniform; self-loops and duplicates
+    dropped, both directions kept (O(E) memory, unlike PyG's dense ``stochastic_blockmodel_graph``)."""
+    gen = torch.Generator().manual_seed(seed)
+    block = torch.randint(num_blocks, (num_nodes,), generator=gen)
+    order = torch.argsort(block)
+    sizes = torch.bincount(block, minlength=num_blocks)
+    start = torch.cumsum(sizes, 0) - sizes
+    m = int(num_nodes * degree / 2)
+    src = torch.randint(num_nodes, (m,), generator=gen)
+    b = block[src]
+    inside = order[start[b] + (torch.rand(m, generator=gen) * sizes[b]).long().clamp_(max=sizes[b] - 1)]
+    outside = torch.randint(num_nodes, (m,), generator=gen)
+    dst = torch.where(torch.rand(m, generator=gen) < p_in, inside, outside)
+    edge_index, _ = remove_self_loops(torch.stack([src, dst]))
+    edge_index = to_undirected(edge_index, num_nodes=num_nodes)
+    return Data(edge_index=edge_index, num_nodes=num_nodes)
 
 
 def with_features(data, num_features: int = 64, num_classes: int = 8, seed: int = 0):

@@ -45,9 +45,9 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch_geometric.data import Data
 from torch_geometric.nn.models import GAT, GCN, GIN, GraphSAGE
-from torch_geometric.utils import coalesce, remove_self_loops, to_torch_csr_tensor, to_undirected
+from torch_geometric.utils import coalesce, remove_self_loops, to_torch_csr_tensor
 
-from _common import median, print_table, with_features, write_table_section
+from _common import median, print_table, sparse_sbm_graph, with_features, write_table_section
 from pyg_sparsecomm import SparsityAwarePartitioner, comm_counter, distribute, distributed_loss, shard, sync_gradients
 from pyg_sparsecomm.testing import launch
 from pyg_sparsecomm.training import global_sum
@@ -63,26 +63,6 @@ warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitl
 
 
 # graph ------------------------------------------------------------------------------------
-def sbm_graph(num_nodes: int, num_blocks: int, degree: float, p_in: float, seed: int) -> Data:
-    """Sparse stochastic block model: ``num_nodes * degree / 2`` undirected pairs, a fraction
-    ``p_in`` inside the source's (random) block, the rest uniform; self-loops and duplicates
-    dropped, both directions kept."""
-    gen = torch.Generator().manual_seed(seed)
-    block = torch.randint(num_blocks, (num_nodes,), generator=gen)
-    order = torch.argsort(block)
-    sizes = torch.bincount(block, minlength=num_blocks)
-    start = torch.cumsum(sizes, 0) - sizes
-    m = int(num_nodes * degree / 2)
-    src = torch.randint(num_nodes, (m,), generator=gen)
-    b = block[src]
-    inside = order[start[b] + (torch.rand(m, generator=gen) * sizes[b]).long().clamp_(max=sizes[b] - 1)]
-    outside = torch.randint(num_nodes, (m,), generator=gen)
-    dst = torch.where(torch.rand(m, generator=gen) < p_in, inside, outside)
-    edge_index, _ = remove_self_loops(torch.stack([src, dst]))
-    edge_index = to_undirected(edge_index, num_nodes=num_nodes)
-    return with_features(Data(edge_index=edge_index, num_nodes=num_nodes), FEATURES, CLASSES, seed)
-
-
 def small_directed_graph() -> Data:
     gen = torch.Generator().manual_seed(3)
     ei = coalesce(remove_self_loops(torch.randint(0, 300, (2, 1500), generator=gen))[0], num_nodes=300)
@@ -371,7 +351,8 @@ def main() -> None:
     print("adj_t vs edge_index, small directed graph, max |diff|:", small_err)
     assert all(e < 1e-4 for e in small_err.values()), small_err
 
-    data = sbm_graph(args.nodes, args.blocks, args.degree, args.p_in, seed=0)
+    data = with_features(sparse_sbm_graph(args.nodes, args.blocks, args.degree, args.p_in, seed=0), FEATURES,
+                         CLASSES, 0)
     N, E = data.num_nodes, data.edge_index.size(1)
     print(f"graph: {N} nodes, {E} directed edges, {int(data.train_mask.sum())} train nodes")
     torch.set_num_threads(2)
@@ -455,7 +436,8 @@ def main() -> None:
           f"cores; too few clean epochs (disturbed ones kept): {noisy or 'none'}")
 
     headers = ["model", "PyG edge_index ms", "PyG CSR adj_t ms", "PyG fastest ms", "distribute 1d ms",
-               "1d comm ms", "1d / fastest", "per round min-max", f"<= {TARGET}x", "PyG 1 thread ms", "1d / (1 thread / P)", "1d MB/epoch r0", "1d MB/epoch total",
+               "1d comm ms", "1d / fastest", "per round min-max", f"<= {TARGET}x", "PyG 1 thread ms",
+               "1d / (1 thread / P)", "1d MB/epoch r0", "1d MB/epoch total",
                "oblivious ms", "obl. comm ms", "obl. MB/epoch r0", "obl. MB/epoch total", "epoch-0 loss diff"]
     rows, ratios, misses, fastest, spread = [], {}, [], {}, {}
 
@@ -498,7 +480,8 @@ def main() -> None:
             obl = ["-", "-", f"{ob[0] / 1e6:.2f} (computed)", f"{sum(ob) / 1e6:.2f} (computed)"]
         rows.append([name, f"{ei_ms:.1f}{flag(('pyg', name, 'edge_index'))}",
                      "-" if csr_ms is None else f"{csr_ms:.1f}{flag(('pyg', name, 'csr'))}", f"{fast:.1f}",
-                     f"{d_ms:.1f}{flag(d1)}", f"{ms(d1, 'comm'):.1f}", f"{ratios[name]:.2f}", f"{spread[name][0]:.2f}-{spread[name][1]:.2f}",
+                     f"{d_ms:.1f}{flag(d1)}", f"{ms(d1, 'comm'):.1f}", f"{ratios[name]:.2f}",
+                     f"{spread[name][0]:.2f}-{spread[name][1]:.2f}",
                      "yes" if ratios[name] <= TARGET else "no", f"{one:.1f} ({path1})",
                      f"{d_ms / (one / args.parts):.2f}", f"{sent[0] / 1e6:.2f}", f"{sum(sent) / 1e6:.2f}",
                      *obl, f"{diff:.1e}"])

@@ -9,6 +9,8 @@ order that may differ by rank).  Both are timed side by side in one job (GraphSA
 hidden 64, METIS, P = 2, 1 thread per rank), with the first-epoch losses checked equal.
 
     python benchmarks/gradient_sync.py [--nodes 100000] [--epochs 10]
+
+The graph is distribute_models.py's (sparse SBM, 100 blocks, degree 8, 90 % inside a block).
 """
 import argparse
 import time
@@ -19,9 +21,8 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch_geometric.nn.models import GraphSAGE
 
-from _common import median, print_table, write_table_section
+from _common import median, print_table, sparse_sbm_graph, with_features, write_table_section
 from pyg_sparsecomm import SparsityAwarePartitioner, distribute, distributed_loss, global_sum, shard, sync_gradients
-from pyg_sparsecomm.datasets import sbm_graph
 from pyg_sparsecomm.testing import launch
 
 
@@ -43,7 +44,7 @@ def epochs(model, step_model, local, n, world_size, ddp):
 
 
 def _worker(rank, world_size, nodes, n, warmup, rounds):
-    data = sbm_graph(num_nodes=nodes, num_features=64, avg_degree=6.0, seed=0)
+    data = with_features(sparse_sbm_graph(nodes, 100, 8.0, 0.9, seed=0), 64, 8, 0)
     local = shard(SparsityAwarePartitioner(world_size, "metis")(data))
     classes = int(data.y.max()) + 1
     ddp_group = dist.new_group(backend="gloo")
