@@ -9,7 +9,7 @@
 """
 import pytest
 import torch
-from torch_geometric.nn import GATConv, GCNConv, GINConv, GraphConv, SAGEConv, TransformerConv
+from torch_geometric.nn import EdgeConv, GATConv, GCNConv, GINConv, GraphConv, SAGEConv, TransformerConv
 
 from layer_specs import D, F, OUT, _mlp
 from pyg_sparsecomm import comm_counter, distribute, shard, sync_gradients
@@ -145,3 +145,36 @@ def test_summary_reports_the_auto_choice():
     text = launch(_auto_worker, 2)[0]
     assert "0 (GCNConv): distributed SpMM, algorithm='1d'" in text and "<- chosen" in text
     assert "1 (GATConv): source tensors exchanged" in text
+
+
+STATIC = {"GINConv": lambda: GINConv(_mlp(F, OUT)), "EdgeConv": lambda: EdgeConv(_mlp(2 * F, OUT))}
+
+
+def _static_worker(rank, world_size):
+    data = make_graph(world_size)
+    local = shard(data)
+    out = {}
+    for name, build in STATIC.items():
+        x = local.x.clone()
+        torch.manual_seed(0)
+        layer = distribute(build())
+        sent = []
+        for step in range(3):
+            if step == 2:
+                x.add_(1.0)  # an in-place change: the halo must be fetched again
+            comm_counter().reset()
+            y = layer(x, local.adj)
+            sent.append(comm_counter().bytes_sent("halo"))
+        out[name] = (y, sent)
+    return local.n_id, sum(local.adj.plan.send_counts), out
+
+
+def test_input_halo_is_fetched_once_and_again_after_an_inplace_change():
+    data = make_graph(2)
+    for n_id, send_rows, results in launch(_static_worker, 2):
+        for name, build in STATIC.items():
+            y, sent = results[name]
+            assert sent == [send_rows * F * 4, 0, send_rows * F * 4], name
+            torch.manual_seed(0)
+            ref = build()(data.x + 1.0, data.edge_index)
+            torch.testing.assert_close(y, ref[n_id], atol=1e-5, rtol=1e-5, msg=lambda m: f"{name}: {m}")

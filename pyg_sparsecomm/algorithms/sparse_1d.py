@@ -22,7 +22,10 @@ class SparseAware1D(SpMMAlgorithm):
     auto_candidate = True
 
     def __call__(self, x: Tensor) -> Tensor:
-        halo = halo_exchange(x, self.adj.plan, self.group)
+        return self.multiply(x, halo_exchange(x, self.adj.plan, self.group))
+
+    def multiply(self, x: Tensor, halo: Tensor) -> Tensor:
+        """The block row times ``[x | halo]``, given halo rows already fetched (or reused)."""
         # Always concatenate, even an empty halo: the exchange must stay in the autograd
         # graph so that every rank joins the backward all-to-all its peers are waiting in.
         return spmm(self.adj, torch.cat([x, halo], dim=0))

@@ -31,7 +31,7 @@ from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
 from ..adj import HaloAdj
-from ..algorithms import make_algorithm
+from ..algorithms import SparseAware1D, make_algorithm
 from ..algorithms.choice import CostRow, choose_algorithm, exchange_group
 from ..comm.group import world_size
 from ..comm.halo import halo_exchange_many
@@ -61,6 +61,7 @@ class LayerState:
         self.entered: List[bool] = []
         self.applied_first: Optional[str] = None  # post-aggregation Linear moved before the exchange
         self.adjacency = AdjacencyCache()
+        self.static_halo = shard_context.StaticHalo()
         self.chosen_algorithm: Optional[str] = None if settings.algorithm == "auto" else settings.algorithm
         self.cost_report: List[CostRow] = []
 
@@ -184,12 +185,20 @@ def _with_halo(conv: MessagePassing, kwargs: Dict[str, Any], names: List[str],
         sources.append((name, rows, dst, moved))
     if not sources:
         return kwargs
-    halos = halo_exchange_many([rows for _, rows, _, _ in sources], context.plan, context.group)
     out = dict(kwargs)
-    for (name, rows, dst, moved), halo in zip(sources, halos):
+    static = {name: conv._sparsecomm.static_halo.fetch(name, _source(kwargs[name]), rows, context)
+              for name, rows, _, _ in sources if not rows.requires_grad}
+    moving = [rows for name, rows, _, _ in sources if name not in static]
+    fetched = iter(halo_exchange_many(moving, context.plan, context.group) if moving else [])
+    for name, rows, dst, moved in sources:
+        halo = static[name] if name in static else next(fetched)
         ext_shape = (rows.size(0) + halo.size(0),) + moved[1:]
         out[name] = (from_node_rows(torch.cat([rows, halo], 0), ext_shape, conv.node_dim), dst)
     return out
+
+
+def _source(value: Any) -> Tensor:
+    return value[0] if isinstance(value, (tuple, list)) else value
 
 
 def _check_call(conv: MessagePassing, edge_index: Any, size: Any, context: shard_context.ShardContext) -> tuple:
@@ -253,5 +262,10 @@ def _linear_propagate(conv: MessagePassing, state: LayerState, context: shard_co
         state.chosen_algorithm, state.cost_report = choose_algorithm(
             adj, grid, row_bytes, learnable, settings.cost_model, settings.group)
     spmm = make_algorithm(state.chosen_algorithm, adj, context.group if grid is None else None, grid)
-    return from_node_rows(spmm(rows.contiguous()), moved, conv.node_dim)
+    rows = rows.contiguous()
+    if type(spmm) is SparseAware1D and not rows.requires_grad:  # e.g. the input features: fetched once
+        out = spmm.multiply(rows, state.static_halo.fetch("x", src, rows, context))
+    else:
+        out = spmm(rows)
+    return from_node_rows(out, moved, conv.node_dim)
 

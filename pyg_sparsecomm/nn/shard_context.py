@@ -9,13 +9,17 @@ degrees; they find it here.  The stack is per thread and every entry is removed 
 forward hook that runs even when the forward raises.
 """
 import threading
+import weakref
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import Dict, List, Optional
 
+import torch
 import torch.distributed as dist
 from torch import Tensor
 
 from ..adj import HaloAdj
+from ..comm.group import collective_device, world_size
+from ..comm.halo import halo_exchange
 from ..plan import RankPlan
 
 
@@ -68,3 +72,35 @@ def current() -> Optional[ShardContext]:
     """The innermost running distributed layer's shard (``None`` outside one)."""
     stack = _stack()
     return stack[-1] if stack else None
+
+
+class StaticHalo:
+    """Halo rows of source tensors that need no gradient and did not change since the previous
+    call (a model's input features): fetched once per layer, then reused.
+
+    A tensor counts as unchanged while it is the same object at the same version (in-place
+    writes bump the version) on the same plan.  The exchange is a collective, so every rank
+    must take the same decision: it is agreed with one small all-reduce (``MIN``) per call.
+    """
+
+    def __init__(self) -> None:
+        self.entries: Dict[str, tuple] = {}
+
+    def fetch(self, key: str, src: Tensor, rows: Tensor, context: ShardContext) -> Tensor:
+        """The halo of ``rows`` (the node rows of ``src``), reused when every rank still holds the
+        same ``src``."""
+        entry = self.entries.get(key)
+        hit = entry is not None and entry[0]() is src and entry[1] == src._version and entry[2] is context.plan
+        if _all_ranks(hit, context.group):
+            return entry[3]
+        halo = halo_exchange(rows, context.plan, context.group)
+        self.entries[key] = (weakref.ref(src), src._version, context.plan, halo)
+        return halo
+
+
+def _all_ranks(flag: bool, group: Optional[dist.ProcessGroup]) -> bool:
+    if world_size(group) == 1:
+        return flag
+    value = torch.tensor([int(flag)], device=collective_device(group))
+    dist.all_reduce(value, op=dist.ReduceOp.MIN, group=group)
+    return bool(value.item())
