@@ -389,38 +389,29 @@ def main() -> None:
     def missing(key):
         return args.epochs - (0 if pool[key] is None else len(pool[key]["clean"]["seconds"]))
 
+    # (pool key, label, configurations, processes, worker, its graph argument, threads per process)
+    kinds = [("pyg", "PyG single process, 2 threads", singles, 1, _single, data, 2),
+             ("pyg1", "PyG single process, 1 thread", singles1, 1, _single, data, 1),
+             ("dist", f"distribute, P={args.parts}, 1 thread each", runs, args.parts, _distributed, part, 1)]
     while True:
-        todo_s = [c for c in singles if missing(("pyg",) + c) > 0]
-        todo_1 = [c for c in singles1 if missing(("pyg1",) + c) > 0]
-        todo_d = [c for c in runs if missing(("dist",) + c) > 0]
-        if not (todo_s or todo_1 or todo_d) or (r >= args.rounds and time.time() > deadline):
+        todo = {kind: [c for c in configs if missing((kind,) + c) > 0] for kind, _, configs, *_ in kinds}
+        if not any(todo.values()) or (r >= args.rounds and time.time() > deadline):
             break
         want = per_round if r < args.rounds else max(missing(k) for k in pool)
-        if todo_s:
+        for kind, label, _, procs, worker, graph, threads in kinds:
+            if not todo[kind]:
+                continue
             waited += wait_idle(args.max_wait)
-            print(f"round {r + 1}: PyG single process, 2 threads:", flush=True)
-            got = launch(_single, 1, data, todo_s, min(want, max(missing(("pyg",) + c) for c in todo_s)),
-                         args.warmup, deadline, threads=2, timeout=3600)[0]
-            for c, res in got.items():
-                add(("pyg",) + c, res)
-        if todo_1:
-            waited += wait_idle(args.max_wait)
-            print(f"round {r + 1}: PyG single process, 1 thread:", flush=True)
-            got = launch(_single, 1, data, todo_1, min(want, max(missing(("pyg1",) + c) for c in todo_1)),
-                         args.warmup, deadline, threads=1, timeout=3600)[0]
-            for c, res in got.items():
-                add(("pyg1",) + c, res)
-        if todo_d:
-            waited += wait_idle(args.max_wait)
-            print(f"round {r + 1}: distribute, P={args.parts}, 1 thread each:", flush=True)
-            got = launch(_distributed, args.parts, part, todo_d, min(want, max(missing(("dist",) + c) for c in todo_d)),
-                         args.warmup, deadline, threads=1, timeout=3600)
-            dist_meta = dist_meta or [{k: g[k] for k in ("owned", "halo", "nnz")} for g in got]
-            for c in todo_d:
-                add(("dist",) + c, got[0][c])
-                # bytes of every rank (the same every epoch)
-                pool[("dist",) + c].setdefault("sent_ranks", [g[c]["clean"]["sent"] + g[c]["dirty"]["sent"]
-                                                              for g in got])
+            print(f"round {r + 1}: {label}:", flush=True)
+            got = launch(worker, procs, graph, todo[kind], min(want, max(missing((kind,) + c) for c in todo[kind])),
+                         args.warmup, deadline, threads=threads, timeout=3600)
+            if kind == "dist":
+                dist_meta = dist_meta or [{k: g[k] for k in ("owned", "halo", "nnz")} for g in got]
+            for c in todo[kind]:
+                add((kind,) + c, got[0][c])
+                if kind == "dist":  # bytes of every rank (the same every epoch)
+                    pool[(kind,) + c].setdefault("sent_ranks", [g[c]["clean"]["sent"] + g[c]["dirty"]["sent"]
+                                                                for g in got])
         r += 1
 
     def kept(key, field="seconds"):

@@ -1,7 +1,8 @@
 """Joining a ``torchrun`` job: the process group (with a timeout) and the device."""
 import os
+from contextlib import contextmanager
 from datetime import timedelta
-from typing import Optional, Tuple
+from typing import Iterator, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -28,3 +29,15 @@ def init_distributed(backend: Optional[str] = None,
         torch.cuda.set_device(device)
     dist.init_process_group(backend or ("nccl" if cuda else "gloo"), timeout=timeout)
     return dist.get_rank(), dist.get_world_size(), device
+
+
+@contextmanager
+def distributed_job(backend: Optional[str] = None,
+                    timeout: timedelta = DEFAULT_TIMEOUT) -> Iterator[Tuple[int, int, torch.device]]:
+    """:func:`init_distributed` for the duration of a ``with`` block, which yields
+    ``(rank, world_size, device)``; the process group is destroyed on exit, also on error."""
+    try:
+        yield init_distributed(backend, timeout)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()

@@ -211,30 +211,39 @@ def _check_call(conv: MessagePassing, edge_index: Any, size: Any, context: shard
     return (context.num_cols, context.num_owned)
 
 
+def _running(conv: MessagePassing) -> Optional[shard_context.ShardContext]:
+    """The shard ``conv`` is running on, or ``None`` when this call is plain PyG."""
+    return shard_context.current() if conv._sparsecomm.active else None
+
+
 def _propagate(conv: MessagePassing, edge_index: Any, size: Any = None, **kwargs: Any) -> Any:
     state: LayerState = conv._sparsecomm
-    context = shard_context.current()
-    if not state.active or context is None:
+    context = _running(conv)
+    if context is None:
         return _pyg(conv, "propagate")(edge_index, size=size, **kwargs)
-    size = _check_call(conv, edge_index, size, context)
     weight_arg = linear_weight_arg(conv)
     if weight_arg is not None and isinstance(kwargs.get("x"), (Tensor, tuple, list)):
+        _check_call(conv, edge_index, size, context)
         return _linear_propagate(conv, state, context, edge_index, kwargs, weight_arg)
     if state.applied_first:  # its Linear was replaced by its bias: only the SpMM path applies it first
         raise RuntimeError(f"{type(conv).__name__} propagated without 'x'; distribute() expected the linear "
                            f"aggregation of its {state.applied_first}")
-    kwargs = _with_halo(conv, kwargs, _source_names(conv._user_args), context)
-    return _pyg(conv, "propagate")(edge_index, size=size, **kwargs)
+    return _exchange_then(conv, "propagate", conv._user_args, edge_index, size, kwargs, context)
 
 
 def _edge_updater(conv: MessagePassing, edge_index: Any, size: Any = None, **kwargs: Any) -> Any:
-    state: LayerState = conv._sparsecomm
-    context = shard_context.current()
-    if not state.active or context is None:
+    context = _running(conv)
+    if context is None:
         return _pyg(conv, "edge_updater")(edge_index, size=size, **kwargs)
+    return _exchange_then(conv, "edge_updater", conv._edge_user_args, edge_index, size, kwargs, context)
+
+
+def _exchange_then(conv: MessagePassing, method: str, arg_names: List[str], edge_index: Any, size: Any,
+                   kwargs: Dict[str, Any], context: shard_context.ShardContext) -> Any:
+    """PyG's ``method`` over ``size = (owned + halo, owned)``, its source tensors completed with halo rows."""
     size = _check_call(conv, edge_index, size, context)
-    kwargs = _with_halo(conv, kwargs, _source_names(conv._edge_user_args), context)
-    return _pyg(conv, "edge_updater")(edge_index, size=size, **kwargs)
+    kwargs = _with_halo(conv, kwargs, _source_names(arg_names), context)
+    return _pyg(conv, method)(edge_index, size=size, **kwargs)
 
 
 def _linear_propagate(conv: MessagePassing, state: LayerState, context: shard_context.ShardContext,
