@@ -86,6 +86,9 @@ class StaticHalo:
     def __init__(self) -> None:
         self.entries: Dict[str, tuple] = {}
 
+    def __getstate__(self) -> dict:
+        return {"entries": {}}  # a cache: a pickled model fetches its halos again
+
     def fetch(self, key: str, src: Tensor, rows: Tensor, context: ShardContext) -> Tensor:
         """The halo of ``rows`` (the node rows of ``src``), reused when every rank still holds the
         same ``src``."""
