@@ -2,7 +2,7 @@
 
 * ``algorithm=`` ("1d", "1d_overlap", "1d_overlap_p2p", "oblivious", "auto") for GCNConv,
   SAGEConv(mean), GINConv and GraphConv equals single-process PyG;
-* ``"1.5d"`` / ``"1.5d_oblivious"`` with ``replication=2`` at P = 4 and 8 equal PyG for those
+* ``"1.5d"`` / ``"1.5d_oblivious"`` with ``replication=2`` at P = 4 equal PyG for those
   layers, and a non-linear layer (GATConv) runs on the same grid through its column group;
 * the bytes every exchange records equal the plan's prediction for the widths each layer moves
   (after its own transform), with the number of all-to-allv calls per layer.
@@ -87,7 +87,7 @@ def _worker_15d(rank, world_size, c):
     return local.n_id, results
 
 
-@pytest.mark.parametrize("world_size", [4, 8])
+@pytest.mark.parametrize("world_size", [4])
 def test_15d_layouts(world_size):
     c = 2
     per_rank = launch(_worker_15d, world_size, c, timeout=300)
