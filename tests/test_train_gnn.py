@@ -1,5 +1,6 @@
 """examples/train_gnn.py on P ranks trains PyG's own GCN/GraphSAGE/GIN/GAT exactly as a
-single-process PyG loop over the whole graph does (dropout 0, BatchNorm on)."""
+single-process PyG loop over the whole graph does (dropout 0, BatchNorm on), with gradients
+synced by sync_gradients or (GraphSAGE) by DistributedDataParallel."""
 import sys
 from pathlib import Path
 
@@ -39,13 +40,15 @@ def argv(model):
 
 
 def _run(rank, world_size):
-    return {m: train_gnn.run(train_gnn.parse_args(argv(m)), rank, world_size, verbose=False) for m in MODELS}
+    out = {m: train_gnn.run(train_gnn.parse_args(argv(m)), rank, world_size, verbose=False) for m in MODELS}
+    out["sage+ddp"] = train_gnn.run(train_gnn.parse_args(argv("sage") + ["--ddp"]), rank, world_size, verbose=False)
+    return out
 
 
 def test_example_trains_like_single_process_pyg():
     per_rank = launch(_run, 3, timeout=300)
-    for model in MODELS:
-        ref = reference_losses(train_gnn.parse_args(argv(model)))
+    for model in MODELS + ["sage+ddp"]:
+        ref = reference_losses(train_gnn.parse_args(argv(model.split("+")[0])))
         assert ref[-1] < ref[0], model
         for histories in per_rank:
             torch.testing.assert_close(torch.tensor(histories[model]["loss"]), torch.tensor(ref), atol=1e-4,
