@@ -81,21 +81,28 @@ def all_to_all_rows(send: Tensor, send_counts: List[int], recv_counts: List[int]
     return recv
 
 
+def _to_halo(x: Tensor, plan: RankPlan, group) -> Tensor:
+    """The forward exchange: the rows of ``x`` every peer needs, received as this rank's halo."""
+    send = x.index_select(0, plan.send_index)
+    return all_to_all_rows(send, plan.send_counts, plan.recv_counts, group, "halo")
+
+
+def _to_owners(halo: Tensor, into: Tensor, plan: RankPlan, group) -> Tensor:
+    """The reverse exchange: halo rows travel back to their owners and are summed into ``into``."""
+    back = all_to_all_rows(halo.contiguous(), plan.recv_counts, plan.send_counts, group, "halo_grad")
+    return into.index_add_(0, plan.send_index, back)
+
+
 class _HaloExchange(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor, plan: RankPlan, group) -> Tensor:
         ctx.plan, ctx.group, ctx.num_owned = plan, group, x.size(0)
-        send = x.index_select(0, plan.send_index)
-        return all_to_all_rows(send, plan.send_counts, plan.recv_counts, group, "halo")
+        return _to_halo(x, plan, group)
 
     @staticmethod
     def backward(ctx, grad_halo: Tensor):
-        plan = ctx.plan
-        back = all_to_all_rows(grad_halo.contiguous(), plan.recv_counts, plan.send_counts,
-                               ctx.group, "halo_grad")
-        grad_x = grad_halo.new_zeros((ctx.num_owned,) + tuple(grad_halo.shape[1:]))
-        grad_x.index_add_(0, plan.send_index, back)
-        return grad_x, None, None
+        zeros = grad_halo.new_zeros((ctx.num_owned,) + tuple(grad_halo.shape[1:]))
+        return _to_owners(grad_halo, zeros, ctx.plan, ctx.group), None, None
 
 
 def halo_exchange(x: Tensor, plan: RankPlan, group: Optional[dist.ProcessGroup] = None) -> Tensor:
@@ -113,20 +120,17 @@ def halo_exchange(x: Tensor, plan: RankPlan, group: Optional[dist.ProcessGroup] 
 
 class _HaloReduce(torch.autograd.Function):
     """The adjoint of :class:`_HaloExchange`: halo rows travel back to their owners and are
-    summed into the owned rows; backward is the forward exchange."""
+    summed into the owned rows; backward is the forward exchange.  (Counted as ``"halo_grad"``,
+    the reverse direction, although it runs in the forward pass.)"""
 
     @staticmethod
     def forward(ctx, owned: Tensor, halo: Tensor, plan: RankPlan, group) -> Tensor:
         ctx.plan, ctx.group = plan, group
-        back = all_to_all_rows(halo.contiguous(), plan.recv_counts, plan.send_counts, group, "halo_grad")
-        return owned.clone().index_add_(0, plan.send_index, back)
+        return _to_owners(halo, owned.clone(), plan, group)
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        plan = ctx.plan
-        send = grad.index_select(0, plan.send_index)
-        grad_halo = all_to_all_rows(send, plan.send_counts, plan.recv_counts, ctx.group, "halo")
-        return grad, grad_halo, None, None
+        return grad, _to_halo(grad, ctx.plan, ctx.group), None, None
 
 
 def halo_reduce(x_ext: Tensor, plan: RankPlan, group: Optional[dist.ProcessGroup] = None) -> Tensor:
