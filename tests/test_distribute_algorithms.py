@@ -9,7 +9,7 @@
 """
 import pytest
 import torch
-from torch_geometric.nn import EdgeConv, GATConv, GCNConv, GINConv, GraphConv, SAGEConv, TransformerConv
+from torch_geometric.nn import ChebConv, EdgeConv, GATConv, GCNConv, GINConv, GraphConv, SAGEConv, TransformerConv
 
 from layer_specs import D, F, OUT, _mlp
 from pyg_sparsecomm import comm_counter, distribute, shard, sync_gradients
@@ -102,6 +102,8 @@ BYTES = {
     "SAGEConv(wide)": (lambda: SAGEConv(F, F + 2), False, (F, F, 1)),             # inputs are narrower
     "GATConv": (lambda: GATConv(F, OUT, heads=2, edge_dim=D), False, (2 + 2 * OUT, 2 + 2 * OUT, 2)),
     "TransformerConv": (lambda: TransformerConv(F, OUT, heads=2), False, (4 * OUT, 4 * OUT, 1)),
+    # out-degrees folded (reverse) and fetched once, though lambda_max and the layer both need L
+    "ChebConv": (lambda: ChebConv(F, OUT, K=3), True, (1 + 2 * F, 1 + 2 * F, 3)),
 }
 
 

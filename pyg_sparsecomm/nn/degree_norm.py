@@ -74,6 +74,17 @@ def get_laplacian(context: ShardContext, edge_index: Tensor, edge_weight: Option
     if normalization is not None and normalization not in ("sym", "rw"):
         raise ValueError(f"get_laplacian: invalid normalization {normalization!r}")
     n = _check_num_nodes("get_laplacian", num_nodes, context)
+    # ChebConv's lambda_max adapter and ChebConv itself ask for the same Laplacian in one call
+    # (the entry keeps its inputs alive, so their ids cannot be reused within the call)
+    key = ("get_laplacian", id(edge_index), id(edge_weight), normalization, dtype)
+    if key not in context.memo:
+        context.memo[key] = (edge_index, edge_weight,
+                             _laplacian(context, edge_index, edge_weight, normalization, dtype, n))
+    return context.memo[key][2]
+
+
+def _laplacian(context: ShardContext, edge_index: Tensor, edge_weight: Optional[Tensor],
+               normalization: Optional[str], dtype: Optional[torch.dtype], n: int):
     edge_index, edge_weight = remove_self_loops(edge_index, edge_weight)
     if edge_weight is None:
         edge_weight = torch.ones(edge_index.size(1), dtype=dtype, device=edge_index.device)

@@ -10,7 +10,7 @@ forward hook that runs even when the forward raises.
 """
 import threading
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 import torch
@@ -31,10 +31,13 @@ class ShardContext:
         adj: the block row the layer was called with.
         group: process group of the halo exchanges (1.5D: the grid's column group).
         edge_index: ``adj`` as a local ``[2, nnz]`` edge index (sources first), in ``adj``'s edge order.
+        memo: per-call results keyed by the identity of their (live) inputs.
     """
     adj: HaloAdj
     group: Optional[dist.ProcessGroup]
     edge_index: Tensor
+    #: results of whole-graph computations within this call (e.g. a Laplacian needed twice)
+    memo: Dict[tuple, object] = field(default_factory=dict)
 
     @property
     def plan(self) -> RankPlan:
