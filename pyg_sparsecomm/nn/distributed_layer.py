@@ -20,7 +20,6 @@ PyG's and torch's own extension points:
 Every layer whose forward reaches the graph only through these is exact: a target's
 messages, softmaxes and aggregations see exactly its in-edges, which its owner holds.
 """
-import inspect
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -38,7 +37,7 @@ from ..comm.halo import halo_exchange_many
 from ..cost import CostModel
 from ..grid import process_grid
 from . import shard_context
-from .layer_adapters import adapt
+from .layer_adapters import adapt, forward_signature
 from .linear_aggregation import (AdjacencyCache, AppliedLinear, aggregation_weights, from_node_rows,
                                  linear_weight_arg, narrowing_linear, node_rows)
 
@@ -146,7 +145,7 @@ _EDGE_ARGUMENTS = ("edge_weight", "edge_attr", "edge_type")
 
 def _check_edge_arguments(conv: MessagePassing, args: tuple, kwargs: dict, adj: HaloAdj) -> None:
     """Edge-level arguments must be the shard's, in ``adj``'s edge order (``local.edge_weight``...)."""
-    bound = inspect.signature(conv.forward).bind_partial(*args, **kwargs).arguments
+    bound = forward_signature(type(conv)).bind_partial(conv, *args, **kwargs).arguments
     for name in _EDGE_ARGUMENTS:
         value = bound.get(name)
         if isinstance(value, Tensor) and value.dim() > 0 and value.size(0) != adj.nnz:

@@ -8,6 +8,7 @@ pre-hook on the call's bound arguments, that passes the whole-graph value explic
 * ``ChebConv`` with ``lambda_max=None`` scales by :math:`2 \\max_e L_e`, the largest
   Laplacian weight of the whole graph: the maximum over ranks is passed as ``lambda_max``.
 """
+import functools
 import inspect
 from typing import Callable, Dict, Optional
 
@@ -19,6 +20,12 @@ from torch_geometric.nn import ChebConv, MessagePassing
 from ..comm.group import collective_device, is_distributed
 from . import degree_norm
 from .shard_context import ShardContext
+
+
+@functools.lru_cache(maxsize=None)
+def forward_signature(cls: type) -> inspect.Signature:
+    """The signature of ``cls.forward`` (with ``self``), computed once per class."""
+    return inspect.signature(cls.forward)
 
 
 def global_max(value: Tensor, group: Optional[dist.ProcessGroup]) -> Tensor:
@@ -56,6 +63,6 @@ def adapt(conv: MessagePassing, args: tuple, kwargs: dict, context: ShardContext
     adapter = next((a for cls, a in ADAPTERS.items() if isinstance(conv, cls)), None)
     if adapter is None:
         return args, kwargs
-    bound = inspect.signature(conv.forward).bind(*args, **kwargs)
+    bound = forward_signature(type(conv)).bind(conv, *args, **kwargs)
     adapter(conv, bound, context)
-    return bound.args, bound.kwargs
+    return bound.args[1:], bound.kwargs  # without self

@@ -41,11 +41,12 @@ class _GlobalStatistics:
         return self._sparsecomm_settings is not None and world_size(self._stats_group()) > 1
 
 
-def global_mean_var(rows: Tensor, group) -> Tuple[Tensor, Tensor, int]:
-    """Per-column mean and biased variance of ``rows`` ``[n, C]`` over all ranks' rows; and ``N``."""
+def global_mean_var(rows: Tensor, group, mean_scale=1.0) -> Tuple[Tensor, Tensor, int]:
+    """Per-column mean of ``rows`` ``[n, C]`` over all ranks' rows, the biased variance of
+    ``rows - mean_scale * mean`` (GraphNorm's learnable shift; 1: the plain variance), and ``N``."""
     count = global_count(rows.size(0), group)
     mean = row_all_reduce(rows.sum(0), group) / max(count, 1)
-    centred = rows - mean
+    centred = rows - mean * mean_scale
     var = row_all_reduce((centred * centred).sum(0), group) / max(count, 1)
     return mean, var, count
 
@@ -105,11 +106,8 @@ class DistributedGraphNorm(_GlobalStatistics, pyg_norm.GraphNorm):
         if not self._distributed():
             return super().forward(x, batch, batch_size)
         _refuse_batch(self, batch)
-        group = self._stats_group()
-        count = global_count(x.size(0), group)
-        out = x - row_all_reduce(x.sum(0), group) / max(count, 1) * self.mean_scale
-        var = row_all_reduce(out.pow(2).sum(0), group) / max(count, 1)
-        return self.weight * out / (var + self.eps).sqrt() + self.bias
+        mean, var, _ = global_mean_var(x, self._stats_group(), self.mean_scale)
+        return self.weight * (x - mean * self.mean_scale) / (var + self.eps).sqrt() + self.bias
 
 
 class DistributedLayerNorm(_GlobalStatistics, pyg_norm.LayerNorm):
