@@ -65,9 +65,11 @@ class HaloAdj:
         return self.col.device
 
     def row(self) -> Tensor:
-        """Local row of every stored entry (COO view of the CSR)."""
-        counts = self.rowptr[1:] - self.rowptr[:-1]
-        return torch.repeat_interleave(torch.arange(self.num_owned, device=self.device), counts)
+        """Local row of every stored entry (COO view of the CSR); cached."""
+        if "row" not in self._structure:
+            counts = self.rowptr[1:] - self.rowptr[:-1]
+            self._structure["row"] = torch.repeat_interleave(torch.arange(self.num_owned, device=self.device), counts)
+        return self._structure["row"]  # type: ignore[return-value]
 
     def coo(self) -> Tuple[Tensor, Tensor]:
         return self.row(), self.col

@@ -119,6 +119,21 @@ def specs(deg: Optional[Tensor] = None) -> Dict[str, Spec]:
     }
 
 
+def variants() -> Dict[str, Spec]:
+    """Configurations of supported layers that take the package's other fast paths: ``GINConv``
+    whose ``nn`` starts with a narrowing ``Linear`` (moved before the aggregation), attention
+    with one head and a mean aggregation, or several heads averaged (one SpMM per head)."""
+    from torch_geometric.nn import MLP
+    return {
+        "GINConv[narrowing Sequential]": Spec(lambda: c.GINConv(Sequential(Linear(F, 3), ReLU(), Linear(3, OUT)),
+                                                                train_eps=True)),
+        "GINConv[narrowing MLP]": Spec(lambda: c.GINConv(MLP([F, 3, OUT], norm=None), eps=0.3)),
+        "GATConv[heads=1, mean]": Spec(lambda: c.GATConv(F, OUT, heads=1, aggr="mean")),
+        "GATv2Conv[heads=3, concat=False]": Spec(lambda: c.GATv2Conv(F, OUT, heads=3, concat=False,
+                                                                     share_weights=True)),
+    }
+
+
 class EdgeGateConv(MessagePassing):
     """A user's own layer: a gate from both endpoints and the edge feature, max aggregation."""
 
@@ -168,16 +183,21 @@ EMPTY_GRAPH_FAILS_IN_PYG = {"FeaStConv"}
 def layer_table() -> str:
     """The README's table: every entry of ``torch_geometric.nn.conv.__all__`` and what distribute() does."""
     from pyg_sparsecomm.nn import refusal
-    from pyg_sparsecomm.nn.linear_aggregation import linear_weight_arg
+    from pyg_sparsecomm.nn.linear_aggregation import edge_weighted_arg, linear_weight_arg
     table = specs()
     rows = ["| layer | under `distribute()` |", "|---|---|"]
     for name in c.__all__:
         if name in table:
             torch.manual_seed(0)
             built = table[name].build()
-            linear = any(linear_weight_arg(m) is not None for m in built.modules() if isinstance(m, MessagePassing))
-            how = ("exact; aggregation as one distributed SpMM (`algorithm=` applies)" if linear
-                   else "exact; source tensors exchanged after the layer's transform")
+            convs = [m for m in built.modules() if isinstance(m, MessagePassing)]
+            if any(linear_weight_arg(m) is not None for m in convs):
+                how = "exact; aggregation as one distributed SpMM (`algorithm=` applies)"
+            elif any(edge_weighted_arg(m) is not None for m in convs):
+                how = ("exact; source tensors exchanged after the layer's transform, aggregation as one "
+                       "CSR SpMM per head")
+            else:
+                how = "exact; source tensors exchanged after the layer's transform"
         elif name in NOT_BUILT_HERE:
             how = NOT_BUILT_HERE[name]
         else:

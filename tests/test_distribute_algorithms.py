@@ -9,6 +9,7 @@
 """
 import pytest
 import torch
+from torch.nn import Linear, ReLU, Sequential
 from torch_geometric.nn import ChebConv, EdgeConv, GATConv, GCNConv, GINConv, GraphConv, SAGEConv, TransformerConv
 
 from layer_specs import D, F, OUT, _mlp
@@ -100,6 +101,8 @@ BYTES = {
     "GCNConv": (lambda: GCNConv(F, OUT), True, (1 + OUT, OUT, 2)),               # degrees + SpMM
     "SAGEConv": (lambda: SAGEConv(F, OUT), False, (OUT, OUT, 1)),                 # lin_l moved first
     "SAGEConv(wide)": (lambda: SAGEConv(F, F + 2), False, (F, F, 1)),             # inputs are narrower
+    "GINConv(narrowing)": (lambda: GINConv(Sequential(Linear(F, 3), ReLU(), Linear(3, OUT))), False,
+                           (3, 3, 1)),                                            # nn's first Linear moved first
     "GATConv": (lambda: GATConv(F, OUT, heads=2, edge_dim=D), False, (2 + 2 * OUT, 2 + 2 * OUT, 2)),
     "TransformerConv": (lambda: TransformerConv(F, OUT, heads=2), False, (4 * OUT, 4 * OUT, 1)),
     # out-degrees folded (reverse) and fetched once, though lambda_max and the layer both need L

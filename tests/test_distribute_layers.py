@@ -9,7 +9,7 @@ import torch
 from torch_geometric.data import Data
 from torch_geometric.utils import degree
 
-from layer_specs import EMPTY_GRAPH_FAILS_IN_PYG, D, F, R, Inputs, specs
+from layer_specs import EMPTY_GRAPH_FAILS_IN_PYG, D, F, R, Inputs, specs, variants
 from pyg_sparsecomm import distribute, shard, sync_gradients
 from pyg_sparsecomm.testing import launch
 
@@ -67,7 +67,7 @@ def run_layer(name, spec, data, edge_index, rows=None):
 def _worker(rank, world_size, names):
     data = make_graph(world_size)
     local = shard(data)
-    table = specs(pna_degree(data))
+    table = all_specs(data)
     results = {}
     for name in names:
         try:
@@ -77,10 +77,16 @@ def _worker(rank, world_size, names):
     return local.n_id, results
 
 
+def all_specs(data: Data):
+    """Every supported layer of PyG and the variants that take other fast paths."""
+    return {**specs(pna_degree(data)), **variants()}
+
+
 def layers(world_size: int):
     """The layers to compare at ``world_size`` (see ``EMPTY_GRAPH_FAILS_IN_PYG``)."""
-    empty_part = bool((torch.bincount(make_graph(world_size).part, minlength=world_size) == 0).any())
-    return sorted(n for n in specs() if not (empty_part and n in EMPTY_GRAPH_FAILS_IN_PYG))
+    data = make_graph(world_size)
+    empty_part = bool((torch.bincount(data.part, minlength=world_size) == 0).any())
+    return sorted(n for n in all_specs(data) if not (empty_part and n in EMPTY_GRAPH_FAILS_IN_PYG))
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
@@ -88,7 +94,7 @@ def test_every_supported_layer_matches_pyg(world_size):
     names = layers(world_size)
     per_rank = launch(_worker, world_size, names, timeout=600)
     data = make_graph(world_size)
-    table = specs(pna_degree(data))
+    table = all_specs(data)
     failures = []
     for name in names:
         ref_out, ref_gx, ref_grads = run_layer(name, table[name], data, data.edge_index)

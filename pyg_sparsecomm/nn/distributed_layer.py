@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
-from ..adj import HaloAdj
+from ..adj import HaloAdj, spmm
 from ..algorithms import SparseAware1D, make_algorithm
 from ..algorithms.choice import CostRow, choose_algorithm, exchange_group
 from ..comm.group import world_size
@@ -38,8 +38,9 @@ from ..cost import CostModel
 from ..grid import process_grid
 from . import shard_context
 from .layer_adapters import adapt, forward_signature
-from .linear_aggregation import (AdjacencyCache, AppliedLinear, aggregation_weights, from_node_rows,
-                                 linear_weight_arg, narrowing_linear, node_rows)
+from .linear_aggregation import (AdjacencyCache, AppliedLinear, aggregation_weights, edge_weighted_arg,
+                                 from_node_rows, linear_inputs, linear_weight_arg, narrowing_input_linear,
+                                 narrowing_linear, node_rows)
 
 
 @dataclass
@@ -59,6 +60,7 @@ class LayerState:
         self.settings = settings
         self.entered: List[bool] = []
         self.applied_first: Optional[str] = None  # post-aggregation Linear moved before the exchange
+        self.swapped: List[Tuple[torch.nn.Module, str]] = []  # modules replaced by AppliedLinear this call
         self.adjacency = AdjacencyCache()
         self.static_halo = shard_context.StaticHalo()
         self.chosen_algorithm: Optional[str] = None if settings.algorithm == "auto" else settings.algorithm
@@ -136,8 +138,22 @@ def _enter(conv: MessagePassing, args: tuple, kwargs: dict):
         kwargs = {**kwargs, adj_at[0]: context.edge_index}
     state.applied_first = narrowing_linear(conv)
     if state.applied_first:
-        conv._modules[state.applied_first] = AppliedLinear(conv._modules[state.applied_first])
+        _apply_first(state, conv, state.applied_first)
+    first = narrowing_input_linear(conv)
+    if first is not None:  # GINConv: nn's first Linear applied to x, so the aggregation runs narrower
+        weight = _apply_first(state, *first).weight
+        bound = forward_signature(type(conv)).bind(conv, *args, **kwargs)
+        bound.arguments["x"] = linear_inputs(bound.arguments["x"], weight)
+        args, kwargs = bound.args[1:], bound.kwargs
     return adapt(conv, args, kwargs, context)
+
+
+def _apply_first(state: LayerState, container: torch.nn.Module, key: str) -> torch.nn.Module:
+    """Replaces ``container``'s ``key`` by :class:`AppliedLinear` for this call; returns the Linear."""
+    linear = container._modules[key]
+    container._modules[key] = AppliedLinear(linear)
+    state.swapped.append((container, key))
+    return linear
 
 
 _EDGE_ARGUMENTS = ("edge_weight", "edge_attr", "edge_type")
@@ -155,9 +171,10 @@ def _check_edge_arguments(conv: MessagePassing, args: tuple, kwargs: dict, adj: 
 
 def _leave(conv: MessagePassing, args: tuple, output: Any) -> None:
     state: LayerState = conv._sparsecomm
-    if state.applied_first and isinstance(conv._modules[state.applied_first], AppliedLinear):
-        conv._modules[state.applied_first] = conv._modules[state.applied_first].linear
-        state.applied_first = None
+    while state.swapped:
+        container, key = state.swapped.pop()
+        container._modules[key] = container._modules[key].linear
+    state.applied_first = None
     if state.entered and state.entered.pop():
         shard_context.pop()
 
@@ -224,6 +241,9 @@ def _propagate(conv: MessagePassing, edge_index: Any, size: Any = None, **kwargs
     if weight_arg is not None and isinstance(kwargs.get("x"), (Tensor, tuple, list)):
         _check_call(conv, edge_index, size, context)
         return _linear_propagate(conv, state, context, edge_index, kwargs, weight_arg)
+    alpha_arg = edge_weighted_arg(conv)
+    if alpha_arg is not None and isinstance(kwargs.get(alpha_arg), Tensor):
+        return _edge_weighted_propagate(conv, state, context, edge_index, size, kwargs, alpha_arg)
     if state.applied_first:  # its Linear was replaced by its bias: only the SpMM path applies it first
         raise RuntimeError(f"{type(conv).__name__} propagated without 'x'; distribute() expected the linear "
                            f"aggregation of its {state.applied_first}")
@@ -277,3 +297,20 @@ def _linear_propagate(conv: MessagePassing, state: LayerState, context: shard_co
         out = spmm(rows)
     return from_node_rows(out, moved, conv.node_dim)
 
+
+
+def _edge_weighted_propagate(conv: MessagePassing, state: LayerState, context: shard_context.ShardContext,
+                             edge_index: Tensor, size: Any, kwargs: Dict[str, Any], alpha_arg: str) -> Tensor:
+    r"""``out[:, h] = A_h x[:, h]`` with ``A_h[i, j] = alpha[e, h]`` over ``[owned | halo]`` rows of
+    ``x`` (exchanged as for any ``x_j``): one CSR SpMM per head."""
+    _check_call(conv, edge_index, size, context)
+    x = _with_halo(conv, kwargs, ["x"], context)["x"][0]
+    alpha = kwargs[alpha_arg]
+    heads = x.size(-2)
+    if x.dim() != 3 or conv.node_dim not in (0, -3) or alpha.shape != (edge_index.size(1), heads):
+        raise ValueError(f"{type(conv).__name__}: expected x of shape [N, heads, C] and {alpha_arg} of shape "
+                         f"[E, heads], got {list(x.shape)} and {list(alpha.shape)}")
+    value = aggregation_weights(edge_index, alpha, conv.aggr, context.num_owned, x.dtype)
+    outs = [spmm(state.adjacency.adjacency(edge_index, value[:, h], context.adj), x[:, h].contiguous())
+            for h in range(heads)]
+    return torch.stack(outs, dim=1)

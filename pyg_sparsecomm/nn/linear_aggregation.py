@@ -12,13 +12,23 @@ Where the layer applies a linear map *after* the aggregation (``SAGEConv``'s ``l
 ``GraphConv``'s ``lin_rel``) and it narrows the rows, the map moves before it
 (:math:`(A x) W^T + b = A (x W^T) + b`, also for isolated nodes), so the exchange carries
 the narrower width: the layer's ``Linear`` is replaced by :class:`AppliedLinear` (its bias
-only) for the duration of the call.
+only) for the duration of the call.  ``GINConv``'s ``nn`` likewise: when its first module is a
+narrowing ``Linear``, :math:`\mathrm{nn}((1 + \epsilon) x + A x)` starts with
+:math:`(1 + \epsilon) x W^T + A (x W^T) + b`, so ``x`` is multiplied by :math:`W^T` before the
+layer runs (:func:`narrowing_input_linear`).
+
+Attention layers whose message is :math:`\alpha_{ji} x_j` per head (``GATConv``,
+``GATv2Conv``) aggregate linearly in :math:`x` once :math:`\alpha` is computed: their
+propagation is one CSR SpMM per head with the (learnable) :math:`\alpha` as values
+(:func:`edge_weighted_arg`), instead of a gather of :math:`x_j` over edges, a product and a
+scatter; :math:`\partial \alpha_e = \langle \partial \mathrm{out}_i, x_j \rangle`.
 """
 import functools
 import math
 from typing import Dict, Optional, Tuple
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
@@ -42,15 +52,31 @@ def linear_messages() -> Dict[object, str]:
     return table
 
 
+@functools.lru_cache(maxsize=1)
+def edge_weighted_messages() -> Dict[object, str]:
+    """``message`` functions :math:`\alpha_{ji} x_j` with ``alpha`` of shape ``[E, heads]`` and
+    ``x`` of shape ``[N, heads, C]``, mapped to the name of ``alpha``."""
+    from torch_geometric.nn import conv as c
+    return {c.GATConv.message: "alpha", c.GATv2Conv.message: "alpha"}
+
+
+def _plain_aggregation(conv: MessagePassing) -> bool:
+    """PyG's own ``update``, one decomposed layer, no explanation, a sum or mean aggregation."""
+    if type(conv).update is not MessagePassing.update or getattr(conv, "decomposed_layers", 1) != 1:
+        return False
+    return isinstance(conv.aggr, str) and conv.aggr in LINEAR_AGGRS and not getattr(conv, "explain", False)
+
+
 def linear_weight_arg(conv: MessagePassing) -> Optional[str]:
     """The weight argument of ``conv``'s linear message (``""`` if unweighted), or ``None`` if
     its propagation is not a linear aggregation of source rows."""
-    cls = type(conv)
-    if cls.update is not MessagePassing.update or getattr(conv, "decomposed_layers", 1) != 1:
-        return None
-    if not (isinstance(conv.aggr, str) and conv.aggr in LINEAR_AGGRS):
-        return None
-    return linear_messages().get(cls.message)
+    return linear_messages().get(type(conv).message) if _plain_aggregation(conv) else None
+
+
+def edge_weighted_arg(conv: MessagePassing) -> Optional[str]:
+    """The per-edge, per-head weight argument of ``conv``'s message :math:`\alpha_{ji} x_j`, or
+    ``None`` if its message is not of that form."""
+    return edge_weighted_messages().get(type(conv).message) if _plain_aggregation(conv) else None
 
 
 class AdjacencyCache:
@@ -87,7 +113,9 @@ def aggregation_weights(edge_index: Tensor, weight: Optional[Tensor], aggr: str,
         return None if weight is None else weight.to(dtype)
     count = torch.bincount(edge_index[1], minlength=num_owned).clamp_(min=1).to(dtype)
     inv = count.reciprocal()[edge_index[1]]
-    return inv if weight is None else weight.to(dtype) * inv
+    if weight is None:
+        return inv
+    return weight.to(dtype) * inv.view((-1,) + (1,) * (weight.dim() - 1))
 
 
 def node_rows(t: Tensor, node_dim: int) -> Tuple[Tensor, Tuple[int, ...]]:
@@ -129,3 +157,54 @@ class AppliedLinear(torch.nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return x if self.linear.bias is None else x + self.linear.bias
+
+
+@functools.lru_cache(maxsize=1)
+def input_linear_layers() -> Dict[object, str]:
+    """``forward`` functions of layers computing :math:`\mathrm{nn}((1 + \epsilon) x + A x)`,
+    mapped to the attribute name of ``nn``."""
+    from torch_geometric.nn import conv as c
+    return {c.GINConv.forward: "nn"}
+
+
+def _first_linear(nn: torch.nn.Module) -> Optional[Tuple[torch.nn.Module, str]]:
+    """``(container, key)`` of the module ``nn`` applies first, if it is a ``Linear`` with
+    initialised weights (a PyG ``MLP``'s ``lins[0]``, a ``torch.nn.Sequential``'s first)."""
+    from torch_geometric.nn import MLP
+    from torch_geometric.nn.dense.linear import Linear
+    if isinstance(nn, MLP) and len(nn.lins) > 0:
+        container = nn.lins
+    elif type(nn) is torch.nn.Sequential and len(nn) > 0:
+        container = nn
+    else:
+        return None
+    key = next(iter(container._modules))
+    lin = container._modules[key]
+    weight = getattr(lin, "weight", None)
+    if not isinstance(lin, (torch.nn.Linear, Linear)) or isinstance(weight, torch.nn.parameter.UninitializedParameter):
+        return None
+    return container, key
+
+
+def narrowing_input_linear(conv: MessagePassing) -> Optional[Tuple[torch.nn.Module, str]]:
+    """``(container, key)`` of the ``Linear`` that ``conv``'s ``nn`` applies first to the
+    aggregation, if applying it to ``x`` before the layer narrows the exchanged rows."""
+    name = input_linear_layers().get(type(conv).forward)
+    if name is None or linear_weight_arg(conv) is None:
+        return None
+    found = _first_linear(getattr(conv, name))
+    if found is None:
+        return None
+    out_features, in_features = found[0]._modules[found[1]].weight.shape
+    return found if out_features < in_features else None
+
+
+def linear_inputs(x, weight: Tensor):
+    """``x W^T`` for a tensor or each tensor of an ``(x_src, x_dst)`` pair (``None`` kept)."""
+    if isinstance(x, Tensor):
+        return F.linear(x, weight)
+    if isinstance(x, (tuple, list)) and len(x) == 2:
+        src = None if x[0] is None else F.linear(x[0], weight)
+        dst = src if x[1] is x[0] else (None if x[1] is None else F.linear(x[1], weight))
+        return (src, dst)
+    raise ValueError(f"expected node features or an (x_src, x_dst) pair, got {type(x).__name__}")
