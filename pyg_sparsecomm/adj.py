@@ -165,8 +165,19 @@ class _CSRSpMM(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             grad_x = torch.sparse.mm(adj.csr_t(grad_out.dtype, value), grad_out)
         if ctx.needs_input_grad[1]:
-            grad_value = (grad_out[adj.row()] * x[adj.col]).sum(dim=-1).to(value.dtype)
+            grad_value = sampled_dot(adj, grad_out, x).to(value.dtype)
         return grad_x, grad_value, None
+
+
+def sampled_dot(adj: HaloAdj, left: Tensor, right: Tensor) -> Tensor:
+    """``<left[row_e], right[col_e]>`` for every stored entry ``e`` of ``adj`` (an SDDMM), in its order.
+
+    torch's CSR ``sampled_addmm`` computes it without materialising the ``[nnz, f]`` gathers
+    (about 10x faster on CPU than indexing both sides)."""
+    if left.dtype not in (torch.float32, torch.float64) or left.size(1) == 0:  # sampled_addmm needs these
+        return (left.index_select(0, adj.row()) * right.index_select(0, adj.col)).sum(dim=-1)
+    pattern = make_csr(adj.rowptr, adj.col, left.new_zeros(adj.nnz), (adj.num_owned, adj.num_cols))
+    return torch.sparse.sampled_addmm(pattern, left, right.t(), beta=0.0).values()
 
 
 def spmm(adj: HaloAdj, x: Tensor) -> Tensor:
