@@ -280,12 +280,11 @@ def _linear_propagate(conv: MessagePassing, state: LayerState, context: shard_co
         rows = F.linear(rows, conv._modules[state.applied_first].linear.weight)
         moved = tuple(rows.shape)
     weight = kwargs.get(weight_arg) if weight_arg else None
-    value = aggregation_weights(edge_index, weight, conv.aggr, context.num_owned, rows.dtype)
-    adj = state.adjacency.adjacency(edge_index, value, context.adj)
+    adj = state.adjacency.aggregation(edge_index, weight, conv.aggr, context.adj, rows.dtype)
     settings = state.settings
     grid = process_grid(settings.replication) if settings.replication > 1 else None
     if state.chosen_algorithm is None:
-        learnable = value is not None and value.requires_grad
+        learnable = adj.value is not None and adj.value.requires_grad
         row_bytes = rows.size(1) * rows.element_size()
         state.chosen_algorithm, state.cost_report = choose_algorithm(
             adj, grid, row_bytes, learnable, settings.cost_model, settings.group)

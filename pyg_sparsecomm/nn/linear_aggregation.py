@@ -84,26 +84,49 @@ class AdjacencyCache:
 
     Layers rebuild their edge index every call (self-loops, normalisation) unless they
     cache it; the sort into CSR is done again only when the structure changed (compared
-    element-wise, O(E)), and the values are permuted with the stored order.
+    element-wise, O(E)) or the shard did, and the values are permuted with the stored
+    order.  Unweighted aggregations (sum, mean) depend on the structure only: their
+    adjacency, with its CSR and transpose, is kept as a whole.
     """
 
     def __init__(self) -> None:
         self.edge_index: Optional[Tensor] = None
         self.perm: Optional[Tensor] = None
         self.structure: Optional[HaloAdj] = None
+        self.unweighted: Dict[Tuple[str, torch.dtype], HaloAdj] = {}
 
-    def adjacency(self, edge_index: Tensor, value: Optional[Tensor], like: HaloAdj) -> HaloAdj:
-        if self.edge_index is not edge_index and (self.edge_index is None or self.edge_index.shape != edge_index.shape
-                                                  or not torch.equal(self.edge_index, edge_index)):
+    def _update(self, edge_index: Tensor, like: HaloAdj) -> HaloAdj:
+        same = self.structure is not None and self.structure.plan is like.plan and (
+            self.edge_index is edge_index or (self.edge_index is not None and self.edge_index.shape == edge_index.shape
+                                              and torch.equal(self.edge_index, edge_index)))
+        if not same:
             col, row = edge_index[0], edge_index[1]
             n = like.num_owned
             self.perm = torch.argsort(row * max(like.num_cols, 1) + col, stable=True)
             rowptr = torch.zeros(n + 1, dtype=torch.long, device=row.device)
             torch.cumsum(torch.bincount(row, minlength=n), 0, out=rowptr[1:])
             self.structure = HaloAdj(rowptr, col[self.perm], None, like.plan)
-            self.edge_index = edge_index
-        assert self.structure is not None and self.perm is not None
-        return self.structure.with_value(None if value is None else value[self.perm])
+            self.edge_index, self.unweighted = edge_index, {}
+        assert self.structure is not None
+        return self.structure
+
+    def adjacency(self, edge_index: Tensor, value: Optional[Tensor], like: HaloAdj) -> HaloAdj:
+        """The CSR of ``edge_index`` with per-edge ``value`` (in ``edge_index``'s order)."""
+        structure = self._update(edge_index, like)
+        assert self.perm is not None
+        return structure.with_value(None if value is None else value[self.perm])
+
+    def aggregation(self, edge_index: Tensor, weight: Optional[Tensor], aggr: str, like: HaloAdj,
+                    dtype: torch.dtype) -> HaloAdj:
+        """The adjacency of the aggregation ``aggr`` with message weights ``weight`` (``None``: 1)."""
+        if weight is not None:
+            return self.adjacency(edge_index, aggregation_weights(edge_index, weight, aggr, like.num_owned, dtype),
+                                  like)
+        self._update(edge_index, like)
+        if (aggr, dtype) not in self.unweighted:
+            value = aggregation_weights(edge_index, None, aggr, like.num_owned, dtype)
+            self.unweighted[aggr, dtype] = self.adjacency(edge_index, value, like)
+        return self.unweighted[aggr, dtype]
 
 
 def aggregation_weights(edge_index: Tensor, weight: Optional[Tensor], aggr: str, num_owned: int,
