@@ -149,7 +149,7 @@ def _auto_worker(rank, world_size):
 def test_summary_reports_the_auto_choice():
     text = launch(_auto_worker, 2)[0]
     assert "0 (GCNConv): distributed SpMM, algorithm='1d'" in text and "<- chosen" in text
-    assert "1 (GATConv): source tensors exchanged" in text
+    assert "1 (GATConv): source tensors exchanged (1D all-to-allv), aggregation as one CSR SpMM per head" in text
 
 
 STATIC = {"GINConv": lambda: GINConv(_mlp(F, OUT)), "EdgeConv": lambda: EdgeConv(_mlp(2 * F, OUT))}

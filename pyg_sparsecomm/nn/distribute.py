@@ -120,13 +120,15 @@ def distribute(module: torch.nn.Module, algorithm: str = "1d", group: Optional[d
 def summary(module: torch.nn.Module) -> str:
     """One line per distributed layer of ``module``: how its aggregation runs (after a first
     forward, the SpMM algorithm chosen, with the cost table of ``algorithm="auto"``)."""
-    from .linear_aggregation import linear_weight_arg
+    from .linear_aggregation import edge_weighted_arg, linear_weight_arg
     lines = []
     for name, child in module.named_modules():
         state = getattr(child, "_sparsecomm", None)
         if state is None:
             continue
-        if linear_weight_arg(child) is None:
+        if edge_weighted_arg(child) is not None:
+            how = "source tensors exchanged (1D all-to-allv), aggregation as one CSR SpMM per head"
+        elif linear_weight_arg(child) is None:
             how = "source tensors exchanged (1D all-to-allv)"
         else:
             how = f"distributed SpMM, algorithm={state.chosen_algorithm or state.settings.algorithm!r}"

@@ -14,7 +14,8 @@ PyG's and torch's own extension points:
    The layer's own transform has run by then, so the exchange carries the transformed
    width (GAT: ``heads * out`` and, in its ``edge_updater``, ``heads``).  Where the
    message is linear (:mod:`.linear_aggregation`) the propagation is one distributed
-   SpMM instead, through the package's algorithms;
+   SpMM instead, through the package's algorithms; where it is :math:`\alpha_{ji} x_j`
+   per head (GAT), one local CSR SpMM per head over the exchanged rows;
 3. the same for ``edge_updater``.
 
 Every layer whose forward reaches the graph only through these is exact: a target's
