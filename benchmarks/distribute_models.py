@@ -250,13 +250,14 @@ def exchanges(name: str):
     """``(floats per row, has a backward exchange)`` of every source-row exchange of one
     epoch's forward, in order (layer 1, layer 2).  GraphSAGE and GIN aggregate their input
     first (layer 1 moves the 64 features, which need no gradient); distribute() applies
-    SAGEConv's ``lin_l`` before the aggregation where it narrows the rows (layer 2: 8); GAT exchanges alpha_j
-    (heads) in its edge_updater and x_j (heads * out) in propagate; GCN's degree exchanges
-    (1 float, no backward) always use the 1D halo exchange and are left out."""
+    SAGEConv's ``lin_l`` and the first ``Linear`` of GINConv's MLP before the aggregation
+    where they narrow the rows (layer 2: 8); GAT exchanges alpha_j (heads) in its
+    edge_updater and x_j (heads * out) in propagate; GCN's degree exchanges (1 float, no
+    backward) always use the 1D halo exchange and are left out."""
     return {"GAT": [(1, True), (HIDDEN, True), (1, True), (CLASSES, True)],
             "GCN": [(HIDDEN, True), (CLASSES, True)],
             "GraphSAGE": [(FEATURES, False), (CLASSES, True)],
-            "GIN": [(FEATURES, False), (HIDDEN, True)]}[name]
+            "GIN": [(FEATURES, False), (CLASSES, True)]}[name]
 
 
 def oblivious_bytes(name: str, owned):
