@@ -20,7 +20,7 @@ from torch_geometric.nn.models import GAT, GCN, GIN, GraphSAGE
 from pyg_sparsecomm import (SparsityAwarePartitioner, comm_counter, distribute, distributed_loss,  # <- distributed
                             global_accuracy, global_sum, shard, sync_gradients)
 from pyg_sparsecomm.datasets import load_dataset
-from pyg_sparsecomm.runtime import distributed_job
+from pyg_sparsecomm.runtime import run_job
 
 MODELS = {"gcn": GCN, "sage": GraphSAGE, "gin": GIN, "gat": GAT}
 
@@ -103,12 +103,7 @@ def parse_args(argv=None):
 
 
 def main(argv=None) -> None:
-    args = parse_args(argv)
-    with distributed_job() as (rank, world_size, device):   # torchrun's job, 120 s collective timeout
-        history = run(args, rank, world_size, device)
-    if rank == 0:
-        ms = sorted(history["epoch_s"])[len(history["epoch_s"]) // 2] * 1e3
-        print(f"final test accuracy {history['test_acc'][-1]:.4f}, median epoch {ms:.1f} ms")
+    run_job(run, parse_args(argv))   # torchrun's job (120 s collective timeout); reports on rank 0
 
 
 if __name__ == "__main__":

@@ -3,20 +3,19 @@
 Prints, for every P and method, the per-SpMM total volume, max send/receive
 volume, max messages sent/received and compute imbalance, the main ones also
 normalised to the random partition (as Table 2 of the VLDB'23 paper), and can
-save the P×P volume matrix as a PNG heatmap.  Needs no processes: everything
-comes from the plan.
+save the P×P volume matrix as a heatmap and the rows each rank sends and receives as
+bars (PNG, SVG, PDF, ... through matplotlib: ``pip install pyg_sparsecomm[plot]``).  Needs no
+processes: everything comes from the plan.
 """
 import argparse
 import json
-import struct
 import sys
 import time
-import zlib
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
-import numpy as np
 
+from . import plots
 from .partition import METHODS, SparsityAwarePartitioner
 from .partition.methods import base_method, method_options
 from .partition.multiconstraint import RESTART_OBJECTIVES
@@ -71,24 +70,6 @@ def load_graph(spec: str, root: Optional[str]):
         from torch_geometric.datasets import Planetoid
         return Planetoid(root, spec)[0]
     raise SystemExit(f"unknown graph {spec!r}: use {GRAPH_SPECS}")
-
-
-def write_heatmap_png(matrix: np.ndarray, path: str, cell: int = 0) -> None:
-    """Writes ``matrix`` as an RGB PNG (white = 0, dark red = max), no plotting library needed."""
-    m = np.asarray(matrix, dtype=np.float64)
-    scale = m / m.max() if m.max() > 0 else m
-    cell = cell or max(1, 512 // max(m.shape[0], 1))
-    rgb = np.stack([1 - 0.45 * scale, 1 - scale, 1 - scale], axis=-1)  # white -> dark red
-    img = (np.kron(rgb, np.ones((cell, cell, 1))) * 255).round().astype(np.uint8)
-    h, w = img.shape[:2]
-    raw = b"".join(b"\x00" + img[y].tobytes() for y in range(h))
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-    png = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
-           + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
-    Path(path).write_bytes(png)
 
 
 # arguments ------------------------------------------------------------------
@@ -169,7 +150,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--element-size", type=int, default=4, help="bytes per element for --bytes (default 4)")
     p.add_argument("--format", choices=("table", "tsv", "markdown"), default="table",
                    help="aligned table (default), tab-separated values or a Markdown table")
-    p.add_argument("--heatmap", help="save the P×P volume matrix of the last method and P as PNG")
+    p.add_argument("--heatmap", metavar="FILE",
+                   help="save the P×P volume matrix of the last method and P (.png, .svg, .pdf; needs matplotlib)")
+    p.add_argument("--bars", metavar="FILE",
+                   help="save the rows each rank sends and receives, last method and P (.png, .svg, .pdf)")
     return p
 
 
@@ -268,10 +252,26 @@ def partition_stats(argv: List[str]) -> int:
     last = None
     for row, last in _run(data, args.parts, methods, options, common, args.bytes, args.element_size):
         out.row(row)
-    if args.heatmap and last is not None:
-        write_heatmap_png(last.volume, args.heatmap)
-        out.note(f"wrote {args.heatmap} (P×P rows sent per SpMM, row = sender)")
+    if last is not None:
+        _plot(args, last, out)
     return 0
+
+
+def _plot(args: argparse.Namespace, stats: CommStats, out: "_Printer") -> None:
+    """The figures asked for, of the last method and P (``--heatmap``, ``--bars``)."""
+    figures = [("heatmap", lambda path, title: plots.volume_heatmap(stats.volume, path, title),
+                "P×P rows sent per SpMM, row = sender"),
+               ("bars", lambda path, title: plots.volume_bars(stats.rows_sent, stats.rows_received, path, title),
+                "rows sent and received per rank per SpMM")]
+    for option, draw, what in figures:
+        path = getattr(args, option)
+        if not path:
+            continue
+        try:
+            draw(path, f"{what} (P = {stats.num_parts})")
+        except (ImportError, ValueError) as e:
+            raise SystemExit(f"--{option} {path}: {e}") from None
+        out.note(f"wrote {path} ({what})")
 
 
 COMMANDS = {"partition-stats": partition_stats}

@@ -2,7 +2,7 @@
 import os
 from contextlib import contextmanager
 from datetime import timedelta
-from typing import Iterator, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -41,3 +41,15 @@ def distributed_job(backend: Optional[str] = None,
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def run_job(train: Callable[..., Dict[str, List[float]]], args: Any) -> Tuple[int, Dict[str, List[float]]]:
+    """Runs ``train(args, rank, world_size, device)`` inside :func:`distributed_job`; returns
+    ``(rank, history)``, after printing the final test accuracy and the median epoch time on
+    rank 0 when ``history`` holds ``test_acc`` and ``epoch_s`` (the examples' training loops)."""
+    with distributed_job() as (rank, world_size, device):
+        history = train(args, rank, world_size, device)
+    if rank == 0 and history.get("test_acc") and history.get("epoch_s"):
+        ms = sorted(history["epoch_s"])[len(history["epoch_s"]) // 2] * 1e3
+        print(f"final test accuracy {history['test_acc'][-1]:.4f}, median epoch {ms:.1f} ms")
+    return rank, history

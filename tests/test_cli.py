@@ -1,4 +1,4 @@
-"""``python -m pyg_sparsecomm partition-stats`` prints the volume table and writes a PNG heatmap."""
+"""``python -m pyg_sparsecomm partition-stats`` prints the volume table and draws heatmaps/bars."""
 import subprocess
 import sys
 
@@ -25,6 +25,28 @@ def test_partition_stats_table_and_heatmap(tmp_path, capsys):
     assert float(metis_4.split("|")[1].split()[0]) < 1.0  # METIS total volume below random's
     data = png.read_bytes()
     assert data.startswith(b"\x89PNG\r\n\x1a\n") and b"IEND" in data
+
+
+@pytest.mark.parametrize("suffix,magic", [(".png", b"\x89PNG"), (".svg", b"<svg"), (".pdf", b"%PDF")])
+def test_heatmap_and_bars_in_every_format(tmp_path, capsys, suffix, magic):
+    heatmap, bars = tmp_path / f"heatmap{suffix}", tmp_path / f"bars{suffix}"
+    assert main(["partition-stats", "--graph", "sbm", "--parts", "4", "--methods", "metis",
+                 "--heatmap", str(heatmap), "--bars", str(bars)]) == 0
+    for path in (heatmap, bars):
+        head = path.read_bytes()[:4096]
+        assert magic in head, path
+    out = capsys.readouterr().out
+    assert f"wrote {heatmap}" in out and f"wrote {bars}" in out
+
+
+def test_plots_name_the_extra_and_bad_formats(tmp_path, monkeypatch):
+    with pytest.raises(SystemExit, match=r"--heatmap .*use one of the extensions"):
+        main(["partition-stats", "--graph", "sbm", "--parts", "2", "--methods", "random",
+              "--heatmap", str(tmp_path / "volume.xyz")])
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if the plot extra were not installed
+    with pytest.raises(SystemExit, match=r"--bars .*matplotlib.*pyg_sparsecomm\[plot\]"):
+        main(["partition-stats", "--graph", "sbm", "--parts", "2", "--methods", "random",
+              "--bars", str(tmp_path / "bars.png")])
 
 
 def test_cli_errors():
