@@ -18,7 +18,7 @@ active) and call PyG's own function otherwise, so single-process code is untouch
 """
 import functools
 import sys
-from typing import Callable, Optional
+from typing import Any, Callable, Dict, Optional
 
 import torch
 from torch import Tensor
@@ -80,7 +80,7 @@ def get_laplacian(context: ShardContext, edge_index: Tensor, edge_weight: Option
     if key not in context.memo:
         context.memo[key] = (edge_index, edge_weight,
                              _laplacian(context, edge_index, edge_weight, normalization, dtype, n))
-    return context.memo[key][2]
+    return context.memo[key][2]  # type: ignore[index]  # memo values are per-key tuples
 
 
 def _laplacian(context: ShardContext, edge_index: Tensor, edge_weight: Optional[Tensor],
@@ -103,10 +103,10 @@ def _laplacian(context: ShardContext, edge_index: Tensor, edge_weight: Optional[
     return add_self_loops(edge_index, -edge_weight, fill_value=1.0, num_nodes=n)
 
 
-_REPLACEMENTS = {"gcn_norm": gcn_norm, "get_laplacian": get_laplacian}
+_REPLACEMENTS: Dict[str, Callable[..., Any]] = {"gcn_norm": gcn_norm, "get_laplacian": get_laplacian}
 
 
-def _dispatcher(original: Callable, distributed: Callable) -> Callable:
+def _dispatcher(original: Callable[..., Any], distributed: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(original)
     def dispatch(edge_index, *args, **kwargs):
         context = current()

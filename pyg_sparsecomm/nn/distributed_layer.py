@@ -40,8 +40,8 @@ from ..grid import process_grid
 from . import shard_context
 from .layer_adapters import adapt, forward_signature
 from .linear_aggregation import (AdjacencyCache, AppliedLinear, aggregation_weights, edge_weighted_arg,
-                                 from_node_rows, linear_inputs, linear_weight_arg, narrowing_input_linear,
-                                 narrowing_linear, node_rows)
+                                 from_node_rows, linear_inputs, linear_weight, linear_weight_arg,
+                                 narrowing_input_linear, narrowing_linear, node_rows)
 
 
 @dataclass
@@ -142,19 +142,20 @@ def _enter(conv: MessagePassing, args: tuple, kwargs: dict):
         _apply_first(state, conv, state.applied_first)
     first = narrowing_input_linear(conv)
     if first is not None:  # GINConv: nn's first Linear applied to x, so the aggregation runs narrower
-        weight = _apply_first(state, *first).weight
+        weight = linear_weight(*first)
+        _apply_first(state, *first)
         bound = forward_signature(type(conv)).bind(conv, *args, **kwargs)
         bound.arguments["x"] = linear_inputs(bound.arguments["x"], weight)
         args, kwargs = bound.args[1:], bound.kwargs
     return adapt(conv, args, kwargs, context)
 
 
-def _apply_first(state: LayerState, container: torch.nn.Module, key: str) -> torch.nn.Module:
-    """Replaces ``container``'s ``key`` by :class:`AppliedLinear` for this call; returns the Linear."""
+def _apply_first(state: LayerState, container: torch.nn.Module, key: str) -> None:
+    """Replaces the Linear ``container[key]`` by :class:`AppliedLinear` (its bias) for this call."""
     linear = container._modules[key]
+    assert linear is not None
     container._modules[key] = AppliedLinear(linear)
     state.swapped.append((container, key))
-    return linear
 
 
 _EDGE_ARGUMENTS = ("edge_weight", "edge_attr", "edge_type")
@@ -174,7 +175,9 @@ def _leave(conv: MessagePassing, args: tuple, output: Any) -> None:
     state: LayerState = conv._sparsecomm
     while state.swapped:
         container, key = state.swapped.pop()
-        container._modules[key] = container._modules[key].linear
+        applied = container._modules[key]
+        assert isinstance(applied, AppliedLinear)
+        container._modules[key] = applied.linear
     state.applied_first = None
     if state.entered and state.entered.pop():
         shard_context.pop()
@@ -278,7 +281,7 @@ def _linear_propagate(conv: MessagePassing, state: LayerState, context: shard_co
     if state.applied_first:  # (A x) W^T = A (x W^T): exchange the narrower rows
         if src.dim() != 2:
             raise ValueError(f"{type(conv).__name__}: expected 2-D node features, got shape {list(src.shape)}")
-        rows = F.linear(rows, conv._modules[state.applied_first].linear.weight)
+        rows = F.linear(rows, linear_weight(conv._modules[state.applied_first], "linear"))
         moved = tuple(rows.shape)
     weight = kwargs.get(weight_arg) if weight_arg else None
     adj = state.adjacency.aggregation(edge_index, weight, conv.aggr, context.adj, rows.dtype)
@@ -311,6 +314,7 @@ def _edge_weighted_propagate(conv: MessagePassing, state: LayerState, context: s
         raise ValueError(f"{type(conv).__name__}: expected x of shape [N, heads, C] and {alpha_arg} of shape "
                          f"[E, heads], got {list(x.shape)} and {list(alpha.shape)}")
     value = aggregation_weights(edge_index, alpha, conv.aggr, context.num_owned, x.dtype)
+    assert value is not None  # alpha is given
     outs = [spmm(state.adjacency.adjacency(edge_index, value[:, h], context.adj), x[:, h].contiguous())
             for h in range(heads)]
     return torch.stack(outs, dim=1)

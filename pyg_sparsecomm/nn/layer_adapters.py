@@ -8,7 +8,6 @@ pre-hook on the call's bound arguments, that passes the whole-graph value explic
 * ``ChebConv`` with ``lambda_max=None`` scales by :math:`2 \\max_e L_e`, the largest
   Laplacian weight of the whole graph: the maximum over ranks is passed as ``lambda_max``.
 """
-import functools
 import inspect
 from typing import Callable, Dict, Optional
 
@@ -22,10 +21,14 @@ from . import degree_norm
 from .shard_context import ShardContext
 
 
-@functools.lru_cache(maxsize=None)
+_SIGNATURES: Dict[type, inspect.Signature] = {}
+
+
 def forward_signature(cls: type) -> inspect.Signature:
     """The signature of ``cls.forward`` (with ``self``), computed once per class."""
-    return inspect.signature(cls.forward)
+    if cls not in _SIGNATURES:
+        _SIGNATURES[cls] = inspect.signature(getattr(cls, "forward"))
+    return _SIGNATURES[cls]
 
 
 def global_max(value: Tensor, group: Optional[dist.ProcessGroup]) -> Tensor:

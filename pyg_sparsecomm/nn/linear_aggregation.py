@@ -179,7 +179,8 @@ class AppliedLinear(torch.nn.Module):
         self.linear = linear
 
     def forward(self, x: Tensor) -> Tensor:
-        return x if self.linear.bias is None else x + self.linear.bias
+        bias = self.linear.bias
+        return x if bias is None else x + bias  # type: ignore[operator]  # a Linear's bias: Tensor
 
 
 @functools.lru_cache(maxsize=1)
@@ -218,7 +219,7 @@ def narrowing_input_linear(conv: MessagePassing) -> Optional[Tuple[torch.nn.Modu
     found = _first_linear(getattr(conv, name))
     if found is None:
         return None
-    out_features, in_features = found[0]._modules[found[1]].weight.shape
+    out_features, in_features = linear_weight(found[0], found[1]).shape
     return found if out_features < in_features else None
 
 
@@ -231,3 +232,11 @@ def linear_inputs(x, weight: Tensor):
         dst = src if x[1] is x[0] else (None if x[1] is None else F.linear(x[1], weight))
         return (src, dst)
     raise ValueError(f"expected node features or an (x_src, x_dst) pair, got {type(x).__name__}")
+
+
+def linear_weight(container: torch.nn.Module, key: str) -> Tensor:
+    """The ``weight`` of the ``Linear`` stored as ``container``'s ``key``."""
+    weight = getattr(container._modules[key], "weight", None)
+    if not isinstance(weight, Tensor):
+        raise TypeError(f"{type(container).__name__}[{key!r}] is not a Linear with a weight")
+    return weight

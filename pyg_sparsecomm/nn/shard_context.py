@@ -11,7 +11,7 @@ forward hook that runs even when the forward raises.
 import threading
 import weakref
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -87,7 +87,7 @@ class StaticHalo:
     """
 
     def __init__(self) -> None:
-        self.entries: Dict[str, tuple] = {}
+        self.entries: Dict[str, Tuple[weakref.ref, int, object, Tensor]] = {}
 
     def __getstate__(self) -> dict:
         return {"entries": {}}  # a cache: a pickled model fetches its halos again
@@ -98,6 +98,7 @@ class StaticHalo:
         entry = self.entries.get(key)
         hit = entry is not None and entry[0]() is src and entry[1] == src._version and entry[2] is context.plan
         if _all_ranks(hit, context.group):
+            assert entry is not None  # every rank hit, this one included
             return entry[3]
         halo = halo_exchange(rows, context.plan, context.group)
         self.entries[key] = (weakref.ref(src), src._version, context.plan, halo)
