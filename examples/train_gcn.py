@@ -89,7 +89,6 @@ def run(args, rank: int, world_size: int, device=torch.device("cpu"), verbose: b
         del data  # keep only this rank's share
     partition_s = time.perf_counter() - start
     local = local.to(device)
-    local.adj = local.adj.to(device)
     num_classes = int(global_max(local.y.max() if local.y.numel() else local.y.new_zeros(()))) + 1
 
     model = GCN(local.x.size(1), args.hidden, num_classes, args.dropout, args.algorithm,
