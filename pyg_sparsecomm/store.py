@@ -28,6 +28,7 @@ from .comm.group import rank as group_rank
 from .comm.group import world_size as group_world_size
 from .data import attach_adjacency, replicate, shard_from_pattern
 from .grid import ProcessGrid
+from .inputs import with_edge_index
 from .plan import RankPlan, comm_pattern
 
 # 2: the manifest holds a ``source`` description; part files hold sliced edge attributes.
@@ -136,7 +137,9 @@ def save_partition(data: Data, root: Union[str, Path], source: Optional[Mapping]
 
     ``source`` (see :func:`partition_source`) describes how the partition was made; the manifest
     records it together with the graph's size, feature shape and :func:`graph_fingerprint`.
+    The graph may be given as ``edge_index`` or ``adj_t``, as for :func:`~pyg_sparsecomm.shard`.
     """
+    data = with_edge_index(data, "save_partition")
     if getattr(data, "part", None) is None:
         raise ValueError("data has no partition: apply SparsityAwarePartitioner first")
     described = _canonical(dict(source or {}))
