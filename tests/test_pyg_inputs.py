@@ -18,6 +18,7 @@ from torch_geometric.utils import coalesce, to_torch_coo_tensor, to_torch_csc_te
 
 from pyg_sparsecomm import DistributedGCNConv, SparsityAwarePartitioner, load_shard, save_partition, shard
 from pyg_sparsecomm.adj import HaloAdj
+from pyg_sparsecomm.inputs import with_edge_index
 from pyg_sparsecomm.partition import METHODS
 from pyg_sparsecomm.testing import launch
 
@@ -43,8 +44,14 @@ def _as_adj_t(data, form):
     return out
 
 
+def _edges(data):
+    return with_edge_index(data, "test").edge_index
+
+
 def _assert_same_shards(a, b, num_parts):
-    """Shards equal up to the order of the global edge list (``e_id`` indexes each graph's own)."""
+    """``shard`` of ``a`` and of ``b`` (either graph form) are equal up to the order of the global
+    edge list (``e_id`` indexes each graph's own)."""
+    edges_a, edges_b = _edges(a), _edges(b)
     for r in range(num_parts):
         la, lb = shard(a, rank=r, world_size=num_parts), shard(b, rank=r, world_size=num_parts)
         for key in ("x", "y", "n_id"):
@@ -54,7 +61,7 @@ def _assert_same_shards(a, b, num_parts):
             assert (va is None and vb is None) or torch.equal(va, vb), key
         assert torch.equal(la.adj.plan.send_index, lb.adj.plan.send_index)
         assert torch.equal(la.adj.plan.halo_n_id, lb.adj.plan.halo_n_id)
-        assert torch.equal(a.edge_index[:, la.e_id], b.edge_index[:, lb.e_id])
+        assert torch.equal(edges_a[:, la.e_id], edges_b[:, lb.e_id])
 
 
 # -- adj_t forms --------------------------------------------------------------------------------
@@ -62,7 +69,7 @@ def _assert_same_shards(a, b, num_parts):
 
 @pytest.mark.parametrize("weighted", [True, False])
 @pytest.mark.parametrize("form", ["csr", "csc", "coo"])
-def test_adj_t_partitions_and_shards_like_edge_index(form, weighted):
+def test_adj_t_partitions_and_shards_like_edge_index(form, weighted, tmp_path):
     data = _graph(weighted)
     sparse = _as_adj_t(data, form)
     assert sparse.edge_index is None and sparse.adj_t.layout == getattr(torch, f"sparse_{form}")
@@ -76,26 +83,24 @@ def test_adj_t_partitions_and_shards_like_edge_index(form, weighted):
     _assert_same_shards(by_edges, by_adj, 3)
     # shard and save_partition take adj_t themselves (a partition attached by other means)
     sparse.part, sparse.num_parts = by_edges.part, 3
-    _assert_same_shards(by_edges, sparse_with_edges(sparse), 3)
-    assert torch.equal(shard(sparse, rank=1, world_size=3).n_id, shard(by_edges, rank=1, world_size=3).n_id)
+    _assert_same_shards(by_edges, sparse, 3)
+    save_partition(sparse, tmp_path)
+    for r in range(3):
+        loaded, direct = load_shard(tmp_path, rank=r, world_size=3), shard(by_edges, rank=r, world_size=3)
+        assert torch.equal(loaded.adj.col, direct.adj.col) and torch.equal(loaded.x, direct.x)
 
 
-def sparse_with_edges(sparse):
-    from pyg_sparsecomm.inputs import with_edge_index
-    return with_edge_index(sparse, "test")
-
-
-def test_adj_t_values_become_edge_weights_in_storage_order():
+def test_adj_t_values_become_edge_weights_edge_by_edge():
     data = _graph()
-    converted = sparse_with_edges(_as_adj_t(data, "csc"))
+    converted = with_edge_index(_as_adj_t(data, "csc"), "test")
     # the same weighted edge set, edge by edge
-    key = lambda ei: ei[0] * N + ei[1]  # noqa: E731
+    key = lambda ei: ei[0] * N + ei[1]  # noqa: E731 - one line
     order_a, order_b = torch.argsort(key(data.edge_index)), torch.argsort(key(converted.edge_index))
     assert torch.equal(data.edge_index[:, order_a], converted.edge_index[:, order_b])
     assert torch.equal(data.edge_weight[order_a], converted.edge_weight[order_b])
     # an uncoalesced COO: duplicate entries become one summed weight, as in a SpMM
     dup = torch.sparse_coo_tensor(torch.tensor([[1, 1, 0], [0, 0, 1]]), torch.ones(3), (2, 2))
-    two = sparse_with_edges(Data(adj_t=dup, num_nodes=2))
+    two = with_edge_index(Data(adj_t=dup, num_nodes=2), "test")
     assert two.edge_index.tolist() == [[1, 0], [0, 1]] and two.edge_weight.tolist() == [1.0, 2.0]
 
 
