@@ -306,11 +306,14 @@ def test_as_transform_the_partition_is_computed_once(planetoid_root, metis_calls
     sparse = Planetoid(planetoid_root, "Cora", transform=T.Compose([T.ToSparseTensor(), partitioner]))
     assert torch.equal(sparse[0].part, dataset[0].part) and torch.equal(sparse[0].part, dataset[0].part)
     assert len(metis_calls) == 2
-    # another structure is partitioned anew
+    # another structure, or other settings, are partitioned anew
     changed = plain.clone()
     changed.edge_index = changed.edge_index[:, 100:]
     partitioner(changed)
     assert len(metis_calls) == 3
+    partitioner.seed = 2
+    partitioner(changed)
+    assert len(metis_calls) == 4
 
 
 def test_as_pre_transform_the_partition_is_saved_with_the_dataset(tmp_path, metis_calls):

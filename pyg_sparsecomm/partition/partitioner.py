@@ -48,8 +48,8 @@ class SparsityAwarePartitioner(BaseTransform):
 
     Used as a ``transform`` (re-applied at every ``dataset[i]``) or called again on the same
     graph, it partitions once: the partition of the last graph is kept, keyed by the SHA-256
-    of its structure (``edge_index`` and ``num_nodes``; the partition depends on nothing
-    else), and re-used while that structure is unchanged.
+    of its structure (``edge_index`` and ``num_nodes``) and the partitioner's settings (the
+    partition depends on nothing else), and re-used while neither changes.
 
     Args:
         num_parts: number of parts (processes).
@@ -105,7 +105,7 @@ class SparsityAwarePartitioner(BaseTransform):
         if unknown:
             raise ValueError(f"method {method!r} takes no option(s) {unknown}; its options: "
                              f"{method_options(method)}")
-        # (structure key, partition, stats) of the last graph partitioned
+        # (structure and settings key, partition, stats) of the last graph partitioned
         self._last: Optional[Tuple[str, Tensor, CommStats]] = None
 
     def forward(self, data: Data) -> Data:
@@ -118,7 +118,7 @@ class SparsityAwarePartitioner(BaseTransform):
         if self.num_parts > max(num_nodes, 1):
             raise ValueError(f"cannot split {num_nodes} nodes into {self.num_parts} parts")
         edge_index = data.edge_index.cpu()
-        key = structure_key(edge_index, num_nodes)
+        key = f"{structure_key(edge_index, num_nodes)};{self._settings()}"
         if self._last is None or self._last[0] != key:
             self._last = (key, *self.partition(edge_index, num_nodes))
         _, part, stats = self._last
@@ -138,6 +138,10 @@ class SparsityAwarePartitioner(BaseTransform):
                                     restarts=self.vb_restarts, seed=self.seed, objective=self.vb_objective)
         part = part.to(torch.long)
         return part, CommStats.from_pattern(comm_pattern(edge_index, part, num_nodes, self.num_parts))
+
+    def _settings(self) -> str:
+        """Everything besides the graph that the partition depends on (method, seed, options, ...)."""
+        return repr({k: v for k, v in sorted(vars(self).items()) if k != "_last"})
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
