@@ -89,7 +89,6 @@ def run(args, rank: int, world_size: int, device=torch.device("cpu"), verbose: b
         del data  # keep only this rank's share
     partition_s = time.perf_counter() - start
     local = local.to(device)
-    local.adj = local.adj.to(device)
     num_classes = int(global_max(local.y.max() if local.y.numel() else local.y.new_zeros(()))) + 1
 
     model = GCN(local.x.size(1), args.hidden, num_classes, args.dropout, args.algorithm,
@@ -130,7 +129,7 @@ def run(args, rank: int, world_size: int, device=torch.device("cpu"), verbose: b
             history[key].append(value)
         if verbose and rank == 0 and epoch == 1 and args.algorithm == "auto":
             for conv in (model.conv1, model.conv2):
-                tqdm.write(conv.explain())
+                tqdm.write(conv.explain_algorithm())
         if verbose and rank == 0 and (epoch % args.log_every == 0 or epoch == args.epochs):
             tqdm.write(f"epoch {epoch:4d} loss {total_loss:.4f} train {accs[0]:.3f} val {accs[1]:.3f} "
                        f"test {accs[2]:.3f} | {epoch_s * 1e3:.1f} ms/epoch (comm {comm_s * 1e3:.1f} ms, "

@@ -38,7 +38,6 @@ def run(args, rank: int, world_size: int, device=torch.device("cpu"), verbose: b
     num_classes = int(data.y.max()) + 1
     data = SparsityAwarePartitioner(world_size, method=args.method, seed=args.seed)(data)  # <- distributed
     local = shard(data).to(device)                                                          # <- distributed
-    local.adj = local.adj.to(device)
     if verbose and rank == 0:
         print(f"P={world_size} model={args.model} method={args.method} algorithm={args.algorithm}\n"
               f"  {data.comm_stats}")

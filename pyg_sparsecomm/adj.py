@@ -89,9 +89,20 @@ class HaloAdj:
         out._structure = self._structure
         return out
 
-    def to(self, device) -> "HaloAdj":
-        value = None if self.value is None else self.value.to(device)
-        return HaloAdj(self.rowptr.to(device), self.col.to(device), value, self.plan.to(device))
+    def to(self, device, non_blocking: bool = False) -> "HaloAdj":
+        """This adjacency and its plan on ``device`` (itself if already there).  Takes the
+        arguments PyG's ``Data.to`` passes, so ``local.to(device)`` moves ``local.adj`` too."""
+        if torch.device(device) == self.device:
+            return self
+        move = lambda t: None if t is None else t.to(device, non_blocking=non_blocking)  # noqa: E731
+        return HaloAdj(move(self.rowptr), move(self.col), move(self.value), self.plan.to(device))
+
+    def cpu(self) -> "HaloAdj":
+        return self.to("cpu")
+
+    def cuda(self, device=None, non_blocking: bool = False) -> "HaloAdj":
+        return self.to(torch.device("cuda", device) if isinstance(device, int) else device or "cuda",
+                       non_blocking=non_blocking)
 
     # sparse tensors --------------------------------------------------------
     def _values(self, dtype: torch.dtype) -> Tensor:

@@ -11,10 +11,11 @@ from .adj import HaloAdj
 from .comm.group import rank as group_rank
 from .grid import ProcessGrid
 from .comm.group import world_size as group_world_size
+from .inputs import with_edge_index
 from .plan import CommPattern, comm_pattern, local_edges, rank_plan
 
 # Attributes a shard rebuilds itself (adjacency, weights, ids) or that describe the whole partition.
-_SKIP = {"edge_index", "edge_weight", "e_id", "part", "num_parts", "comm_stats", "num_nodes"}
+_SKIP = {"edge_index", "adj_t", "edge_weight", "e_id", "part", "num_parts", "comm_stats", "num_nodes"}
 
 
 def _edge_weight_of(data: Data) -> Optional[Tensor]:
@@ -49,13 +50,18 @@ def shard(data: Data, group: Optional[dist.ProcessGroup] = None, rank: Optional[
     the whole world then equal single-process training.  AND your own masks
     with ``owner_mask``.
 
+    ``local.to(device)`` (``cuda()``, ``cpu()``) moves ``adj`` and its plan with the tensors.
+
     Args:
-        data: a graph carrying ``part`` (see ``SparsityAwarePartitioner``).
+        data: a graph carrying ``part`` (see ``SparsityAwarePartitioner``), given as
+            ``edge_index`` or ``adj_t`` (torch sparse CSR/CSC/COO or ``torch_sparse.SparseTensor``,
+            its values the edge weights; see :mod:`pyg_sparsecomm.inputs`).
         group: process group to train in (default: the default group).
         rank, world_size: build the shard of another rank without a process
             group (tests, simulations); default: taken from ``group``.
         grid: the 1.5D process grid (``rank``/``world_size`` are then the grid's).
     """
+    data = with_edge_index(data, "shard")
     part = getattr(data, "part", None)
     if part is None:
         raise ValueError("data has no partition: apply SparsityAwarePartitioner(num_parts=world_size) first")

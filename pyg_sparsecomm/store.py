@@ -25,9 +25,11 @@ from torch_geometric.data import Data
 
 from .adj import HaloAdj
 from .comm.group import rank as group_rank
+from .comm.group import raise_together
 from .comm.group import world_size as group_world_size
 from .data import attach_adjacency, replicate, shard_from_pattern
 from .grid import ProcessGrid
+from .inputs import with_edge_index
 from .plan import RankPlan, comm_pattern
 
 # 2: the manifest holds a ``source`` description; part files hold sliced edge attributes.
@@ -136,7 +138,9 @@ def save_partition(data: Data, root: Union[str, Path], source: Optional[Mapping]
 
     ``source`` (see :func:`partition_source`) describes how the partition was made; the manifest
     records it together with the graph's size, feature shape and :func:`graph_fingerprint`.
+    The graph may be given as ``edge_index`` or ``adj_t``, as for :func:`~pyg_sparsecomm.shard`.
     """
+    data = with_edge_index(data, "save_partition")
     if getattr(data, "part", None) is None:
         raise ValueError("data has no partition: apply SparsityAwarePartitioner first")
     described = _canonical(dict(source or {}))
@@ -223,16 +227,35 @@ def load_shard(root: Union[str, Path], group: Optional[dist.ProcessGroup] = None
     :func:`partition_source`; compared field by field with the recorded description, so no
     rank needs the graph) or ``expected_fingerprint`` (see :func:`graph_fingerprint`, for
     callers that hold the graph) differs from what the partition was made from (stale
-    cache), or when the file's checksum does not match the manifest (corrupt or replaced).
+    cache), or when the file's checksum does not match the manifest (corrupt or replaced);
+    ``FileNotFoundError`` when the manifest or this rank's part file is missing.
+
+    Under a process group (``rank`` and ``world_size`` not given) the checks are collective:
+    every rank checks its own file, and when any rank's check fails *every* rank raises the
+    same error, naming the failing ranks and their files (one ``all_gather_object`` over
+    ``group``, the default group with a ``grid``), instead of one rank stopping while the
+    others proceed into a collective it never joins.
     """
+    def load() -> Data:
+        return _load_shard(root, group, rank, world_size, expected_fingerprint, grid, expected_source)
+
+    if rank is not None or world_size is not None:  # simulating a rank: no process group involved
+        return load()
+    return raise_together(load, f"load_shard({str(root)!r})", None if grid is not None else group)
+
+
+def _load_shard(root: Union[str, Path], group: Optional[dist.ProcessGroup], rank: Optional[int],
+                world_size: Optional[int], expected_fingerprint: Optional[str], grid: Optional[ProcessGrid],
+                expected_source: Optional[Mapping]) -> Data:
+    """:func:`load_shard` on this rank alone."""
     manifest = read_manifest(root)
     num_parts = manifest["source"]["num_parts"]
     if grid is not None:
         if num_parts != grid.num_block_rows:
             raise ValueError(f"the partition in {root} has {num_parts} parts but a grid with c="
                              f"{grid.replication} on {grid.world_size} ranks needs P/c={grid.num_block_rows}")
-        local = load_shard(root, rank=grid.row, world_size=grid.num_block_rows,
-                           expected_fingerprint=expected_fingerprint, expected_source=expected_source)
+        local = _load_shard(root, None, grid.row, grid.num_block_rows, expected_fingerprint, None,
+                            expected_source)
         return replicate(local, grid.col, grid.replication)
     rank = group_rank(group) if rank is None else rank
     world_size = group_world_size(group) if world_size is None else world_size
@@ -242,9 +265,12 @@ def load_shard(root: Union[str, Path], group: Optional[dist.ProcessGroup] = None
     check_source(root, manifest, expected_source, expected_fingerprint)
     path = Path(root) / f"part-{rank}.pt"
     if not path.exists():
-        raise FileNotFoundError(f"missing part file {path}")
+        raise FileNotFoundError(f"missing part file {path} (rank {rank} reads part-{rank}.pt of the "
+                                f"{num_parts} files the manifest lists): put {root} where every rank can read "
+                                f"it (a shared file system, or a full copy per machine), or re-run save_partition")
     if _sha256(path) != manifest["files"].get(path.name):
-        raise ValueError(f"checksum mismatch for {path}: the file is corrupt or not from this partition")
+        raise ValueError(f"checksum mismatch for {path}: the file is corrupt or not from this partition: "
+                         f"re-run save_partition")
     rec = torch.load(path, weights_only=True)
     if rec["rank"] != rank or rec["world_size"] != world_size:
         raise ValueError(f"{path} holds rank {rec['rank']} of {rec['world_size']}, expected {rank} of {world_size}")

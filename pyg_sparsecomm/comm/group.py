@@ -1,5 +1,5 @@
 """Process-group helpers that also work when ``torch.distributed`` is not initialised."""
-from typing import Optional
+from typing import Callable, Optional, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -42,3 +42,40 @@ def check_plan_matches_group(plan_world_size: int, plan_rank: int,
                          f"has world size {ws}: partition with num_parts={ws}")
     if plan_rank != r:
         raise ValueError(f"this shard was built for rank {plan_rank} but this process is rank {r}")
+
+
+T = TypeVar("T")
+# error types a rank re-raises by name for a peer's failure (anything else: RuntimeError)
+_SHARED_ERRORS = {e.__name__: e for e in (FileNotFoundError, PermissionError, OSError, ValueError,
+                                          TypeError, KeyError, RuntimeError)}
+
+
+def raise_together(fn: Callable[[], T], what: str, group: Optional[dist.ProcessGroup] = None) -> T:
+    """Runs ``fn`` on every rank of ``group`` and agrees on the outcome (one ``all_gather_object``).
+
+    If ``fn`` raised on any rank, every rank raises the same error: the type of the lowest
+    failing rank's error, a message naming every failing rank and its error.  A rank-local
+    failure (a missing or corrupt file, ...) would otherwise stop one rank while its peers go
+    on into a collective it never joins and hang until the timeout.  Without a process group
+    it is just ``fn()``.
+    """
+    if not is_distributed(group):
+        return fn()
+    error: Optional[Exception] = None
+    result = None
+    try:
+        result = fn()
+    except Exception as e:  # noqa: BLE001 - every error is shared, then re-raised
+        error = e
+    outcomes = [None] * world_size(group)
+    dist.all_gather_object(outcomes, None if error is None else (type(error).__name__, str(error)), group=group)
+    failed = [(r, outcome) for r, outcome in enumerate(outcomes) if outcome is not None]
+    if not failed:
+        return result  # type: ignore[return-value]
+    kind = _SHARED_ERRORS.get(failed[0][1][0], RuntimeError)
+    by_error: dict = {}  # the same error on many ranks is reported once
+    for r, outcome in failed:
+        by_error.setdefault(outcome, []).append(str(r))
+    details = "\n".join(f"  rank {', '.join(ranks)}: {name}: {message}" for (name, message), ranks in by_error.items())
+    raise kind(f"{what} failed on {len(failed)} of {len(outcomes)} ranks (every rank raises this error):\n"
+               f"{details}") from error

@@ -4,7 +4,7 @@ from typing import List, Optional, Tuple
 import torch
 import torch.distributed as dist
 from torch import Tensor
-from torch_geometric.nn import GCNConv
+from torch_geometric.nn import GCNConv, MessagePassing
 
 from ..adj import HaloAdj
 from ..algorithms import ALGORITHMS, auto_candidates, make_algorithm
@@ -47,8 +47,8 @@ class DistributedGCNConv(GCNConv):
             and every rank's plan, the communication time of the algorithms
             that fit the shard's layout (1D: ``"1d"``/``"oblivious"``; 1.5D:
             ``"1.5d"``/``"1.5d_oblivious"``) and the cheapest is used for good
-            (see :meth:`explain`; to also choose ``c``, use
-            :func:`pyg_sparsecomm.layout.choose_layout` before partitioning).
+            (see :meth:`explain_algorithm`; to also choose ``c``, use
+            :func:`pyg_sparsecomm.layout.predict_layouts` before partitioning).
         replication: ``c``, the number of replicas of each block row (1: 1D).
         cost_model: α and β for ``"auto"`` (default: :class:`~pyg_sparsecomm.cost.CostModel`
             defaults; ``CostModel.calibrate()`` measures the running backend).
@@ -60,6 +60,12 @@ class DistributedGCNConv(GCNConv):
     ``GCNConv`` when no process group with more than one rank is active, and
     raises otherwise (the graph must be partitioned and sharded first).
     """
+
+    # PyG compiles ``propagate`` per class from a template (no explain mode, no
+    # ``decomposed_layers``) and keeps the class's previous ``propagate`` as the generic
+    # fallback those modes switch to.  Inherited, that previous one would be GCNConv's
+    # compiled version once a GCNConv exists: start from MessagePassing's generic one.
+    propagate = MessagePassing.propagate
 
     def __init__(self, in_channels: int, out_channels: int, improved: bool = False,
                  cached: bool = False, add_self_loops: Optional[bool] = None, normalize: bool = True,
@@ -96,6 +102,11 @@ class DistributedGCNConv(GCNConv):
                     f"num_parts=world_size), call shard(data) and pass local.x, local.adj")
             return super().forward(x, edge_index, edge_weight)
         adj = edge_index
+        if self.explain:
+            raise ValueError(
+                f"{self.__class__.__name__} is in explain mode (set by PyG's Explainer), which masks the "
+                f"edges of the whole graph; the distributed SpMM of a shard cannot apply that mask: "
+                f"explain on one process with the plain edge_index (or adj_t) of the whole graph")
         grid = process_grid(self.replication) if self.replicated else None
         exchange = exchange_group(adj, grid, self.group)
         if x.dim() != 2 or x.size(0) != adj.num_owned:
@@ -131,8 +142,12 @@ class DistributedGCNConv(GCNConv):
         name, self.cost_report = choose_algorithm(adj, grid, row_bytes, learnable, self.cost_model, self.group)
         return name
 
-    def explain(self) -> str:
-        """Why ``algorithm="auto"`` chose what it chose (available after the first call)."""
+    def explain_algorithm(self) -> str:
+        """Why ``algorithm="auto"`` chose what it chose (available after the first call).
+
+        Not named ``explain``: that is :class:`~torch_geometric.nn.conv.MessagePassing`'s
+        explainability flag, set by PyG's :class:`~torch_geometric.explain.Explainer`.
+        """
         if not self.cost_report:
             return f"algorithm={self.algorithm!r} (nothing was chosen automatically)"
         header = (f"this layer's SpMM (width {self.out_channels}), forward + backward, i.e. its communication "

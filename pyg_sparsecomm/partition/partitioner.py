@@ -2,13 +2,20 @@
 from __future__ import annotations
 
 import copy
+import copyreg
+import dataclasses
+import hashlib
 import inspect
+from typing import Optional, Tuple
 
+import numpy as np
 import torch
+from torch import Tensor
 from torch_geometric.data import Data
 from torch_geometric.transforms import BaseTransform
 
 from .._validate import check_edge_index, check_node_tensor
+from ..inputs import with_edge_index
 from ..plan import comm_pattern
 from ..stats import CommStats
 from .methods import METHODS, method_options
@@ -25,6 +32,24 @@ class SparsityAwarePartitioner(BaseTransform):
     * ``data.comm_stats``: a :class:`~pyg_sparsecomm.stats.CommStats` with the
       rows sent and received per SpMM (total, max, avg), message counts and
       compute imbalance that this partition implies.
+
+    The graph is a homogeneous :class:`~torch_geometric.data.Data` given as ``edge_index``
+    or as ``adj_t`` (torch sparse CSR/CSC/COO, or ``torch_sparse.SparseTensor``, e.g. from
+    ``T.ToSparseTensor()``); an ``adj_t`` comes back as the equivalent ``edge_index``, its
+    values as ``edge_weight`` (see :mod:`pyg_sparsecomm.inputs`).  ``HeteroData`` is
+    refused: partition ``data.to_homogeneous()``.
+
+    Partitioning (METIS, ...) is the expensive step, so compute it once: use the
+    partitioner as the dataset's ``pre_transform`` (the partition is saved with the
+    processed dataset), or call it once and keep the result::
+
+        dataset = Planetoid(root, "Cora", pre_transform=SparsityAwarePartitioner(4))
+        data = dataset[0]  # carries part, num_parts and comm_stats
+
+    Used as a ``transform`` (re-applied at every ``dataset[i]``) or called again on the same
+    graph, it partitions once: the partition of the last graph is kept, keyed by the SHA-256
+    of its structure (``edge_index`` and ``num_nodes``) and the partitioner's settings (the
+    partition depends on nothing else), and re-used while neither changes.
 
     Args:
         num_parts: number of parts (processes).
@@ -80,8 +105,11 @@ class SparsityAwarePartitioner(BaseTransform):
         if unknown:
             raise ValueError(f"method {method!r} takes no option(s) {unknown}; its options: "
                              f"{method_options(method)}")
+        # (structure and settings key, partition, stats) of the last graph partitioned
+        self._last: Optional[Tuple[str, Tensor, CommStats]] = None
 
     def forward(self, data: Data) -> Data:
+        data = with_edge_index(data, self.__class__.__name__)
         num_nodes = data.num_nodes
         if num_nodes is None:
             raise ValueError("data.num_nodes is unknown: set data.num_nodes or data.x")
@@ -90,20 +118,63 @@ class SparsityAwarePartitioner(BaseTransform):
         if self.num_parts > max(num_nodes, 1):
             raise ValueError(f"cannot split {num_nodes} nodes into {self.num_parts} parts")
         edge_index = data.edge_index.cpu()
+        key = f"{structure_key(edge_index, num_nodes)};{self._settings()}"
+        if self._last is None or self._last[0] != key:
+            self._last = (key, *self.partition(edge_index, num_nodes))
+        _, part, stats = self._last
+        out = copy.copy(data)
+        out.part = part.clone()  # the caller may edit it in place; the cached copy stays intact
+        out.num_parts = self.num_parts
+        out.comm_stats = stats
+        return out
+
+    def partition(self, edge_index: Tensor, num_nodes: int) -> Tuple[Tensor, CommStats]:
+        """The partition of a graph (``LongTensor[num_nodes]``) and its statistics, computed
+        without the cache of :meth:`forward`."""
         part = METHODS[self.method](edge_index, num_nodes, self.num_parts, self.seed, **self.options)
         if self.balance == "max_send":
             part = balance_max_send(edge_index, num_nodes, part.to(torch.long), self.num_parts,
                                     epsilon=self.epsilon_balance, max_total_increase=self.max_total_increase,
                                     restarts=self.vb_restarts, seed=self.seed, objective=self.vb_objective)
-        out = copy.copy(data)
-        out.part = part.to(torch.long)
-        out.num_parts = self.num_parts
-        out.comm_stats = CommStats.from_pattern(
-            comm_pattern(edge_index, out.part, num_nodes, self.num_parts))
-        return out
+        part = part.to(torch.long)
+        return part, CommStats.from_pattern(comm_pattern(edge_index, part, num_nodes, self.num_parts))
+
+    def _settings(self) -> str:
+        """Everything besides the graph that the partition depends on (method, seed, options, ...)."""
+        return repr({k: v for k, v in sorted(vars(self).items()) if k != "_last"})
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_last"] = None  # a pickled transform (DataLoader workers, ...) carries no graph
+        return state
 
     def __repr__(self) -> str:
         opts = "".join(f", {k}={v!r}" for k, v in self.options.items())
         if self.balance:
             opts += f", balance={self.balance!r}"
         return f"{self.__class__.__name__}({self.num_parts}, method={self.method!r}, seed={self.seed}{opts})"
+
+
+def structure_key(edge_index: Tensor, num_nodes: int) -> str:
+    """SHA-256 of a graph's structure: ``num_nodes`` and the bytes of ``edge_index`` (as int64)."""
+    h = hashlib.sha256(f"{num_nodes};{list(edge_index.shape)};".encode())
+    h.update(edge_index.to(torch.long).contiguous().view(torch.uint8).numpy())
+    return h.hexdigest()
+
+
+def _comm_stats(fields: dict) -> CommStats:
+    """Rebuilds a pickled :class:`~pyg_sparsecomm.stats.CommStats` (its arrays travel as tensors)."""
+    return CommStats(**{k: v.numpy() if isinstance(v, Tensor) else v for k, v in fields.items()})
+
+
+def _reduce_comm_stats(stats: CommStats):
+    fields = {f.name: getattr(stats, f.name) for f in dataclasses.fields(stats) if f.init}
+    return _comm_stats, ({k: torch.from_numpy(np.ascontiguousarray(v)) if isinstance(v, np.ndarray) else v
+                          for k, v in fields.items()},)
+
+
+# ``comm_stats`` pickles as tensors through an allow-listed constructor, so a dataset processed with
+# the partitioner as ``pre_transform`` loads with ``torch.load(weights_only=True)`` as PyG loads it
+# (no numpy globals, no fallback to unsafe loading).
+copyreg.pickle(CommStats, _reduce_comm_stats)
+torch.serialization.add_safe_globals([_comm_stats])
