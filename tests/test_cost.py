@@ -1,7 +1,5 @@
 """Cost model, ``algorithm="auto"``, layout prediction and 1.5D layout errors (issue #4)."""
-import time
 
-import numpy as np
 import pytest
 import torch
 from torch_geometric.data import Data
@@ -80,46 +78,34 @@ def _grid_data(side=120):
                 num_nodes=n)
 
 
-def _auto_worker(rank, world_size, c, measure):
+def _auto_worker(rank, world_size, c):
     torch.set_num_threads(1)
-    data = SparsityAwarePartitioner(world_size // c, method="metis", seed=0)(_grid_data(120 if measure else 40))
+    data = SparsityAwarePartitioner(world_size // c, method="metis", seed=0)(_grid_data(40))
     local = shard(data, grid=process_grid(c)) if c > 1 else shard(data)
     auto = DistributedGCNConv(64, 64, cached=True, algorithm="auto", replication=c)
     auto(local.x, local.adj)
-    measured = {}
-    for algorithm in [name for name, _, _ in auto.cost_report] if measure else []:
-        conv = DistributedGCNConv(64, 64, cached=True, algorithm=algorithm, replication=c)
-        conv(local.x, local.adj)
-        samples = []
-        for _ in range(7):
-            start = time.perf_counter()
-            conv(local.x.requires_grad_(), local.adj).sum().backward()
-            samples.append(time.perf_counter() - start)
-        measured[algorithm] = float(np.median(samples))
-    return auto.chosen_algorithm, auto.cost_report, measured, auto.explain_algorithm()
+    return auto.chosen_algorithm, auto.cost_report, auto.explain_algorithm()
 
 
-def test_auto_picks_the_measured_fastest():
-    """A 14 400-node mesh, METIS parts, width 64, P = 4: the sparse exchange moves ~1 % of the
-    oblivious bytes, so the choice is unambiguous; the model must pick what is measured fastest."""
-    per_rank = launch(_auto_worker, 4, 1, True, timeout=600)
+def test_auto_picks_its_predicted_fastest():
+    """A 1 600-node mesh, METIS parts, width 64, P = 4: the sparse exchange moves a few % of the
+    oblivious bytes, so the model's choice is unambiguous and identical on every rank.  Whether
+    the choice is also the measured fastest is a timing question: benchmarks/auto_choice.py."""
+    per_rank = launch(_auto_worker, 4, 1, timeout=600)
     chosen = {r[0] for r in per_rank}
     assert len(chosen) == 1, "every rank must choose the same algorithm"
-    chosen = chosen.pop()
-    report = dict((name, seconds) for name, seconds, _ in per_rank[0][1])
+    report = {name: seconds for name, seconds, _ in per_rank[0][1]}
     assert set(report) == {"1d", "oblivious"}
     assert max(report.values()) > 3 * min(report.values())  # a case where the difference is large
-    # bulk synchronous: the job's time is the slowest rank's
-    measured = {a: max(r[2][a] for r in per_rank) for a in per_rank[0][2]}
-    assert chosen == min(measured, key=measured.get), (measured, per_rank[0][3])
-    assert "<- chosen" in per_rank[0][3]
+    assert chosen.pop() == min(report, key=report.get) == "1d"
+    assert "<- chosen" in per_rank[0][2]
 
 
 def test_auto_on_a_grid_chooses_among_15d_algorithms():
     # On 2 cores the 1.5D pair differs by less than the timing noise (both pay the same row
     # all-reduce; compute dominates), so only the decision itself is checked here; see
     # benchmarks/algorithms_15d.py for measured times.
-    per_rank = launch(_auto_worker, 4, 2, False, timeout=600)
+    per_rank = launch(_auto_worker, 4, 2, timeout=600)
     assert len({r[0] for r in per_rank}) == 1
     assert {name for name, _, _ in per_rank[0][1]} == {"1.5d", "1.5d_oblivious"}
     assert per_rank[0][0] == min(per_rank[0][1], key=lambda row: row[1])[0]
