@@ -68,9 +68,9 @@ import torch
 from torch import Tensor
 
 from ._sorting import lexsort, run_starts
-from .volume_model import _evaluate, _Nets, _State, _state, column_net_pins
+from .volume_model import _evaluate, _Nets, _State, _state, column_net_incidence
 
-__all__ = ["refine_max_send", "column_net_pins"]
+__all__ = ["refine_max_send", "column_net_incidence"]
 
 
 def _candidates(nets: _Nets, state: _State, part: np.ndarray, focus: np.ndarray, P: int, pulls: bool = True,
@@ -268,7 +268,7 @@ def refine_max_send(edge_index: Tensor, num_nodes: int, part: Tensor, num_parts:
     part = part.numpy().astype(np.int64).copy()
     if P == 1 or N == 0:
         return torch.from_numpy(part)
-    return torch.from_numpy(_refine(column_net_pins(edge_index, N), part, P, epsilon, max_total_increase, slack,
+    return torch.from_numpy(_refine(column_net_incidence(edge_index, N), part, P, epsilon, max_total_increase, slack,
                                     max_rounds, moves_per_part, cycles, patience, side_rounds, receive))
 
 

@@ -39,7 +39,7 @@ import torch
 from torch import Tensor
 
 from .balance import _refine
-from .volume_model import _state, column_net_pins
+from .volume_model import _state, column_net_incidence
 from .methods import symmetric_csr
 
 # the ABI of the METIS pymetis builds (64-bit idx_t, 32-bit real_t); checked by _check_abi on first use
@@ -199,7 +199,7 @@ def balance_max_send(edge_index: Tensor, num_nodes: int, part: Tensor, num_parts
     part = part.numpy().astype(np.int64)
     if P == 1 or N == 0:
         return torch.from_numpy(part.copy())
-    nets = column_net_pins(edge_index, N)
+    nets = column_net_incidence(edge_index, N)
     best = _refine(nets, part.copy(), P, epsilon=epsilon, max_total_increase=max_total_increase, receive=receive)
     if restarts <= 0:
         return torch.from_numpy(best)

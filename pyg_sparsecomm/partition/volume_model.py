@@ -13,7 +13,8 @@ import numpy as np
 from torch import Tensor
 
 from ._sorting import run_starts, stable_sort, unique_inverse
-from .methods import row_nnz
+from .hypergraph import column_net_pins
+from .methods import csr_ptr, row_nnz
 
 
 class _Nets(NamedTuple):
@@ -39,18 +40,14 @@ class _State(NamedTuple):
     owner: np.ndarray   # part of the net's own row (the part that sends it)
 
 
-def column_net_pins(edge_index: Tensor, num_nodes: int) -> _Nets:
-    """The column-net hypergraph as pin lists (self-loops folded into the ``{j}`` pin)."""
+def column_net_incidence(edge_index: Tensor, num_nodes: int) -> _Nets:
+    """The column-net hypergraph (:func:`.hypergraph.column_net_pins`) of the whole graph both
+    ways: the pins of every net, one-pin nets included, and the nets every vertex is a pin of."""
     N = int(num_nodes)
     src, dst = edge_index.numpy()
-    keep = src != dst
-    nodes = np.arange(N, dtype=np.int64)
-    pairs = np.unique(np.concatenate([src[keep] * N + dst[keep], nodes * N + nodes]))
-    net_of_pin, pins = pairs // N, pairs % N
-    net_ptr = np.concatenate([[0], np.cumsum(np.bincount(net_of_pin, minlength=N))])
-    in_ptr = np.concatenate([[0], np.cumsum(np.bincount(pins, minlength=N))])
+    net_of_pin, pins = column_net_pins(src, dst, N)
     in_net = net_of_pin[np.argsort(pins, kind="stable")]
-    return _Nets(net_of_pin, pins, net_ptr, in_ptr, in_net, row_nnz(edge_index, N))
+    return _Nets(net_of_pin, pins, csr_ptr(net_of_pin, N), csr_ptr(pins, N), in_net, row_nnz(edge_index, N))
 
 
 def _state(nets: _Nets, part: np.ndarray, P: int) -> _State:
