@@ -19,8 +19,7 @@ from partition_quality import graph
 
 from pyg_sparsecomm import CommStats, comm_pattern
 from pyg_sparsecomm.partition import METHODS
-from pyg_sparsecomm.partition.balance import refine_max_send
-from pyg_sparsecomm.partition.multiconstraint import balance_max_send
+from pyg_sparsecomm.partition.balance import balance_max_send, refine_max_send
 
 
 def timed(fn, reps):

@@ -22,7 +22,7 @@ from _common import RESULTS, load_graph, print_table, write_table_section
 from pyg_sparsecomm import CommStats, comm_pattern
 from pyg_sparsecomm.datasets import rmat_graph
 from pyg_sparsecomm.partition import METHODS
-from pyg_sparsecomm.partition.multiconstraint import balance_max_send
+from pyg_sparsecomm.partition.balance import balance_max_send
 
 
 def graph(name):

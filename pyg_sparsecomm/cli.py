@@ -17,8 +17,8 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from . import plots
 from .partition import METHODS, SparsityAwarePartitioner
+from .partition.balance import RESTART_OBJECTIVES
 from .partition.methods import base_method, method_options
-from .partition.multiconstraint import RESTART_OBJECTIVES
 from .stats import CommStats
 
 GRAPH_SPECS = "sbm, sbm:N, rmat:SCALE[:EDGE_FACTOR], Cora, CiteSeer, PubMed or a METIS .graph file"

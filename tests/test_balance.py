@@ -6,10 +6,10 @@ from torch_geometric.data import Data
 
 from pyg_sparsecomm import CommStats, comm_pattern
 from pyg_sparsecomm.partition import METHODS, SparsityAwarePartitioner
-from pyg_sparsecomm.partition.balance import refine_max_send
-from pyg_sparsecomm.partition.volume_model import _evaluate, _state, column_net_pins
+from pyg_sparsecomm.partition.balance import balance_max_send, refine_max_send
 from pyg_sparsecomm.partition.methods import symmetric_csr
-from pyg_sparsecomm.partition.multiconstraint import balance_max_send, metis_multiconstraint
+from pyg_sparsecomm.partition.multiconstraint import metis_multiconstraint
+from pyg_sparsecomm.partition.volume_model import _evaluate, _state, column_net_incidence
 
 
 def _skewed(n=600, m=5000, seed=0, directed=True, isolated=0):
@@ -36,7 +36,7 @@ GRAPHS = {
 
 def test_move_evaluation_is_exact_on_a_directed_graph():
     data, P = _skewed(n=120, m=700, seed=3), 5
-    nets = column_net_pins(data.edge_index, data.num_nodes)
+    nets = column_net_incidence(data.edge_index, data.num_nodes)
     part = METHODS["random"](data.edge_index, data.num_nodes, P, 0).numpy()
     state = _state(nets, part, P)
     gen = np.random.default_rng(0)
@@ -207,7 +207,7 @@ def test_dense_and_binary_search_pin_counts_agree(monkeypatch):
     data, P = _skewed(n=400, m=3000, seed=5), 8
     part = METHODS["random"](data.edge_index, data.num_nodes, P, 0)
     dense = refine_max_send(data.edge_index, data.num_nodes, part, P)
-    nets = column_net_pins(data.edge_index, data.num_nodes)
+    nets = column_net_incidence(data.edge_index, data.num_nodes)
     state = _state(nets, part.numpy(), P)
     monkeypatch.setattr(model, "_DENSE_COUNT_BYTES", 0)
     searched = refine_max_send(data.edge_index, data.num_nodes, part, P)
@@ -243,7 +243,7 @@ def test_receive_phase_alone_never_raises_the_maximum_send():
     for seed, P in ((4, 8), (1, 16)):
         data = _skewed(n=2000, m=20000, seed=seed, directed=seed == 4)
         base = METHODS["random"](data.edge_index, data.num_nodes, P, 0).numpy()
-        nets = column_net_pins(data.edge_index, data.num_nodes)
+        nets = column_net_incidence(data.edge_index, data.num_nodes)
         before = _state(nets, base, P)
         after = _state(nets, _refine(nets, base.copy(), P, epsilon=0.05, max_rounds=0), P)
         assert after.S.max() <= before.S.max()
@@ -252,7 +252,7 @@ def test_receive_phase_alone_never_raises_the_maximum_send():
 
 
 def test_restart_objective(monkeypatch):
-    import pyg_sparsecomm.partition.multiconstraint as mc
+    import pyg_sparsecomm.partition.balance as balance
     mesh_edges = [(i * 30 + j, i * 30 + j + 1) for i in range(30) for j in range(29)]
     mesh_edges += [(i * 30 + j, (i + 1) * 30 + j) for i in range(29) for j in range(30)]
     mesh = torch.tensor(mesh_edges).t()
@@ -260,15 +260,16 @@ def test_restart_objective(monkeypatch):
     hubs = _skewed(n=3000, m=40000, seed=7, directed=False)
     for data, expected in ((mesh, "vol"), (hubs, "cut")):
         xadj, _ = symmetric_csr(data.edge_index, data.num_nodes)
-        assert mc.restart_objective(xadj) == expected
-        assert mc.restart_objective(xadj, "vol") == "vol" and mc.restart_objective(xadj, "cut") == "cut"
+        assert balance.restart_objective(xadj) == expected
+        assert balance.restart_objective(xadj, "vol") == "vol" and balance.restart_objective(xadj, "cut") == "cut"
     with pytest.raises(ValueError, match="unknown restart objective 'volume'"):
-        mc.restart_objective(np.zeros(2), "volume")
+        balance.restart_objective(np.zeros(2), "volume")
     with pytest.raises(ValueError, match="unknown restart objective"):
         SparsityAwarePartitioner(4, "metis+vb", vb_objective="volume")
     # the chosen objective reaches METIS, and each gives a valid, deterministic result
-    seen, call = [], mc.metis_multiconstraint
-    monkeypatch.setattr(mc, "metis_multiconstraint", lambda *a, **k: seen.append(k["objective"]) or call(*a, **k))
+    seen, call = [], balance.metis_multiconstraint
+    monkeypatch.setattr(balance, "metis_multiconstraint",
+                        lambda *a, **k: seen.append(k["objective"]) or call(*a, **k))
     base = METHODS["random"](hubs.edge_index, hubs.num_nodes, 16, 0)
     b = _stats(hubs, base, 16)
     for objective, expected in (("auto", "cut"), ("vol", "vol"), ("cut", "cut")):

@@ -23,6 +23,36 @@ def test_km1_equals_plan_volume(P):
             assert km1(*nets, out.part.numpy()) == out.comm_stats.total_rows, (name, method)
 
 
+def test_column_net_builder_on_a_tiny_directed_graph():
+    """Net j = {j} ∪ {i : j -> i}; duplicate edges and self-loops add no pin.  Its km1, and per part
+    the sends and receives of the balancing's model, are the exchange the plan computes."""
+    from pyg_sparsecomm import CommStats, comm_pattern
+    from pyg_sparsecomm.partition.hypergraph import column_net_pins
+    from pyg_sparsecomm.partition.volume_model import _state, column_net_incidence
+    # 0 -> 1, 0 -> 2, 1 -> 2, a self-loop at 2, 3 -> 0 twice; 4 is isolated
+    edge_index = torch.tensor([[0, 0, 1, 2, 3, 3], [1, 2, 2, 2, 0, 0]])
+    src, dst = edge_index.numpy()
+    net, pin = column_net_pins(src, dst, 5)
+    assert net.tolist() == [0, 0, 0, 1, 1, 2, 3, 3, 4] and pin.tolist() == [0, 1, 2, 1, 2, 2, 0, 3, 4]
+    # a mini-batch's nets: only the columns it reads (here the sampled edges 0 -> 2 and 3 -> 0)
+    net, pin = column_net_pins(src[[1, 4]], dst[[1, 4]], 5, columns=np.array([0, 3]))
+    assert net.tolist() == [0, 0, 3, 3] and pin.tolist() == [0, 2, 0, 3]
+    net_ptr, pins = column_nets(edge_index, 5)  # nets 2 and 4 have one pin: no remote reader
+    assert net_ptr.tolist() == [0, 3, 5, 7] and pins.tolist() == [0, 1, 2, 1, 2, 0, 3]
+    nets = column_net_incidence(edge_index, 5)
+    assert nets.net_ptr.tolist() == [0, 3, 5, 6, 8, 9]
+    nets_of = [nets.in_net[a:b].tolist() for a, b in zip(nets.in_ptr[:-1], nets.in_ptr[1:])]
+    assert nets_of == [[0, 3], [0, 1], [0, 1, 2], [3], [4]]
+    for part in ([0, 0, 1, 1, 1], [0, 1, 2, 0, 1], [1, 1, 1, 1, 0]):
+        part = torch.tensor(part)
+        stats = CommStats.from_pattern(comm_pattern(edge_index, part, 5, 3))
+        assert km1(net_ptr, pins, part.numpy()) == stats.total_rows
+        state = _state(nets, part.numpy(), 3)
+        assert state.km1 == stats.total_rows
+        assert state.S.tolist() == stats.rows_sent.tolist() and state.R.tolist() == stats.rows_received.tolist()
+    assert stats.total_rows == 0 and km1(net_ptr, pins, np.array([0, 0, 0, 0, 1])) == 0
+
+
 def test_hypergraph_beats_metis_volume_and_is_deterministic():
     data = make_cases(1)["directed"]
     hp = SparsityAwarePartitioner(4, "hypergraph", seed=3)(data)

@@ -8,28 +8,69 @@ owner of ``j`` must send ``H[j]`` to the other ``λ_j - 1`` of them, so
 ``km1 = Σ_j (λ_j - 1)`` equals the rows moved per SpMM exactly, also for
 directed graphs (no symmetrisation: the nets follow the true columns).
 """
-from typing import Tuple
+from typing import Optional, Tuple
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from .methods import register, row_nnz
+from .methods import csr_ptr, register, row_nnz
 
 _MTK = None  # Mt-KaHyPar may be initialised once per process
 
 
+def column_net_pins(src: np.ndarray, dst: np.ndarray, num_nodes: int,
+                    columns: Optional[np.ndarray] = None) -> Tuple[np.ndarray, np.ndarray]:
+    r"""The pins of the column-net hypergraph of the edges ``src -> dst``, one per (net, vertex).
+
+    Net :math:`j` holds column :math:`j`'s own row and every row that reads it,
+
+    .. math::
+        n_j = \{j\} \cup \{i : (j \to i) \in E\},
+
+    so under a partition its connectivity :math:`\lambda_j` (the parts it
+    spans) gives the rows of :math:`H` its owner sends, :math:`\lambda_j - 1`.
+    Duplicate edges and self-loops add no pin (a self-loop is the ``{j}`` pin).
+    This is the one builder of the model: the km1 partitioners
+    (:func:`column_nets`, the mini-batch nets of :mod:`.stochastic`) and the
+    balancing's move model (:mod:`.volume_model`) all read its output.
+
+    Args:
+        src, dst: the edges (``int64``).
+        num_nodes: the number of rows/columns ``N``.
+        columns: the columns whose own row is a pin, ``None`` = all ``N``;
+            it must hold every ``src`` (a net is ``{j}`` plus its edges).  A
+            mini-batch passes the sources of its sampled edges: the columns it
+            does not read get no net.
+
+    Returns:
+        ``(net_of_pin, pins)``: the pins sorted by net, then by vertex.
+    """
+    N = num_nodes
+    if columns is None:
+        columns = np.arange(N, dtype=np.int64)
+    key = np.unique(np.concatenate([src * N + dst, columns * N + columns]))
+    return key // N, key % N
+
+
+def drop_single_pin_nets(net_ptr: np.ndarray, pins: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """The nets of two or more pins, as CSR ``(net_ptr, pins)``.
+
+    A net of one pin spans one part under every partition (``λ - 1 = 0``):
+    it never costs volume and only slows the partitioner down.
+    """
+    size = np.diff(net_ptr)
+    kept = size > 1
+    return (np.concatenate([[0], np.cumsum(size[kept])]).astype(np.int64),
+            pins[np.repeat(kept, size)].astype(np.int64))
+
+
 def column_nets(edge_index: Tensor, num_nodes: int) -> Tuple[np.ndarray, np.ndarray]:
-    """Returns the nets as CSR ``(net_ptr, pins)``; nets of one pin (no remote user) are dropped."""
+    """The column nets of the whole graph as CSR ``(net_ptr, pins)``, without one-pin nets
+    (a node no other node reads); the hypergraph :func:`hypergraph_partition` partitions."""
     src, dst = edge_index.numpy()
-    nodes = np.arange(num_nodes, dtype=np.int64)
-    key = np.unique(np.concatenate([src * num_nodes + dst, nodes * num_nodes + nodes]))
-    net, pin = key // num_nodes, key % num_nodes
-    size = np.bincount(net, minlength=num_nodes)
-    keep = size[net] > 1
-    net, pin = net[keep], pin[keep]
-    net_ptr = np.concatenate([[0], np.cumsum(np.bincount(net, minlength=num_nodes)[size > 1])])
-    return net_ptr.astype(np.int64), pin.astype(np.int64)
+    net_of_pin, pins = column_net_pins(src, dst, num_nodes)
+    return drop_single_pin_nets(csr_ptr(net_of_pin, num_nodes), pins)
 
 
 def km1(net_ptr: np.ndarray, pins: np.ndarray, part: np.ndarray) -> int:

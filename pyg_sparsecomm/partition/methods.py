@@ -58,6 +58,12 @@ def row_nnz(edge_index: Tensor, num_nodes: int) -> np.ndarray:
     return np.bincount(edge_index[1].numpy(), minlength=num_nodes) + 1
 
 
+def csr_ptr(index: np.ndarray, size: int) -> np.ndarray:
+    """CSR pointer over ``size`` rows, ``index`` holding the row of every entry: row ``k`` has
+    ``ptr[k + 1] - ptr[k]`` entries (``index`` sorted: they are ``ptr[k]:ptr[k + 1]``)."""
+    return np.concatenate([[0], np.cumsum(np.bincount(index, minlength=size))]).astype(np.int64)
+
+
 def symmetric_csr(edge_index: Tensor, num_nodes: int):
     """Symmetrised adjacency without self-loops or duplicates, as METIS requires."""
     src, dst = edge_index.numpy()
@@ -65,8 +71,7 @@ def symmetric_csr(edge_index: Tensor, num_nodes: int):
     src, dst = src[keep], dst[keep]
     key = np.unique(np.concatenate([src * num_nodes + dst, dst * num_nodes + src]))
     rows, cols = key // num_nodes, key % num_nodes
-    xadj = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=num_nodes))])
-    return xadj.astype(np.int64), cols.astype(np.int64)
+    return csr_ptr(rows, num_nodes), cols.astype(np.int64)
 
 
 @register("metis")

@@ -18,8 +18,8 @@ from .._validate import check_edge_index, check_node_tensor
 from ..inputs import with_edge_index
 from ..plan import comm_pattern
 from ..stats import CommStats
+from .balance import _check_objective, balance_max_send
 from .methods import METHODS, method_options
-from .multiconstraint import _check_objective, balance_max_send
 
 
 class SparsityAwarePartitioner(BaseTransform):
@@ -59,7 +59,7 @@ class SparsityAwarePartitioner(BaseTransform):
         balance: ``"max_send"`` lowers the maximum send volume per rank, then the maximum
             receive volume (never raising either): refinement of the partition
             (:func:`~pyg_sparsecomm.partition.balance.refine_max_send`) plus send-balanced
-            restarts, see :func:`~pyg_sparsecomm.partition.multiconstraint.balance_max_send`;
+            restarts, see :func:`~pyg_sparsecomm.partition.balance.balance_max_send`;
             a method name
             ending in ``"+vb"`` (``"metis+vb"``, ``"hypergraph+vb"``) means the same.
         epsilon_balance: compute imbalance (max/avg row nonzeros - 1) the balancing may reach.
@@ -69,12 +69,12 @@ class SparsityAwarePartitioner(BaseTransform):
         vb_restarts: besides refining the input partition, the balancing tries this many
             send-balanced restarts (multi-constraint METIS with each row's send volume as the
             second constraint, then refinement, see
-            :func:`~pyg_sparsecomm.partition.multiconstraint.balance_max_send`) and keeps the
+            :func:`~pyg_sparsecomm.partition.balance.balance_max_send`) and keeps the
             lowest maximum send volume within the bounds above; ``0`` = refinement only.
         vb_objective: METIS objective of those restarts: ``"vol"`` (total volume), ``"cut"``
             (edge cut), or ``"auto"`` = ``"vol"`` unless the graph has hubs (mean endpoint
             degree above 32, where METIS's volume refinement becomes slow at large P), see
-            :func:`~pyg_sparsecomm.partition.multiconstraint.restart_objective`.
+            :func:`~pyg_sparsecomm.partition.balance.restart_objective`.
         **options: method options, e.g. ``epsilon``/``backend``/``preset`` for ``"hypergraph"``.
     """
 

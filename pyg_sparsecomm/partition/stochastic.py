@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .hypergraph import km1, run_backend
+from .hypergraph import column_net_pins, drop_single_pin_nets, km1, run_backend
 from .methods import register, row_nnz
 
 # A sampler maps (src, dst, num_nodes, rng) to the mask of the edges one mini-batch uses.
@@ -61,14 +61,6 @@ def neighbor_sampler(batch_size: int, fanouts: Sequence[int]) -> Sampler:
     return sample
 
 
-def _batch_nets(src, dst, mask, num_nodes):
-    """Column nets of one batch: net j = {j} ∪ {i : sampled j -> i}, one pin per (net, vertex)."""
-    s, d = src[mask], dst[mask]
-    cols = np.unique(s)
-    key = np.unique(np.concatenate([s * num_nodes + d, cols * num_nodes + cols]))
-    return key // num_nodes, key % num_nodes
-
-
 def stochastic_nets(edge_index: Tensor, num_nodes: int, sampler: Sampler, num_batches: int,
                     seed: int = 0) -> Tuple[np.ndarray, np.ndarray]:
     """Merged nets of ``num_batches`` sampled mini-batches as CSR ``(net_ptr, pins)``.
@@ -80,8 +72,10 @@ def stochastic_nets(edge_index: Tensor, num_nodes: int, sampler: Sampler, num_ba
     ptrs, all_pins = [np.zeros(1, dtype=np.int64)], []
     offset = 0
     for _ in range(num_batches):
-        net, pin = _batch_nets(src, dst, sampler(src, dst, num_nodes, rng), num_nodes)
-        counts = np.bincount(np.unique(net, return_inverse=True)[1])
+        used = sampler(src, dst, num_nodes, rng)
+        batch_src = src[used]  # the batch reads these columns only: they get its nets
+        net, pin = column_net_pins(batch_src, dst[used], num_nodes, columns=np.unique(batch_src))
+        counts = np.unique(net, return_counts=True)[1]
         ptrs.append(offset + np.cumsum(counts))
         offset += pin.size
         all_pins.append(pin)
@@ -141,10 +135,7 @@ def stochastic_hypergraph_partition(edge_index: Tensor, num_nodes: int, num_part
             batches = min(2 * batches, max_batches)
     else:
         net_ptr, pins = stochastic_nets(edge_index, num_nodes, sampler, num_batches, seed)
-    size = np.diff(net_ptr)
-    keep_pin = np.repeat(size > 1, size)  # one-pin nets never cost volume
-    net_ptr = np.concatenate([[0], np.cumsum(size[size > 1])])
-    pins = pins[keep_pin]
+    net_ptr, pins = drop_single_pin_nets(net_ptr, pins)
     part = run_backend(net_ptr, pins, row_nnz(edge_index, num_nodes), num_nodes, num_parts, epsilon, seed,
                        backend, preset)
     return torch.from_numpy(part)

@@ -13,7 +13,8 @@ import numpy as np
 from torch import Tensor
 
 from ._sorting import run_starts, stable_sort, unique_inverse
-from .methods import row_nnz
+from .hypergraph import column_net_pins
+from .methods import csr_ptr, row_nnz
 
 
 class _Nets(NamedTuple):
@@ -39,18 +40,36 @@ class _State(NamedTuple):
     owner: np.ndarray   # part of the net's own row (the part that sends it)
 
 
-def column_net_pins(edge_index: Tensor, num_nodes: int) -> _Nets:
-    """The column-net hypergraph as pin lists (self-loops folded into the ``{j}`` pin)."""
+class _TouchedNets(NamedTuple):
+    """The nets a move has as pins besides its own, one entry per (candidate, net)."""
+    cand: np.ndarray     # index of the candidate move
+    net: np.ndarray
+    changes: np.ndarray  # the move changes the net's λ (it loses part a or gains part b)
+
+
+class _MoveEffects(NamedTuple):
+    """Exact effect of each candidate move alone (:func:`_evaluate`).
+
+    ``ΔS`` is sparse: candidate ``cand[k]`` changes ``S[part[k]]`` by ``d_send[k]``
+    (sorted by candidate, then part); a move changes no ``R`` but ``R_a`` and ``R_b``.
+    """
+    cand: np.ndarray
+    part: np.ndarray
+    d_send: np.ndarray
+    d_recv_a: np.ndarray  # per candidate: change of R of its source part a
+    d_recv_b: np.ndarray  # ... of its target part b
+    d_km1: np.ndarray
+    touched: _TouchedNets
+
+
+def column_net_incidence(edge_index: Tensor, num_nodes: int) -> _Nets:
+    """The column-net hypergraph (:func:`.hypergraph.column_net_pins`) of the whole graph both
+    ways: the pins of every net, one-pin nets included, and the nets every vertex is a pin of."""
     N = int(num_nodes)
     src, dst = edge_index.numpy()
-    keep = src != dst
-    nodes = np.arange(N, dtype=np.int64)
-    pairs = np.unique(np.concatenate([src[keep] * N + dst[keep], nodes * N + nodes]))
-    net_of_pin, pins = pairs // N, pairs % N
-    net_ptr = np.concatenate([[0], np.cumsum(np.bincount(net_of_pin, minlength=N))])
-    in_ptr = np.concatenate([[0], np.cumsum(np.bincount(pins, minlength=N))])
+    net_of_pin, pins = column_net_pins(src, dst, N)
     in_net = net_of_pin[np.argsort(pins, kind="stable")]
-    return _Nets(net_of_pin, pins, net_ptr, in_ptr, in_net, row_nnz(edge_index, N))
+    return _Nets(net_of_pin, pins, csr_ptr(net_of_pin, N), csr_ptr(pins, N), in_net, row_nnz(edge_index, N))
 
 
 def _state(nets: _Nets, part: np.ndarray, P: int) -> _State:
@@ -101,9 +120,10 @@ def _expand(ptr: np.ndarray, values: np.ndarray, rows: np.ndarray):
     return which, values[np.repeat(ptr[rows] - first, deg) + np.arange(int(deg.sum()))]
 
 
-def _evaluate(nets: _Nets, state: _State, part: np.ndarray, v: np.ndarray, b: np.ndarray, P: int):
-    """Exact effect of each move alone: sparse ``(candidate, part, ΔS)``, ``ΔR_a``, ``ΔR_b``, ``Δkm1``,
-    and the candidate's other nets with a flag for those whose ``λ`` it changes."""
+def _evaluate(nets: _Nets, state: _State, part: np.ndarray, v: np.ndarray, b: np.ndarray,
+              P: int) -> _MoveEffects:
+    """Exact effect of each move ``v[k]: part[v[k]] -> b[k]`` alone: sparse ``ΔS``, ``ΔR_a``,
+    ``ΔR_b``, ``Δkm1``, and the candidate's other nets with a flag for those whose ``λ`` it changes."""
     a = part[v]
     count = _pin_counter(state, part.size, P)
     cnt_a, cnt_b = count(v, a), count(v, b)
@@ -126,5 +146,4 @@ def _evaluate(nets: _Nets, state: _State, part: np.ndarray, v: np.ndarray, b: np
     key, inv = unique_inverse(np.concatenate([c_idx * P + owner, ar * P + a, ar * P + b]))
     d = np.bincount(inv, weights=np.concatenate([d_lam, -(lam_v - 1), lam_new - 1])).astype(np.int64)
     nz = d != 0
-    moved_nets = (c_idx, j, leave | join)  # per candidate: its other nets, and which ones change λ
-    return key[nz] // P, key[nz] % P, d[nz], dR_a, dR_b, dkm1, moved_nets
+    return _MoveEffects(key[nz] // P, key[nz] % P, d[nz], dR_a, dR_b, dkm1, _TouchedNets(c_idx, j, leave | join))
