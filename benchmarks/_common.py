@@ -23,8 +23,8 @@ MESHES = ("mdual", "copter2", "4elt")
 def load_graph(name: str):
     """Cora/CiteSeer (raw files copied to a temp root, no download) or a libmetis mesh."""
     if name in ("Cora", "CiteSeer"):
-        from torch_geometric.datasets import Planetoid
         import torch_geometric.transforms as T
+        from torch_geometric.datasets import Planetoid
         root = Path(tempfile.mkdtemp(prefix="planetoid"))
         shutil.copytree(Path(os.environ.get("PLANETOID_RAW", PLANETOID)) / name / "raw", root / name / "raw")
         return Planetoid(str(root), name, transform=T.NormalizeFeatures())[0]
@@ -90,9 +90,9 @@ def markdown_table(headers, rows) -> str:
 
 def print_table(headers, rows) -> None:
     widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) for i, h in enumerate(headers)]
-    print("  ".join(str(h).rjust(w) for h, w in zip(headers, widths)))
+    print("  ".join(str(h).rjust(w) for h, w in zip(headers, widths, strict=False)))
     for r in rows:
-        print("  ".join(str(c).rjust(w) for c, w in zip(r, widths)))
+        print("  ".join(str(c).rjust(w) for c, w in zip(r, widths, strict=False)))
 
 
 def write_table_section(name: str, title: str, script: str, notes: str, headers, rows) -> None:

@@ -14,9 +14,9 @@ sent per epoch (all ranks, counted by the exchanges), next to the prediction.
 import argparse
 
 import torch
+from _common import load_graph, median, print_table, train_epochs, with_features, write_table_section
 from torch_geometric.data import Data
 
-from _common import load_graph, median, print_table, train_epochs, with_features, write_table_section
 from pyg_sparsecomm import DistributedGCNConv, SparsityAwarePartitioner, shard
 from pyg_sparsecomm.cost import CostModel
 from pyg_sparsecomm.datasets import rmat_graph
@@ -104,7 +104,8 @@ def measured(names, sizes, methods, epochs, warmup):
                     calibrated = CostModel(*per_rank[0]["cost_model"])
                     recalibrated = predict_from_partition(data.edge_index, data.num_nodes, part, P, c, WIDTHS,
                                                           model=calibrated, algorithms=algorithms)
-                    for algorithm, prediction, calibrated_prediction in zip(algorithms, predictions, recalibrated):
+                    rows_of = zip(algorithms, predictions, recalibrated, strict=False)
+                    for algorithm, prediction, calibrated_prediction in rows_of:
                         # bulk synchronous: an epoch lasts as long as its slowest rank
                         epoch = max(median(r[algorithm][0]) for r in per_rank)
                         comm = max(median(r[algorithm][1]) for r in per_rank)

@@ -13,10 +13,10 @@ import argparse
 import time
 
 import torch
+from _common import median, print_table, sparse_sbm_graph, with_features, write_table_section
 from torch_geometric.data import Data
 from torch_geometric.utils import grid as grid_graph
 
-from _common import median, print_table, sparse_sbm_graph, with_features, write_table_section
 from pyg_sparsecomm import DistributedGCNConv, SparsityAwarePartitioner, shard
 from pyg_sparsecomm.grid import process_grid
 from pyg_sparsecomm.testing import launch

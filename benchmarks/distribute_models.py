@@ -43,11 +43,11 @@ import warnings
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from _common import median, print_table, sparse_sbm_graph, with_features, write_table_section
 from torch_geometric.data import Data
 from torch_geometric.nn.models import GAT, GCN, GIN, GraphSAGE
 from torch_geometric.utils import coalesce, remove_self_loops, to_torch_csr_tensor
 
-from _common import median, print_table, sparse_sbm_graph, with_features, write_table_section
 from pyg_sparsecomm import SparsityAwarePartitioner, comm_counter, distribute, distributed_loss, shard, sync_gradients
 from pyg_sparsecomm.testing import launch
 from pyg_sparsecomm.training import global_sum
@@ -449,9 +449,9 @@ def main() -> None:
         d1 = ("dist", name, "1d")
         d_ms = ms(d1)
         ratios[name] = d_ms / fast
+        paths = ["edge_index", "csr"] if name in CSR_MODELS else ["edge_index"]
         per_round_ratio = [d / min(p_) for d, *p_ in zip(
-            pool[("dist", name, "1d")]["rounds"], *[pool[("pyg", name, g)]["rounds"] for g in
-                                                   (["edge_index", "csr"] if name in CSR_MODELS else ["edge_index"])])]
+            pool[("dist", name, "1d")]["rounds"], *[pool[("pyg", name, g)]["rounds"] for g in paths], strict=False)]
         spread[name] = (min(per_round_ratio), max(per_round_ratio))
         if d_ms / fast > TARGET:
             misses.append(name)

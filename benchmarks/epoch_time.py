@@ -18,9 +18,9 @@ import argparse
 
 import torch
 import torch.nn.functional as F
+from _common import load_graph, median, print_table, train_epochs, with_features, write_table_section
 from torch_geometric.nn import GCNConv
 
-from _common import load_graph, median, print_table, train_epochs, with_features, write_table_section
 from pyg_sparsecomm import DistributedGCNConv, SparsityAwarePartitioner, shard
 from pyg_sparsecomm.testing import launch
 

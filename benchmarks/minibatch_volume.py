@@ -10,6 +10,7 @@ import argparse
 import time
 
 from _common import load_graph, print_table, write_table_section
+
 from pyg_sparsecomm import SparsityAwarePartitioner
 from pyg_sparsecomm.partition.stochastic import expected_minibatch_volume, neighbor_sampler, node_sampler
 

@@ -16,8 +16,8 @@ hidden (exposed).  hidden = 1d comm - exposed comm; fraction hidden = hidden /
 import argparse
 
 import torch
-
 from _common import load_graph, median, print_table, train_epochs, with_features, write_table_section
+
 from pyg_sparsecomm import DistributedGCNConv, SparsityAwarePartitioner, shard
 from pyg_sparsecomm.testing import launch
 

@@ -11,6 +11,7 @@ import argparse
 import time
 
 from _common import load_graph, print_table, write_table_section
+
 from pyg_sparsecomm import SparsityAwarePartitioner
 
 

@@ -17,13 +17,25 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from pyg_sparsecomm import (DistributedGCNConv, NodeDropout, SparsityAwarePartitioner, comm_counter,  # <- dist.
-                            distributed_loss, global_accuracy, global_sum, load_shard, save_partition, shard,
-                            sync_gradients)
+from pyg_sparsecomm import (  # <- dist.
+    DistributedGCNConv,
+    NodeDropout,
+    SparsityAwarePartitioner,
+    comm_counter,
+    distributed_loss,
+    global_accuracy,
+    global_sum,
+    load_shard,
+    save_partition,
+    shard,
+    sync_gradients,
+)
 from pyg_sparsecomm.datasets import load_dataset
 from pyg_sparsecomm.grid import process_grid
 from pyg_sparsecomm.runtime import run_job
 from pyg_sparsecomm.store import partition_source
+
+CPU = torch.device("cpu")
 
 
 class GCN(torch.nn.Module):
@@ -60,7 +72,7 @@ def global_max(value: torch.Tensor) -> torch.Tensor:
     return value
 
 
-def run(args, rank: int, world_size: int, device=torch.device("cpu"), verbose: bool = True) -> dict:
+def run(args, rank: int, world_size: int, device: torch.device = CPU, verbose: bool = True) -> dict:
     torch.manual_seed(args.seed)  # same initial parameters on every rank
     start = time.perf_counter()
     # 1.5D: P/c block rows, each replicated on the c ranks of a grid row
@@ -125,7 +137,7 @@ def run(args, rank: int, world_size: int, device=torch.device("cpu"), verbose: b
                                                                  local.test_mask)]
         total_loss = float(global_sum(loss))
         total_bytes = int(global_sum(torch.tensor(sent)))
-        for key, value in zip(history, [total_loss, *accs, epoch_s, comm_s, total_bytes]):
+        for key, value in zip(history, [total_loss, *accs, epoch_s, comm_s, total_bytes], strict=False):
             history[key].append(value)
         if verbose and rank == 0 and epoch == 1 and args.algorithm == "auto":
             for conv in (model.conv1, model.conv2):

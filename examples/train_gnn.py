@@ -17,12 +17,22 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch_geometric.nn.models import GAT, GCN, GIN, GraphSAGE
 
-from pyg_sparsecomm import (SparsityAwarePartitioner, comm_counter, distribute, distributed_loss,  # <- distributed
-                            global_accuracy, global_sum, shard, sync_gradients)
+from pyg_sparsecomm import (  # <- distributed
+    SparsityAwarePartitioner,
+    comm_counter,
+    distribute,
+    distributed_loss,
+    global_accuracy,
+    global_sum,
+    shard,
+    sync_gradients,
+)
 from pyg_sparsecomm.datasets import load_dataset
 from pyg_sparsecomm.runtime import run_job
 
 MODELS = {"gcn": GCN, "sage": GraphSAGE, "gin": GIN, "gat": GAT}
+
+CPU = torch.device("cpu")
 
 
 def build_model(name: str, in_channels: int, hidden: int, out_channels: int, dropout: float,
@@ -32,7 +42,7 @@ def build_model(name: str, in_channels: int, hidden: int, out_channels: int, dro
                         norm=norm, **kwargs)
 
 
-def run(args, rank: int, world_size: int, device=torch.device("cpu"), verbose: bool = True) -> dict:
+def run(args, rank: int, world_size: int, device: torch.device = CPU, verbose: bool = True) -> dict:
     torch.manual_seed(args.seed)                               # same initial parameters on every rank
     data = load_dataset(args.dataset, args.root, args.seed)
     num_classes = int(data.y.max()) + 1
@@ -71,7 +81,7 @@ def run(args, rank: int, world_size: int, device=torch.device("cpu"), verbose: b
         with torch.no_grad():
             pred = model(local.x, local.adj).argmax(dim=-1)
         accs = [global_accuracy(pred[m], local.y[m]) for m in (local.train_mask, local.val_mask, local.test_mask)]
-        for key, value in zip(history, [float(global_sum(loss)), *accs, epoch_s, sent]):
+        for key, value in zip(history, [float(global_sum(loss)), *accs, epoch_s, sent], strict=False):
             history[key].append(value)
         if verbose and rank == 0 and (epoch % args.log_every == 0 or epoch == args.epochs):
             print(f"epoch {epoch:4d} loss {history['loss'][-1]:.4f} train {accs[0]:.3f} val {accs[1]:.3f} "

@@ -4,7 +4,6 @@ Every check raises ``ValueError`` naming the offending argument: a distributed
 job that proceeds on bad input either hangs in a collective or returns silently
 wrong numbers, both far worse than an early, clear error.
 """
-from typing import Optional
 
 import torch
 from torch import Tensor
@@ -25,12 +24,12 @@ def check_edge_index(edge_index: Tensor, num_nodes: int) -> None:
                 f"ids must lie in [0, {num_nodes - 1}]")
 
 
-def check_node_tensor(name: str, value: Optional[Tensor], num_nodes: int) -> None:
+def check_node_tensor(name: str, value: Tensor | None, num_nodes: int) -> None:
     if value is not None and value.size(0) != num_nodes:
         raise ValueError(f"{name} has {value.size(0)} rows but the graph has num_nodes={num_nodes}")
 
 
-def check_edge_weight(edge_weight: Optional[Tensor], num_edges: int) -> None:
+def check_edge_weight(edge_weight: Tensor | None, num_edges: int) -> None:
     if edge_weight is None:
         return
     if not edge_weight.is_floating_point():

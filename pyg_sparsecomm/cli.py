@@ -11,9 +11,9 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Tuple
-
+from typing import Any
 
 from . import plots
 from .partition import METHODS, SparsityAwarePartitioner
@@ -22,7 +22,7 @@ from .partition.methods import base_method, method_options
 from .stats import CommStats
 
 GRAPH_SPECS = "sbm, sbm:N, rmat:SCALE[:EDGE_FACTOR], Cora, CiteSeer, PubMed or a METIS .graph file"
-Option = Tuple[Optional[str], str, Any]  # (method it is scoped to or None, key, value)
+Option = tuple[str | None, str, Any]  # (method it is scoped to or None, key, value)
 
 EPILOG = """\
 graphs: sbm (4000 nodes) or sbm:N (N nodes) is the stochastic block model of
@@ -43,14 +43,14 @@ options: --option KEY=VALUE goes to every listed method whose signature takes KE
 
 
 # graphs ---------------------------------------------------------------------
-def _spec_ints(spec: str, fields: str, max_fields: int) -> List[int]:
+def _spec_ints(spec: str, fields: str, max_fields: int) -> list[int]:
     values = fields.split(":")
     if len(values) > max_fields or not all(v.isdigit() and int(v) > 0 for v in values):
         raise SystemExit(f"bad graph {spec!r}: expected {GRAPH_SPECS}")
     return [int(v) for v in values]
 
 
-def load_graph(spec: str, root: Optional[str]):
+def load_graph(spec: str, root: str | None):
     """The graph named by ``spec`` (see ``GRAPH_SPECS``); ``root`` holds the Planetoid files."""
     path = Path(spec)
     if path.suffix == ".graph" and path.exists():
@@ -90,7 +90,7 @@ def parse_option(text: str) -> Option:
     return method or None, key, parse_value(value)
 
 
-def _positive_ints(text: str) -> List[int]:
+def _positive_ints(text: str) -> list[int]:
     try:
         values = [int(x) for x in text.split(",")]
     except ValueError:
@@ -100,9 +100,9 @@ def _positive_ints(text: str) -> List[int]:
     return values
 
 
-def assign_options(methods: List[str], options: List[Option]) -> Dict[str, Dict[str, Any]]:
+def assign_options(methods: list[str], options: list[Option]) -> dict[str, dict[str, Any]]:
     """Per method, the options it gets: scoped ones to their method, the others where they fit."""
-    per_method: Dict[str, Dict[str, Any]] = {m: {} for m in methods}
+    per_method: dict[str, dict[str, Any]] = {m: {} for m in methods}
     for target, key, value in options:
         if target is not None:
             matches = [m for m in methods if target in (m, base_method(m))]
@@ -119,8 +119,8 @@ def assign_options(methods: List[str], options: List[Option]) -> Dict[str, Dict[
     return per_method
 
 
-def _partitioner(num_parts: int, method: str, options: Dict[str, Any],
-                 common: Dict[str, Any]) -> SparsityAwarePartitioner:
+def _partitioner(num_parts: int, method: str, options: dict[str, Any],
+                 common: dict[str, Any]) -> SparsityAwarePartitioner:
     # The partitioner's own validation gives the message (unknown method, option, budget).
     try:
         return SparsityAwarePartitioner(num_parts, method, **common, **options)
@@ -159,16 +159,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 # output ---------------------------------------------------------------------
 # (header, key of the row dict, format, minimum width of the aligned table).
-Column = Tuple[str, str, str, int]
-_COLUMNS: List[Column] = [
+Column = tuple[str, str, str, int]
+_COLUMNS: list[Column] = [
     ("P", "num_parts", "d", 5), ("method", "method", "s", 12), ("total", "total_rows", "d", 10),
     ("max send", "max_rows_sent", ".0f", 9), ("max recv", "max_rows_received", ".0f", 9),
     ("max msgs out", "max_messages_sent", ".0f", 0), ("max msgs in", "max_messages_received", ".0f", 0),
     ("avg msgs", "avg_messages_sent", ".1f", 0), ("imbal.", "compute_imbalance", ".3f", 7)]
-_BYTE_COLUMNS: List[Column] = [("total B", "total_bytes", "d", 12), ("max send B", "max_bytes_sent", ".0f", 12),
+_BYTE_COLUMNS: list[Column] = [("total B", "total_bytes", "d", 12), ("max send B", "max_bytes_sent", ".0f", 12),
                                ("max recv B", "max_bytes_received", ".0f", 12)]
 # Relative to the random partition of the same P (keys filled in by _row).
-_RATIO_COLUMNS: List[Column] = [
+_RATIO_COLUMNS: list[Column] = [
     ("total/rnd", "total_rows/rnd", ".3f", 0), ("maxsend/rnd", "max_rows_sent/rnd", ".3f", 0),
     ("maxrecv/rnd", "max_rows_received/rnd", ".3f", 0), ("maxmsgs/rnd", "max_messages_sent/rnd", ".3f", 0),
     ("seconds", "seconds", ".2f", 8)]
@@ -188,12 +188,12 @@ class _Printer:
         if self.fmt == "markdown":
             print()  # a paragraph, not the table's first line
 
-    def _line(self, cells: List[str]) -> str:
+    def _line(self, cells: list[str]) -> str:
         if self.fmt == "tsv":
             return "\t".join(cells)
         if self.fmt == "markdown":
             return "| " + " | ".join(cells) + " |"
-        cells = [c.rjust(w) for c, w in zip(cells, self.widths)]
+        cells = [c.rjust(w) for c, w in zip(cells, self.widths, strict=False)]
         n = len(self.left)  # '|' separates the raw figures from those relative to random
         return " ".join(cells[:n]) + " | " + " ".join(cells[n:])
 
@@ -202,19 +202,19 @@ class _Printer:
         if self.fmt == "markdown":
             print("|" + "|".join(":---" if k == "method" else "---:" for _, k, _, _ in self.columns) + "|")
 
-    def row(self, row: Dict[str, Any]) -> None:
+    def row(self, row: dict[str, Any]) -> None:
         print(self._line([format(row[k], f) for _, k, f, _ in self.columns]))
 
 
-def _row(method: str, d: Dict[str, Any], base: Dict[str, Any], seconds: float) -> Dict[str, Any]:
+def _row(method: str, d: dict[str, Any], base: dict[str, Any], seconds: float) -> dict[str, Any]:
     row = dict(d, method=method, seconds=seconds)
     for key in ("total_rows", "max_rows_sent", "max_rows_received", "max_messages_sent"):
         row[f"{key}/rnd"] = d[key] / base[key] if base[key] else float("nan")
     return row
 
 
-def _run(data, parts: List[int], methods: List[str], options: Dict[str, Dict[str, Any]],
-         common: Dict[str, Any], width: Optional[int], element_size: int) -> Iterator[Tuple[Dict, CommStats]]:
+def _run(data, parts: list[int], methods: list[str], options: dict[str, dict[str, Any]],
+         common: dict[str, Any], width: int | None, element_size: int) -> Iterator[tuple[dict, CommStats]]:
     """Yields ``(table row, CommStats)`` for every P and method."""
     for P in parts:
         try:
@@ -227,7 +227,7 @@ def _run(data, parts: List[int], methods: List[str], options: Dict[str, Dict[str
             raise SystemExit(f"P={P}: {e}") from None
 
 
-def partition_stats(argv: List[str]) -> int:
+def partition_stats(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     methods = [m for m in args.methods.split(",") if m]
     if not methods:
@@ -250,8 +250,9 @@ def partition_stats(argv: List[str]) -> int:
     out.note(f"graph {args.graph}: {data.num_nodes} nodes, {data.edge_index.size(1)} edges")
     out.header()
     last = None
-    for row, last in _run(data, args.parts, methods, options, common, args.bytes, args.element_size):
+    for row, stats in _run(data, args.parts, methods, options, common, args.bytes, args.element_size):
         out.row(row)
+        last = stats
     if last is not None:
         _plot(args, last, out)
     return 0
@@ -277,7 +278,7 @@ def _plot(args: argparse.Namespace, stats: CommStats, out: "_Printer") -> None:
 COMMANDS = {"partition-stats": partition_stats}
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] not in COMMANDS:
         print(f"usage: python -m pyg_sparsecomm {{{','.join(COMMANDS)}}} ...", file=sys.stderr)

@@ -1,5 +1,5 @@
 """``shard()``: the rank-local ``Data`` of a partitioned graph."""
-from typing import Any, Optional
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -9,8 +9,8 @@ from torch_geometric.data import Data
 from ._validate import check_edge_index, check_edge_weight, check_node_tensor, check_partition
 from .adj import HaloAdj
 from .comm.group import rank as group_rank
-from .grid import ProcessGrid
 from .comm.group import world_size as group_world_size
+from .grid import ProcessGrid
 from .inputs import with_edge_index
 from .plan import CommPattern, comm_pattern, local_edges, rank_plan
 
@@ -18,7 +18,7 @@ from .plan import CommPattern, comm_pattern, local_edges, rank_plan
 _SKIP = {"edge_index", "adj_t", "edge_weight", "e_id", "part", "num_parts", "comm_stats", "num_nodes"}
 
 
-def _edge_weight_of(data: Data) -> Optional[Tensor]:
+def _edge_weight_of(data: Data) -> Tensor | None:
     if getattr(data, "edge_weight", None) is not None:
         return data.edge_weight
     attr = getattr(data, "edge_attr", None)
@@ -27,8 +27,8 @@ def _edge_weight_of(data: Data) -> Optional[Tensor]:
     return None
 
 
-def shard(data: Data, group: Optional[dist.ProcessGroup] = None, rank: Optional[int] = None,
-          world_size: Optional[int] = None, grid: Optional[ProcessGrid] = None) -> Data:
+def shard(data: Data, group: dist.ProcessGroup | None = None, rank: int | None = None,
+          world_size: int | None = None, grid: ProcessGrid | None = None) -> Data:
     """Returns this rank's part of a graph partitioned by ``SparsityAwarePartitioner``.
 
     The result holds the owned rows of every node-level attribute (``x``, ``y``,

@@ -83,8 +83,8 @@ def load_dataset(name: str, root: str = "data", seed: int = 0, barrier: bool = T
     """
     if name == "SBM":
         return sbm_graph(seed=seed)
-    from torch_geometric.datasets import Planetoid
     import torch_geometric.transforms as T
+    from torch_geometric.datasets import Planetoid
     sync = barrier and dist.is_available() and dist.is_initialized()
     if sync and dist.get_rank() != 0:
         dist.barrier()

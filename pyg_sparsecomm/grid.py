@@ -6,7 +6,6 @@ partial sums (``row_group``); the ``P / c`` ranks of a grid column (``col_group`
 exchange the blocks of ``H`` between block rows.  Each rank computes ``P / c²`` of
 the block products, so ``c²`` must divide ``P``.
 """
-from typing import Dict, List, Optional, Tuple
 
 import torch.distributed as dist
 
@@ -24,7 +23,7 @@ def check_grid(world_size: int, replication: int) -> None:
                          f"P={world_size}, c={replication} gives {world_size / replication ** 2:g}")
 
 
-def stage_blocks(num_block_rows: int, replication: int, col: int) -> List[int]:
+def stage_blocks(num_block_rows: int, replication: int, col: int) -> list[int]:
     """The block columns grid column ``col`` multiplies: ``col · P/c² … (col + 1) · P/c² - 1``."""
     stages = num_block_rows // replication
     return list(range(col * stages, (col + 1) * stages))
@@ -39,7 +38,7 @@ class ProcessGrid:
             (simulations, tests); groups are then not created.
     """
 
-    def __init__(self, replication: int, world_size: Optional[int] = None, rank: Optional[int] = None) -> None:
+    def __init__(self, replication: int, world_size: int | None = None, rank: int | None = None) -> None:
         distributed = world_size is None and is_distributed()
         self.world_size = dist.get_world_size() if distributed else (world_size or 1)
         self.rank = dist.get_rank() if distributed else (rank or 0)
@@ -64,15 +63,15 @@ class ProcessGrid:
         """Block products per rank: ``P / c²``."""
         return self.num_block_rows // self.replication
 
-    def row_ranks(self, row: int) -> List[int]:
+    def row_ranks(self, row: int) -> list[int]:
         """Ranks holding block row ``row`` (one grid row)."""
         return [row * self.replication + j for j in range(self.replication)]
 
-    def col_ranks(self, col: int) -> List[int]:
+    def col_ranks(self, col: int) -> list[int]:
         """Ranks at position ``col`` of every grid row (one grid column)."""
         return [i * self.replication + col for i in range(self.num_block_rows)]
 
-    def stage_blocks(self) -> List[int]:
+    def stage_blocks(self) -> list[int]:
         """The block columns this rank multiplies (see :func:`stage_blocks`)."""
         return stage_blocks(self.num_block_rows, self.replication, self.col)
 
@@ -81,7 +80,7 @@ class ProcessGrid:
                 f"({self.row}, {self.col}), stages={self.stages})")
 
 
-_GRIDS: Dict[Tuple[int, int], ProcessGrid] = {}
+_GRIDS: dict[tuple[int, int], ProcessGrid] = {}
 
 
 def process_grid(replication: int) -> ProcessGrid:

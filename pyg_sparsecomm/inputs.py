@@ -14,7 +14,7 @@ A torch sparse tensor cannot hold a pattern without values, so values that are a
 mean "unweighted" (no ``edge_weight``; a GCN normalises both alike).
 """
 import copy
-from typing import Any, Optional, Tuple
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -49,7 +49,7 @@ def check_homogeneous(data: Any, who: str) -> None:
         raise ValueError(f"{who} takes a torch_geometric.data.Data, got {describe(data)}")
 
 
-def adj_t_to_edge_index(adj_t: Any, num_nodes: int, who: str = "adj_t") -> Tuple[Tensor, Optional[Tensor]]:
+def adj_t_to_edge_index(adj_t: Any, num_nodes: int, who: str = "adj_t") -> tuple[Tensor, Tensor | None]:
     r"""``(edge_index, edge_weight)`` of a transposed adjacency ``adj_t``.
 
     Args:
@@ -83,7 +83,7 @@ def adj_t_to_edge_index(adj_t: Any, num_nodes: int, who: str = "adj_t") -> Tuple
     return torch.stack([col, row]).to(torch.long), value
 
 
-def _torch_sparse_coo(adj_t: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+def _torch_sparse_coo(adj_t: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """``(row, col, value)`` of a 2-D torch sparse tensor, in its storage order."""
     if adj_t.layout == torch.sparse_csr:
         row = _expand(adj_t.crow_indices(), adj_t.size(0))

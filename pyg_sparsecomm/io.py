@@ -1,13 +1,12 @@
 """Readers for graph files used by the benchmarks and the CLI."""
 from pathlib import Path
-from typing import Union
 
 import numpy as np
 import torch
 from torch_geometric.data import Data
 
 
-def read_metis_graph(path: Union[str, Path]) -> Data:
+def read_metis_graph(path: str | Path) -> Data:
     """Reads a METIS ``.graph`` file (undirected, 1-based adjacency lists) into ``Data``.
 
     The header is ``n m [fmt [ncon]]``; vertex sizes/weights and edge weights

@@ -1,8 +1,9 @@
 """Joining a ``torchrun`` job: the process group (with a timeout) and the device."""
 import os
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -11,8 +12,8 @@ import torch.distributed as dist
 DEFAULT_TIMEOUT = timedelta(seconds=120)
 
 
-def init_distributed(backend: Optional[str] = None,
-                     timeout: timedelta = DEFAULT_TIMEOUT) -> Tuple[int, int, torch.device]:
+def init_distributed(backend: str | None = None,
+                     timeout: timedelta = DEFAULT_TIMEOUT) -> tuple[int, int, torch.device]:
     """Joins the job ``torchrun`` started; returns ``(rank, world_size, device)``.
 
     Without ``torchrun`` (no ``RANK`` in the environment) nothing is initialised and the
@@ -32,8 +33,8 @@ def init_distributed(backend: Optional[str] = None,
 
 
 @contextmanager
-def distributed_job(backend: Optional[str] = None,
-                    timeout: timedelta = DEFAULT_TIMEOUT) -> Iterator[Tuple[int, int, torch.device]]:
+def distributed_job(backend: str | None = None,
+                    timeout: timedelta = DEFAULT_TIMEOUT) -> Iterator[tuple[int, int, torch.device]]:
     """:func:`init_distributed` for the duration of a ``with`` block, which yields
     ``(rank, world_size, device)``; the process group is destroyed on exit, also on error."""
     try:
@@ -43,7 +44,7 @@ def distributed_job(backend: Optional[str] = None,
             dist.destroy_process_group()
 
 
-def run_job(train: Callable[..., Dict[str, List[float]]], args: Any) -> Tuple[int, Dict[str, List[float]]]:
+def run_job(train: Callable[..., dict[str, list[float]]], args: Any) -> tuple[int, dict[str, list[float]]]:
     """Runs ``train(args, rank, world_size, device)`` inside :func:`distributed_job`; returns
     ``(rank, history)``, after printing the final test accuracy and the median epoch time on
     rank 0 when ``history`` holds ``test_acc`` and ``epoch_s`` (the examples' training loops)."""

@@ -17,15 +17,15 @@ import hashlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch_geometric.data import Data
 
 from .adj import HaloAdj
-from .comm.group import rank as group_rank
 from .comm.group import raise_together
+from .comm.group import rank as group_rank
 from .comm.group import world_size as group_world_size
 from .data import attach_adjacency, replicate, shard_from_pattern
 from .grid import ProcessGrid
@@ -68,7 +68,7 @@ def _canonical(value: Any) -> Any:
     return json.loads(json.dumps(value, sort_keys=True, default=repr))
 
 
-def partition_source(partitioner: Any, dataset: Optional[str] = None) -> dict:
+def partition_source(partitioner: Any, dataset: str | None = None) -> dict:
     """How a partition is made, from its ``SparsityAwarePartitioner``: dataset name, method (with
     ``"+vb"`` when balanced), seed, options and number of parts.
 
@@ -133,7 +133,7 @@ def _to_record(local: Data) -> dict:
     return record
 
 
-def save_partition(data: Data, root: Union[str, Path], source: Optional[Mapping] = None) -> Path:
+def save_partition(data: Data, root: str | Path, source: Mapping | None = None) -> Path:
     """Writes every rank's shard of a partitioned ``data`` under ``root``; returns the manifest path.
 
     ``source`` (see :func:`partition_source`) describes how the partition was made; the manifest
@@ -179,7 +179,7 @@ def _check_keys(path: Path, where: str, body: dict, keys: Mapping[str, type]) ->
                              f"{_json_type(kind())}, got a JSON {_json_type(body[key])}: re-run save_partition")
 
 
-def read_manifest(root: Union[str, Path]) -> dict:
+def read_manifest(root: str | Path) -> dict:
     """The validated ``manifest.json`` under ``root``; ``ValueError`` naming the file and the problem."""
     path = Path(root) / "manifest.json"
     if not path.exists():
@@ -199,8 +199,8 @@ def read_manifest(root: Union[str, Path]) -> dict:
     return manifest
 
 
-def check_source(root: Union[str, Path], manifest: dict, expected_source: Optional[Mapping] = None,
-                 expected_fingerprint: Optional[str] = None) -> None:
+def check_source(root: str | Path, manifest: dict, expected_source: Mapping | None = None,
+                 expected_fingerprint: str | None = None) -> None:
     """Raises ``ValueError`` listing the fields in which the partition under ``root`` differs
     from ``expected_source`` (or whose fingerprint is not ``expected_fingerprint``)."""
     recorded = manifest["source"]
@@ -213,10 +213,10 @@ def check_source(root: Union[str, Path], manifest: dict, expected_source: Option
                          f"directory to re-partition, or use another partition directory")
 
 
-def load_shard(root: Union[str, Path], group: Optional[dist.ProcessGroup] = None,
-               rank: Optional[int] = None, world_size: Optional[int] = None,
-               expected_fingerprint: Optional[str] = None, grid: Optional[ProcessGrid] = None,
-               expected_source: Optional[Mapping] = None) -> Data:
+def load_shard(root: str | Path, group: dist.ProcessGroup | None = None,
+               rank: int | None = None, world_size: int | None = None,
+               expected_fingerprint: str | None = None, grid: ProcessGrid | None = None,
+               expected_source: Mapping | None = None) -> Data:
     """Loads this rank's shard written by :func:`save_partition` (reads one part file only).
 
     With a 1.5D ``grid`` (a partition into ``P / c`` parts) it loads block row
@@ -244,9 +244,9 @@ def load_shard(root: Union[str, Path], group: Optional[dist.ProcessGroup] = None
     return raise_together(load, f"load_shard({str(root)!r})", None if grid is not None else group)
 
 
-def _load_shard(root: Union[str, Path], group: Optional[dist.ProcessGroup], rank: Optional[int],
-                world_size: Optional[int], expected_fingerprint: Optional[str], grid: Optional[ProcessGrid],
-                expected_source: Optional[Mapping]) -> Data:
+def _load_shard(root: str | Path, group: dist.ProcessGroup | None, rank: int | None,
+                world_size: int | None, expected_fingerprint: str | None, grid: ProcessGrid | None,
+                expected_source: Mapping | None) -> Data:
     """:func:`load_shard` on this rank alone."""
     manifest = read_manifest(root)
     num_parts = manifest["source"]["num_parts"]

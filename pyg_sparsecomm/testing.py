@@ -14,8 +14,9 @@ import queue
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, Callable, List
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -47,7 +48,7 @@ def _worker(fn, rank, world_size, store_path, args, results, threads, pg_timeout
 
 
 def launch(fn: Callable[..., Any], world_size: int, *args, timeout: float = 300.0,
-           threads: int = 1, pg_timeout: float = 60.0) -> List[Any]:
+           threads: int = 1, pg_timeout: float = 60.0) -> list[Any]:
     """Runs ``fn(rank, world_size, *args)`` on ``world_size`` gloo processes; returns results by rank."""
     ctx = mp.get_context("spawn")
     results = ctx.Queue()

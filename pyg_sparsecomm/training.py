@@ -16,7 +16,7 @@ its share of the parameter gradient; summing the shares
 Every rank must run the same forward/backward (also a rank with no labelled
 rows): the exchanges are collectives.
 """
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -25,7 +25,7 @@ from torch import Tensor
 from .comm.group import collective_device, is_distributed
 
 
-def global_sum(value, group: Optional[dist.ProcessGroup] = None) -> Tensor:
+def global_sum(value, group: dist.ProcessGroup | None = None) -> Tensor:
     """Sum of a (detached) scalar or tensor over all ranks (returned on the input's device)."""
     t = torch.as_tensor(value.detach() if isinstance(value, Tensor) else value).clone()
     if is_distributed(group):
@@ -36,7 +36,7 @@ def global_sum(value, group: Optional[dist.ProcessGroup] = None) -> Tensor:
     return t
 
 
-def global_count(mask_or_count, group: Optional[dist.ProcessGroup] = None) -> int:
+def global_count(mask_or_count, group: dist.ProcessGroup | None = None) -> int:
     """Number of selected rows over all ranks (a bool mask, an index tensor or an int)."""
     if isinstance(mask_or_count, Tensor):
         local = int(mask_or_count.sum()) if mask_or_count.dtype == torch.bool else mask_or_count.numel()
@@ -46,7 +46,7 @@ def global_count(mask_or_count, group: Optional[dist.ProcessGroup] = None) -> in
 
 
 def distributed_loss(loss_fn: Callable[..., Tensor], input: Tensor, target: Tensor,
-                     group: Optional[dist.ProcessGroup] = None, **kwargs) -> Tensor:
+                     group: dist.ProcessGroup | None = None, **kwargs) -> Tensor:
     """``loss_fn(..., reduction='sum')`` on the local rows divided by the global row count.
 
     Summed over ranks it equals ``loss_fn(..., reduction='mean')`` over the whole graph.
@@ -55,7 +55,7 @@ def distributed_loss(loss_fn: Callable[..., Tensor], input: Tensor, target: Tens
     return loss_fn(input, target, reduction="sum", **kwargs) / max(count, 1)
 
 
-def sync_gradients(module: torch.nn.Module, group: Optional[dist.ProcessGroup] = None) -> None:
+def sync_gradients(module: torch.nn.Module, group: dist.ProcessGroup | None = None) -> None:
     """Sums parameter gradients over ranks, in one flat all-reduce.
 
     A parameter without a gradient on this rank contributes zeros, so ranks
@@ -76,7 +76,7 @@ def sync_gradients(module: torch.nn.Module, group: Optional[dist.ProcessGroup] =
         offset += n
 
 
-def global_accuracy(pred: Tensor, target: Tensor, group: Optional[dist.ProcessGroup] = None) -> float:
+def global_accuracy(pred: Tensor, target: Tensor, group: dist.ProcessGroup | None = None) -> float:
     """Fraction of correct predictions over the rows of all ranks."""
     correct = global_sum(torch.tensor(float((pred == target).sum()), dtype=torch.float64), group)
     total = global_count(pred.numel(), group)

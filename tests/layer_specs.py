@@ -6,8 +6,8 @@ layer (seeded, so every rank and the reference get the same parameters) and call
 ``Inputs``: whole-graph tensors on one process, the shard's tensors (``edge_index`` is then
 ``local.adj``) when distributed.
 """
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Dict, Optional
 
 import torch
 from torch import Tensor
@@ -58,7 +58,7 @@ def _pna(deg: Tensor) -> c.PNAConv:
                      edge_dim=D, towers=1)
 
 
-def specs(deg: Optional[Tensor] = None) -> Dict[str, Spec]:
+def specs(deg: Tensor | None = None) -> dict[str, Spec]:
     """``deg``: PNA's in-degree histogram of the whole graph (PNA is built from it)."""
     deg = torch.tensor([1, 2, 3, 4]) if deg is None else deg
     return {
@@ -119,7 +119,7 @@ def specs(deg: Optional[Tensor] = None) -> Dict[str, Spec]:
     }
 
 
-def variants() -> Dict[str, Spec]:
+def variants() -> dict[str, Spec]:
     """Configurations of supported layers that take the package's other fast paths: ``GINConv``
     whose ``nn`` starts with a narrowing ``Linear`` (moved before the aggregation), attention
     with one head and a mean aggregation, or several heads averaged (one SpMM per head)."""
@@ -154,7 +154,7 @@ class EdgeGateConv(MessagePassing):
 CUSTOM = {"EdgeGateConv (user-defined)": Spec(EdgeGateConv, _attr)}
 
 #: refused layers that can be built here (the others need CUDA-only or pyg-lib packages)
-REFUSED_BUILDERS: Dict[str, Callable[[], torch.nn.Module]] = {
+REFUSED_BUILDERS: dict[str, Callable[[], torch.nn.Module]] = {
     "PANConv": lambda: c.PANConv(F, OUT, filter_size=2),
     "MeshCNNConv": lambda: c.MeshCNNConv(F, OUT),
     "WLConv": lambda: c.WLConv(),

@@ -6,9 +6,9 @@ upstream gradient is applied through ``owner_mask`` so every row counts once.
 """
 import pytest
 import torch
+from graphs import CONFIGS, NUM_FEATURES, OUT, make_cases, reference_outputs, reference_state, upstream_grad
 from torch_geometric.nn import GCNConv
 
-from graphs import CONFIGS, NUM_FEATURES, OUT, make_cases, reference_outputs, reference_state, upstream_grad
 from pyg_sparsecomm import DistributedGCNConv, global_sum, shard, sync_gradients
 from pyg_sparsecomm.grid import process_grid
 from pyg_sparsecomm.testing import launch
@@ -112,8 +112,9 @@ def _labels(data):
 
 
 def _train_worker(rank, world_size, c, cases, steps):
-    from pyg_sparsecomm import distributed_loss
     import torch.nn.functional as F
+
+    from pyg_sparsecomm import distributed_loss
     losses = {}
     for case in cases:
         data = make_cases(world_size // c)[case]

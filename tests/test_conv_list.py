@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from layer_specs import NOT_BUILT_HERE, REFUSED_BUILDERS, layer_table, specs
 from torch_geometric.nn import GCNConv, MessagePassing, Sequential
 from torch_geometric.nn import conv as c
 from torch_geometric.nn.norm import BatchNorm, MeanSubtractionNorm, PairNorm
 
-from layer_specs import NOT_BUILT_HERE, REFUSED_BUILDERS, layer_table, specs
 from pyg_sparsecomm import distribute
 from pyg_sparsecomm.nn import REFUSED, refusal
 

@@ -2,10 +2,10 @@
 
 import pytest
 import torch
+from graphs import NUM_FEATURES, make_cases
 from torch_geometric.data import Data
 from torch_geometric.utils import grid as grid_graph
 
-from graphs import NUM_FEATURES, make_cases
 from pyg_sparsecomm import DistributedGCNConv, SparsityAwarePartitioner, comm_counter, shard
 from pyg_sparsecomm.algorithms import ALGORITHMS
 from pyg_sparsecomm.cost import CostModel, RankVolumes

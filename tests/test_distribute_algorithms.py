@@ -9,15 +9,15 @@
 """
 import pytest
 import torch
+from layer_specs import OUT, D, F, _mlp
+from test_distribute_layers import make_graph
 from torch.nn import Linear, ReLU, Sequential
 from torch_geometric.nn import ChebConv, EdgeConv, GATConv, GCNConv, GINConv, GraphConv, SAGEConv, TransformerConv
 
-from layer_specs import D, F, OUT, _mlp
 from pyg_sparsecomm import comm_counter, distribute, shard, sync_gradients
-from pyg_sparsecomm.nn import summary
 from pyg_sparsecomm.grid import process_grid
+from pyg_sparsecomm.nn import summary
 from pyg_sparsecomm.testing import launch
-from test_distribute_layers import make_graph
 
 LINEAR = {
     "GCNConv": (lambda: GCNConv(F, OUT), True),

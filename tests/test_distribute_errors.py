@@ -2,12 +2,12 @@
 (before any collective, so nothing hangs)."""
 import pytest
 import torch
+from layer_specs import OUT, D, F
+from test_distribute_layers import make_graph
 from torch_geometric.nn import GATConv, GCNConv
 
-from layer_specs import D, F, OUT
 from pyg_sparsecomm import distribute, shard
 from pyg_sparsecomm.testing import launch
-from test_distribute_layers import make_graph
 
 
 def _errors_worker(rank, world_size):

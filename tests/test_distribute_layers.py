@@ -6,10 +6,10 @@ and every parameter gradient (after sync_gradients) equal the whole-graph layer'
 """
 import pytest
 import torch
+from layer_specs import EMPTY_GRAPH_FAILS_IN_PYG, D, F, Inputs, R, specs, variants
 from torch_geometric.data import Data
 from torch_geometric.utils import degree
 
-from layer_specs import EMPTY_GRAPH_FAILS_IN_PYG, D, F, R, Inputs, specs, variants
 from pyg_sparsecomm import distribute, shard, sync_gradients
 from pyg_sparsecomm.testing import launch
 

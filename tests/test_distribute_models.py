@@ -4,13 +4,13 @@
 import pytest
 import torch
 import torch.nn.functional as Fn
+from layer_specs import D, F
+from test_distribute_layers import make_graph, pna_degree
 from torch_geometric.nn import GCNConv, SAGEConv, Sequential
 from torch_geometric.nn.models import GAT, GCN, GIN, PNA, EdgeCNN, GraphSAGE
 
-from layer_specs import D, F
 from pyg_sparsecomm import distribute, distributed_loss, global_sum, shard, sync_gradients
 from pyg_sparsecomm.testing import launch
-from test_distribute_layers import make_graph, pna_degree
 
 C = 4  # classes
 

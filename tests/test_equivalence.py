@@ -7,9 +7,9 @@ GCNConv option, for both algorithms.
 """
 import pytest
 import torch
+from graphs import CONFIGS, NUM_FEATURES, OUT, make_cases, reference_outputs, reference_state, upstream_grad
 from torch_geometric.nn import GCNConv
 
-from graphs import CONFIGS, NUM_FEATURES, OUT, make_cases, reference_outputs, reference_state, upstream_grad
 from pyg_sparsecomm import DistributedGCNConv, shard, sync_gradients
 from pyg_sparsecomm.testing import launch
 

@@ -4,9 +4,9 @@ import time
 
 import pytest
 import torch
+from graphs import NUM_FEATURES, make_cases
 from torch_geometric.data import Data
 
-from graphs import NUM_FEATURES, make_cases
 from pyg_sparsecomm import DistributedGCNConv, SparsityAwarePartitioner, shard
 from pyg_sparsecomm.testing import launch
 

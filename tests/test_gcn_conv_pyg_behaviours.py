@@ -123,7 +123,7 @@ def test_graph_forms_and_edge_weights(form, weighted):
     expected, expected_grads = _outputs_and_grads(ref, x, *graph)
     out, grads = _outputs_and_grads(ours, x, *graph)
     torch.testing.assert_close(out, expected)
-    for got, want in zip(grads, expected_grads):
+    for got, want in zip(grads, expected_grads, strict=False):
         torch.testing.assert_close(got, want)
     # every form gives the edge_index result (PyG's documented equivalence)
     torch.testing.assert_close(out, ref(x, EDGE_INDEX, w).detach(), atol=1e-6, rtol=1e-5)

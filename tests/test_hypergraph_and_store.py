@@ -5,11 +5,17 @@ import sys
 import numpy as np
 import pytest
 import torch
+from graphs import NUM_FEATURES, make_cases
 from torch_geometric.nn import GCNConv
 
-from graphs import NUM_FEATURES, make_cases
-from pyg_sparsecomm import (DistributedGCNConv, SparsityAwarePartitioner, graph_fingerprint, load_shard,
-                            save_partition, shard)
+from pyg_sparsecomm import (
+    DistributedGCNConv,
+    SparsityAwarePartitioner,
+    graph_fingerprint,
+    load_shard,
+    save_partition,
+    shard,
+)
 from pyg_sparsecomm.partition.hypergraph import column_nets, km1
 from pyg_sparsecomm.testing import launch
 
@@ -41,7 +47,7 @@ def test_column_net_builder_on_a_tiny_directed_graph():
     assert net_ptr.tolist() == [0, 3, 5, 7] and pins.tolist() == [0, 1, 2, 1, 2, 0, 3]
     nets = column_net_incidence(edge_index, 5)
     assert nets.net_ptr.tolist() == [0, 3, 5, 6, 8, 9]
-    nets_of = [nets.in_net[a:b].tolist() for a, b in zip(nets.in_ptr[:-1], nets.in_ptr[1:])]
+    nets_of = [nets.in_net[a:b].tolist() for a, b in zip(nets.in_ptr[:-1], nets.in_ptr[1:], strict=False)]
     assert nets_of == [[0, 3], [0, 1], [0, 1, 2], [3], [4]]
     for part in ([0, 0, 1, 1, 1], [0, 1, 2, 0, 1], [1, 1, 1, 1, 0]):
         part = torch.tensor(part)
@@ -224,8 +230,12 @@ def test_metis_seed(P):
 
 def test_stochastic_hypergraph_model():
     from pyg_sparsecomm.datasets import sbm_graph
-    from pyg_sparsecomm.partition.stochastic import (expected_minibatch_volume, hoeffding_num_nets,
-                                                     neighbor_sampler, node_sampler)
+    from pyg_sparsecomm.partition.stochastic import (
+        expected_minibatch_volume,
+        hoeffding_num_nets,
+        neighbor_sampler,
+        node_sampler,
+    )
     assert hoeffding_num_nets(8, 0.5, 0.05) == 362  # (P-1)^2 / (2 θ^2) ln(2/δ) = 98 ln 40
     with pytest.raises(ValueError, match="theta > 0"):
         hoeffding_num_nets(8, 0.0, 0.05)

@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 import torch
+from graphs import make_cases
 from torch_geometric.data import Data
 
-from graphs import make_cases
 from pyg_sparsecomm import SparsityAwarePartitioner, comm_pattern, rank_plan, shard
 from pyg_sparsecomm.stats import CommStats
 
@@ -52,7 +52,7 @@ def test_shards_reassemble_the_global_graph(P):
             adj = local.adj
             row, col = adj.coo()
             cols = torch.cat([local.n_id, adj.plan.halo_n_id])
-            edges.update(zip(cols[col].tolist(), local.n_id[row].tolist()))
+            edges.update(zip(cols[col].tolist(), local.n_id[row].tolist(), strict=False))
             # e_id names the global edge of every local edge, in adj order
             assert torch.equal(data.edge_index[:, local.e_id], torch.stack([cols[col], local.n_id[row]]))
             assert torch.equal(local.x, data.x[local.n_id])

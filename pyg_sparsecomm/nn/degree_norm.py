@@ -18,7 +18,8 @@ active) and call PyG's own function otherwise, so single-process code is untouch
 """
 import functools
 import sys
-from typing import Any, Callable, Dict, Optional
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -40,7 +41,7 @@ def _with_halo(owned: Tensor, context: ShardContext) -> Tensor:
     return torch.cat([owned, halo_exchange(owned.view(-1, 1), context.plan, context.group).view(-1)])
 
 
-def _check_num_nodes(name: str, num_nodes: Optional[int], context: ShardContext) -> int:
+def _check_num_nodes(name: str, num_nodes: int | None, context: ShardContext) -> int:
     if num_nodes is not None and num_nodes != context.num_owned:
         raise ValueError(f"{name} was called with num_nodes={num_nodes} inside a distributed layer whose "
                          f"shard owns {context.num_owned} rows: the layer passes a node count other than "
@@ -48,9 +49,9 @@ def _check_num_nodes(name: str, num_nodes: Optional[int], context: ShardContext)
     return context.num_owned
 
 
-def gcn_norm(context: ShardContext, edge_index: Tensor, edge_weight: Optional[Tensor] = None,
-             num_nodes: Optional[int] = None, improved: bool = False, add_self_loops: bool = True,
-             flow: str = "source_to_target", dtype: Optional[torch.dtype] = None):
+def gcn_norm(context: ShardContext, edge_index: Tensor, edge_weight: Tensor | None = None,
+             num_nodes: int | None = None, improved: bool = False, add_self_loops: bool = True,
+             flow: str = "source_to_target", dtype: torch.dtype | None = None):
     r""":math:`w'_{ji} = \hat d_j^{-1/2} w_{ji} \hat d_i^{-1/2}` over a local edge index, with
     :math:`\hat d` the global weighted in-degree (PyG's ``gcn_norm``, ``source_to_target``)."""
     if flow != "source_to_target":
@@ -66,9 +67,9 @@ def gcn_norm(context: ShardContext, edge_index: Tensor, edge_weight: Optional[Te
     return edge_index, ext[row] * edge_weight * deg_inv_sqrt[col]
 
 
-def get_laplacian(context: ShardContext, edge_index: Tensor, edge_weight: Optional[Tensor] = None,
-                  normalization: Optional[str] = None, dtype: Optional[torch.dtype] = None,
-                  num_nodes: Optional[int] = None):
+def get_laplacian(context: ShardContext, edge_index: Tensor, edge_weight: Tensor | None = None,
+                  normalization: str | None = None, dtype: torch.dtype | None = None,
+                  num_nodes: int | None = None):
     r"""PyG's ``get_laplacian`` over a local edge index; :math:`d_j = \sum_i w_{ji}` is the global
     (source-side) degree, summed over the ranks that own the targets."""
     if normalization is not None and normalization not in ("sym", "rw"):
@@ -83,8 +84,8 @@ def get_laplacian(context: ShardContext, edge_index: Tensor, edge_weight: Option
     return context.memo[key][2]  # type: ignore[index]  # memo values are per-key tuples
 
 
-def _laplacian(context: ShardContext, edge_index: Tensor, edge_weight: Optional[Tensor],
-               normalization: Optional[str], dtype: Optional[torch.dtype], n: int):
+def _laplacian(context: ShardContext, edge_index: Tensor, edge_weight: Tensor | None,
+               normalization: str | None, dtype: torch.dtype | None, n: int):
     edge_index, edge_weight = remove_self_loops(edge_index, edge_weight)
     if edge_weight is None:
         edge_weight = torch.ones(edge_index.size(1), dtype=dtype, device=edge_index.device)
@@ -103,7 +104,7 @@ def _laplacian(context: ShardContext, edge_index: Tensor, edge_weight: Optional[
     return add_self_loops(edge_index, -edge_weight, fill_value=1.0, num_nodes=n)
 
 
-_REPLACEMENTS: Dict[str, Callable[..., Any]] = {"gcn_norm": gcn_norm, "get_laplacian": get_laplacian}
+_REPLACEMENTS: dict[str, Callable[..., Any]] = {"gcn_norm": gcn_norm, "get_laplacian": get_laplacian}
 
 
 def _dispatcher(original: Callable[..., Any], distributed: Callable[..., Any]) -> Callable[..., Any]:

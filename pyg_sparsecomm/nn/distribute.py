@@ -1,5 +1,4 @@
 """``distribute(model)``: any module of PyG layers, trained full-graph across processes."""
-from typing import Dict, Optional
 
 import torch
 import torch.distributed as dist
@@ -13,7 +12,7 @@ from .distributed_layer import DistributedSettings, attach
 from .norms import convert_norm, refused_norm
 
 #: layers that cannot be exact on a partitioned graph, by class name, with the reason
-REFUSED: Dict[str, str] = {
+REFUSED: dict[str, str] = {
     "DynamicEdgeConv": "builds a k-nearest-neighbour graph from the features of all nodes",
     "GravNetConv": "builds a k-nearest-neighbour graph from the features of all nodes",
     "XConv": "builds a k-nearest-neighbour graph from the positions of all nodes",
@@ -36,7 +35,7 @@ REFUSED: Dict[str, str] = {
 }
 
 
-def refusal(module: torch.nn.Module) -> Optional[str]:
+def refusal(module: torch.nn.Module) -> str | None:
     """Why ``module`` cannot run exactly on a partitioned graph, or ``None`` (a layer named in
     :data:`REFUSED`, a subclass of one, a whole-graph norm ``distribute`` does not reduce, or a
     ``MessagePassing`` layer whose messages flow ``target_to_source``)."""
@@ -59,8 +58,8 @@ def refusal(module: torch.nn.Module) -> Optional[str]:
     return None
 
 
-def distribute(module: torch.nn.Module, algorithm: str = "1d", group: Optional[dist.ProcessGroup] = None,
-               replication: int = 1, cost_model: Optional[CostModel] = None) -> torch.nn.Module:
+def distribute(module: torch.nn.Module, algorithm: str = "1d", group: dist.ProcessGroup | None = None,
+               replication: int = 1, cost_model: CostModel | None = None) -> torch.nn.Module:
     r"""Makes every PyG layer in ``module`` train full-graph on a rank's shard; returns ``module``.
 
     Works in place, as ``torch.nn.SyncBatchNorm.convert_sync_batchnorm`` does: classes,

@@ -22,7 +22,7 @@ Every layer whose forward reaches the graph only through these is exact: a targe
 messages, softmaxes and aggregations see exactly its in-edges, which its owner holds.
 """
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -39,16 +39,26 @@ from ..cost import CostModel
 from ..grid import process_grid
 from . import shard_context
 from .layer_adapters import adapt, forward_signature
-from .linear_aggregation import (AdjacencyCache, AppliedLinear, aggregation_weights, edge_weighted_arg,
-                                 from_node_rows, linear_inputs, linear_weight, linear_weight_arg,
-                                 narrowing_input_linear, narrowing_linear, node_rows)
+from .linear_aggregation import (
+    AdjacencyCache,
+    AppliedLinear,
+    aggregation_weights,
+    edge_weighted_arg,
+    from_node_rows,
+    linear_inputs,
+    linear_weight,
+    linear_weight_arg,
+    narrowing_input_linear,
+    narrowing_linear,
+    node_rows,
+)
 
 
 @dataclass
 class DistributedSettings:
     """How :func:`~pyg_sparsecomm.distribute` runs a model's layers (see its arguments)."""
     algorithm: str = "1d"
-    group: Optional[dist.ProcessGroup] = None
+    group: dist.ProcessGroup | None = None
     replication: int = 1
     cost_model: CostModel = field(default_factory=CostModel)
 
@@ -59,13 +69,13 @@ class LayerState:
 
     def __init__(self, conv: MessagePassing, settings: DistributedSettings) -> None:
         self.settings = settings
-        self.entered: List[bool] = []
-        self.applied_first: Optional[str] = None  # post-aggregation Linear moved before the exchange
-        self.swapped: List[Tuple[torch.nn.Module, str]] = []  # modules replaced by AppliedLinear this call
+        self.entered: list[bool] = []
+        self.applied_first: str | None = None  # post-aggregation Linear moved before the exchange
+        self.swapped: list[tuple[torch.nn.Module, str]] = []  # modules replaced by AppliedLinear this call
         self.adjacency = AdjacencyCache()
         self.static_halo = shard_context.StaticHalo()
-        self.chosen_algorithm: Optional[str] = None if settings.algorithm == "auto" else settings.algorithm
-        self.cost_report: List[CostRow] = []
+        self.chosen_algorithm: str | None = None if settings.algorithm == "auto" else settings.algorithm
+        self.cost_report: list[CostRow] = []
 
     @property
     def active(self) -> bool:
@@ -183,15 +193,15 @@ def _leave(conv: MessagePassing, args: tuple, output: Any) -> None:
         shard_context.pop()
 
 
-def _source_names(arg_names: List[str]) -> List[str]:
+def _source_names(arg_names: list[str]) -> list[str]:
     return sorted({a[:-2] for a in arg_names if a.endswith("_j")})
 
 
-def _with_halo(conv: MessagePassing, kwargs: Dict[str, Any], names: List[str],
-               context: shard_context.ShardContext) -> Dict[str, Any]:
+def _with_halo(conv: MessagePassing, kwargs: dict[str, Any], names: list[str],
+               context: shard_context.ShardContext) -> dict[str, Any]:
     """``kwargs`` where every tensor read at sources is ``(cat[owned, halo], targets)``; the halo
     rows of all of them arrive in one all-to-allv (one per dtype)."""
-    sources: List[Tuple[str, Tensor, Any, Tuple[int, ...]]] = []
+    sources: list[tuple[str, Tensor, Any, tuple[int, ...]]] = []
     for name in names:
         value = kwargs.get(name)
         src, dst = value if isinstance(value, (tuple, list)) else (value, value)
@@ -231,7 +241,7 @@ def _check_call(conv: MessagePassing, edge_index: Any, size: Any, context: shard
     return (context.num_cols, context.num_owned)
 
 
-def _running(conv: MessagePassing) -> Optional[shard_context.ShardContext]:
+def _running(conv: MessagePassing) -> shard_context.ShardContext | None:
     """The shard ``conv`` is running on, or ``None`` when this call is plain PyG."""
     return shard_context.current() if conv._sparsecomm.active else None
 
@@ -261,8 +271,8 @@ def _edge_updater(conv: MessagePassing, edge_index: Any, size: Any = None, **kwa
     return _exchange_then(conv, "edge_updater", conv._edge_user_args, edge_index, size, kwargs, context)
 
 
-def _exchange_then(conv: MessagePassing, method: str, arg_names: List[str], edge_index: Any, size: Any,
-                   kwargs: Dict[str, Any], context: shard_context.ShardContext) -> Any:
+def _exchange_then(conv: MessagePassing, method: str, arg_names: list[str], edge_index: Any, size: Any,
+                   kwargs: dict[str, Any], context: shard_context.ShardContext) -> Any:
     """PyG's ``method`` over ``size = (owned + halo, owned)``, its source tensors completed with halo rows."""
     size = _check_call(conv, edge_index, size, context)
     kwargs = _with_halo(conv, kwargs, _source_names(arg_names), context)
@@ -270,7 +280,7 @@ def _exchange_then(conv: MessagePassing, method: str, arg_names: List[str], edge
 
 
 def _linear_propagate(conv: MessagePassing, state: LayerState, context: shard_context.ShardContext,
-                      edge_index: Tensor, kwargs: Dict[str, Any], weight_arg: str) -> Tensor:
+                      edge_index: Tensor, kwargs: dict[str, Any], weight_arg: str) -> Tensor:
     """``out = A x`` by the distributed SpMM algorithm, ``A[i, j]`` the message weights."""
     x = kwargs["x"]
     src = x[0] if isinstance(x, (tuple, list)) else x
@@ -303,7 +313,7 @@ def _linear_propagate(conv: MessagePassing, state: LayerState, context: shard_co
 
 
 def _edge_weighted_propagate(conv: MessagePassing, state: LayerState, context: shard_context.ShardContext,
-                             edge_index: Tensor, size: Any, kwargs: Dict[str, Any], alpha_arg: str) -> Tensor:
+                             edge_index: Tensor, size: Any, kwargs: dict[str, Any], alpha_arg: str) -> Tensor:
     r"""``out[:, h] = A_h x[:, h]`` with ``A_h[i, j] = alpha[e, h]`` over ``[owned | halo]`` rows of
     ``x`` (exchanged as for any ``x_j``): one CSR SpMM per head."""
     _check_call(conv, edge_index, size, context)

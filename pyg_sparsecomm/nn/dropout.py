@@ -1,5 +1,4 @@
 """Dropout whose mask depends on the *global* node id, so every layout draws the same mask."""
-from typing import Optional
 
 import torch
 from torch import Tensor
@@ -16,7 +15,7 @@ def _mix32(x: Tensor) -> Tensor:
     return (x >> 16) ^ x
 
 
-def node_dropout(x: Tensor, p: float, n_id: Optional[Tensor], seed: int, step: int,
+def node_dropout(x: Tensor, p: float, n_id: Tensor | None, seed: int, step: int,
                  training: bool = True) -> Tensor:
     """Inverted dropout with the mask of element ``(v, k)`` a hash of ``(seed, step, n_id[v], k)``.
 
@@ -49,7 +48,7 @@ class NodeDropout(torch.nn.Module):
         super().__init__()
         self.p, self.seed, self.step = p, seed, 0
 
-    def forward(self, x: Tensor, n_id: Optional[Tensor] = None) -> Tensor:
+    def forward(self, x: Tensor, n_id: Tensor | None = None) -> Tensor:
         if self.training and self.p > 0:
             self.step += 1
         return node_dropout(x, self.p, n_id, self.seed, self.step, self.training)

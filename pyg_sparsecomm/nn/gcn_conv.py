@@ -1,5 +1,4 @@
 """``DistributedGCNConv``: ``GCNConv`` over a partitioned graph."""
-from typing import List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -68,9 +67,9 @@ class DistributedGCNConv(GCNConv):
     propagate = MessagePassing.propagate
 
     def __init__(self, in_channels: int, out_channels: int, improved: bool = False,
-                 cached: bool = False, add_self_loops: Optional[bool] = None, normalize: bool = True,
-                 bias: bool = True, algorithm: str = "1d", group: Optional[dist.ProcessGroup] = None,
-                 replication: int = 1, cost_model: Optional[CostModel] = None, **kwargs) -> None:
+                 cached: bool = False, add_self_loops: bool | None = None, normalize: bool = True,
+                 bias: bool = True, algorithm: str = "1d", group: dist.ProcessGroup | None = None,
+                 replication: int = 1, cost_model: CostModel | None = None, **kwargs) -> None:
         if algorithm != "auto" and algorithm not in ALGORITHMS:
             raise ValueError(f"unknown algorithm {algorithm!r}; choose one of {sorted(ALGORITHMS) + ['auto']}")
         if not isinstance(replication, int) or replication < 1:
@@ -84,8 +83,8 @@ class DistributedGCNConv(GCNConv):
         self.algorithm, self.group, self.replication = algorithm, group, replication
         self.replicated = replicated
         self.cost_model = cost_model or CostModel()
-        self.chosen_algorithm: Optional[str] = None if algorithm == "auto" else algorithm
-        self.cost_report: List[Tuple[str, float, int]] = []
+        self.chosen_algorithm: str | None = None if algorithm == "auto" else algorithm
+        self.cost_report: list[tuple[str, float, int]] = []
         super().__init__(in_channels, out_channels, improved=improved, cached=cached,
                          add_self_loops=add_self_loops, normalize=normalize, bias=bias, **kwargs)
 
@@ -93,7 +92,7 @@ class DistributedGCNConv(GCNConv):
         super().reset_parameters()
         self._cached_spmm = None
 
-    def forward(self, x: Tensor, edge_index, edge_weight: Optional[Tensor] = None) -> Tensor:
+    def forward(self, x: Tensor, edge_index, edge_weight: Tensor | None = None) -> Tensor:
         if not isinstance(edge_index, HaloAdj):
             if world_size(self.group) > 1:
                 raise ValueError(
@@ -127,14 +126,14 @@ class DistributedGCNConv(GCNConv):
             out = out + self.bias
         return out
 
-    def _adjacency(self, adj: HaloAdj, edge_weight: Optional[Tensor], x: Tensor,
-                   group: Optional[dist.ProcessGroup]) -> HaloAdj:
+    def _adjacency(self, adj: HaloAdj, edge_weight: Tensor | None, x: Tensor,
+                   group: dist.ProcessGroup | None) -> HaloAdj:
         if self.normalize:
             return distributed_gcn_norm(adj, edge_weight, self.improved, self.add_self_loops, x.dtype, group)
         return adj if edge_weight is None else adj.with_value(edge_weight)
 
-    def _choose(self, adj: HaloAdj, grid: Optional[ProcessGrid], dtype: torch.dtype,
-                edge_weight: Optional[Tensor] = None) -> str:
+    def _choose(self, adj: HaloAdj, grid: ProcessGrid | None, dtype: torch.dtype,
+                edge_weight: Tensor | None = None) -> str:
         """``algorithm="auto"``: the candidate with the lowest predicted time, max over ranks."""
         row_bytes = self.out_channels * torch.empty((), dtype=dtype).element_size()
         learnable = (edge_weight is not None and edge_weight.requires_grad) or \

@@ -1,5 +1,4 @@
 """GCN normalisation of a rank's block row with *global* degrees."""
-from typing import Optional
 
 import torch
 import torch.distributed as dist
@@ -10,9 +9,9 @@ from . import degree_norm
 from .shard_context import ShardContext
 
 
-def distributed_gcn_norm(adj: HaloAdj, edge_weight: Optional[Tensor] = None, improved: bool = False,
+def distributed_gcn_norm(adj: HaloAdj, edge_weight: Tensor | None = None, improved: bool = False,
                          add_self_loops: bool = True, dtype: torch.dtype = torch.float32,
-                         group: Optional[dist.ProcessGroup] = None) -> HaloAdj:
+                         group: dist.ProcessGroup | None = None) -> HaloAdj:
     r"""Returns :math:`\hat D^{-1/2} \hat A \hat D^{-1/2}` restricted to this rank's rows.
 
     Reproduces ``torch_geometric.nn.conv.gcn_conv.gcn_norm`` (flow

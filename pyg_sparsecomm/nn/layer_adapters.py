@@ -9,7 +9,7 @@ pre-hook on the call's bound arguments, that passes the whole-graph value explic
   Laplacian weight of the whole graph: the maximum over ranks is passed as ``lambda_max``.
 """
 import inspect
-from typing import Callable, Dict, Optional
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -20,18 +20,17 @@ from ..comm.group import collective_device, is_distributed
 from . import degree_norm
 from .shard_context import ShardContext
 
-
-_SIGNATURES: Dict[type, inspect.Signature] = {}
+_SIGNATURES: dict[type, inspect.Signature] = {}
 
 
 def forward_signature(cls: type) -> inspect.Signature:
     """The signature of ``cls.forward`` (with ``self``), computed once per class."""
     if cls not in _SIGNATURES:
-        _SIGNATURES[cls] = inspect.signature(getattr(cls, "forward"))
+        _SIGNATURES[cls] = inspect.signature(cls.forward)
     return _SIGNATURES[cls]
 
 
-def global_max(value: Tensor, group: Optional[dist.ProcessGroup]) -> Tensor:
+def global_max(value: Tensor, group: dist.ProcessGroup | None) -> Tensor:
     """The maximum of ``value`` over all ranks (``-inf`` where empty); the gradient reaches the
     rank(s) holding it, as a single-process ``max`` would."""
     local = value.max() if value.numel() else value.new_tensor(float("-inf"))
@@ -56,7 +55,7 @@ def _cheb_lambda_max(conv: ChebConv, bound: inspect.BoundArguments, context: Sha
     args["lambda_max"] = 2.0 * global_max(weight, context.group)
 
 
-ADAPTERS: Dict[type, Callable[[MessagePassing, inspect.BoundArguments, ShardContext], None]] = {
+ADAPTERS: dict[type, Callable[[MessagePassing, inspect.BoundArguments, ShardContext], None]] = {
     ChebConv: _cheb_lambda_max,
 }
 

@@ -25,7 +25,6 @@ scatter; :math:`\partial \alpha_e = \langle \partial \mathrm{out}_i, x_j \rangle
 """
 import functools
 import math
-from typing import Dict, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -39,7 +38,7 @@ _NO_WEIGHT = ""
 
 
 @functools.lru_cache(maxsize=1)
-def linear_messages() -> Dict[object, str]:
+def linear_messages() -> dict[object, str]:
     """``message`` functions of PyG layers that are :math:`w_{ji} x_j`, mapped to the name of
     the weight argument (``""``: unweighted)."""
     from torch_geometric.nn import conv as c
@@ -53,7 +52,7 @@ def linear_messages() -> Dict[object, str]:
 
 
 @functools.lru_cache(maxsize=1)
-def edge_weighted_messages() -> Dict[object, str]:
+def edge_weighted_messages() -> dict[object, str]:
     """``message`` functions :math:`\alpha_{ji} x_j` with ``alpha`` of shape ``[E, heads]`` and
     ``x`` of shape ``[N, heads, C]``, mapped to the name of ``alpha``."""
     from torch_geometric.nn import conv as c
@@ -67,13 +66,13 @@ def _plain_aggregation(conv: MessagePassing) -> bool:
     return isinstance(conv.aggr, str) and conv.aggr in LINEAR_AGGRS and not getattr(conv, "explain", False)
 
 
-def linear_weight_arg(conv: MessagePassing) -> Optional[str]:
+def linear_weight_arg(conv: MessagePassing) -> str | None:
     """The weight argument of ``conv``'s linear message (``""`` if unweighted), or ``None`` if
     its propagation is not a linear aggregation of source rows."""
     return linear_messages().get(type(conv).message) if _plain_aggregation(conv) else None
 
 
-def edge_weighted_arg(conv: MessagePassing) -> Optional[str]:
+def edge_weighted_arg(conv: MessagePassing) -> str | None:
     """The per-edge, per-head weight argument of ``conv``'s message :math:`\alpha_{ji} x_j`, or
     ``None`` if its message is not of that form."""
     return edge_weighted_messages().get(type(conv).message) if _plain_aggregation(conv) else None
@@ -90,10 +89,10 @@ class AdjacencyCache:
     """
 
     def __init__(self) -> None:
-        self.edge_index: Optional[Tensor] = None
-        self.perm: Optional[Tensor] = None
-        self.structure: Optional[HaloAdj] = None
-        self.unweighted: Dict[Tuple[str, torch.dtype], HaloAdj] = {}
+        self.edge_index: Tensor | None = None
+        self.perm: Tensor | None = None
+        self.structure: HaloAdj | None = None
+        self.unweighted: dict[tuple[str, torch.dtype], HaloAdj] = {}
 
     def _update(self, edge_index: Tensor, like: HaloAdj) -> HaloAdj:
         same = self.structure is not None and self.structure.plan is like.plan and (
@@ -110,13 +109,13 @@ class AdjacencyCache:
         assert self.structure is not None
         return self.structure
 
-    def adjacency(self, edge_index: Tensor, value: Optional[Tensor], like: HaloAdj) -> HaloAdj:
+    def adjacency(self, edge_index: Tensor, value: Tensor | None, like: HaloAdj) -> HaloAdj:
         """The CSR of ``edge_index`` with per-edge ``value`` (in ``edge_index``'s order)."""
         structure = self._update(edge_index, like)
         assert self.perm is not None
         return structure.with_value(None if value is None else value[self.perm])
 
-    def aggregation(self, edge_index: Tensor, weight: Optional[Tensor], aggr: str, like: HaloAdj,
+    def aggregation(self, edge_index: Tensor, weight: Tensor | None, aggr: str, like: HaloAdj,
                     dtype: torch.dtype) -> HaloAdj:
         """The adjacency of the aggregation ``aggr`` with message weights ``weight`` (``None``: 1)."""
         if weight is not None:
@@ -129,8 +128,8 @@ class AdjacencyCache:
         return self.unweighted[aggr, dtype]
 
 
-def aggregation_weights(edge_index: Tensor, weight: Optional[Tensor], aggr: str, num_owned: int,
-                        dtype: torch.dtype) -> Optional[Tensor]:
+def aggregation_weights(edge_index: Tensor, weight: Tensor | None, aggr: str, num_owned: int,
+                        dtype: torch.dtype) -> Tensor | None:
     """Per-edge coefficients of the linear aggregation (``None``: all ones)."""
     if aggr != "mean":
         return None if weight is None else weight.to(dtype)
@@ -141,25 +140,25 @@ def aggregation_weights(edge_index: Tensor, weight: Optional[Tensor], aggr: str,
     return weight.to(dtype) * inv.view((-1,) + (1,) * (weight.dim() - 1))
 
 
-def node_rows(t: Tensor, node_dim: int) -> Tuple[Tensor, Tuple[int, ...]]:
+def node_rows(t: Tensor, node_dim: int) -> tuple[Tensor, tuple[int, ...]]:
     """``t`` with its node dimension first, flattened to ``[num_nodes, -1]``, and the moved shape."""
     moved = t.movedim(node_dim, 0)
     return moved.reshape(moved.size(0), math.prod(moved.shape[1:])), tuple(moved.shape)
 
 
-def from_node_rows(rows: Tensor, moved_shape: Tuple[int, ...], node_dim: int) -> Tensor:
+def from_node_rows(rows: Tensor, moved_shape: tuple[int, ...], node_dim: int) -> Tensor:
     return rows.reshape((rows.size(0),) + moved_shape[1:]).movedim(0, node_dim)
 
 
 @functools.lru_cache(maxsize=1)
-def post_linear_layers() -> Dict[object, str]:
+def post_linear_layers() -> dict[object, str]:
     """``forward`` functions of layers that apply a ``Linear`` right after a linear aggregation,
     mapped to the attribute name of that ``Linear``."""
     from torch_geometric.nn import conv as c
     return {c.SAGEConv.forward: "lin_l", c.GraphConv.forward: "lin_rel"}
 
 
-def narrowing_linear(conv: MessagePassing) -> Optional[str]:
+def narrowing_linear(conv: MessagePassing) -> str | None:
     """The name of ``conv``'s post-aggregation ``Linear`` if applying it first narrows the
     exchanged rows, else ``None``."""
     name = post_linear_layers().get(type(conv).forward)
@@ -184,14 +183,14 @@ class AppliedLinear(torch.nn.Module):
 
 
 @functools.lru_cache(maxsize=1)
-def input_linear_layers() -> Dict[object, str]:
-    """``forward`` functions of layers computing :math:`\mathrm{nn}((1 + \epsilon) x + A x)`,
+def input_linear_layers() -> dict[object, str]:
+    r"""``forward`` functions of layers computing :math:`\mathrm{nn}((1 + \epsilon) x + A x)`,
     mapped to the attribute name of ``nn``."""
     from torch_geometric.nn import conv as c
     return {c.GINConv.forward: "nn"}
 
 
-def _first_linear(nn: torch.nn.Module) -> Optional[Tuple[torch.nn.Module, str]]:
+def _first_linear(nn: torch.nn.Module) -> tuple[torch.nn.Module, str] | None:
     """``(container, key)`` of the module ``nn`` applies first, if it is a ``Linear`` with
     initialised weights (a PyG ``MLP``'s ``lins[0]``, a ``torch.nn.Sequential``'s first)."""
     from torch_geometric.nn import MLP
@@ -210,7 +209,7 @@ def _first_linear(nn: torch.nn.Module) -> Optional[Tuple[torch.nn.Module, str]]:
     return container, key
 
 
-def narrowing_input_linear(conv: MessagePassing) -> Optional[Tuple[torch.nn.Module, str]]:
+def narrowing_input_linear(conv: MessagePassing) -> tuple[torch.nn.Module, str] | None:
     """``(container, key)`` of the ``Linear`` that ``conv``'s ``nn`` applies first to the
     aggregation, if applying it to ``x`` before the layer narrows the exchanged rows."""
     name = input_linear_layers().get(type(conv).forward)

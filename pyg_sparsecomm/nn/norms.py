@@ -15,7 +15,6 @@ updated with the unbiased :math:`\sigma^2 N / (N - 1)` as on one process.  The c
 swapped in place (:func:`convert_norm`); parameters, buffers and ``state_dict`` keys stay.
 Without a multi-rank process group each behaves exactly as its PyG/torch base class.
 """
-from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -41,7 +40,7 @@ class _GlobalStatistics:
         return self._sparsecomm_settings is not None and world_size(self._stats_group()) > 1
 
 
-def global_mean_var(rows: Tensor, group, mean_scale=1.0) -> Tuple[Tensor, Tensor, int]:
+def global_mean_var(rows: Tensor, group, mean_scale=1.0) -> tuple[Tensor, Tensor, int]:
     """Per-column mean of ``rows`` ``[n, C]`` over all ranks' rows, the biased variance of
     ``rows - mean_scale * mean`` (GraphNorm's learnable shift; 1: the plain variance), and ``N``."""
     count = global_count(rows.size(0), group)
@@ -92,7 +91,7 @@ class DistributedBatchNorm(_GlobalStatistics, torch.nn.BatchNorm1d):
 class DistributedInstanceNorm(_GlobalStatistics, pyg_norm.InstanceNorm):
     """PyG's ``InstanceNorm`` of one graph (``batch=None``) with all ranks' statistics."""
 
-    def forward(self, x: Tensor, batch: Optional[Tensor] = None, batch_size: Optional[int] = None) -> Tensor:
+    def forward(self, x: Tensor, batch: Tensor | None = None, batch_size: int | None = None) -> Tensor:
         if not self._distributed():
             return super().forward(x, batch, batch_size)
         _refuse_batch(self, batch)
@@ -102,7 +101,7 @@ class DistributedInstanceNorm(_GlobalStatistics, pyg_norm.InstanceNorm):
 class DistributedGraphNorm(_GlobalStatistics, pyg_norm.GraphNorm):
     """PyG's ``GraphNorm`` of one graph (``batch=None``) with all ranks' statistics."""
 
-    def forward(self, x: Tensor, batch: Optional[Tensor] = None, batch_size: Optional[int] = None) -> Tensor:
+    def forward(self, x: Tensor, batch: Tensor | None = None, batch_size: int | None = None) -> Tensor:
         if not self._distributed():
             return super().forward(x, batch, batch_size)
         _refuse_batch(self, batch)
@@ -113,7 +112,7 @@ class DistributedGraphNorm(_GlobalStatistics, pyg_norm.GraphNorm):
 class DistributedLayerNorm(_GlobalStatistics, pyg_norm.LayerNorm):
     """PyG's ``LayerNorm``; in ``mode="graph"`` with ``batch=None`` over all ranks' entries."""
 
-    def forward(self, x: Tensor, batch: Optional[Tensor] = None, batch_size: Optional[int] = None) -> Tensor:
+    def forward(self, x: Tensor, batch: Tensor | None = None, batch_size: int | None = None) -> Tensor:
         if self.mode != "graph" or not self._distributed():
             return super().forward(x, batch, batch_size)
         _refuse_batch(self, batch)
@@ -124,7 +123,7 @@ class DistributedLayerNorm(_GlobalStatistics, pyg_norm.LayerNorm):
         return out
 
 
-def _refuse_batch(module, batch: Optional[Tensor]) -> None:
+def _refuse_batch(module, batch: Tensor | None) -> None:
     if batch is not None:
         raise NotImplementedError(f"{type(module).__name__} with a batch vector cannot run distributed: its "
                                   f"graphs may span ranks; call it with batch=None (one graph)")
@@ -147,7 +146,7 @@ _REFUSED = {
 }
 
 
-def refused_norm(module: torch.nn.Module) -> Optional[str]:
+def refused_norm(module: torch.nn.Module) -> str | None:
     """Why ``module`` cannot be made distributed, or ``None``."""
     return _REFUSED.get(type(module).__name__)
 

@@ -11,7 +11,6 @@ forward hook that runs even when the forward raises.
 import threading
 import weakref
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -34,10 +33,10 @@ class ShardContext:
         memo: per-call results keyed by the identity of their (live) inputs.
     """
     adj: HaloAdj
-    group: Optional[dist.ProcessGroup]
+    group: dist.ProcessGroup | None
     edge_index: Tensor
     #: results of whole-graph computations within this call (e.g. a Laplacian needed twice)
-    memo: Dict[tuple, object] = field(default_factory=dict)
+    memo: dict[tuple, object] = field(default_factory=dict)
 
     @property
     def plan(self) -> RankPlan:
@@ -55,7 +54,7 @@ class ShardContext:
 _local = threading.local()
 
 
-def _stack() -> List[ShardContext]:
+def _stack() -> list[ShardContext]:
     if not hasattr(_local, "stack"):
         _local.stack = []
     return _local.stack
@@ -71,7 +70,7 @@ def pop() -> None:
         stack.pop()
 
 
-def current() -> Optional[ShardContext]:
+def current() -> ShardContext | None:
     """The innermost running distributed layer's shard (``None`` outside one)."""
     stack = _stack()
     return stack[-1] if stack else None
@@ -87,7 +86,7 @@ class StaticHalo:
     """
 
     def __init__(self) -> None:
-        self.entries: Dict[str, Tuple[weakref.ref, int, object, Tensor]] = {}
+        self.entries: dict[str, tuple[weakref.ref, int, object, Tensor]] = {}
 
     def __getstate__(self) -> dict:
         return {"entries": {}}  # a cache: a pickled model fetches its halos again
@@ -105,7 +104,7 @@ class StaticHalo:
         return halo
 
 
-def _all_ranks(flag: bool, group: Optional[dist.ProcessGroup]) -> bool:
+def _all_ranks(flag: bool, group: dist.ProcessGroup | None) -> bool:
     if world_size(group) == 1:
         return flag
     value = torch.tensor([int(flag)], device=collective_device(group))

@@ -51,10 +51,10 @@ def lexsort(keys) -> np.ndarray:
     if n == 0:
         return np.zeros(0, dtype=np.int64)
     lows = [int(k.min()) for k in keys]
-    widths = [(int(k.max()) - lo).bit_length() for k, lo in zip(keys, lows)]
+    widths = [(int(k.max()) - lo).bit_length() for k, lo in zip(keys, lows, strict=False)]
     if sum(widths) > 62:
         return np.lexsort(keys)
     packed = np.zeros(n, dtype=np.int64)
-    for k, lo, width in reversed(list(zip(keys, lows, widths))):  # primary key in the high bits
+    for k, lo, width in reversed(list(zip(keys, lows, widths, strict=False))):  # primary key in the high bits
         packed = (packed << width) | (k - lo).astype(np.int64)
     return stable_sort(packed)[1]

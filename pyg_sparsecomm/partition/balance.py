@@ -94,7 +94,7 @@ with the cut objective (the volume objective's refinement costs more on graphs
 with hubs, see :func:`restart_objective`), plus one refinement.
 """
 from functools import partial
-from typing import NamedTuple, Tuple
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -185,7 +185,7 @@ def _refine(nets: _Nets, part: np.ndarray, P: int, epsilon: float = 0.03, max_to
 
 
 def _run_phase(nets: _Nets, part: np.ndarray, state: _State, P: int, phase: str, limits: Limits,
-               schedule: _Schedule) -> Tuple[np.ndarray, _State, bool]:
+               schedule: _Schedule) -> tuple[np.ndarray, _State, bool]:
     """Rounds of ``phase`` until it stops paying; returns ``(part, state, whether a batch was taken)``."""
     hot_phase = phase in ("max", "recv")
     batch, history, progress = schedule.moves_per_part, [], False

@@ -8,7 +8,6 @@ owner of ``j`` must send ``H[j]`` to the other ``λ_j - 1`` of them, so
 ``km1 = Σ_j (λ_j - 1)`` equals the rows moved per SpMM exactly, also for
 directed graphs (no symmetrisation: the nets follow the true columns).
 """
-from typing import Optional, Tuple
 
 import numpy as np
 import torch
@@ -20,7 +19,7 @@ _MTK = None  # Mt-KaHyPar may be initialised once per process
 
 
 def column_net_pins(src: np.ndarray, dst: np.ndarray, num_nodes: int,
-                    columns: Optional[np.ndarray] = None) -> Tuple[np.ndarray, np.ndarray]:
+                    columns: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     r"""The pins of the column-net hypergraph of the edges ``src -> dst``, one per (net, vertex).
 
     Net :math:`j` holds column :math:`j`'s own row and every row that reads it,
@@ -53,7 +52,7 @@ def column_net_pins(src: np.ndarray, dst: np.ndarray, num_nodes: int,
     return key // N, key % N
 
 
-def drop_single_pin_nets(net_ptr: np.ndarray, pins: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+def drop_single_pin_nets(net_ptr: np.ndarray, pins: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The nets of two or more pins, as CSR ``(net_ptr, pins)``.
 
     A net of one pin spans one part under every partition (``λ - 1 = 0``):
@@ -65,7 +64,7 @@ def drop_single_pin_nets(net_ptr: np.ndarray, pins: np.ndarray) -> Tuple[np.ndar
             pins[np.repeat(kept, size)].astype(np.int64))
 
 
-def column_nets(edge_index: Tensor, num_nodes: int) -> Tuple[np.ndarray, np.ndarray]:
+def column_nets(edge_index: Tensor, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
     """The column nets of the whole graph as CSR ``(net_ptr, pins)``, without one-pin nets
     (a node no other node reads); the hypergraph :func:`hypergraph_partition` partitions."""
     src, dst = edge_index.numpy()
@@ -100,7 +99,7 @@ def _mtkahypar(net_ptr, pins, weights, num_nodes, num_parts, epsilon, seed, pres
     ctx.set_partitioning_parameters(num_parts, epsilon, mtkahypar.Objective.KM1)
     ctx.logging = False
     mtkahypar.set_seed(seed)
-    nets = [pins[a:b].tolist() for a, b in zip(net_ptr[:-1], net_ptr[1:])]
+    nets = [pins[a:b].tolist() for a, b in zip(net_ptr[:-1], net_ptr[1:], strict=False)]
     hg = _MTK.create_hypergraph(ctx, num_nodes, len(nets), nets, weights.tolist(), [1] * len(nets))
     return np.asarray(hg.partition(ctx).get_partition(), dtype=np.int64)
 

@@ -7,14 +7,14 @@ methods are deterministic for a fixed seed, so every rank of a job computing
 the partition independently gets the same answer.
 """
 import inspect
-from typing import Callable, Dict, List
+from collections.abc import Callable
 
 import numpy as np
 import torch
 from torch import Tensor
 
 PartitionMethod = Callable[..., Tensor]
-METHODS: Dict[str, PartitionMethod] = {}
+METHODS: dict[str, PartitionMethod] = {}
 # Arguments every method takes; the rest of a method's signature are its options.
 _FIXED_PARAMS = ("edge_index", "num_nodes", "num_parts", "seed")
 
@@ -24,7 +24,7 @@ def base_method(name: str) -> str:
     return name[:-3] if name.endswith("+vb") else name
 
 
-def method_options(name: str) -> List[str]:
+def method_options(name: str) -> list[str]:
     """Option names of method ``name`` (or of its ``"+vb"`` form); ``[]`` for unknown names."""
     fn = METHODS.get(base_method(name))
     return [] if fn is None else [p for p in inspect.signature(fn).parameters if p not in _FIXED_PARAMS]

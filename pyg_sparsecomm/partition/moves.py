@@ -13,7 +13,7 @@ A round of a phase (``"max"``, ``"recv"``, ``"volume"`` or ``"compute"``)
 resulting partition on its recomputed state, since the batch's effects add up
 exactly only up to the interactions the greedy pass rules out.
 """
-from typing import List, NamedTuple, Optional, Tuple
+from typing import NamedTuple
 
 import numpy as np
 
@@ -134,7 +134,7 @@ def _max_send_before_after(state: _State, effects: _MoveEffects, num_moves: int)
 
 
 def _rank(phase: str, state: _State, moves: _Moves, effects: _MoveEffects, before: np.ndarray,
-          after: np.ndarray, tau, limits: Limits) -> Tuple[np.ndarray, np.ndarray]:
+          after: np.ndarray, tau, limits: Limits) -> tuple[np.ndarray, np.ndarray]:
     """The moves ``phase`` admits, best first, and per move the maximum it must stay below in the
     greedy pass (``gate``: the largest ``S``, receive phase ``R``, it changes)."""
     a, b, dkm1 = moves.a, moves.b, effects.d_km1
@@ -197,7 +197,7 @@ class _Batch:
         # what the taken moves add up to
         self.s_now, self.w_now, self.r_now = state.S.copy(), state.W.tolist(), state.R.tolist()
         self.km1_now, self.per_lead = state.km1, [0] * P
-        self.chosen: List[int] = []
+        self.chosen: list[int] = []
 
     def offer(self, k: int) -> None:
         """Takes move ``k`` if it is still admissible together with the moves taken so far."""
@@ -252,7 +252,7 @@ class _Batch:
 
 
 def propose_moves(nets: _Nets, state: _State, part: np.ndarray, P: int, phase: str, limits: Limits,
-                  batch: int, slack: float) -> Optional[Tuple[np.ndarray, float]]:
+                  batch: int, slack: float) -> tuple[np.ndarray, float] | None:
     """One batch of moves of ``phase``: ``(new part, hot threshold τ)``, or ``None`` if no move is left.
 
     Args:

@@ -6,7 +6,6 @@ import copyreg
 import dataclasses
 import hashlib
 import inspect
-from typing import Optional, Tuple
 
 import numpy as np
 import torch
@@ -106,7 +105,7 @@ class SparsityAwarePartitioner(BaseTransform):
             raise ValueError(f"method {method!r} takes no option(s) {unknown}; its options: "
                              f"{method_options(method)}")
         # (structure and settings key, partition, stats) of the last graph partitioned
-        self._last: Optional[Tuple[str, Tensor, CommStats]] = None
+        self._last: tuple[str, Tensor, CommStats] | None = None
 
     def forward(self, data: Data) -> Data:
         data = with_edge_index(data, self.__class__.__name__)
@@ -128,7 +127,7 @@ class SparsityAwarePartitioner(BaseTransform):
         out.comm_stats = stats
         return out
 
-    def partition(self, edge_index: Tensor, num_nodes: int) -> Tuple[Tensor, CommStats]:
+    def partition(self, edge_index: Tensor, num_nodes: int) -> tuple[Tensor, CommStats]:
         """The partition of a graph (``LongTensor[num_nodes]``) and its statistics, computed
         without the cache of :meth:`forward`."""
         part = METHODS[self.method](edge_index, num_nodes, self.num_parts, self.seed, **self.options)

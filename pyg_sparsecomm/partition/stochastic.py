@@ -11,7 +11,7 @@ connectivity with probability ``1 - δ`` once there are
 """
 import math
 import warnings
-from typing import Callable, Optional, Sequence, Tuple
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -62,7 +62,7 @@ def neighbor_sampler(batch_size: int, fanouts: Sequence[int]) -> Sampler:
 
 
 def stochastic_nets(edge_index: Tensor, num_nodes: int, sampler: Sampler, num_batches: int,
-                    seed: int = 0) -> Tuple[np.ndarray, np.ndarray]:
+                    seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Merged nets of ``num_batches`` sampled mini-batches as CSR ``(net_ptr, pins)``.
 
     Nets of a single pin are kept (they count in the estimate, with connectivity 1).
@@ -93,8 +93,8 @@ def expected_minibatch_volume(edge_index: Tensor, num_nodes: int, part: Tensor, 
 
 @register("stochastic_hypergraph")
 def stochastic_hypergraph_partition(edge_index: Tensor, num_nodes: int, num_parts: int, seed: int,
-                                    batch_size: int = 1024, fanouts: Optional[Sequence[int]] = None,
-                                    num_batches: Optional[int] = None, theta: float = 0.5,
+                                    batch_size: int = 1024, fanouts: Sequence[int] | None = None,
+                                    num_batches: int | None = None, theta: float = 0.5,
                                     delta: float = 0.05, coverage: float = 8.0, max_batches: int = 256,
                                     epsilon: float = 0.03,
                                     backend: str = "mtkahypar", preset: str = "deterministic") -> Tensor:
