@@ -47,6 +47,7 @@ class ProcessGrid:
         self.num_block_rows = self.world_size // replication
         self.row, self.col = divmod(self.rank, replication)
         self.row_group = self.col_group = None
+        self.world: object = None  # the default group this grid was built over (process_grid's cache key)
         if distributed:
             # new_group is collective: every rank creates every group, in the same order.
             for i in range(self.num_block_rows):

@@ -27,7 +27,9 @@ def read_metis_graph(path: str | Path) -> Data:
     body = lines[1:1 + n]
     if len(body) < n:
         raise ValueError(f"{path}: header announces {n} vertices but the file has {len(body)} lines")
-    src, dst, wgt = [], [], []
+    src_rows: list[np.ndarray] = []
+    dst_rows: list[np.ndarray] = []
+    wgt: list[np.ndarray] = []
     skip = int(has_size) + (ncon if has_vwgt else 0)
     for v, line in enumerate(body):
         vals = np.array(line.split(), dtype=np.int64)[skip:]
@@ -36,9 +38,9 @@ def read_metis_graph(path: str | Path) -> Data:
             wgt.append(w)
         else:
             nbrs = vals
-        src.append(np.full(nbrs.size, v, dtype=np.int64))
-        dst.append(nbrs - 1)
-    src, dst = np.concatenate(src), np.concatenate(dst)
+        src_rows.append(np.full(nbrs.size, v, dtype=np.int64))
+        dst_rows.append(nbrs - 1)
+    src, dst = np.concatenate(src_rows), np.concatenate(dst_rows)
     if dst.size and (dst.min() < 0 or dst.max() >= n):
         raise ValueError(f"{path}: neighbour ids outside [1, {n}]")
     if src.size != 2 * m:

@@ -59,7 +59,8 @@ def launch(fn: Callable[..., Any], world_size: int, *args, timeout: float = 300.
                  for r in range(world_size)]
         for p in procs:
             p.start()
-        outputs, errors = {}, {}
+        outputs: dict[int, Any] = {}
+        errors: dict[int, str] = {}
         try:
             deadline = time.monotonic() + timeout
             while len(outputs) + len(errors) < world_size:

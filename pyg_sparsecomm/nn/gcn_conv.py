@@ -6,7 +6,7 @@ from torch import Tensor
 from torch_geometric.nn import GCNConv, MessagePassing
 
 from ..adj import HaloAdj
-from ..algorithms import ALGORITHMS, auto_candidates, make_algorithm
+from ..algorithms import ALGORITHMS, SpMMAlgorithm, auto_candidates, make_algorithm
 from ..algorithms.choice import choose_algorithm, exchange_group, explain_table
 from ..comm.group import world_size
 from ..cost import CostModel
@@ -90,7 +90,7 @@ class DistributedGCNConv(GCNConv):
 
     def reset_parameters(self) -> None:
         super().reset_parameters()
-        self._cached_spmm = None
+        self._cached_spmm: SpMMAlgorithm | None = None
 
     def forward(self, x: Tensor, edge_index, edge_weight: Tensor | None = None) -> Tensor:
         if not isinstance(edge_index, HaloAdj):

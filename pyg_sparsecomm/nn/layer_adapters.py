@@ -20,10 +20,10 @@ from ..comm.group import collective_device, is_distributed
 from . import degree_norm
 from .shard_context import ShardContext
 
-_SIGNATURES: dict[type, inspect.Signature] = {}
+_SIGNATURES: dict[type[torch.nn.Module], inspect.Signature] = {}
 
 
-def forward_signature(cls: type) -> inspect.Signature:
+def forward_signature(cls: type[torch.nn.Module]) -> inspect.Signature:
     """The signature of ``cls.forward`` (with ``self``), computed once per class."""
     if cls not in _SIGNATURES:
         _SIGNATURES[cls] = inspect.signature(cls.forward)

@@ -151,10 +151,10 @@ def refine_max_send(edge_index: Tensor, num_nodes: int, part: Tensor, num_parts:
             maximum send volume); ``False`` only guards the maximum receive volume.
     """
     P, N = int(num_parts), int(num_nodes)
-    part = part.numpy().astype(np.int64).copy()
+    start = part.numpy().astype(np.int64).copy()
     if P == 1 or N == 0:
-        return torch.from_numpy(part)
-    return torch.from_numpy(_refine(column_net_incidence(edge_index, N), part, P, epsilon, max_total_increase, slack,
+        return torch.from_numpy(start)
+    return torch.from_numpy(_refine(column_net_incidence(edge_index, N), start, P, epsilon, max_total_increase, slack,
                                     max_rounds, moves_per_part, cycles, patience, side_rounds, receive))
 
 
@@ -256,15 +256,15 @@ def balance_max_send(edge_index: Tensor, num_nodes: int, part: Tensor, num_parts
     """
     P, N = int(num_parts), int(num_nodes)
     _check_objective(objective)  # before the refinement, which may take a while
-    part = part.numpy().astype(np.int64)
+    initial = part.numpy().astype(np.int64)
     if P == 1 or N == 0:
-        return torch.from_numpy(part.copy())
+        return torch.from_numpy(initial.copy())
     nets = column_net_incidence(edge_index, N)
     refine = partial(_refine, nets, P=P, epsilon=epsilon, max_total_increase=max_total_increase, receive=receive)
-    best = refine(part.copy())
+    best = refine(initial.copy())
     if restarts <= 0:
         return torch.from_numpy(best)
-    bounds = Limits.of_input(nets, _state(nets, part, P), P, epsilon, max_total_increase)
+    bounds = Limits.of_input(nets, _state(nets, initial, P), P, epsilon, max_total_increase)
     xadj, adjncy = symmetric_csr(edge_index, N)
     if adjncy.size == 0:
         return torch.from_numpy(best)

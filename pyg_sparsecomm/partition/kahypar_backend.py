@@ -66,7 +66,7 @@ def _child(conn, num_nodes, net_ptr, pins, weights, num_parts, epsilon, seed, co
 
 def kahypar_partition(net_ptr: np.ndarray, pins: np.ndarray, weights: np.ndarray, num_nodes: int,
                       num_parts: int, epsilon: float, seed: int, timeout: float = 3600.0,
-                      config: dict = None) -> np.ndarray:
+                      config: dict | None = None) -> np.ndarray:
     try:
         import kahypar  # noqa: F401
     except ImportError as e:

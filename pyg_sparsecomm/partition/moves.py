@@ -140,6 +140,7 @@ def _rank(phase: str, state: _State, moves: _Moves, effects: _MoveEffects, befor
     a, b, dkm1 = moves.a, moves.b, effects.d_km1
     r_a, r_b = state.R[a] + effects.d_recv_a, state.R[b] + effects.d_recv_b
     admitted = (r_a <= limits.receive) & (r_b <= limits.receive) & (state.km1 + dkm1 <= limits.km1)
+    keys: tuple[np.ndarray, ...]
     max_s = state.S.max()
     if phase == "max":  # the hottest part the move changes cools down; hottest first, then least km1
         admitted &= (before >= tau) & (after < before)

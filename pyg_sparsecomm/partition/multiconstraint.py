@@ -42,11 +42,11 @@ def _metis():
 
 
 def _option_slot(name: str) -> int:
-    from pymetis._internal import options_indices
+    from pymetis._internal import options_indices  # type: ignore[attr-defined]  # the compiled module's table
     return int(getattr(options_indices, name))
 
 
-def _part_graph_kway(lib, xadj, adjncy, vwgt, ncon: int, nparts: int, ubvec, options):
+def _part_graph_kway(lib, xadj, adjncy, vwgt, ncon, nparts, ubvec, options):
     """``METIS_PartGraphKway`` on arrays already in the ABI's dtypes; returns ``(status, edge cut/volume, part)``."""
     n = len(xadj) - 1
     part, objval = np.full(n, -1, dtype=_IDX), np.zeros(1, dtype=_IDX)
@@ -107,10 +107,11 @@ def metis_multiconstraint(xadj: np.ndarray, adjncy: np.ndarray, vertex_weights: 
     """
     lib = _metis()
     ncon = vertex_weights.shape[1]
-    arrays = [np.ascontiguousarray(a, dtype=_IDX) for a in (xadj, adjncy, vertex_weights.reshape(-1))]
+    xadj_, adjncy_, vwgt_ = (np.ascontiguousarray(a, dtype=_IDX) for a in (xadj, adjncy, vertex_weights.reshape(-1)))
     options = np.full(_METIS_NOPTIONS, -1, dtype=_IDX)
     if seed != 0:
         options[_option_slot("SEED")] = seed
     options[_option_slot("OBJTYPE")] = {"cut": 0, "vol": 1}[objective]
-    status, _, part = _part_graph_kway(lib, *arrays, ncon, num_parts, np.asarray(tolerances, dtype=_REAL), options)
+    status, _, part = _part_graph_kway(lib, xadj_, adjncy_, vwgt_, ncon, num_parts, np.asarray(tolerances, dtype=_REAL),
+                                       options)
     return part.astype(np.int64) if status == _METIS_OK else None

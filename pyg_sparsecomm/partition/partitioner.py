@@ -6,6 +6,7 @@ import copyreg
 import dataclasses
 import hashlib
 import inspect
+from typing import Any
 
 import numpy as np
 import torch
@@ -157,13 +158,14 @@ class SparsityAwarePartitioner(BaseTransform):
 def structure_key(edge_index: Tensor, num_nodes: int) -> str:
     """SHA-256 of a graph's structure: ``num_nodes`` and the bytes of ``edge_index`` (as int64)."""
     h = hashlib.sha256(f"{num_nodes};{list(edge_index.shape)};".encode())
-    h.update(edge_index.to(torch.long).contiguous().view(torch.uint8).numpy())
+    h.update(edge_index.to(torch.long).contiguous().view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
 
 
 def _comm_stats(fields: dict) -> CommStats:
     """Rebuilds a pickled :class:`~pyg_sparsecomm.stats.CommStats` (its arrays travel as tensors)."""
-    return CommStats(**{k: v.numpy() if isinstance(v, Tensor) else v for k, v in fields.items()})
+    values: dict[str, Any] = {k: v.numpy() if isinstance(v, Tensor) else v for k, v in fields.items()}
+    return CommStats(**values)
 
 
 def _reduce_comm_stats(stats: CommStats):
