@@ -12,7 +12,7 @@ from .stats import CommStats
 from .store import graph_fingerprint, load_shard, partition_source, save_partition
 from .training import distributed_loss, global_accuracy, global_count, global_sum, sync_gradients
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "DistributedGCNConv", "distribute", "NodeDropout", "SparsityAwarePartitioner", "shard", "HaloAdj",
