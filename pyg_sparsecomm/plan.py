@@ -127,6 +127,31 @@ class RankPlan:
         moved = {k: (v.to(device) if isinstance(v, Tensor) else v) for k, v in self.__dict__.items()}
         return RankPlan(**moved)
 
+    def locate_columns(self, col: Tensor) -> Tuple[Tensor, Tensor]:
+        r"""Where the ``[owned | halo]`` columns ``col`` live: ``(owner, remote_row)``.
+
+        .. math::
+            (\mathrm{owner}_c, \mathrm{row}_c) = \begin{cases}
+            (\mathrm{rank}, c) & c < n \\
+            (\mathrm{halo\_owner}_{c - n}, \mathrm{halo\_remote\_index}_{c - n}) & c \ge n
+            \end{cases}
+
+        with ``n = num_owned``: column ``c`` of this rank's block row is row
+        ``remote_row[c]`` of rank ``owner[c]``'s block row of ``H``.
+
+        Args:
+            col: int64 column indices (e.g. ``HaloAdj.col``).
+
+        Returns:
+            Two tensors shaped like ``col``.
+        """
+        n = self.num_owned
+        owner, remote_row = torch.full_like(col, self.rank), col.clone()
+        halo = col >= n
+        owner[halo] = self.halo_owner.to(col.device)[col[halo] - n]
+        remote_row[halo] = self.halo_remote_index.to(col.device)[col[halo] - n]
+        return owner, remote_row
+
     def predicted_bytes(self, num_columns: int, element_size: int = 4) -> dict:
         """Bytes this rank sends and receives in one exchange of ``num_columns`` wide rows."""
         row = num_columns * element_size

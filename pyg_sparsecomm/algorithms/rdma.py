@@ -114,12 +114,8 @@ class _TiledAdjacency:
         self.T = T = max(max(int(s) for s in plan.part_sizes), 1)
         self.n, self.pgrid = plan.num_owned, TileProcessGrid(P, 1)
         row, col = adj.coo()
-        value = adj._values(torch.float64).detach()
-        owner = torch.full_like(col, me)
-        remote = col.clone()
-        halo = col >= plan.num_owned
-        owner[halo] = plan.halo_owner.to(col.device)[col[halo] - plan.num_owned]
-        remote[halo] = plan.halo_remote_index.to(col.device)[col[halo] - plan.num_owned]
+        value = adj.values(torch.float64).detach()
+        owner, remote = plan.locate_columns(col)
         tiles = {}
         for j in range(P):
             sel = owner == j
@@ -225,7 +221,7 @@ class _TiledAdjacency:
 
 def _fingerprint(adj: HaloAdj) -> str:
     h = hashlib.blake2b(digest_size=16)
-    for t in (adj.rowptr, adj.col, adj._values(torch.float64).detach()):
+    for t in (adj.rowptr, adj.col, adj.values(torch.float64).detach()):
         h.update(t.cpu().contiguous().numpy().tobytes())
     h.update(np.asarray(adj.plan.part_sizes, dtype=np.int64).tobytes())
     return h.hexdigest()

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..adj import coo_to_csr
+
 Tile = torch.Tensor
 
 
@@ -42,13 +44,6 @@ def tile_flops(a: Tile, b: Tile) -> int:
             return 0
         return 2 * int(torch.diff(b.crow_indices())[a.col_indices()].sum())
     return 2 * int(a._nnz()) * b.shape[1]
-
-
-def coo_to_csr(row: torch.Tensor, col: torch.Tensor, values: torch.Tensor, shape: tuple[int, int]) -> Tile:
-    """CSR tile from entries sorted row-major without duplicates."""
-    crow = torch.zeros(shape[0] + 1, dtype=torch.int64, device=values.device)
-    crow[1:] = torch.cumsum(torch.bincount(row, minlength=shape[0]), 0)
-    return csr_tile(values, crow, col.to(torch.int64), shape)
 
 
 class SparseSum:
@@ -94,7 +89,7 @@ class SparseSum:
             return zero_tile(*self.shape, True, self.device)
         self._compact()
         keys, cols = self._keys[0], self.shape[1]
-        return coo_to_csr(keys // cols, keys % cols, self._values[0], self.shape)
+        return coo_to_csr(keys // cols, keys % cols, self._values[0], self.shape, is_sorted=True)
 
 
 def accumulate(c: Tile | SparseSum, partial: Tile) -> Tile | SparseSum:

@@ -31,8 +31,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..adj import coo_to_csr
 from .backend import Future, RMABackend
-from .kernels import Tile, coo_to_csr, csr_tile, zero_tile
+from .kernels import Tile, csr_tile, zero_tile
 
 TileIndex = tuple[int, int]
 
@@ -284,7 +285,8 @@ class SparseTiledMatrix(TiledMatrix):
         entries = {ij: (backend.rank, -1, -1, -1, *grid.dims(*ij), 0) for ij in mine}
         for ij, vo, po, z in zip(full, val_offs, ptr_offs, nnz):
             (idx, vals, _), (rows, cols) = coo[ij], grid.dims(*ij)
-            t = coo_to_csr(idx[0].to(mem_p.device), idx[1].to(mem_p.device), vals.to(mem_v.device), (rows, cols))
+            t = coo_to_csr(idx[0].to(mem_p.device), idx[1].to(mem_p.device), vals.to(mem_v.device), (rows, cols),
+                           is_sorted=True)
             mem_v[vo:vo + z], mem_i[vo:vo + z] = t.values(), t.col_indices()
             mem_p[po:po + rows + 1] = t.crow_indices()
             entries[ij] = (backend.rank, int(vo), int(po), int(vo), rows, cols, z)
