@@ -1,4 +1,4 @@
-"""Local tile kernels (torch: the same code on CPU and CUDA), flop counts, time breakdown, operand checks.
+"""Local tile kernels (torch: the same code on CPU and CUDA), flop counts and the time breakdown.
 
 A tile is a 2-D torch tensor: strided (dense) or ``torch.sparse_csr`` with int64
 indices, float64 values, on the backend's device.  Products go through
@@ -148,18 +148,3 @@ class Breakdown:
     def summary(self) -> dict[str, float]:
         return {k: getattr(self, k) for k in ("compute", "comm", "accumulate", "imbalance", "reserve", "total", "flops",
                                                 "bytes_fetched", "products", "stolen")}
-
-
-def check_operands(A, B) -> None:
-    """ValueError unless ``A @ B`` is defined tile by tile on one process grid."""
-    from .tiled import SparseTiledMatrix
-    if not isinstance(A, SparseTiledMatrix):
-        raise TypeError(f"A must be a SparseTiledMatrix, got {type(A).__name__}")
-    if A.shape[1] != B.shape[0]:
-        raise ValueError(f"shapes {A.shape} and {B.shape} cannot be multiplied")
-    if A.tile_shape[1] != B.tile_shape[0]:
-        raise ValueError(f"A's tile columns ({A.tile_shape[1]}) must equal B's tile rows ({B.tile_shape[0]})")
-    if A.pgrid != B.pgrid:
-        raise ValueError(f"A and B must share one process grid, got {A.pgrid} and {B.pgrid}")
-    if A.backend is not B.backend:
-        raise ValueError("A and B must live on the same backend")
