@@ -17,9 +17,9 @@ from _rdma_checks import (  # tests/ is sys.path[0] when this file runs as a scr
     ragged,
 )
 from mpi4py import MPI
+from rdma_measure import measure_get_bandwidth  # benchmarks/ is on PYTHONPATH (tests/test_rdma.py)
 
 from pyg_sparsecomm.rdma import DenseTiledMatrix, SparseTiledMatrix, TileProcessGrid, spgemm, spmm
-from pyg_sparsecomm.rdma.measure import measure_get_bandwidth
 from pyg_sparsecomm.rdma.mpi_backend import MPIBackend
 
 be = MPIBackend()

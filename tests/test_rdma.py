@@ -19,10 +19,13 @@ import scipy.sparse as sp
 
 from pyg_sparsecomm.datasets import rmat_graph
 from pyg_sparsecomm.rdma import TileGrid, TileProcessGrid, make_backend
-from pyg_sparsecomm.rdma.measure import roofline_svg, stage_load_imbalance
 from pyg_sparsecomm.rdma.mpi_backend import SymmetricHeap, find_mpiexec
 
 ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS = ROOT / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+from rdma_measure import roofline_svg, stage_load_imbalance  # noqa: E402 -- benchmark code, after sys.path
+
 WORKER = Path(__file__).resolve().parent / "_rdma_worker.py"
 GCN_WORKER = Path(__file__).resolve().parent / "_rdma_gcn_worker.py"
 SIZES = (1, 2, 3, 4)
@@ -36,8 +39,9 @@ def mpiexec(P: int, *args: str, timeout: float = 150) -> subprocess.CompletedPro
         exe = find_mpiexec()
     except FileNotFoundError as exc:
         pytest.fail(str(exc))
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-               UCX_LOG_LEVEL="error", PYTHONWARNINGS="ignore", RDMA_TEST_DUMP_AFTER=str(timeout - 10))
+    path = os.pathsep.join([str(ROOT), str(BENCHMARKS), os.environ.get("PYTHONPATH", "")])
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=path, UCX_LOG_LEVEL="error", PYTHONWARNINGS="ignore",
+               RDMA_TEST_DUMP_AFTER=str(timeout - 10))
     try:
         return subprocess.run([exe, "-n", str(P), sys.executable, *args], check=False, env=env, cwd=ROOT,
                               capture_output=True, text=True, timeout=timeout)

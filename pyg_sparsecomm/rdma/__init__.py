@@ -9,7 +9,8 @@ for both.  Data structures
 (:mod:`.tiled`): :class:`DenseTiledMatrix`, :class:`SparseTiledMatrix` over a
 block-cyclic :class:`TileProcessGrid`.  Algorithms: :func:`stationary_c`,
 :func:`stationary_a`, :func:`work_stealing`, :func:`summa`, dispatched by
-:func:`spmm` / :func:`spgemm`.  Measurements: :mod:`.measure`.
+:func:`spmm` / :func:`spgemm`.  Measurements (Table 2, Figure 1, roofline) are benchmark
+code: ``benchmarks/rdma_measure.py``.
 
 Both backends are imported lazily, so ``import pyg_sparsecomm.rdma`` works
 without mpi4py or Triton; creating an :class:`MPIBackend` without mpi4py raises an
