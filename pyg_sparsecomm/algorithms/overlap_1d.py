@@ -8,7 +8,9 @@ from torch import Tensor
 from ..adj import HaloAdj, coo_to_csr, spmm
 from ..comm.counters import comm_counter
 from ..comm.halo import start_all_to_all_rows, start_p2p_rows
+from ..cost import CostModel, Prediction, RankVolumes
 from .base import SpMMAlgorithm
+from .sparse_1d import exchange_prediction
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..grid import ProcessGrid
@@ -82,6 +84,11 @@ class Overlap1D(SpMMAlgorithm):
         if self.adj.plan.world_size == 1:
             return spmm(self.adj, x)
         return _OverlappedSpMM.apply(x, self)
+
+    @classmethod
+    def predict(cls, volumes: RankVolumes, model: CostModel, row_bytes: int) -> Prediction:
+        """The two exchanges of ``"1d"``: the same bytes; the time ignores the overlap (an upper bound)."""
+        return exchange_prediction(volumes, model, row_bytes)
 
 
 class Overlap1DP2P(Overlap1D):

@@ -12,6 +12,12 @@ identical adjacencies and freed collectively by :mod:`pyg_sparsecomm.rdma.engine
 (leases, eviction, :func:`free_engines` at exit); :func:`set_backend`,
 :func:`free_engines`, :func:`collect` and :data:`MAX_IDLE_ENGINES` are re-exported here.
 
+**Counted bytes.**  Every product records in
+:func:`~pyg_sparsecomm.comm.counters.comm_counter` the rows it gets from each peer as
+received and the rows each peer gets from this rank as sent (kinds ``"rdma"`` forward,
+``"rdma_grad"`` backward; float64, 8 bytes per element), and building ``A^T`` records
+the tiles of ``A`` it gets (``"rdma_setup"``).  :meth:`RDMAStationaryC.predict` gives
+the same per-product figure from the partition (:attr:`~pyg_sparsecomm.plan.CommPattern.spans`).
 """
 from __future__ import annotations
 
@@ -24,6 +30,8 @@ import torch.distributed as dist
 from torch import Tensor
 
 from ..adj import HaloAdj
+from ..comm.counters import comm_counter
+from ..cost import CostModel, Prediction, RankVolumes
 from ..rdma import engine_cache
 from ..rdma.engine_cache import MAX_IDLE_ENGINES, Lease, collect, free_engines, set_backend
 from ..rdma.kernels import csr_tile, tile_product
@@ -31,6 +39,19 @@ from ..rdma.tiled import DenseTiledMatrix, SparseTiledMatrix, TileProcessGrid
 from .base import SpMMAlgorithm
 
 __all__ = ["RDMAStationaryC", "MAX_IDLE_ENGINES", "set_backend", "free_engines", "collect"]
+
+
+def _row_span(tile: Tensor) -> int:
+    """Rows from the first to the last non-empty row of a CSR tile (0 if it is empty)."""
+    rows = torch.nonzero(torch.diff(tile.crow_indices())).flatten()
+    return int(rows[-1] - rows[0]) + 1 if rows.numel() else 0
+
+
+def _tile_nbytes(M: SparseTiledMatrix, i: int, j: int) -> int:
+    """Bytes one get of CSR tile ``(i, j)`` moves: values, row pointers and column indices."""
+    rows, nnz = int(M.directory[i, j, 4]), M.nnz(i, j)
+    values, indptr, indices = (region.dtype.itemsize for region in M.regions)
+    return 0 if nnz == 0 else nnz * (values + indices) + (rows + 1) * indptr
 
 
 class TiledAdjacency:
@@ -58,6 +79,8 @@ class TiledAdjacency:
         self.A = SparseTiledMatrix.from_local_tiles(be, shape, tile, self._local_tiles(adj), self.pgrid)
         self.AT = SparseTiledMatrix.from_local_tiles(be, shape, tile, self._transposed_tiles(), self.pgrid)
         self.blocks = {id(self.A): self._blocks(self.A), id(self.AT): self._blocks(self.AT)}
+        #: rows (served to, fetched from) every peer by one product with A / A^T
+        self.traffic = {id(self.A): self._traffic(self.A, self.AT), id(self.AT): self._traffic(self.AT, self.A)}
         self._buffers: dict[int, list] = {}  # feature width -> [two DenseTiledMatrix, next index]
 
     def _local_tiles(self, adj: HaloAdj) -> dict:
@@ -74,7 +97,8 @@ class TiledAdjacency:
         return tiles
 
     def _transposed_tiles(self) -> dict:
-        """This rank's tiles of ``A^T``, ``(A^T)_{me, r} = A_{r, me}^T``, got from every rank ``r``."""
+        """This rank's tiles of ``A^T``, ``(A^T)_{me, r} = A_{r, me}^T``, got from every rank ``r``
+        (counted as ``"rdma_setup"``: the tiles got, and this rank's tiles the others get)."""
         A, me, P = self.A, self.A.backend.rank, self.pgrid.rows
         fetched = {r: A.async_get_tile(r, me) for r in range(P)}  # empty blocks: no get
         t_tiles = {}
@@ -82,6 +106,11 @@ class TiledAdjacency:
             block = fut.wait()
             t_tiles[me, r] = (block.to_sparse_coo().t().coalesce() if block._nnz()
                               else torch.sparse_coo_tensor(size=(self.T, self.T)))
+        remote = [r for r in range(P) if r != me]
+        sent, received = np.zeros(P, dtype=np.int64), np.zeros(P, dtype=np.int64)
+        sent[remote] = [_tile_nbytes(A, me, r) for r in remote]
+        received[remote] = [_tile_nbytes(A, r, me) for r in remote]
+        comm_counter().record("rdma_setup", sent, received)
         return t_tiles
 
     def _blocks(self, M: SparseTiledMatrix) -> list[tuple[int, Tensor, int, int]]:
@@ -103,6 +132,22 @@ class TiledAdjacency:
                         lo, hi))
         return out
 
+    def _traffic(self, M: SparseTiledMatrix, Mt: SparseTiledMatrix) -> tuple[np.ndarray, np.ndarray]:
+        r"""Rows ``(served, fetched)`` per peer in one product with ``M`` (``Mt`` its transpose).
+
+        Rank ``k`` fetches from this rank ``me`` the column range of ``M_{k,me}``, which is
+        the row range of ``Mt_{me,k}`` (``Mt = M^T``, stored here); this rank fetches
+        ``hi - lo`` rows for each of its remote blocks (:meth:`_blocks`).
+        """
+        me, P = M.backend.rank, self.pgrid.rows
+        served, fetched = np.zeros(P, dtype=np.int64), np.zeros(P, dtype=np.int64)
+        for k in range(P):
+            if k != me and Mt.nnz(me, k):
+                served[k] = _row_span(Mt.get_tile(me, k))
+        for k, _, lo, hi in self.blocks[id(M)]:
+            fetched[k] = 0 if k == me else hi - lo
+        return served, fetched
+
     def _buffer(self, f: int) -> DenseTiledMatrix:
         """The next of two ``(P T) x f`` dense tiled ``H`` buffers, allocated (collectively) on first use.
 
@@ -121,21 +166,27 @@ class TiledAdjacency:
         pair[1] ^= 1
         return H
 
-    def multiply(self, M: SparseTiledMatrix, x: Tensor) -> Tensor:
+    def multiply(self, M: SparseTiledMatrix, x: Tensor, group: dist.ProcessGroup | None = None,
+                 kind: str = "rdma") -> Tensor:
         """Owned rows of ``M H`` where ``x`` holds this rank's rows of ``H`` (collective: one barrier).
 
         Stationary-C (ICS'24 Algorithm 2) with the ``A``-tile row local: for every
         non-empty block ``M_rk`` rank ``r`` gets rows ``[lo, hi)`` of ``H_k`` (the next
-        get is issued before the current product) and accumulates ``M_rk H_k``.
+        get is issued before the current product) and accumulates ``M_rk H_k``.  The
+        rows moved are recorded as ``kind`` (per peer of ``group``, whose ranks are the
+        backend's); the barrier and the waits for gets are timed as communication.
         """
         if self.freed:
             raise RuntimeError("algorithm='rdma': this tiled adjacency was freed (free_engines() or exit); "
                                "build the layer's algorithm again")
-        be, f = engine_cache.backend(), x.size(1)
+        be, counter, f = engine_cache.backend(), comm_counter(), x.size(1)
         H = self._buffer(f)
         mine = H.local_tile(be.rank, 0)
         mine[:self.n] = x.detach().to(mine)
-        be.barrier()  # every rank's H rows are written and visible
+        served, fetched = self.traffic[id(M)]
+        counter.record(kind, served * f * mine.element_size(), fetched * f * mine.element_size(), group)
+        with counter.timed():
+            be.barrier()  # every rank's H rows are written and visible
         region, out = H.regions[0], torch.zeros(self.n, f, dtype=torch.float64, device=be.device)
         blocks = self.blocks[id(M)]
 
@@ -146,7 +197,8 @@ class TiledAdjacency:
             return be.get_async(k, region, int(H.directory[k, 0, 1]) + lo * f, (hi - lo) * f)
         pending = fetch(blocks[0]) if blocks else None
         for n, (_k, tile, lo, hi) in enumerate(blocks):
-            h = mine[lo:hi] if pending is None else pending.wait().reshape(hi - lo, f)
+            with counter.timed():
+                h = mine[lo:hi] if pending is None else pending.wait().reshape(hi - lo, f)
             pending = fetch(blocks[n + 1]) if n + 1 < len(blocks) else None
             out += tile_product(tile, h)
         return out.to(dtype=x.dtype, device=x.device)
@@ -174,14 +226,14 @@ def _fingerprint(adj: HaloAdj) -> str:
 
 class _RDMASpMM(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, x: Tensor, lease: Lease) -> Tensor:
-        ctx.lease = Lease(lease.engine)  # the graph's own reference: released when the graph is freed
-        return lease.engine.multiply(lease.engine.A, x)
+    def forward(ctx: Any, x: Tensor, lease: Lease, group: dist.ProcessGroup | None) -> Tensor:
+        ctx.lease, ctx.group = Lease(lease.engine), group  # the graph's own reference: released with the graph
+        return lease.engine.multiply(lease.engine.A, x, group, "rdma")
 
     @staticmethod
-    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor, None]:
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor, None, None]:
         engine = ctx.lease.engine
-        return engine.multiply(engine.AT, grad_out), None  # dH = A^T dY, exact for directed A
+        return engine.multiply(engine.AT, grad_out, ctx.group, "rdma_grad"), None, None  # dH = A^T dY, exact
 
 
 class RDMAStationaryC(SpMMAlgorithm):
@@ -206,6 +258,7 @@ class RDMAStationaryC(SpMMAlgorithm):
     """
     name = "rdma"
     differentiates_edge_weights = False
+    wire_element_size = 8  # H travels as float64 whatever the layer's dtype
 
     def __init__(self, adj: HaloAdj, group: dist.ProcessGroup | None = None, grid: Any = None) -> None:
         super().__init__(adj, group, grid)
@@ -225,7 +278,7 @@ class RDMAStationaryC(SpMMAlgorithm):
     def __call__(self, x: Tensor) -> Tensor:
         if self._lease is None:
             raise RuntimeError("this RDMAStationaryC was closed")
-        return _RDMASpMM.apply(x, self._lease)
+        return _RDMASpMM.apply(x, self._lease, self.group)
 
     def close(self) -> None:
         """Collective: releases this layer's engine; unreferenced engines beyond the cache size are freed.
@@ -238,3 +291,24 @@ class RDMAStationaryC(SpMMAlgorithm):
             self._lease = None
         collect()
 
+    @classmethod
+    def predict(cls, volumes: RankVolumes, model: CostModel, row_bytes: int) -> Prediction:
+        r"""One barrier and one get per remote block, forward (``A``) and backward (``A^T``).
+
+        .. math::
+            t = \sum_{d \in \{A, A^T\}} \Big(\lceil \log_2 P \rceil \alpha
+                + \sum_{k : F_{dk} > 0} (\alpha + \beta F_{dk} b)\Big), \qquad
+            \text{sent} = b \sum_{d, k} S_{dk}
+
+        with ``F = volumes.fetch_rows``, ``S = volumes.serve_rows`` (rows got from / by each
+        block row) and ``b = row_bytes`` (float64 rows: :meth:`row_bytes`).  ValueError
+        when ``volumes`` lacks them (they need the whole edge list, not one rank's plan).
+        """
+        if volumes.fetch_rows is None or volumes.serve_rows is None:
+            raise ValueError("algorithm='rdma' reads column ranges known only from the whole edge list: pass "
+                             "RankVolumes with fetch_rows/serve_rows, e.g. volumes_of_all_ranks(..., "
+                             "spans=comm_pattern(...).spans)")
+        g, seconds = volumes.num_block_rows, 0.0
+        for rows in volumes.fetch_rows:  # forward, backward
+            seconds += model.barrier(g) + sum(model.get(int(n) * row_bytes) for n in rows if n > 0)
+        return Prediction(seconds, int(volumes.serve_rows.sum()) * row_bytes)
