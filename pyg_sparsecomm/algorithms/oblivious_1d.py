@@ -64,8 +64,8 @@ class Oblivious1D(SpMMAlgorithm):
                  grid: Optional["ProcessGrid"] = None) -> None:
         super().__init__(adj, group, grid)
         plan = adj.plan
-        #: the block rows broadcast, in stage order (all of them in 1D)
-        self.stage_ranks: List[int] = list(range(plan.world_size))
+        #: the block rows broadcast, in stage order (all of them in 1D; the grid column's stage blocks in 1.5D)
+        self.stage_ranks: List[int] = grid.stage_blocks() if self.replicated else list(range(plan.world_size))
         row, col = adj.coo()
         owner, remote_col = plan.locate_columns(col)
         value = adj.values(torch.float64).detach()
