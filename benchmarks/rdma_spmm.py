@@ -25,8 +25,8 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 from _common import GRAPHS, machine, markdown_table, print_table, write_section  # noqa: E402 -- after sys.path
+from rdma_measure import PARTS  # noqa: E402 -- after sys.path
 
-from pyg_sparsecomm.rdma.measure import PARTS  # noqa: E402 -- after sys.path
 from pyg_sparsecomm.rdma.mpi_backend import find_mpiexec  # noqa: E402
 
 SPMM_ALGS = ("stationary_c", "stationary_a", "ws_random", "ws_locality", "summa")
@@ -54,8 +54,9 @@ def load_matrix(name: str, rmat_scale: int, permute: bool = False) -> sp.csr_mat
 
 def worker(args: argparse.Namespace) -> None:
     """Runs under mpiexec: every algorithm on every (graph, op); rank 0 prints one JSON row each."""
+    from rdma_measure import breakdown_row, measure_get_bandwidth
+
     from pyg_sparsecomm.rdma import DenseTiledMatrix, SparseTiledMatrix, spgemm, spmm
-    from pyg_sparsecomm.rdma.measure import breakdown_row, measure_get_bandwidth
     from pyg_sparsecomm.rdma.mpi_backend import MPIBackend
     be = MPIBackend()
 
@@ -113,7 +114,7 @@ def ms(x: float) -> str:
 
 def figure1(scale: int) -> list:
     """End-to-end vs per-stage flop imbalance of R-MAT A·A on q x q grids (paper Figure 1)."""
-    from pyg_sparsecomm.rdma.measure import stage_load_imbalance
+    from rdma_measure import stage_load_imbalance
     rows = []
     for permute in (False, True):
         S = load_matrix("rmat", scale, permute)
@@ -151,7 +152,7 @@ def main() -> None:
               r["parts"]["stolen"]] for r in rows]
     print_table(headers, table)
 
-    from pyg_sparsecomm.rdma.measure import attainable, local_peak_flops, roofline_svg
+    from rdma_measure import attainable, local_peak_flops, roofline_svg
     peak = local_peak_flops()
     roof_rows, points = [], {}
     for r in rows:

@@ -22,12 +22,47 @@ def make_csr(rowptr: Tensor, col: Tensor, value: Tensor, shape) -> Tensor:
         return torch.sparse_csr_tensor(rowptr, col, value, shape, check_invariants=False)
 
 
-def sort_coo(row: Tensor, col: Tensor, value: Optional[Tensor], num_rows: int, num_cols: int):
-    """Sorts COO entries by (row, col); returns ``(rowptr, col, value)`` of the CSR."""
-    perm = torch.argsort(row * max(num_cols, 1) + col, stable=True)
+def csr_order(row: Tensor, col: Tensor, num_rows: int, num_cols: int,
+              is_sorted: bool = False) -> Tuple[Tensor, Optional[Tensor]]:
+    r"""The CSR order of COO entries: ``(rowptr, perm)``.
+
+    ``perm`` sorts the entries by ``(row, col)`` (stably, so duplicates keep their
+    order; ``None`` when ``is_sorted`` says they already are) and
+    :math:`\mathrm{rowptr}_{i + 1} = \sum_{i' \le i} |\{e : \mathrm{row}_e = i'\}|`.
+
+    Args:
+        row, col: ``[nnz]`` int64 indices.
+        num_rows, num_cols: the matrix shape.
+        is_sorted: the entries are already in ``(row, col)`` order.
+    """
     rowptr = torch.zeros(num_rows + 1, dtype=torch.long, device=row.device)
     torch.cumsum(torch.bincount(row, minlength=num_rows), 0, out=rowptr[1:])
+    if is_sorted:
+        return rowptr, None
+    return rowptr, torch.argsort(row * max(num_cols, 1) + col, stable=True)
+
+
+def sort_coo(row: Tensor, col: Tensor, value: Optional[Tensor], num_rows: int, num_cols: int,
+             is_sorted: bool = False) -> Tuple[Tensor, Tensor, Optional[Tensor]]:
+    """Sorts COO entries by (row, col); returns ``(rowptr, col, value)`` of the CSR (see :func:`csr_order`)."""
+    rowptr, perm = csr_order(row, col, num_rows, num_cols, is_sorted)
+    if perm is None:
+        return rowptr, col, value
     return rowptr, col[perm], None if value is None else value[perm]
+
+
+def coo_to_csr(row: Tensor, col: Tensor, value: Tensor, shape: Tuple[int, int], is_sorted: bool = False) -> Tensor:
+    """The ``shape`` torch CSR tensor of COO entries (duplicates kept as separate entries).
+
+    The one COO -> CSR conversion of the package (adjacency blocks and RDMA tiles).
+
+    Args:
+        row, col: ``[nnz]`` int64 indices.
+        value: ``[nnz]`` values.
+        shape: ``(num_rows, num_cols)``.
+        is_sorted: the entries are already in ``(row, col)`` order (no sort).
+    """
+    return make_csr(*sort_coo(row, col, value, shape[0], shape[1], is_sorted), shape)
 
 
 class HaloAdj:
@@ -105,7 +140,9 @@ class HaloAdj:
                        non_blocking=non_blocking)
 
     # sparse tensors --------------------------------------------------------
-    def _values(self, dtype: torch.dtype) -> Tensor:
+    def values(self, dtype: torch.dtype = torch.float32) -> Tensor:
+        """The value of every stored entry as ``dtype``, in CSR order: ones when unweighted,
+        else ``value`` (still attached to autograd when it is learnable)."""
         if self.value is None:
             return torch.ones(self.nnz, dtype=dtype, device=self.device)
         return self.value.to(dtype)
@@ -115,7 +152,7 @@ class HaloAdj:
         key = ("csr", dtype)
         if key in self._cache:
             return self._cache[key]
-        csr = make_csr(self.rowptr, self.col, self._values(dtype).detach(), (self.num_owned, self.num_cols))
+        csr = make_csr(self.rowptr, self.col, self.values(dtype).detach(), (self.num_owned, self.num_cols))
         if self.value is None or not self.value.requires_grad:  # learnable values change every step
             self._cache[key] = csr
         return csr
@@ -128,9 +165,7 @@ class HaloAdj:
         """
         if "t_structure" not in self._structure:
             row, col = self.coo()
-            perm = torch.argsort(row + col * max(self.num_owned, 1), stable=True)
-            rowptr = torch.zeros(self.num_cols + 1, dtype=torch.long, device=self.device)
-            torch.cumsum(torch.bincount(col, minlength=self.num_cols), 0, out=rowptr[1:])
+            rowptr, perm = csr_order(col, row, self.num_cols, self.num_owned)
             self._structure["t_structure"] = (rowptr, row[perm], perm)
         rowptr, t_col, perm = self._structure["t_structure"]
         shape = (self.num_cols, self.num_owned)
@@ -138,7 +173,7 @@ class HaloAdj:
             return make_csr(rowptr, t_col, value.detach().to(dtype)[perm], shape)
         key = ("csr_t", dtype)
         if key not in self._cache:
-            self._cache[key] = make_csr(rowptr, t_col, self._values(dtype).detach()[perm], shape)
+            self._cache[key] = make_csr(rowptr, t_col, self.values(dtype).detach()[perm], shape)
         return self._cache[key]
 
     def __getstate__(self) -> dict:

@@ -9,7 +9,9 @@ backward), the model charges each rank for
 * a broadcast or reduce of ``b`` bytes over ``g`` ranks (binomial tree):
   :math:`\lceil \log_2 g \rceil (\alpha + \beta b)`;
 * an all-reduce of ``b`` bytes over ``g`` ranks (ring):
-  :math:`2 (g - 1) \alpha + \beta \cdot 2 \frac{g - 1}{g} b`.
+  :math:`2 (g - 1) \alpha + \beta \cdot 2 \frac{g - 1}{g} b`;
+* a one-sided get of ``b`` bytes: :math:`\alpha + \beta b`, and a barrier over ``g``
+  ranks (dissemination): :math:`\lceil \log_2 g \rceil \alpha`.
 
 Collectives are bulk synchronous, so the predicted time of a layout is the
 *maximum* over ranks.  Each algorithm class states its own formula in
@@ -71,6 +73,15 @@ class CostModel:
             return 0.0
         return 2 * (group_size - 1) * self.alpha + self.beta * ring_allreduce_nbytes(nbytes, group_size)
 
+    def get(self, nbytes: int) -> float:
+        """One one-sided read of ``nbytes`` (the target takes no part)."""
+        return self.alpha + self.beta * nbytes
+
+    def barrier(self, group_size: int) -> float:
+        if group_size <= 1:
+            return 0.0
+        return math.ceil(math.log2(group_size)) * self.alpha
+
     @classmethod
     def calibrate(cls, group: Optional[dist.ProcessGroup] = None, large_bytes: int = 1 << 24,
                   repeats: int = 10) -> "CostModel":
@@ -119,6 +130,11 @@ class RankVolumes:
     row ``k`` in one exchange, already restricted to the block columns it
     multiplies (``stage_blocks``); ``block_rows[k]``: rows of block row ``k``.
     For 1D (``replication == 1``) the grid is ``P × 1`` and every block is a stage.
+
+    One-sided (``algorithm="rdma"``, 1D) volumes, known only from the whole edge list
+    (:attr:`~pyg_sparsecomm.plan.CommPattern.spans`): ``fetch_rows[d, k]`` rows this rank
+    gets from block row ``k`` in the forward (``d = 0``) and backward (``d = 1``) product,
+    ``serve_rows[d, k]`` rows block row ``k`` gets from this rank; ``None`` when unknown.
     """
     row: int
     col: int
@@ -127,6 +143,8 @@ class RankVolumes:
     recv_rows: np.ndarray
     block_rows: np.ndarray
     stage_blocks: List[int]
+    fetch_rows: Optional[np.ndarray] = None
+    serve_rows: Optional[np.ndarray] = None
 
     @property
     def num_block_rows(self) -> int:
@@ -138,19 +156,30 @@ class RankVolumes:
 
     @classmethod
     def from_counts(cls, send_counts: Sequence[int], recv_counts: Sequence[int], block_rows: Sequence[int],
-                    row: int, col: int = 0, replication: int = 1) -> "RankVolumes":
+                    row: int, col: int = 0, replication: int = 1, fetch_rows: Optional[np.ndarray] = None,
+                    serve_rows: Optional[np.ndarray] = None) -> "RankVolumes":
         """From a rank's *unrestricted* 1D counts (a ``RankPlan`` or a row/column of the
-        volume matrix of the partition into ``P / c`` parts)."""
+        volume matrix of the partition into ``P / c`` parts) and, optionally, its one-sided volumes."""
         blocks = stage_blocks(len(block_rows), replication, col)
         send, recv = restrict_counts(list(send_counts), list(recv_counts), row, blocks)
         return cls(row, col, replication, np.asarray(send, dtype=np.int64), np.asarray(recv, dtype=np.int64),
-                   np.asarray(block_rows, dtype=np.int64), blocks)
+                   np.asarray(block_rows, dtype=np.int64), blocks, fetch_rows, serve_rows)
 
 
-def volumes_of_all_ranks(volume_matrix: np.ndarray, block_rows: Sequence[int],
-                         replication: int) -> List[RankVolumes]:
-    """``RankVolumes`` of all ``P = Q c`` ranks from the ``Q × Q`` volume matrix of a partition
-    into ``Q`` parts (``V[s, d]``: rows ``s`` sends to ``d`` per 1D exchange), rank order."""
+def volumes_of_all_ranks(volume_matrix: np.ndarray, block_rows: Sequence[int], replication: int,
+                         spans: Optional[np.ndarray] = None) -> List[RankVolumes]:
+    r"""``RankVolumes`` of all ``P = Q c`` ranks of a partition into ``Q`` parts, in rank order.
+
+    Args:
+        volume_matrix: ``[Q, Q]``, ``V[s, d]`` rows ``s`` sends to ``d`` per 1D exchange.
+        block_rows: ``[Q]`` rows of every block row.
+        replication: ``c``.
+        spans: optional ``[2, Q, Q]`` one-sided volumes, ``S[d, r, k]`` rows block row ``r`` gets
+            from ``k`` in direction ``d`` (:attr:`~pyg_sparsecomm.plan.CommPattern.spans`); rank
+            :math:`(i, j)` then has ``fetch_rows = S[:, i, :]`` and ``serve_rows = S[:, :, i]``.
+    """
     Q = volume_matrix.shape[0]
-    return [RankVolumes.from_counts(volume_matrix[i], volume_matrix[:, i], block_rows, i, j, replication)
+    return [RankVolumes.from_counts(volume_matrix[i], volume_matrix[:, i], block_rows, i, j, replication,
+                                    None if spans is None else spans[:, i, :],
+                                    None if spans is None else spans[:, :, i])
             for i in range(Q) for j in range(replication)]

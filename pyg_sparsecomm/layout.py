@@ -13,11 +13,10 @@ gives the per-epoch communication time of the slowest rank::
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence
 
-import numpy as np
 from torch import Tensor
 from torch_geometric.data import Data
 
-from .algorithms import ALGORITHMS, auto_candidates
+from .algorithms import algorithm_class, auto_candidates
 from .cost import CostModel, volumes_of_all_ranks
 from .grid import check_grid
 from .plan import comm_pattern
@@ -75,16 +74,11 @@ def predict_from_partition(edge_index: Tensor, num_nodes: int, part, world_size:
     model = model or CostModel()
     Q = world_size // replication
     pattern = comm_pattern(edge_index, part, num_nodes, Q)
-    ranks = volumes_of_all_ranks(pattern.volume_matrix(), pattern.part_sizes, replication)
+    ranks = volumes_of_all_ranks(pattern.volume_matrix(), pattern.part_sizes, replication, pattern.spans)
     names = algorithms or auto_candidates(replication > 1)
     rows = []
     for name in names:
-        seconds, sent = np.zeros(len(ranks)), np.zeros(len(ranks), dtype=np.int64)
-        for r, volumes in enumerate(ranks):
-            for width in widths:
-                prediction = ALGORITHMS[name].predict(volumes, model, width * element_size)
-                seconds[r] += prediction.seconds
-                sent[r] += prediction.bytes_sent
+        seconds, sent = algorithm_class(name).predict_epoch(ranks, widths, model, element_size)
         rows.append(LayoutPrediction(name, replication, Q, float(seconds.max()), int(sent.max()), int(sent.sum())))
     return rows
 

@@ -41,6 +41,12 @@ class CommPattern:
 
     ``pair_node[k]`` must be sent from its owner ``part[pair_node[k]]`` to rank
     ``pair_dst[k]``; pairs are sorted by (destination, owner, node).
+
+    ``spans[d, r, k]`` (``[2, P, P]``) is what the one-sided ``algorithm="rdma"``
+    reads: in the forward (``d = 0``) product rank ``r`` gets the smallest range of
+    rank ``k``'s rows holding every column of block :math:`A_{rk}`; in the backward
+    (``d = 1``) product, of :math:`(A^T)_{rk} = A_{kr}^T`, i.e. every row of
+    :math:`A_{kr}`.  Zero on the diagonal and for empty blocks.
     """
     num_nodes: int
     num_parts: int
@@ -50,6 +56,7 @@ class CommPattern:
     edge_nnz: np.ndarray      # [num_parts] edges whose target each rank owns
     pair_node: np.ndarray     # [num_pairs] node to send
     pair_dst: np.ndarray      # [num_pairs] receiving rank
+    spans: np.ndarray         # [2, num_parts, num_parts] rows of one-sided gets (see above)
 
     @property
     def pair_src(self) -> np.ndarray:
@@ -85,7 +92,35 @@ def comm_pattern(edge_index, part, num_nodes: int, num_parts: int) -> CommPatter
     key = np.unique((dst_part[cut] * P + src_part[cut]) * N + src[cut])
     pair_node = key % N
     pair_dst = key // N // P
-    return CommPattern(N, P, part, local_index, part_sizes, edge_nnz, pair_node, pair_dst)
+    spans = np.stack([row_spans(pair_dst, part[pair_node], local_index[pair_node], P),
+                      row_spans(src_part[cut], dst_part[cut], local_index[dst[cut]], P)])
+    return CommPattern(N, P, part, local_index, part_sizes, edge_nnz, pair_node, pair_dst, spans)
+
+
+def row_spans(reader: np.ndarray, owner: np.ndarray, row: np.ndarray, num_parts: int) -> np.ndarray:
+    r"""Rows of the smallest contiguous ranges holding the rows each rank reads from each other rank.
+
+    .. math::
+        S_{ab} = \max_{e \in E_{ab}} \mathrm{row}_e - \min_{e \in E_{ab}} \mathrm{row}_e + 1,
+        \qquad E_{ab} = \{e : \mathrm{reader}_e = a, \mathrm{owner}_e = b\}
+
+    (0 where :math:`E_{ab}` is empty).
+
+    Args:
+        reader, owner: ``[m]`` ranks reading and owning row ``row[e]`` (``reader != owner``).
+        row: ``[m]`` row of each read on its owner.
+        num_parts: ``P``.
+
+    Returns:
+        ``[P, P]`` int64 matrix ``S``.
+    """
+    P = num_parts
+    lo = np.full(P * P, np.iinfo(np.int64).max, dtype=np.int64)
+    hi = np.full(P * P, -1, dtype=np.int64)
+    key = reader * P + owner
+    np.minimum.at(lo, key, row)
+    np.maximum.at(hi, key, row)
+    return np.where(hi >= 0, hi - lo + 1, 0).reshape(P, P)
 
 
 @dataclass
@@ -126,6 +161,31 @@ class RankPlan:
     def to(self, device) -> "RankPlan":
         moved = {k: (v.to(device) if isinstance(v, Tensor) else v) for k, v in self.__dict__.items()}
         return RankPlan(**moved)
+
+    def locate_columns(self, col: Tensor) -> Tuple[Tensor, Tensor]:
+        r"""Where the ``[owned | halo]`` columns ``col`` live: ``(owner, remote_row)``.
+
+        .. math::
+            (\mathrm{owner}_c, \mathrm{row}_c) = \begin{cases}
+            (\mathrm{rank}, c) & c < n \\
+            (\mathrm{halo\_owner}_{c - n}, \mathrm{halo\_remote\_index}_{c - n}) & c \ge n
+            \end{cases}
+
+        with ``n = num_owned``: column ``c`` of this rank's block row is row
+        ``remote_row[c]`` of rank ``owner[c]``'s block row of ``H``.
+
+        Args:
+            col: int64 column indices (e.g. ``HaloAdj.col``).
+
+        Returns:
+            Two tensors shaped like ``col``.
+        """
+        n = self.num_owned
+        owner, remote_row = torch.full_like(col, self.rank), col.clone()
+        halo = col >= n
+        owner[halo] = self.halo_owner.to(col.device)[col[halo] - n]
+        remote_row[halo] = self.halo_remote_index.to(col.device)[col[halo] - n]
+        return owner, remote_row
 
     def predicted_bytes(self, num_columns: int, element_size: int = 4) -> dict:
         """Bytes this rank sends and receives in one exchange of ``num_columns`` wide rows."""

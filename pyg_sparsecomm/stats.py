@@ -10,6 +10,9 @@ from typing import Dict, Optional, Sequence
 
 import numpy as np
 
+from .algorithms import algorithm_class
+from .cost import CostModel, volumes_of_all_ranks
+from .grid import check_grid
 from .plan import CommPattern
 
 
@@ -34,17 +37,19 @@ class CommStats:
     oblivious (CAGNET 1D) baseline broadcasts every block row to every other
     rank: rank ``s`` sends ``n_s (P - 1)`` rows.  ``nnz`` counts the edges whose
     target each rank owns plus one self-loop per owned node (the nonzeros of its
-    block row of the GCN matrix), the compute load of the SpMM.
+    block row of the GCN matrix), the compute load of the SpMM.  ``spans`` are the
+    rows of the one-sided gets of ``algorithm="rdma"`` (:attr:`CommPattern.spans`).
     """
     num_parts: int
     volume: np.ndarray = field(repr=False)
     part_sizes: np.ndarray = field(repr=False)
     nnz: np.ndarray = field(repr=False)
+    spans: Optional[np.ndarray] = field(default=None, repr=False)
 
     @classmethod
     def from_pattern(cls, pattern: CommPattern) -> "CommStats":
         return cls(pattern.num_parts, pattern.volume_matrix(), pattern.part_sizes.copy(),
-                   pattern.edge_nnz + pattern.part_sizes)
+                   pattern.edge_nnz + pattern.part_sizes, pattern.spans.copy())
 
     # rows ---------------------------------------------------------------
     @property
@@ -72,15 +77,39 @@ class CommStats:
     def messages_received(self) -> np.ndarray:
         return (self.volume > 0).sum(axis=0)
 
-    def bytes_per_epoch(self, widths: Sequence[int], element_size: int = 4,
-                        algorithm: str = "1d") -> int:
-        """Bytes moved in one training epoch of a GCN whose layers exchange ``widths`` columns.
+    def bytes_per_epoch(self, widths: Sequence[int], element_size: int = 4, algorithm: str = "1d",
+                        replication: int = 1) -> int:
+        r"""Bytes all ranks send in one training epoch of a GCN whose layers exchange ``widths`` columns.
 
-        ``DistributedGCNConv`` applies its linear map first, so layer ``l``
-        exchanges ``out_channels`` columns, once forward and once backward.
+        ``DistributedGCNConv`` applies its linear map first, so layer ``l`` runs one SpMM
+        (forward and backward) of ``out_channels`` columns.  Every algorithm is priced by
+        its own :meth:`~pyg_sparsecomm.algorithms.SpMMAlgorithm.predict`, the figure its
+        exchanges record in ``comm_counter()``:
+
+        .. math::
+            \sum_{l} \sum_{r=0}^{P-1} \mathrm{predict}(r, b_l).\mathrm{bytes\_sent}, \qquad
+            b_l = \mathrm{widths}_l \cdot \mathrm{element\_size}
+
+        (e.g. ``"1d"``: :math:`2 \cdot` ``total_rows`` :math:`\cdot \sum_l b_l`; ``"rdma"``
+        always moves float64, whatever ``element_size``).
+
+        Args:
+            widths: the SpMM width of every layer.
+            element_size: bytes per element of the exchanged rows (4 for float32).
+            algorithm: any registered name (``pyg_sparsecomm.algorithms.ALGORITHMS``).
+            replication: ``c`` of a 1.5D algorithm; these statistics are then those of the
+                partition into ``P / c`` parts.
+
+        Raises:
+            ValueError: for an unknown name (listing the valid ones), a 1D algorithm with
+                ``replication > 1``, or an algorithm without a prediction.
         """
-        rows = self.total_rows if algorithm == "1d" else int(self.oblivious_rows_sent.sum())
-        return 2 * rows * int(sum(widths)) * element_size
+        cls = algorithm_class(algorithm)
+        check_grid(self.num_parts * replication, replication)
+        if replication > 1 and not cls.replicated:
+            raise ValueError(f"algorithm={algorithm!r} is a 1D algorithm but replication={replication}")
+        ranks = volumes_of_all_ranks(self.volume, self.part_sizes, replication, self.spans)
+        return int(cls.predict_epoch(ranks, widths, CostModel(), element_size)[1].sum())
 
     def bytes_per_spmm(self, width: int, element_size: int = 4) -> Dict[str, float]:
         """Payload bytes of one SpMM whose dense operand has ``width`` columns.

@@ -130,8 +130,10 @@ def stealable_from(A, B, ks, slow: int, victim: str, words, budget) -> bool:
     return any(budget is None or words[i, j] <= budget for i, j, _ in rest)
 
 
-def check_work_stealing_claims(be) -> None:
-    """A rank is held back so the others steal; every non-empty (i, j, k) is reserved exactly once."""
+def check_work_stealing_claims(be) -> dict:
+    """A rank is held back so the others steal; every non-empty (i, j, k) is reserved exactly once.
+
+    Returns ``{victim policy: products stolen}`` of the two unbudgeted runs (same on every rank)."""
     P, RANK = be.world_size, be.rank
     S, tile = rmat(), (16, 16)
     X = np.random.default_rng(1).standard_normal((S.shape[1], 4))
@@ -143,6 +145,7 @@ def check_work_stealing_claims(be) -> None:
     signal = be.alloc(8 if RANK == 0 else 0, torch.int64)
     be.barrier()
     runs = [("random", A, B, None), ("locality", A, B, None), ("locality budget", Ar, Br, 32)]
+    stolen_by = {}
     for word, (victim, A_, B_, budget) in enumerate(runs):
         M, N = A_.grid_shape[0], B_.grid_shape[1]
         ks = {(i, j): k_order(A_, B_, i, j) for i in range(M) for j in range(N)}
@@ -159,13 +162,14 @@ def check_work_stealing_claims(be) -> None:
         if stealable:
             assert stolen > 0, f"{victim}: nobody stole from the held-back rank {slow}"
         assert np.allclose(res.C.to_global().cpu().numpy(), S @ X, atol=1e-12), victim
-        if RANK == 0 and budget is None:
-            print(f"INFO {victim} stole {stolen} of {len(all_products)} products", flush=True)
+        if budget is None:
+            stolen_by[victim] = stolen
         res.C.free()
     be.barrier()
     be.free(signal)
     for m in (A, B, Ar, Br):
         m.free()
+    return stolen_by
 
 
 def check_queue_concurrent_pushes(be, per_rank: int = 150) -> None:

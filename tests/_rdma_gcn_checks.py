@@ -16,6 +16,7 @@ from torch_geometric.nn import GCNConv
 
 import pyg_sparsecomm.algorithms.rdma as rdma_algorithm
 from pyg_sparsecomm import DistributedGCNConv, shard, sync_gradients
+from pyg_sparsecomm.rdma import engine_cache
 
 OUT = 5
 CASES = ("undirected", "directed", "isolated", "weighted", "self_loops_weighted", "empty_part")
@@ -64,8 +65,6 @@ def check(rank: int, world_size: int) -> None:
                                           ("dW", conv.lin.weight.grad, ref.lin.weight.grad),
                                           ("db", conv.bias.grad, ref.bias.grad)):
                     close(what, got, expect, where)
-    if rank == 0:
-        print("PASS gcn_rdma_equivalence", flush=True)
 
 
 def check_many_adjacencies(rank: int, world_size: int, layers: int = 6) -> None:
@@ -94,10 +93,10 @@ def check_many_adjacencies(rank: int, world_size: int, layers: int = 6) -> None:
         x = local.x.clone().requires_grad_()
         loss = sum(conv(x, local.adj, w).square().sum() for conv, w in zip(convs, local_w))
         if call == 0:
-            live = len(rdma_algorithm._ENGINES)
+            live = len(engine_cache.engines())
             assert live >= layers, f"expected {layers} live engines, have {live}"
-            be = rdma_algorithm._backend()
-            for engine in rdma_algorithm._ENGINES.values():  # empty blocks take no storage
+            be = engine_cache.backend()
+            for engine in engine_cache.engines():  # empty blocks take no storage
                 for M in (engine.A, engine.AT):
                     full = sum(M.nnz(rank, k) > 0 for k in range(world_size))
                     assert be.local(M.regions[1]).numel() == full * (engine.T + 1)
@@ -124,7 +123,5 @@ def check_many_adjacencies(rank: int, world_size: int, layers: int = 6) -> None:
     for conv in convs:
         conv._cached_spmm = None
     rdma_algorithm.collect(keep=0)  # collective: every engine is unreferenced everywhere now
-    left = len(rdma_algorithm._ENGINES)
+    left = len(engine_cache.engines())
     assert left == 0, f"{left} engines still cached after every lease was released"
-    if rank == 0:
-        print("PASS gcn_rdma_many_adjacencies", flush=True)

@@ -1,7 +1,9 @@
 """``DistributedGCNConv(algorithm="rdma")`` == PyG ``GCNConv`` under ``mpiexec -n P`` (run by test_rdma.py).
 
-torch.distributed (gloo, file store given as argv[1]) is initialised with the
-MPI ranks.  Checks (each prints ``PASS <name>`` on rank 0; any failure aborts the job):
+``python _rdma_gcn_worker.py STORE RESULTS``: torch.distributed (gloo, file store
+``STORE``) is initialised with the MPI ranks.  Once every check held on every rank,
+rank 0 writes ``{"passed": [names]}`` as JSON to ``RESULTS``; any failure aborts the
+job with exit code 1.  Checks:
 
 * ``gcn_rdma_equivalence`` — output, input, weight and bias gradients for every graph
   case (including edge weights) and GCNConv option;
@@ -10,6 +12,7 @@ MPI ranks.  Checks (each prints ``PASS <name>`` on rank 0; any failure aborts th
   of them twice, then collective release and eviction.
 """
 import faulthandler
+import json
 import os
 import sys
 import traceback
@@ -36,6 +39,9 @@ if __name__ == "__main__":
         rdma_algorithm.free_engines()
         dist.barrier()
         dist.destroy_process_group()
+        if comm.rank == 0:
+            with open(sys.argv[2], "w") as fh:
+                json.dump({"passed": ["gcn_rdma_equivalence", "gcn_rdma_many_adjacencies"]}, fh)
     except BaseException:  # noqa: BLE001 -- any failure must abort every rank, or peers hang
         traceback.print_exc()
         sys.stderr.flush()

@@ -1,9 +1,13 @@
 """Checks of :mod:`pyg_sparsecomm.rdma` run under ``mpiexec -n P`` by tests/test_rdma.py.
 
-Every check prints ``PASS <name>`` on rank 0 when it holds on all ranks; any
-failure prints the traceback and aborts the whole MPI job (so no peer hangs).
+``python _rdma_worker.py RESULTS [check ...]``: every check asserts on every rank and
+returns what it reports; once all of them held on all ranks, rank 0 writes
+``{"passed": [names], "info": {...}}`` as JSON to ``RESULTS`` and the job exits 0.
+Any failure prints the traceback and aborts the whole MPI job with exit code 1 (so
+no peer hangs and the parent sees a failed job, not a missing line).
 """
 import faulthandler
+import json
 import os
 import sys
 import traceback
@@ -17,38 +21,30 @@ from _rdma_checks import (  # tests/ is sys.path[0] when this file runs as a scr
     ragged,
 )
 from mpi4py import MPI
+from rdma_measure import measure_get_bandwidth  # benchmarks/ is on PYTHONPATH (tests/test_rdma.py)
 
 from pyg_sparsecomm.rdma import DenseTiledMatrix, SparseTiledMatrix, TileProcessGrid, spgemm, spmm
-from pyg_sparsecomm.rdma.measure import measure_get_bandwidth
 from pyg_sparsecomm.rdma.mpi_backend import MPIBackend
 
 be = MPIBackend()
 P, RANK = be.world_size, be.rank
 
 
-def report(name: str) -> None:
-    be.barrier()
-    if RANK == 0:
-        print(f"PASS {name}", flush=True)
-
-
-def check_spmm() -> None:
+def check_spmm() -> dict:
     check_spmm_and_spgemm(be)
-    report("spmm_equals_torch")
-    report("spgemm_equals_torch")
+    return {"spmm_equals_torch": None, "spgemm_equals_torch": None}
 
 
-def check_stealing() -> None:
-    check_work_stealing_claims(be)
-    report("work_stealing_each_product_once")
+def check_stealing() -> dict:
+    return {"work_stealing_each_product_once": {"stolen": check_work_stealing_claims(be)}}
 
 
-def check_queue() -> None:
+def check_queue() -> dict:
     check_queue_concurrent_pushes(be)
-    report("queue_loses_no_update")
+    return {"queue_loses_no_update": None}
 
 
-def check_errors_and_measure() -> None:
+def check_errors_and_measure() -> dict:
     X = np.ones((10, 10))
     try:
         DenseTiledMatrix.from_global(be, X, (3, 3), pgrid=TileProcessGrid(P + 1, 1))
@@ -74,10 +70,10 @@ def check_errors_and_measure() -> None:
         m.free()
     bandwidth = measure_get_bandwidth(be, sizes=(256, 4096), repeats=2)
     assert all(bw > 0 for _, bw in bandwidth)
-    report("errors_and_measure")
+    return {"errors_and_measure": None}
 
 
-def check_heap_fallback() -> None:
+def check_heap_fallback() -> dict:
     """A tiny symmetric heap: small regions in the heap, large ones in dedicated windows, results unchanged."""
     small = MPIBackend(heap_bytes=256)
     S, (tile, bcols, gcols) = ragged(), ((8, 7), 4, 6)
@@ -96,7 +92,7 @@ def check_heap_fallback() -> None:
     for m in (A, B, Bs):
         m.free()
     small.close()
-    report("heap_fallback")
+    return {"heap_fallback": None}
 
 
 CHECKS = {"spmm": check_spmm, "stealing": check_stealing,
@@ -107,9 +103,14 @@ if __name__ == "__main__":
     # a hung rank prints where it hangs before the test's subprocess timeout kills the job
     faulthandler.dump_traceback_later(float(os.environ.get("RDMA_TEST_DUMP_AFTER", "140")), exit=True)
     try:
-        for name in sys.argv[1:] or CHECKS:
-            CHECKS[name]()
+        results = {}
+        for name in sys.argv[2:] or CHECKS:
+            results.update(CHECKS[name]())
+            be.barrier()  # the check held on every rank
         be.close()  # collective: no window left in use when MPI finalises
+        if RANK == 0:
+            with open(sys.argv[1], "w") as fh:
+                json.dump({"passed": list(results), "info": {k: v for k, v in results.items() if v}}, fh)
     except BaseException:  # noqa: BLE001 -- any failure must abort every rank, or peers hang
         traceback.print_exc()
         sys.stdout.flush()

@@ -2,11 +2,12 @@
 
 The distributed checks live in ``tests/_rdma_worker.py`` and run under
 ``mpiexec -n P`` for P = 1, 2, 3, 4 (one launch per P, all checks batched, with a
-timeout so a dead or hung peer fails the test instead of hanging it).  mpi4py
-and mpiexec are required: CI installs them via the ``test`` extra, and a missing
-one is a failure, not a skip.
+timeout so a dead or hung peer fails the test instead of hanging it).  A job passes
+when it exits 0 and its rank 0 wrote the JSON results file listing every check (any
+failed assertion aborts the job with exit code 1).  mpi4py and mpiexec are required:
+CI installs them via the ``test`` extra, and a missing one is a failure, not a skip.
 """
-import functools
+import json
 import os
 import subprocess
 import sys
@@ -19,10 +20,13 @@ import scipy.sparse as sp
 
 from pyg_sparsecomm.datasets import rmat_graph
 from pyg_sparsecomm.rdma import TileGrid, TileProcessGrid, make_backend
-from pyg_sparsecomm.rdma.measure import roofline_svg, stage_load_imbalance
 from pyg_sparsecomm.rdma.mpi_backend import SymmetricHeap, find_mpiexec
 
 ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS = ROOT / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+from rdma_measure import roofline_svg, stage_load_imbalance  # noqa: E402 -- benchmark code, after sys.path
+
 WORKER = Path(__file__).resolve().parent / "_rdma_worker.py"
 GCN_WORKER = Path(__file__).resolve().parent / "_rdma_gcn_worker.py"
 SIZES = (1, 2, 3, 4)
@@ -36,8 +40,9 @@ def mpiexec(P: int, *args: str, timeout: float = 150) -> subprocess.CompletedPro
         exe = find_mpiexec()
     except FileNotFoundError as exc:
         pytest.fail(str(exc))
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-               UCX_LOG_LEVEL="error", PYTHONWARNINGS="ignore", RDMA_TEST_DUMP_AFTER=str(timeout - 10))
+    path = os.pathsep.join([str(ROOT), str(BENCHMARKS), os.environ.get("PYTHONPATH", "")])
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=path, UCX_LOG_LEVEL="error", PYTHONWARNINGS="ignore",
+               RDMA_TEST_DUMP_AFTER=str(timeout - 10))
     try:
         return subprocess.run([exe, "-n", str(P), sys.executable, *args], check=False, env=env, cwd=ROOT,
                               capture_output=True, text=True, timeout=timeout)
@@ -45,46 +50,51 @@ def mpiexec(P: int, *args: str, timeout: float = 150) -> subprocess.CompletedPro
         pytest.fail(f"mpiexec -n {P} timed out (hung peer?):\n{exc.stdout}\n{exc.stderr}")
 
 
-@functools.cache
-def run_worker(P: int) -> subprocess.CompletedProcess:
-    return mpiexec(P, str(WORKER))
+@pytest.fixture(scope="module")
+def mpi_job(tmp_path_factory):
+    """``mpi_job(P, worker, store=False)``: the results a worker wrote after a successful ``mpiexec -n P``
+    run (each job runs once per module; ``store``: pass it a torch.distributed file store first).  Fails
+    the test unless the job exited 0 and wrote its results file."""
+    done = {}
+
+    def run(P: int, worker: Path, store: bool = False) -> dict:
+        if (P, worker) not in done:
+            workdir = tmp_path_factory.mktemp(f"{worker.stem}{P}")
+            args = [str(workdir / "store")] if store else []  # the gloo file store of torch.distributed
+            done[P, worker] = (mpiexec(P, str(worker), *args, str(workdir / "results.json")),
+                               workdir / "results.json")
+        proc, results = done[P, worker]
+        assert proc.returncode == 0 and results.is_file(), (
+            f"mpiexec -n {P} {worker.name} failed (rc={proc.returncode})\n"
+            f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}")
+        return json.loads(results.read_text())
+    return run
 
 
 @pytest.mark.parametrize("P", SIZES)
 @pytest.mark.parametrize("check", CHECKS)
-def test_rdma_under_mpiexec(check, P):
+def test_rdma_under_mpiexec(check, P, mpi_job):
     """SpMM/SpGEMM of every algorithm == torch.sparse (ragged tiles, empty tiles, R-MAT skew);
     work stealing reserves every product exactly once; the remote queue loses no update under
     concurrent pushes; bad tile/process grids raise ValueError under MPI."""
-    proc = run_worker(P)
-    assert f"PASS {check}" in proc.stdout.splitlines(), (
-        f"mpiexec -n {P}: check {check!r} did not pass (rc={proc.returncode})\n"
-        f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}")
+    assert check in mpi_job(P, WORKER)["passed"]
 
 
-def test_work_stealing_really_steals_from_a_slow_rank():
+def test_work_stealing_really_steals_from_a_slow_rank(mpi_job):
     """The stealing check is only meaningful if stealing happens: at P=2 the held-back rank loses work
     (deterministic: it waits before its first product until a thief has reserved one of its products)."""
-    lines = [ln for ln in run_worker(2).stdout.splitlines() if ln.startswith("INFO")]
-    stolen = [int(ln.split()[3]) for ln in lines]
-    assert len(stolen) == 2 and all(s > 0 for s in stolen), lines
-
-
-@functools.cache
-def run_gcn_worker(P: int, store: str) -> subprocess.CompletedProcess:
-    return mpiexec(P, str(GCN_WORKER), store)
+    stolen = mpi_job(2, WORKER)["info"]["work_stealing_each_product_once"]["stolen"]
+    assert set(stolen) == {"random", "locality"} and all(s > 0 for s in stolen.values()), stolen
 
 
 @pytest.mark.parametrize("P", SIZES)
 @pytest.mark.parametrize("check", ["gcn_rdma_equivalence", "gcn_rdma_many_adjacencies"])
-def test_gcn_conv_rdma_matches_gcnconv(check, P, tmp_path_factory):
+def test_gcn_conv_rdma_matches_gcnconv(check, P, mpi_job):
     """DistributedGCNConv(algorithm="rdma") == GCNConv at P = 1..4 (one launch per P, all configs batched):
     output, input/weight/bias gradients for undirected/directed/isolated/weighted/self-loop graphs, an empty
     part and every GCNConv option; and more adjacencies alive than the engine cache keeps idle (cached
     layers, forward + backward on all of them twice), no engine freed while in use."""
-    proc = run_gcn_worker(P, str(tmp_path_factory.mktemp(f"gcn{P}") / "store"))
-    assert f"PASS {check}" in proc.stdout.splitlines(), (
-        f"rc={proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-4000:]}")
+    assert check in mpi_job(P, GCN_WORKER, store=True)["passed"]
 
 
 @pytest.mark.parametrize("shape,tile", [((10, 10), (0, 3)), ((10, 10), (3, -2)), ((0, 5), (2, 2)),

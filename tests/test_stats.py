@@ -73,3 +73,36 @@ def test_existing_keys_keep_their_meaning(stats):
 def test_bad_width_raises(stats, width, element_size):
     with pytest.raises(ValueError, match="width|element_size"):
         stats.bytes_per_spmm(width, element_size)
+
+
+def test_one_sided_spans_by_hand(stats):
+    # forward: rank 2 reads rows 0-1 of rank 0 (nodes 0, 1) and row 0 of rank 1 (node 3); rank 0 reads
+    # row 1 of rank 2 (node 6).  Backward (A^T): rank 0 reads rows 0-1 of rank 2 (targets 5, 6 of its
+    # nodes), rank 1 the same, rank 2 row 2 of rank 0 (target 2 of node 6).
+    np.testing.assert_array_equal(stats.spans[0], [[0, 0, 1], [0, 0, 0], [2, 1, 0]])
+    np.testing.assert_array_equal(stats.spans[1], [[0, 0, 2], [0, 0, 2], [1, 0, 0]])
+
+
+def test_bytes_per_epoch_prices_every_algorithm_by_its_prediction(stats):
+    widths, b = [16, 7], 23 * 4
+    assert stats.bytes_per_epoch(widths, algorithm="oblivious") == 2 * 14 * b  # broadcasts + reduces
+    for name in ("1d_overlap", "1d_overlap_p2p", "1.5d"):  # the "1d" exchange (1.5d at c = 1: no all-reduce)
+        assert stats.bytes_per_epoch(widths, algorithm=name) == stats.bytes_per_epoch(widths) == 2 * 4 * b
+    assert stats.bytes_per_epoch(widths, algorithm="1.5d_oblivious") == 2 * 14 * b
+    # rdma: the spans above, forward 4 rows + backward 5 rows, always float64
+    assert stats.bytes_per_epoch(widths, algorithm="rdma") == (4 + 5) * 23 * 8
+    assert stats.bytes_per_epoch(widths, element_size=2, algorithm="rdma") == (4 + 5) * 23 * 8
+    # c = 3 on P = 9: one stage block per grid column, plus the row all-reduce
+    assert stats.bytes_per_epoch(widths, algorithm="1.5d", replication=3) > stats.bytes_per_epoch(widths)
+
+
+def test_bytes_per_epoch_refuses_what_it_cannot_price(stats):
+    with pytest.raises(ValueError, match=r"unknown algorithm 'sparse'; choose one of \[.*'oblivious'.*'rdma'"):
+        stats.bytes_per_epoch([16], algorithm="sparse")  # used to be priced as oblivious, silently
+    with pytest.raises(ValueError, match="is a 1D algorithm"):
+        stats.bytes_per_epoch([16], algorithm="1d", replication=3)
+    with pytest.raises(ValueError, match="does not divide|must be an integer"):
+        stats.bytes_per_epoch([16], algorithm="1.5d", replication=2)
+    without_spans = CommStats(stats.num_parts, stats.volume, stats.part_sizes, stats.nnz)
+    with pytest.raises(ValueError, match="known only from the whole edge list"):
+        without_spans.bytes_per_epoch([16], algorithm="rdma")

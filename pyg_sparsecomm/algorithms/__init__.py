@@ -1,5 +1,5 @@
 """Distributed SpMM algorithms, one class per file, selected by name."""
-from .base import ALGORITHMS, SpMMAlgorithm, auto_candidates, make_algorithm
+from .base import ALGORITHMS, SpMMAlgorithm, algorithm_class, auto_candidates, make_algorithm
 from .oblivious_1d import Oblivious1D
 from .oblivious_15d import Oblivious15D
 from .overlap_1d import Overlap1D, Overlap1DP2P
@@ -7,5 +7,5 @@ from .rdma import RDMAStationaryC
 from .sparse_15d import SparseAware15D
 from .sparse_1d import SparseAware1D
 
-__all__ = ["ALGORITHMS", "SpMMAlgorithm", "make_algorithm", "auto_candidates", "SparseAware1D", "Oblivious1D",
-           "Overlap1D", "Overlap1DP2P", "SparseAware15D", "Oblivious15D", "RDMAStationaryC"]
+__all__ = ["ALGORITHMS", "SpMMAlgorithm", "algorithm_class", "make_algorithm", "auto_candidates", "SparseAware1D",
+           "Oblivious1D", "Overlap1D", "Overlap1DP2P", "SparseAware15D", "Oblivious15D", "RDMAStationaryC"]

@@ -1,7 +1,8 @@
 """The interface every distributed SpMM algorithm implements."""
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, ClassVar, Dict, List, Optional, Type
+from typing import TYPE_CHECKING, ClassVar, Dict, List, Optional, Sequence, Tuple, Type
 
+import numpy as np
 import torch.distributed as dist
 from torch import Tensor
 
@@ -38,6 +39,9 @@ class SpMMAlgorithm(ABC):
     replicated: ClassVar[bool] = False
     #: compared by ``algorithm="auto"`` (needs a ``predict``)
     auto_candidate: ClassVar[bool] = False
+    #: bytes per element on the wire when the algorithm fixes it (``"rdma"``: float64);
+    #: ``None``: the payload's element size
+    wire_element_size: ClassVar[Optional[int]] = None
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -67,8 +71,45 @@ class SpMMAlgorithm(ABC):
     @classmethod
     def predict(cls, volumes: "RankVolumes", model: "CostModel", row_bytes: int) -> Optional["Prediction"]:
         """α-β prediction of one SpMM, forward and backward, on the rank ``volumes`` describes
-        (``None``: the algorithm has no cost model and ``algorithm="auto"`` never picks it)."""
+        (``None``: the algorithm has no cost model and ``algorithm="auto"`` never picks it).
+
+        ``bytes_sent`` is exactly what the rank's exchanges record as sent in
+        :func:`~pyg_sparsecomm.comm.counters.comm_counter` (``tests/test_counted_equals_predicted.py``);
+        ``row_bytes`` is :meth:`row_bytes` of the SpMM's width."""
         return None
+
+    @classmethod
+    def predict_epoch(cls, ranks: Sequence["RankVolumes"], widths: Sequence[int], model: "CostModel",
+                      element_size: int = 4) -> Tuple[np.ndarray, np.ndarray]:
+        r"""Per rank, the predicted seconds and bytes sent of one SpMM (forward and backward) per width:
+
+        .. math:: (t_r, s_r) = \sum_{w \in \mathrm{widths}} \mathrm{predict}(\mathrm{ranks}_r,
+            \mathrm{row\_bytes}(w))
+
+        Args:
+            ranks: the :class:`~pyg_sparsecomm.cost.RankVolumes` of every rank.
+            widths: the SpMM width of every layer.
+            model: the α-β model.
+            element_size: bytes per element of the exchanged rows.
+
+        Returns:
+            ``(seconds, bytes_sent)``, two ``[len(ranks)]`` arrays; ValueError without a :meth:`predict`.
+        """
+        seconds, sent = np.zeros(len(ranks)), np.zeros(len(ranks), dtype=np.int64)
+        for r, volumes in enumerate(ranks):
+            for width in widths:
+                prediction = cls.predict(volumes, model, cls.row_bytes(width, element_size))
+                if prediction is None:
+                    raise ValueError(f"algorithm={cls.name!r} has no cost model (SpMMAlgorithm.predict)")
+                seconds[r] += prediction.seconds
+                sent[r] += prediction.bytes_sent
+        return seconds, sent
+
+    @classmethod
+    def row_bytes(cls, width: int, element_size: int = 4) -> int:
+        """Bytes of one exchanged row of ``width`` elements of ``element_size`` bytes (or of
+        :attr:`wire_element_size` when the algorithm fixes it): the ``row_bytes`` of :meth:`predict`."""
+        return int(width) * (cls.wire_element_size or int(element_size))
 
 
 def auto_candidates(replicated: bool) -> List[str]:
@@ -76,8 +117,13 @@ def auto_candidates(replicated: bool) -> List[str]:
     return sorted(n for n, a in ALGORITHMS.items() if a.auto_candidate and a.replicated == replicated)
 
 
-def make_algorithm(name: str, adj: HaloAdj, group: Optional[dist.ProcessGroup] = None,
-                   grid: Optional["ProcessGrid"] = None) -> SpMMAlgorithm:
+def algorithm_class(name: str) -> Type[SpMMAlgorithm]:
+    """The registered algorithm called ``name``; ValueError naming the valid ones otherwise."""
     if name not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {name!r}; choose one of {sorted(ALGORITHMS)}")
-    return ALGORITHMS[name](adj, group, grid)
+    return ALGORITHMS[name]
+
+
+def make_algorithm(name: str, adj: HaloAdj, group: Optional[dist.ProcessGroup] = None,
+                   grid: Optional["ProcessGrid"] = None) -> SpMMAlgorithm:
+    return algorithm_class(name)(adj, group, grid)

@@ -1,13 +1,8 @@
 """Sparsity-oblivious 1.5D SpMM: CAGNET's replicated algorithm (ICPP'24 Algorithm 2 without NnzCols)."""
-from typing import Optional
-
-import torch.distributed as dist
 from torch import Tensor
 
-from ..adj import HaloAdj
 from ..comm.collectives import row_all_reduce
 from ..cost import CostModel, Prediction, RankVolumes
-from ..grid import ProcessGrid
 from .oblivious_1d import Oblivious1D, broadcast_prediction
 from .sparse_15d import all_reduce_prediction
 
@@ -28,11 +23,6 @@ class Oblivious15D(Oblivious1D):
     name = "1.5d_oblivious"
     auto_candidate = True
     replicated = True
-
-    def __init__(self, adj: HaloAdj, group: Optional[dist.ProcessGroup] = None,
-                 grid: Optional[ProcessGrid] = None) -> None:
-        super().__init__(adj, group, grid)
-        self.stage_ranks = grid.stage_blocks()
 
     def __call__(self, x: Tensor) -> Tensor:
         return row_all_reduce(super().__call__(x), self.grid.row_group)

@@ -5,17 +5,13 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from ..adj import HaloAdj, make_csr, sort_coo, spmm
+from ..adj import HaloAdj, coo_to_csr, spmm
 from ..comm.collectives import broadcast_rows, reduce_rows
 from ..cost import CostModel, Prediction, RankVolumes
 from .base import SpMMAlgorithm
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..grid import ProcessGrid
-
-
-def _csr(row: Tensor, col: Tensor, value: Tensor, shape) -> Tensor:
-    return make_csr(*sort_coo(row, col, value, shape[0], shape[1]), shape)
 
 
 class _BlockBroadcastSpMM(torch.autograd.Function):
@@ -68,16 +64,11 @@ class Oblivious1D(SpMMAlgorithm):
                  grid: Optional["ProcessGrid"] = None) -> None:
         super().__init__(adj, group, grid)
         plan = adj.plan
-        #: the block rows broadcast, in stage order (all of them in 1D)
-        self.stage_ranks: List[int] = list(range(plan.world_size))
+        #: the block rows broadcast, in stage order (all of them in 1D; the grid column's stage blocks in 1.5D)
+        self.stage_ranks: List[int] = grid.stage_blocks() if self.replicated else list(range(plan.world_size))
         row, col = adj.coo()
-        n = plan.num_owned
-        is_halo = col >= n
-        owner = torch.full_like(col, plan.rank)
-        remote_col = col.clone()
-        owner[is_halo] = plan.halo_owner[col[is_halo] - n]
-        remote_col[is_halo] = plan.halo_remote_index[col[is_halo] - n]
-        value = adj._values(torch.float64).detach()
+        owner, remote_col = plan.locate_columns(col)
+        value = adj.values(torch.float64).detach()
         self.blocks: List[Optional[tuple]] = []
         for j, size in enumerate(plan.part_sizes):
             sel = owner == j  # A_rj, in the column numbering of rank j's rows
@@ -88,14 +79,14 @@ class Oblivious1D(SpMMAlgorithm):
         key = ("A", j, dtype)
         if key not in self._csr:
             row, col, value, size = self.blocks[j]
-            self._csr[key] = _csr(row, col, value.to(dtype), (self.adj.num_owned, size))
+            self._csr[key] = coo_to_csr(row, col, value.to(dtype), (self.adj.num_owned, size))
         return self._csr[key]
 
     def block_t(self, j: int, dtype: torch.dtype) -> Tensor:
         key = ("At", j, dtype)
         if key not in self._csr:
             row, col, value, size = self.blocks[j]
-            self._csr[key] = _csr(col, row, value.to(dtype), (size, self.adj.num_owned))
+            self._csr[key] = coo_to_csr(col, row, value.to(dtype), (size, self.adj.num_owned))
         return self._csr[key]
 
     def __call__(self, x: Tensor) -> Tensor:

@@ -5,10 +5,12 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from ..adj import HaloAdj, make_csr, sort_coo, spmm
+from ..adj import HaloAdj, coo_to_csr, spmm
 from ..comm.counters import comm_counter
 from ..comm.halo import start_all_to_all_rows, start_p2p_rows
+from ..cost import CostModel, Prediction, RankVolumes
 from .base import SpMMAlgorithm
+from .sparse_1d import exchange_prediction
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..grid import ProcessGrid
@@ -63,7 +65,7 @@ class Overlap1D(SpMMAlgorithm):
         row, col = adj.coo()
         n = adj.num_owned
         own = col < n
-        value = adj._values(torch.float64).detach()
+        value = adj.values(torch.float64).detach()
         self._coo = {"own": (row[own], col[own], value[own], (n, n)),
                      "halo": (row[~own], col[~own] - n, value[~own], (n, adj.halo_size))}
         self._csr = {}
@@ -75,13 +77,18 @@ class Overlap1D(SpMMAlgorithm):
             row, col, value, (rows, cols) = self._coo[kind.removesuffix("_t")]
             if kind.endswith("_t"):
                 row, col, rows, cols = col, row, cols, rows
-            self._csr[key] = make_csr(*sort_coo(row, col, value.to(dtype), rows, cols), (rows, cols))
+            self._csr[key] = coo_to_csr(row, col, value.to(dtype), (rows, cols))
         return self._csr[key]
 
     def __call__(self, x: Tensor) -> Tensor:
         if self.adj.plan.world_size == 1:
             return spmm(self.adj, x)
         return _OverlappedSpMM.apply(x, self)
+
+    @classmethod
+    def predict(cls, volumes: RankVolumes, model: CostModel, row_bytes: int) -> Prediction:
+        """The two exchanges of ``"1d"``: the same bytes; the time ignores the overlap (an upper bound)."""
+        return exchange_prediction(volumes, model, row_bytes)
 
 
 class Overlap1DP2P(Overlap1D):

@@ -7,29 +7,21 @@ over the default ``torch.distributed`` group (written to the API, not run here: 
 when :mod:`pyg_sparsecomm.algorithms` is imported (it imports this module), so
 ``DistributedGCNConv(algorithm="rdma")`` works without importing anything else.
 
-**Engine lifetime.**  Building the tiled adjacency (an *engine*) is collective,
-and so is freeing it (its windows).  Engines are shared: identical adjacencies
-(same values on every rank) get the same engine, handed out as a *lease*.  A
-lease is held by every :class:`RDMAStationaryC` (released by its collective
-:meth:`RDMAStationaryC.close`, or when the object is garbage-collected) and by
-every autograd node of a forward pass (released when the graph is freed), so an
-engine is never freed while a layer or a pending backward still uses it.  Leases
-are counted locally at any time; engines are *freed* only at collective points —
-when an engine is looked up (every rank builds an algorithm at the same point) and
-in :func:`free_engines` — and only engines that are unreferenced on **every** rank
-(their keys are all-gathered), so all ranks free the same engines in the same
-order.  At most :data:`MAX_IDLE_ENGINES` unreferenced engines stay cached for reuse
-(uncached layers rebuild their algorithm every forward).  :func:`free_engines`
-(collective) frees every engine and is also registered with :mod:`atexit`,
-together with closing the backend, so no window is left in use when MPI finalises.
+The tiled adjacency (the *engine*) is built collectively, shared between layers with
+identical adjacencies and freed collectively by :mod:`pyg_sparsecomm.rdma.engine_cache`
+(leases, eviction, :func:`free_engines` at exit); :func:`set_backend`,
+:func:`free_engines`, :func:`collect` and :data:`MAX_IDLE_ENGINES` are re-exported here.
+
+**Counted bytes.**  Every product records in
+:func:`~pyg_sparsecomm.comm.counters.comm_counter` the rows it gets from each peer as
+received and the rows each peer gets from this rank as sent (kinds ``"rdma"`` forward,
+``"rdma_grad"`` backward; float64, 8 bytes per element), and building ``A^T`` records
+the tiles of ``A`` it gets (``"rdma_setup"``).  :meth:`RDMAStationaryC.predict` gives
+the same per-product figure from the partition (:attr:`~pyg_sparsecomm.plan.CommPattern.spans`).
 """
 from __future__ import annotations
 
-import atexit
 import hashlib
-import threading
-import weakref
-from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -38,60 +30,31 @@ import torch.distributed as dist
 from torch import Tensor
 
 from ..adj import HaloAdj
+from ..comm.counters import comm_counter
+from ..cost import CostModel, Prediction, RankVolumes
+from ..rdma import engine_cache
+from ..rdma.engine_cache import MAX_IDLE_ENGINES, Lease, collect, free_engines, set_backend
 from ..rdma.kernels import csr_tile, tile_product
+from ..rdma.tiled import DenseTiledMatrix, SparseTiledMatrix, TileProcessGrid
 from .base import SpMMAlgorithm
 
-#: unreferenced engines kept cached (oldest freed first); referenced engines are never freed
-MAX_IDLE_ENGINES = 4
-#: engine key -> engine, least recently looked up first (identical keys and order on every rank)
-_ENGINES: OrderedDict = OrderedDict()
-_BACKEND = None
-_LOCK = threading.Lock()  # lease counts may drop from a garbage-collecting thread
+__all__ = ["RDMAStationaryC", "MAX_IDLE_ENGINES", "set_backend", "free_engines", "collect"]
 
 
-def _backend(device: torch.device | str | None = None):
-    """The process's one-sided backend, created for ``device`` on first use (one device type per process)."""
-    global _BACKEND
-    if _BACKEND is None:
-        from ..rdma import make_backend
-        _BACKEND = make_backend(device if device is not None else "cpu")
-        atexit.register(_shutdown)  # runs before mpi4py's MPI_Finalize (registered earlier, atexit is LIFO)
-    elif device is not None and torch.device(device).type != _BACKEND.device.type:
-        raise RuntimeError(f"algorithm='rdma' already runs on a {_BACKEND.device.type} backend in this process; "
-                           f"got an adjacency on {torch.device(device)}")
-    return _BACKEND
+def _row_span(tile: Tensor) -> int:
+    """Rows from the first to the last non-empty row of a CSR tile (0 if it is empty)."""
+    rows = torch.nonzero(torch.diff(tile.crow_indices())).flatten()
+    return int(rows[-1] - rows[0]) + 1 if rows.numel() else 0
 
 
-def set_backend(backend: Any) -> None:
-    """Runs ``algorithm="rdma"`` in this process on ``backend`` (an
-    :class:`~pyg_sparsecomm.rdma.RMABackend`, e.g. ``MPIBackend(heap_bytes=...)`` or a
-    ``SymmetricMemoryBackend`` on a chosen group) instead of ``make_backend(device)``.
-
-    Call on every rank before the first ``rdma`` layer is built; refused once engines exist.
-    """
-    global _BACKEND
-    if _ENGINES:
-        raise RuntimeError("set_backend must be called before the first algorithm='rdma' layer is built "
-                           "(or after free_engines())")
-    if _BACKEND is None:
-        atexit.register(_shutdown)
-    _BACKEND = backend
+def _tile_nbytes(M: SparseTiledMatrix, i: int, j: int) -> int:
+    """Bytes one get of CSR tile ``(i, j)`` moves: values, row pointers and column indices."""
+    rows, nnz = int(M.directory[i, j, 4]), M.nnz(i, j)
+    values, indptr, indices = (region.dtype.itemsize for region in M.regions)
+    return 0 if nnz == 0 else nnz * (values + indices) + (rows + 1) * indptr
 
 
-class _Lease:
-    """One reference to an engine; ``release()`` (idempotent, also on garbage collection) drops it."""
-
-    def __init__(self, engine: _TiledAdjacency) -> None:
-        self.engine = engine
-        with _LOCK:
-            engine.users += 1
-        self._finalizer = weakref.finalize(self, _TiledAdjacency._drop, engine)
-
-    def release(self) -> None:
-        self._finalizer()
-
-
-class _TiledAdjacency:
+class TiledAdjacency:
     r"""``A`` and ``A^T`` as :class:`~pyg_sparsecomm.rdma.SparseTiledMatrix` on a ``P x 1`` process grid.
 
     Rank ``r``'s owned rows become padded global rows ``[r T, r T + n_r)`` with
@@ -104,39 +67,53 @@ class _TiledAdjacency:
 
     ``H`` lives in two reused dense tiled buffers per feature width (see
     :meth:`multiply`); each product needs exactly one collective (a barrier).
+    Entries whose value is exactly zero are not stored (so not fetched for).
     """
 
     def __init__(self, adj: HaloAdj) -> None:
-        from ..rdma import SparseTiledMatrix, TileProcessGrid
-        plan, be = adj.plan, _backend(adj.rowptr.device)
-        P, me = plan.world_size, plan.rank
+        plan, be = adj.plan, engine_cache.backend(adj.rowptr.device)
         self.users, self.freed = 0, False
-        self.T = T = max(max(int(s) for s in plan.part_sizes), 1)
-        self.n, self.pgrid = plan.num_owned, TileProcessGrid(P, 1)
+        self.T = max(max(int(s) for s in plan.part_sizes), 1)
+        self.n, self.pgrid = plan.num_owned, TileProcessGrid(plan.world_size, 1)
+        shape, tile = (plan.world_size * self.T,) * 2, (self.T, self.T)
+        self.A = SparseTiledMatrix.from_local_tiles(be, shape, tile, self._local_tiles(adj), self.pgrid)
+        self.AT = SparseTiledMatrix.from_local_tiles(be, shape, tile, self._transposed_tiles(), self.pgrid)
+        self.blocks = {id(self.A): self._blocks(self.A), id(self.AT): self._blocks(self.AT)}
+        #: rows (served to, fetched from) every peer by one product with A / A^T
+        self.traffic = {id(self.A): self._traffic(self.A, self.AT), id(self.AT): self._traffic(self.AT, self.A)}
+        self._buffers: dict[int, list] = {}  # feature width -> [two DenseTiledMatrix, next index]
+
+    def _local_tiles(self, adj: HaloAdj) -> dict:
+        """This rank's tiles ``A_{me, j}``: its block row split by the owner of every column."""
+        plan, T = adj.plan, self.T
         row, col = adj.coo()
-        value = adj._values(torch.float64).detach()
-        owner = torch.full_like(col, me)
-        remote = col.clone()
-        halo = col >= plan.num_owned
-        owner[halo] = plan.halo_owner.to(col.device)[col[halo] - plan.num_owned]
-        remote[halo] = plan.halo_remote_index.to(col.device)[col[halo] - plan.num_owned]
+        owner, remote = plan.locate_columns(col)
+        value = adj.values(torch.float64).detach()
         tiles = {}
-        for j in range(P):
+        for j in range(plan.world_size):
             sel = owner == j
-            tiles[me, j] = (torch.sparse_coo_tensor(torch.stack([row[sel], remote[sel]]), value[sel], (T, T))
-                            if sel.any() else torch.sparse_coo_tensor(size=(T, T)))  # empty: O(1), not stored
-        self.A = SparseTiledMatrix.from_local_tiles(be, (P * T, P * T), (T, T), tiles, self.pgrid)
-        fetched = {r: self.A.async_get_tile(r, me) for r in range(P)}  # empty blocks: no get
+            tiles[plan.rank, j] = (torch.sparse_coo_tensor(torch.stack([row[sel], remote[sel]]), value[sel], (T, T))
+                                   if sel.any() else torch.sparse_coo_tensor(size=(T, T)))  # empty: O(1)
+        return tiles
+
+    def _transposed_tiles(self) -> dict:
+        """This rank's tiles of ``A^T``, ``(A^T)_{me, r} = A_{r, me}^T``, got from every rank ``r``
+        (counted as ``"rdma_setup"``: the tiles got, and this rank's tiles the others get)."""
+        A, me, P = self.A, self.A.backend.rank, self.pgrid.rows
+        fetched = {r: A.async_get_tile(r, me) for r in range(P)}  # empty blocks: no get
         t_tiles = {}
         for r, fut in fetched.items():
             block = fut.wait()
             t_tiles[me, r] = (block.to_sparse_coo().t().coalesce() if block._nnz()
-                              else torch.sparse_coo_tensor(size=(T, T)))
-        self.AT = SparseTiledMatrix.from_local_tiles(be, (P * T, P * T), (T, T), t_tiles, self.pgrid)
-        self.blocks = {id(self.A): self._blocks(self.A), id(self.AT): self._blocks(self.AT)}
-        self._buffers: dict[int, list] = {}  # feature width -> [two DenseTiledMatrix, next index]
+                              else torch.sparse_coo_tensor(size=(self.T, self.T)))
+        remote = [r for r in range(P) if r != me]
+        sent, received = np.zeros(P, dtype=np.int64), np.zeros(P, dtype=np.int64)
+        sent[remote] = [_tile_nbytes(A, me, r) for r in remote]
+        received[remote] = [_tile_nbytes(A, r, me) for r in remote]
+        comm_counter().record("rdma_setup", sent, received)
+        return t_tiles
 
-    def _blocks(self, M: Any) -> list[tuple[int, Tensor, int, int]]:
+    def _blocks(self, M: SparseTiledMatrix) -> list[tuple[int, Tensor, int, int]]:
         """This rank's non-empty blocks ``(k, M_rk[:, lo:hi], lo, hi)`` in the paper's ``k = (r + t) mod P`` order.
 
         ``[lo, hi)`` is the range of columns the block uses, so a product fetches only
@@ -155,15 +132,30 @@ class _TiledAdjacency:
                         lo, hi))
         return out
 
-    def _buffer(self, f: int):
+    def _traffic(self, M: SparseTiledMatrix, Mt: SparseTiledMatrix) -> tuple[np.ndarray, np.ndarray]:
+        r"""Rows ``(served, fetched)`` per peer in one product with ``M`` (``Mt`` its transpose).
+
+        Rank ``k`` fetches from this rank ``me`` the column range of ``M_{k,me}``, which is
+        the row range of ``Mt_{me,k}`` (``Mt = M^T``, stored here); this rank fetches
+        ``hi - lo`` rows for each of its remote blocks (:meth:`_blocks`).
+        """
+        me, P = M.backend.rank, self.pgrid.rows
+        served, fetched = np.zeros(P, dtype=np.int64), np.zeros(P, dtype=np.int64)
+        for k in range(P):
+            if k != me and Mt.nnz(me, k):
+                served[k] = _row_span(Mt.get_tile(me, k))
+        for k, _, lo, hi in self.blocks[id(M)]:
+            fetched[k] = 0 if k == me else hi - lo
+        return served, fetched
+
+    def _buffer(self, f: int) -> DenseTiledMatrix:
         """The next of two ``(P T) x f`` dense tiled ``H`` buffers, allocated (collectively) on first use.
 
         Alternating two buffers makes one barrier per product enough: a rank writes
         buffer ``b`` only after the barrier of its previous product, which every rank
         entered after finishing the reads of the last product that used ``b``.
         """
-        from ..rdma import DenseTiledMatrix
-        be = _backend()
+        be = engine_cache.backend()
         if f not in self._buffers:
             zero = {(be.rank, 0): torch.zeros(self.T, f, dtype=torch.float64, device=be.device)}
             shape = (self.pgrid.rows * self.T, f)
@@ -174,22 +166,27 @@ class _TiledAdjacency:
         pair[1] ^= 1
         return H
 
-    def multiply(self, M: Any, x: Tensor) -> Tensor:
+    def multiply(self, M: SparseTiledMatrix, x: Tensor, group: dist.ProcessGroup | None = None,
+                 kind: str = "rdma") -> Tensor:
         """Owned rows of ``M H`` where ``x`` holds this rank's rows of ``H`` (collective: one barrier).
 
         Stationary-C (ICS'24 Algorithm 2) with the ``A``-tile row local: for every
         non-empty block ``M_rk`` rank ``r`` gets rows ``[lo, hi)`` of ``H_k`` (the next
-        get is issued before the current product) and accumulates ``M_rk H_k``.
+        get is issued before the current product) and accumulates ``M_rk H_k``.  The
+        rows moved are recorded as ``kind`` (per peer of ``group``, whose ranks are the
+        backend's); the barrier and the waits for gets are timed as communication.
         """
         if self.freed:
             raise RuntimeError("algorithm='rdma': this tiled adjacency was freed (free_engines() or exit); "
                                "build the layer's algorithm again")
-        be = _backend()
-        f = x.size(1)
+        be, counter, f = engine_cache.backend(), comm_counter(), x.size(1)
         H = self._buffer(f)
         mine = H.local_tile(be.rank, 0)
         mine[:self.n] = x.detach().to(mine)
-        be.barrier()  # every rank's H rows are written and visible
+        served, fetched = self.traffic[id(M)]
+        counter.record(kind, served * f * mine.element_size(), fetched * f * mine.element_size(), group)
+        with counter.timed():
+            be.barrier()  # every rank's H rows are written and visible
         region, out = H.regions[0], torch.zeros(self.n, f, dtype=torch.float64, device=be.device)
         blocks = self.blocks[id(M)]
 
@@ -200,15 +197,11 @@ class _TiledAdjacency:
             return be.get_async(k, region, int(H.directory[k, 0, 1]) + lo * f, (hi - lo) * f)
         pending = fetch(blocks[0]) if blocks else None
         for n, (_k, tile, lo, hi) in enumerate(blocks):
-            h = mine[lo:hi] if pending is None else pending.wait().reshape(hi - lo, f)
+            with counter.timed():
+                h = mine[lo:hi] if pending is None else pending.wait().reshape(hi - lo, f)
             pending = fetch(blocks[n + 1]) if n + 1 < len(blocks) else None
             out += tile_product(tile, h)
         return out.to(dtype=x.dtype, device=x.device)
-
-    @staticmethod
-    def _drop(engine: _TiledAdjacency) -> None:
-        with _LOCK:
-            engine.users -= 1
 
     def free(self) -> None:
         """Collectively frees ``A``, ``A^T`` and the ``H`` buffers (all ranks, same point)."""
@@ -225,54 +218,22 @@ class _TiledAdjacency:
 
 def _fingerprint(adj: HaloAdj) -> str:
     h = hashlib.blake2b(digest_size=16)
-    for t in (adj.rowptr, adj.col, adj._values(torch.float64).detach()):
+    for t in (adj.rowptr, adj.col, adj.values(torch.float64).detach()):
         h.update(t.cpu().contiguous().numpy().tobytes())
     h.update(np.asarray(adj.plan.part_sizes, dtype=np.int64).tobytes())
     return h.hexdigest()
 
 
-def _idle() -> list:
-    with _LOCK:
-        return [key for key, engine in _ENGINES.items() if engine.users <= 0]
-
-
-def _evict(idle_everywhere: list, keep: int) -> None:
-    """Frees the oldest engines of ``idle_everywhere`` (computed identically on every rank) beyond ``keep``."""
-    victims = [key for key in _ENGINES if key in set(idle_everywhere)]
-    for key in victims[:max(len(victims) - keep, 0)]:
-        _ENGINES.pop(key).free()
-
-
-def _lease(adj: HaloAdj) -> _Lease:
-    """A lease on the tiled adjacency of ``adj``, built collectively once and shared by later layers and calls.
-
-    Collective.  Every rank must take the same branch: the key is the all-gathered
-    tuple of every rank's local fingerprint (two adjacencies can coincide on one rank
-    and differ on another), and the engines freed are those unreferenced on every rank
-    (all-gathered with the fingerprint), so the caches stay identical.
-    """
-    gathered = _backend().allgather((_fingerprint(adj), _idle()))
-    key = tuple(fp for fp, _ in gathered)
-    idle = set.intersection(*(set(part) for _, part in gathered)) - {key}
-    if key in _ENGINES:
-        _ENGINES.move_to_end(key)
-    else:
-        _ENGINES[key] = _TiledAdjacency(adj)
-    lease = _Lease(_ENGINES[key])
-    _evict([k for k in _ENGINES if k in idle], MAX_IDLE_ENGINES)
-    return lease
-
-
 class _RDMASpMM(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, x: Tensor, lease: _Lease) -> Tensor:
-        ctx.lease = _Lease(lease.engine)  # the graph's own reference: released when the graph is freed
-        return lease.engine.multiply(lease.engine.A, x)
+    def forward(ctx: Any, x: Tensor, lease: Lease, group: dist.ProcessGroup | None) -> Tensor:
+        ctx.lease, ctx.group = Lease(lease.engine), group  # the graph's own reference: released with the graph
+        return lease.engine.multiply(lease.engine.A, x, group, "rdma")
 
     @staticmethod
-    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor, None]:
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor, None, None]:
         engine = ctx.lease.engine
-        return engine.multiply(engine.AT, grad_out), None  # dH = A^T dY, exact for directed A
+        return engine.multiply(engine.AT, grad_out, ctx.group, "rdma_grad"), None, None  # dH = A^T dY, exact
 
 
 class RDMAStationaryC(SpMMAlgorithm):
@@ -291,23 +252,25 @@ class RDMAStationaryC(SpMMAlgorithm):
     ``A^T``.  Computed in float64 with the torch tile kernels on the adjacency's device;
     on CPU it must run under ``mpiexec`` with torch.distributed ranks equal to MPI ranks.
 
-    The engine is shared through a lease (see the module docstring); :meth:`close`
-    releases it collectively, and it is also released when this object is collected.
+    The engine is shared through a lease (see :mod:`pyg_sparsecomm.rdma.engine_cache`);
+    :meth:`close` releases it collectively, and it is also released when this object is
+    collected.
     """
     name = "rdma"
     differentiates_edge_weights = False
+    wire_element_size = 8  # H travels as float64 whatever the layer's dtype
 
     def __init__(self, adj: HaloAdj, group: dist.ProcessGroup | None = None, grid: Any = None) -> None:
         super().__init__(adj, group, grid)
-        be = _backend(adj.rowptr.device)
+        be = engine_cache.backend(adj.rowptr.device)
         if (be.world_size, be.rank) != (adj.plan.world_size, adj.plan.rank):
             raise RuntimeError(f"algorithm='rdma' needs MPI ranks equal to the shard's ranks: MPI rank "
                                f"{be.rank} of {be.world_size}, shard part {adj.plan.rank} of "
                                f"{adj.plan.world_size}; launch with mpiexec -n {adj.plan.world_size}")
-        self._lease: _Lease | None = _lease(adj)
+        self._lease: Lease | None = engine_cache.lease(_fingerprint(adj), lambda: TiledAdjacency(adj))
 
     @property
-    def engine(self) -> _TiledAdjacency:
+    def engine(self) -> TiledAdjacency:
         if self._lease is None:
             raise RuntimeError("this RDMAStationaryC was closed")
         return self._lease.engine
@@ -315,7 +278,7 @@ class RDMAStationaryC(SpMMAlgorithm):
     def __call__(self, x: Tensor) -> Tensor:
         if self._lease is None:
             raise RuntimeError("this RDMAStationaryC was closed")
-        return _RDMASpMM.apply(x, self._lease)
+        return _RDMASpMM.apply(x, self._lease, self.group)
 
     def close(self) -> None:
         """Collective: releases this layer's engine; unreferenced engines beyond the cache size are freed.
@@ -328,35 +291,24 @@ class RDMAStationaryC(SpMMAlgorithm):
             self._lease = None
         collect()
 
+    @classmethod
+    def predict(cls, volumes: RankVolumes, model: CostModel, row_bytes: int) -> Prediction:
+        r"""One barrier and one get per remote block, forward (``A``) and backward (``A^T``).
 
-def collect(keep: int = MAX_IDLE_ENGINES) -> None:
-    """Collective: frees the engines unreferenced on every rank, oldest first, keeping ``keep`` of them."""
-    if not _ENGINES and _BACKEND is None:
-        return
-    gathered = _backend().allgather(_idle())
-    _evict(list(set.intersection(*(set(part) for part in gathered))), keep)
+        .. math::
+            t = \sum_{d \in \{A, A^T\}} \Big(\lceil \log_2 P \rceil \alpha
+                + \sum_{k : F_{dk} > 0} (\alpha + \beta F_{dk} b)\Big), \qquad
+            \text{sent} = b \sum_{d, k} S_{dk}
 
-
-def free_engines() -> None:
-    """Collectively frees every cached tiled adjacency, referenced or not (call on all ranks at the same point).
-
-    A layer or a pending backward that still uses a freed engine then raises a clear
-    RuntimeError instead of reading freed memory.  Registered with :mod:`atexit`.
-    """
-    while _ENGINES:
-        _ENGINES.popitem(last=False)[1].free()
-
-
-def _shutdown() -> None:
-    """atexit: free every engine and close the backend's windows while MPI is still initialised."""
-    global _BACKEND
-    if _BACKEND is None:
-        return
-    try:
-        MPI = getattr(_BACKEND, "MPI", None)
-        if MPI is not None and (MPI.Is_finalized() or not MPI.Is_initialized()):
-            return
-        free_engines()
-        _BACKEND.close()
-    finally:
-        _BACKEND = None
+        with ``F = volumes.fetch_rows``, ``S = volumes.serve_rows`` (rows got from / by each
+        block row) and ``b = row_bytes`` (float64 rows: :meth:`row_bytes`).  ValueError
+        when ``volumes`` lacks them (they need the whole edge list, not one rank's plan).
+        """
+        if volumes.fetch_rows is None or volumes.serve_rows is None:
+            raise ValueError("algorithm='rdma' reads column ranges known only from the whole edge list: pass "
+                             "RankVolumes with fetch_rows/serve_rows, e.g. volumes_of_all_ranks(..., "
+                             "spans=comm_pattern(...).spans)")
+        g, seconds = volumes.num_block_rows, 0.0
+        for rows in volumes.fetch_rows:  # forward, backward
+            seconds += model.barrier(g) + sum(model.get(int(n) * row_bytes) for n in rows if n > 0)
+        return Prediction(seconds, int(volumes.serve_rows.sum()) * row_bytes)

@@ -1,6 +1,6 @@
 """One-sided (RDMA) distributed SpMM / SpGEMM engine after Brock, Buluç & Yelick, ICS'24.
 
-Backends (:mod:`.backend`), chosen by :func:`make_backend` from the device:
+Backends (:mod:`.backend`), chosen by :func:`make_backend` (:mod:`.factory`) from the device:
 :class:`MPIBackend` (mpi4py one-sided RMA, CPU, run under ``mpiexec``) and
 :class:`SymmetricMemoryBackend` (PyTorch symmetric memory, CUDA; never run on a GPU
 here, tested over an emulated CPU heap).  Regions and tiles are torch tensors and the
@@ -9,13 +9,15 @@ for both.  Data structures
 (:mod:`.tiled`): :class:`DenseTiledMatrix`, :class:`SparseTiledMatrix` over a
 block-cyclic :class:`TileProcessGrid`.  Algorithms: :func:`stationary_c`,
 :func:`stationary_a`, :func:`work_stealing`, :func:`summa`, dispatched by
-:func:`spmm` / :func:`spgemm`.  Measurements: :mod:`.measure`.
+:func:`spmm` / :func:`spgemm`.  Measurements (Table 2, Figure 1, roofline) are benchmark
+code: ``benchmarks/rdma_measure.py``.
 
 Both backends are imported lazily, so ``import pyg_sparsecomm.rdma`` works
 without mpi4py or Triton; creating an :class:`MPIBackend` without mpi4py raises an
 ImportError that names ``pip install "pyg_sparsecomm[mpi]"``.
 """
-from .backend import Future, Region, RMABackend, make_backend
+from .backend import Future, Region, RMABackend
+from .factory import make_backend
 from .kernels import Breakdown
 from .matmul import ALGORITHMS, SPGEMM_ALGORITHMS, spgemm, spmm
 from .queue import Outbox, RemoteQueue

@@ -15,8 +15,8 @@ backend documents.
 Regions, reads and writes are **torch tensors on the backend's** :attr:`RMABackend.device`
 (host memory for MPI, CUDA memory for symmetric memory), and the tiled matrices and
 tile kernels use only torch operations, so every algorithm of
-:mod:`pyg_sparsecomm.rdma` is written once for both backends; :func:`make_backend`
-picks the backend from the device.
+:mod:`pyg_sparsecomm.rdma` is written once for both backends;
+:func:`~pyg_sparsecomm.rdma.factory.make_backend` picks the backend from the device.
 """
 from __future__ import annotations
 
@@ -130,29 +130,6 @@ class RMABackend(ABC):
         if offset < 0 or count < 0 or offset + count > region.lengths[rank]:
             raise ValueError(f"access [{offset}, {offset + count}) outside region {region.id} of rank {rank} "
                              f"({region.lengths[rank]} elements)")
-
-
-def make_backend(device: Any = "cpu", **kwargs: Any) -> RMABackend:
-    """The one-sided backend for ``device``; every algorithm runs on either.
-
-    * ``"cpu"``: :class:`~pyg_sparsecomm.rdma.mpi_backend.MPIBackend` (MPI-3 RMA through
-      mpi4py, processes launched with ``mpiexec``);
-    * ``"cuda"``: :class:`~pyg_sparsecomm.rdma.symm_backend.SymmetricMemoryBackend`
-      (PyTorch symmetric memory over the ``torch.distributed`` group; remote atomics by a
-      Triton kernel).  Written to the PyTorch API but never run on a GPU here: the test
-      suite runs its code on an emulated CPU symmetric heap (``tests/_symm_emulation.py``).
-
-    Other device types raise ValueError.
-    """
-    device = torch.device(device)
-    if device.type == "cpu":
-        from .mpi_backend import MPIBackend
-        return MPIBackend(**kwargs)
-    if device.type == "cuda":
-        from .symm_backend import SymmetricMemoryBackend
-        return SymmetricMemoryBackend(device, **kwargs)
-    raise ValueError(f"no RDMA backend for device type {device.type!r}; use 'cpu' (MPI one-sided RMA) "
-                     f"or 'cuda' (PyTorch symmetric memory)")
 
 
 #: region dtypes and their numpy twins (host buffers of the MPI backend)

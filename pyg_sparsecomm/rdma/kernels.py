@@ -1,4 +1,4 @@
-"""Local tile kernels (torch: the same code on CPU and CUDA), flop counts, time breakdown, operand checks.
+"""Local tile kernels (torch: the same code on CPU and CUDA), flop counts and the time breakdown.
 
 A tile is a 2-D torch tensor: strided (dense) or ``torch.sparse_csr`` with int64
 indices, float64 values, on the backend's device.  Products go through
@@ -13,6 +13,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
+
+from ..adj import coo_to_csr
 
 Tile = torch.Tensor
 
@@ -42,13 +44,6 @@ def tile_flops(a: Tile, b: Tile) -> int:
             return 0
         return 2 * int(torch.diff(b.crow_indices())[a.col_indices()].sum())
     return 2 * int(a._nnz()) * b.shape[1]
-
-
-def coo_to_csr(row: torch.Tensor, col: torch.Tensor, values: torch.Tensor, shape: tuple[int, int]) -> Tile:
-    """CSR tile from entries sorted row-major without duplicates."""
-    crow = torch.zeros(shape[0] + 1, dtype=torch.int64, device=values.device)
-    crow[1:] = torch.cumsum(torch.bincount(row, minlength=shape[0]), 0)
-    return csr_tile(values, crow, col.to(torch.int64), shape)
 
 
 class SparseSum:
@@ -94,7 +89,7 @@ class SparseSum:
             return zero_tile(*self.shape, True, self.device)
         self._compact()
         keys, cols = self._keys[0], self.shape[1]
-        return coo_to_csr(keys // cols, keys % cols, self._values[0], self.shape)
+        return coo_to_csr(keys // cols, keys % cols, self._values[0], self.shape, is_sorted=True)
 
 
 def accumulate(c: Tile | SparseSum, partial: Tile) -> Tile | SparseSum:
@@ -153,18 +148,3 @@ class Breakdown:
     def summary(self) -> dict[str, float]:
         return {k: getattr(self, k) for k in ("compute", "comm", "accumulate", "imbalance", "reserve", "total", "flops",
                                                 "bytes_fetched", "products", "stolen")}
-
-
-def check_operands(A, B) -> None:
-    """ValueError unless ``A @ B`` is defined tile by tile on one process grid."""
-    from .tiled import SparseTiledMatrix
-    if not isinstance(A, SparseTiledMatrix):
-        raise TypeError(f"A must be a SparseTiledMatrix, got {type(A).__name__}")
-    if A.shape[1] != B.shape[0]:
-        raise ValueError(f"shapes {A.shape} and {B.shape} cannot be multiplied")
-    if A.tile_shape[1] != B.tile_shape[0]:
-        raise ValueError(f"A's tile columns ({A.tile_shape[1]}) must equal B's tile rows ({B.tile_shape[0]})")
-    if A.pgrid != B.pgrid:
-        raise ValueError(f"A and B must share one process grid, got {A.pgrid} and {B.pgrid}")
-    if A.backend is not B.backend:
-        raise ValueError("A and B must live on the same backend")

@@ -24,14 +24,13 @@ from .kernels import (
     SparseSum,
     Tile,
     accumulate,
-    check_operands,
     materialize,
     tile_flops,
     tile_product,
     zero_tile,
 )
 from .queue import Outbox, RemoteQueue
-from .tiled import DenseTiledMatrix, SparseTiledMatrix, TiledMatrix, TileIndex
+from .tiled import DenseTiledMatrix, SparseTiledMatrix, TiledMatrix, TileIndex, check_operands
 
 POLL_SLEEP = 50e-6  # seconds between empty queue polls (ranks may share cores)
 

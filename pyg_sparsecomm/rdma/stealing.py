@@ -31,7 +31,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from .kernels import Breakdown, accumulate, check_operands
+from .kernels import Breakdown, accumulate
 from .queue import Outbox, RemoteQueue
 from .stationary import (
     MatmulResult,
@@ -44,7 +44,7 @@ from .stationary import (
     push_partial,
     zero_c_tiles,
 )
-from .tiled import SparseTiledMatrix, TileIndex
+from .tiled import SparseTiledMatrix, TileIndex, check_operands
 
 VICTIMS = ("random", "locality")
 

@@ -22,9 +22,9 @@ from typing import Callable
 
 import torch
 
-from .kernels import Breakdown, Tile, accumulate, check_operands, csr_tile, tile_flops, tile_product, zero_tile
+from .kernels import Breakdown, Tile, accumulate, csr_tile, tile_flops, tile_product, zero_tile
 from .stationary import MatmulResult, finish, nonempty, zero_c_tiles
-from .tiled import SparseTiledMatrix, TiledMatrix, TileIndex
+from .tiled import SparseTiledMatrix, TiledMatrix, TileIndex, check_operands
 
 
 Bcast = Callable[[torch.Tensor, int], None]

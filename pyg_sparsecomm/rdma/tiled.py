@@ -31,8 +31,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..adj import coo_to_csr
 from .backend import Future, RMABackend
-from .kernels import Tile, coo_to_csr, csr_tile, zero_tile
+from .kernels import Tile, csr_tile, zero_tile
 
 TileIndex = tuple[int, int]
 
@@ -284,7 +285,8 @@ class SparseTiledMatrix(TiledMatrix):
         entries = {ij: (backend.rank, -1, -1, -1, *grid.dims(*ij), 0) for ij in mine}
         for ij, vo, po, z in zip(full, val_offs, ptr_offs, nnz):
             (idx, vals, _), (rows, cols) = coo[ij], grid.dims(*ij)
-            t = coo_to_csr(idx[0].to(mem_p.device), idx[1].to(mem_p.device), vals.to(mem_v.device), (rows, cols))
+            t = coo_to_csr(idx[0].to(mem_p.device), idx[1].to(mem_p.device), vals.to(mem_v.device), (rows, cols),
+                           is_sorted=True)
             mem_v[vo:vo + z], mem_i[vo:vo + z] = t.values(), t.col_indices()
             mem_p[po:po + rows + 1] = t.crow_indices()
             entries[ij] = (backend.rank, int(vo), int(po), int(vo), rows, cols, z)
@@ -346,3 +348,22 @@ class SparseTiledMatrix(TiledMatrix):
             vals.append(coo.values())
         idx = torch.stack([torch.cat(rows), torch.cat(cols)])
         return torch.sparse_coo_tensor(idx, torch.cat(vals), self.shape).coalesce().to_sparse_csr()
+
+
+def check_operands(A: TiledMatrix, B: TiledMatrix) -> None:
+    """Raises unless ``A @ B`` is defined tile by tile on one process grid.
+
+    Args:
+        A: the sparse left operand (TypeError if it is not a :class:`SparseTiledMatrix`).
+        B: the dense or sparse right operand (ValueError on a shape, tiling, grid or backend mismatch).
+    """
+    if not isinstance(A, SparseTiledMatrix):
+        raise TypeError(f"A must be a SparseTiledMatrix, got {type(A).__name__}")
+    if A.shape[1] != B.shape[0]:
+        raise ValueError(f"shapes {A.shape} and {B.shape} cannot be multiplied")
+    if A.tile_shape[1] != B.tile_shape[0]:
+        raise ValueError(f"A's tile columns ({A.tile_shape[1]}) must equal B's tile rows ({B.tile_shape[0]})")
+    if A.pgrid != B.pgrid:
+        raise ValueError(f"A and B must share one process grid, got {A.pgrid} and {B.pgrid}")
+    if A.backend is not B.backend:
+        raise ValueError("A and B must live on the same backend")

@@ -1,5 +1,8 @@
 """Measurements of the ICS'24 paper: Table 2 breakdowns, Figure 1 load imbalance, a roofline.
 
+Benchmark code, kept out of the library (was ``pyg_sparsecomm.rdma.measure``): used by
+``benchmarks/rdma_spmm.py`` and tested by ``tests/test_rdma.py``.
+
 * :func:`breakdown_row` — one Table 2 row from every rank's breakdown: the
   **mean over ranks** of the seconds of compute, communication, accumulation,
   load imbalance, reservation and total, plus the slowest rank's total
@@ -17,13 +20,14 @@
 import math
 import time
 from collections.abc import Sequence
+from typing import Union
 
 import numpy as np
 import scipy.sparse as sp
 import torch
 
-from .backend import RMABackend
-from .kernels import csr_tile, tile_product
+from pyg_sparsecomm.rdma.backend import RMABackend
+from pyg_sparsecomm.rdma.kernels import csr_tile, tile_product
 
 PARTS = ("compute", "comm", "accumulate", "imbalance", "reserve", "total")
 
@@ -88,7 +92,7 @@ def measure_get_bandwidth(backend: RMABackend, sizes: Sequence[int] = (1 << 10, 
 
 
 def local_peak_flops(n: int = 20000, cols: int = 64, density: float = 1e-3, repeats: int = 3,
-                     device: str | torch.device = "cpu") -> float:
+                     device: Union[str, torch.device] = "cpu") -> float:
     """The roofline's flat part: measured flop rate of the tile kernel (torch CSR SpMM, the paper's local peak)."""
     A = sp.random(n, n, density=density, format="csr", random_state=0)
     crow, col = (torch.from_numpy(a.astype(np.int64)).to(device) for a in (A.indptr, A.indices))
