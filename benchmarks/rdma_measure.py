@@ -20,7 +20,6 @@ Benchmark code, kept out of the library (was ``pyg_sparsecomm.rdma.measure``): u
 import math
 import time
 from collections.abc import Sequence
-from typing import Union
 
 import numpy as np
 import scipy.sparse as sp
@@ -92,7 +91,7 @@ def measure_get_bandwidth(backend: RMABackend, sizes: Sequence[int] = (1 << 10, 
 
 
 def local_peak_flops(n: int = 20000, cols: int = 64, density: float = 1e-3, repeats: int = 3,
-                     device: Union[str, torch.device] = "cpu") -> float:
+                     device: str | torch.device = "cpu") -> float:
     """The roofline's flat part: measured flop rate of the tile kernel (torch CSR SpMM, the paper's local peak)."""
     A = sp.random(n, n, density=density, format="csr", random_state=0)
     crow, col = (torch.from_numpy(a.astype(np.int64)).to(device) for a in (A.indptr, A.indices))

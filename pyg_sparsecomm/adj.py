@@ -7,7 +7,6 @@ CSR (``rowptr``, ``col``, optional ``value``) together with the
 compact SpMM over local and halo columns computes the rank's rows of ``A H``.
 """
 import warnings
-from typing import Dict, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -23,7 +22,7 @@ def make_csr(rowptr: Tensor, col: Tensor, value: Tensor, shape) -> Tensor:
 
 
 def csr_order(row: Tensor, col: Tensor, num_rows: int, num_cols: int,
-              is_sorted: bool = False) -> Tuple[Tensor, Optional[Tensor]]:
+              is_sorted: bool = False) -> tuple[Tensor, Tensor | None]:
     r"""The CSR order of COO entries: ``(rowptr, perm)``.
 
     ``perm`` sorts the entries by ``(row, col)`` (stably, so duplicates keep their
@@ -42,8 +41,8 @@ def csr_order(row: Tensor, col: Tensor, num_rows: int, num_cols: int,
     return rowptr, torch.argsort(row * max(num_cols, 1) + col, stable=True)
 
 
-def sort_coo(row: Tensor, col: Tensor, value: Optional[Tensor], num_rows: int, num_cols: int,
-             is_sorted: bool = False) -> Tuple[Tensor, Tensor, Optional[Tensor]]:
+def sort_coo(row: Tensor, col: Tensor, value: Tensor | None, num_rows: int, num_cols: int,
+             is_sorted: bool = False) -> tuple[Tensor, Tensor, Tensor | None]:
     """Sorts COO entries by (row, col); returns ``(rowptr, col, value)`` of the CSR (see :func:`csr_order`)."""
     rowptr, perm = csr_order(row, col, num_rows, num_cols, is_sorted)
     if perm is None:
@@ -51,7 +50,7 @@ def sort_coo(row: Tensor, col: Tensor, value: Optional[Tensor], num_rows: int, n
     return rowptr, col[perm], None if value is None else value[perm]
 
 
-def coo_to_csr(row: Tensor, col: Tensor, value: Tensor, shape: Tuple[int, int], is_sorted: bool = False) -> Tensor:
+def coo_to_csr(row: Tensor, col: Tensor, value: Tensor, shape: tuple[int, int], is_sorted: bool = False) -> Tensor:
     """The ``shape`` torch CSR tensor of COO entries (duplicates kept as separate entries).
 
     The one COO -> CSR conversion of the package (adjacency blocks and RDMA tiles).
@@ -66,14 +65,14 @@ def coo_to_csr(row: Tensor, col: Tensor, value: Tensor, shape: Tuple[int, int], 
 
 
 class HaloAdj:
-    def __init__(self, rowptr: Tensor, col: Tensor, value: Optional[Tensor], plan: RankPlan) -> None:
+    def __init__(self, rowptr: Tensor, col: Tensor, value: Tensor | None, plan: RankPlan) -> None:
         self.rowptr, self.col, self.value, self.plan = rowptr, col, value, plan
-        self._cache: Dict[object, object] = {}
+        self._cache: dict[object, object] = {}
         # structure-only entries (the transpose's order), shared by every with_value() copy
-        self._structure: Dict[str, object] = {}
+        self._structure: dict[str, object] = {}
 
     @classmethod
-    def from_coo(cls, row: Tensor, col: Tensor, value: Optional[Tensor], plan: RankPlan) -> "HaloAdj":
+    def from_coo(cls, row: Tensor, col: Tensor, value: Tensor | None, plan: RankPlan) -> "HaloAdj":
         """Builds the CSR from (possibly unsorted) local ``row``/``col`` pairs."""
         rowptr, col, value = sort_coo(row, col, value, plan.num_owned, plan.num_owned + plan.halo_size)
         return cls(rowptr, col, value, plan)
@@ -106,7 +105,7 @@ class HaloAdj:
             self._structure["row"] = torch.repeat_interleave(torch.arange(self.num_owned, device=self.device), counts)
         return self._structure["row"]  # type: ignore[return-value]
 
-    def coo(self) -> Tuple[Tensor, Tensor]:
+    def coo(self) -> tuple[Tensor, Tensor]:
         return self.row(), self.col
 
     def edge_index(self) -> Tensor:
@@ -116,7 +115,7 @@ class HaloAdj:
             self._structure["edge_index"] = torch.stack([self.col, self.row()])
         return self._structure["edge_index"]  # type: ignore[return-value]
 
-    def with_value(self, value: Optional[Tensor]) -> "HaloAdj":
+    def with_value(self, value: Tensor | None) -> "HaloAdj":
         if value is not None and value.numel() != self.nnz:
             raise ValueError(f"edge_weight has {value.numel()} entries but the local adjacency has "
                              f"{self.nnz} edges (pass weights in local.adj's edge order)")
@@ -157,7 +156,7 @@ class HaloAdj:
             self._cache[key] = csr
         return csr
 
-    def csr_t(self, dtype: torch.dtype = torch.float32, value: Optional[Tensor] = None) -> Tensor:
+    def csr_t(self, dtype: torch.dtype = torch.float32, value: Tensor | None = None) -> Tensor:
         """The transpose ``[num_cols, num_owned]`` as CSR, for the backward SpMM.
 
         The transposed structure is computed once; with ``value`` given (learnable
@@ -192,7 +191,7 @@ class _CSRSpMM(torch.autograd.Function):
     (duplicate entries keep separate gradients, unlike torch's sparse autograd)."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, value: Optional[Tensor], adj: HaloAdj) -> Tensor:
+    def forward(ctx, x: Tensor, value: Tensor | None, adj: HaloAdj) -> Tensor:
         ctx.adj = adj
         if value is None:
             a = adj.csr(x.dtype)

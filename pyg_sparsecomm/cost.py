@@ -21,8 +21,8 @@ holds the model, what the formulas need to know about a rank
 """
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -83,7 +83,7 @@ class CostModel:
         return math.ceil(math.log2(group_size)) * self.alpha
 
     @classmethod
-    def calibrate(cls, group: Optional[dist.ProcessGroup] = None, large_bytes: int = 1 << 24,
+    def calibrate(cls, group: dist.ProcessGroup | None = None, large_bytes: int = 1 << 24,
                   repeats: int = 10) -> "CostModel":
         """Measures α and β on the running backend (collective: every rank must call it).
 
@@ -142,9 +142,9 @@ class RankVolumes:
     send_rows: np.ndarray
     recv_rows: np.ndarray
     block_rows: np.ndarray
-    stage_blocks: List[int]
-    fetch_rows: Optional[np.ndarray] = None
-    serve_rows: Optional[np.ndarray] = None
+    stage_blocks: list[int]
+    fetch_rows: np.ndarray | None = None
+    serve_rows: np.ndarray | None = None
 
     @property
     def num_block_rows(self) -> int:
@@ -156,8 +156,8 @@ class RankVolumes:
 
     @classmethod
     def from_counts(cls, send_counts: Sequence[int], recv_counts: Sequence[int], block_rows: Sequence[int],
-                    row: int, col: int = 0, replication: int = 1, fetch_rows: Optional[np.ndarray] = None,
-                    serve_rows: Optional[np.ndarray] = None) -> "RankVolumes":
+                    row: int, col: int = 0, replication: int = 1, fetch_rows: np.ndarray | None = None,
+                    serve_rows: np.ndarray | None = None) -> "RankVolumes":
         """From a rank's *unrestricted* 1D counts (a ``RankPlan`` or a row/column of the
         volume matrix of the partition into ``P / c`` parts) and, optionally, its one-sided volumes."""
         blocks = stage_blocks(len(block_rows), replication, col)
@@ -167,7 +167,7 @@ class RankVolumes:
 
 
 def volumes_of_all_ranks(volume_matrix: np.ndarray, block_rows: Sequence[int], replication: int,
-                         spans: Optional[np.ndarray] = None) -> List[RankVolumes]:
+                         spans: np.ndarray | None = None) -> list[RankVolumes]:
     r"""``RankVolumes`` of all ``P = Q c`` ranks of a partition into ``Q`` parts, in rank order.
 
     Args:

@@ -10,8 +10,8 @@ gives the per-epoch communication time of the slowest rank::
     print(report.explain())
     algorithm, c = report.best.algorithm, report.best.replication
 """
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence
 
 from torch import Tensor
 from torch_geometric.data import Data
@@ -35,9 +35,9 @@ class LayoutPrediction:
 @dataclass
 class LayoutReport:
     world_size: int
-    widths: List[int]
+    widths: list[int]
     model: CostModel
-    rows: List[LayoutPrediction]
+    rows: list[LayoutPrediction]
 
     @property
     def best(self) -> LayoutPrediction:
@@ -54,7 +54,7 @@ class LayoutReport:
         return "\n".join(lines)
 
 
-def admissible_replications(world_size: int) -> List[int]:
+def admissible_replications(world_size: int) -> list[int]:
     """Every ``c`` with ``c² | P``."""
     out = []
     for c in range(1, world_size + 1):
@@ -67,9 +67,9 @@ def admissible_replications(world_size: int) -> List[int]:
 
 
 def predict_from_partition(edge_index: Tensor, num_nodes: int, part, world_size: int, replication: int,
-                           widths: Sequence[int], model: Optional[CostModel] = None,
-                           algorithms: Optional[Sequence[str]] = None,
-                           element_size: int = 4) -> List[LayoutPrediction]:
+                           widths: Sequence[int], model: CostModel | None = None,
+                           algorithms: Sequence[str] | None = None,
+                           element_size: int = 4) -> list[LayoutPrediction]:
     """Per-epoch predictions of the algorithms for one partition into ``P / c`` parts."""
     model = model or CostModel()
     Q = world_size // replication
@@ -84,8 +84,8 @@ def predict_from_partition(edge_index: Tensor, num_nodes: int, part, world_size:
 
 
 def predict_layouts(data: Data, world_size: int, widths: Sequence[int], method: str = "metis",
-                    replications: Optional[Sequence[int]] = None, model: Optional[CostModel] = None,
-                    seed: int = 0, partition: Optional[Callable[[Data, int], Tensor]] = None,
+                    replications: Sequence[int] | None = None, model: CostModel | None = None,
+                    seed: int = 0, partition: Callable[[Data, int], Tensor] | None = None,
                     element_size: int = 4) -> LayoutReport:
     """Predicts every (algorithm, ``c``) for ``world_size`` ranks; see the module docstring.
 
@@ -102,8 +102,8 @@ def predict_layouts(data: Data, world_size: int, widths: Sequence[int], method: 
     cs = list(replications) if replications is not None else admissible_replications(world_size)
     for c in cs:
         check_grid(world_size, c)
-    parts: Dict[int, Tensor] = {}
-    rows: List[LayoutPrediction] = []
+    parts: dict[int, Tensor] = {}
+    rows: list[LayoutPrediction] = []
     for c in cs:
         Q = world_size // c
         if Q not in parts:

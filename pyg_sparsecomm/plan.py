@@ -20,7 +20,6 @@ Layout conventions:
   a destination by ascending global id, the *local* rows this rank sends.
 """
 from dataclasses import dataclass
-from typing import List, Tuple
 
 import numpy as np
 import torch
@@ -146,9 +145,9 @@ class RankPlan:
     halo_owner: Tensor
     halo_remote_index: Tensor
     send_index: Tensor
-    send_counts: List[int]
-    recv_counts: List[int]
-    part_sizes: List[int]
+    send_counts: list[int]
+    recv_counts: list[int]
+    part_sizes: list[int]
 
     @property
     def num_owned(self) -> int:
@@ -162,7 +161,7 @@ class RankPlan:
         moved = {k: (v.to(device) if isinstance(v, Tensor) else v) for k, v in self.__dict__.items()}
         return RankPlan(**moved)
 
-    def locate_columns(self, col: Tensor) -> Tuple[Tensor, Tensor]:
+    def locate_columns(self, col: Tensor) -> tuple[Tensor, Tensor]:
         r"""Where the ``[owned | halo]`` columns ``col`` live: ``(owner, remote_row)``.
 
         .. math::
@@ -220,8 +219,8 @@ def rank_plan(pattern: CommPattern, rank: int) -> RankPlan:
     )
 
 
-def restrict_counts(send_counts: List[int], recv_counts: List[int], rank: int,
-                    blocks: List[int]) -> Tuple[List[int], List[int]]:
+def restrict_counts(send_counts: list[int], recv_counts: list[int], rank: int,
+                    blocks: list[int]) -> tuple[list[int], list[int]]:
     """A 1D exchange limited to the block columns ``blocks`` (1.5D's stage blocks): rows come
     only from owners in ``blocks``, and ``rank`` sends only if it is one of them (every rank
     of a grid column multiplies the same blocks)."""

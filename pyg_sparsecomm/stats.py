@@ -5,8 +5,8 @@ the same layer moves the same rows in the opposite direction.  Computable for
 any ``P`` without launching processes.  Rows become bytes with a feature width:
 :meth:`CommStats.bytes_per_spmm` or ``as_dict(width=...)``.
 """
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Dict, Optional, Sequence
 
 import numpy as np
 
@@ -44,7 +44,7 @@ class CommStats:
     volume: np.ndarray = field(repr=False)
     part_sizes: np.ndarray = field(repr=False)
     nnz: np.ndarray = field(repr=False)
-    spans: Optional[np.ndarray] = field(default=None, repr=False)
+    spans: np.ndarray | None = field(default=None, repr=False)
 
     @classmethod
     def from_pattern(cls, pattern: CommPattern) -> "CommStats":
@@ -111,7 +111,7 @@ class CommStats:
         ranks = volumes_of_all_ranks(self.volume, self.part_sizes, replication, self.spans)
         return int(cls.predict_epoch(ranks, widths, CostModel(), element_size)[1].sum())
 
-    def bytes_per_spmm(self, width: int, element_size: int = 4) -> Dict[str, float]:
+    def bytes_per_spmm(self, width: int, element_size: int = 4) -> dict[str, float]:
         """Payload bytes of one SpMM whose dense operand has ``width`` columns.
 
         Every row on the wire carries ``width * element_size`` bytes (4 for
@@ -129,7 +129,7 @@ class CommStats:
             "oblivious_total_bytes": int(self.oblivious_rows_sent.sum()) * row_bytes,
         }
 
-    def as_dict(self, width: Optional[int] = None, element_size: int = 4) -> Dict[str, float]:
+    def as_dict(self, width: int | None = None, element_size: int = 4) -> dict[str, float]:
         """All figures per SpMM, in rows; with ``width`` also :meth:`bytes_per_spmm`'s byte keys.
 
         ``max_messages``/``avg_messages`` count messages *sent* (kept under their

@@ -22,6 +22,7 @@ from pyg_sparsecomm.rdma import (
 )
 from pyg_sparsecomm.rdma.stationary import k_order
 
+
 def torch_csr(m: sp.csr_matrix) -> torch.Tensor:
     coo = m.tocoo()
     idx = torch.from_numpy(np.stack([coo.row, coo.col]).astype(np.int64))

@@ -85,13 +85,13 @@ def check_many_adjacencies(rank: int, world_size: int, layers: int = 6) -> None:
         refs.append(ref)
         convs.append(conv)
     x_ref = data.x.clone().requires_grad_()
-    sum(ref(x_ref, data.edge_index, w).square().sum() for ref, w in zip(refs, weights)).backward()
+    sum(ref(x_ref, data.edge_index, w).square().sum() for ref, w in zip(refs, weights, strict=False)).backward()
     local_w = [w[local.e_id] for w in weights]
     for call in range(2):  # build (call 0), then the cached algorithms with engines beyond the cache size
         for conv in convs:
             conv.zero_grad()
         x = local.x.clone().requires_grad_()
-        loss = sum(conv(x, local.adj, w).square().sum() for conv, w in zip(convs, local_w))
+        loss = sum(conv(x, local.adj, w).square().sum() for conv, w in zip(convs, local_w, strict=False))
         if call == 0:
             live = len(engine_cache.engines())
             assert live >= layers, f"expected {layers} live engines, have {live}"
@@ -108,7 +108,7 @@ def check_many_adjacencies(rank: int, world_size: int, layers: int = 6) -> None:
             sync_gradients(conv)
         where = f"many adjacencies/call {call}/rank {rank} of {world_size}"
         close("dx", x.grad, x_ref.grad[local.n_id], where)
-        for n, (conv, ref) in enumerate(zip(convs, refs)):
+        for n, (conv, ref) in enumerate(zip(convs, refs, strict=False)):
             close(f"layer {n} dW", conv.lin.weight.grad, ref.lin.weight.grad, where)
             close(f"layer {n} db", conv.bias.grad, ref.bias.grad, where)
     # a pending backward keeps its engine alive across an explicit, collective close()

@@ -25,7 +25,6 @@ from mpi4py import MPI
 
 import pyg_sparsecomm.algorithms.rdma as rdma_algorithm
 
-
 if __name__ == "__main__":
     comm = MPI.COMM_WORLD
     # a hung rank prints where it hangs before the test's subprocess timeout kills the job

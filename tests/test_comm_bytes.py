@@ -1,8 +1,8 @@
 """Bytes counted on the wire equal the plan's prediction exactly."""
 import numpy as np
 import pytest
-
 from graphs import NUM_FEATURES, make_cases
+
 from pyg_sparsecomm import CommStats, DistributedGCNConv, comm_counter, comm_pattern, shard
 from pyg_sparsecomm.testing import launch
 

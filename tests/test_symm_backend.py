@@ -11,6 +11,7 @@ import os
 
 import pytest
 import torch
+import triton  # noqa: E402,F401  -- a test dependency: a missing triton must fail this module, not skip it
 from _rdma_checks import check_queue_concurrent_pushes, check_spmm_and_spgemm, check_work_stealing_claims
 from _rdma_gcn_checks import check, check_many_adjacencies
 from _symm_emulation import emulated_backend
@@ -18,7 +19,6 @@ from _symm_emulation import emulated_backend
 from pyg_sparsecomm.rdma import make_backend
 from pyg_sparsecomm.testing import launch
 
-import triton  # noqa: E402,F401  -- a test dependency: a missing triton must fail this module, not skip it
 
 def _algorithms_worker(rank: int, world_size: int, workdir: str) -> list[str]:
     be = emulated_backend(workdir)

@@ -1,6 +1,7 @@
 """The interface every distributed SpMM algorithm implements."""
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, ClassVar, Dict, List, Optional, Sequence, Tuple, Type
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, ClassVar, Optional
 
 import numpy as np
 import torch.distributed as dist
@@ -13,7 +14,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..cost import CostModel, Prediction, RankVolumes
     from ..grid import ProcessGrid
 
-ALGORITHMS: Dict[str, Type["SpMMAlgorithm"]] = {}
+ALGORITHMS: dict[str, type["SpMMAlgorithm"]] = {}
 
 
 class SpMMAlgorithm(ABC):
@@ -41,14 +42,14 @@ class SpMMAlgorithm(ABC):
     auto_candidate: ClassVar[bool] = False
     #: bytes per element on the wire when the algorithm fixes it (``"rdma"``: float64);
     #: ``None``: the payload's element size
-    wire_element_size: ClassVar[Optional[int]] = None
+    wire_element_size: ClassVar[int | None] = None
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
         if getattr(cls, "name", None):
             ALGORITHMS[cls.name] = cls
 
-    def __init__(self, adj: HaloAdj, group: Optional[dist.ProcessGroup] = None,
+    def __init__(self, adj: HaloAdj, group: dist.ProcessGroup | None = None,
                  grid: Optional["ProcessGrid"] = None) -> None:
         if self.replicated:
             if grid is None:
@@ -80,7 +81,7 @@ class SpMMAlgorithm(ABC):
 
     @classmethod
     def predict_epoch(cls, ranks: Sequence["RankVolumes"], widths: Sequence[int], model: "CostModel",
-                      element_size: int = 4) -> Tuple[np.ndarray, np.ndarray]:
+                      element_size: int = 4) -> tuple[np.ndarray, np.ndarray]:
         r"""Per rank, the predicted seconds and bytes sent of one SpMM (forward and backward) per width:
 
         .. math:: (t_r, s_r) = \sum_{w \in \mathrm{widths}} \mathrm{predict}(\mathrm{ranks}_r,
@@ -112,18 +113,18 @@ class SpMMAlgorithm(ABC):
         return int(width) * (cls.wire_element_size or int(element_size))
 
 
-def auto_candidates(replicated: bool) -> List[str]:
+def auto_candidates(replicated: bool) -> list[str]:
     """The algorithms ``"auto"`` compares for a 1D (``False``) or 1.5D (``True``) layout."""
     return sorted(n for n, a in ALGORITHMS.items() if a.auto_candidate and a.replicated == replicated)
 
 
-def algorithm_class(name: str) -> Type[SpMMAlgorithm]:
+def algorithm_class(name: str) -> type[SpMMAlgorithm]:
     """The registered algorithm called ``name``; ValueError naming the valid ones otherwise."""
     if name not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {name!r}; choose one of {sorted(ALGORITHMS)}")
     return ALGORITHMS[name]
 
 
-def make_algorithm(name: str, adj: HaloAdj, group: Optional[dist.ProcessGroup] = None,
+def make_algorithm(name: str, adj: HaloAdj, group: dist.ProcessGroup | None = None,
                    grid: Optional["ProcessGrid"] = None) -> SpMMAlgorithm:
     return algorithm_class(name)(adj, group, grid)

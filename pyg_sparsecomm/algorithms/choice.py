@@ -1,5 +1,4 @@
 """``algorithm="auto"``: the SpMM algorithm with the lowest predicted time, and the layout check."""
-from typing import List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
@@ -11,12 +10,12 @@ from ..grid import ProcessGrid
 from .base import ALGORITHMS, auto_candidates
 
 #: one row of an ``explain()`` table: (algorithm, predicted seconds, max bytes sent), slowest rank
-CostRow = Tuple[str, float, int]
+CostRow = tuple[str, float, int]
 
 
-def choose_algorithm(adj: HaloAdj, grid: Optional[ProcessGrid], row_bytes: int, learnable: bool,
-                     cost_model: CostModel, group: Optional[dist.ProcessGroup] = None
-                     ) -> Tuple[str, List[CostRow]]:
+def choose_algorithm(adj: HaloAdj, grid: ProcessGrid | None, row_bytes: int, learnable: bool,
+                     cost_model: CostModel, group: dist.ProcessGroup | None = None
+                     ) -> tuple[str, list[CostRow]]:
     """The candidate with the lowest predicted SpMM time (forward + backward), max over ranks.
 
     Every rank takes the same decision: the per-algorithm predictions are all-reduced with
@@ -42,7 +41,7 @@ def choose_algorithm(adj: HaloAdj, grid: Optional[ProcessGrid], row_bytes: int, 
     return names[int(torch.argmin(worst[0]))], report
 
 
-def explain_table(report: List[CostRow], chosen: Optional[str], header: str, cost_model: CostModel) -> str:
+def explain_table(report: list[CostRow], chosen: str | None, header: str, cost_model: CostModel) -> str:
     """The text ``explain()`` prints for a choice made by :func:`choose_algorithm`."""
     lines = [f"cost model: {cost_model}", header,
              f"{'algorithm':<16}{'predicted ms':>14}{'max bytes sent':>16}"]
@@ -52,8 +51,8 @@ def explain_table(report: List[CostRow], chosen: Optional[str], header: str, cos
     return "\n".join(lines)
 
 
-def exchange_group(adj: HaloAdj, grid: Optional[ProcessGrid],
-                   group: Optional[dist.ProcessGroup]) -> Optional[dist.ProcessGroup]:
+def exchange_group(adj: HaloAdj, grid: ProcessGrid | None,
+                   group: dist.ProcessGroup | None) -> dist.ProcessGroup | None:
     """The group of the halo exchanges (1.5D: the grid's column group), after checking that the
     shard was made for this layout."""
     if grid is None:

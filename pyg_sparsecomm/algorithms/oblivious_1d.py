@@ -1,5 +1,5 @@
 """Sparsity-oblivious 1D SpMM: the CAGNET baseline that broadcasts whole block rows."""
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING, Optional
 
 import torch
 import torch.distributed as dist
@@ -60,16 +60,16 @@ class Oblivious1D(SpMMAlgorithm):
     auto_candidate = True
     differentiates_edge_weights = False
 
-    def __init__(self, adj: HaloAdj, group: Optional[dist.ProcessGroup] = None,
+    def __init__(self, adj: HaloAdj, group: dist.ProcessGroup | None = None,
                  grid: Optional["ProcessGrid"] = None) -> None:
         super().__init__(adj, group, grid)
         plan = adj.plan
         #: the block rows broadcast, in stage order (all of them in 1D; the grid column's stage blocks in 1.5D)
-        self.stage_ranks: List[int] = grid.stage_blocks() if self.replicated else list(range(plan.world_size))
+        self.stage_ranks: list[int] = grid.stage_blocks() if self.replicated else list(range(plan.world_size))
         row, col = adj.coo()
         owner, remote_col = plan.locate_columns(col)
         value = adj.values(torch.float64).detach()
-        self.blocks: List[Optional[tuple]] = []
+        self.blocks: list[tuple | None] = []
         for j, size in enumerate(plan.part_sizes):
             sel = owner == j  # A_rj, in the column numbering of rank j's rows
             self.blocks.append((row[sel], remote_col[sel], value[sel], size) if bool(sel.any()) else None)

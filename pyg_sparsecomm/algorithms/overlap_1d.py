@@ -59,7 +59,7 @@ class Overlap1D(SpMMAlgorithm):
     #: how the exchange is started: one non-blocking all-to-allv with split sizes
     start_exchange = staticmethod(start_all_to_all_rows)
 
-    def __init__(self, adj: HaloAdj, group: Optional[dist.ProcessGroup] = None,
+    def __init__(self, adj: HaloAdj, group: dist.ProcessGroup | None = None,
                  grid: Optional["ProcessGrid"] = None) -> None:
         super().__init__(adj, group, grid)
         row, col = adj.coo()

@@ -1,5 +1,4 @@
 """Sparsity-aware 1.5D SpMM (ICPP'24 Algorithm 2, §4.2)."""
-from typing import List, Optional
 
 import numpy as np
 import torch
@@ -15,7 +14,7 @@ from .base import SpMMAlgorithm
 from .sparse_1d import SparseAware1D, exchange_prediction
 
 
-def restrict_to_blocks(adj: HaloAdj, blocks: List[int]) -> HaloAdj:
+def restrict_to_blocks(adj: HaloAdj, blocks: list[int]) -> HaloAdj:
     """The part of a block row ``A_i`` whose columns lie in the block columns ``blocks``.
 
     The plan shrinks with it: halo rows are received only from the owners in
@@ -70,8 +69,8 @@ class SparseAware15D(SpMMAlgorithm):
     auto_candidate = True
     replicated = True
 
-    def __init__(self, adj: HaloAdj, group: Optional[dist.ProcessGroup] = None,
-                 grid: Optional[ProcessGrid] = None) -> None:
+    def __init__(self, adj: HaloAdj, group: dist.ProcessGroup | None = None,
+                 grid: ProcessGrid | None = None) -> None:
         super().__init__(adj, group, grid)
         self.partial = SparseAware1D(restrict_to_blocks(adj, grid.stage_blocks()), grid.col_group)
 

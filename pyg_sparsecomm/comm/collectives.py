@@ -1,6 +1,5 @@
 """Counted collectives: block-row broadcast and reduce (the oblivious CAGNET baseline) and the
 differentiable row-group all-reduce of the 1.5D algorithms."""
-from typing import Optional
 
 import torch
 import torch.distributed as dist
@@ -10,7 +9,7 @@ from .counters import comm_counter, row_nbytes
 from .group import global_rank, rank, world_size
 
 
-def broadcast_rows(buf: Tensor, src: int, group: Optional[dist.ProcessGroup] = None) -> Tensor:
+def broadcast_rows(buf: Tensor, src: int, group: dist.ProcessGroup | None = None) -> Tensor:
     """Broadcasts ``buf`` (``[n, f]``) from group rank ``src`` in place; counts the payload per peer."""
     P, me = world_size(group), rank(group)
     nbytes = buf.size(0) * row_nbytes(buf)
@@ -23,7 +22,7 @@ def broadcast_rows(buf: Tensor, src: int, group: Optional[dist.ProcessGroup] = N
     return buf
 
 
-def reduce_rows(buf: Tensor, dst: int, group: Optional[dist.ProcessGroup] = None) -> Tensor:
+def reduce_rows(buf: Tensor, dst: int, group: dist.ProcessGroup | None = None) -> Tensor:
     """Sums ``buf`` over the group into group rank ``dst`` (in place there); counts the payload."""
     P, me = world_size(group), rank(group)
     nbytes = buf.size(0) * row_nbytes(buf)
@@ -43,7 +42,7 @@ def ring_allreduce_nbytes(nbytes: int, group_size: int) -> int:
     return 0 if group_size <= 1 else 2 * (group_size - 1) * nbytes // group_size
 
 
-def _ring_counts(nbytes: int, group: Optional[dist.ProcessGroup]):
+def _ring_counts(nbytes: int, group: dist.ProcessGroup | None):
     P, me = world_size(group), rank(group)
     moved = ring_allreduce_nbytes(nbytes, P)
     sent, recv = [0] * P, [0] * P
@@ -52,7 +51,7 @@ def _ring_counts(nbytes: int, group: Optional[dist.ProcessGroup]):
     return sent, recv
 
 
-def all_reduce_rows(buf: Tensor, group: Optional[dist.ProcessGroup] = None, kind: str = "allreduce") -> Tensor:
+def all_reduce_rows(buf: Tensor, group: dist.ProcessGroup | None = None, kind: str = "allreduce") -> Tensor:
     """Sums ``buf`` over ``group`` in place (counted with the ring model, see above)."""
     counter = comm_counter()
     with counter.timed():
@@ -75,7 +74,7 @@ class _RowAllReduce(torch.autograd.Function):
         return all_reduce_rows(grad.contiguous().clone(), ctx.group, "allreduce_grad"), None
 
 
-def row_all_reduce(partial: Tensor, group: Optional[dist.ProcessGroup] = None) -> Tensor:
+def row_all_reduce(partial: Tensor, group: dist.ProcessGroup | None = None) -> Tensor:
     """Differentiable all-reduce (sum) of partial results over ``group`` (1.5D's process row)."""
     if world_size(group) == 1:
         return partial

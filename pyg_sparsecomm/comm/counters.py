@@ -10,8 +10,8 @@ inside communication calls.  Bytes count tensor payload only
 """
 import time
 from collections import defaultdict
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Dict, Iterator, Optional, Sequence
 
 import numpy as np
 import torch.distributed as dist
@@ -22,13 +22,13 @@ class CommCounter:
         self.reset()
 
     def reset(self) -> None:
-        self.sent: Dict[str, np.ndarray] = {}
-        self.received: Dict[str, np.ndarray] = {}
-        self.calls: Dict[str, int] = defaultdict(int)
+        self.sent: dict[str, np.ndarray] = {}
+        self.received: dict[str, np.ndarray] = {}
+        self.calls: dict[str, int] = defaultdict(int)
         self.seconds: float = 0.0
 
     def record(self, kind: str, sent_per_peer: Sequence[int], received_per_peer: Sequence[int],
-               group: Optional[dist.ProcessGroup] = None) -> None:
+               group: dist.ProcessGroup | None = None) -> None:
         """Adds one exchange; ``*_per_peer[p]`` is indexed by rank ``p`` *of* ``group``."""
         sent = _to_global(np.asarray(sent_per_peer, dtype=np.int64), group)
         received = _to_global(np.asarray(received_per_peer, dtype=np.int64), group)
@@ -69,7 +69,7 @@ class CommCounter:
         }
 
 
-def _to_global(per_group_peer: np.ndarray, group: Optional[dist.ProcessGroup]) -> np.ndarray:
+def _to_global(per_group_peer: np.ndarray, group: dist.ProcessGroup | None) -> np.ndarray:
     """Re-indexes a per-peer array of ``group`` by default-group rank."""
     if group is None or not (dist.is_available() and dist.is_initialized()):
         return per_group_peer

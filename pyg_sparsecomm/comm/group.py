@@ -1,15 +1,16 @@
 """Process-group helpers that also work when ``torch.distributed`` is not initialised."""
-from typing import Callable, Optional, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
 
 
-def is_distributed(group: Optional[dist.ProcessGroup] = None) -> bool:
+def is_distributed(group: dist.ProcessGroup | None = None) -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
-def collective_device(group: Optional[dist.ProcessGroup] = None) -> Optional[torch.device]:
+def collective_device(group: dist.ProcessGroup | None = None) -> torch.device | None:
     """Where small bookkeeping tensors must live for a collective: NCCL reduces only CUDA
     tensors, gloo takes CPU tensors (``None``: leave them where they are)."""
     if is_distributed(group) and dist.get_backend(group) == "nccl":
@@ -17,21 +18,21 @@ def collective_device(group: Optional[dist.ProcessGroup] = None) -> Optional[tor
     return None
 
 
-def world_size(group: Optional[dist.ProcessGroup] = None) -> int:
+def world_size(group: dist.ProcessGroup | None = None) -> int:
     return dist.get_world_size(group) if is_distributed(group) else 1
 
 
-def rank(group: Optional[dist.ProcessGroup] = None) -> int:
+def rank(group: dist.ProcessGroup | None = None) -> int:
     return dist.get_rank(group) if is_distributed(group) else 0
 
 
-def global_rank(group: Optional[dist.ProcessGroup], group_rank: int) -> int:
+def global_rank(group: dist.ProcessGroup | None, group_rank: int) -> int:
     """The default-group rank of ``group_rank`` (what ``broadcast``/``reduce`` take as src/dst)."""
     return group_rank if group is None else dist.get_global_rank(group, group_rank)
 
 
 def check_plan_matches_group(plan_world_size: int, plan_rank: int,
-                             group: Optional[dist.ProcessGroup] = None) -> None:
+                             group: dist.ProcessGroup | None = None) -> None:
     """A plan made for another world size or rank would deadlock or mix up rows."""
     if plan_world_size > 1 and not is_distributed(group):
         raise RuntimeError(f"this shard belongs to a {plan_world_size}-rank partition but "
@@ -50,7 +51,7 @@ _SHARED_ERRORS = {e.__name__: e for e in (FileNotFoundError, PermissionError, OS
                                           TypeError, KeyError, RuntimeError)}
 
 
-def raise_together(fn: Callable[[], T], what: str, group: Optional[dist.ProcessGroup] = None) -> T:
+def raise_together(fn: Callable[[], T], what: str, group: dist.ProcessGroup | None = None) -> T:
     """Runs ``fn`` on every rank of ``group`` and agrees on the outcome (one ``all_gather_object``).
 
     If ``fn`` raised on any rank, every rank raises the same error: the type of the lowest
@@ -61,7 +62,7 @@ def raise_together(fn: Callable[[], T], what: str, group: Optional[dist.ProcessG
     """
     if not is_distributed(group):
         return fn()
-    error: Optional[Exception] = None
+    error: Exception | None = None
     result = None
     try:
         result = fn()

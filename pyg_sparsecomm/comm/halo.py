@@ -8,7 +8,6 @@ summed into the owned rows with ``index_add_`` (a row sent to several peers
 accumulates all their gradients).  Nothing assumes ``A = A^T``.
 """
 import math
-from typing import List, Optional
 
 import torch
 import torch.distributed as dist
@@ -18,8 +17,8 @@ from ..plan import RankPlan
 from .counters import comm_counter, row_nbytes
 
 
-def start_all_to_all_rows(send: Tensor, send_counts: List[int], recv_counts: List[int],
-                          group: Optional[dist.ProcessGroup] = None, kind: str = "halo"):
+def start_all_to_all_rows(send: Tensor, send_counts: list[int], recv_counts: list[int],
+                          group: dist.ProcessGroup | None = None, kind: str = "halo"):
     """Starts the exchange of :func:`all_to_all_rows` without waiting; returns ``(recv, work)``.
 
     ``recv`` is valid once ``work.wait()`` returned.  The bytes are counted here; the
@@ -44,8 +43,8 @@ class WorkList:
             work.wait()
 
 
-def start_p2p_rows(send: Tensor, send_counts: List[int], recv_counts: List[int],
-                   group: Optional[dist.ProcessGroup] = None, kind: str = "halo"):
+def start_p2p_rows(send: Tensor, send_counts: list[int], recv_counts: list[int],
+                   group: dist.ProcessGroup | None = None, kind: str = "halo"):
     """:func:`start_all_to_all_rows` with non-blocking sends and receives posted only to the peers
     that have rows (``batch_isend_irecv``), instead of a collective that contacts every rank.
 
@@ -56,7 +55,7 @@ def start_p2p_rows(send: Tensor, send_counts: List[int], recv_counts: List[int],
     send = send.contiguous()
     recv = send.new_empty((sum(recv_counts),) + tuple(send.shape[1:]))
     ops, sent_off, recv_off = [], 0, 0
-    for peer, (n_send, n_recv) in enumerate(zip(send_counts, recv_counts)):
+    for peer, (n_send, n_recv) in enumerate(zip(send_counts, recv_counts, strict=False)):
         peer_rank = peer if group is None else dist.get_global_rank(group, peer)
         if n_recv:
             ops.append(dist.P2POp(dist.irecv, recv.narrow(0, recv_off, n_recv), peer_rank, group))
@@ -68,8 +67,8 @@ def start_p2p_rows(send: Tensor, send_counts: List[int], recv_counts: List[int],
     return recv, WorkList(works)
 
 
-def all_to_all_rows(send: Tensor, send_counts: List[int], recv_counts: List[int],
-                    group: Optional[dist.ProcessGroup] = None, kind: str = "halo") -> Tensor:
+def all_to_all_rows(send: Tensor, send_counts: list[int], recv_counts: list[int],
+                    group: dist.ProcessGroup | None = None, kind: str = "halo") -> Tensor:
     """Sends ``send_counts[p]`` consecutive rows of ``send`` to every rank ``p``.
 
     Returns the ``sum(recv_counts)`` received rows, grouped by source rank.
@@ -105,7 +104,7 @@ class _HaloExchange(torch.autograd.Function):
         return _to_owners(grad_halo, zeros, ctx.plan, ctx.group), None, None
 
 
-def halo_exchange(x: Tensor, plan: RankPlan, group: Optional[dist.ProcessGroup] = None) -> Tensor:
+def halo_exchange(x: Tensor, plan: RankPlan, group: dist.ProcessGroup | None = None) -> Tensor:
     """Returns the ``[halo_size, ...]`` rows of ``x`` that this rank's adjacency needs.
 
     ``x`` holds this rank's owned rows.  Differentiable: gradients flow back to
@@ -133,7 +132,7 @@ class _HaloReduce(torch.autograd.Function):
         return grad, _to_halo(grad, ctx.plan, ctx.group), None, None
 
 
-def halo_reduce(x_ext: Tensor, plan: RankPlan, group: Optional[dist.ProcessGroup] = None) -> Tensor:
+def halo_reduce(x_ext: Tensor, plan: RankPlan, group: dist.ProcessGroup | None = None) -> Tensor:
     r"""Folds values over ``[owned | halo]`` columns into the owners' rows.
 
     Row ``c`` of the result is ``x_ext[c]`` plus every peer's ``x_ext`` row of the halo
@@ -150,15 +149,15 @@ def halo_reduce(x_ext: Tensor, plan: RankPlan, group: Optional[dist.ProcessGroup
     return _HaloReduce.apply(owned, halo, plan, group)
 
 
-def halo_exchange_many(tensors: List[Tensor], plan: RankPlan,
-                       group: Optional[dist.ProcessGroup] = None) -> List[Tensor]:
+def halo_exchange_many(tensors: list[Tensor], plan: RankPlan,
+                       group: dist.ProcessGroup | None = None) -> list[Tensor]:
     """:func:`halo_exchange` of several ``[num_owned, ...]`` tensors in one all-to-allv per dtype.
 
     The tensors are flattened to rows and concatenated column-wise, so a message function
     reading several source tensors (``x_j``, ``alpha_j``, ...) costs one collective with the
     sum of their widths per row.  Returns the halo rows of every tensor, in order.
     """
-    out: List[Optional[Tensor]] = [None] * len(tensors)
+    out: list[Tensor | None] = [None] * len(tensors)
     by_dtype: dict = {}
     for k, t in enumerate(tensors):
         by_dtype.setdefault(t.dtype, []).append(k)
@@ -166,6 +165,6 @@ def halo_exchange_many(tensors: List[Tensor], plan: RankPlan,
         flat = [tensors[k].reshape(tensors[k].size(0), math.prod(tensors[k].shape[1:])) for k in ks]
         widths = [f.size(1) for f in flat]
         halo = halo_exchange(flat[0] if len(flat) == 1 else torch.cat(flat, dim=1), plan, group)
-        for k, part in zip(ks, torch.split(halo, widths, dim=1)):
+        for k, part in zip(ks, torch.split(halo, widths, dim=1), strict=False):
             out[k] = part.reshape((part.size(0),) + tuple(tensors[k].shape[1:]))
     return out  # type: ignore[return-value]

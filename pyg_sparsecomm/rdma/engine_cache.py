@@ -25,7 +25,8 @@ import atexit
 import threading
 import weakref
 from collections import OrderedDict
-from typing import Any, Callable, List, Optional, Union
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -36,11 +37,11 @@ from .factory import make_backend
 MAX_IDLE_ENGINES = 4
 #: engine key -> engine, least recently looked up first (identical keys and order on every rank)
 _ENGINES: OrderedDict = OrderedDict()
-_BACKEND: Optional[RMABackend] = None
+_BACKEND: RMABackend | None = None
 _LOCK = threading.Lock()  # lease counts may drop from a garbage-collecting thread
 
 
-def backend(device: Union[torch.device, str, None] = None) -> RMABackend:
+def backend(device: torch.device | str | None = None) -> RMABackend:
     """The process's one-sided backend, created by :func:`make_backend` for ``device`` on first use.
 
     Args:
@@ -92,7 +93,7 @@ class Lease:
         self._finalizer()
 
 
-def engines() -> List[Any]:
+def engines() -> list[Any]:
     """The cached engines, least recently looked up first (referenced or not)."""
     return list(_ENGINES.values())
 

@@ -1,8 +1,8 @@
 """``spmm`` / ``spgemm``: one entry point over the RDMA algorithms and the SUMMA baseline."""
 import inspect
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from functools import partial
-from typing import Any, Callable
+from typing import Any
 
 from .stationary import MatmulResult, stationary_a, stationary_c
 from .stealing import work_stealing

@@ -14,9 +14,8 @@ point in the middle of the algorithm; its wait is counted as load imbalance.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Callable
 
 from .backend import Future
 from .kernels import (

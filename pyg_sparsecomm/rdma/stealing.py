@@ -25,8 +25,7 @@ is reserved.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from typing import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch

@@ -18,14 +18,13 @@ communicators, or ``torch.distributed.broadcast`` over row/column groups for the
 symmetric-memory backend), so SUMMA, too, is written once.
 """
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
 from .kernels import Breakdown, Tile, accumulate, csr_tile, tile_flops, tile_product, zero_tile
 from .stationary import MatmulResult, finish, nonempty, zero_c_tiles
 from .tiled import SparseTiledMatrix, TiledMatrix, TileIndex, check_operands
-
 
 Bcast = Callable[[torch.Tensor, int], None]
 
@@ -41,19 +40,19 @@ def bcast_tiles(bcast: Bcast, mine: bool, root: int, M: TiledMatrix, tiles: list
         buf = (torch.cat([M.get_tile(*ij).reshape(-1) for ij in tiles]) if mine
                else torch.empty(sum(sizes), dtype=torch.float64, device=device))
         bcast(buf, root)
-        return {ij: part.reshape(d) for ij, part, d in zip(tiles, torch.split(buf, sizes), dims)}
+        return {ij: part.reshape(d) for ij, part, d in zip(tiles, torch.split(buf, sizes), dims, strict=False)}
     nnz = [M.nnz(*ij) for ij in tiles]
     if not sum(nnz):  # every rank knows this from the directory: nothing to send
-        return {ij: zero_tile(*d, True, device) for ij, d in zip(tiles, dims)}
+        return {ij: zero_tile(*d, True, device) for ij, d in zip(tiles, dims, strict=False)}
     local = [M.get_tile(*ij) for ij in tiles] if mine else []
     values = (torch.cat([t.values() for t in local]).to(torch.float64) if mine
               else torch.empty(sum(nnz), dtype=torch.float64, device=device))
     ints = (torch.cat([torch.cat([t.crow_indices(), t.col_indices()]) for t in local]) if mine
-            else torch.empty(sum(r + 1 + z for (r, _), z in zip(dims, nnz)), dtype=torch.int64, device=device))
+            else torch.empty(sum(r + 1 + z for (r, _), z in zip(dims, nnz, strict=False)), dtype=torch.int64, device=device))
     bcast(values, root)
     bcast(ints, root)
     out, vo, io = {}, 0, 0
-    for ij, (rows, cols), z in zip(tiles, dims, nnz):
+    for ij, (rows, cols), z in zip(tiles, dims, nnz, strict=False):
         out[ij] = csr_tile(values[vo:vo + z], ints[io:io + rows + 1], ints[io + rows + 1:io + rows + 1 + z],
                            (rows, cols))
         vo, io = vo + z, io + rows + 1 + z

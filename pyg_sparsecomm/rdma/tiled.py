@@ -87,7 +87,7 @@ class TileGrid:
 
     @property
     def grid_shape(self) -> tuple[int, int]:
-        return tuple(-(-s // t) for s, t in zip(self.shape, self.tile_shape))
+        return tuple(-(-s // t) for s, t in zip(self.shape, self.tile_shape, strict=False))
 
     def bounds(self, i: int, j: int) -> tuple[int, int, int, int]:
         """``(row0, row1, col0, col1)`` of tile ``(i, j)``."""
@@ -185,7 +185,7 @@ class DenseTiledMatrix(TiledMatrix):
         region = backend.alloc(int(offsets[-1]), torch.float64)
         memory = backend.local(region)
         entries = {}
-        for ij, off in zip(mine, offsets):
+        for ij, off in zip(mine, offsets, strict=False):
             rows, cols = grid.dims(*ij)
             memory[off:off + rows * cols] = torch.as_tensor(tiles[ij]).to(memory).reshape(-1)
             entries[ij] = (backend.rank, int(off), rows, cols)
@@ -283,7 +283,7 @@ class SparseTiledMatrix(TiledMatrix):
         indices = backend.alloc(int(val_offs[-1]), torch.int64)
         mem_v, mem_p, mem_i = backend.local(values), backend.local(indptr), backend.local(indices)
         entries = {ij: (backend.rank, -1, -1, -1, *grid.dims(*ij), 0) for ij in mine}
-        for ij, vo, po, z in zip(full, val_offs, ptr_offs, nnz):
+        for ij, vo, po, z in zip(full, val_offs, ptr_offs, nnz, strict=False):
             (idx, vals, _), (rows, cols) = coo[ij], grid.dims(*ij)
             t = coo_to_csr(idx[0].to(mem_p.device), idx[1].to(mem_p.device), vals.to(mem_v.device), (rows, cols),
                            is_sorted=True)
