@@ -38,7 +38,9 @@ def close(what, got, expect, where):
         raise AssertionError(f"{where} {what}: max error {(got - expect).abs().max():.3g}")
 
 
-def check(rank: int, world_size: int) -> None:
+def check(rank: int, world_size: int) -> int:
+    """Compares every case and option with ``GCNConv``; returns the number of tensors compared."""
+    compared = 0
     for name, data in make_cases(world_size).items():
         if name not in CASES:
             continue
@@ -65,11 +67,21 @@ def check(rank: int, world_size: int) -> None:
                                           ("dW", conv.lin.weight.grad, ref.lin.weight.grad),
                                           ("db", conv.bias.grad, ref.bias.grad)):
                     close(what, got, expect, where)
+                    compared += 1
+    return compared
 
 
-def check_many_adjacencies(rank: int, world_size: int, layers: int = 6) -> None:
+def expected_comparisons(world_size: int) -> int:
+    """What :func:`check` compares: 4 tensors per case, option and call (cached options call twice)."""
+    cases = sum(name in CASES for name in make_cases(world_size))
+    return 4 * cases * sum(2 if config.get("cached") else 1 for config in CONFIGS.values())
+
+
+def check_many_adjacencies(rank: int, world_size: int, layers: int = 6) -> int:
     """``layers`` > MAX_IDLE_ENGINES distinct adjacencies alive at once (regression: the cache used to free
-    the oldest engine while a cached layer and a pending backward still used it)."""
+    the oldest engine while a cached layer and a pending backward still used it); returns the number
+    of gradients compared (``2 * (1 + 2 * layers)``)."""
+    compared = 0
     assert layers > rdma_algorithm.MAX_IDLE_ENGINES
     data = make_cases(world_size)["undirected"]
     local = shard(data)
@@ -111,6 +123,7 @@ def check_many_adjacencies(rank: int, world_size: int, layers: int = 6) -> None:
         for n, (conv, ref) in enumerate(zip(convs, refs, strict=False)):
             close(f"layer {n} dW", conv.lin.weight.grad, ref.lin.weight.grad, where)
             close(f"layer {n} db", conv.bias.grad, ref.bias.grad, where)
+        compared += 1 + 2 * layers
     # a pending backward keeps its engine alive across an explicit, collective close()
     x = local.x.clone().requires_grad_()
     y = convs[0](x, local.adj, local_w[0])
@@ -125,3 +138,4 @@ def check_many_adjacencies(rank: int, world_size: int, layers: int = 6) -> None:
     rdma_algorithm.collect(keep=0)  # collective: every engine is unreferenced everywhere now
     left = len(engine_cache.engines())
     assert left == 0, f"{left} engines still cached after every lease was released"
+    return compared

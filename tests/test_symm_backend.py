@@ -13,7 +13,7 @@ import pytest
 import torch
 import triton  # noqa: E402,F401  -- a test dependency: a missing triton must fail this module, not skip it
 from _rdma_checks import check_queue_concurrent_pushes, check_spmm_and_spgemm, check_work_stealing_claims
-from _rdma_gcn_checks import check, check_many_adjacencies
+from _rdma_gcn_checks import check, check_many_adjacencies, expected_comparisons
 from _symm_emulation import emulated_backend
 
 from pyg_sparsecomm.rdma import make_backend
@@ -42,19 +42,21 @@ def test_every_algorithm_on_symmetric_memory_backend(P, tmp_path):
     assert out == [["spmm_spgemm", "work_stealing", "queue"]] * P
 
 
-def _gcn_worker(rank: int, world_size: int, workdir: str) -> None:
+def _gcn_worker(rank: int, world_size: int, workdir: str) -> tuple[int, int]:
     import pyg_sparsecomm.algorithms.rdma as rdma_algorithm
     rdma_algorithm.set_backend(emulated_backend(workdir))
-    check(rank, world_size)
-    check_many_adjacencies(rank, world_size)
+    compared = check(rank, world_size), check_many_adjacencies(rank, world_size)
     rdma_algorithm.free_engines()
+    return compared
 
 
 @pytest.mark.parametrize("P", [2, 3])
 def test_gcn_conv_rdma_on_symmetric_memory_backend(P, tmp_path):
     """DistributedGCNConv(algorithm="rdma") == GCNConv (outputs, input/weight/bias gradients, all graph
     cases and options, > cache-size live adjacencies) with the engine on the symmetric-memory backend."""
-    launch(_gcn_worker, P, str(tmp_path), timeout=600)
+    compared = launch(_gcn_worker, P, str(tmp_path), timeout=600)
+    # every rank compared every case, option and adjacency (a worker skipping its checks fails here)
+    assert compared == [(expected_comparisons(P), 2 * (1 + 2 * 6))] * P
 
 
 def test_fetch_add_kernel_returns_old_value():
