@@ -39,6 +39,13 @@ class _GlobalStatistics:
     def _distributed(self) -> bool:
         return self._sparsecomm_settings is not None and world_size(self._stats_group()) > 1
 
+    def _one_distributed_graph(self, batch: Tensor | None) -> bool:
+        """Whether this call normalises over all ranks (a batch vector is refused then)."""
+        if not self._distributed():
+            return False
+        _refuse_batch(self, batch)
+        return True
+
 
 def global_mean_var(rows: Tensor, group, mean_scale=1.0) -> tuple[Tensor, Tensor, int]:
     """Per-column mean of ``rows`` ``[n, C]`` over all ranks' rows, the biased variance of
@@ -92,9 +99,8 @@ class DistributedInstanceNorm(_GlobalStatistics, pyg_norm.InstanceNorm):
     """PyG's ``InstanceNorm`` of one graph (``batch=None``) with all ranks' statistics."""
 
     def forward(self, x: Tensor, batch: Tensor | None = None, batch_size: int | None = None) -> Tensor:
-        if not self._distributed():
+        if not self._one_distributed_graph(batch):
             return super().forward(x, batch, batch_size)
-        _refuse_batch(self, batch)
         return _feature_norm(self, x, self._stats_group())
 
 
@@ -102,9 +108,8 @@ class DistributedGraphNorm(_GlobalStatistics, pyg_norm.GraphNorm):
     """PyG's ``GraphNorm`` of one graph (``batch=None``) with all ranks' statistics."""
 
     def forward(self, x: Tensor, batch: Tensor | None = None, batch_size: int | None = None) -> Tensor:
-        if not self._distributed():
+        if not self._one_distributed_graph(batch):
             return super().forward(x, batch, batch_size)
-        _refuse_batch(self, batch)
         mean, var, _ = global_mean_var(x, self._stats_group(), self.mean_scale)
         return self.weight * (x - mean * self.mean_scale) / (var + self.eps).sqrt() + self.bias
 
@@ -113,9 +118,8 @@ class DistributedLayerNorm(_GlobalStatistics, pyg_norm.LayerNorm):
     """PyG's ``LayerNorm``; in ``mode="graph"`` with ``batch=None`` over all ranks' entries."""
 
     def forward(self, x: Tensor, batch: Tensor | None = None, batch_size: int | None = None) -> Tensor:
-        if self.mode != "graph" or not self._distributed():
+        if self.mode != "graph" or not self._one_distributed_graph(batch):
             return super().forward(x, batch, batch_size)
-        _refuse_batch(self, batch)
         mean, var, _ = global_mean_var(x.reshape(-1, 1), self._stats_group())
         out = (x - mean) / (var.sqrt() + self.eps)
         if self.weight is not None and self.bias is not None:

@@ -19,7 +19,6 @@ from torch import Tensor
 from ..adj import HaloAdj
 from ..comm.group import collective_device, world_size
 from ..comm.halo import halo_exchange
-from ..plan import RankPlan
 
 
 @dataclass
@@ -38,17 +37,10 @@ class ShardContext:
     #: results of whole-graph computations within this call (e.g. a Laplacian needed twice)
     memo: dict[tuple, object] = field(default_factory=dict)
 
-    @property
-    def plan(self) -> RankPlan:
-        return self.adj.plan
-
-    @property
-    def num_owned(self) -> int:
-        return self.adj.num_owned
-
-    @property
-    def num_cols(self) -> int:
-        return self.adj.num_cols
+    # the adjacency's shape, for the layers' checks
+    plan = property(lambda self: self.adj.plan, doc="The shard's :class:`RankPlan`.")
+    num_owned = property(lambda self: self.adj.num_owned, doc="Rows this rank owns (targets).")
+    num_cols = property(lambda self: self.adj.num_cols, doc="Owned plus halo columns (sources).")
 
 
 _local = threading.local()
