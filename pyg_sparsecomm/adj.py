@@ -61,15 +61,17 @@ def coo_to_csr(row: Tensor, col: Tensor, value: Tensor, shape: tuple[int, int], 
         shape: ``(num_rows, num_cols)``.
         is_sorted: the entries are already in ``(row, col)`` order (no sort).
     """
-    return make_csr(*sort_coo(row, col, value, shape[0], shape[1], is_sorted), shape)
+    rowptr, sorted_col, sorted_value = sort_coo(row, col, value, shape[0], shape[1], is_sorted)
+    assert sorted_value is not None  # value was given
+    return make_csr(rowptr, sorted_col, sorted_value, shape)
 
 
 class HaloAdj:
     def __init__(self, rowptr: Tensor, col: Tensor, value: Tensor | None, plan: RankPlan) -> None:
         self.rowptr, self.col, self.value, self.plan = rowptr, col, value, plan
-        self._cache: dict[object, object] = {}
+        self._cache: dict[tuple[str, torch.dtype], Tensor] = {}
         # structure-only entries (the transpose's order), shared by every with_value() copy
-        self._structure: dict[str, object] = {}
+        self._structure: dict[str, Tensor] = {}
 
     @classmethod
     def from_coo(cls, row: Tensor, col: Tensor, value: Tensor | None, plan: RankPlan) -> "HaloAdj":
@@ -103,7 +105,7 @@ class HaloAdj:
         if "row" not in self._structure:
             counts = self.rowptr[1:] - self.rowptr[:-1]
             self._structure["row"] = torch.repeat_interleave(torch.arange(self.num_owned, device=self.device), counts)
-        return self._structure["row"]  # type: ignore[return-value]
+        return self._structure["row"]
 
     def coo(self) -> tuple[Tensor, Tensor]:
         return self.row(), self.col
@@ -113,7 +115,7 @@ class HaloAdj:
         ``[owned | halo]``, row 1: target owned row), in this adjacency's edge order; cached."""
         if "edge_index" not in self._structure:
             self._structure["edge_index"] = torch.stack([self.col, self.row()])
-        return self._structure["edge_index"]  # type: ignore[return-value]
+        return self._structure["edge_index"]
 
     def with_value(self, value: Tensor | None) -> "HaloAdj":
         if value is not None and value.numel() != self.nnz:
@@ -128,8 +130,10 @@ class HaloAdj:
         arguments PyG's ``Data.to`` passes, so ``local.to(device)`` moves ``local.adj`` too."""
         if torch.device(device) == self.device:
             return self
-        move = lambda t: None if t is None else t.to(device, non_blocking=non_blocking)  # noqa: E731
-        return HaloAdj(move(self.rowptr), move(self.col), move(self.value), self.plan.to(device))
+        def move(t: Tensor) -> Tensor:
+            return t.to(device, non_blocking=non_blocking)
+        value = None if self.value is None else move(self.value)
+        return HaloAdj(move(self.rowptr), move(self.col), value, self.plan.to(device))
 
     def cpu(self) -> "HaloAdj":
         return self.to("cpu")
@@ -162,11 +166,12 @@ class HaloAdj:
         The transposed structure is computed once; with ``value`` given (learnable
         weights) only the values are permuted again.
         """
-        if "t_structure" not in self._structure:
+        if "t_perm" not in self._structure:
             row, col = self.coo()
-            rowptr, perm = csr_order(col, row, self.num_cols, self.num_owned)
-            self._structure["t_structure"] = (rowptr, row[perm], perm)
-        rowptr, t_col, perm = self._structure["t_structure"]
+            t_rowptr, t_perm = csr_order(col, row, self.num_cols, self.num_owned)
+            assert t_perm is not None  # not is_sorted: always a permutation
+            self._structure.update(t_rowptr=t_rowptr, t_col=row[t_perm], t_perm=t_perm)
+        rowptr, t_col, perm = (self._structure[k] for k in ("t_rowptr", "t_col", "t_perm"))
         shape = (self.num_cols, self.num_owned)
         if value is not None:
             return make_csr(rowptr, t_col, value.detach().to(dtype)[perm], shape)

@@ -155,9 +155,9 @@ class RankVolumes:
         return int(self.block_rows[self.row])
 
     @classmethod
-    def from_counts(cls, send_counts: Sequence[int], recv_counts: Sequence[int], block_rows: Sequence[int],
-                    row: int, col: int = 0, replication: int = 1, fetch_rows: np.ndarray | None = None,
-                    serve_rows: np.ndarray | None = None) -> "RankVolumes":
+    def from_counts(cls, send_counts: Sequence[int] | np.ndarray, recv_counts: Sequence[int] | np.ndarray,
+                    block_rows: Sequence[int] | np.ndarray, row: int, col: int = 0, replication: int = 1,
+                    fetch_rows: np.ndarray | None = None, serve_rows: np.ndarray | None = None) -> "RankVolumes":
         """From a rank's *unrestricted* 1D counts (a ``RankPlan`` or a row/column of the
         volume matrix of the partition into ``P / c`` parts) and, optionally, its one-sided volumes."""
         blocks = stage_blocks(len(block_rows), replication, col)
@@ -166,7 +166,7 @@ class RankVolumes:
                    np.asarray(block_rows, dtype=np.int64), blocks, fetch_rows, serve_rows)
 
 
-def volumes_of_all_ranks(volume_matrix: np.ndarray, block_rows: Sequence[int], replication: int,
+def volumes_of_all_ranks(volume_matrix: np.ndarray, block_rows: Sequence[int] | np.ndarray, replication: int,
                          spans: np.ndarray | None = None) -> list[RankVolumes]:
     r"""``RankVolumes`` of all ``P = Q c`` ranks of a partition into ``Q`` parts, in rank order.
 

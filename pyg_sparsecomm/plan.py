@@ -20,6 +20,7 @@ Layout conventions:
   a destination by ascending global id, the *local* rows this rank sends.
 """
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -158,7 +159,7 @@ class RankPlan:
         return int(self.halo_n_id.numel())
 
     def to(self, device) -> "RankPlan":
-        moved = {k: (v.to(device) if isinstance(v, Tensor) else v) for k, v in self.__dict__.items()}
+        moved: dict[str, Any] = {k: (v.to(device) if isinstance(v, Tensor) else v) for k, v in self.__dict__.items()}
         return RankPlan(**moved)
 
     def locate_columns(self, col: Tensor) -> tuple[Tensor, Tensor]:

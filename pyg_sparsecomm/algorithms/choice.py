@@ -5,7 +5,7 @@ import torch.distributed as dist
 
 from ..adj import HaloAdj
 from ..comm.group import check_plan_matches_group, collective_device, is_distributed
-from ..cost import CostModel, RankVolumes
+from ..cost import CostModel, Prediction, RankVolumes
 from ..grid import ProcessGrid
 from .base import ALGORITHMS, auto_candidates
 
@@ -28,7 +28,12 @@ def choose_algorithm(adj: HaloAdj, grid: ProcessGrid | None, row_bytes: int, lea
     names = auto_candidates(grid is not None)
     if learnable:
         names = [n for n in names if ALGORITHMS[n].differentiates_edge_weights]
-    predictions = [ALGORITHMS[n].predict(volumes, cost_model, row_bytes) for n in names]
+    predictions: list[Prediction] = []
+    for n in names:
+        prediction = ALGORITHMS[n].predict(volumes, cost_model, row_bytes)
+        if prediction is None:
+            raise RuntimeError(f"algorithm {n!r} is an auto candidate but predicts no cost")
+        predictions.append(prediction)
     worst = torch.tensor([[p.seconds for p in predictions], [p.bytes_sent for p in predictions]],
                          dtype=torch.float64)
     reduce_group = None if grid is not None else group

@@ -3,6 +3,7 @@ from torch import Tensor
 
 from ..comm.collectives import row_all_reduce
 from ..cost import CostModel, Prediction, RankVolumes
+from ..grid import ProcessGrid
 from .oblivious_1d import Oblivious1D, broadcast_prediction
 from .sparse_15d import all_reduce_prediction
 
@@ -23,6 +24,7 @@ class Oblivious15D(Oblivious1D):
     name = "1.5d_oblivious"
     auto_candidate = True
     replicated = True
+    grid: ProcessGrid  # SpMMAlgorithm.__init__ refuses a replicated algorithm without one
 
     def __call__(self, x: Tensor) -> Tensor:
         return row_all_reduce(super().__call__(x), self.grid.row_group)

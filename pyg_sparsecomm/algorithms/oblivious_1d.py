@@ -65,27 +65,34 @@ class Oblivious1D(SpMMAlgorithm):
         super().__init__(adj, group, grid)
         plan = adj.plan
         #: the block rows broadcast, in stage order (all of them in 1D; the grid column's stage blocks in 1.5D)
-        self.stage_ranks: list[int] = grid.stage_blocks() if self.replicated else list(range(plan.world_size))
+        self.stage_ranks: list[int] = (grid.stage_blocks() if grid is not None and self.replicated
+                                       else list(range(plan.world_size)))
         row, col = adj.coo()
         owner, remote_col = plan.locate_columns(col)
         value = adj.values(torch.float64).detach()
-        self.blocks: list[tuple | None] = []
+        self.blocks: list[tuple[Tensor, Tensor, Tensor, int] | None] = []
         for j, size in enumerate(plan.part_sizes):
             sel = owner == j  # A_rj, in the column numbering of rank j's rows
             self.blocks.append((row[sel], remote_col[sel], value[sel], size) if bool(sel.any()) else None)
-        self._csr = {}
+        self._csr: dict[tuple[str, int, torch.dtype], Tensor] = {}
+
+    def _coo(self, j: int) -> tuple[Tensor, Tensor, Tensor, int]:
+        block = self.blocks[j]
+        if block is None:
+            raise ValueError(f"block A_{{r,{j}}} is empty (check blocks[{j}] before asking for it)")
+        return block
 
     def block(self, j: int, dtype: torch.dtype) -> Tensor:
         key = ("A", j, dtype)
         if key not in self._csr:
-            row, col, value, size = self.blocks[j]
+            row, col, value, size = self._coo(j)
             self._csr[key] = coo_to_csr(row, col, value.to(dtype), (self.adj.num_owned, size))
         return self._csr[key]
 
     def block_t(self, j: int, dtype: torch.dtype) -> Tensor:
         key = ("At", j, dtype)
         if key not in self._csr:
-            row, col, value, size = self.blocks[j]
+            row, col, value, size = self._coo(j)
             self._csr[key] = coo_to_csr(col, row, value.to(dtype), (size, self.adj.num_owned))
         return self._csr[key]
 

@@ -68,7 +68,7 @@ class Overlap1D(SpMMAlgorithm):
         value = adj.values(torch.float64).detach()
         self._coo = {"own": (row[own], col[own], value[own], (n, n)),
                      "halo": (row[~own], col[~own] - n, value[~own], (n, adj.halo_size))}
-        self._csr = {}
+        self._csr: dict[tuple[str, torch.dtype], Tensor] = {}
 
     def block(self, kind: str, dtype: torch.dtype) -> Tensor:
         """``"own"``/``"halo"`` column blocks of the block row, ``"_t"``: transposed (cached)."""

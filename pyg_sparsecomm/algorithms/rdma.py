@@ -47,6 +47,12 @@ def _row_span(tile: Tensor) -> int:
     return int(rows[-1] - rows[0]) + 1 if rows.numel() else 0
 
 
+def _empty_tile(T: int) -> Tensor:
+    """An all-zero ``T x T`` sparse tile without storage (O(1) memory)."""
+    # torch's stubs lack the size-only overload of sparse_coo_tensor that the runtime accepts
+    return torch.sparse_coo_tensor(size=(T, T))  # type: ignore[call-arg]
+
+
 def _tile_nbytes(M: SparseTiledMatrix, i: int, j: int) -> int:
     """Bytes one get of CSR tile ``(i, j)`` moves: values, row pointers and column indices."""
     rows, nnz = int(M.directory[i, j, 4]), M.nnz(i, j)
@@ -93,7 +99,7 @@ class TiledAdjacency:
         for j in range(plan.world_size):
             sel = owner == j
             tiles[plan.rank, j] = (torch.sparse_coo_tensor(torch.stack([row[sel], remote[sel]]), value[sel], (T, T))
-                                   if sel.any() else torch.sparse_coo_tensor(size=(T, T)))  # empty: O(1)
+                                   if sel.any() else _empty_tile(T))
         return tiles
 
     def _transposed_tiles(self) -> dict:
@@ -105,7 +111,7 @@ class TiledAdjacency:
         for r, fut in fetched.items():
             block = fut.wait()
             t_tiles[me, r] = (block.to_sparse_coo().t().coalesce() if block._nnz()
-                              else torch.sparse_coo_tensor(size=(self.T, self.T)))
+                              else _empty_tile(self.T))
         remote = [r for r in range(P) if r != me]
         sent, received = np.zeros(P, dtype=np.int64), np.zeros(P, dtype=np.int64)
         sent[remote] = [_tile_nbytes(A, me, r) for r in remote]

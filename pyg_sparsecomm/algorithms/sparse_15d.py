@@ -68,11 +68,12 @@ class SparseAware15D(SpMMAlgorithm):
     name = "1.5d"
     auto_candidate = True
     replicated = True
+    grid: ProcessGrid  # SpMMAlgorithm.__init__ refuses a replicated algorithm without one
 
     def __init__(self, adj: HaloAdj, group: dist.ProcessGroup | None = None,
                  grid: ProcessGrid | None = None) -> None:
         super().__init__(adj, group, grid)
-        self.partial = SparseAware1D(restrict_to_blocks(adj, grid.stage_blocks()), grid.col_group)
+        self.partial = SparseAware1D(restrict_to_blocks(adj, self.grid.stage_blocks()), self.grid.col_group)
 
     def __call__(self, x: Tensor) -> Tensor:
         return row_all_reduce(self.partial(x), self.grid.row_group)

@@ -42,7 +42,7 @@ def ring_allreduce_nbytes(nbytes: int, group_size: int) -> int:
     return 0 if group_size <= 1 else 2 * (group_size - 1) * nbytes // group_size
 
 
-def _ring_counts(nbytes: int, group: dist.ProcessGroup | None):
+def _ring_counts(nbytes: int, group: dist.ProcessGroup | None) -> tuple[list[int], list[int]]:
     P, me = world_size(group), rank(group)
     moved = ring_allreduce_nbytes(nbytes, P)
     sent, recv = [0] * P, [0] * P

@@ -27,7 +27,8 @@ class CommCounter:
         self.calls: dict[str, int] = defaultdict(int)
         self.seconds: float = 0.0
 
-    def record(self, kind: str, sent_per_peer: Sequence[int], received_per_peer: Sequence[int],
+    def record(self, kind: str, sent_per_peer: Sequence[int] | np.ndarray,
+               received_per_peer: Sequence[int] | np.ndarray,
                group: dist.ProcessGroup | None = None) -> None:
         """Adds one exchange; ``*_per_peer[p]`` is indexed by rank ``p`` *of* ``group``."""
         sent = _to_global(np.asarray(sent_per_peer, dtype=np.int64), group)
@@ -48,11 +49,11 @@ class CommCounter:
         finally:
             self.seconds += time.perf_counter() - start
 
-    def bytes_sent(self, kind: str = None) -> int:
+    def bytes_sent(self, kind: str | None = None) -> int:
         kinds = [kind] if kind else list(self.sent)
         return int(sum(self.sent[k].sum() for k in kinds if k in self.sent))
 
-    def bytes_received(self, kind: str = None) -> int:
+    def bytes_received(self, kind: str | None = None) -> int:
         kinds = [kind] if kind else list(self.received)
         return int(sum(self.received[k].sum() for k in kinds if k in self.received))
 

@@ -68,7 +68,7 @@ def raise_together(fn: Callable[[], T], what: str, group: dist.ProcessGroup | No
         result = fn()
     except Exception as e:  # noqa: BLE001 - every error is shared, then re-raised
         error = e
-    outcomes = [None] * world_size(group)
+    outcomes: list[tuple[str, str] | None] = [None] * world_size(group)
     dist.all_gather_object(outcomes, None if error is None else (type(error).__name__, str(error)), group=group)
     failed = [(r, outcome) for r, outcome in enumerate(outcomes) if outcome is not None]
     if not failed:

@@ -47,10 +47,13 @@ class Future:
     """
 
     def __init__(self, finish: Callable[[], Any], nbytes: int = 0) -> None:
-        self._finish, self._value, self._done, self.nbytes = finish, None, False, nbytes
+        self._finish: Callable[[], Any] | None = finish
+        self._value: Any = None
+        self._done, self.nbytes = False, nbytes
 
     def wait(self) -> Any:
         if not self._done:
+            assert self._finish is not None  # dropped only once the value is in
             self._value, self._done, self._finish = self._finish(), True, None
         return self._value
 
@@ -114,6 +117,9 @@ class RMABackend(ABC):
     @abstractmethod
     def free(self, region: Region) -> None:
         """Collectively releases a region."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook, not abstract: a backend holding nothing keeps it
+        """Collectively frees every region still allocated (called at exit)."""
 
     def grid_broadcast(self, rows: int, cols: int) -> tuple[Callable[[torch.Tensor, int], None],
                                                             Callable[[torch.Tensor, int], None], Callable[[], None]]:

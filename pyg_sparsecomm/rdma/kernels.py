@@ -97,7 +97,8 @@ def accumulate(c: Tile | SparseSum, partial: Tile) -> Tile | SparseSum:
     if isinstance(c, SparseSum):
         return c.add(partial)
     if is_sparse(c):
-        return SparseSum(*c.shape, c.device).add(c).add(partial)
+        rows, cols = c.shape
+        return SparseSum(rows, cols, c.device).add(c).add(partial)
     c += partial
     return c
 

@@ -104,7 +104,9 @@ class MPIBackend(RMABackend):
         if heap_bytes is None:
             heap_bytes = int(float(os.environ.get("PYG_SPARSECOMM_RDMA_HEAP_MB", DEFAULT_HEAP_MB)) * 2 ** 20)
         self._heap_bytes = heap_bytes
-        self._heap_win, self._heap_mem, self._heap = None, None, None
+        self._heap_win: Any = None  # the heap's window and its bytes, made on first use
+        self._heap_mem: np.ndarray | None = None
+        self._heap: SymmetricHeap | None = None
         self._dedicated: dict[int, Any] = {}  # region id -> its own window
         self._where: dict[int, tuple] = {}  # region id -> (window, byte base, local view, symmetric bytes)
         self._next_id = 0
@@ -131,8 +133,9 @@ class MPIBackend(RMABackend):
             self._heap_win, self._heap_mem = self._window(self._heap_bytes, zero=False)
             self._heap = SymmetricHeap(self._heap_bytes)
         base = self._heap.take(nbytes) if self._heap is not None else None
-        if base is not None and base + nbytes > self._heap.high_water:
+        if self._heap is not None and base is not None and base + nbytes > self._heap.high_water:
             # first use of these bytes (same decision on every rank): zero, then agree
+            assert self._heap_mem is not None  # made together with the heap
             self._heap_mem[max(base, self._heap.high_water):base + nbytes] = 0
             self._heap.high_water = base + nbytes
             self._heap_win.Sync()
@@ -225,6 +228,7 @@ class MPIBackend(RMABackend):
         self.comm.Barrier()  # nobody still reads or updates the range
         view[:] = 0  # so that the next allocation of this range starts zeroed
         win.Sync()
+        assert self._heap is not None  # a region without its own window lives in the heap
         self._heap.give(base, nbytes)
 
     def close(self) -> None:

@@ -89,7 +89,7 @@ def pipelined_products(A: TiledMatrix, B: TiledMatrix, tasks: Iterable[tuple[int
     while current is not None:
         i, j, k = current
         with bd.timing("comm"):
-            a_fut, b_fut = pending if prefetch else fetch_pair(A, B, i, k, j)
+            a_fut, b_fut = pending if pending is not None else fetch_pair(A, B, i, k, j)  # None: no prefetch
             a, b = a_fut.wait(), b_fut.wait()
         fetched = a_fut.nbytes + b_fut.nbytes
         nxt = next(tasks, None)
@@ -106,17 +106,17 @@ def pipelined_products(A: TiledMatrix, B: TiledMatrix, tasks: Iterable[tuple[int
         current = nxt
 
 
-def finish(A: SparseTiledMatrix, B: TiledMatrix, bd: Breakdown, c_tiles: dict[TileIndex, Tile], t_start: float,
-           claims: list[tuple[int, int, int]] | None = None) -> MatmulResult:
+def finish(A: SparseTiledMatrix, B: TiledMatrix, bd: Breakdown, c_tiles: dict[TileIndex, Tile | SparseSum],
+           t_start: float, claims: list[tuple[int, int, int]] | None = None) -> MatmulResult:
     """Sparse sums reduced, final barrier (timed as load imbalance), then ``C`` built collectively."""
     with bd.timing("accumulate"):  # SpGEMM: every SparseSum is reduced here, once
-        c_tiles = {ij: materialize(t) for ij, t in c_tiles.items()}
+        tiles = {ij: materialize(t) for ij, t in c_tiles.items()}
     with bd.timing("imbalance"):
         A.backend.barrier()
     bd.total = time.perf_counter() - t_start
     shape, tile_shape, _, _ = c_layout(A, B)
     cls = SparseTiledMatrix if isinstance(B, SparseTiledMatrix) else DenseTiledMatrix
-    C = cls.from_local_tiles(A.backend, shape, tile_shape, c_tiles, A.pgrid)
+    C = cls.from_local_tiles(A.backend, shape, tile_shape, tiles, A.pgrid)
     return MatmulResult(C, bd, A.backend.allgather(bd.summary()), claims or [])
 
 
@@ -146,7 +146,7 @@ def stationary_c(A: SparseTiledMatrix, B: TiledMatrix, prefetch: bool = True) ->
     return finish(A, B, bd, c_tiles, t_start)
 
 
-def drain(queue: RemoteQueue, outbox: Outbox | None, c_tiles: dict[TileIndex, Tile], B: TiledMatrix,
+def drain(queue: RemoteQueue, outbox: Outbox, c_tiles: dict[TileIndex, Tile | SparseSum], B: TiledMatrix,
           A: SparseTiledMatrix, bd: Breakdown, limit: int = -1) -> int:
     """Dequeues ready handles (at most ``limit`` if >= 0), fetches the partials and accumulates them."""
     done = 0
@@ -164,8 +164,8 @@ def drain(queue: RemoteQueue, outbox: Outbox | None, c_tiles: dict[TileIndex, Ti
     return done
 
 
-def drain_until(queue: RemoteQueue, outbox: Outbox | None, c_tiles: dict[TileIndex, Tile], B: TiledMatrix,
-                A: SparseTiledMatrix, bd: Breakdown, received: int, expected: int) -> int:
+def drain_until(queue: RemoteQueue, outbox: Outbox, c_tiles: dict[TileIndex, Tile | SparseSum],
+                B: TiledMatrix, A: SparseTiledMatrix, bd: Breakdown, received: int, expected: int) -> int:
     """Blocks until ``expected`` remote updates were applied; waiting counts as load imbalance."""
     while received < expected:
         got = drain(queue, outbox, c_tiles, B, A, bd)
@@ -238,7 +238,9 @@ def stationary_a(A: SparseTiledMatrix, B: TiledMatrix, prefetch: bool = True, co
     queue = RemoteQueue(be, expected)
     remote_floats = sum(A.tiles.dims(u[0], 0)[0] * B.tiles.dims(0, u[1])[1] for u in last if owner(u[0], u[1]) != me)
     outbox = None if sparse_out else Outbox(be, remote_floats)
-    deferred, received, running = [], 0, None
+    deferred: list[tuple[int, int, int, Tile]] = []
+    received = 0
+    running: Tile | SparseSum | None = None  # this rank's partials of one remote C_ij, summed
     for n, ((i, j, k), partial) in enumerate(pipelined_products(A, B, tasks, bd, prefetch)):
         if owner(i, j) == me:
             with bd.timing("accumulate"):
@@ -249,14 +251,14 @@ def stationary_a(A: SparseTiledMatrix, B: TiledMatrix, prefetch: bool = True, co
         if last[unit(i, j, k)] != n:
             continue  # more of this rank's partials of C_ij follow
         with bd.timing("accumulate"):
-            running = materialize(running)
+            update = materialize(running)
         if outbox is not None:
-            push_partial(queue, outbox, owner(i, j), i, j, k, running, bd)
+            push_partial(queue, outbox, owner(i, j), i, j, k, update, bd)
             received += drain(queue, outbox, c_tiles, B, A, bd)
         else:
-            deferred.append((i, j, k, running))
+            deferred.append((i, j, k, update))
         running = None
-    if sparse_out:
+    if outbox is None:  # SpGEMM (sparse_out)
         with bd.timing("imbalance"):  # collective: waits for the slowest rank's local products
             sizes = [Outbox.sizes(p) for *_, p in deferred]
             outbox = Outbox(be, sum(f for f, _ in sizes), sum(n for _, n in sizes))

@@ -47,8 +47,9 @@ def bcast_tiles(bcast: Bcast, mine: bool, root: int, M: TiledMatrix, tiles: list
     local = [M.get_tile(*ij) for ij in tiles] if mine else []
     values = (torch.cat([t.values() for t in local]).to(torch.float64) if mine
               else torch.empty(sum(nnz), dtype=torch.float64, device=device))
+    num_ints = sum(r + 1 + z for (r, _), z in zip(dims, nnz, strict=False))
     ints = (torch.cat([torch.cat([t.crow_indices(), t.col_indices()]) for t in local]) if mine
-            else torch.empty(sum(r + 1 + z for (r, _), z in zip(dims, nnz, strict=False)), dtype=torch.int64, device=device))
+            else torch.empty(num_ints, dtype=torch.int64, device=device))
     bcast(values, root)
     bcast(ints, root)
     out, vo, io = {}, 0, 0

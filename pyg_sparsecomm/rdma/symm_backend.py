@@ -64,7 +64,8 @@ class SymmetricMemoryBackend(RMABackend):
         if symm_mem is None:
             check_symmetric_memory_available(device)
             import torch.distributed._symmetric_memory as symm_mem
-        self.dist, self.symm_mem = dist, symm_mem
+        self.dist = dist
+        self.symm_mem: Any = symm_mem  # the module, or a stand-in with its API
         self.device = torch.device(device)
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())

@@ -87,7 +87,8 @@ class TileGrid:
 
     @property
     def grid_shape(self) -> tuple[int, int]:
-        return tuple(-(-s // t) for s, t in zip(self.shape, self.tile_shape, strict=False))
+        (m, n), (tm, tn) = self.shape, self.tile_shape
+        return -(-m // tm), -(-n // tn)
 
     def bounds(self, i: int, j: int) -> tuple[int, int, int, int]:
         """``(row0, row1, col0, col1)`` of tile ``(i, j)``."""
@@ -103,6 +104,14 @@ class TileGrid:
     def indices(self) -> Iterator[TileIndex]:
         rows, cols = self.grid_shape
         return ((i, j) for i in range(rows) for j in range(cols))
+
+
+def _size_pair(sizes: Any, what: str) -> tuple[int, int]:
+    """``sizes`` as two ints (the range checks are :class:`TileGrid`'s)."""
+    pair = tuple(int(s) for s in sizes)
+    if len(pair) != 2:
+        raise ValueError(f"{what} must be two positive sizes, got {pair}")
+    return pair[0], pair[1]
 
 
 class TiledMatrix:
@@ -150,12 +159,12 @@ class TiledMatrix:
     def _setup(backend: RMABackend, shape, tile_shape, pgrid: TileProcessGrid | None):
         pgrid = pgrid or TileProcessGrid.for_world(backend.world_size)
         pgrid.check_world(backend.world_size)
-        tiles = TileGrid(tuple(int(s) for s in shape), tuple(int(t) for t in tile_shape))
+        tiles = TileGrid(_size_pair(shape, "matrix shape"), _size_pair(tile_shape, "tile shape"))
         mine = [(i, j) for i, j in tiles.indices() if pgrid.owner(i, j) == backend.rank]
         return tiles, pgrid, mine
 
     @staticmethod
-    def _check_local_tiles(tiles: TileGrid, mine: list[TileIndex], given: dict[TileIndex, object]) -> None:
+    def _check_local_tiles(tiles: TileGrid, mine: list[TileIndex], given: dict[TileIndex, Any]) -> None:
         if set(given) != set(mine):
             raise ValueError(f"rank-local tiles must be exactly the owned tiles {sorted(mine)}, got {sorted(given)}")
         for ij in mine:
@@ -247,7 +256,7 @@ def to_coo(matrix: Any) -> tuple[torch.Tensor, torch.Tensor, tuple[int, int]]:
         raise ValueError(f"a sparse tiled matrix needs a 2-D matrix, got shape {tuple(coo.shape)}")
     values = coo.values().to(torch.float64)
     keep = values != 0
-    return coo.indices()[:, keep], values[keep], tuple(int(s) for s in coo.shape)
+    return coo.indices()[:, keep], values[keep], (int(coo.shape[0]), int(coo.shape[1]))
 
 
 def is_empty_sparse(tile: Any) -> bool:
