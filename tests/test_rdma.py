@@ -71,6 +71,7 @@ def mpi_job(tmp_path_factory):
     return run
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("P", SIZES)
 @pytest.mark.parametrize("check", CHECKS)
 def test_rdma_under_mpiexec(check, P, mpi_job):
@@ -80,6 +81,7 @@ def test_rdma_under_mpiexec(check, P, mpi_job):
     assert check in mpi_job(P, WORKER)["passed"]
 
 
+@pytest.mark.mpi
 def test_work_stealing_really_steals_from_a_slow_rank(mpi_job):
     """The stealing check is only meaningful if stealing happens: at P=2 the held-back rank loses work
     (deterministic: it waits before its first product until a thief has reserved one of its products)."""
@@ -87,6 +89,7 @@ def test_work_stealing_really_steals_from_a_slow_rank(mpi_job):
     assert set(stolen) == {"random", "locality"} and all(s > 0 for s in stolen.values()), stolen
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("P", SIZES)
 @pytest.mark.parametrize("check", ["gcn_rdma_equivalence", "gcn_rdma_many_adjacencies"])
 def test_gcn_conv_rdma_matches_gcnconv(check, P, mpi_job):
