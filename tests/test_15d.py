@@ -39,6 +39,7 @@ def _worker(rank, world_size, c, config_names):
     return results
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("world_size,c,configs", [
     (4, 2, list(CONFIGS)),
     (8, 2, ["default", "cached", "unnormalized"]),

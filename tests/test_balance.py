@@ -251,6 +251,7 @@ def test_receive_phase_alone_never_raises_the_maximum_send():
         assert after.W.max() <= max(1.05 * nets.weights.sum() / P, before.W.max())
 
 
+@pytest.mark.slow
 def test_restart_objective(monkeypatch):
     import pyg_sparsecomm.partition.balance as balance
     mesh_edges = [(i * 30 + j, i * 30 + j + 1) for i in range(30) for j in range(29)]

@@ -4,6 +4,7 @@ synced by sync_gradients or (GraphSAGE) by DistributedDataParallel."""
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from reference import reference_epoch
 
@@ -36,6 +37,7 @@ def _run(rank, world_size):
     return out
 
 
+@pytest.mark.slow
 def test_example_trains_like_single_process_pyg():
     per_rank = launch(_run, 3, timeout=300)
     for model in MODELS + ["sage+ddp"]:

@@ -142,6 +142,7 @@ def test_example_partition_dir_with_15d_grid(planetoid_root, tmp_path):
     assert replica.adj.plan.rank == 1 and replica.replica == 1 and bool(replica.owner_mask[1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("world_size,replication,algorithm", [(8, 2, "auto"), (16, 4, "1.5d")])
 def test_15d_training_on_larger_grids_equals_single_process(world_size, replication, algorithm):
     """1.5D whole training at P = 8 (c = 2) and P = 16 (c = 4) on the built-in SBM graph."""
