@@ -80,7 +80,8 @@ def main() -> None:
     print_table(headers, rows)
     print(f"auto chose the measured fastest in {agree} of {len(cases)} cases")
     if not args.no_write:
-        notes = (f"`DistributedGCNConv(64, 64, algorithm=\"auto\")`, METIS parts, forward + backward, median of "
+        notes = (f"`DistributedGCNConv(64, 64, algorithm=\"auto\")`, METIS parts. Predicted: the α-β model's "
+                 f"communication time (what auto compares); measured: the whole forward + backward, median of "
                  f"{args.repeats} after a warm-up, the slowest rank's; 1 thread per process. auto chose the "
                  f"measured fastest in {agree} of {len(cases)} cases (on 2 cores the 1.5D pair differs by less "
                  f"than the timing noise: both pay the same row all-reduce and compute dominates).")
