@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
-from ..adj import HaloAdj
+from ..adj import HaloAdj, csr_order
 
 LINEAR_AGGRS = ("add", "sum", "mean")
 _NO_WEIGHT = ""
@@ -100,10 +100,8 @@ class AdjacencyCache:
                                               and torch.equal(self.edge_index, edge_index)))
         if not same:
             col, row = edge_index[0], edge_index[1]
-            n = like.num_owned
-            self.perm = torch.argsort(row * max(like.num_cols, 1) + col, stable=True)
-            rowptr = torch.zeros(n + 1, dtype=torch.long, device=row.device)
-            torch.cumsum(torch.bincount(row, minlength=n), 0, out=rowptr[1:])
+            rowptr, self.perm = csr_order(row, col, like.num_owned, like.num_cols)
+            assert self.perm is not None  # not is_sorted: always a permutation
             self.structure = HaloAdj(rowptr, col[self.perm], None, like.plan)
             self.edge_index, self.unweighted = edge_index, {}
         assert self.structure is not None
