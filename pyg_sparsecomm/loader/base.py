@@ -1,0 +1,84 @@
+"""What both distributed loaders share: the shard, the seeds, the epochs, the batch count.
+
+Every rank must iterate the same batches in the same order, because sampling and training
+exchange rows within a batch.  The number of batches per epoch comes from the global
+number of candidates (one all-reduce when the loader is made) and is the same everywhere;
+at the start of each epoch one all-reduce of every batch's seed count lets all ranks skip
+the same batches (those with no seed on any rank, only likely for batches of a few nodes).
+"""
+from collections.abc import Iterator
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+from torch_geometric.data import Data
+
+from ..adj import HaloAdj
+from ..comm.group import collective_device, world_size
+from ..training import global_count
+from .sampling import NeighborSampling, NodeSubsetSampling
+
+
+class DistributedLoader:
+    """Base class: iterates the batches of one epoch on this rank's shard (see subclasses)."""
+
+    sampling: NeighborSampling | NodeSubsetSampling
+
+    def __init__(self, local: Data, sampling: NeighborSampling | NodeSubsetSampling,
+                 input_nodes: Tensor | None, group: dist.ProcessGroup | None) -> None:
+        adj = getattr(local, "adj", None)
+        if not isinstance(adj, HaloAdj) or getattr(local, "e_id", None) is None:
+            raise ValueError("the loader takes a rank's shard: local = shard(data) (or load_shard(...)), "
+                             "which carries adj and e_id")
+        if adj.plan.world_size != world_size(group):
+            raise ValueError(f"the shard was made for {adj.plan.world_size} ranks but the process group has "
+                             f"{world_size(group)}")
+        self.local, self.sampling, self.group = local, sampling, group
+        self.adj = adj.cpu()  # batches are sampled and planned on the CPU
+        self.e_id = local.e_id.cpu()
+        self.input_mask = _input_mask(input_nodes, adj.num_owned)
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Fixes the epoch the next iteration draws (as ``DistributedSampler.set_epoch``); without
+        it, every iteration advances the epoch by one."""
+        self.epoch = epoch
+
+    def _seed_counts(self, batch_of_input: Tensor, num_batches: int) -> Tensor:
+        """Seeds per batch over all ranks (one all-reduce of ``num_batches`` integers)."""
+        counts = torch.bincount(batch_of_input, minlength=num_batches)
+        if world_size(self.group) > 1:
+            counts = counts.to(collective_device(self.group) or counts.device)
+            dist.all_reduce(counts, group=self.group)
+        return counts.cpu()
+
+    def __iter__(self) -> Iterator[Data]:
+        epoch = self.epoch
+        self.epoch += 1
+        return self._batches(epoch)
+
+    def _batches(self, epoch: int) -> Iterator[Data]:
+        raise NotImplementedError
+
+    def _global_count(self, mask: Tensor) -> int:
+        return global_count(mask, self.group) if world_size(self.group) > 1 else int(mask.sum())
+
+
+def _input_mask(input_nodes: Tensor | None, num_owned: int) -> Tensor:
+    if input_nodes is None:
+        return torch.ones(num_owned, dtype=torch.bool)
+    input_nodes = input_nodes.cpu()
+    if input_nodes.dtype == torch.bool:
+        if input_nodes.shape != (num_owned,):
+            raise ValueError(f"input_nodes is a mask of shape {list(input_nodes.shape)} but this rank owns "
+                             f"{num_owned} rows: pass the shard's own mask (e.g. local.train_mask)")
+        return input_nodes
+    if input_nodes.dtype != torch.long or input_nodes.dim() != 1:
+        raise ValueError(f"input_nodes must be a bool mask or an int64 index of the shard's rows, "
+                         f"got dtype {input_nodes.dtype} and shape {list(input_nodes.shape)}")
+    if input_nodes.numel() and (int(input_nodes.min()) < 0 or int(input_nodes.max()) >= num_owned):
+        raise ValueError(f"input_nodes indexes rows outside [0, {num_owned}): it must index this rank's "
+                         f"shard rows (local ids), not global node ids")
+    mask = torch.zeros(num_owned, dtype=torch.bool)
+    mask[input_nodes] = True
+    return mask

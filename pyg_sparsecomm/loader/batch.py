@@ -1,0 +1,159 @@
+r"""A rank's part of one sampled mini-batch, as a PyG ``Data`` the distributed layers take.
+
+Input: what this rank sampled -- the hop of each of its rows in the batch (``-1``: not in
+it) and the in-edges it kept (positions in its shard's CSR, with the hop each was sampled
+at) -- and the requests its peers sent for its rows (``(peer, row, hop)``).  Output: the
+batch's rows and edges relabelled to a :class:`~.sampled_adj.SampledAdj` whose plan moves
+exactly the rows the batch's edges read, so one layer's exchange is the batch's column-net
+connectivity-1 volume.  Requests name rows in the owner's shard, so the owner needs no id
+lookup; one reply tells each requester where its halo rows sit in the owner's batch (the
+plan's ``halo_remote_index``) and every rank's rows per hop (trimmed layers' sizes).
+"""
+from typing import Any, NamedTuple
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+from torch_geometric.data import Data
+
+from ..adj import HaloAdj, csr_order
+from ..comm.ids import exchange_ids
+from ..plan import RankPlan
+from .sampled_adj import SampledAdj
+
+_EDGE_KEYS = ("edge_weight", "e_id", "edge_attr")
+
+
+class Requests(NamedTuple):
+    """Rows of this rank that peers' batch edges read: ``peer``, local ``row``, first ``hop``."""
+    peer: Tensor
+    row: Tensor
+    hop: Tensor
+
+
+class Sampled(NamedTuple):
+    """What one rank sampled for one batch (see the module docstring)."""
+    row_hop: Tensor   # [num_owned] hop of each shard row in the batch, -1 if absent
+    edge_pos: Tensor  # [m] positions of the kept in-edges in local.adj (CSR order)
+    edge_hop: Tensor  # [m] hop each was sampled at (1-based)
+    num_seeds: int    # rows of hop 0 are the seeds
+
+
+def request_halo(plan: RankPlan, halo_col: Tensor, hop: Tensor, group: dist.ProcessGroup | None) -> Requests:
+    """Asks the owners of the shard's halo columns ``halo_col`` (sorted, so grouped by owner) for
+    those rows, at ``hop``; returns the requests this rank received (one counts + one id exchange)."""
+    owner = plan.halo_owner[halo_col]
+    counts = torch.bincount(owner, minlength=plan.world_size).tolist()
+    payload = torch.stack([plan.halo_remote_index[halo_col], hop], dim=1)
+    received, recv_counts = exchange_ids(payload, counts, group, "sample")
+    peer = torch.repeat_interleave(torch.arange(plan.world_size), torch.tensor(recv_counts))
+    return Requests(peer, received[:, 0], received[:, 1])
+
+
+def build_batch(local: Data, adj: HaloAdj, sampled: Sampled, requests: Requests, num_hops: int | None,
+                group: dist.ProcessGroup | None) -> Data:
+    """This rank's ``Data`` of the batch (see :func:`batch_attributes` for its fields).
+
+    Args:
+        local: the rank's shard (its attributes may live on any device).
+        adj: its adjacency on the CPU, where batches are sampled and planned.
+        sampled: what this rank sampled.
+        requests: every request peers sent this batch (each (peer, row) once).
+        num_hops: hops of a trimmable neighbour batch; ``None`` for node subsets.
+        group: the process group.
+    """
+    n_local, P = adj.num_owned, adj.plan.world_size
+    hop_levels = (num_hops if num_hops is not None else 1) + 1
+    in_batch = torch.nonzero(sampled.row_hop >= 0).view(-1)
+    rows = in_batch[torch.argsort(sampled.row_hop[in_batch] * n_local + in_batch)]  # by (hop, id)
+    batch_row = torch.full((n_local,), -1, dtype=torch.long)
+    batch_row[rows] = torch.arange(rows.numel())
+    row_counts = torch.bincount(sampled.row_hop[rows], minlength=hop_levels)
+
+    col = adj.col[sampled.edge_pos]
+    halo_of_edge = col[col >= n_local] - n_local
+    used_halo, inverse = torch.unique(halo_of_edge, return_inverse=True)  # sorted: (owner, id) order
+    halo_hop = torch.full((used_halo.numel(),), num_hops or 1, dtype=torch.long)
+    halo_hop.scatter_reduce_(0, inverse, sampled.edge_hop[col >= n_local], "amin")
+
+    order = torch.argsort(requests.peer * n_local + requests.row)
+    send_peer, send_row, send_hop = requests.peer[order], requests.row[order], requests.hop[order]
+    send_index = batch_row[send_row]
+    if bool((send_index < 0).any()):
+        raise RuntimeError("a peer requested a row that is not in this rank's batch (ranks sampled different batches)")
+    send_counts = torch.bincount(send_peer, minlength=P).tolist()
+    recv_counts = torch.bincount(adj.plan.halo_owner[used_halo], minlength=P).tolist()
+    remote_index, part_rows = _reply(send_index, send_counts, recv_counts, row_counts, group)
+
+    plan = RankPlan(rank=adj.plan.rank, world_size=P, num_nodes=adj.plan.num_nodes, n_id=adj.plan.n_id[rows],
+                    halo_n_id=adj.plan.halo_n_id[used_halo], halo_owner=adj.plan.halo_owner[used_halo],
+                    halo_remote_index=remote_index, send_index=send_index, send_counts=send_counts,
+                    recv_counts=recv_counts, part_sizes=part_rows.sum(1).tolist())
+    new_col = torch.where(col < n_local, batch_row[col.clamp(max=n_local - 1)],
+                          rows.numel() + torch.searchsorted(used_halo, (col - n_local).clamp(min=0)))
+    new_row = batch_row[adj.row()[sampled.edge_pos]]
+    rowptr, perm = csr_order(new_row, new_col, rows.numel(), rows.numel() + used_halo.numel())
+    assert perm is not None
+    edge_pos = sampled.edge_pos[perm]
+    value = None if adj.value is None else adj.value[edge_pos]
+    edge_counts = torch.bincount(sampled.edge_hop, minlength=hop_levels)[1:].tolist()
+    batch_adj = SampledAdj(rowptr, new_col[perm], value, plan,
+                           row_counts.tolist() if num_hops is not None else None,
+                           edge_counts if num_hops is not None else None, halo_hop, send_hop,
+                           part_rows if num_hops is not None else None)
+    return batch_attributes(local, rows, edge_pos, batch_adj.to(local.adj.device), sampled.num_seeds)
+
+
+def _reply(send_index: Tensor, send_counts: list[int], recv_counts: list[int], row_counts: Tensor,
+           group: dist.ProcessGroup | None) -> tuple[Tensor, Tensor]:
+    """Tells every requester where its rows sit in this rank's batch, and every rank this rank's
+    rows per hop; returns this rank's ``halo_remote_index`` and ``[P, hops + 1]`` rows per hop."""
+    P, k = len(send_counts), row_counts.numel()
+    if P == 1:
+        return send_index.new_zeros(0), row_counts.view(1, -1)
+    pieces = []
+    for part in torch.split(send_index, send_counts):
+        pieces += [row_counts, part]
+    payload = torch.cat(pieces)
+    received, _ = exchange_ids(payload, [c + k for c in send_counts], group, "plan",
+                               recv_counts=[c + k for c in recv_counts])
+    chunks = torch.split(received, [c + k for c in recv_counts])
+    part_rows = torch.stack([chunk[:k] for chunk in chunks])
+    return torch.cat([chunk[k:] for chunk in chunks]), part_rows
+
+
+def batch_attributes(local: Data, rows: Tensor, edge_pos: Tensor, adj: SampledAdj, num_seeds: int) -> Data:
+    """The batch's ``Data``: node-level attributes of the shard at ``rows``, edge-level ones at
+    ``edge_pos`` (in ``adj``'s edge order), graph-level ones unchanged, and
+
+    * ``adj``: the batch's :class:`~.sampled_adj.SampledAdj` (pass it where the model takes ``edge_index``);
+    * ``n_id`` / ``e_id``: global ids of the batch's rows / edges;
+    * ``batch_size``: this rank's seed rows, the first ones (score ``out[:batch.batch_size]``);
+    * ``seed_mask``: the same as a mask;
+    * ``num_sampled_nodes`` / ``num_sampled_edges``: this rank's rows and edges per hop (neighbour batches),
+      for PyG's ``BasicGNN(..., num_sampled_nodes_per_hop=..., num_sampled_edges_per_hop=...)``.
+    """
+    batch = Data()
+    nnz = local.adj.nnz
+    for key, value in local.items():
+        if key in ("adj", "num_nodes", "global_num_nodes"):
+            continue
+        batch[key] = _slice(key, value, local.num_nodes, nnz, rows, edge_pos)
+    batch.adj = adj
+    batch.edge_weight = adj.value
+    batch.num_nodes = rows.numel()
+    batch.global_num_nodes = local.global_num_nodes
+    batch.batch_size = num_seeds
+    batch.seed_mask = torch.arange(rows.numel()) < num_seeds
+    batch.num_sampled_nodes, batch.num_sampled_edges = adj.num_sampled_nodes, adj.num_sampled_edges
+    return batch
+
+
+def _slice(key: str, value: Any, num_nodes: int, nnz: int, rows: Tensor, edge_pos: Tensor) -> Any:
+    if not isinstance(value, Tensor) or value.dim() == 0:
+        return value
+    if (key in _EDGE_KEYS or "edge" in key) and value.size(0) == nnz:
+        return value[edge_pos.to(value.device)]
+    if value.size(0) == num_nodes:
+        return value[rows.to(value.device)]
+    return value

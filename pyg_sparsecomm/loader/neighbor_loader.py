@@ -1,0 +1,103 @@
+r"""``DistributedNeighborLoader``: PyG's ``NeighborLoader`` over a partitioned graph."""
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import Tensor
+from torch_geometric.data import Data
+
+from .base import DistributedLoader
+from .batch import Requests, Sampled, build_batch, request_halo
+from .sampling import NeighborSampling
+
+
+class DistributedNeighborLoader(DistributedLoader):
+    r"""Mini-batches of sampled neighbourhoods, drawn by all ranks together from their shards.
+
+    The batches are those of :class:`~.sampling.NeighborSampling` on the whole graph (the same
+    for any partition and any ``P``): seeds from ``input_nodes``, about ``batch_size`` per batch,
+    and for each hop ``h`` at most ``num_neighbors[h]`` uniformly sampled in-edges of every node
+    first reached at the hop before.  Each rank owns a batch's nodes of its shard: it samples
+    their in-edges itself (it holds them) and asks the owners of new remote sources to sample
+    theirs, in one request exchange per hop; one reply then fixes the batch's plan.  A yielded
+    batch (see :func:`~.batch.batch_attributes`) holds this rank's rows ordered by hop -- seeds
+    first, ``out[:batch.batch_size]`` are the rows to score -- and ``batch.adj``, whose halo is
+    exactly the remote rows the batch's edges read.  Pass ``batch.num_sampled_nodes`` and
+    ``batch.num_sampled_edges`` to a PyG ``BasicGNN`` made distributed to trim each layer to
+    the hops it needs (its exchanges shrink too).
+
+    Every rank must iterate the loader together (the same number of batches, in order).
+
+    Args:
+        local: the rank's shard (``shard(data)`` / ``load_shard``).
+        num_neighbors: fanout per hop (``-1``: all in-edges).
+        batch_size: seeds per batch, on average over the epoch's batches (each input node
+            falls in one of ``ceil(n_inputs / batch_size)`` batches uniformly at random).
+        input_nodes: this rank's seed candidates, a mask or index of its shard rows
+            (e.g. ``local.train_mask``; default: all).
+        shuffle: draw new batches every epoch (else the same seeds per batch; neighbours
+            are drawn anew every epoch either way).
+        seed: the random stream shared by all ranks.
+        group: the process group (default: the default group).
+    """
+
+    sampling: NeighborSampling
+
+    def __init__(self, local: Data, num_neighbors: Sequence[int], batch_size: int = 1,
+                 input_nodes: Tensor | None = None, shuffle: bool = False, seed: int = 0,
+                 group: dist.ProcessGroup | None = None) -> None:
+        sampling = NeighborSampling(batch_size=batch_size, shuffle=shuffle, seed=seed,
+                                    num_neighbors=tuple(num_neighbors))
+        super().__init__(local, sampling, input_nodes, group)
+        self.input_rows = torch.nonzero(self.input_mask).view(-1)
+        self.num_batches = sampling.num_batches(self._global_count(self.input_mask))
+
+    def __len__(self) -> int:
+        return self.num_batches
+
+    def _batches(self, epoch: int) -> Iterator[Data]:
+        n_id = self.adj.plan.n_id
+        seed_batch = self.sampling.batch_of(epoch, n_id[self.input_rows], self.num_batches)
+        global_seeds = self._seed_counts(seed_batch, self.num_batches)
+        for b in range(self.num_batches):
+            if global_seeds[b] == 0:
+                continue
+            batch = self.sample(epoch, b, self.input_rows[seed_batch == b])
+            batch.global_batch_size = int(global_seeds[b])
+            yield batch
+
+    def sample(self, epoch: int, b: int, seeds: Tensor) -> Data:
+        """Batch ``b`` of ``epoch`` from this rank's ``seeds`` (shard rows); collective."""
+        adj, plan, n = self.adj, self.adj.plan, self.adj.num_owned
+        row_hop = torch.full((n,), -1, dtype=torch.long)
+        row_hop[seeds] = 0
+        requested = torch.zeros(plan.halo_size, dtype=torch.bool)
+        frontier, edges, hops, received = seeds, [], [], []
+        for h in range(1, self.sampling.num_hops + 1):
+            pos = self._pick(epoch, b, h, frontier)
+            col = adj.col[pos]
+            edges.append(pos)
+            hops.append(torch.full_like(pos, h))
+            halo = torch.unique(col[col >= n] - n)
+            halo = halo[~requested[halo]]
+            requested[halo] = True
+            got = request_halo(plan, halo, torch.full_like(halo, h), self.group)
+            received.append(got)
+            reached = torch.unique(torch.cat([col[col < n], got.row]))
+            frontier = reached[row_hop[reached] < 0]
+            row_hop[frontier] = h
+        requests = Requests(*(torch.cat([getattr(r, f) for r in received]) for f in Requests._fields))
+        sampled = Sampled(row_hop, torch.cat(edges), torch.cat(hops), int(seeds.numel()))
+        return build_batch(self.local, adj, sampled, requests, self.sampling.num_hops, self.group)
+
+    def _pick(self, epoch: int, b: int, hop: int, frontier: Tensor) -> Tensor:
+        """CSR positions of the in-edges the ``frontier`` rows keep at ``hop``."""
+        rowptr = self.adj.rowptr
+        start, counts = rowptr[frontier], rowptr[frontier + 1] - rowptr[frontier]
+        total = int(counts.sum())
+        offsets = torch.arange(total) - torch.repeat_interleave(torch.cumsum(counts, 0) - counts, counts)
+        pos = torch.repeat_interleave(start, counts) + offsets
+        target = torch.repeat_interleave(frontier, counts).numpy()
+        keep = self.sampling.pick(epoch, b, hop, target, self.e_id[pos].numpy())
+        return pos[torch.from_numpy(np.ascontiguousarray(keep))]

@@ -1,0 +1,69 @@
+r"""``DistributedNodeSubsetLoader``: random node subsets and the subgraphs they induce."""
+from collections.abc import Iterator
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+from torch_geometric.data import Data
+
+from .base import DistributedLoader
+from .batch import Sampled, build_batch, request_halo
+from .sampling import NodeSubsetSampling
+
+
+class DistributedNodeSubsetLoader(DistributedLoader):
+    r"""Mini-batches that are random sets of nodes with the subgraph they induce (VLDB'23 Fig. 5).
+
+    Every epoch splits the nodes into ``ceil(N / batch_size)`` random batches (each node falls
+    in one uniformly at random, by a hash of its global id, so each rank knows which of its
+    own and of its halo nodes a batch holds without talking: sampling needs no
+    communication).  The batch's edges are the in-edges of its nodes whose sources are in it
+    too.  The rows scored (``batch.seed_mask``, the first ``batch.batch_size`` rows) are the
+    members in ``input_nodes``; batches with none on any rank are skipped.  The batch plan
+    costs one request exchange of the halo rows' ids and one reply.  Every layer runs on the
+    whole induced subgraph (no trimming).
+
+    Args:
+        local: the rank's shard.
+        batch_size: nodes per batch, on average.
+        input_nodes: rows to score, a mask or index of this rank's shard rows (default: all).
+        shuffle: draw new batches every epoch.
+        seed: the random stream shared by all ranks.
+        group: the process group.
+    """
+
+    sampling: NodeSubsetSampling
+
+    def __init__(self, local: Data, batch_size: int = 1, input_nodes: Tensor | None = None,
+                 shuffle: bool = False, seed: int = 0, group: dist.ProcessGroup | None = None) -> None:
+        super().__init__(local, NodeSubsetSampling(batch_size=batch_size, shuffle=shuffle, seed=seed),
+                         input_nodes, group)
+        self.num_batches = self.sampling.num_batches(int(local.global_num_nodes))
+
+    def __len__(self) -> int:
+        return self.num_batches
+
+    def _batches(self, epoch: int) -> Iterator[Data]:
+        plan = self.adj.plan
+        row_batch = self.sampling.batch_of(epoch, plan.n_id, self.num_batches)
+        halo_batch = self.sampling.batch_of(epoch, plan.halo_n_id, self.num_batches)
+        global_seeds = self._seed_counts(row_batch[self.input_mask], self.num_batches)
+        for b in range(self.num_batches):
+            if global_seeds[b] == 0:
+                continue
+            batch = self.sample(row_batch == b, halo_batch == b)
+            batch.global_batch_size = int(global_seeds[b])
+            yield batch
+
+    def sample(self, member: Tensor, halo_member: Tensor) -> Data:
+        """The batch whose members are ``member`` (shard rows) and ``halo_member`` (halo columns);
+        collective."""
+        adj, n = self.adj, self.adj.num_owned
+        row_hop = torch.where(member, torch.where(self.input_mask, 0, 1), -1)
+        source_member = torch.cat([member, halo_member])
+        pos = torch.nonzero(member[adj.row()] & source_member[adj.col]).view(-1)
+        col = adj.col[pos]
+        halo = torch.unique(col[col >= n] - n)
+        requests = request_halo(adj.plan, halo, torch.ones_like(halo), self.group)
+        sampled = Sampled(row_hop, pos, torch.ones_like(pos), int((row_hop == 0).sum()))
+        return build_batch(self.local, adj, sampled, requests, None, self.group)

@@ -1,0 +1,136 @@
+r"""``SampledAdj``: a mini-batch's block row, which can drop its outermost hop layer by layer.
+
+A neighbour batch of ``L`` hops feeds an ``L``-layer GNN; layer ``i`` (0-based) only needs
+the nodes within ``L - i`` hops of the seeds and the edges sampled at hops ``1 .. L - i``
+(PyG's ``trim_to_layer``).  The rows of a batch are ordered by hop, so the kept rows and
+edges are prefixes of the CSR; the halo and the send lists keep the entries some kept edge
+reads (each entry knows the first hop an edge read it at), so a trimmed layer also *moves*
+fewer rows.  Every rank trims the same hops, so the trimmed plans still pair up.
+"""
+import torch
+from torch import Tensor
+
+from ..adj import HaloAdj
+from ..plan import RankPlan
+
+
+class SampledAdj(HaloAdj):
+    """A :class:`~pyg_sparsecomm.adj.HaloAdj` over a batch's rows with hop bookkeeping.
+
+    Args:
+        rowptr, col, value, plan: as :class:`HaloAdj` (the batch's rows and halo).
+        num_sampled_nodes: this rank's rows per hop (``None``: not trimmable, e.g. node subsets).
+        num_sampled_edges: this rank's edges per hop ``1 .. L``.
+        halo_hop, send_hop: ``[halo_size]`` / ``[len(send_index)]`` first hop an edge read each entry at.
+        part_sampled_nodes: ``[P, L + 1]`` rows per hop of every rank (their trimmed sizes).
+    """
+
+    def __init__(self, rowptr: Tensor, col: Tensor, value: Tensor | None, plan: RankPlan,
+                 num_sampled_nodes: list[int] | None, num_sampled_edges: list[int] | None,
+                 halo_hop: Tensor, send_hop: Tensor, part_sampled_nodes: Tensor | None) -> None:
+        super().__init__(rowptr, col, value, plan)
+        self.num_sampled_nodes, self.num_sampled_edges = num_sampled_nodes, num_sampled_edges
+        self.halo_hop, self.send_hop, self.part_sampled_nodes = halo_hop, send_hop, part_sampled_nodes
+        self._trimmed: SampledAdj | None = None
+
+    @property
+    def num_hops(self) -> int:
+        """Hops this adjacency still holds (0 when it has no hop structure)."""
+        return len(self.num_sampled_edges) if self.num_sampled_edges is not None else 0
+
+    def with_value(self, value: Tensor | None) -> "SampledAdj":
+        if value is not None and value.numel() != self.nnz:
+            raise ValueError(f"edge_weight has {value.numel()} entries but the batch adjacency has "
+                             f"{self.nnz} edges (pass weights in batch.adj's edge order)")
+        out = SampledAdj(self.rowptr, self.col, value, self.plan, self.num_sampled_nodes,
+                         self.num_sampled_edges, self.halo_hop, self.send_hop, self.part_sampled_nodes)
+        out._structure = self._structure
+        return out
+
+    def to(self, device, non_blocking: bool = False) -> "SampledAdj":
+        if torch.device(device) == self.device:
+            return self
+        moved = super().to(device, non_blocking)
+        out = SampledAdj(moved.rowptr, moved.col, moved.value, moved.plan, self.num_sampled_nodes,
+                         self.num_sampled_edges, self.halo_hop, self.send_hop, self.part_sampled_nodes)
+        return out
+
+    def trim(self) -> "SampledAdj":
+        """This batch without its outermost hop: its nodes, the edges sampled at it and the halo
+        and send entries only those edges read (cached)."""
+        if self.num_sampled_nodes is None or self.num_sampled_edges is None or self.part_sampled_nodes is None:
+            raise ValueError("this batch has no hop structure (a node-subset batch: every layer uses the whole "
+                             "induced subgraph); do not pass num_sampled_nodes_per_hop for it")
+        if self.num_hops <= 1:
+            raise ValueError("cannot trim a batch of one hop: the model has more layers than the loader has hops "
+                             "(give the loader one num_neighbors entry per layer)")
+        if self._trimmed is None:
+            self._trimmed = self._drop_last_hop()
+        return self._trimmed
+
+    def _drop_last_hop(self) -> "SampledAdj":
+        assert self.num_sampled_nodes is not None and self.num_sampled_edges is not None
+        assert self.part_sampled_nodes is not None
+        hops = self.num_hops - 1  # hops kept
+        plan = self.plan
+        rows, nnz = sum(self.num_sampled_nodes[:hops + 1]), sum(self.num_sampled_edges[:hops])
+        halo_keep, send_keep = self.halo_hop <= hops, self.send_hop <= hops
+        send_dst = torch.repeat_interleave(torch.arange(plan.world_size, device=plan.send_index.device),
+                                           torch.tensor(plan.send_counts, device=plan.send_index.device))
+        kept_owner, kept_dst = plan.halo_owner[halo_keep], send_dst[send_keep]
+        part = self.part_sampled_nodes[:, :hops + 1].sum(1)
+        trimmed = RankPlan(
+            rank=plan.rank, world_size=plan.world_size, num_nodes=plan.num_nodes, n_id=plan.n_id[:rows],
+            halo_n_id=plan.halo_n_id[halo_keep], halo_owner=kept_owner,
+            halo_remote_index=plan.halo_remote_index[halo_keep], send_index=plan.send_index[send_keep],
+            send_counts=torch.bincount(kept_dst, minlength=plan.world_size).tolist(),
+            recv_counts=torch.bincount(kept_owner, minlength=plan.world_size).tolist(),
+            part_sizes=part.tolist())
+        col = self.col[:nnz]
+        halo_pos = torch.cumsum(halo_keep.long(), 0) - 1
+        is_halo = col >= plan.num_owned
+        col = torch.where(is_halo, rows + halo_pos[(col - plan.num_owned).clamp(min=0)], col)
+        if bool((~is_halo & (col >= rows)).any()) or int(self.rowptr[rows]) != nnz:
+            raise RuntimeError("batch rows are not ordered by hop; rebuild the batch with the package's loader")
+        value = None if self.value is None else self.value[:nnz]
+        return SampledAdj(self.rowptr[:rows + 1], col, value, trimmed, self.num_sampled_nodes[:hops + 1],
+                          self.num_sampled_edges[:hops], self.halo_hop[halo_keep], self.send_hop[send_keep],
+                          self.part_sampled_nodes[:, :hops + 1])
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        state["_trimmed"] = None
+        return state
+
+    def __repr__(self) -> str:
+        return (f"SampledAdj(rank={self.plan.rank}/{self.plan.world_size}, rows={self.num_owned}, "
+                f"halo={self.halo_size}, nnz={self.nnz}, hops={self.num_hops})")
+
+
+def trim_to_layer(layer: int, num_sampled_nodes_per_hop: list[int] | None,
+                  num_sampled_edges_per_hop: list[int] | None, x: Tensor, edge_index,
+                  edge_attr: Tensor | None = None):
+    """PyG's :func:`torch_geometric.utils.trim_to_layer` for a :class:`SampledAdj` (and PyG's own for
+    anything else): drops one more hop before layer ``layer > 0``; ``x`` and ``edge_attr`` keep their
+    first rows, as the trimmed adjacency does.  Returns ``(x, adj, edge_attr)``."""
+    if not isinstance(edge_index, SampledAdj):
+        from torch_geometric.utils import trim_to_layer as pyg_trim_to_layer
+        return pyg_trim_to_layer(layer, num_sampled_nodes_per_hop, num_sampled_edges_per_hop,  # type: ignore[arg-type]
+                                 x, edge_index, edge_attr)
+    if layer <= 0 or num_sampled_nodes_per_hop is None:
+        return x, edge_index, edge_attr
+    nodes, hops = list(num_sampled_nodes_per_hop), edge_index.num_hops
+    if edge_index.num_sampled_nodes is None or nodes[:hops + 1] != edge_index.num_sampled_nodes \
+            or hops != len(nodes) - layer:
+        raise ValueError(f"trim_to_layer(layer={layer}, num_sampled_nodes_per_hop={nodes}) does not fit this rank's "
+                         f"batch adjacency (rows per hop {edge_index.num_sampled_nodes}): pass batch.adj, "
+                         f"batch.num_sampled_nodes and batch.num_sampled_edges, and trim once per layer in order")
+    if x.size(0) != edge_index.num_owned:
+        raise ValueError(f"x has {x.size(0)} rows, the batch adjacency {edge_index.num_owned}: trim x and the "
+                         f"adjacency together")
+    adj = edge_index.trim()
+    x = x.narrow(0, 0, adj.num_owned)
+    if edge_attr is not None:
+        edge_attr = edge_attr.narrow(0, 0, adj.nnz)
+    return x, adj, edge_attr
+

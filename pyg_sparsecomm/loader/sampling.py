@@ -1,0 +1,184 @@
+r"""How mini-batches are drawn: the rules both the distributed loaders and the stochastic
+hypergraph partitioner follow, and a single-process reference of them.
+
+Every random choice is a function of global ids (:mod:`.randomness`), so a batch is the
+same whichever rank draws it and whatever the partition:
+
+* **batches of seeds** -- node ``v`` of the input set falls in batch
+  :math:`\lfloor u(s, e, v) \cdot B \rfloor` of the :math:`B = \lceil n_{in} / b \rceil`
+  batches of an epoch (``b`` = ``batch_size``; ``e`` the epoch when shuffling, else 0), so a
+  batch holds ``b`` seeds on average and each rank finds its own seeds without talking;
+* **neighbours** (:class:`NeighborSampling`) -- at hop ``h`` every node first reached at
+  hop ``h - 1`` keeps the ``num_neighbors[h - 1]`` in-edges of smallest
+  :math:`u(s, e, \text{batch}, \text{edge id})` (all of them for ``-1``): uniform sampling
+  without replacement, as PyG's ``NeighborLoader``; its owner holds those in-edges;
+* **node subsets** (:class:`NodeSubsetSampling`, the sampling of VLDB'23 Fig. 5) -- the
+  batch is a uniformly random set of about ``batch_size`` nodes and the subgraph it induces;
+  the rows scored are its members in the input set.
+
+Nodes of a neighbour batch are ordered by (hop, global id), so the seeds come first and the
+nodes of the last hops are a suffix (PyG's ``trim_to_layer`` layout); in a node-subset batch
+the seeds come first, then the other members.
+"""
+import math
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .randomness import bucket, stream_key, uniform
+
+_BATCHES, _EDGES = 1, 2  # stream names
+
+
+@dataclass(frozen=True)
+class _Batching:
+    batch_size: int
+    shuffle: bool = True
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {self.batch_size!r}")
+
+    def num_batches(self, num_inputs: int) -> int:
+        """Batches per epoch for ``num_inputs`` candidate nodes (seeds or members)."""
+        return max(1, math.ceil(num_inputs / self.batch_size))
+
+    def batch_of(self, epoch: int, node_ids: Tensor, num_batches: int) -> Tensor:
+        """The batch of every node of ``node_ids`` (global ids) in ``epoch``."""
+        key = stream_key(self.seed, _BATCHES, epoch if self.shuffle else 0)
+        return bucket(key, node_ids, num_batches)
+
+
+@dataclass(frozen=True)
+class NeighborSampling(_Batching):
+    """Seeds in batches of ``batch_size`` (on average), ``num_neighbors[h]`` sampled in-edges per
+    node at hop ``h + 1`` (``-1``: all), as PyG's ``NeighborLoader``."""
+    num_neighbors: tuple[int, ...] = (10, 5)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        object.__setattr__(self, "num_neighbors", tuple(int(k) for k in self.num_neighbors))
+        if not self.num_neighbors or any(k < -1 or k == 0 for k in self.num_neighbors):
+            raise ValueError(f"num_neighbors must be a non-empty list of positive fanouts or -1 (all), "
+                             f"got {list(self.num_neighbors)}")
+
+    @property
+    def num_hops(self) -> int:
+        return len(self.num_neighbors)
+
+    def pick(self, epoch: int, batch: int, hop: int, target: np.ndarray, edge_id: np.ndarray) -> np.ndarray:
+        """Mask of the candidate in-edges kept at ``hop`` (1-based): per ``target``, the
+        ``num_neighbors[hop - 1]`` of smallest priority (ties by edge id)."""
+        fanout = self.num_neighbors[hop - 1]
+        if fanout < 0 or target.size == 0:
+            return np.ones(target.size, dtype=bool)
+        priority = uniform(stream_key(self.seed, _EDGES, epoch, batch), edge_id)
+        order = np.lexsort((edge_id, priority, target))
+        t = target[order]
+        rank_in_target = np.arange(t.size) - np.searchsorted(t, t)
+        keep = np.zeros(target.size, dtype=bool)
+        keep[order[rank_in_target < fanout]] = True
+        return keep
+
+
+@dataclass(frozen=True)
+class NodeSubsetSampling(_Batching):
+    """A uniformly random set of about ``batch_size`` nodes per batch (every node in exactly one
+    batch per epoch) and the subgraph it induces."""
+
+
+class GlobalBatch(NamedTuple):
+    """One batch of the whole graph (the single-process reference).
+
+    Attributes:
+        n_id: ``[n]`` global node ids in batch order (seeds first).
+        num_seeds: seeds (rows to score) at the front of ``n_id``.
+        num_sampled_nodes: nodes per hop (neighbour batches; ``None`` for node subsets).
+        e_id: ``[m]`` global ids of the batch's edges, ordered by hop (then target, source).
+        num_sampled_edges: edges per hop (neighbour batches; ``None`` for node subsets).
+    """
+    n_id: Tensor
+    num_seeds: int
+    num_sampled_nodes: list[int] | None
+    e_id: Tensor
+    num_sampled_edges: list[int] | None
+
+
+def global_batches(edge_index: Tensor, num_nodes: int, sampling: NeighborSampling | NodeSubsetSampling,
+                   input_nodes: Tensor | None = None, epoch: int = 0) -> list[GlobalBatch]:
+    """Every non-empty batch of ``epoch`` on the whole graph, in one process, by the rules the
+    distributed loaders follow (they yield the same batches, split over the ranks).
+
+    Args:
+        edge_index: ``[2, E]`` global edges (sources first).
+        num_nodes: ``N``.
+        sampling: the batch rule.
+        input_nodes: bool mask or index of the seed candidates (default: every node).
+        epoch: the epoch (matters when ``sampling.shuffle``; neighbour draws always depend on it).
+    """
+    inputs = _input_mask(input_nodes, num_nodes)
+    src, dst = edge_index.cpu().numpy()
+    if isinstance(sampling, NodeSubsetSampling):
+        nb = sampling.num_batches(num_nodes)
+        member_batch = sampling.batch_of(epoch, torch.arange(num_nodes), nb).numpy()
+        batches = [_subset_batch(b, member_batch, inputs, src, dst) for b in range(nb)]
+    else:
+        nb = sampling.num_batches(int(inputs.sum()))
+        seeds = np.flatnonzero(inputs)
+        seed_batch = sampling.batch_of(epoch, torch.from_numpy(seeds), nb).numpy()
+        in_order = np.argsort(dst, kind="stable")
+        in_ptr = np.concatenate([[0], np.cumsum(np.bincount(dst, minlength=num_nodes))])
+        batches = [_neighbor_batch(sampling, epoch, b, seeds[seed_batch == b], src, in_order, in_ptr, num_nodes)
+                   for b in range(nb)]
+    return [b for b in batches if b.num_seeds > 0]
+
+
+def _input_mask(input_nodes: Tensor | None, num_nodes: int) -> np.ndarray:
+    if input_nodes is None:
+        return np.ones(num_nodes, dtype=bool)
+    if input_nodes.dtype == torch.bool:
+        return input_nodes.cpu().numpy()
+    mask = np.zeros(num_nodes, dtype=bool)
+    mask[input_nodes.cpu().numpy()] = True
+    return mask
+
+
+def _subset_batch(b: int, member_batch: np.ndarray, inputs: np.ndarray, src: np.ndarray,
+                  dst: np.ndarray) -> GlobalBatch:
+    member = member_batch == b
+    nodes = np.flatnonzero(member)
+    nodes = nodes[np.lexsort((nodes, ~inputs[nodes]))]  # seeds first, then by id
+    e_id = np.flatnonzero(member[src] & member[dst])
+    e_id = e_id[np.lexsort((src[e_id], dst[e_id]))]
+    t = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))  # noqa: E731
+    return GlobalBatch(t(nodes), int(inputs[nodes].sum()), None, t(e_id), None)
+
+
+def _neighbor_batch(sampling: NeighborSampling, epoch: int, b: int, seeds: np.ndarray, src: np.ndarray,
+                    in_order: np.ndarray, in_ptr: np.ndarray, num_nodes: int) -> GlobalBatch:
+    hop = np.full(num_nodes, -1, dtype=np.int64)
+    hop[seeds] = 0
+    frontier, picked_edges, edge_counts = seeds, [], []
+    for h in range(1, sampling.num_hops + 1):
+        counts = in_ptr[frontier + 1] - in_ptr[frontier]
+        starts = np.repeat(in_ptr[frontier], counts)
+        cand = in_order[starts + np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)]
+        target = np.repeat(frontier, counts)
+        keep = sampling.pick(epoch, b, h, target, cand)
+        e = cand[keep]
+        e = e[np.lexsort((src[e], target[keep]))]
+        picked_edges.append(e)
+        edge_counts.append(e.size)
+        new = np.unique(src[e])
+        new = new[hop[new] < 0]
+        hop[new] = h
+        frontier = new
+    nodes = np.flatnonzero(hop >= 0)
+    nodes = nodes[np.lexsort((nodes, hop[nodes]))]
+    node_counts = np.bincount(hop[nodes], minlength=sampling.num_hops + 1).tolist()
+    t = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))  # noqa: E731
+    return GlobalBatch(t(nodes), int(seeds.size), node_counts, t(np.concatenate(picked_edges)), edge_counts)
