@@ -89,8 +89,10 @@ def build_batch(local: Data, adj: HaloAdj, sampled: Sampled, requests: Requests,
                     halo_n_id=adj.plan.halo_n_id[used_halo], halo_owner=adj.plan.halo_owner[used_halo],
                     halo_remote_index=remote_index, send_index=send_index, send_counts=send_counts,
                     recv_counts=recv_counts, part_sizes=part_rows.sum(1).tolist())
-    new_col = torch.where(col < n_local, batch_row[col.clamp(max=n_local - 1)],
-                          rows.numel() + torch.searchsorted(used_halo, (col - n_local).clamp(min=0)))
+    new_col = torch.empty_like(col)
+    owned = col < n_local
+    new_col[owned] = batch_row[col[owned]]
+    new_col[~owned] = rows.numel() + inverse  # position among the used halo columns
     new_row = batch_row[adj.row()[sampled.edge_pos]]
     rowptr, perm = csr_order(new_row, new_col, rows.numel(), rows.numel() + used_halo.numel())
     assert perm is not None

@@ -86,14 +86,16 @@ class SampledAdj(HaloAdj):
             send_counts=torch.bincount(kept_dst, minlength=plan.world_size).tolist(),
             recv_counts=torch.bincount(kept_owner, minlength=plan.world_size).tolist(),
             part_sizes=part.tolist())
-        col = self.col[:nnz]
+        col = self.col[:nnz].clone()
         halo_pos = torch.cumsum(halo_keep.long(), 0) - 1
         is_halo = col >= plan.num_owned
-        col = torch.where(is_halo, rows + halo_pos[(col - plan.num_owned).clamp(min=0)], col)
-        if bool((~is_halo & (col >= rows)).any()) or int(self.rowptr[rows]) != nnz:
+        col[is_halo] = rows + halo_pos[col[is_halo] - plan.num_owned]
+        inner_rows = sum(self.num_sampled_nodes[:hops])  # targets of the kept edges
+        if bool((~is_halo & (col >= rows)).any()) or int(self.rowptr[inner_rows]) != nnz:
             raise RuntimeError("batch rows are not ordered by hop; rebuild the batch with the package's loader")
         value = None if self.value is None else self.value[:nnz]
-        return SampledAdj(self.rowptr[:rows + 1], col, value, trimmed, self.num_sampled_nodes[:hops + 1],
+        # the rows of the new outermost hop keep no in-edge (theirs were sampled at the dropped hop)
+        return SampledAdj(self.rowptr[:rows + 1].clamp(max=nnz), col, value, trimmed, self.num_sampled_nodes[:hops + 1],
                           self.num_sampled_edges[:hops], self.halo_hop[halo_keep], self.send_hop[send_keep],
                           self.part_sampled_nodes[:, :hops + 1])
 
@@ -115,7 +117,7 @@ def trim_to_layer(layer: int, num_sampled_nodes_per_hop: list[int] | None,
     first rows, as the trimmed adjacency does.  Returns ``(x, adj, edge_attr)``."""
     if not isinstance(edge_index, SampledAdj):
         from torch_geometric.utils import trim_to_layer as pyg_trim_to_layer
-        return pyg_trim_to_layer(layer, num_sampled_nodes_per_hop, num_sampled_edges_per_hop,  # type: ignore[arg-type]
+        return pyg_trim_to_layer(layer, num_sampled_nodes_per_hop, num_sampled_edges_per_hop,
                                  x, edge_index, edge_attr)
     if layer <= 0 or num_sampled_nodes_per_hop is None:
         return x, edge_index, edge_attr

@@ -7,7 +7,7 @@ from torch_geometric.nn import MessagePassing
 from ..algorithms import ALGORITHMS
 from ..algorithms.choice import explain_table
 from ..cost import CostModel
-from . import degree_norm
+from . import degree_norm, trim
 from .distributed_layer import DistributedSettings, attach
 from .norms import convert_norm, refused_norm
 
@@ -107,6 +107,7 @@ def distribute(module: torch.nn.Module, algorithm: str = "1d", group: dist.Proce
         if reason:
             raise NotImplementedError(f"distribute(): {type(child).__name__} ({name or 'the module itself'}) cannot "
                                       f"be trained exactly on a partitioned graph: it {reason}")
+    trim.install(module)
     for child in module.modules():
         if isinstance(child, MessagePassing):
             degree_norm.install(type(child))
