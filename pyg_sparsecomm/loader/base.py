@@ -6,6 +6,7 @@ number of candidates (one all-reduce when the loader is made) and is the same ev
 at the start of each epoch one all-reduce of every batch's seed count lets all ranks skip
 the same batches (those with no seed on any rank, only likely for batches of a few nodes).
 """
+import zlib
 from collections.abc import Iterator
 
 import torch
@@ -38,6 +39,21 @@ class DistributedLoader:
         self.e_id = local.e_id.cpu()
         self.input_mask = _input_mask(input_nodes, adj.num_owned)
         self.epoch = 0
+        self._check_same_sampling()
+
+    def _check_same_sampling(self) -> None:
+        """Ranks that drew batches by different rules would wait for each other forever in the
+        first exchange that differs; one all-reduce at construction turns that into an error."""
+        if world_size(self.group) == 1:
+            return
+        code = zlib.crc32(repr(self.sampling).encode())
+        both = torch.tensor([code, -code], dtype=torch.long)
+        both = both.to(collective_device(self.group) or both.device)
+        dist.all_reduce(both, op=dist.ReduceOp.MAX, group=self.group)
+        if int(both[0]) != -int(both[1]):
+            raise ValueError(f"the ranks built {type(self).__name__} with different sampling arguments (this rank: "
+                             f"{self.sampling}); every rank must pass the same num_neighbors, batch_size, shuffle "
+                             f"and seed, or they would sample different batches")
 
     def set_epoch(self, epoch: int) -> None:
         """Fixes the epoch the next iteration draws (as ``DistributedSampler.set_epoch``); without
