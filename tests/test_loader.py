@@ -52,7 +52,7 @@ def reference(data: Data, sampling, epoch: int):
 
 # --- the batches -----------------------------------------------------------------------------
 
-def _batches_worker(rank, world_size, method):
+def _batches(world_size, method):
     local = shard(make_graph(world_size, method))
     loaders = [DistributedNeighborLoader(local, list(FANOUTS), batch_size=9, input_nodes=local.train_mask,
                                          shuffle=True, seed=SEED),
@@ -67,10 +67,25 @@ def _batches_worker(rank, world_size, method):
     return out
 
 
+def _worker(rank, world_size):
+    """Everything a world size checks, in one launch (spawning processes is the slow part)."""
+    return {"batches": {m: _batches(world_size, m) for m in ("random", "contiguous")},
+            "steps": _steps(world_size), "bytes": _bytes(world_size) if world_size in (2, 4) else None}
+
+
+_RUNS: dict = {}
+
+
+def run(world_size: int) -> list:
+    if world_size not in _RUNS:
+        _RUNS[world_size] = launch(_worker, world_size, timeout=600)
+    return _RUNS[world_size]
+
+
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
 def test_batches_equal_the_reference_for_any_partition(world_size):
     for method in ["random", "contiguous"]:
-        per_rank = launch(_batches_worker, world_size, method)
+        per_rank = [r["batches"][method] for r in run(world_size)]
         data = make_graph(world_size, method)
         for k, sampling in enumerate([neighbor_sampling(), NodeSubsetSampling(batch_size=20, shuffle=True, seed=SEED)]):
             for epoch in range(2):
@@ -159,24 +174,25 @@ def _step(name, model, x, adj, edge_weight, counts, num_seeds, n_id, trim_fn):
     return out[:num_seeds].detach(), x.grad
 
 
-def _step_worker(rank, world_size):
+def _steps(world_size):
     local = shard(make_graph(world_size))
     neighbor = DistributedNeighborLoader(local, list(FANOUTS), batch_size=9, input_nodes=local.train_mask,
                                          shuffle=True, seed=SEED)
     subset = DistributedNodeSubsetLoader(local, batch_size=20, input_nodes=local.train_mask, shuffle=True, seed=SEED)
-    results = {}
+    results, models = {}, _distributed_models()
     for trim in (False, True):
         for i, batch in enumerate(neighbor):
-            models = _distributed_models()
             for name in ("gcn", "sage", "gat"):
+                models[name].zero_grad(set_to_none=True)
                 counts = (batch.num_sampled_nodes, batch.num_sampled_edges) if trim else None
                 out, gx = _step(name, models[name], batch.x, batch.adj, batch.edge_weight, counts, batch.batch_size,
                                 batch.n_id, trim_to_layer)
                 sync_gradients(models[name])
                 grads = {k: p.grad for k, p in models[name].named_parameters() if p.grad is not None}
                 results[(name, trim, i)] = (batch.n_id, out, gx, grads)
+    model = models["gcn_subset"]
     for i, batch in enumerate(subset):
-        model = _distributed_models()["gcn_subset"]
+        model.zero_grad(set_to_none=True)
         out, gx = _step("gcn_subset", model, batch.x, batch.adj, batch.edge_weight, None, batch.batch_size,
                         batch.n_id, None)
         sync_gradients(model)
@@ -184,12 +200,13 @@ def _step_worker(rank, world_size):
     return results
 
 
-def _reference_step(data, name, batch, trim):
+def _reference_step(data, models, name, batch, trim):
     pos = torch.full((N,), -1)
     pos[batch.n_id] = torch.arange(batch.n_id.numel())
     edge_index = pos[data.edge_index[:, batch.e_id]]
     counts = (batch.num_sampled_nodes, batch.num_sampled_edges) if trim else None
-    model = _models()[name]
+    model = models[name]
+    model.zero_grad(set_to_none=True)
     out, gx = _step(name, model, data.x[batch.n_id], edge_index, data.edge_weight[batch.e_id], counts,
                     batch.num_seeds, batch.n_id, pyg_trim_to_layer)
     return pos, out, gx, {k: p.grad for k, p in model.named_parameters() if p.grad is not None}
@@ -201,15 +218,15 @@ def _close(a, b):
 
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
 def test_training_step_equals_pyg_on_the_same_batch(world_size):
-    per_rank = launch(_step_worker, world_size, timeout=600)
+    per_rank = [r["steps"] for r in run(world_size)]
     data = make_graph(world_size)
     cases = [(name, trim, i, batch) for trim in (False, True) for name in ("gcn", "sage", "gat")
              for i, batch in enumerate(reference(data, neighbor_sampling(), int(trim)))]
     cases += [("gcn_subset", False, i, b)
               for i, b in enumerate(reference(data, NodeSubsetSampling(batch_size=20, shuffle=True, seed=SEED), 0))]
-    failures = []
+    failures, models = [], _models()
     for name, trim, i, batch in cases:
-        pos, ref_out, ref_gx, ref_grads = _reference_step(data, name, batch, trim)
+        pos, ref_out, ref_gx, ref_grads = _reference_step(data, models, name, batch, trim)
         out, gx = torch.zeros_like(ref_out), torch.zeros_like(ref_gx)
         for results in per_rank:
             n_id, o, g, grads = results[(name, trim, i)]
@@ -224,7 +241,7 @@ def test_training_step_equals_pyg_on_the_same_batch(world_size):
 
 # --- bytes --------------------------------------------------------------------------------------
 
-def _bytes_worker(rank, world_size):
+def _bytes(world_size):
     local = shard(make_graph(world_size))
     loader = DistributedNeighborLoader(local, list(FANOUTS), batch_size=9, input_nodes=local.train_mask,
                                        shuffle=True, seed=SEED)
@@ -246,7 +263,7 @@ def _bytes_worker(rank, world_size):
 def test_halo_bytes_are_the_batch_column_net_volume(world_size):
     """Layer i of a trimmed batch reads the sources of the edges sampled at hops <= L - i; the
     rows it moves are the connectivity - 1 of those edges' column nets under the partition."""
-    per_rank = launch(_bytes_worker, world_size)
+    per_rank = [r["bytes"] for r in run(world_size)]
     data = make_graph(world_size)
     for i, batch in enumerate(reference(data, neighbor_sampling(), 0)):
         expected = 0
