@@ -5,6 +5,7 @@ from .cost import CostModel
 from .data import shard
 from .grid import ProcessGrid, process_grid
 from .layout import predict_layouts
+from .loader import DistributedNeighborLoader, DistributedNodeSubsetLoader
 from .nn import DistributedGCNConv, NodeDropout, distribute
 from .partition import SparsityAwarePartitioner
 from .plan import RankPlan, comm_pattern, rank_plan
@@ -16,6 +17,7 @@ __version__ = "0.2.0"
 
 __all__ = [
     "DistributedGCNConv", "distribute", "NodeDropout", "SparsityAwarePartitioner", "shard", "HaloAdj",
+    "DistributedNeighborLoader", "DistributedNodeSubsetLoader",
     "RankPlan", "CommStats",
     "comm_pattern", "rank_plan", "comm_counter", "distributed_loss", "sync_gradients", "global_sum",
     "global_count", "global_accuracy", "save_partition", "load_shard", "graph_fingerprint", "partition_source",

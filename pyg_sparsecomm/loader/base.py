@@ -31,6 +31,9 @@ class DistributedLoader:
         if not isinstance(adj, HaloAdj) or getattr(local, "e_id", None) is None:
             raise ValueError("the loader takes a rank's shard: local = shard(data) (or load_shard(...)), "
                              "which carries adj and e_id")
+        if getattr(local, "replication", 1) > 1:
+            raise ValueError("this shard is a replicated 1.5D block row (shard(data, grid=...)); the mini-batch "
+                             "loaders run on 1D shards: partition into P parts and call shard(data)")
         if adj.plan.world_size != world_size(group):
             raise ValueError(f"the shard was made for {adj.plan.world_size} ranks but the process group has "
                              f"{world_size(group)}")

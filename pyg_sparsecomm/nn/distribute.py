@@ -82,6 +82,11 @@ def distribute(module: torch.nn.Module, algorithm: str = "1d", group: dist.Proce
     exact raise ``NotImplementedError`` here, naming the layer and the reason.  Without a
     process group, or with one rank, and without a ``HaloAdj``, every layer is plain PyG.
 
+    Mini-batches of :class:`~pyg_sparsecomm.loader.DistributedNeighborLoader` run the same way
+    (``model(batch.x, batch.adj)``); a ``BasicGNN`` given ``num_sampled_nodes_per_hop=
+    batch.num_sampled_nodes, num_sampled_edges_per_hop=batch.num_sampled_edges`` trims each
+    layer to the hops it needs, its exchanges included (:func:`pyg_sparsecomm.loader.trim_to_layer`).
+
     Args:
         module: a PyG layer, a ``BasicGNN`` (``GCN``, ``GraphSAGE``, ``GIN``, ``GAT``, ...),
             ``torch_geometric.nn.Sequential`` or any module holding them.
