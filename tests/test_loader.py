@@ -305,7 +305,8 @@ def test_errors_name_the_problem():
         DistributedNeighborLoader(make_graph(1), [3])
     with pytest.raises(ValueError, match="batch_size"):
         DistributedNodeSubsetLoader(local, batch_size=0)
-    batch = next(iter(DistributedNodeSubsetLoader(local, batch_size=30)))
+    batch = next(iter(DistributedNodeSubsetLoader(local, batch_size=30, transform=lambda b: b.update({"tag": 1}))))
+    assert batch.tag == 1
     with pytest.raises(ValueError, match="node-subset"):
         batch.adj.trim()
     batch = next(iter(DistributedNeighborLoader(local, [3], batch_size=30)))

@@ -7,7 +7,7 @@ at the start of each epoch one all-reduce of every batch's seed count lets all r
 the same batches (those with no seed on any rank, only likely for batches of a few nodes).
 """
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -26,7 +26,8 @@ class DistributedLoader:
     sampling: NeighborSampling | NodeSubsetSampling
 
     def __init__(self, local: Data, sampling: NeighborSampling | NodeSubsetSampling,
-                 input_nodes: Tensor | None, group: dist.ProcessGroup | None) -> None:
+                 input_nodes: Tensor | None, group: dist.ProcessGroup | None,
+                 transform: Callable[[Data], Data] | None = None) -> None:
         adj = getattr(local, "adj", None)
         if not isinstance(adj, HaloAdj) or getattr(local, "e_id", None) is None:
             raise ValueError("the loader takes a rank's shard: local = shard(data) (or load_shard(...)), "
@@ -37,7 +38,7 @@ class DistributedLoader:
         if adj.plan.world_size != world_size(group):
             raise ValueError(f"the shard was made for {adj.plan.world_size} ranks but the process group has "
                              f"{world_size(group)}")
-        self.local, self.sampling, self.group = local, sampling, group
+        self.local, self.sampling, self.group, self.transform = local, sampling, group, transform
         self.adj = adj.cpu()  # batches are sampled and planned on the CPU
         self.e_id = local.e_id.cpu()
         self.input_mask = _input_mask(input_nodes, adj.num_owned)
@@ -74,7 +75,9 @@ class DistributedLoader:
     def __iter__(self) -> Iterator[Data]:
         epoch = self.epoch
         self.epoch += 1
-        return self._batches(epoch)
+        if self.transform is None:
+            return self._batches(epoch)
+        return (self.transform(batch) for batch in self._batches(epoch))
 
     def _batches(self, epoch: int) -> Iterator[Data]:
         raise NotImplementedError

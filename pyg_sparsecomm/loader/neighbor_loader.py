@@ -1,5 +1,5 @@
 r"""``DistributedNeighborLoader``: PyG's ``NeighborLoader`` over a partitioned graph."""
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -40,16 +40,17 @@ class DistributedNeighborLoader(DistributedLoader):
             are drawn anew every epoch either way).
         seed: the random stream shared by all ranks.
         group: the process group (default: the default group).
+        transform: a function applied to every batch (as PyG loaders' ``transform``).
     """
 
     sampling: NeighborSampling
 
     def __init__(self, local: Data, num_neighbors: Sequence[int], batch_size: int = 1,
                  input_nodes: Tensor | None = None, shuffle: bool = False, seed: int = 0,
-                 group: dist.ProcessGroup | None = None) -> None:
+                 group: dist.ProcessGroup | None = None, transform: Callable[[Data], Data] | None = None) -> None:
         sampling = NeighborSampling(batch_size=batch_size, shuffle=shuffle, seed=seed,
                                     num_neighbors=tuple(num_neighbors))
-        super().__init__(local, sampling, input_nodes, group)
+        super().__init__(local, sampling, input_nodes, group, transform)
         self.input_rows = torch.nonzero(self.input_mask).view(-1)
         self.num_batches = sampling.num_batches(self._global_count(self.input_mask))
 

@@ -1,5 +1,5 @@
 r"""``DistributedNodeSubsetLoader``: random node subsets and the subgraphs they induce."""
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -30,14 +30,16 @@ class DistributedNodeSubsetLoader(DistributedLoader):
         shuffle: draw new batches every epoch.
         seed: the random stream shared by all ranks.
         group: the process group.
+        transform: a function applied to every batch (as PyG loaders' ``transform``).
     """
 
     sampling: NodeSubsetSampling
 
     def __init__(self, local: Data, batch_size: int = 1, input_nodes: Tensor | None = None,
-                 shuffle: bool = False, seed: int = 0, group: dist.ProcessGroup | None = None) -> None:
+                 shuffle: bool = False, seed: int = 0, group: dist.ProcessGroup | None = None,
+                 transform: Callable[[Data], Data] | None = None) -> None:
         super().__init__(local, NodeSubsetSampling(batch_size=batch_size, shuffle=shuffle, seed=seed),
-                         input_nodes, group)
+                         input_nodes, group, transform)
         self.num_batches = self.sampling.num_batches(int(local.global_num_nodes))
 
     def __len__(self) -> int:
