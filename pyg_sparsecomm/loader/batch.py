@@ -146,7 +146,7 @@ def batch_attributes(local: Data, rows: Tensor, edge_pos: Tensor, adj: SampledAd
     batch.num_nodes = rows.numel()
     batch.global_num_nodes = local.global_num_nodes
     batch.batch_size = num_seeds
-    batch.seed_mask = torch.arange(rows.numel()) < num_seeds
+    batch.seed_mask = torch.arange(rows.numel(), device=adj.device) < num_seeds
     batch.num_sampled_nodes, batch.num_sampled_edges = adj.num_sampled_nodes, adj.num_sampled_edges
     return batch
 
