@@ -312,6 +312,9 @@ def test_errors_name_the_problem():
     batch = next(iter(DistributedNeighborLoader(local, [3], batch_size=30)))
     with pytest.raises(ValueError, match="more layers than the loader has hops"):
         batch.adj.trim()
+    for cached in (DistributedGCNConv(F, C, cached=True), distribute(GCNConv(F, C, cached=True))):
+        with pytest.raises(ValueError, match="cached=False"):
+            cached(batch.x, batch.adj)
     model = distribute(GraphSAGE(F, 8, 3, C))
     with pytest.raises(ValueError, match="does not fit"):
         model(batch.x, batch.adj, num_sampled_nodes_per_hop=[1, 2, 3, 4], num_sampled_edges_per_hop=[1, 2, 3])

@@ -37,6 +37,7 @@ from ..comm.group import world_size
 from ..comm.halo import halo_exchange_many
 from ..cost import CostModel
 from ..grid import process_grid
+from ..loader.sampled_adj import SampledAdj
 from . import shard_context
 from .layer_adapters import adapt, forward_signature
 from .linear_aggregation import (
@@ -138,6 +139,7 @@ def _enter(conv: MessagePassing, args: tuple, kwargs: dict):
                          f"over one adjacency")
     adj: HaloAdj = args[adj_at[0]] if isinstance(adj_at[0], int) else kwargs[adj_at[0]]
     _check_edge_arguments(conv, args, kwargs, adj)
+    check_not_cached(conv, adj)
     grid = process_grid(settings.replication) if settings.replication > 1 else None
     group = exchange_group(adj, grid, settings.group)
     context = shard_context.ShardContext(adj, group, adj.edge_index())
@@ -179,6 +181,13 @@ def _check_edge_arguments(conv: MessagePassing, args: tuple, kwargs: dict, adj: 
         if isinstance(value, Tensor) and value.dim() > 0 and value.size(0) != adj.nnz:
             raise ValueError(f"{type(conv).__name__}: {name} has {value.size(0)} rows but this rank's adjacency "
                              f"has {adj.nnz} edges: pass the shard's local.{name} (in local.adj's edge order)")
+
+
+def check_not_cached(conv: MessagePassing, adj: HaloAdj) -> None:
+    """``cached=True`` layers keep the first graph's normalised adjacency: wrong for mini-batches."""
+    if isinstance(adj, SampledAdj) and getattr(conv, "cached", False):
+        raise ValueError(f"{type(conv).__name__}(cached=True) keeps the normalised adjacency of the first graph it "
+                         f"sees, but every mini-batch is another graph: build the layer with cached=False")
 
 
 def _leave(conv: MessagePassing, args: tuple, output: Any) -> None:

@@ -11,6 +11,7 @@ from ..algorithms.choice import choose_algorithm, exchange_group, explain_table
 from ..comm.group import world_size
 from ..cost import CostModel
 from ..grid import ProcessGrid, process_grid
+from .distributed_layer import check_not_cached
 from .gcn_norm import distributed_gcn_norm
 
 
@@ -101,6 +102,7 @@ class DistributedGCNConv(GCNConv):
                     f"num_parts=world_size), call shard(data) and pass local.x, local.adj")
             return super().forward(x, edge_index, edge_weight)
         adj = edge_index
+        check_not_cached(self, adj)
         if self.explain:
             raise ValueError(
                 f"{self.__class__.__name__} is in explain mode (set by PyG's Explainer), which masks the "
