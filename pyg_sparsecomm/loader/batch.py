@@ -63,47 +63,56 @@ def build_batch(local: Data, adj: HaloAdj, sampled: Sampled, requests: Requests,
         group: the process group.
     """
     n_local, P = adj.num_owned, adj.plan.world_size
-    hop_levels = (num_hops if num_hops is not None else 1) + 1
-    in_batch = torch.nonzero(sampled.row_hop >= 0).view(-1)
-    rows = in_batch[torch.argsort(sampled.row_hop[in_batch] * n_local + in_batch)]  # by (hop, id)
-    batch_row = torch.full((n_local,), -1, dtype=torch.long)
-    batch_row[rows] = torch.arange(rows.numel())
-    row_counts = torch.bincount(sampled.row_hop[rows], minlength=hop_levels)
-
+    levels = (num_hops if num_hops is not None else 1) + 1  # hops 0 .. L
+    rows, batch_row = _batch_rows(sampled.row_hop)
+    row_counts = torch.bincount(sampled.row_hop[rows], minlength=levels)
     col = adj.col[sampled.edge_pos]
-    halo_of_edge = col[col >= n_local] - n_local
-    used_halo, inverse = torch.unique(halo_of_edge, return_inverse=True)  # sorted: (owner, id) order
-    halo_hop = torch.full((used_halo.numel(),), num_hops or 1, dtype=torch.long)
-    halo_hop.scatter_reduce_(0, inverse, sampled.edge_hop[col >= n_local], "amin")
+    is_halo = col >= n_local
+    used_halo, halo_pos = torch.unique(col[is_halo] - n_local, return_inverse=True)  # (owner, id) order
+    halo_hop = torch.full((used_halo.numel(),), levels, dtype=torch.long)
+    halo_hop.scatter_reduce_(0, halo_pos, sampled.edge_hop[is_halo], "amin")  # first hop reading it
 
-    order = torch.argsort(requests.peer * n_local + requests.row)
-    send_peer, send_row, send_hop = requests.peer[order], requests.row[order], requests.hop[order]
-    send_index = batch_row[send_row]
-    if bool((send_index < 0).any()):
-        raise RuntimeError("a peer requested a row that is not in this rank's batch (ranks sampled different batches)")
+    send_peer, send_index, send_hop = _send_lists(requests, batch_row, n_local)
     send_counts = torch.bincount(send_peer, minlength=P).tolist()
     recv_counts = torch.bincount(adj.plan.halo_owner[used_halo], minlength=P).tolist()
     remote_index, part_rows = _reply(send_index, send_counts, recv_counts, row_counts, group)
-
     plan = RankPlan(rank=adj.plan.rank, world_size=P, num_nodes=adj.plan.num_nodes, n_id=adj.plan.n_id[rows],
                     halo_n_id=adj.plan.halo_n_id[used_halo], halo_owner=adj.plan.halo_owner[used_halo],
                     halo_remote_index=remote_index, send_index=send_index, send_counts=send_counts,
                     recv_counts=recv_counts, part_sizes=part_rows.sum(1).tolist())
+
     new_col = torch.empty_like(col)
-    owned = col < n_local
-    new_col[owned] = batch_row[col[owned]]
-    new_col[~owned] = rows.numel() + inverse  # position among the used halo columns
+    new_col[~is_halo] = batch_row[col[~is_halo]]
+    new_col[is_halo] = rows.numel() + halo_pos
     new_row = batch_row[adj.row()[sampled.edge_pos]]
-    rowptr, perm = csr_order(new_row, new_col, rows.numel(), rows.numel() + used_halo.numel())
+    rowptr, perm = csr_order(new_row, new_col, rows.numel(), plan.num_owned + plan.halo_size)
     assert perm is not None
     edge_pos = sampled.edge_pos[perm]
     value = None if adj.value is None else adj.value[edge_pos]
-    edge_counts = torch.bincount(sampled.edge_hop, minlength=hop_levels)[1:].tolist()
-    batch_adj = SampledAdj(rowptr, new_col[perm], value, plan,
-                           row_counts.tolist() if num_hops is not None else None,
-                           edge_counts if num_hops is not None else None, halo_hop, send_hop,
-                           part_rows if num_hops is not None else None)
+    trimmable = num_hops is not None
+    edge_counts = torch.bincount(sampled.edge_hop, minlength=levels)[1:].tolist()
+    batch_adj = SampledAdj(rowptr, new_col[perm], value, plan, row_counts.tolist() if trimmable else None,
+                           edge_counts if trimmable else None, halo_hop, send_hop, part_rows if trimmable else None)
     return batch_attributes(local, rows, edge_pos, batch_adj.to(local.adj.device), sampled.num_seeds)
+
+
+def _batch_rows(row_hop: Tensor) -> tuple[Tensor, Tensor]:
+    """The shard rows in the batch ordered by (hop, id), and every shard row's batch row (-1: absent)."""
+    in_batch = torch.nonzero(row_hop >= 0).view(-1)
+    rows = in_batch[torch.argsort(row_hop[in_batch] * row_hop.numel() + in_batch)]
+    batch_row = torch.full((row_hop.numel(),), -1, dtype=torch.long)
+    batch_row[rows] = torch.arange(rows.numel())
+    return rows, batch_row
+
+
+def _send_lists(requests: Requests, batch_row: Tensor, n_local: int) -> tuple[Tensor, Tensor, Tensor]:
+    """The requests as send lists: ``(peer, batch row, hop)`` sorted by (peer, id), the order of
+    every requester's halo (its halo is sorted by owner, then id)."""
+    order = torch.argsort(requests.peer * n_local + requests.row)
+    send_index = batch_row[requests.row[order]]
+    if bool((send_index < 0).any()):
+        raise RuntimeError("a peer requested a row that is not in this rank's batch (ranks sampled different batches)")
+    return requests.peer[order], send_index, requests.hop[order]
 
 
 def _reply(send_index: Tensor, send_counts: list[int], recv_counts: list[int], row_counts: Tensor,
