@@ -5,7 +5,9 @@
 * ``"1.5d"`` / ``"1.5d_oblivious"`` with ``replication=2`` at P = 4 equal PyG for those
   layers, and a non-linear layer (GATConv) runs on the same grid through its column group;
 * the bytes every exchange records equal the plan's prediction for the widths each layer moves
-  (after its own transform), with the number of all-to-allv calls per layer.
+  (after its own transform), with the number of all-to-allv calls per layer;
+* the input's halo is fetched once while the input (and the weight a narrowing ``Linear``
+  multiplies it by before the exchange) is unchanged, and again after any change.
 """
 import pytest
 import torch
@@ -183,3 +185,37 @@ def test_input_halo_is_fetched_once_and_again_after_an_inplace_change():
             torch.manual_seed(0)
             ref = build()(data.x + 1.0, data.edge_index)
             torch.testing.assert_close(y, ref[n_id], atol=1e-5, rtol=1e-5, msg=lambda m: f"{name}: {m}")
+
+
+# their post-aggregation Linear (F -> OUT < F: lin_l, lin_rel) is applied before the exchange
+NARROWING = {"SAGEConv": lambda: SAGEConv(F, OUT), "GraphConv": lambda: GraphConv(F, OUT)}
+
+
+def _narrowing_eval_worker(rank, world_size):
+    local = shard(make_graph(world_size))
+    out = {}
+    for name, build in NARROWING.items():
+        torch.manual_seed(0)
+        layer = distribute(build())
+        with torch.no_grad():  # evaluation: nothing needs a gradient, as after every training epoch
+            layer(local.x, local.adj)
+            for p in layer.parameters():
+                p.add_(0.1)    # an optimizer step between two evaluations of the same input
+            out[name] = layer(local.x, local.adj)
+    return local.n_id, out
+
+
+def test_input_halo_is_fetched_again_when_the_narrowing_linear_changes():
+    # the exchanged rows are x W^T: reusing the halo of an unchanged x would use the old W (it did:
+    # every evaluation after the first read stale halo rows)
+    data = make_graph(2)
+    for n_id, results in launch(_narrowing_eval_worker, 2):
+        for name, build in NARROWING.items():
+            torch.manual_seed(0)
+            ref = build()
+            with torch.no_grad():
+                for p in ref.parameters():
+                    p.add_(0.1)
+                expected = ref(data.x, data.edge_index)
+            torch.testing.assert_close(results[name], expected[n_id], atol=1e-5, rtol=1e-5,
+                                       msg=lambda m, name=name: f"{name}: {m}")
