@@ -68,10 +68,13 @@ def test_cora_neighbor_loader_p4_reaches_single_process_accuracy(planetoid_root)
                                        atol=1e-4, rtol=1e-4, msg=lambda m, model=model: f"{model}: {m}")
             assert history["test_acc"] == per_rank[0][model]["test_acc"], model   # global: the same on every rank
         # The criterion: within 1 % of single-process accuracy (10 of Cora's 1000 test nodes).
-        # With the losses equal to 1e-4 the only differences left are logits within rounding of a
-        # tie, a test node or two.
         accuracy = per_rank[0][model]["test_acc"][-1]
         assert abs(accuracy - ref["test_acc"][-1]) <= 0.01, (model, accuracy, ref["test_acc"][-1])
+        # Tighter, every epoch: with the same parameters to rounding (the losses agree to ~1e-7 here) the
+        # full-graph evaluations may differ only where two logits tie to rounding -- at most 2 test nodes.
+        # (1 % alone passed while every evaluation after the first read stale halo rows.)
+        gaps = [abs(a - b) for a, b in zip(per_rank[0][model]["test_acc"], ref["test_acc"], strict=True)]
+        assert max(gaps) <= 0.002, (model, per_rank[0][model]["test_acc"], ref["test_acc"])
         print(f"{model}: test accuracy P=4 {accuracy:.4f}, single-process PyG {ref['test_acc'][-1]:.4f}")
 
 
