@@ -57,6 +57,8 @@ def partition_options(args) -> dict:
     optimises the volume of the batches this script samples."""
     if args.method != "stochastic_hypergraph":
         return {}
+    # the partitioner's sampler options today; once it takes the loader's own rules, this becomes
+    # sampling=NeighborSampling(batch_size=..., num_neighbors=...), input_nodes=data.train_mask (see README)
     return {"batch_size": args.batch_size, "fanouts": args.num_neighbors if args.loader == "neighbor" else None}
 
 
