@@ -5,7 +5,9 @@
 * ``"1.5d"`` / ``"1.5d_oblivious"`` with ``replication=2`` at P = 4 equal PyG for those
   layers, and a non-linear layer (GATConv) runs on the same grid through its column group;
 * the bytes every exchange records equal the plan's prediction for the widths each layer moves
-  (after its own transform), with the number of all-to-allv calls per layer.
+  (after its own transform), with the number of all-to-allv calls per layer;
+* the input's halo is fetched once while the input (and the weight a narrowing ``Linear``
+  multiplies it by before the exchange) is unchanged, and again after either changes.
 """
 import pytest
 import torch
@@ -153,6 +155,9 @@ def test_summary_reports_the_auto_choice():
 
 
 STATIC = {"GINConv": lambda: GINConv(_mlp(F, OUT)), "EdgeConv": lambda: EdgeConv(_mlp(2 * F, OUT))}
+# their post-aggregation Linear (F -> OUT < F: lin_l, lin_rel) runs before the exchange: the rows
+# moved are x W^T, so the reused halo must also follow W
+NARROWING = {"SAGEConv": lambda: SAGEConv(F, OUT), "GraphConv": lambda: GraphConv(F, OUT)}
 
 
 def _static_worker(rank, world_size):
@@ -171,6 +176,19 @@ def _static_worker(rank, world_size):
             y = layer(x, local.adj)
             sent.append(comm_counter().bytes_sent("halo"))
         out[name] = (y, sent)
+    for name, build in NARROWING.items():
+        torch.manual_seed(0)
+        layer = distribute(build())
+        sent, ys = [], []
+        with torch.no_grad():  # evaluations: nothing needs a gradient
+            for step in range(3):
+                if step == 1:
+                    for p in layer.parameters():
+                        p.add_(0.1)  # an optimizer step between two evaluations of the same input
+                comm_counter().reset()
+                ys.append(layer(local.x, local.adj))
+                sent.append(comm_counter().bytes_sent("halo"))
+        out[name] = (ys, sent)
     return local.n_id, sum(local.adj.plan.send_counts), out
 
 
@@ -183,3 +201,15 @@ def test_input_halo_is_fetched_once_and_again_after_an_inplace_change():
             torch.manual_seed(0)
             ref = build()(data.x + 1.0, data.edge_index)
             torch.testing.assert_close(y, ref[n_id], atol=1e-5, rtol=1e-5, msg=lambda m: f"{name}: {m}")
+        for name, build in NARROWING.items():
+            # the old W's halo was reused after the step (every evaluation after the first read stale rows)
+            ys, sent = results[name]
+            assert sent == [send_rows * OUT * 4, send_rows * OUT * 4, 0], name
+            torch.manual_seed(0)
+            ref = build()
+            with torch.no_grad():
+                for p in ref.parameters():
+                    p.add_(0.1)
+                expected = ref(data.x, data.edge_index)[n_id]
+            for y in ys[1:]:
+                torch.testing.assert_close(y, expected, atol=1e-5, rtol=1e-5, msg=lambda m, name=name: f"{name}: {m}")

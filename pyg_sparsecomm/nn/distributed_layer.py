@@ -297,10 +297,12 @@ def _linear_propagate(conv: MessagePassing, state: LayerState, context: shard_co
         raise ValueError(f"{type(conv).__name__}: x has {src.size(conv.node_dim)} rows in dimension "
                          f"{conv.node_dim}, but this rank owns {context.num_owned} rows")
     rows, moved = node_rows(src, conv.node_dim)
+    depends_on: tuple[Tensor, ...] = ()
     if state.applied_first:  # (A x) W^T = A (x W^T): exchange the narrower rows
         if src.dim() != 2:
             raise ValueError(f"{type(conv).__name__}: expected 2-D node features, got shape {list(src.shape)}")
-        rows = F.linear(rows, linear_weight(conv._modules[state.applied_first], "linear"))
+        lin_weight = linear_weight(conv._modules[state.applied_first], "linear")
+        rows, depends_on = F.linear(rows, lin_weight), (lin_weight,)
         moved = tuple(rows.shape)
     weight = kwargs.get(weight_arg) if weight_arg else None
     adj = state.adjacency.aggregation(edge_index, weight, conv.aggr, context.adj, rows.dtype)
@@ -314,7 +316,7 @@ def _linear_propagate(conv: MessagePassing, state: LayerState, context: shard_co
     spmm = make_algorithm(state.chosen_algorithm, adj, context.group if grid is None else None, grid)
     rows = rows.contiguous()
     if type(spmm) is SparseAware1D and not rows.requires_grad:  # e.g. the input features: fetched once
-        out = spmm.multiply(rows, state.static_halo.fetch("x", src, rows, context))
+        out = spmm.multiply(rows, state.static_halo.fetch("x", src, rows, context, depends_on))
     else:
         out = spmm(rows)
     return from_node_rows(out, moved, conv.node_dim)

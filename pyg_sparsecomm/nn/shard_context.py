@@ -73,26 +73,41 @@ class StaticHalo:
     call (a model's input features): fetched once per layer, then reused.
 
     A tensor counts as unchanged while it is the same object at the same version (in-place
-    writes bump the version) on the same plan.  The exchange is a collective, so every rank
-    must take the same decision: it is agreed with one small all-reduce (``MIN``) per call.
+    writes bump the version) on the same plan.  Rows computed from the source with other
+    tensors (``x W^T`` when a narrowing ``Linear`` is applied before the exchange) name those
+    too, so an optimizer step on ``W`` fetches the halo again.  The exchange is a collective, so
+    every rank must take the same decision: it is agreed with one small all-reduce (``MIN``) per
+    call.
     """
 
     def __init__(self) -> None:
-        self.entries: dict[str, tuple[weakref.ref, int, object, Tensor]] = {}
+        self.entries: dict[str, tuple[list[tuple[weakref.ref, int]], object, Tensor]] = {}
 
     def __getstate__(self) -> dict:
         return {"entries": {}}  # a cache: a pickled model fetches its halos again
 
-    def fetch(self, key: str, src: Tensor, rows: Tensor, context: ShardContext) -> Tensor:
-        """The halo of ``rows`` (the node rows of ``src``), reused when every rank still holds the
-        same ``src``."""
+    def fetch(self, key: str, src: Tensor, rows: Tensor, context: ShardContext,
+              depends_on: tuple[Tensor, ...] = ()) -> Tensor:
+        """The halo of ``rows``, reused when every rank still holds the same ``src`` and the same
+        ``depends_on``.
+
+        Args:
+            key: the cache slot (one per source argument of the layer).
+            src: the tensor ``rows`` are taken from (the layer's input).
+            rows: its node rows as exchanged (``src``'s, or computed from ``src`` and ``depends_on``).
+            context: the shard the layer runs on.
+            depends_on: the other tensors ``rows`` were computed from (e.g. a ``Linear``'s weight).
+        """
+        tensors = (src, *depends_on)
         entry = self.entries.get(key)
-        hit = entry is not None and entry[0]() is src and entry[1] == src._version and entry[2] is context.plan
+        hit = (entry is not None and entry[1] is context.plan and len(entry[0]) == len(tensors)
+               and all(ref() is t and version == t._version for (ref, version), t in zip(entry[0], tensors,
+                                                                                          strict=True)))
         if _all_ranks(hit, context.group):
             assert entry is not None  # every rank hit, this one included
-            return entry[3]
+            return entry[2]
         halo = halo_exchange(rows, context.plan, context.group)
-        self.entries[key] = (weakref.ref(src), src._version, context.plan, halo)
+        self.entries[key] = ([(weakref.ref(t), t._version) for t in tensors], context.plan, halo)
         return halo
 
 
