@@ -298,9 +298,9 @@ def test_stochastic_hypergraph_default_sample_meets_eq_14():
     from pyg_sparsecomm.partition.stochastic import hoeffding_num_nets, stochastic_nets
     data = _shp_graph()
     ei, n, mask = data.edge_index, data.num_nodes, data.train_mask
-    for spec in _spec_cases():
+    for k, spec in enumerate(_spec_cases()):
         per_epoch = len(global_batches(ei, n, spec, mask, 0))
-        for P in (2, 4, 8):
+        for P in (2, 8):
             needed = hoeffding_num_nets(P, 0.1, 0.5)
             nets = stochastic_nets(ei, n, spec, mask, min_nets=needed)
             count = nets.net_ptr.size - 1
@@ -308,9 +308,16 @@ def test_stochastic_hypergraph_default_sample_meets_eq_14():
             if nets.num_batches > per_epoch:  # grown past epoch 0: one batch less would not do
                 fewer = stochastic_nets(ei, n, spec, mask, num_batches=nets.num_batches - 1)
                 assert fewer.net_ptr.size - 1 < needed
-        # the partitioner draws that sample: the same partition as with the count spelled out
-        needed = hoeffding_num_nets(8, 0.1, 0.5)
-        drawn = stochastic_nets(ei, n, spec, mask, min_nets=needed).num_batches
+        # the partitioner's default sample also holds 4 |E| sampled edges (edge_coverage=4): the same
+        # partition as with its batch count spelled out
+        needed, min_edges = hoeffding_num_nets(8, 0.1, 0.5), 4 * ei.size(1)
+        sample = stochastic_nets(ei, n, spec, mask, min_nets=needed, min_edges=min_edges)
+        drawn = sample.num_batches
+        assert sample.num_edges >= min_edges and sample.net_ptr.size - 1 >= needed
+        fewer = stochastic_nets(ei, n, spec, mask, num_batches=drawn - 1)
+        assert drawn == per_epoch or fewer.num_edges < min_edges or fewer.net_ptr.size - 1 < needed
+        if k == 1:
+            continue  # node subsets of 150 of 1200 nodes: 32 epochs for 4 |E|, a slower partition
         default = SparsityAwarePartitioner(8, "stochastic_hypergraph", sampling=spec, input_nodes=mask)(data)
         spelled = SparsityAwarePartitioner(8, "stochastic_hypergraph", sampling=spec, input_nodes=mask,
                                            num_batches=drawn)(data)
@@ -374,6 +381,10 @@ def test_stochastic_hypergraph_errors_and_cache_keys():
                                  max_batches=80)(data)
     with pytest.warns(UserWarning, match="not even epoch 0's batches"):
         SparsityAwarePartitioner(2, "stochastic_hypergraph", sampling=spec, max_batches=2)(data)
+    with pytest.warns(UserWarning, match="less than edge_coverage=50"):
+        SparsityAwarePartitioner(2, "stochastic_hypergraph", sampling=spec, max_batches=40, edge_coverage=50)(data)
+    with pytest.raises(ValueError, match="edge_coverage must be >= 0"):
+        SparsityAwarePartitioner(2, "stochastic_hypergraph", sampling=spec, edge_coverage=-1)(data)
     # two masks with the same abbreviated repr are different settings; the spec and the mask go
     # into the store's source description as JSON
     a, b = data.train_mask.clone(), data.train_mask.clone()
