@@ -30,6 +30,7 @@ from .comm.group import world_size as group_world_size
 from .data import attach_adjacency, replicate, shard_from_pattern
 from .grid import ProcessGrid
 from .inputs import with_edge_index
+from .partition.partitioner import option_value
 from .plan import RankPlan, comm_pattern
 
 # 2: the manifest holds a ``source`` description; part files hold sliced edge attributes.
@@ -75,7 +76,7 @@ def partition_source(partitioner: Any, dataset: str | None = None) -> dict:
     Pass it to :func:`save_partition` (recorded in the manifest) and, in every later run, to
     :func:`load_shard` as ``expected_source``: a cache made differently then raises.  Needs no
     graph, so every rank can build it."""
-    options = dict(partitioner.options)
+    options = {k: option_value(v) for k, v in partitioner.options.items()}
     method = partitioner.method
     if partitioner.balance == "max_send":
         method += "+vb"

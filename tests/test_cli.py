@@ -116,6 +116,14 @@ def test_option_parsing_and_assignment():
                        "hypergraph+vb": {"epsilon": 0.05, "preset": "quality"}}
 
 
+def test_stochastic_hypergraph_sampling_options(capsys):
+    """``fanouts=[5,5]`` and ``batch_size=64`` reach SHP as the shorthand of the neighbour loader's rule."""
+    assert main(["partition-stats", "--graph", "sbm:600", "--parts", "2", "--methods", "random,stochastic_hypergraph",
+                 "--option", "fanouts=[5,5]", "--option", "batch_size=64", "--format", "tsv"]) == 0
+    rows = [ln.split("\t") for ln in capsys.readouterr().out.splitlines()[2:]]
+    assert [r[1] for r in rows] == ["random", "stochastic_hypergraph"]
+
+
 def test_bad_options_name_the_option():
     base = ["partition-stats", "--graph", "sbm:200", "--parts", "2", "--methods", "random,metis"]
     with pytest.raises(SystemExit, match="none of --methods takes option 'frobnicate'"):

@@ -228,40 +228,196 @@ def test_metis_seed(P):
             assert load.max() / load.mean() <= 1.03 + 0.01  # METIS's default k-way ufactor, with its overshoot
 
 
-def test_stochastic_hypergraph_model():
+def _spec_cases():
+    from pyg_sparsecomm.loader import NeighborSampling, NodeSubsetSampling
+    return [NeighborSampling(batch_size=96, num_neighbors=(5, 3), shuffle=True, seed=3),
+            NodeSubsetSampling(batch_size=150, shuffle=True, seed=3)]
+
+
+def _shp_graph():
     from pyg_sparsecomm.datasets import sbm_graph
-    from pyg_sparsecomm.partition.stochastic import (
-        expected_minibatch_volume,
-        hoeffding_num_nets,
-        neighbor_sampler,
-        node_sampler,
-    )
+    data = sbm_graph(num_nodes=1200, num_classes=4, avg_degree=8)
+    data.train_mask = torch.rand(data.num_nodes, generator=torch.Generator().manual_seed(5)) < 0.5
+    return data
+
+
+def _nets_by_hand(edge_index, batches):
+    """Column nets of every batch, built from the batches' edge ids alone: a net per source
+    column j, pins j and the targets of the batch edges reading j."""
+    src, dst = edge_index.tolist()
+    nets = []
+    for b in batches:
+        readers = {}
+        for e in b.e_id.tolist():
+            readers.setdefault(src[e], {src[e]}).add(dst[e])
+        nets += [sorted(readers[j]) for j in sorted(readers)]
+    return nets
+
+
+def _csr(nets):
+    return (np.concatenate([[0], np.cumsum([len(n) for n in nets])]).astype(np.int64),
+            np.asarray([p for n in nets for p in n], dtype=np.int64))
+
+
+def test_hoeffding_num_nets():
+    from pyg_sparsecomm.partition.stochastic import hoeffding_num_nets
     assert hoeffding_num_nets(8, 0.5, 0.05) == 362  # (P-1)^2 / (2 θ^2) ln(2/δ) = 98 ln 40
+    assert hoeffding_num_nets(16, 0.1, 0.5) == 15596  # the paper's θ = 0.1, δ = 0.5: 11250 ln 4
     with pytest.raises(ValueError, match="theta > 0"):
         hoeffding_num_nets(8, 0.0, 0.05)
-    data = sbm_graph(num_nodes=1200, num_classes=4, avg_degree=8)
-    sampler = node_sampler(128)
-    # a "batch" of every node with every in-edge is the full graph: its volume is the km1
+
+
+@pytest.mark.parametrize("case", [0, 1], ids=["neighbor", "node_subset"])
+def test_stochastic_hypergraph_is_built_from_the_loaders_batches(case):
+    """One epoch of SHP's sample is exactly the nets of ``global_batches``' batches (what the
+    distributed loaders yield), and the partition is Mt-KaHyPar's on exactly those nets."""
+    from pyg_sparsecomm.loader import global_batches
+    from pyg_sparsecomm.partition.hypergraph import drop_single_pin_nets, merge_identical_nets, run_backend
+    from pyg_sparsecomm.partition.methods import row_nnz
+    from pyg_sparsecomm.partition.stochastic import stochastic_nets
+    data, spec = _shp_graph(), _spec_cases()[case]
+    ei, n, mask = data.edge_index, data.num_nodes, data.train_mask
+    epoch0, epoch1 = (global_batches(ei, n, spec, mask, e) for e in (0, 1))
+    nets = stochastic_nets(ei, n, spec, mask, num_batches=len(epoch0))
+    assert (nets.num_batches, nets.num_epochs) == (len(epoch0), 1)
+    by_hand = _nets_by_hand(ei, epoch0)
+    assert np.array_equal(nets.net_ptr, _csr(by_hand)[0]) and np.array_equal(nets.pins, _csr(by_hand)[1])
+    # more batches than an epoch go on with the next epoch's, in order
+    more = stochastic_nets(ei, n, spec, mask, num_batches=len(epoch0) + 2)
+    assert np.array_equal(more.pins, _csr(by_hand + _nets_by_hand(ei, epoch1[:2]))[1])
+    shp = SparsityAwarePartitioner(4, "stochastic_hypergraph", seed=1, sampling=spec, input_nodes=mask,
+                                   num_batches=len(epoch0))(data)
+    merged = merge_identical_nets(*drop_single_pin_nets(*_csr(by_hand)))
+    direct = run_backend(merged[0], merged[1], row_nnz(ei, n), n, 4, 0.03, 1, net_weights=merged[2])
+    assert np.array_equal(shp.part.numpy(), direct)
+
+
+def test_stochastic_hypergraph_default_sample_meets_eq_14():
+    """Default: epoch 0 whole, then batch by batch until the nets reach eq. (14), no further."""
+    from pyg_sparsecomm.loader import global_batches
+    from pyg_sparsecomm.partition.stochastic import hoeffding_num_nets, stochastic_nets
+    data = _shp_graph()
+    ei, n, mask = data.edge_index, data.num_nodes, data.train_mask
+    for k, spec in enumerate(_spec_cases()):
+        per_epoch = len(global_batches(ei, n, spec, mask, 0))
+        for P in (2, 8):
+            needed = hoeffding_num_nets(P, 0.1, 0.5)
+            nets = stochastic_nets(ei, n, spec, mask, min_nets=needed)
+            count = nets.net_ptr.size - 1
+            assert nets.num_epochs >= 1 and nets.num_batches >= per_epoch and count >= needed
+            if nets.num_batches > per_epoch:  # grown past epoch 0: one batch less would not do
+                fewer = stochastic_nets(ei, n, spec, mask, num_batches=nets.num_batches - 1)
+                assert fewer.net_ptr.size - 1 < needed
+        # the partitioner's default sample also holds 4 |E| sampled edges (edge_coverage=4): the same
+        # partition as with its batch count spelled out
+        needed, min_edges = hoeffding_num_nets(8, 0.1, 0.5), 4 * ei.size(1)
+        sample = stochastic_nets(ei, n, spec, mask, min_nets=needed, min_edges=min_edges)
+        drawn = sample.num_batches
+        assert sample.num_edges >= min_edges and sample.net_ptr.size - 1 >= needed
+        fewer = stochastic_nets(ei, n, spec, mask, num_batches=drawn - 1)
+        assert drawn == per_epoch or fewer.num_edges < min_edges or fewer.net_ptr.size - 1 < needed
+        if k == 1:
+            continue  # node subsets of 150 of 1200 nodes: 32 epochs for 4 |E|, a slower partition
+        default = SparsityAwarePartitioner(8, "stochastic_hypergraph", sampling=spec, input_nodes=mask)(data)
+        spelled = SparsityAwarePartitioner(8, "stochastic_hypergraph", sampling=spec, input_nodes=mask,
+                                           num_batches=drawn)(data)
+        assert torch.equal(default.part, spelled.part)
+    # node subsets of 150 of 1200 nodes need several epochs at P = 8 (about 2000 nets per epoch)
+    assert stochastic_nets(ei, n, _spec_cases()[1], mask, min_nets=hoeffding_num_nets(8, 0.1, 0.5)).num_epochs >= 2
+
+
+def test_stochastic_hypergraph_volume_and_shorthand():
+    from pyg_sparsecomm.loader import NeighborSampling, NodeSubsetSampling
+    from pyg_sparsecomm.partition.stochastic import expected_minibatch_volume, minibatch_volumes, sampling_spec
+    data = _shp_graph()
+    ei, n, mask = data.edge_index, data.num_nodes, data.train_mask
+    # one batch of every node and its whole induced subgraph (or every in-edge) is the full graph
     full = SparsityAwarePartitioner(4, "metis")(data)
-    assert expected_minibatch_volume(data.edge_index, data.num_nodes, full.part, node_sampler(1200), 2) \
-        == full.comm_stats.total_rows
-    shp = SparsityAwarePartitioner(4, "stochastic_hypergraph", batch_size=128, num_batches=24)(data)
-    again = SparsityAwarePartitioner(4, "stochastic_hypergraph", batch_size=128, num_batches=24)(data)
-    assert torch.equal(shp.part, again.part)
+    for whole in (NodeSubsetSampling(batch_size=n), NeighborSampling(batch_size=n, num_neighbors=(-1,))):
+        assert expected_minibatch_volume(ei, n, full.part, whole, num_batches=2) == full.comm_stats.total_rows
+    # the shorthand: fanouts -> neighbour sampling, none -> node subsets (the loaders' rules)
+    assert sampling_spec(batch_size=64, fanouts=[10, 5]) == NeighborSampling(batch_size=64, num_neighbors=(10, 5))
+    assert sampling_spec(batch_size=64) == NodeSubsetSampling(batch_size=64)
+    assert sampling_spec() == NodeSubsetSampling(batch_size=1024)
+    spec = _spec_cases()[0]
+    short = SparsityAwarePartitioner(4, "stochastic_hypergraph", batch_size=96, fanouts=[5, 3], num_batches=8)(data)
+    same = SparsityAwarePartitioner(4, "stochastic_hypergraph", num_batches=8,
+                                    sampling=NeighborSampling(batch_size=96, num_neighbors=(5, 3)))(data)
+    assert torch.equal(short.part, same.part)
+    # SHP lowers the held-out volume of the loader's batches; a sample of 2 batches leaves most
+    # vertices in no net, which the partitioner then places blindly
+    shp = SparsityAwarePartitioner(4, "stochastic_hypergraph", sampling=spec, input_nodes=mask)(data)
+    sparse = SparsityAwarePartitioner(4, "stochastic_hypergraph", sampling=spec, input_nodes=mask,
+                                      num_batches=2)(data)
     rnd = SparsityAwarePartitioner(4, "random")(data)
-    vol = lambda p: expected_minibatch_volume(data.edge_index, data.num_nodes, p, sampler, 16)  # noqa: E731
-    assert vol(shp.part) < 0.7 * vol(rnd.part)
-    # the default sample (every node a seed ~8 times) sees nearly every edge; two batches leave
-    # most vertices in no net at all, which the partitioner then places blindly
-    default = SparsityAwarePartitioner(4, "stochastic_hypergraph", batch_size=128)(data)
-    sparse = SparsityAwarePartitioner(4, "stochastic_hypergraph", batch_size=128, num_batches=2)(data)
-    assert vol(default.part) < 0.73 * vol(sparse.part)  # 0.70 measured; coverage=2 gives 0.76
-    with pytest.warns(UserWarning, match="fewer than the .* Hoeffding's bound needs"):
-        SparsityAwarePartitioner(4, "stochastic_hypergraph", batch_size=16, max_batches=2, theta=0.05)(data)
-    nbr = SparsityAwarePartitioner(4, "stochastic_hypergraph", batch_size=64, fanouts=[5, 5], num_batches=8)(data)
-    mask = neighbor_sampler(64, [5, 5])(*data.edge_index.numpy(), data.num_nodes, np.random.default_rng(0))
-    assert 0 < mask.sum() < data.edge_index.size(1)
-    assert nbr.part.unique().numel() == 4
+    vol = lambda p: expected_minibatch_volume(ei, n, p, spec, mask, num_batches=16)  # noqa: E731
+    assert vol(shp.part) < 0.7 * vol(rnd.part) and vol(shp.part) < 0.9 * vol(sparse.part)
+    # trimmed layers read the edges of the first hops only: fewer rows
+    outer, inner = (minibatch_volumes(ei, n, shp.part, spec, mask, 8, hops=h) for h in (None, 1))
+    assert (inner <= outer).all() and inner.sum() < outer.sum()
+
+
+def test_stochastic_hypergraph_errors_and_cache_keys():
+    from pyg_sparsecomm import partition_source
+    from pyg_sparsecomm.loader import NeighborSampling, NodeSubsetSampling
+    from pyg_sparsecomm.partition.stochastic import minibatch_volumes
+    data = _shp_graph()
+    spec = NeighborSampling(batch_size=64, num_neighbors=(5, 5))
+    with pytest.raises(ValueError, match="not both"):
+        SparsityAwarePartitioner(2, "stochastic_hypergraph", sampling=spec, fanouts=[5, 5])(data)
+    with pytest.raises(TypeError, match="NeighborSampling or NodeSubsetSampling"):
+        SparsityAwarePartitioner(2, "stochastic_hypergraph", sampling="neighbor")(data)
+    with pytest.raises(ValueError, match="mask of shape .* 1200 nodes"):
+        SparsityAwarePartitioner(2, "stochastic_hypergraph", sampling=spec, input_nodes=data.train_mask[:10])(data)
+    with pytest.raises(ValueError, match="no batch: input_nodes selects no node"):
+        SparsityAwarePartitioner(2, "stochastic_hypergraph", sampling=spec,
+                                 input_nodes=torch.zeros(1200, dtype=torch.bool))(data)
+    with pytest.raises(ValueError, match="num_batches must be a positive integer"):
+        SparsityAwarePartitioner(2, "stochastic_hypergraph", sampling=spec, num_batches=0)(data)
+    with pytest.raises(ValueError, match="hops= trims neighbour batches"):
+        minibatch_volumes(data.edge_index, 1200, data.train_mask.long(), NodeSubsetSampling(batch_size=64), hops=1)
+    with pytest.warns(UserWarning, match="fewer than the .* eq. \\(14\\) needs"):
+        SparsityAwarePartitioner(4, "stochastic_hypergraph", sampling=NodeSubsetSampling(batch_size=16),
+                                 max_batches=80)(data)
+    with pytest.warns(UserWarning, match="not even epoch 0's batches"):
+        SparsityAwarePartitioner(2, "stochastic_hypergraph", sampling=spec, max_batches=2)(data)
+    with pytest.warns(UserWarning, match="less than edge_coverage=50"):
+        SparsityAwarePartitioner(2, "stochastic_hypergraph", sampling=spec, max_batches=40, edge_coverage=50)(data)
+    with pytest.raises(ValueError, match="edge_coverage must be >= 0"):
+        SparsityAwarePartitioner(2, "stochastic_hypergraph", sampling=spec, edge_coverage=-1)(data)
+    # two masks with the same abbreviated repr are different settings; the spec and the mask go
+    # into the store's source description as JSON
+    a, b = data.train_mask.clone(), data.train_mask.clone()
+    b[600] = ~b[600]
+    assert repr(a) == repr(b)
+    pa, pb = (SparsityAwarePartitioner(2, "stochastic_hypergraph", sampling=spec, input_nodes=m) for m in (a, b))
+    assert pa._settings() != pb._settings()
+    source = partition_source(pa, "sbm")
+    json.dumps(source)
+    assert source["options"]["sampling"] == repr(spec) and "sha256=" in source["options"]["input_nodes"]
+    assert partition_source(pa, "sbm") != partition_source(pb, "sbm")
+    assert "Tensor(dtype=bool, shape=[1200])" in repr(pa)
+
+
+def test_merge_identical_nets_is_exact(monkeypatch):
+    """Identical nets become one weighted net with the same km1 under any partition, also when
+    every hash collides (the pin-by-pin check keeps different nets apart)."""
+    from collections import Counter
+
+    from pyg_sparsecomm.partition import hypergraph
+    rng = np.random.default_rng(0)
+    for collide in (False, True):
+        if collide:
+            monkeypatch.setattr(hypergraph, "_mix64", lambda z: z * np.uint64(0))
+        for _ in range(20):
+            nets = [sorted(set(rng.integers(0, 6, size=rng.integers(1, 4)).tolist()))
+                    for _ in range(rng.integers(1, 150))]
+            net_ptr, pins = _csr(nets)
+            ptr2, pins2, weights = hypergraph.merge_identical_nets(net_ptr, pins)
+            merged = {tuple(pins2[a:b]): int(w) for a, b, w in zip(ptr2[:-1], ptr2[1:], weights, strict=True)}
+            assert merged == dict(Counter(tuple(n) for n in nets)) and len(merged) == weights.size
+            part = rng.integers(0, 3, size=6)
+            assert km1(net_ptr, pins, part) == km1(ptr2, pins2, part, weights)
 
 
 ALL_METHODS = [("random", {}), ("contiguous", {}), ("metis", {}), ("metis", {"objective": "vol"}),

@@ -72,22 +72,23 @@ class DistributedNeighborLoader(DistributedLoader):
         """Batch ``b`` of ``epoch`` from this rank's ``seeds`` (shard rows); collective."""
         adj, plan, n = self.adj, self.adj.plan, self.adj.num_owned
         row_hop = torch.full((n,), -1, dtype=torch.long)
-        row_hop[seeds] = 0
+        row_hop.index_fill_(0, seeds, 0)
         requested = torch.zeros(plan.halo_size, dtype=torch.bool)
         frontier, edges, hops, received = seeds, [], [], []
         for h in range(1, self.sampling.num_hops + 1):
             pos = self._pick(epoch, b, h, frontier)
-            col = adj.col[pos]
+            col = adj.col.index_select(0, pos)
             edges.append(pos)
             hops.append(torch.full_like(pos, h))
-            halo = torch.unique(col[col >= n] - n)
-            halo = halo[~requested[halo]]
-            requested[halo] = True
+            is_halo = col >= n
+            halo = torch.unique(col[is_halo] - n)
+            halo = halo[~requested.index_select(0, halo)]
+            requested.index_fill_(0, halo, True)
             got = request_halo(plan, halo, torch.full_like(halo, h), self.group)
             received.append(got)
-            reached = torch.unique(torch.cat([col[col < n], got.row]))
-            frontier = reached[row_hop[reached] < 0]
-            row_hop[frontier] = h
+            reached = torch.unique(torch.cat([col[~is_halo], got.row]))
+            frontier = reached[row_hop.index_select(0, reached) < 0]
+            row_hop.index_fill_(0, frontier, h)
         requests = Requests(*(torch.cat([getattr(r, f) for r in received]) for f in Requests._fields))
         sampled = Sampled(row_hop, torch.cat(edges), torch.cat(hops), int(seeds.numel()))
         return build_batch(self.local, adj, sampled, requests, self.sampling.num_hops, self.group)
@@ -95,10 +96,11 @@ class DistributedNeighborLoader(DistributedLoader):
     def _pick(self, epoch: int, b: int, hop: int, frontier: Tensor) -> Tensor:
         """CSR positions of the in-edges the ``frontier`` rows keep at ``hop``."""
         rowptr = self.adj.rowptr
-        start, counts = rowptr[frontier], rowptr[frontier + 1] - rowptr[frontier]
+        start = rowptr.index_select(0, frontier)
+        counts = rowptr.index_select(0, frontier + 1) - start
         total = int(counts.sum())
-        offsets = torch.arange(total) - torch.repeat_interleave(torch.cumsum(counts, 0) - counts, counts)
-        pos = torch.repeat_interleave(start, counts) + offsets
+        # position of candidate k of frontier row i: start[i] + k
+        pos = torch.repeat_interleave(start - (torch.cumsum(counts, 0) - counts), counts) + torch.arange(total)
         target = torch.repeat_interleave(frontier, counts).numpy()
-        keep = self.sampling.pick(epoch, b, hop, target, self.e_id[pos].numpy())
+        keep = self.sampling.pick(epoch, b, hop, target, self.e_id.index_select(0, pos).numpy())
         return pos[torch.from_numpy(np.ascontiguousarray(keep))]

@@ -77,12 +77,52 @@ class NeighborSampling(_Batching):
         if fanout < 0 or target.size == 0:
             return np.ones(target.size, dtype=bool)
         priority = uniform(stream_key(self.seed, _EDGES, epoch, batch), edge_id)
-        order = np.lexsort((edge_id, priority, target))
-        t = target[order]
-        rank_in_target = np.arange(t.size) - np.searchsorted(t, t)
-        keep = np.zeros(target.size, dtype=bool)
-        keep[order[rank_in_target < fanout]] = True
+        keep = _smallest_in_runs(target, priority, fanout)
+        return keep if keep is not None else _smallest_by_sorting(target, priority, edge_id, fanout)
+
+
+_MAX_SELECTION_PASSES = 32  # fanouts above this sort instead (a pass per kept edge)
+
+
+def _smallest_by_sorting(target: np.ndarray, priority: np.ndarray, edge_id: np.ndarray, k: int) -> np.ndarray:
+    """Mask of the ``k`` candidates of smallest ``(priority, edge_id)`` per target (any order)."""
+    order = np.lexsort((edge_id, priority, target))
+    t = target[order]
+    rank_in_target = np.arange(t.size) - np.searchsorted(t, t)
+    keep = np.zeros(target.size, dtype=bool)
+    keep[order[rank_in_target < k]] = True
+    return keep
+
+
+def _smallest_in_runs(target: np.ndarray, priority: np.ndarray, k: int) -> np.ndarray | None:
+    """:func:`_smallest_by_sorting` without a sort when ``target`` is sorted (the candidates come
+    as every frontier node's in-edges, frontier sorted) and ``k`` small: ``k`` passes of a
+    segmented minimum over the targets of more than ``k`` candidates.  ``None`` (sort instead)
+    when the targets are not sorted, ``k`` is large or two candidates of a target tie in
+    priority (where ``edge_id`` decides); else the same mask."""
+    n = target.size
+    if k > _MAX_SELECTION_PASSES or bool((target[1:] < target[:-1]).any()):
+        return None
+    starts = np.flatnonzero(np.concatenate([[True], target[1:] != target[:-1]]))
+    sizes = np.diff(np.append(starts, n))
+    big = sizes > k
+    keep = np.ones(n, dtype=bool)  # targets of at most k candidates keep them all
+    if not big.any():
         return keep
+    in_big = np.repeat(big, sizes)
+    p = priority[in_big]
+    big_sizes = sizes[big]
+    big_starts = np.concatenate([[0], np.cumsum(big_sizes)[:-1]])
+    group = np.repeat(np.arange(big_sizes.size), big_sizes)
+    chosen = np.zeros(p.size, dtype=bool)
+    for _ in range(k):  # every big target has more than k candidates: a finite minimum each pass
+        hit = p == np.minimum.reduceat(p, big_starts)[group]
+        if int(np.count_nonzero(hit)) != big_sizes.size:
+            return None  # a tie in priority
+        chosen |= hit
+        p[hit] = np.inf
+    keep[in_big] = chosen
+    return keep
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,56 @@ def drop_single_pin_nets(net_ptr: np.ndarray, pins: np.ndarray) -> tuple[np.ndar
             pins[np.repeat(kept, size)].astype(np.int64))
 
 
+def merge_identical_nets(net_ptr: np.ndarray, pins: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each set of identical nets as one net weighted by their number: CSR ``(net_ptr, pins)``
+    and ``weights``, the first of each set in the input order (pins sorted within every net).
+
+    The weighted km1 is the km1 of the input under every partition, and a merged stochastic
+    hypergraph repeats many nets (a column read by the same rows in several batches).  Nets
+    are grouped by size and a 64-bit hash of their pins, then compared pin by pin (a hash
+    collision costs one more round, never a wrong merge).
+    """
+    size = np.diff(net_ptr)
+    m = size.size
+    if m == 0:
+        return net_ptr, pins, np.zeros(0, dtype=np.int64)
+    with np.errstate(over="ignore"):
+        mixed = _mix64(pins.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(1))
+        # pins are sorted within a net, so the position-free sum is a hash of the set
+        digest = np.zeros(m, dtype=np.uint64)
+        nonempty = size > 0
+        if pins.size:
+            digest[nonempty] = np.add.reduceat(mixed, net_ptr[:-1][nonempty])
+    rep = np.arange(m)
+    pending = np.arange(m)  # nets not yet matched to their set's first net
+    while pending.size:  # one round unless two different nets share (size, hash)
+        order = pending[np.lexsort((pending, digest[pending], size[pending]))]
+        same = np.zeros(order.size, dtype=bool)
+        same[1:] = (size[order][1:] == size[order][:-1]) & (digest[order][1:] == digest[order][:-1])
+        head = order[np.maximum.accumulate(np.where(same, 0, np.arange(order.size)))]
+        # compare pin by pin with the head: a net that differs (a hash collision) waits for the next round
+        k = size[order]
+        offset = np.arange(int(k.sum())) - np.repeat(np.cumsum(k) - k, k)
+        differs = pins[np.repeat(net_ptr[order], k) + offset] != pins[np.repeat(net_ptr[head], k) + offset]
+        bad = np.zeros(order.size, dtype=bool)
+        bad[np.repeat(np.arange(order.size), k)[differs]] = True
+        rep[order[~bad]] = head[~bad]
+        pending = order[bad]
+    keep = rep == np.arange(m)
+    weights = np.bincount(rep, minlength=m)[keep]
+    kept_size = size[keep]
+    return (np.concatenate([[0], np.cumsum(kept_size)]).astype(np.int64),
+            pins[np.repeat(keep, size)].astype(np.int64), weights.astype(np.int64))
+
+
+def _mix64(z: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser (wrapping ``uint64`` arithmetic)."""
+    with np.errstate(over="ignore"):
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
 def column_nets(edge_index: Tensor, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
     """The column nets of the whole graph as CSR ``(net_ptr, pins)``, without one-pin nets
     (a node no other node reads); the hypergraph :func:`hypergraph_partition` partitions."""
@@ -72,17 +122,22 @@ def column_nets(edge_index: Tensor, num_nodes: int) -> tuple[np.ndarray, np.ndar
     return drop_single_pin_nets(csr_ptr(net_of_pin, num_nodes), pins)
 
 
-def km1(net_ptr: np.ndarray, pins: np.ndarray, part: np.ndarray) -> int:
-    """Connectivity-1 metric of ``part`` on the nets (vectorised)."""
+def km1(net_ptr: np.ndarray, pins: np.ndarray, part: np.ndarray, net_weights: np.ndarray | None = None) -> int:
+    """Connectivity-1 metric of ``part`` on the nets (vectorised), each net counted
+    ``net_weights`` times (default once)."""
     if pins.size == 0:
         return 0
-    net_of_pin = np.repeat(np.arange(net_ptr.size - 1), np.diff(net_ptr))
+    size = np.diff(net_ptr)
+    net_of_pin = np.repeat(np.arange(net_ptr.size - 1), size)
     P = int(part.max()) + 1
-    distinct = np.unique(net_of_pin * P + part[pins]).size
-    return int(distinct - (net_ptr.size - 1))
+    if net_weights is None:
+        distinct = np.unique(net_of_pin * P + part[pins]).size
+        return int(distinct - np.count_nonzero(size))
+    lam = np.bincount(np.unique(net_of_pin * P + part[pins]) // P, minlength=size.size)
+    return int((net_weights * np.maximum(lam - 1, 0)).sum())
 
 
-def _mtkahypar(net_ptr, pins, weights, num_nodes, num_parts, epsilon, seed, preset):
+def _mtkahypar(net_ptr, pins, weights, num_nodes, num_parts, epsilon, seed, preset, net_weights=None):
     global _MTK
     try:
         import mtkahypar
@@ -100,7 +155,8 @@ def _mtkahypar(net_ptr, pins, weights, num_nodes, num_parts, epsilon, seed, pres
     ctx.logging = False
     mtkahypar.set_seed(seed)
     nets = [pins[a:b].tolist() for a, b in zip(net_ptr[:-1], net_ptr[1:], strict=False)]
-    hg = _MTK.create_hypergraph(ctx, num_nodes, len(nets), nets, weights.tolist(), [1] * len(nets))
+    net_w = [1] * len(nets) if net_weights is None else net_weights.tolist()
+    hg = _MTK.create_hypergraph(ctx, num_nodes, len(nets), nets, weights.tolist(), net_w)
     return np.asarray(hg.partition(ctx).get_partition(), dtype=np.int64)
 
 
@@ -125,11 +181,14 @@ def hypergraph_partition(edge_index: Tensor, num_nodes: int, num_parts: int, see
 
 
 def run_backend(net_ptr: np.ndarray, pins: np.ndarray, weights: np.ndarray, num_nodes: int, num_parts: int,
-                epsilon: float, seed: int, backend: str = "mtkahypar", preset: str = "deterministic") -> np.ndarray:
-    """Partitions the hypergraph ``(net_ptr, pins)`` for km1 with the chosen backend."""
+                epsilon: float, seed: int, backend: str = "mtkahypar", preset: str = "deterministic",
+                net_weights: np.ndarray | None = None) -> np.ndarray:
+    """Partitions the hypergraph ``(net_ptr, pins)`` (vertex ``weights``, optional ``net_weights``,
+    default 1) for km1 with the chosen backend."""
     if backend == "mtkahypar":
-        return _mtkahypar(net_ptr, pins, weights, num_nodes, num_parts, epsilon, seed, preset)
+        return _mtkahypar(net_ptr, pins, weights, num_nodes, num_parts, epsilon, seed, preset, net_weights)
     if backend == "kahypar":
         from .kahypar_backend import kahypar_partition
-        return kahypar_partition(net_ptr, pins, weights, num_nodes, num_parts, epsilon, seed)
+        return kahypar_partition(net_ptr, pins, weights, num_nodes, num_parts, epsilon, seed,
+                                 net_weights=net_weights)
     raise ValueError(f"unknown hypergraph backend {backend!r}; available: 'mtkahypar', 'kahypar'")

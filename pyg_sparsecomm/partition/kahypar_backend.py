@@ -49,10 +49,10 @@ def write_config(path: str, config: dict) -> None:
         f.write("".join(f"{k}={v}\n" for k, v in config.items()))
 
 
-def _child(conn, num_nodes, net_ptr, pins, weights, num_parts, epsilon, seed, config_path):
+def _child(conn, num_nodes, net_ptr, pins, weights, num_parts, epsilon, seed, config_path, net_weights=None):
     import kahypar
     hg = kahypar.Hypergraph(num_nodes, len(net_ptr) - 1, net_ptr, pins, num_parts,
-                            [1] * (len(net_ptr) - 1), weights)
+                            [1] * (len(net_ptr) - 1) if net_weights is None else net_weights, weights)
     ctx = kahypar.Context()
     ctx.loadINIconfiguration(config_path)
     ctx.setK(num_parts)
@@ -66,7 +66,7 @@ def _child(conn, num_nodes, net_ptr, pins, weights, num_parts, epsilon, seed, co
 
 def kahypar_partition(net_ptr: np.ndarray, pins: np.ndarray, weights: np.ndarray, num_nodes: int,
                       num_parts: int, epsilon: float, seed: int, timeout: float = 3600.0,
-                      config: dict | None = None) -> np.ndarray:
+                      config: dict | None = None, net_weights: np.ndarray | None = None) -> np.ndarray:
     try:
         import kahypar  # noqa: F401
     except ImportError as e:
@@ -78,7 +78,8 @@ def kahypar_partition(net_ptr: np.ndarray, pins: np.ndarray, weights: np.ndarray
         write_config(config_path, KM1_CONFIG if config is None else config)
         recv, send = ctx.Pipe(duplex=False)
         proc = ctx.Process(target=_child, args=(send, num_nodes, net_ptr.tolist(), pins.tolist(),
-                                                weights.tolist(), num_parts, epsilon, seed, config_path))
+                                                weights.tolist(), num_parts, epsilon, seed, config_path,
+                                                None if net_weights is None else net_weights.tolist()))
         proc.start()
         send.close()
         part = None

@@ -140,8 +140,11 @@ class SparsityAwarePartitioner(BaseTransform):
         return part, CommStats.from_pattern(comm_pattern(edge_index, part, num_nodes, self.num_parts))
 
     def _settings(self) -> str:
-        """Everything besides the graph that the partition depends on (method, seed, options, ...)."""
-        return repr({k: v for k, v in sorted(vars(self).items()) if k != "_last"})
+        """Everything besides the graph that the partition depends on (method, seed, options, ...);
+        tensor options (``input_nodes``) by their content, not their abbreviated ``repr``."""
+        settings = {k: v for k, v in sorted(vars(self).items()) if k != "_last"}
+        settings["options"] = {k: option_value(v) for k, v in sorted(self.options.items())}
+        return repr(settings)
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -149,10 +152,29 @@ class SparsityAwarePartitioner(BaseTransform):
         return state
 
     def __repr__(self) -> str:
-        opts = "".join(f", {k}={v!r}" for k, v in self.options.items())
+        opts = "".join(f", {k}={_short(v)}" for k, v in self.options.items())
         if self.balance:
             opts += f", balance={self.balance!r}"
         return f"{self.__class__.__name__}({self.num_parts}, method={self.method!r}, seed={self.seed}{opts})"
+
+
+def option_value(value: Any) -> Any:
+    """A method option as the cache key and the store's source description record it: a tensor
+    (e.g. ``input_nodes=data.train_mask``) as its dtype, shape and SHA-256, a batch rule
+    (``sampling=NeighborSampling(...)``, a frozen dataclass) as its ``repr``, anything else as is."""
+    if isinstance(value, Tensor):
+        flat = value.detach().cpu().contiguous().reshape(-1)
+        digest = hashlib.sha256(flat.view(torch.uint8).numpy().tobytes()).hexdigest()
+        return f"Tensor(dtype={str(flat.dtype).replace('torch.', '')}, shape={list(value.shape)}, sha256={digest})"
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return repr(value)
+    return value
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, Tensor):
+        return f"Tensor(dtype={str(value.dtype).replace('torch.', '')}, shape={list(value.shape)})"
+    return repr(value)
 
 
 def structure_key(edge_index: Tensor, num_nodes: int) -> str:
