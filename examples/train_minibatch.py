@@ -32,7 +32,12 @@ from pyg_sparsecomm import (  # <- distributed
     sync_gradients,
 )
 from pyg_sparsecomm.datasets import load_dataset
-from pyg_sparsecomm.loader import DistributedNeighborLoader, DistributedNodeSubsetLoader  # <- distributed
+from pyg_sparsecomm.loader import (  # <- distributed
+    DistributedNeighborLoader,
+    DistributedNodeSubsetLoader,
+    NeighborSampling,
+    NodeSubsetSampling,
+)
 from pyg_sparsecomm.runtime import run_job
 
 MODELS = {"gcn": GCN, "sage": GraphSAGE, "gin": GIN, "gat": GAT}
@@ -52,14 +57,18 @@ def build_model(name: str, in_channels: int, hidden: int, out_channels: int, num
                         **kwargs)
 
 
-def partition_options(args) -> dict:
+def partition_options(args, data) -> dict:
     """Options of the partitioning method: the stochastic hypergraph partition (VLDB'23 §4.3.3)
-    optimises the volume of the batches this script samples."""
+    is built from the batches the loader below draws (the same rule, batch size, seed and seed
+    candidates), so it optimises the volume of the batches this script trains on."""
     if args.method != "stochastic_hypergraph":
         return {}
-    # the partitioner's sampler options today; once it takes the loader's own rules, this becomes
-    # sampling=NeighborSampling(batch_size=..., num_neighbors=...), input_nodes=data.train_mask (see README)
-    return {"batch_size": args.batch_size, "fanouts": args.num_neighbors if args.loader == "neighbor" else None}
+    if args.loader == "neighbor":
+        sampling = NeighborSampling(batch_size=args.batch_size, num_neighbors=tuple(args.num_neighbors),
+                                    shuffle=True, seed=args.seed)
+    else:
+        sampling = NodeSubsetSampling(batch_size=args.batch_size, shuffle=True, seed=args.seed)
+    return {"sampling": sampling, "input_nodes": data.train_mask}
 
 
 def make_loader(args, local):
@@ -75,7 +84,7 @@ def run(args, rank: int, world_size: int, device: torch.device = CPU, verbose: b
     data = load_dataset(args.dataset, args.root, args.seed)
     num_classes = int(data.y.max()) + 1
     partitioner = SparsityAwarePartitioner(world_size, method=args.method, seed=args.seed,  # <- distributed
-                                           **partition_options(args))
+                                           **partition_options(args, data))
     data = partitioner(data)                                                               # <- distributed
     local = shard(data).to(device)                                                         # <- distributed
     if verbose and rank == 0:
