@@ -57,7 +57,7 @@ from pyg_sparsecomm.partition.hypergraph import km1
 from pyg_sparsecomm.partition.stochastic import HELD_OUT_EPOCH, batch_nets
 
 METHODS = ("random", "metis", "hypergraph", "shp")
-LABEL = {"random": "random", "metis": "METIS", "hypergraph": "HP", "shp": "SHP"}
+LABEL = {"random": "random", "metis": "METIS", "hypergraph": "HP", "shp": "SHP", "shp4": "SHP, edge_coverage=4"}
 # bytes per row moved, per layer and direction, of distribute(GraphSAGE(F, 64, 2, C)) (see (a))
 FP32 = 4
 
@@ -104,14 +104,15 @@ def wait_quiet(flag: str) -> None:
 # --- partitions -------------------------------------------------------------------------------
 
 def partition(data: Data, args, method: str, P: int, sampler: str | None = None) -> tuple[torch.Tensor, float]:
-    """``(part, seconds)`` of one partition, from the cache when it holds it."""
-    options: dict = {"preset": args.preset} if method in ("hypergraph", "shp") else {}
+    """``(part, seconds)`` of one partition, from the cache when it holds it (``"shp4"``: SHP with
+    the package's default ``edge_coverage=4``)."""
+    options: dict = {"preset": args.preset} if method in ("hypergraph", "shp", "shp4") else {}
     name = method
-    if method == "shp":
+    if method in ("shp", "shp4"):
         assert sampler is not None
         name = "stochastic_hypergraph"
         options.update(sampling=samplers(args)[sampler], input_nodes=data.train_mask,
-                       edge_coverage=args.shp_edge_coverage)
+                       edge_coverage=args.shp_edge_coverage if method == "shp" else 4.0)
     partitioner = SparsityAwarePartitioner(P, name, **options)
     key = hashlib.sha256(f"{graph_key(args)};{partitioner._settings()}".encode()).hexdigest()[:20]
     path = Path(args.cache) / f"{method}{'-' + sampler if sampler else ''}-P{P}-{key}.pt" if args.cache else None
@@ -168,13 +169,15 @@ def simulate(data: Data, args):
         print(f"  {sname}: {len(nets)} held-out batches in {time.perf_counter() - t0:.1f} s", flush=True)
         for P in args.parts:
             result = {}
-            for method in METHODS:
-                part, seconds = partition(data, args, method, P, sname if method == "shp" else None)
-                parts[(method, sname if method == "shp" else None, P)] = part
+            extra = ["shp4"] if sname == "subset" and P in args.subset_coverage_parts else []
+            for method in [*METHODS, *extra]:
+                sampler = sname if method.startswith("shp") else None
+                part, seconds = partition(data, args, method, P, sampler)
+                parts[(method, sampler, P)] = part
                 r1, r2 = layer_rows(nets, part)
                 result[method] = (r1, r2, batch_bytes(r1, r2, args), seconds)
             for method, (r1, r2, nbytes, seconds) in result.items():
-                ratio = f"{nbytes / result['hypergraph'][2]:.3f}" if method == "shp" else ""
+                ratio = f"{nbytes / result['hypergraph'][2]:.3f}" if method.startswith("shp") else ""
                 rows.append([sname, P, LABEL[method], f"{r1:.0f}", f"{r2:.0f}", f"{nbytes / 1e3:.1f}",
                              f"{nbytes / result['random'][2]:.3f}", ratio, f"{seconds:.1f}"])
                 print(*rows[-1], sep="\t", flush=True)
@@ -405,6 +408,8 @@ def parse_args(argv=None):
     p.add_argument("--fanouts", type=int, nargs="+", default=[10, 5])
     p.add_argument("--subset-size", type=int, default=20000)
     p.add_argument("--eval-batches", type=int, default=64)
+    p.add_argument("--subset-coverage-parts", type=int, nargs="*", default=[16],
+                   help="P at which node-subset SHP is also built with the package's edge_coverage=4")
     p.add_argument("--shp-edge-coverage", type=float, default=0.0,
                    help="SHP's edge_coverage: 0 (default here) = the paper's rule alone, epoch 0 grown to eq. (14); "
                         "the package's default is 4 (see stochastic_hypergraph_partition)")
