@@ -57,7 +57,7 @@ from pyg_sparsecomm.partition.hypergraph import km1
 from pyg_sparsecomm.partition.stochastic import HELD_OUT_EPOCH, batch_nets
 
 METHODS = ("random", "metis", "hypergraph", "shp")
-LABEL = {"random": "random", "metis": "METIS", "hypergraph": "HP", "shp": "SHP"}
+LABEL = {"random": "random", "metis": "METIS", "hypergraph": "HP", "shp": "SHP", "shp4": "SHP, edge_coverage=4"}
 # bytes per row moved, per layer and direction, of distribute(GraphSAGE(F, 64, 2, C)) (see (a))
 FP32 = 4
 
@@ -104,14 +104,15 @@ def wait_quiet(flag: str) -> None:
 # --- partitions -------------------------------------------------------------------------------
 
 def partition(data: Data, args, method: str, P: int, sampler: str | None = None) -> tuple[torch.Tensor, float]:
-    """``(part, seconds)`` of one partition, from the cache when it holds it."""
-    options: dict = {"preset": args.preset} if method in ("hypergraph", "shp") else {}
+    """``(part, seconds)`` of one partition, from the cache when it holds it (``"shp4"``: SHP with
+    the package's default ``edge_coverage=4``)."""
+    options: dict = {"preset": args.preset} if method in ("hypergraph", "shp", "shp4") else {}
     name = method
-    if method == "shp":
+    if method in ("shp", "shp4"):
         assert sampler is not None
         name = "stochastic_hypergraph"
         options.update(sampling=samplers(args)[sampler], input_nodes=data.train_mask,
-                       edge_coverage=args.shp_edge_coverage)
+                       edge_coverage=args.shp_edge_coverage if method == "shp" else 4.0)
     partitioner = SparsityAwarePartitioner(P, name, **options)
     key = hashlib.sha256(f"{graph_key(args)};{partitioner._settings()}".encode()).hexdigest()[:20]
     path = Path(args.cache) / f"{method}{'-' + sampler if sampler else ''}-P{P}-{key}.pt" if args.cache else None
@@ -168,13 +169,15 @@ def simulate(data: Data, args):
         print(f"  {sname}: {len(nets)} held-out batches in {time.perf_counter() - t0:.1f} s", flush=True)
         for P in args.parts:
             result = {}
-            for method in METHODS:
-                part, seconds = partition(data, args, method, P, sname if method == "shp" else None)
-                parts[(method, sname if method == "shp" else None, P)] = part
+            extra = ["shp4"] if sname == "subset" and P in args.subset_coverage_parts else []
+            for method in [*METHODS, *extra]:
+                sampler = sname if method.startswith("shp") else None
+                part, seconds = partition(data, args, method, P, sampler)
+                parts[(method, sampler, P)] = part
                 r1, r2 = layer_rows(nets, part)
                 result[method] = (r1, r2, batch_bytes(r1, r2, args), seconds)
             for method, (r1, r2, nbytes, seconds) in result.items():
-                ratio = f"{nbytes / result['hypergraph'][2]:.3f}" if method == "shp" else ""
+                ratio = f"{nbytes / result['hypergraph'][2]:.3f}" if method.startswith("shp") else ""
                 rows.append([sname, P, LABEL[method], f"{r1:.0f}", f"{r2:.0f}", f"{nbytes / 1e3:.1f}",
                              f"{nbytes / result['random'][2]:.3f}", ratio, f"{seconds:.1f}"])
                 print(*rows[-1], sep="\t", flush=True)
@@ -329,11 +332,16 @@ def train(data: Data, args, parts: dict):
         partitioned = copy.copy(data)
         partitioned.part, partitioned.num_parts = part, P
         save_partition(partitioned, roots[method])
+    single = str(Path(tmp.name) / "single")  # the same loader and model in one process (P = 1)
+    whole = copy.copy(data)
+    whole.part, whole.num_parts = torch.zeros(data.num_nodes, dtype=torch.long), 1
+    save_partition(whole, single)
     graph_path = str(Path(tmp.name) / "graph.pt")
     torch.save({"edge_index": data.edge_index, "x": data.x, "y": data.y, "train_mask": data.train_mask,
                 "num_nodes": data.num_nodes}, graph_path)
     runs: dict[str, list[dict]] = {m: [] for m in chosen}
     pyg: list[dict] = []
+    ones: list[dict] = []
     methods = list(chosen)
     for r in range(args.rounds):
         order = methods[r % len(methods):] + methods[:r % len(methods)]  # rotate: no partition always first
@@ -353,6 +361,11 @@ def train(data: Data, args, parts: dict):
             wait_quiet(args.quiet_flag)
             pyg.append(_pyg_epoch(args, graph_path, r))
             print(f"  round {r}: PyG {pyg[-1]}", flush=True)
+        if not args.skip_single:
+            wait_quiet(args.quiet_flag)
+            ones.append(launch(_train_worker, 1, {"single": single}, ["single"], r, args, timeout=7200,
+                               threads=args.pyg_threads)[0]["single"])
+            print(f"  round {r}: P=1 {ones[-1]['wall']:.1f} s", flush=True)
     predicted = predicted_halo_bytes(data, args, chosen, 0, runs[methods[0]][0]["batches"])
     tmp.cleanup()
     headers = ["run", "partition", "s / epoch", "batches", "loader share", "seeds / s", "halo KB / batch",
@@ -374,6 +387,13 @@ def train(data: Data, args, parts: dict):
                      f"{(runs[m][0]['bytes']['halo'] + runs[m][0]['bytes']['halo_grad']) / predicted[m]:.4f}",
                      f"{ids / 1e3:.1f}",
                      f"{wall / hp_wall:.3f}" if hp_wall else ""])
+    if ones:
+        wall = median([x["wall"] * x["epoch_batches"] / x["batches"] for x in ones])
+        share = median([x["load"] / (x["load"] + x["compute"]) for x in ones])
+        seeds = median([x["seeds"] / x["wall"] for x in ones])
+        rows.append([f"P=1, 1 process, {args.pyg_threads} threads (same loader and model)", "-", f"{wall:.1f}",
+                     ones[0]["batches"], f"{100 * share:.0f} %", f"{seeds:.0f}", "0", "-",
+                     f"{sum(ones[0]['bytes'].values()) / 1e3:.1f}", f"{wall / hp_wall:.3f}" if hp_wall else ""])
     ok = [x for x in pyg if "error" not in x]
     if ok:
         wall = median([x["wall"] * x["epoch_batches"] / x["batches"] for x in ok])
@@ -405,6 +425,8 @@ def parse_args(argv=None):
     p.add_argument("--fanouts", type=int, nargs="+", default=[10, 5])
     p.add_argument("--subset-size", type=int, default=20000)
     p.add_argument("--eval-batches", type=int, default=64)
+    p.add_argument("--subset-coverage-parts", type=int, nargs="*", default=[16],
+                   help="P at which node-subset SHP is also built with the package's edge_coverage=4")
     p.add_argument("--shp-edge-coverage", type=float, default=0.0,
                    help="SHP's edge_coverage: 0 (default here) = the paper's rule alone, epoch 0 grown to eq. (14); "
                         "the package's default is 4 (see stochastic_hypergraph_partition)")
@@ -417,6 +439,7 @@ def parse_args(argv=None):
     p.add_argument("--max-train-batches", type=int, default=1 << 30, help="timed batches per epoch (default all)")
     p.add_argument("--skip-train", action="store_true")
     p.add_argument("--skip-pyg", action="store_true")
+    p.add_argument("--skip-single", action="store_true", help="no P = 1 run of the package's loader")
     p.add_argument("--pyg-python", default="/work/venv-bench/bin/python")
     p.add_argument("--pyg-threads", type=int, default=2)
     p.add_argument("--cache", default=str(HERE / ".cache" / "minibatch_train"), help="partition cache ('' = none)")
@@ -486,6 +509,8 @@ def write_results(args, data, sim_headers, sim_rows, train_headers, train_rows, 
                  f"plan) / batch step, mean over ranks; halo KB = counted halo + halo_grad bytes summed over "
                  f"ranks; round 0 counted / predicted = those bytes of round 0 over (a)'s model on the same "
                  f"batches; id KB = sample + sample_counts + plan. "
+                 f"P = 1: `DistributedNeighborLoader` and the model on a 1-part shard in one process of "
+                 f"{args.pyg_threads} threads, one epoch after each round. "
                  f"PyG: `NeighborLoader` + the same GraphSAGE (trimmed), one process, {args.pyg_threads} "
                  f"threads, in `{args.pyg_python}`, one epoch after each distributed round.\n",
                  markdown_table(train_headers, train_rows)]
