@@ -223,25 +223,31 @@ def _train_worker(rank, world_size, roots, order, epoch, args):
         loader.set_epoch(epoch)
         dist.barrier()
         counter.reset()
-        load = compute = 0.0
-        batches = seeds = 0
-        start = time.perf_counter()
-        it = iter(loader)
-        while batches < args.max_train_batches:
-            t0 = time.perf_counter()
-            batch = next(it, None)
-            t1 = time.perf_counter()
-            if batch is None:
-                break
-            step(batch)
-            load, compute, batches = load + t1 - t0, compute + time.perf_counter() - t1, batches + 1
-            seeds += batch.global_batch_size
-        wall = time.perf_counter() - start
+        timed = timed_batches(loader, step, args.max_train_batches, lambda b: b.global_batch_size)
         nbytes = {k: counter.bytes_sent(k) for k in ("halo", "halo_grad", "sample", "sample_counts", "plan")}
-        out[method] = {"wall": wall, "load": load, "compute": compute, "batches": batches, "seeds": seeds,
-                       "epoch_batches": len(loader), "bytes": nbytes}
+        out[method] = {**timed, "epoch_batches": len(loader), "bytes": nbytes}
         del loader, local
     return out
+
+
+def timed_batches(loader, step, max_batches: int, seeds_of) -> dict:
+    """Runs ``step`` on up to ``max_batches`` batches of one epoch of ``loader``; the seconds spent
+    in the loader (``__next__``: sampling and planning) and in the steps, apart."""
+    load = compute = 0.0
+    batches = seeds = 0
+    start = time.perf_counter()
+    it = iter(loader)
+    while batches < max_batches:
+        t0 = time.perf_counter()
+        batch = next(it, None)
+        t1 = time.perf_counter()
+        if batch is None:
+            break
+        step(batch)
+        load, compute, batches = load + t1 - t0, compute + time.perf_counter() - t1, batches + 1
+        seeds += seeds_of(batch)
+    return {"wall": time.perf_counter() - start, "load": load, "compute": compute, "batches": batches,
+            "seeds": seeds}
 
 
 def _pyg_epoch(args, graph_path: str, epoch: int) -> dict:
@@ -286,21 +292,8 @@ def pyg_baseline(args) -> None:
         if i >= args.warmup:
             break
         step(batch)
-    load = compute = 0.0
-    batches = seeds = 0
-    start = time.perf_counter()
-    it = iter(loader)
-    while batches < args.max_train_batches:
-        t0 = time.perf_counter()
-        batch = next(it, None)
-        t1 = time.perf_counter()
-        if batch is None:
-            break
-        step(batch)
-        load, compute = load + t1 - t0, compute + time.perf_counter() - t1
-        batches, seeds = batches + 1, seeds + batch.batch_size
-    print(json.dumps({"wall": time.perf_counter() - start, "load": load, "compute": compute, "batches": batches,
-                      "seeds": seeds, "epoch_batches": len(loader)}))
+    timed = timed_batches(loader, step, args.max_train_batches, lambda b: b.batch_size)
+    print(json.dumps({**timed, "epoch_batches": len(loader)}))
 
 
 def predicted_halo_bytes(data: Data, args, parts: dict, epoch: int, num_batches: int) -> dict:
