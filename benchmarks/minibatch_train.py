@@ -26,7 +26,9 @@ batches (its default sample: epoch 0, grown to eq. (14) with θ = 0.1, δ = 0.5)
     summed over ranks) and the halo bytes predicted by (a)'s model for the same batches.
 (c) PyG's single-process ``NeighborLoader`` training the same model on the same graph with 2
     threads (needs torch_sparse or pyg-lib: run in ``--pyg-python``, a separate process, one
-    epoch per round between the distributed rounds); throughput = train seeds / epoch second.
+    epoch per round between the distributed rounds; the row names the import error otherwise),
+    and the package's own loader and model at P = 1 in one process of 2 threads; throughput =
+    train seeds / epoch second.
 
     python benchmarks/minibatch_train.py [--quick] [--skip-train] [--skip-pyg] [--rounds 3]
 
@@ -276,7 +278,12 @@ def pyg_baseline(args) -> None:
         it = iter(loader)
         next(it)  # raises here if neither torch_sparse nor pyg-lib is importable
     except Exception as e:  # noqa: BLE001 - reported in the table
-        print(json.dumps({"error": f"{type(e).__name__}: {e}"}))
+        reason = f"{type(e).__name__}: {e}"
+        try:
+            import torch_sparse  # noqa: F401
+        except Exception as why:  # noqa: BLE001 - why torch_sparse is unusable, if it is
+            reason += f" (import torch_sparse: {type(why).__name__}: {why})"
+        print(json.dumps({"error": reason}))
         return
     model = _model(args)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
@@ -473,12 +480,19 @@ def main(argv=None) -> None:
     write_results(args, data, sim_headers, sim_rows, train_headers, train_rows, minutes)
 
 
+def _partition_seconds(sim_rows) -> dict:
+    """Seconds of every distinct partition (random, METIS and HP appear under both samplers)."""
+    return {(r[1], r[2], r[0] if r[2].startswith("SHP") else ""): float(r[-1]) for r in sim_rows}
+
+
 def write_results(args, data, sim_headers, sim_rows, train_headers, train_rows, minutes) -> None:
     from _common import machine, markdown_table
     E = data.edge_index.size(1)
     fan = ", ".join(map(str, args.fanouts))
     body = ["## Distributed mini-batch training: volume and time per partition (issue #15)\n",
-            f"`python benchmarks/minibatch_train.py` — machine: {machine()}; {minutes:.0f} min in all.\n",
+            f"`python benchmarks/minibatch_train.py` — machine: {machine()}; {minutes:.0f} min in all "
+            f"(partitions from `--cache` when there: making them took the 'partition s' column, "
+            f"{sum(_partition_seconds(sim_rows).values()) / 60:.0f} min).\n",
             f"Graph: sparse SBM, {data.num_nodes:,} nodes, {E:,} directed edges ({args.blocks} blocks, "
             f"{100 * args.p_in:.0f} % inside), {args.features} features, {args.classes} classes, "
             f"{int(data.train_mask.sum()):,} train nodes. Samplers: neighbour = {args.batch_size} train seeds, "
