@@ -1,4 +1,5 @@
 """Joining a ``torchrun`` job: the process group (with a timeout) and the device."""
+import atexit
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -19,7 +20,9 @@ def init_distributed(backend: str | None = None,
     Without ``torchrun`` (no ``RANK`` in the environment) nothing is initialised and the
     script runs as rank 0 of 1.  With CUDA each rank takes GPU ``LOCAL_RANK`` and NCCL,
     otherwise the CPU and gloo.  ``timeout`` bounds every collective, so a dead peer
-    surfaces as an error instead of a hang.
+    surfaces as an error instead of a hang.  The process group is destroyed when the script
+    ends: left to the interpreter's teardown, gloo's threads can abort the process
+    ("terminate called without an active exception", seen once in CI after a script had finished).
     """
     if "RANK" not in os.environ:
         return 0, 1, torch.device("cpu")
@@ -29,7 +32,13 @@ def init_distributed(backend: str | None = None,
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
         torch.cuda.set_device(device)
     dist.init_process_group(backend or ("nccl" if cuda else "gloo"), timeout=timeout)
+    atexit.register(_destroy_process_group)
     return dist.get_rank(), dist.get_world_size(), device
+
+
+def _destroy_process_group() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 @contextmanager
