@@ -16,7 +16,7 @@ from torch_geometric.data import Data
 
 from ..adj import HaloAdj
 from ..comm.group import collective_device, world_size
-from ..training import global_count
+from ..training import global_sum
 from .sampling import NeighborSampling, NodeSubsetSampling
 
 
@@ -66,11 +66,7 @@ class DistributedLoader:
 
     def _seed_counts(self, batch_of_input: Tensor, num_batches: int) -> Tensor:
         """Seeds per batch over all ranks (one all-reduce of ``num_batches`` integers)."""
-        counts = torch.bincount(batch_of_input, minlength=num_batches)
-        if world_size(self.group) > 1:
-            counts = counts.to(collective_device(self.group) or counts.device)
-            dist.all_reduce(counts, group=self.group)
-        return counts.cpu()
+        return global_sum(torch.bincount(batch_of_input, minlength=num_batches), self.group)
 
     def __iter__(self) -> Iterator[Data]:
         epoch = self.epoch
@@ -81,9 +77,6 @@ class DistributedLoader:
 
     def _batches(self, epoch: int) -> Iterator[Data]:
         raise NotImplementedError
-
-    def _global_count(self, mask: Tensor) -> int:
-        return global_count(mask, self.group) if world_size(self.group) > 1 else int(mask.sum())
 
 
 def _input_mask(input_nodes: Tensor | None, num_owned: int) -> Tensor:

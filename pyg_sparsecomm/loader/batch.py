@@ -152,7 +152,7 @@ def batch_attributes(local: Data, rows: Tensor, edge_pos: Tensor, adj: SampledAd
     batch = Data()
     nnz = local.adj.nnz
     for key, value in local.items():
-        if key in ("adj", "num_nodes", "global_num_nodes"):
+        if key in ("adj", "edge_weight", "num_nodes", "global_num_nodes"):  # edge_weight: adj's values
             continue
         batch[key] = _slice(key, value, local.num_nodes, nnz, rows, edge_pos)
     batch.adj = adj

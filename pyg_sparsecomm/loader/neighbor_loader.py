@@ -7,6 +7,7 @@ import torch.distributed as dist
 from torch import Tensor
 from torch_geometric.data import Data
 
+from ..training import global_count
 from .base import DistributedLoader
 from .batch import Requests, Sampled, build_batch, request_halo
 from .sampling import NeighborSampling
@@ -52,7 +53,7 @@ class DistributedNeighborLoader(DistributedLoader):
                                     num_neighbors=tuple(num_neighbors))
         super().__init__(local, sampling, input_nodes, group, transform)
         self.input_rows = torch.nonzero(self.input_mask).view(-1)
-        self.num_batches = sampling.num_batches(self._global_count(self.input_mask))
+        self.num_batches = sampling.num_batches(global_count(self.input_mask, group))
 
     def __len__(self) -> int:
         return self.num_batches
