@@ -120,10 +120,15 @@ class HaloAdj:
     def with_value(self, value: Tensor | None) -> "HaloAdj":
         if value is not None and value.numel() != self.nnz:
             raise ValueError(f"edge_weight has {value.numel()} entries but the local adjacency has "
-                             f"{self.nnz} edges (pass weights in local.adj's edge order)")
-        out = HaloAdj(self.rowptr, self.col, value, self.plan)
+                             f"{self.nnz} edges (pass weights in the adjacency's edge order: local.adj's, "
+                             f"or batch.adj's for a mini-batch)")
+        out = self._like(self.rowptr, self.col, value, self.plan)
         out._structure = self._structure
         return out
+
+    def _like(self, rowptr: Tensor, col: Tensor, value: Tensor | None, plan: RankPlan) -> "HaloAdj":
+        """An adjacency of this kind over other tensors (subclasses carry their extra fields)."""
+        return HaloAdj(rowptr, col, value, plan)
 
     def to(self, device, non_blocking: bool = False) -> "HaloAdj":
         """This adjacency and its plan on ``device`` (itself if already there).  Takes the
@@ -133,7 +138,7 @@ class HaloAdj:
         def move(t: Tensor) -> Tensor:
             return t.to(device, non_blocking=non_blocking)
         value = None if self.value is None else move(self.value)
-        return HaloAdj(move(self.rowptr), move(self.col), value, self.plan.to(device))
+        return self._like(move(self.rowptr), move(self.col), value, self.plan.to(device))
 
     def cpu(self) -> "HaloAdj":
         return self.to("cpu")

@@ -38,21 +38,13 @@ class SampledAdj(HaloAdj):
         """Hops this adjacency still holds (0 when it has no hop structure)."""
         return len(self.num_sampled_edges) if self.num_sampled_edges is not None else 0
 
-    def with_value(self, value: Tensor | None) -> "SampledAdj":
-        if value is not None and value.numel() != self.nnz:
-            raise ValueError(f"edge_weight has {value.numel()} entries but the batch adjacency has "
-                             f"{self.nnz} edges (pass weights in batch.adj's edge order)")
-        out = SampledAdj(self.rowptr, self.col, value, self.plan, self.num_sampled_nodes,
-                         self.num_sampled_edges, self.halo_hop, self.send_hop, self.part_sampled_nodes)
-        out._structure = self._structure
-        return out
+    def _like(self, rowptr: Tensor, col: Tensor, value: Tensor | None, plan: RankPlan) -> "SampledAdj":
+        return SampledAdj(rowptr, col, value, plan, self.num_sampled_nodes, self.num_sampled_edges,
+                          self.halo_hop, self.send_hop, self.part_sampled_nodes)
 
     def to(self, device, non_blocking: bool = False) -> "SampledAdj":
-        if torch.device(device) == self.device:
-            return self
-        moved = super().to(device, non_blocking)
-        out = SampledAdj(moved.rowptr, moved.col, moved.value, moved.plan, self.num_sampled_nodes,
-                         self.num_sampled_edges, self.halo_hop, self.send_hop, self.part_sampled_nodes)
+        out = super().to(device, non_blocking)  # built by _like: a SampledAdj
+        assert isinstance(out, SampledAdj)
         return out
 
     def trim(self) -> "SampledAdj":
