@@ -34,8 +34,8 @@ gets :math:`s = 0` and is decoded exactly.
 import torch
 from torch import Tensor
 
-#: the accepted ``precision`` values (``None``: the exact exchange, no codec)
-PRECISIONS = ("bf16", "fp16", "int8", "int4")
+from .halo_options import PRECISIONS
+
 _FLOAT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 _INT_BITS = {"int8": 8, "int4": 4}
 #: bytes of a row's scale and offset in the integer formats (two bfloat16)
