@@ -33,7 +33,7 @@ def encode_rows(rows: Tensor, precision: str | None) -> Tensor:
     """``[n, ...]`` rows as the ``[n, B]`` payload that goes on the wire (``None``: the rows themselves)."""
     if precision is None:
         return rows.contiguous()
-    return encode(rows.reshape(rows.size(0), -1), precision)
+    return encode(rows.reshape(rows.size(0), math.prod(rows.shape[1:])), precision)
 
 
 def decode_rows(payload: Tensor, like: Tensor, precision: str | None) -> Tensor:
