@@ -119,7 +119,7 @@ def distribute(module: torch.nn.Module, algorithm: str = "1d", group: dist.Proce
     if replication > 1 and group is not None:
         raise ValueError("1.5D layouts run on the ProcessGrid of the default group; do not pass group=")
     options = HaloOptions.from_arguments(halo_precision, halo_grad_precision, staleness, stale_smoothing)
-    check_options(algorithm, options)
+    check_options(algorithm, options.compression_only)
     settings = DistributedSettings(algorithm, group, replication, cost_model or CostModel(), options)
     for name, child in module.named_modules():
         reason = refusal(child)

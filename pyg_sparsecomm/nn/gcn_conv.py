@@ -96,7 +96,8 @@ class DistributedGCNConv(GCNConv):
         self.algorithm, self.group, self.replication = algorithm, group, replication
         self.halo_options = HaloOptions.from_arguments(halo_precision, halo_grad_precision, staleness,
                                                        stale_smoothing)
-        check_options(algorithm, self.halo_options)  # refused now rather than at the first forward
+        # compression refused now rather than at the first forward
+        check_options(algorithm, self.halo_options.compression_only)
         self.exchange_slots = ExchangeSlots()
         self.replicated = replicated
         self.cost_model = cost_model or CostModel()
