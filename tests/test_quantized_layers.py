@@ -86,6 +86,8 @@ def _layers_worker(rank, world_size):
                                                    halo_grad_precision=None)
         out[("gcn", algorithm, "int8")] = _gcn_step(local, upstream, algorithm=algorithm, halo_precision="int8",
                                                     halo_grad_precision="bf16")
+        out[("gcn", algorithm, "int4-forward")] = _gcn_step(local, upstream, algorithm=algorithm,
+                                                            halo_precision="int4", halo_grad_precision=None)
     for name, kwargs in [("default", {}), ("off", {"halo_precision": None}), ("int8", {"halo_precision": "int8"})]:
         out[("sage", name)] = _sage_step(local, local.x.clone().requires_grad_(), **kwargs)
     for name, conv in [("gat", lambda: GATConv(F_IN, 4, heads=2)),
@@ -113,6 +115,10 @@ def test_layers_options_off_are_bitwise_and_on_move_the_codec_bytes():
                 assert not torch.equal(int8[0], default[0])
             torch.testing.assert_close(int8[0], default[0], atol=0.1, rtol=0.05)
             assert "halo rows int8: 9 B per row (exact 20 B" in int8[4]
+            # exact backward: a GCN layer's gradients do not depend on the forward's rounding
+            forward_only = res[("gcn", algorithm, "int4-forward")]
+            assert torch.equal(forward_only[1], default[1]) and torch.equal(forward_only[2], default[2])
+            assert not torch.equal(forward_only[0], default[0]) or not res["recv_rows"]
         assert "exact bytes" in res[("gcn", "auto", "int8")][4]  # auto's table shows the trade
         default, off, int8 = (res[("sage", k)] for k in ("default", "off", "int8"))
         assert torch.equal(default[0], off[0]) and torch.equal(default[1], off[1])

@@ -111,7 +111,7 @@ def decode(payload: Tensor, width: int, precision: str, dtype: torch.dtype = tor
 
 def _encode_float(rows: Tensor, precision: str) -> Tensor:
     cast = rows.to(_FLOAT_DTYPES[precision])
-    if not bool(torch.isfinite(cast).all()):
+    if not (bool(torch.isfinite(cast.amax())) and bool(torch.isfinite(cast.amin()))):  # NaN propagates
         bad = "is not finite" if not bool(torch.isfinite(rows).all()) else f"exceeds the range of {precision}"
         fix = "" if precision == "bf16" else " (use 'bf16', which has float32's range)"
         raise ValueError(f"halo precision {precision!r}: a value {bad}{fix}")
@@ -122,10 +122,10 @@ def _encode_int(rows: Tensor, bits: int, generator: torch.Generator | None) -> T
     offset, scale = row_grid(rows, bits)
     work = torch.promote_types(rows.dtype, torch.float32)
     inv = torch.where(scale > 0, 1 / scale.to(work), torch.zeros((), dtype=work, device=rows.device))
-    v = (rows.to(work) - offset.to(work).unsqueeze(1)) * inv.unsqueeze(1)
-    u = torch.rand(v.shape, generator=generator, dtype=work, device=rows.device)
+    v = (rows.to(work) - offset.to(work).unsqueeze(1)).mul_(inv.unsqueeze(1))
+    v.add_(torch.rand(v.shape, generator=generator, dtype=work, device=rows.device))
     # floor(v + u) with v in [0, L]: clamp only guards the last float ulp of v
-    levels = torch.floor(v + u).clamp_(0, (1 << bits) - 1).to(torch.uint8)
+    levels = v.floor_().clamp_(0, (1 << bits) - 1).to(torch.uint8)
     header = as_bytes(torch.stack([offset, scale], dim=1))
     return torch.cat([header, _pack(levels, bits)], dim=1)
 

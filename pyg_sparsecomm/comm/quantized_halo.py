@@ -16,6 +16,13 @@ The backward treats the codec as the identity (a straight-through estimator): th
 the halo rows flows to the owners' rows as if they had travelled exactly.  With unbiased
 stochastic rounding the forward is exact in expectation, so the gradient is too.  Random numbers
 come from torch's default generator (seed it with ``torch.manual_seed``).
+
+What stays exact, by design: exchanges that do not come through
+:func:`~pyg_sparsecomm.comm.wire.halo_exchange_with` (degrees of the normalisations, 1.5D's
+row all-reduce of partial sums), tensors that are not floating point, and the cached halos of
+source tensors that need no gradient (``nn.shard_context.StaticHalo``, e.g. the input features):
+fetched once and reused every epoch, compressing them would save bytes once but freeze one
+rounding draw into every step.
 """
 import math
 

@@ -21,6 +21,7 @@ PyG's and torch's own extension points:
 Every layer whose forward reaches the graph only through these is exact: a target's
 messages, softmaxes and aggregations see exactly its in-edges, which its owner holds.
 """
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -236,7 +237,7 @@ def _with_halo(conv: MessagePassing, kwargs: dict[str, Any], names: list[str],
     moving = [rows for name, rows, _, _ in sources if name not in static]
     state: LayerState = conv._sparsecomm
     if moving:
-        state.exchanged_width = (sum(r[0].numel() for r in moving), moving[0].element_size())
+        state.exchanged_width = (sum(math.prod(r.shape[1:]) for r in moving), moving[0].element_size())
     fetched = iter(halo_exchange_many(moving, context.plan, context.group, state.settings.halo_options,
                                       state.exchange_slots, key) if moving else [])
     for name, rows, dst, moved in sources:
