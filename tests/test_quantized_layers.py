@@ -25,7 +25,10 @@ from pyg_sparsecomm import (
     shard,
     sync_gradients,
 )
+from pyg_sparsecomm.algorithms import ALGORITHMS, auto_candidates
+from pyg_sparsecomm.comm.halo_options import HaloOptions
 from pyg_sparsecomm.comm.quantize import payload_row_bytes
+from pyg_sparsecomm.cost import CostModel, RankVolumes, RowBytes
 from pyg_sparsecomm.loader import DistributedNeighborLoader, trim_to_layer
 from pyg_sparsecomm.nn.distribute import summary
 from pyg_sparsecomm.testing import launch
@@ -45,6 +48,18 @@ def test_algorithms_without_compression_refuse_it_by_name(algorithm, extra, prec
     with pytest.raises(ValueError, match=message):
         distribute(GraphSAGE(F_IN, 8, 2, 3), algorithm=algorithm, halo_precision=precision,
                    halo_grad_precision=grad, **extra)
+
+
+def test_auto_compares_only_algorithms_that_compress_and_prices_each_direction():
+    options = HaloOptions("int8", None)
+    assert auto_candidates(False, options) == ["1d"] and auto_candidates(True, options) == ["1.5d"]
+    assert "oblivious" in auto_candidates(False)
+    row_bytes = ALGORITHMS["1d"].row_bytes(64, 4, options)
+    assert row_bytes == RowBytes(exact=256, forward=68, backward=256)
+    assert ALGORITHMS["1d"].row_bytes(64, 4, HaloOptions()) == 256  # exact: an int, as before
+    volumes = RankVolumes.from_counts([0, 3, 5], [0, 2, 0], [4, 4, 4], row=0)
+    prediction = ALGORITHMS["1d"].predict(volumes, CostModel(), row_bytes)
+    assert prediction.bytes_sent == 8 * 68 + 2 * 256  # forward sends 8 int8 rows, backward 2 exact rows
 
 
 def _gcn_step(local, upstream, **kwargs):
