@@ -17,6 +17,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from .algorithms import algorithm_class, auto_candidates
+from .comm.halo_options import HaloOptions
 from .cost import CostModel, volumes_of_all_ranks
 from .grid import check_grid
 from .plan import comm_pattern
@@ -69,16 +70,17 @@ def admissible_replications(world_size: int) -> list[int]:
 def predict_from_partition(edge_index: Tensor, num_nodes: int, part, world_size: int, replication: int,
                            widths: Sequence[int], model: CostModel | None = None,
                            algorithms: Sequence[str] | None = None,
-                           element_size: int = 4) -> list[LayoutPrediction]:
-    """Per-epoch predictions of the algorithms for one partition into ``P / c`` parts."""
+                           element_size: int = 4, options: HaloOptions | None = None) -> list[LayoutPrediction]:
+    """Per-epoch predictions of the algorithms for one partition into ``P / c`` parts (with
+    compressed halos when ``options`` says so; then only the algorithms that honour them)."""
     model = model or CostModel()
     Q = world_size // replication
     pattern = comm_pattern(edge_index, part, num_nodes, Q)
     ranks = volumes_of_all_ranks(pattern.volume_matrix(), pattern.part_sizes, replication, pattern.spans)
-    names = algorithms or auto_candidates(replication > 1)
+    names = algorithms or auto_candidates(replication > 1, options)
     rows = []
     for name in names:
-        seconds, sent = algorithm_class(name).predict_epoch(ranks, widths, model, element_size)
+        seconds, sent = algorithm_class(name).predict_epoch(ranks, widths, model, element_size, options)
         rows.append(LayoutPrediction(name, replication, Q, float(seconds.max()), int(sent.max()), int(sent.sum())))
     return rows
 
@@ -86,7 +88,7 @@ def predict_from_partition(edge_index: Tensor, num_nodes: int, part, world_size:
 def predict_layouts(data: Data, world_size: int, widths: Sequence[int], method: str = "metis",
                     replications: Sequence[int] | None = None, model: CostModel | None = None,
                     seed: int = 0, partition: Callable[[Data, int], Tensor] | None = None,
-                    element_size: int = 4) -> LayoutReport:
+                    element_size: int = 4, options: HaloOptions | None = None) -> LayoutReport:
     """Predicts every (algorithm, ``c``) for ``world_size`` ranks; see the module docstring.
 
     Args:
@@ -95,6 +97,8 @@ def predict_layouts(data: Data, world_size: int, widths: Sequence[int], method: 
         method: partitioning method of :class:`~pyg_sparsecomm.SparsityAwarePartitioner`
             used for the ``P / c`` parts (or pass ``partition(data, num_parts) -> part``).
         replications: the ``c`` to consider (default: every admissible one).
+        options: the layers' :class:`~pyg_sparsecomm.comm.halo_options.HaloOptions` (compressed
+            halos are priced at their payload bytes).
     """
     from .partition import SparsityAwarePartitioner
 
@@ -111,5 +115,5 @@ def predict_layouts(data: Data, world_size: int, widths: Sequence[int], method: 
                 SparsityAwarePartitioner(Q, method=method, seed=seed)(
                 Data(edge_index=data.edge_index, num_nodes=data.num_nodes)).part
         rows += predict_from_partition(data.edge_index, data.num_nodes, parts[Q], world_size, c, widths, model,
-                                       element_size=element_size)
+                                       element_size=element_size, options=options)
     return LayoutReport(world_size, list(widths), model, rows)

@@ -11,9 +11,10 @@ from ..adj import HaloAdj
 from ..comm.group import check_plan_matches_group
 from ..comm.halo_options import EXACT, ExchangeSlots, HaloOptions
 from ..comm.wire import halo_exchange_with
+from ..cost import wire_row_bytes
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..cost import CostModel, Prediction, RankVolumes
+    from ..cost import CostModel, Prediction, RankVolumes, RowBytes
     from ..grid import ProcessGrid
 
 ALGORITHMS: dict[str, type["SpMMAlgorithm"]] = {}
@@ -88,18 +89,20 @@ class SpMMAlgorithm(ABC):
         return halo_exchange_with(x, self.adj.plan, self.group, self.options, self.slots, key)
 
     @classmethod
-    def predict(cls, volumes: "RankVolumes", model: "CostModel", row_bytes: int) -> Optional["Prediction"]:
+    def predict(cls, volumes: "RankVolumes", model: "CostModel",
+                row_bytes: "int | RowBytes") -> Optional["Prediction"]:
         """α-β prediction of one SpMM, forward and backward, on the rank ``volumes`` describes
         (``None``: the algorithm has no cost model and ``algorithm="auto"`` never picks it).
 
         ``bytes_sent`` is exactly what the rank's exchanges record as sent in
         :func:`~pyg_sparsecomm.comm.counters.comm_counter` (``tests/test_counted_equals_predicted.py``);
-        ``row_bytes`` is :meth:`row_bytes` of the SpMM's width."""
+        ``row_bytes`` is :meth:`row_bytes` of the SpMM's width (a
+        :class:`~pyg_sparsecomm.cost.RowBytes` when halos are compressed)."""
         return None
 
     @classmethod
     def predict_epoch(cls, ranks: Sequence["RankVolumes"], widths: Sequence[int], model: "CostModel",
-                      element_size: int = 4) -> tuple[np.ndarray, np.ndarray]:
+                      element_size: int = 4, options: HaloOptions | None = None) -> tuple[np.ndarray, np.ndarray]:
         r"""Per rank, the predicted seconds and bytes sent of one SpMM (forward and backward) per width:
 
         .. math:: (t_r, s_r) = \sum_{w \in \mathrm{widths}} \mathrm{predict}(\mathrm{ranks}_r,
@@ -110,6 +113,7 @@ class SpMMAlgorithm(ABC):
             widths: the SpMM width of every layer.
             model: the α-β model.
             element_size: bytes per element of the exchanged rows.
+            options: the layers' :class:`HaloOptions` (compressed halos are priced compressed).
 
         Returns:
             ``(seconds, bytes_sent)``, two ``[len(ranks)]`` arrays; ValueError without a :meth:`predict`.
@@ -117,7 +121,7 @@ class SpMMAlgorithm(ABC):
         seconds, sent = np.zeros(len(ranks)), np.zeros(len(ranks), dtype=np.int64)
         for r, volumes in enumerate(ranks):
             for width in widths:
-                prediction = cls.predict(volumes, model, cls.row_bytes(width, element_size))
+                prediction = cls.predict(volumes, model, cls.row_bytes(width, element_size, options))
                 if prediction is None:
                     raise ValueError(f"algorithm={cls.name!r} has no cost model (SpMMAlgorithm.predict)")
                 seconds[r] += prediction.seconds
@@ -125,10 +129,12 @@ class SpMMAlgorithm(ABC):
         return seconds, sent
 
     @classmethod
-    def row_bytes(cls, width: int, element_size: int = 4) -> int:
+    def row_bytes(cls, width: int, element_size: int = 4,
+                  options: HaloOptions | None = None) -> "int | RowBytes":
         """Bytes of one exchanged row of ``width`` elements of ``element_size`` bytes (or of
-        :attr:`wire_element_size` when the algorithm fixes it): the ``row_bytes`` of :meth:`predict`."""
-        return int(width) * (cls.wire_element_size or int(element_size))
+        :attr:`wire_element_size` when the algorithm fixes it): the ``row_bytes`` of :meth:`predict`;
+        with compressed ``options``, the :class:`~pyg_sparsecomm.cost.RowBytes` of their precisions."""
+        return wire_row_bytes(width, cls.wire_element_size or int(element_size), options)
 
 
 def check_options(name: str, options: HaloOptions) -> None:
@@ -145,9 +151,18 @@ def check_options(name: str, options: HaloOptions) -> None:
                          f"{sorted(n for n, a in ALGORITHMS.items() if a.supports_staleness)} or staleness=0")
 
 
-def auto_candidates(replicated: bool) -> list[str]:
-    """The algorithms ``"auto"`` compares for a 1D (``False``) or 1.5D (``True``) layout."""
-    return sorted(n for n, a in ALGORITHMS.items() if a.auto_candidate and a.replicated == replicated)
+def supports(name: str, options: HaloOptions | None) -> bool:
+    """Whether the algorithm ``name`` honours ``options`` (:func:`check_options` would pass)."""
+    cls = ALGORITHMS[name]
+    return options is None or ((cls.supports_precision or not options.compressed)
+                               and (cls.supports_staleness or not options.staleness))
+
+
+def auto_candidates(replicated: bool, options: HaloOptions | None = None) -> list[str]:
+    """The algorithms ``"auto"`` compares for a 1D (``False``) or 1.5D (``True``) layout (that
+    honour ``options``)."""
+    return sorted(n for n, a in ALGORITHMS.items()
+                  if a.auto_candidate and a.replicated == replicated and supports(n, options))
 
 
 def algorithm_class(name: str) -> type[SpMMAlgorithm]:

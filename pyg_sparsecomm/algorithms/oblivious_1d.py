@@ -8,7 +8,7 @@ from torch import Tensor
 from ..adj import HaloAdj, coo_to_csr, spmm
 from ..comm.collectives import broadcast_rows, reduce_rows
 from ..comm.halo_options import ExchangeSlots, HaloOptions
-from ..cost import CostModel, Prediction, RankVolumes
+from ..cost import CostModel, Prediction, RankVolumes, RowBytes
 from .base import SpMMAlgorithm
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -104,8 +104,8 @@ class Oblivious1D(SpMMAlgorithm):
         return _BlockBroadcastSpMM.apply(x, self)
 
     @classmethod
-    def predict(cls, volumes: RankVolumes, model: CostModel, row_bytes: int) -> Prediction:
-        return broadcast_prediction(volumes, model, row_bytes)
+    def predict(cls, volumes: RankVolumes, model: CostModel, row_bytes: int | RowBytes) -> Prediction:
+        return broadcast_prediction(volumes, model, RowBytes.of(row_bytes).exact)  # never compressed
 
 
 def broadcast_prediction(volumes: RankVolumes, model: CostModel, row_bytes: int) -> Prediction:

@@ -32,7 +32,7 @@ from torch import Tensor
 from ..adj import HaloAdj
 from ..comm.counters import comm_counter
 from ..comm.halo_options import ExchangeSlots, HaloOptions
-from ..cost import CostModel, Prediction, RankVolumes
+from ..cost import CostModel, Prediction, RankVolumes, RowBytes
 from ..rdma import engine_cache
 from ..rdma.engine_cache import MAX_IDLE_ENGINES, Lease, collect, free_engines, set_backend
 from ..rdma.kernels import csr_tile, tile_product
@@ -301,7 +301,7 @@ class RDMAStationaryC(SpMMAlgorithm):
         collect()
 
     @classmethod
-    def predict(cls, volumes: RankVolumes, model: CostModel, row_bytes: int) -> Prediction:
+    def predict(cls, volumes: RankVolumes, model: CostModel, row_bytes: int | RowBytes) -> Prediction:
         r"""One barrier and one get per remote block, forward (``A``) and backward (``A^T``).
 
         .. math::
@@ -317,7 +317,7 @@ class RDMAStationaryC(SpMMAlgorithm):
             raise ValueError("algorithm='rdma' reads column ranges known only from the whole edge list: pass "
                              "RankVolumes with fetch_rows/serve_rows, e.g. volumes_of_all_ranks(..., "
                              "spans=comm_pattern(...).spans)")
-        g, seconds = volumes.num_block_rows, 0.0
+        g, seconds, row_bytes = volumes.num_block_rows, 0.0, RowBytes.of(row_bytes).exact  # never compressed
         for rows in volumes.fetch_rows:  # forward, backward
             seconds += model.barrier(g) + sum(model.get(int(n) * row_bytes) for n in rows if n > 0)
         return Prediction(seconds, int(volumes.serve_rows.sum()) * row_bytes)

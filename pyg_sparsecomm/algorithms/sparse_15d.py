@@ -8,7 +8,7 @@ from torch import Tensor
 from ..adj import HaloAdj
 from ..comm.collectives import ring_allreduce_nbytes, row_all_reduce
 from ..comm.halo_options import ExchangeSlots, HaloOptions
-from ..cost import CostModel, Prediction, RankVolumes
+from ..cost import CostModel, Prediction, RankVolumes, RowBytes
 from ..grid import ProcessGrid
 from ..plan import RankPlan, restrict_counts
 from .base import SpMMAlgorithm
@@ -69,6 +69,9 @@ class SparseAware15D(SpMMAlgorithm):
     name = "1.5d"
     auto_candidate = True
     replicated = True
+    #: the column-group halo exchange is compressed; the row-group all-reduce of partial sums stays
+    #: exact (it sums, and rounding each addend would compound over the c ranks)
+    supports_precision = True
     grid: ProcessGrid  # SpMMAlgorithm.__init__ refuses a replicated algorithm without one
 
     def __init__(self, adj: HaloAdj, group: dist.ProcessGroup | None = None,
@@ -82,11 +85,11 @@ class SparseAware15D(SpMMAlgorithm):
         return row_all_reduce(self.partial(x), self.grid.row_group)
 
     @classmethod
-    def predict(cls, volumes: RankVolumes, model: CostModel, row_bytes: int) -> Prediction:
+    def predict(cls, volumes: RankVolumes, model: CostModel, row_bytes: int | RowBytes) -> Prediction:
         return exchange_prediction(volumes, model, row_bytes) + all_reduce_prediction(volumes, model, row_bytes)
 
 
-def all_reduce_prediction(volumes: RankVolumes, model: CostModel, row_bytes: int) -> Prediction:
-    """The row-group all-reduce of the partial block row, forward and backward."""
-    nbytes, c = volumes.num_owned * row_bytes, volumes.replication
+def all_reduce_prediction(volumes: RankVolumes, model: CostModel, row_bytes: int | RowBytes) -> Prediction:
+    """The row-group all-reduce of the partial block row, forward and backward (exact rows)."""
+    nbytes, c = volumes.num_owned * RowBytes.of(row_bytes).exact, volumes.replication
     return Prediction(2 * model.all_reduce(nbytes, c), 2 * ring_allreduce_nbytes(nbytes, c))

@@ -69,6 +69,12 @@ class HaloOptions:
         """Whether forward or backward payloads are compressed."""
         return self.precision is not None or self.grad_precision is not None
 
+    @property
+    def compression_only(self) -> "HaloOptions":
+        """These options without staleness (what constructors check early: an algorithm's support
+        for staleness is checked when it is built)."""
+        return HaloOptions(self.precision, self.grad_precision)
+
     def describe(self) -> str:
         """The non-default options as constructor arguments (``""`` when exact)."""
         parts = []

@@ -2,7 +2,7 @@
 
 Exact options (the default) go straight to :func:`~pyg_sparsecomm.comm.halo.halo_exchange`, so
 results are bitwise those of the plain exchange.  Compressed payloads go through
-:mod:`pyg_sparsecomm.comm.quantize`, pipelined ones through :mod:`pyg_sparsecomm.comm.stale`.
+:mod:`pyg_sparsecomm.comm.quantized_halo`, pipelined ones through :mod:`pyg_sparsecomm.comm.stale`.
 Exchanges of degrees and other normalisation statistics never come here: they stay exact.
 """
 import math
@@ -39,7 +39,7 @@ def halo_exchange_with(x: Tensor, plan: RankPlan, group: dist.ProcessGroup | Non
         if slots is None:
             raise ValueError("staleness needs the layer's ExchangeSlots (the previous step's halos live there)")
         return stale_halo_exchange(x, plan, group, options, slots, key)
-    from .quantize import quantized_halo_exchange
+    from .quantized_halo import quantized_halo_exchange
     return quantized_halo_exchange(x, plan, group, options)
 
 

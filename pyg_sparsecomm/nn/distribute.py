@@ -5,7 +5,8 @@ import torch.distributed as dist
 from torch_geometric.nn import MessagePassing
 
 from ..algorithms import ALGORITHMS
-from ..algorithms.choice import explain_table
+from ..algorithms.base import check_options
+from ..algorithms.choice import compression_note, explain_table
 from ..comm.halo_options import HaloOptions
 from ..cost import CostModel
 from . import degree_norm, trim
@@ -118,6 +119,7 @@ def distribute(module: torch.nn.Module, algorithm: str = "1d", group: dist.Proce
     if replication > 1 and group is not None:
         raise ValueError("1.5D layouts run on the ProcessGrid of the default group; do not pass group=")
     options = HaloOptions.from_arguments(halo_precision, halo_grad_precision, staleness, stale_smoothing)
+    check_options(algorithm, options.compression_only)
     settings = DistributedSettings(algorithm, group, replication, cost_model or CostModel(), options)
     for name, child in module.named_modules():
         reason = refusal(child)
@@ -153,5 +155,8 @@ def summary(module: torch.nn.Module) -> str:
         if state.cost_report:
             header = "  algorithm=\"auto\" compared (forward + backward, slowest rank):"
             lines.append(explain_table(state.cost_report, state.chosen_algorithm, header,
-                                       state.settings.cost_model))
+                                       state.settings.cost_model, state.exact_cost_report))
+        if state.exchanged_width is not None and state.settings.halo_options.compressed:
+            width, element_size = state.exchanged_width
+            lines.append("  " + compression_note(width, element_size, state.settings.halo_options))
     return "\n".join(lines)

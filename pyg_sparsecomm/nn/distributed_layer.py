@@ -21,6 +21,7 @@ PyG's and torch's own extension points:
 Every layer whose forward reaches the graph only through these is exact: a target's
 messages, softmaxes and aggregations see exactly its in-edges, which its owner holds.
 """
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,7 +37,7 @@ from ..algorithms.choice import CostRow, choose_algorithm, exchange_group
 from ..comm.group import world_size
 from ..comm.halo_options import EXACT, ExchangeSlots, HaloOptions
 from ..comm.wire import halo_exchange_many
-from ..cost import CostModel
+from ..cost import CostModel, wire_row_bytes
 from ..grid import process_grid
 from ..loader.sampled_adj import SampledAdj
 from . import shard_context
@@ -80,6 +81,9 @@ class LayerState:
         self.exchange_slots = ExchangeSlots()  # state of stateful (stale) exchanges across calls
         self.chosen_algorithm: str | None = None if settings.algorithm == "auto" else settings.algorithm
         self.cost_report: list[CostRow] = []
+        self.exact_cost_report: list[CostRow] = []  # the same priced with exact halos
+        #: (columns, element size) of the last exchanged rows, for summary()'s compressed-bytes line
+        self.exchanged_width: tuple[int, int] | None = None
 
     @property
     def active(self) -> bool:
@@ -232,6 +236,8 @@ def _with_halo(conv: MessagePassing, kwargs: dict[str, Any], names: list[str],
               for name, rows, _, _ in sources if not rows.requires_grad}
     moving = [rows for name, rows, _, _ in sources if name not in static]
     state: LayerState = conv._sparsecomm
+    if moving:
+        state.exchanged_width = (sum(math.prod(r.shape[1:]) for r in moving), moving[0].element_size())
     fetched = iter(halo_exchange_many(moving, context.plan, context.group, state.settings.halo_options,
                                       state.exchange_slots, key) if moving else [])
     for name, rows, dst, moved in sources:
@@ -315,9 +321,10 @@ def _linear_propagate(conv: MessagePassing, state: LayerState, context: shard_co
     grid = process_grid(settings.replication) if settings.replication > 1 else None
     if state.chosen_algorithm is None:
         learnable = adj.value is not None and adj.value.requires_grad
-        row_bytes = rows.size(1) * rows.element_size()
-        state.chosen_algorithm, state.cost_report = choose_algorithm(
-            adj, grid, row_bytes, learnable, settings.cost_model, settings.group)
+        row_bytes = wire_row_bytes(rows.size(1), rows.element_size(), settings.halo_options)
+        state.chosen_algorithm, state.cost_report, state.exact_cost_report = choose_algorithm(
+            adj, grid, row_bytes, learnable, settings.cost_model, settings.group, settings.halo_options)
+    state.exchanged_width = (rows.size(1), rows.element_size())
     spmm = make_algorithm(state.chosen_algorithm, adj, context.group if grid is None else None, grid,
                           settings.halo_options, state.exchange_slots)
     rows = rows.contiguous()

@@ -7,10 +7,11 @@ from torch_geometric.nn import GCNConv, MessagePassing
 
 from ..adj import HaloAdj
 from ..algorithms import ALGORITHMS, SpMMAlgorithm, auto_candidates, make_algorithm
-from ..algorithms.choice import choose_algorithm, exchange_group, explain_table
+from ..algorithms.base import check_options
+from ..algorithms.choice import choose_algorithm, compression_note, exchange_group, explain_table
 from ..comm.group import world_size
 from ..comm.halo_options import ExchangeSlots, HaloOptions
-from ..cost import CostModel
+from ..cost import CostModel, wire_row_bytes
 from ..grid import ProcessGrid, process_grid
 from .distributed_layer import check_not_cached
 from .gcn_norm import distributed_gcn_norm
@@ -95,11 +96,15 @@ class DistributedGCNConv(GCNConv):
         self.algorithm, self.group, self.replication = algorithm, group, replication
         self.halo_options = HaloOptions.from_arguments(halo_precision, halo_grad_precision, staleness,
                                                        stale_smoothing)
+        # compression refused now rather than at the first forward
+        check_options(algorithm, self.halo_options.compression_only)
         self.exchange_slots = ExchangeSlots()
         self.replicated = replicated
         self.cost_model = cost_model or CostModel()
         self.chosen_algorithm: str | None = None if algorithm == "auto" else algorithm
         self.cost_report: list[tuple[str, float, int]] = []
+        self.exact_cost_report: list[tuple[str, float, int]] = []  # the same with exact halos
+        self._element_size = 4  # of the rows exchanged (set by each forward; for explain_algorithm)
         super().__init__(in_channels, out_channels, improved=improved, cached=cached,
                          add_self_loops=add_self_loops, normalize=normalize, bias=bias, **kwargs)
 
@@ -131,6 +136,7 @@ class DistributedGCNConv(GCNConv):
                              f"pass the shard's own x (local.x)")
         if not x.is_floating_point():
             raise ValueError(f"x must be a floating point tensor, got dtype {x.dtype}")
+        self._element_size = x.element_size()
         spmm = self._cached_spmm
         if spmm is None:
             if self.chosen_algorithm is None:
@@ -153,10 +159,12 @@ class DistributedGCNConv(GCNConv):
     def _choose(self, adj: HaloAdj, grid: ProcessGrid | None, dtype: torch.dtype,
                 edge_weight: Tensor | None = None) -> str:
         """``algorithm="auto"``: the candidate with the lowest predicted time, max over ranks."""
-        row_bytes = self.out_channels * torch.empty((), dtype=dtype).element_size()
+        row_bytes = wire_row_bytes(self.out_channels, torch.empty((), dtype=dtype).element_size(),
+                                   self.halo_options)
         learnable = (edge_weight is not None and edge_weight.requires_grad) or \
             (adj.value is not None and adj.value.requires_grad)
-        name, self.cost_report = choose_algorithm(adj, grid, row_bytes, learnable, self.cost_model, self.group)
+        name, self.cost_report, self.exact_cost_report = choose_algorithm(
+            adj, grid, row_bytes, learnable, self.cost_model, self.group, self.halo_options)
         return name
 
     def explain_algorithm(self) -> str:
@@ -165,11 +173,15 @@ class DistributedGCNConv(GCNConv):
         Not named ``explain``: that is :class:`~torch_geometric.nn.conv.MessagePassing`'s
         explainability flag, set by PyG's :class:`~torch_geometric.explain.Explainer`.
         """
+        note = compression_note(self.out_channels, self._element_size, self.halo_options)
         if not self.cost_report:
-            return f"algorithm={self.algorithm!r} (nothing was chosen automatically)"
+            return "\n".join(filter(None, [f"algorithm={self.algorithm!r} (nothing was chosen automatically)",
+                                            note]))
         header = (f"this layer's SpMM (width {self.out_channels}), forward + backward, i.e. its communication "
                   f"per training step; slowest rank:")
-        return explain_table(self.cost_report, self.chosen_algorithm, header, self.cost_model)
+        table = explain_table(self.cost_report, self.chosen_algorithm, header, self.cost_model,
+                              self.exact_cost_report)
+        return "\n".join(filter(None, [table, note]))
 
     def __repr__(self) -> str:
         extra = f", replication={self.replication}" if self.replication > 1 else ""
