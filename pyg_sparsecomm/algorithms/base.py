@@ -9,6 +9,8 @@ from torch import Tensor
 
 from ..adj import HaloAdj
 from ..comm.group import check_plan_matches_group
+from ..comm.halo_options import EXACT, ExchangeSlots, HaloOptions
+from ..comm.wire import halo_exchange_with
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..cost import CostModel, Prediction, RankVolumes
@@ -43,6 +45,10 @@ class SpMMAlgorithm(ABC):
     #: bytes per element on the wire when the algorithm fixes it (``"rdma"``: float64);
     #: ``None``: the payload's element size
     wire_element_size: ClassVar[int | None] = None
+    #: honours ``HaloOptions.precision`` / ``grad_precision`` (compressed halo payloads)
+    supports_precision: ClassVar[bool] = False
+    #: honours ``HaloOptions.staleness`` (pipelined halos of the previous step)
+    supports_staleness: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -50,7 +56,10 @@ class SpMMAlgorithm(ABC):
             ALGORITHMS[cls.name] = cls
 
     def __init__(self, adj: HaloAdj, group: dist.ProcessGroup | None = None,
-                 grid: Optional["ProcessGrid"] = None) -> None:
+                 grid: Optional["ProcessGrid"] = None, options: HaloOptions | None = None,
+                 slots: ExchangeSlots | None = None) -> None:
+        self.options, self.slots = options or EXACT, slots
+        check_options(self.name, self.options)
         if self.replicated:
             if grid is None:
                 raise ValueError(f"algorithm={self.name!r} runs on a process grid: pass replication=c "
@@ -68,6 +77,10 @@ class SpMMAlgorithm(ABC):
     @abstractmethod
     def __call__(self, x: Tensor) -> Tensor:
         """``x``: ``[num_owned, f]`` owned rows of ``H``; returns ``[num_owned, f]`` rows of ``A H``."""
+
+    def exchange(self, x: Tensor, key: str = "x") -> Tensor:
+        """The halo rows of ``x`` this block row reads, under the layer's :class:`HaloOptions`."""
+        return halo_exchange_with(x, self.adj.plan, self.group, self.options, self.slots, key)
 
     @classmethod
     def predict(cls, volumes: "RankVolumes", model: "CostModel", row_bytes: int) -> Optional["Prediction"]:
@@ -113,6 +126,20 @@ class SpMMAlgorithm(ABC):
         return int(width) * (cls.wire_element_size or int(element_size))
 
 
+def check_options(name: str, options: HaloOptions) -> None:
+    """Refuses, by name, halo options the algorithm ``name`` cannot honour."""
+    cls = ALGORITHMS.get(name)
+    if cls is None:
+        return
+    if options.compressed and not cls.supports_precision:
+        raise ValueError(f"algorithm={name!r} does not support halo_precision / halo_grad_precision "
+                         f"({options.describe()}); use one of "
+                         f"{sorted(n for n, a in ALGORITHMS.items() if a.supports_precision)} or exact halos")
+    if options.staleness and not cls.supports_staleness:
+        raise ValueError(f"algorithm={name!r} does not support staleness={options.staleness}; use one of "
+                         f"{sorted(n for n, a in ALGORITHMS.items() if a.supports_staleness)} or staleness=0")
+
+
 def auto_candidates(replicated: bool) -> list[str]:
     """The algorithms ``"auto"`` compares for a 1D (``False``) or 1.5D (``True``) layout."""
     return sorted(n for n, a in ALGORITHMS.items() if a.auto_candidate and a.replicated == replicated)
@@ -126,5 +153,6 @@ def algorithm_class(name: str) -> type[SpMMAlgorithm]:
 
 
 def make_algorithm(name: str, adj: HaloAdj, group: dist.ProcessGroup | None = None,
-                   grid: Optional["ProcessGrid"] = None) -> SpMMAlgorithm:
-    return algorithm_class(name)(adj, group, grid)
+                   grid: Optional["ProcessGrid"] = None, options: HaloOptions | None = None,
+                   slots: ExchangeSlots | None = None) -> SpMMAlgorithm:
+    return algorithm_class(name)(adj, group, grid, options, slots)

@@ -7,6 +7,7 @@ from torch import Tensor
 
 from ..adj import HaloAdj, coo_to_csr, spmm
 from ..comm.collectives import broadcast_rows, reduce_rows
+from ..comm.halo_options import ExchangeSlots, HaloOptions
 from ..cost import CostModel, Prediction, RankVolumes
 from .base import SpMMAlgorithm
 
@@ -61,8 +62,9 @@ class Oblivious1D(SpMMAlgorithm):
     differentiates_edge_weights = False
 
     def __init__(self, adj: HaloAdj, group: dist.ProcessGroup | None = None,
-                 grid: Optional["ProcessGrid"] = None) -> None:
-        super().__init__(adj, group, grid)
+                 grid: Optional["ProcessGrid"] = None,
+                 options: HaloOptions | None = None, slots: ExchangeSlots | None = None) -> None:
+        super().__init__(adj, group, grid, options, slots)
         plan = adj.plan
         #: the block rows broadcast, in stage order (all of them in 1D; the grid column's stage blocks in 1.5D)
         self.stage_ranks: list[int] = (grid.stage_blocks() if grid is not None and self.replicated

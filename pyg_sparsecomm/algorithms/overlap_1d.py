@@ -8,6 +8,7 @@ from torch import Tensor
 from ..adj import HaloAdj, coo_to_csr, spmm
 from ..comm.counters import comm_counter
 from ..comm.halo import start_all_to_all_rows, start_p2p_rows
+from ..comm.halo_options import ExchangeSlots, HaloOptions
 from ..cost import CostModel, Prediction, RankVolumes
 from .base import SpMMAlgorithm
 from .sparse_1d import exchange_prediction
@@ -60,8 +61,9 @@ class Overlap1D(SpMMAlgorithm):
     start_exchange = staticmethod(start_all_to_all_rows)
 
     def __init__(self, adj: HaloAdj, group: dist.ProcessGroup | None = None,
-                 grid: Optional["ProcessGrid"] = None) -> None:
-        super().__init__(adj, group, grid)
+                 grid: Optional["ProcessGrid"] = None,
+                 options: HaloOptions | None = None, slots: ExchangeSlots | None = None) -> None:
+        super().__init__(adj, group, grid, options, slots)
         row, col = adj.coo()
         n = adj.num_owned
         own = col < n

@@ -3,7 +3,6 @@ import torch
 from torch import Tensor
 
 from ..adj import spmm
-from ..comm.halo import halo_exchange
 from ..cost import CostModel, Prediction, RankVolumes
 from .base import SpMMAlgorithm
 
@@ -22,7 +21,7 @@ class SparseAware1D(SpMMAlgorithm):
     auto_candidate = True
 
     def __call__(self, x: Tensor) -> Tensor:
-        return self.multiply(x, halo_exchange(x, self.adj.plan, self.group))
+        return self.multiply(x, self.exchange(x))
 
     def multiply(self, x: Tensor, halo: Tensor) -> Tensor:
         """The block row times ``[x | halo]``, given halo rows already fetched (or reused)."""

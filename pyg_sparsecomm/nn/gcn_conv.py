@@ -9,6 +9,7 @@ from ..adj import HaloAdj
 from ..algorithms import ALGORITHMS, SpMMAlgorithm, auto_candidates, make_algorithm
 from ..algorithms.choice import choose_algorithm, exchange_group, explain_table
 from ..comm.group import world_size
+from ..comm.halo_options import ExchangeSlots, HaloOptions
 from ..cost import CostModel
 from ..grid import ProcessGrid, process_grid
 from .distributed_layer import check_not_cached
@@ -54,6 +55,14 @@ class DistributedGCNConv(GCNConv):
             defaults; ``CostModel.calibrate()`` measures the running backend).
         group: process group of the 1D algorithms (default: the default group;
             1.5D algorithms run on the grid of the default group).
+        halo_precision: wire format of the halo rows: ``None`` (exact, the default),
+            ``"bf16"``, ``"fp16"``, ``"int8"`` or ``"int4"`` (see
+            :class:`~pyg_sparsecomm.comm.halo_options.HaloOptions`).
+        halo_grad_precision: wire format of the backward's halo gradients (``"same"``:
+            ``halo_precision``; ``None``: exact).
+        staleness: ``0`` (exact) or ``1``: use the previous training step's halo rows and
+            halo gradients, exchanged while this step computes (PipeGCN).
+        stale_smoothing: ``γ`` of the exponential smoothing of stale halos (``None``: off).
 
     Called with a :class:`~pyg_sparsecomm.adj.HaloAdj` it runs distributed;
     called with a plain ``edge_index``/sparse tensor it behaves exactly like
@@ -70,7 +79,9 @@ class DistributedGCNConv(GCNConv):
     def __init__(self, in_channels: int, out_channels: int, improved: bool = False,
                  cached: bool = False, add_self_loops: bool | None = None, normalize: bool = True,
                  bias: bool = True, algorithm: str = "1d", group: dist.ProcessGroup | None = None,
-                 replication: int = 1, cost_model: CostModel | None = None, **kwargs) -> None:
+                 replication: int = 1, cost_model: CostModel | None = None,
+                 halo_precision: str | None = None, halo_grad_precision: str | None = "same",
+                 staleness: int = 0, stale_smoothing: float | None = None, **kwargs) -> None:
         if algorithm != "auto" and algorithm not in ALGORITHMS:
             raise ValueError(f"unknown algorithm {algorithm!r}; choose one of {sorted(ALGORITHMS) + ['auto']}")
         if not isinstance(replication, int) or replication < 1:
@@ -82,6 +93,9 @@ class DistributedGCNConv(GCNConv):
         if replicated and group is not None:
             raise ValueError("1.5D algorithms run on the ProcessGrid of the default group; do not pass group=")
         self.algorithm, self.group, self.replication = algorithm, group, replication
+        self.halo_options = HaloOptions.from_arguments(halo_precision, halo_grad_precision, staleness,
+                                                       stale_smoothing)
+        self.exchange_slots = ExchangeSlots()
         self.replicated = replicated
         self.cost_model = cost_model or CostModel()
         self.chosen_algorithm: str | None = None if algorithm == "auto" else algorithm
@@ -92,6 +106,8 @@ class DistributedGCNConv(GCNConv):
     def reset_parameters(self) -> None:
         super().reset_parameters()
         self._cached_spmm: SpMMAlgorithm | None = None
+        if hasattr(self, "exchange_slots"):  # a reset starts a new pipeline of stale halos
+            self.exchange_slots.clear()
 
     def forward(self, x: Tensor, edge_index, edge_weight: Tensor | None = None) -> Tensor:
         if not isinstance(edge_index, HaloAdj):
@@ -120,7 +136,7 @@ class DistributedGCNConv(GCNConv):
             if self.chosen_algorithm is None:
                 self.chosen_algorithm = self._choose(adj, grid, x.dtype, edge_weight)
             spmm = make_algorithm(self.chosen_algorithm, self._adjacency(adj, edge_weight, x, exchange),
-                                  self.group, grid)
+                                  self.group, grid, self.halo_options, self.exchange_slots)
             if self.cached:
                 self._cached_spmm = spmm
         out = spmm(self.lin(x))
@@ -157,5 +173,7 @@ class DistributedGCNConv(GCNConv):
 
     def __repr__(self) -> str:
         extra = f", replication={self.replication}" if self.replication > 1 else ""
+        if not self.halo_options.exact:
+            extra += f", {self.halo_options.describe()}"
         return (f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, "
                 f"algorithm={self.algorithm!r}{extra})")
