@@ -69,6 +69,7 @@ class SparseAware15D(SpMMAlgorithm):
     name = "1.5d"
     auto_candidate = True
     replicated = True
+    supports_staleness = True  # stale halos of the column group; row sums stay synchronous
     grid: ProcessGrid  # SpMMAlgorithm.__init__ refuses a replicated algorithm without one
 
     def __init__(self, adj: HaloAdj, group: dist.ProcessGroup | None = None,

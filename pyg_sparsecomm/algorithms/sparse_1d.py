@@ -19,6 +19,7 @@ class SparseAware1D(SpMMAlgorithm):
     """
     name = "1d"
     auto_candidate = True
+    supports_staleness = True
 
     def __call__(self, x: Tensor) -> Tensor:
         return self.multiply(x, self.exchange(x))

@@ -29,6 +29,7 @@ Evaluation (``slots.training`` false or gradients disabled) exchanges exactly an
 and leaves the pipeline alone.  The payload passes through a :class:`RowCodec` (identity here;
 a compressed wire format plugs in there).
 """
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -39,6 +40,9 @@ from torch import Tensor
 from ..plan import RankPlan
 from .counters import comm_counter
 from .halo import halo_exchange, start_all_to_all_rows
+
+#: starts a non-blocking row exchange: ``(send, send_counts, recv_counts, group, kind) -> (recv, work)``
+StartExchange = Callable[..., tuple[Tensor, Any]]
 
 #: (default group, ranks) -> the dedicated group of the pipelined exchanges over those ranks
 _PIPELINE_GROUPS: dict[tuple[int, ...], tuple[Any, dist.ProcessGroup]] = {}
@@ -115,8 +119,8 @@ class _Pipe:
     Step 0 exchanges synchronously and its result serves steps 0 and 1.
     """
 
-    def __init__(self, codec: RowCodec, gamma: float, kind: str) -> None:
-        self.codec, self.gamma, self.kind = codec, gamma, kind
+    def __init__(self, codec: RowCodec, gamma: float, kind: str, start: StartExchange) -> None:
+        self.codec, self.gamma, self.kind, self.start = codec, gamma, kind, start
         self.value: Tensor | None = None
         self.pending: _Pending | None = None
         self.steps = 0
@@ -137,8 +141,8 @@ class _Pipe:
     def _start(self, rows: Tensor, send_counts: list[int], recv_counts: list[int],
                group: dist.ProcessGroup) -> _Pending:
         with comm_counter().timed():  # posting is communication time the step cannot hide
-            recv, work = start_all_to_all_rows(self.codec.encode(rows.contiguous()), send_counts,
-                                               recv_counts, group, self.kind)
+            recv, work = self.start(self.codec.encode(rows.contiguous()), send_counts, recv_counts,
+                                    group, self.kind)
         return _Pending(recv, work, rows.new_empty((0,) + tuple(rows.shape[1:])))
 
     def _received(self, pending: _Pending) -> Tensor:
@@ -160,25 +164,30 @@ class StaleHalo:
         group: the exchange's process group (pipelined exchanges run on :func:`pipeline_group`).
         smoothing: ``γ`` of the exponential smoothing (``None``: 0, no smoothing).
         codec, grad_codec: payload formats of the halo rows and of the halo gradients.
+        start: how exchanges are started (one all-to-allv, or point-to-point to the peers with rows).
     """
 
     def __init__(self, plan: RankPlan, group: dist.ProcessGroup | None, smoothing: float | None = None,
-                 codec: RowCodec = IDENTITY, grad_codec: RowCodec = IDENTITY) -> None:
-        self.plan, self.group = plan, group
+                 codec: RowCodec = IDENTITY, grad_codec: RowCodec = IDENTITY,
+                 start: StartExchange = start_all_to_all_rows) -> None:
+        self.plan, self.group, self.start = plan, group, start
         self.pipe_group = pipeline_group(group)
         gamma = float(smoothing or 0.0)
-        self.rows = _Pipe(codec, gamma, "halo")
-        self.grads = _Pipe(grad_codec, gamma, "halo_grad")
+        self.rows = _Pipe(codec, gamma, "halo", start)
+        self.grads = _Pipe(grad_codec, gamma, "halo_grad", start)
         self.row_shape: tuple[tuple[int, ...], torch.dtype] | None = None
 
-    def check(self, x: Tensor, plan: RankPlan, group: dist.ProcessGroup | None) -> None:
-        """Raises unless ``x``, ``plan`` and ``group`` are those of the previous steps."""
+    def check(self, x: Tensor, plan: RankPlan, group: dist.ProcessGroup | None,
+              start: StartExchange = start_all_to_all_rows) -> None:
+        """Raises unless ``x``, ``plan``, ``group`` and ``start`` are those of the previous steps."""
         if plan is not self.plan and not same_plan(plan, self.plan):
             raise ValueError("staleness needs full-graph training on the same shard: this exchange got a "
                              "different plan (another graph, or a mini-batch) than at its first step; use "
                              "staleness=0 with mini-batch loaders, or a new layer for another graph")
         if group is not self.group:
             raise ValueError("staleness: this exchange got another process group than at its first step")
+        if start is not self.start:
+            raise ValueError("staleness: this exchange is started another way than at its first step")
         shape = (tuple(x.shape[1:]), x.dtype)
         if self.row_shape is not None and shape != self.row_shape:
             raise ValueError(f"staleness: rows of shape {shape[0]} and dtype {shape[1]} reach an exchange that "
@@ -229,7 +238,7 @@ def is_training(slots: Any) -> bool:
 
 
 def stale_halo_exchange(x: Tensor, plan: RankPlan, group: dist.ProcessGroup | None, options: Any,
-                        slots: Any, key: str = "x") -> Tensor:
+                        slots: Any, key: str = "x", start: StartExchange = start_all_to_all_rows) -> Tensor:
     r"""The halo rows of ``x`` under ``staleness=1`` (see the module docstring for the math).
 
     In a training step, returns the halo rows of the previous step's ``x`` (step 0: of ``x``)
@@ -244,7 +253,8 @@ def stale_halo_exchange(x: Tensor, plan: RankPlan, group: dist.ProcessGroup | No
         group: the exchange's process group.
         options: the layer's ``HaloOptions`` (``staleness``, ``stale_smoothing``, precisions).
         slots: the layer's ``ExchangeSlots``; the pipeline lives in ``slots[key]``.
-        key: the call site's name within the layer.
+        key: the call site's name within the layer (numbered per call by ``slots.call_site``).
+        start: how an exchange is started (``start_all_to_all_rows`` or ``start_p2p_rows``).
 
     Returns:
         ``[halo_size, ...]`` halo rows; differentiable in ``x`` through the stale backward.
@@ -253,12 +263,15 @@ def stale_halo_exchange(x: Tensor, plan: RankPlan, group: dist.ProcessGroup | No
         raise ValueError(f"stale_halo_exchange: x has {x.size(0)} rows but this rank owns {plan.num_owned}")
     if plan.world_size == 1 or not is_training(slots):
         return halo_exchange(x, plan, group)
+    if slots is None:
+        raise ValueError("staleness needs the layer's ExchangeSlots (the previous step's halos live there)")
+    key = slots.call_site(key) if hasattr(slots, "call_site") else key
     state = slots.get(key)
     if state is None:
         codec, grad_codec = payload_codecs(options)
-        state = StaleHalo(plan, group, options.stale_smoothing, codec, grad_codec)
+        state = StaleHalo(plan, group, options.stale_smoothing, codec, grad_codec, start)
         slots[key] = state
-    state.check(x, plan, group)
+    state.check(x, plan, group, start)
     return _StaleExchange.apply(x, state)
 
 

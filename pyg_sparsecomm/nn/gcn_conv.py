@@ -131,6 +131,7 @@ class DistributedGCNConv(GCNConv):
                              f"pass the shard's own x (local.x)")
         if not x.is_floating_point():
             raise ValueError(f"x must be a floating point tensor, got dtype {x.dtype}")
+        self.exchange_slots.begin_call(self.training)
         spmm = self._cached_spmm
         if spmm is None:
             if self.chosen_algorithm is None:
