@@ -181,3 +181,17 @@ def test_stale_distributed_graphsage_equals_the_reference_fed_previous_halos(wor
 def test_algorithms_without_staleness_refuse_it_by_name(name):
     with pytest.raises(ValueError, match=f"algorithm={name!r} does not support staleness=1"):
         check_options(name, HaloOptions(staleness=1))
+
+
+def _auto_worker(rank, world_size):
+    local = shard(_graph(world_size, 1, "directed"))
+    conv = DistributedGCNConv(NUM_FEATURES, 4, algorithm="auto", staleness=1)
+    conv(local.x, local.adj).sum().backward()
+    return conv.chosen_algorithm, [name for name, _, _ in conv.cost_report]
+
+
+def test_auto_compares_only_algorithms_that_support_staleness():
+    from pyg_sparsecomm.algorithms import ALGORITHMS
+    for chosen, compared in launch(_auto_worker, 2):
+        assert compared and all(ALGORITHMS[n].supports_staleness for n in compared), compared
+        assert chosen in compared

@@ -5,6 +5,7 @@ import torch.distributed as dist
 
 from ..adj import HaloAdj
 from ..comm.group import check_plan_matches_group, collective_device, is_distributed
+from ..comm.halo_options import HaloOptions
 from ..cost import CostModel, Prediction, RankVolumes
 from ..grid import ProcessGrid
 from .base import ALGORITHMS, auto_candidates
@@ -14,13 +15,14 @@ CostRow = tuple[str, float, int]
 
 
 def choose_algorithm(adj: HaloAdj, grid: ProcessGrid | None, row_bytes: int, learnable: bool,
-                     cost_model: CostModel, group: dist.ProcessGroup | None = None
-                     ) -> tuple[str, list[CostRow]]:
+                     cost_model: CostModel, group: dist.ProcessGroup | None = None,
+                     options: HaloOptions | None = None) -> tuple[str, list[CostRow]]:
     """The candidate with the lowest predicted SpMM time (forward + backward), max over ranks.
 
     Every rank takes the same decision: the per-algorithm predictions are all-reduced with
     ``MAX`` (a collective over ``group``, or the default group under a grid).  With
-    ``learnable`` edge weights, algorithms that would refuse them are never candidates.
+    ``learnable`` edge weights, algorithms that would refuse them are never candidates, nor are,
+    under halo ``options``, algorithms that would refuse those.
     """
     plan = adj.plan
     volumes = RankVolumes.from_counts(plan.send_counts, plan.recv_counts, plan.part_sizes, plan.rank,
@@ -28,6 +30,10 @@ def choose_algorithm(adj: HaloAdj, grid: ProcessGrid | None, row_bytes: int, lea
     names = auto_candidates(grid is not None)
     if learnable:
         names = [n for n in names if ALGORITHMS[n].differentiates_edge_weights]
+    if options is not None and options.staleness:
+        names = [n for n in names if ALGORITHMS[n].supports_staleness]
+    if options is not None and options.compressed:
+        names = [n for n in names if ALGORITHMS[n].supports_precision]
     predictions: list[Prediction] = []
     for n in names:
         prediction = ALGORITHMS[n].predict(volumes, cost_model, row_bytes)

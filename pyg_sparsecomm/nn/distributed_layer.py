@@ -319,7 +319,7 @@ def _linear_propagate(conv: MessagePassing, state: LayerState, context: shard_co
         learnable = adj.value is not None and adj.value.requires_grad
         row_bytes = rows.size(1) * rows.element_size()
         state.chosen_algorithm, state.cost_report = choose_algorithm(
-            adj, grid, row_bytes, learnable, settings.cost_model, settings.group)
+            adj, grid, row_bytes, learnable, settings.cost_model, settings.group, settings.halo_options)
     spmm = make_algorithm(state.chosen_algorithm, adj, context.group if grid is None else None, grid,
                           settings.halo_options, state.exchange_slots)
     rows = rows.contiguous()

@@ -157,7 +157,8 @@ class DistributedGCNConv(GCNConv):
         row_bytes = self.out_channels * torch.empty((), dtype=dtype).element_size()
         learnable = (edge_weight is not None and edge_weight.requires_grad) or \
             (adj.value is not None and adj.value.requires_grad)
-        name, self.cost_report = choose_algorithm(adj, grid, row_bytes, learnable, self.cost_model, self.group)
+        name, self.cost_report = choose_algorithm(adj, grid, row_bytes, learnable, self.cost_model, self.group,
+                                                  self.halo_options)
         return name
 
     def explain_algorithm(self) -> str:
