@@ -29,6 +29,7 @@ Evaluation (``slots.training`` false or gradients disabled) exchanges exactly an
 and leaves the pipeline alone.  The payload passes through a :class:`RowCodec` (identity here;
 a compressed wire format plugs in there).
 """
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -92,6 +93,22 @@ class RowCodec:
 IDENTITY = RowCodec()
 
 
+class PipelineSeconds:
+    """Process-wide wall time of the pipelined exchanges, split as ``comm_counter().seconds``
+    cannot: ``post`` (starting an exchange: on a machine without a spare core, also the time the
+    transfer thread takes from the step) and ``wait`` (blocking for the previous step's rows)."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.post, self.wait = 0.0, 0.0
+
+
+#: read and reset by benchmarks (``benchmarks/stale_hiding.py``)
+PIPELINE_SECONDS = PipelineSeconds()
+
+
 class _Pending:
     """One started exchange: the payload buffer being received, its work handle, and an empty
     tensor shaped like the rows sent (what the payload decodes to)."""
@@ -100,8 +117,10 @@ class _Pending:
         self.recv, self.work, self.like = recv, work, like
 
     def wait(self) -> Tensor:
+        start = time.perf_counter()
         with comm_counter().timed():
             self.work.wait()
+        PIPELINE_SECONDS.wait += time.perf_counter() - start
         return self.recv
 
 
@@ -140,9 +159,11 @@ class _Pipe:
 
     def _start(self, rows: Tensor, send_counts: list[int], recv_counts: list[int],
                group: dist.ProcessGroup) -> _Pending:
+        begin = time.perf_counter()
         with comm_counter().timed():  # posting is communication time the step cannot hide
             recv, work = self.start(self.codec.encode(rows.contiguous()), send_counts, recv_counts,
                                     group, self.kind)
+        PIPELINE_SECONDS.post += time.perf_counter() - begin
         return _Pending(recv, work, rows.new_empty((0,) + tuple(rows.shape[1:])))
 
     def _received(self, pending: _Pending) -> Tensor:
