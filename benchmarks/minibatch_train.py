@@ -20,17 +20,20 @@ batches (its default sample: epoch 0, grown to eq. (14) with θ = 0.1, δ = 0.5)
     an epoch of ``DistributedNeighborLoader(local, [10, 5], batch_size=1024, input_nodes=
     local.train_mask, shuffle=True)`` training that GraphSAGE (trimmed, Adam), per partition,
     rounds alternating between partitions (every partition trains the same batches in a
-    round); median seconds per epoch (slowest rank), the loader's share of the batch step
-    (time in ``__next__``: sampling, its id exchanges and the plan), counted bytes per batch
+    round), with the loader sampling ahead on its thread (``prefetch=1``, the default) and in
+    the training loop (``prefetch=0``); median seconds per epoch (slowest rank), the loader's
+    share of the batch step (the time the loop waits in ``__next__``: sampling, its id
+    exchanges and the plan, or what prefetching did not hide of them), counted bytes per batch
     (``comm_counter``: halo + halo_grad vs the id exchanges sample / sample_counts / plan,
     summed over ranks) and the halo bytes predicted by (a)'s model for the same batches.
-(c) PyG's single-process ``NeighborLoader`` training the same model on the same graph with 2
-    threads (needs torch_sparse or pyg-lib: run in ``--pyg-python``, a separate process, one
+(c) PyG's single-process ``NeighborLoader`` (``num_workers`` 0 and 1) training the same model on
+    the same graph with 2 threads (needs torch_sparse or pyg-lib: run in ``--pyg-python``, a separate process, one
     epoch per round between the distributed rounds; the row names the import error otherwise),
     and the package's own loader and model at P = 1 in one process of 2 threads; throughput =
     train seeds / epoch second.
 
     python benchmarks/minibatch_train.py [--quick] [--skip-train] [--skip-pyg] [--rounds 3]
+    python benchmarks/minibatch_train.py --timing-only   # (b, c) alone, partitions at P = 4 only
 
 HP and SHP use Mt-KaHyPar's ``default`` preset (``--preset``).  Partitions are cached under
 ``--cache`` (default ``benchmarks/.cache/minibatch_train``), keyed by the graph and the
@@ -38,19 +41,15 @@ partitioner's settings; their seconds are those of the run that made them.  Timi
 while the file given as ``--quiet-flag`` exists (other jobs on the machine can hold it).
 """
 import argparse
-import copy
 import hashlib
-import json
 import os
-import subprocess
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
-from _common import HERE, median, print_table, sparse_sbm_graph, write_section
+from _common import HERE, print_table, sparse_sbm_graph, write_section
+from _minibatch_timing import LABEL, pyg_baseline, train
 from torch_geometric.data import Data
 
 from pyg_sparsecomm import SparsityAwarePartitioner
@@ -59,7 +58,6 @@ from pyg_sparsecomm.partition.hypergraph import km1
 from pyg_sparsecomm.partition.stochastic import HELD_OUT_EPOCH, batch_nets
 
 METHODS = ("random", "metis", "hypergraph", "shp")
-LABEL = {"random": "random", "metis": "METIS", "hypergraph": "HP", "shp": "SHP", "shp4": "SHP, edge_coverage=4"}
 # bytes per row moved, per layer and direction, of distribute(GraphSAGE(F, 64, 2, C)) (see (a))
 FP32 = 4
 
@@ -188,121 +186,6 @@ def simulate(data: Data, args):
 
 # --- (b) real P = 4 training -------------------------------------------------------------------
 
-def _model(args):
-    from torch_geometric.nn.models import GraphSAGE
-    torch.manual_seed(0)
-    return GraphSAGE(args.features, args.hidden, 2, args.classes)
-
-
-def _train_worker(rank, world_size, roots, order, epoch, args):
-    import torch.distributed as dist
-
-    from pyg_sparsecomm import comm_counter, distribute, load_shard, sync_gradients
-    from pyg_sparsecomm.loader import DistributedNeighborLoader
-    out = {}
-    counter = comm_counter()
-    for method in order:
-        local = load_shard(roots[method])
-        model = distribute(_model(args))
-        optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
-        loader = DistributedNeighborLoader(local, list(args.fanouts), batch_size=args.batch_size,
-                                           input_nodes=local.train_mask, shuffle=True)
-
-        def step(batch):
-            optimizer.zero_grad()
-            y = model(batch.x, batch.adj, num_sampled_nodes_per_hop=batch.num_sampled_nodes,
-                      num_sampled_edges_per_hop=batch.num_sampled_edges)
-            loss = F.cross_entropy(y[:batch.batch_size], batch.y[:batch.batch_size], reduction="sum")
-            (loss / batch.global_batch_size).backward()
-            sync_gradients(model)
-            optimizer.step()
-
-        loader.set_epoch(epoch + 10_000)  # warm-up batches, from an epoch not timed
-        for i, batch in enumerate(loader):
-            if i >= args.warmup:
-                break
-            step(batch)
-        loader.set_epoch(epoch)
-        dist.barrier()
-        counter.reset()
-        timed = timed_batches(loader, step, args.max_train_batches, lambda b: b.global_batch_size)
-        nbytes = {k: counter.bytes_sent(k) for k in ("halo", "halo_grad", "sample", "sample_counts", "plan")}
-        out[method] = {**timed, "epoch_batches": len(loader), "bytes": nbytes}
-        del loader, local
-    return out
-
-
-def timed_batches(loader, step, max_batches: int, seeds_of) -> dict:
-    """Runs ``step`` on up to ``max_batches`` batches of one epoch of ``loader``; the seconds spent
-    in the loader (``__next__``: sampling and planning) and in the steps, apart."""
-    load = compute = 0.0
-    batches = seeds = 0
-    start = time.perf_counter()
-    it = iter(loader)
-    while batches < max_batches:
-        t0 = time.perf_counter()
-        batch = next(it, None)
-        t1 = time.perf_counter()
-        if batch is None:
-            break
-        step(batch)
-        load, compute, batches = load + t1 - t0, compute + time.perf_counter() - t1, batches + 1
-        seeds += seeds_of(batch)
-    return {"wall": time.perf_counter() - start, "load": load, "compute": compute, "batches": batches,
-            "seeds": seeds}
-
-
-def _pyg_epoch(args, graph_path: str, epoch: int) -> dict:
-    """One timed epoch of PyG's NeighborLoader (after warm-up) in ``--pyg-python``."""
-    cmd = [args.pyg_python, str(Path(__file__).resolve()), "--pyg-baseline", graph_path, "--pyg-epoch", str(epoch),
-           "--warmup", str(args.warmup), "--max-train-batches", str(args.max_train_batches),
-           "--batch-size", str(args.batch_size), "--fanouts", *map(str, args.fanouts), "--hidden", str(args.hidden),
-           "--features", str(args.features), "--classes", str(args.classes), "--pyg-threads", str(args.pyg_threads)]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=3600)
-    if proc.returncode != 0:
-        return {"error": proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def pyg_baseline(args) -> None:
-    """``--pyg-baseline GRAPH``: one epoch of PyG's NeighborLoader + GraphSAGE; prints JSON."""
-    torch.set_num_threads(args.pyg_threads)
-    try:
-        from torch_geometric.loader import NeighborLoader
-        saved = torch.load(args.pyg_baseline, weights_only=True)
-        data = Data(**saved)
-        loader = NeighborLoader(data, num_neighbors=list(args.fanouts), batch_size=args.batch_size,
-                                input_nodes=data.train_mask, shuffle=True)
-        torch.manual_seed(args.pyg_epoch)
-        it = iter(loader)
-        next(it)  # raises here if neither torch_sparse nor pyg-lib is importable
-    except Exception as e:  # noqa: BLE001 - reported in the table
-        reason = f"{type(e).__name__}: {e}"
-        try:
-            import torch_sparse  # noqa: F401
-        except Exception as why:  # noqa: BLE001 - why torch_sparse is unusable, if it is
-            reason += f" (import torch_sparse: {type(why).__name__}: {why})"
-        print(json.dumps({"error": reason}))
-        return
-    model = _model(args)
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
-
-    def step(batch):
-        optimizer.zero_grad()
-        y = model(batch.x, batch.edge_index, num_sampled_nodes_per_hop=batch.num_sampled_nodes,
-                  num_sampled_edges_per_hop=batch.num_sampled_edges)
-        F.cross_entropy(y[:batch.batch_size], batch.y[:batch.batch_size]).backward()
-        optimizer.step()
-
-    for i, batch in enumerate(it):
-        if i >= args.warmup:
-            break
-        step(batch)
-    timed = timed_batches(loader, step, args.max_train_batches, lambda b: b.batch_size)
-    print(json.dumps({**timed, "epoch_batches": len(loader)}))
-
-
 def predicted_halo_bytes(data: Data, args, parts: dict, epoch: int, num_batches: int) -> dict:
     """Halo + halo_grad bytes the model's exchanges move in ``num_batches`` batches of ``epoch``
     under each partition, from the batches' column nets ((a)'s model)."""
@@ -318,92 +201,6 @@ def predicted_halo_bytes(data: Data, args, parts: dict, epoch: int, num_batches:
             owner = part.numpy().astype(np.int64)
             out[method] += batch_bytes(km1(*outer, owner), km1(*inner, owner), args)
     return out
-
-
-def train(data: Data, args, parts: dict):
-    from pyg_sparsecomm import save_partition
-    from pyg_sparsecomm.testing import launch
-    P = args.train_parts
-    chosen = {m: parts[(m, "neighbor" if m == "shp" else None, P)] for m in args.train_methods}
-    tmp = tempfile.TemporaryDirectory(prefix="minibatch_train")
-    roots = {}
-    for method, part in chosen.items():
-        roots[method] = str(Path(tmp.name) / method)
-        partitioned = copy.copy(data)
-        partitioned.part, partitioned.num_parts = part, P
-        save_partition(partitioned, roots[method])
-    single = str(Path(tmp.name) / "single")  # the same loader and model in one process (P = 1)
-    whole = copy.copy(data)
-    whole.part, whole.num_parts = torch.zeros(data.num_nodes, dtype=torch.long), 1
-    save_partition(whole, single)
-    graph_path = str(Path(tmp.name) / "graph.pt")
-    torch.save({"edge_index": data.edge_index, "x": data.x, "y": data.y, "train_mask": data.train_mask,
-                "num_nodes": data.num_nodes}, graph_path)
-    runs: dict[str, list[dict]] = {m: [] for m in chosen}
-    pyg: list[dict] = []
-    ones: list[dict] = []
-    methods = list(chosen)
-    for r in range(args.rounds):
-        order = methods[r % len(methods):] + methods[:r % len(methods)]  # rotate: no partition always first
-        wait_quiet(args.quiet_flag)
-        t0 = time.perf_counter()
-        per_rank = launch(_train_worker, P, roots, order, r, args, timeout=7200, threads=1)
-        for m in methods:
-            runs[m].append({"wall": max(pr[m]["wall"] for pr in per_rank),
-                            "load": sum(pr[m]["load"] for pr in per_rank) / P,
-                            "compute": sum(pr[m]["compute"] for pr in per_rank) / P,
-                            "batches": per_rank[0][m]["batches"], "seeds": per_rank[0][m]["seeds"],
-                            "epoch_batches": per_rank[0][m]["epoch_batches"],
-                            "bytes": {k: sum(pr[m]["bytes"][k] for pr in per_rank) for k in per_rank[0][m]["bytes"]}})
-        print(f"  round {r}: " + ", ".join(f"{m} {runs[m][-1]['wall']:.1f} s" for m in methods)
-              + f" (launch {time.perf_counter() - t0:.0f} s)", flush=True)
-        if not args.skip_pyg:
-            wait_quiet(args.quiet_flag)
-            pyg.append(_pyg_epoch(args, graph_path, r))
-            print(f"  round {r}: PyG {pyg[-1]}", flush=True)
-        if not args.skip_single:
-            wait_quiet(args.quiet_flag)
-            ones.append(launch(_train_worker, 1, {"single": single}, ["single"], r, args, timeout=7200,
-                               threads=args.pyg_threads)[0]["single"])
-            print(f"  round {r}: P=1 {ones[-1]['wall']:.1f} s", flush=True)
-    predicted = predicted_halo_bytes(data, args, chosen, 0, runs[methods[0]][0]["batches"])
-    tmp.cleanup()
-    headers = ["run", "partition", "s / epoch", "batches", "loader share", "seeds / s", "halo KB / batch",
-               "round 0 counted / predicted", "id KB / batch", "vs HP s"]
-    rows = []
-    hp_wall = (median([x["wall"] * x["epoch_batches"] / x["batches"] for x in runs["hypergraph"]])
-               if "hypergraph" in runs else None)
-    for m in methods:
-        # seconds per epoch: a full epoch's wall time (extrapolated when --max-train-batches cut it short)
-        wall = median([x["wall"] * x["epoch_batches"] / x["batches"] for x in runs[m]])
-        nb = runs[m][0]["batches"]
-        share = median([x["load"] / (x["load"] + x["compute"]) for x in runs[m]])
-        halo = median([(x["bytes"]["halo"] + x["bytes"]["halo_grad"]) / x["batches"] for x in runs[m]])
-        ids = median([(x["bytes"]["sample"] + x["bytes"]["sample_counts"] + x["bytes"]["plan"]) / x["batches"]
-                      for x in runs[m]])
-        seeds = median([x["seeds"] / x["wall"] for x in runs[m]])
-        rows.append([f"P={P} gloo, 1 thread/rank", LABEL[m], f"{wall:.1f}", nb, f"{100 * share:.0f} %",
-                     f"{seeds:.0f}", f"{halo / 1e3:.1f}",
-                     f"{(runs[m][0]['bytes']['halo'] + runs[m][0]['bytes']['halo_grad']) / predicted[m]:.4f}",
-                     f"{ids / 1e3:.1f}",
-                     f"{wall / hp_wall:.3f}" if hp_wall else ""])
-    if ones:
-        wall = median([x["wall"] * x["epoch_batches"] / x["batches"] for x in ones])
-        share = median([x["load"] / (x["load"] + x["compute"]) for x in ones])
-        seeds = median([x["seeds"] / x["wall"] for x in ones])
-        rows.append([f"P=1, 1 process, {args.pyg_threads} threads (same loader and model)", "-", f"{wall:.1f}",
-                     ones[0]["batches"], f"{100 * share:.0f} %", f"{seeds:.0f}", "0", "-",
-                     f"{sum(ones[0]['bytes'].values()) / 1e3:.1f}", f"{wall / hp_wall:.3f}" if hp_wall else ""])
-    ok = [x for x in pyg if "error" not in x]
-    if ok:
-        wall = median([x["wall"] * x["epoch_batches"] / x["batches"] for x in ok])
-        share = median([x["load"] / (x["load"] + x["compute"]) for x in ok])
-        seeds = median([x["seeds"] / x["wall"] for x in ok])
-        rows.append([f"PyG NeighborLoader, 1 process, {args.pyg_threads} threads", "-", f"{wall:.1f}",
-                     ok[0]["batches"], f"{100 * share:.0f} %", f"{seeds:.0f}", "-", "-", "-", ""])
-    elif pyg:
-        rows.append([f"PyG NeighborLoader: {pyg[0]['error']}"] + [""] * (len(headers) - 1))
-    return headers, rows, runs, pyg
 
 
 # --- main -------------------------------------------------------------------------------------
@@ -442,6 +239,10 @@ def parse_args(argv=None):
     p.add_argument("--skip-single", action="store_true", help="no P = 1 run of the package's loader")
     p.add_argument("--pyg-python", default="/work/venv-bench/bin/python")
     p.add_argument("--pyg-threads", type=int, default=2)
+    p.add_argument("--pyg-workers", type=int, nargs="+", default=[0, 1], help="NeighborLoader num_workers values")
+    p.add_argument("--prefetch", type=int, nargs="+", default=[1, 0], help="the loader's prefetch values to time")
+    p.add_argument("--timing-only", action="store_true", help="partition only P = --train-parts, time (b, c) and "
+                   "write only their RESULTS.md section")
     p.add_argument("--cache", default=str(HERE / ".cache" / "minibatch_train"), help="partition cache ('' = none)")
     p.add_argument("--quiet-flag", default=None, help="wait before timing runs while this file exists")
     p.add_argument("--no-write", action="store_true", help="do not write the RESULTS.md section")
@@ -452,6 +253,8 @@ def parse_args(argv=None):
         args.nodes, args.parts, args.eval_batches = 65536, [4, 16], 16
         args.blocks, args.subset_size = 128, 5000
         args.rounds, args.max_train_batches, args.no_write = 1, 24, True
+    if args.timing_only:
+        args.parts, args.subset_coverage_parts = [args.train_parts], []
     if args.train_parts not in args.parts:
         args.parts = sorted({*args.parts, args.train_parts})
     return args
@@ -471,7 +274,7 @@ def main(argv=None) -> None:
     print_table(sim_headers, sim_rows)
     train_headers, train_rows = None, None
     if not args.skip_train:
-        train_headers, train_rows, _, _ = train(data, args, parts)
+        train_headers, train_rows, _, _ = train(data, args, parts, predicted_halo_bytes, wait_quiet)
         print_table(train_headers, train_rows)
     minutes = (time.perf_counter() - t_start) / 60
     print(f"total {minutes:.1f} min")
@@ -508,24 +311,35 @@ def write_results(args, data, sim_headers, sim_rows, train_headers, train_rows, 
             f"{args.classes}))`: L1 rows × {args.features} forward (the input needs no gradient) + L2 rows × "
             f"{args.classes} forward and backward (layer 2 applies its Linear before the exchange).\n",
             markdown_table(sim_headers, sim_rows)]
+    if not args.timing_only:
+        write_section("minibatch_train", "\n".join(body))
     if train_rows:
-        body += [f"\n(b, c) Measured: P = {args.train_parts} gloo ranks of 1 thread on the 2 cores "
-                 f"(oversubscribed), one epoch per partition per round, {args.rounds} rounds alternating "
-                 f"between partitions (same batches per round), {args.warmup} warm-up batches; medians. s / epoch "
-                 f"= the slowest rank; loader share = time in the loader's `__next__` (sampling, id exchanges, "
-                 f"plan) / batch step, mean over ranks; halo KB = counted halo + halo_grad bytes summed over "
-                 f"ranks; round 0 counted / predicted = those bytes of round 0 over (a)'s model on the same "
-                 f"batches; id KB = sample + sample_counts + plan. "
-                 f"P = 1: `DistributedNeighborLoader` and the model on a 1-part shard in one process of "
-                 f"{args.pyg_threads} threads, one epoch after each round. "
-                 f"PyG: `NeighborLoader` + the same GraphSAGE (trimmed), one process, {args.pyg_threads} "
-                 f"threads, in `{args.pyg_python}`, one epoch after each distributed round.\n",
-                 markdown_table(train_headers, train_rows)]
-    write_section("minibatch_train", "\n".join(body[:5]))
-    if train_rows:
-        write_section("minibatch_train_timing", "## Distributed mini-batch training: measured at P = "
-                      f"{args.train_parts} (issue #15)\n\n`python benchmarks/minibatch_train.py` — machine: "
-                      f"{machine()}.\n" + "\n".join(body[5:]))
+        write_section("minibatch_train_timing", timing_text(args, train_headers, train_rows))
+
+
+def timing_text(args, headers, rows) -> str:
+    from _common import machine, markdown_table
+    cut = (f", {args.max_train_batches} timed batches per epoch (s / epoch extrapolated)"
+           if args.max_train_batches < 1 << 30 else "")
+    return "\n".join([
+        f"## Distributed mini-batch training: measured at P = {args.train_parts} (issue #15)\n",
+        f"`python benchmarks/minibatch_train.py{' --timing-only' if args.timing_only else ''}` — machine: "
+        f"{machine()}.\n",
+        f"(b, c) Measured: P = {args.train_parts} gloo ranks of 1 thread on the 2 cores (oversubscribed), per "
+        f"round one epoch per partition and per `prefetch` value ({', '.join(map(str, args.prefetch))}: batches "
+        f"sampled ahead on the loader's thread / in the training loop), {args.rounds} rounds rotating the "
+        f"partitions (same batches per round), {args.warmup} warm-up batches"
+        f"{cut}"
+        f"; medians. s / epoch = the slowest rank; loader share = time the training loop waits in the loader's "
+        f"`__next__` (sampling, id exchanges, plan; with prefetch = 1 only what the thread could not hide) / "
+        f"batch step, mean over ranks; halo KB = counted halo + halo_grad bytes summed over ranks; round 0 "
+        f"counted / predicted = those bytes of round 0 over (a)'s model on the same batches; id KB = sample + "
+        f"sample_counts + plan. P = 1: `DistributedNeighborLoader` and the model on a 1-part shard in one "
+        f"process of {args.pyg_threads} threads, one epoch after each round. PyG: `NeighborLoader` (torch_sparse "
+        f"sampler; pyg-lib is not installable here) + the same GraphSAGE (trimmed), one process, "
+        f"{args.pyg_threads} threads, `num_workers` {' and '.join(map(str, args.pyg_workers))}, in "
+        f"`{args.pyg_python}`, one epoch after each distributed round.\n",
+        markdown_table(headers, rows)])
 
 
 if __name__ == "__main__":

@@ -3,6 +3,9 @@ gloo runs at P = 1..4: the batches themselves (any partition), a training step o
 DistributedGCNConv and distribute()d PyG models with and without layer trimming (outputs, input
 and parameter gradients), the halo bytes of every batch (its column-net connectivity-1 volume,
 exactly), ranks without seeds, empty parts, and errors instead of hangs."""
+import os
+import time
+
 import pytest
 import torch
 from torch_geometric.data import Data
@@ -53,17 +56,24 @@ def reference(data: Data, sampling, epoch: int):
 # --- the batches -----------------------------------------------------------------------------
 
 def _batches(world_size, method):
+    """Two epochs of each sampler, sampled ahead on a thread (default) and in the caller's thread;
+    each loader first leaves an epoch after one batch (the prefetching thread must stop there on
+    every rank alike, or the next epoch's exchanges would not match)."""
     local = shard(make_graph(world_size, method))
-    loaders = [DistributedNeighborLoader(local, list(FANOUTS), batch_size=9, input_nodes=local.train_mask,
-                                         shuffle=True, seed=SEED),
-               DistributedNodeSubsetLoader(local, batch_size=20, input_nodes=local.train_mask, shuffle=True,
-                                           seed=SEED)]
     out = []
-    for loader in loaders:
-        epochs = []
-        for _ in range(2):
-            epochs.append([(b.n_id, b.e_id, b.batch_size, b.global_batch_size, b.y, b.x) for b in loader])
-        out.append((len(loader), epochs))
+    for prefetch in (1, 0):
+        loaders = [DistributedNeighborLoader(local, list(FANOUTS), batch_size=9, input_nodes=local.train_mask,
+                                             shuffle=True, seed=SEED, prefetch=prefetch),
+                   DistributedNodeSubsetLoader(local, batch_size=20, input_nodes=local.train_mask, shuffle=True,
+                                               seed=SEED, prefetch=prefetch)]
+        for loader in loaders:
+            loader.set_epoch(99)
+            next(iter(loader))  # an epoch left early
+            loader.set_epoch(0)
+            epochs = []
+            for _ in range(2):
+                epochs.append([(b.n_id, b.e_id, b.batch_size, b.global_batch_size, b.y, b.x) for b in loader])
+            out.append((len(loader), epochs))
     return out
 
 
@@ -87,11 +97,12 @@ def test_batches_equal_the_reference_for_any_partition(world_size):
     for method in ["random", "contiguous"]:
         per_rank = [r["batches"][method] for r in run(world_size)]
         data = make_graph(world_size, method)
-        for k, sampling in enumerate([neighbor_sampling(), NodeSubsetSampling(batch_size=20, shuffle=True, seed=SEED)]):
+        samplings = [neighbor_sampling(), NodeSubsetSampling(batch_size=20, shuffle=True, seed=SEED)] * 2
+        for k, sampling in enumerate(samplings):  # prefetched, then sampled in the caller's thread
             for epoch in range(2):
                 ref = reference(data, sampling, epoch)
                 assert all(len(r[k][1][epoch]) == len(ref) for r in per_rank), "ranks must yield the same batches"
-                assert all(r[k][0] == sampling.num_batches(int(data.train_mask.sum() if k == 0 else N))
+                assert all(r[k][0] == sampling.num_batches(int(data.train_mask.sum() if k % 2 == 0 else N))
                            for r in per_rank)
                 for i, batch in enumerate(ref):
                     parts = [r[k][1][epoch][i] for r in per_rank]
@@ -293,6 +304,62 @@ def test_ranks_with_different_arguments_raise_instead_of_hanging():
     assert all(m and "different sampling arguments" in m for m in messages)
 
 
+def test_prefetching_thread_runs_at_most_depth_batches_ahead_and_reraises():
+    from pyg_sparsecomm.loader.prefetch import PrefetchedBatches
+    drawn = []
+
+    def batches():
+        for i in range(5):
+            drawn.append(i)
+            if i == 3:
+                raise KeyError("sampling failed")
+            yield i
+
+    it = PrefetchedBatches(batches(), depth=2)
+    assert next(it) == 0
+    time.sleep(0.2)
+    assert len(drawn) <= 3  # took 1, at most 2 ahead
+    assert [next(it), next(it)] == [1, 2]
+    with pytest.raises(KeyError, match="sampling failed"):
+        next(it)
+    with pytest.raises(StopIteration):
+        next(it)
+    left = PrefetchedBatches(iter(range(100)), depth=1)
+    assert next(left) == 0
+    left.close()  # stops after the batch it was allowed to start
+    assert not left._thread.is_alive()
+
+
+def _dead_peer_worker(rank, world_size, report):
+    local = shard(make_graph(world_size))
+    loader = DistributedNeighborLoader(local, list(FANOUTS), batch_size=9, input_nodes=local.train_mask, seed=SEED)
+    batches = iter(loader)
+    next(batches)
+    if rank == 1:
+        os._exit(3)  # dies without a word while rank 0's thread samples the next batches
+    start = time.monotonic()
+    try:
+        for _ in batches:
+            pass
+        outcome = "no error"
+    except RuntimeError as e:
+        outcome = f"RuntimeError: {e}"
+    with open(report, "w") as f:
+        f.write(f"{time.monotonic() - start:.1f}\n{outcome}")
+
+
+def test_a_dead_peer_surfaces_from_the_prefetching_thread(tmp_path):
+    report = tmp_path / "rank0.txt"
+    with pytest.raises(RuntimeError, match="rank 1 of 2 failed"):
+        launch(_dead_peer_worker, 2, str(report), pg_timeout=10, timeout=120)
+    deadline = time.monotonic() + 30  # rank 0 writes its report once the thread's exchange gave up
+    while not report.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    seconds, outcome = report.read_text().split("\n", 1)
+    assert outcome.startswith("RuntimeError"), outcome
+    assert float(seconds) < 30
+
+
 def test_errors_name_the_problem():
     local = shard(make_graph(1), rank=0, world_size=1)
     with pytest.raises(ValueError, match="local.train_mask"):
@@ -305,6 +372,8 @@ def test_errors_name_the_problem():
         DistributedNeighborLoader(make_graph(1), [3])
     with pytest.raises(ValueError, match="batch_size"):
         DistributedNodeSubsetLoader(local, batch_size=0)
+    with pytest.raises(ValueError, match="prefetch must be a non-negative integer"):
+        DistributedNeighborLoader(local, [3], prefetch=-1)
     batch = next(iter(DistributedNodeSubsetLoader(local, batch_size=30, transform=lambda b: b.update({"tag": 1}))))
     assert batch.tag == 1
     with pytest.raises(ValueError, match="node-subset"):

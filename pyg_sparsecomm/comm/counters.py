@@ -8,6 +8,7 @@ payload this process sent and received, per *kind* of exchange (``"halo"``,
 inside communication calls.  Bytes count tensor payload only
 (``numel * element_size``), which is what the plan predicts.
 """
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
@@ -19,6 +20,7 @@ import torch.distributed as dist
 
 class CommCounter:
     def __init__(self) -> None:
+        self._thread = threading.local()
         self.reset()
 
     def reset(self) -> None:
@@ -43,11 +45,25 @@ class CommCounter:
 
     @contextmanager
     def timed(self) -> Iterator[None]:
+        if getattr(self._thread, "untimed", False):
+            yield
+            return
         start = time.perf_counter()
         try:
             yield
         finally:
             self.seconds += time.perf_counter() - start
+
+    @contextmanager
+    def untimed(self) -> Iterator[None]:
+        """In this thread, exchanges count their bytes but not their time (a background
+        thread's waits overlap the caller's work: they are not time the caller waited)."""
+        previous = getattr(self._thread, "untimed", False)
+        self._thread.untimed = True
+        try:
+            yield
+        finally:
+            self._thread.untimed = previous
 
     def bytes_sent(self, kind: str | None = None) -> int:
         kinds = [kind] if kind else list(self.sent)

@@ -26,6 +26,24 @@ def rank(group: dist.ProcessGroup | None = None) -> int:
     return dist.get_rank(group) if is_distributed(group) else 0
 
 
+def twin_group(group: dist.ProcessGroup | None = None) -> dist.ProcessGroup:
+    """A new process group over ``group``'s ranks, with its backend and timeout, for exchanges
+    that run concurrently with ``group``'s own (e.g. on a background thread).
+
+    Only ``group``'s ranks call this (local synchronisation), all in the same order.
+    """
+    parent = group if group is not None else dist.group.WORLD
+    assert parent is not None  # initialised: new_group needs it
+    backend = dist.get_backend(parent)
+    device = torch.device("cuda" if backend == "nccl" else "cpu")
+    try:  # the parent's timeout, so a dead peer surfaces as fast on the twin
+        timeout = parent._get_backend(device).options._timeout
+    except (AttributeError, RuntimeError):
+        timeout = None
+    return dist.new_group(dist.get_process_group_ranks(parent), timeout=timeout, backend=backend,
+                          use_local_synchronization=True)
+
+
 def global_rank(group: dist.ProcessGroup | None, group_rank: int) -> int:
     """The default-group rank of ``group_rank`` (what ``broadcast``/``reduce`` take as src/dst)."""
     return group_rank if group is None else dist.get_global_rank(group, group_rank)

@@ -15,8 +15,9 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from ..adj import HaloAdj
-from ..comm.group import collective_device, world_size
+from ..comm.group import collective_device, twin_group, world_size
 from ..training import global_sum
+from .prefetch import PrefetchedBatches
 from .sampling import NeighborSampling, NodeSubsetSampling
 
 
@@ -27,7 +28,7 @@ class DistributedLoader:
 
     def __init__(self, local: Data, sampling: NeighborSampling | NodeSubsetSampling,
                  input_nodes: Tensor | None, group: dist.ProcessGroup | None,
-                 transform: Callable[[Data], Data] | None = None) -> None:
+                 transform: Callable[[Data], Data] | None = None, prefetch: int = 1) -> None:
         adj = getattr(local, "adj", None)
         if not isinstance(adj, HaloAdj) or getattr(local, "e_id", None) is None:
             raise ValueError("the loader takes a rank's shard: local = shard(data) (or load_shard(...)), "
@@ -43,7 +44,13 @@ class DistributedLoader:
         self.e_id = local.e_id.cpu()
         self.input_mask = _input_mask(input_nodes, adj.num_owned)
         self.epoch = 0
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+            raise ValueError(f"prefetch must be a non-negative integer (batches sampled ahead), got {prefetch!r}")
+        self.prefetch = prefetch
         self._check_same_sampling()
+        # the sampling thread's exchanges never interleave with the training step's
+        self.sample_group = twin_group(group) if prefetch and world_size(group) > 1 else group
+        self._running: PrefetchedBatches | None = None
 
     def _check_same_sampling(self) -> None:
         """Ranks that drew batches by different rules would wait for each other forever in the
@@ -66,14 +73,19 @@ class DistributedLoader:
 
     def _seed_counts(self, batch_of_input: Tensor, num_batches: int) -> Tensor:
         """Seeds per batch over all ranks (one all-reduce of ``num_batches`` integers)."""
-        return global_sum(torch.bincount(batch_of_input, minlength=num_batches), self.group)
+        return global_sum(torch.bincount(batch_of_input, minlength=num_batches), self.sample_group)
 
     def __iter__(self) -> Iterator[Data]:
         epoch = self.epoch
         self.epoch += 1
+        batches: Iterator[Data] = self._batches(epoch)
+        if self.prefetch:
+            if self._running is not None:  # an epoch left early: its thread stops before this one samples
+                self._running.close()
+            batches = self._running = PrefetchedBatches(batches, self.prefetch)
         if self.transform is None:
-            return self._batches(epoch)
-        return (self.transform(batch) for batch in self._batches(epoch))
+            return batches
+        return (self.transform(batch) for batch in batches)
 
     def _batches(self, epoch: int) -> Iterator[Data]:
         raise NotImplementedError

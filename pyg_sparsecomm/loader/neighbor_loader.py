@@ -42,16 +42,20 @@ class DistributedNeighborLoader(DistributedLoader):
         seed: the random stream shared by all ranks.
         group: the process group (default: the default group).
         transform: a function applied to every batch (as PyG loaders' ``transform``).
+        prefetch: batches sampled ahead on a background thread while the current one trains
+            (:mod:`~.prefetch`; its exchanges use a process group of their own, made here);
+            ``0``: sample in the iterating thread.
     """
 
     sampling: NeighborSampling
 
     def __init__(self, local: Data, num_neighbors: Sequence[int], batch_size: int = 1,
                  input_nodes: Tensor | None = None, shuffle: bool = False, seed: int = 0,
-                 group: dist.ProcessGroup | None = None, transform: Callable[[Data], Data] | None = None) -> None:
+                 group: dist.ProcessGroup | None = None, transform: Callable[[Data], Data] | None = None,
+                 prefetch: int = 1) -> None:
         sampling = NeighborSampling(batch_size=batch_size, shuffle=shuffle, seed=seed,
                                     num_neighbors=tuple(num_neighbors))
-        super().__init__(local, sampling, input_nodes, group, transform)
+        super().__init__(local, sampling, input_nodes, group, transform, prefetch)
         self.input_rows = torch.nonzero(self.input_mask).view(-1)
         self.num_batches = sampling.num_batches(global_count(self.input_mask, group))
 
@@ -85,14 +89,14 @@ class DistributedNeighborLoader(DistributedLoader):
             halo = torch.unique(col[is_halo] - n)
             halo = halo[~requested.index_select(0, halo)]
             requested.index_fill_(0, halo, True)
-            got = request_halo(plan, halo, torch.full_like(halo, h), self.group)
+            got = request_halo(plan, halo, torch.full_like(halo, h), self.sample_group)
             received.append(got)
             reached = torch.unique(torch.cat([col[~is_halo], got.row]))
             frontier = reached[row_hop.index_select(0, reached) < 0]
             row_hop.index_fill_(0, frontier, h)
         requests = Requests(*(torch.cat([getattr(r, f) for r in received]) for f in Requests._fields))
         sampled = Sampled(row_hop, torch.cat(edges), torch.cat(hops), int(seeds.numel()))
-        return build_batch(self.local, adj, sampled, requests, self.sampling.num_hops, self.group)
+        return build_batch(self.local, adj, sampled, requests, self.sampling.num_hops, self.sample_group)
 
     def _pick(self, epoch: int, b: int, hop: int, frontier: Tensor) -> Tensor:
         """CSR positions of the in-edges the ``frontier`` rows keep at ``hop``."""

@@ -31,15 +31,17 @@ class DistributedNodeSubsetLoader(DistributedLoader):
         seed: the random stream shared by all ranks.
         group: the process group.
         transform: a function applied to every batch (as PyG loaders' ``transform``).
+        prefetch: batches prepared ahead on a background thread (``0``: none), as in
+            :class:`~.neighbor_loader.DistributedNeighborLoader`.
     """
 
     sampling: NodeSubsetSampling
 
     def __init__(self, local: Data, batch_size: int = 1, input_nodes: Tensor | None = None,
                  shuffle: bool = False, seed: int = 0, group: dist.ProcessGroup | None = None,
-                 transform: Callable[[Data], Data] | None = None) -> None:
+                 transform: Callable[[Data], Data] | None = None, prefetch: int = 1) -> None:
         super().__init__(local, NodeSubsetSampling(batch_size=batch_size, shuffle=shuffle, seed=seed),
-                         input_nodes, group, transform)
+                         input_nodes, group, transform, prefetch)
         self.num_batches = self.sampling.num_batches(int(local.global_num_nodes))
 
     def __len__(self) -> int:
@@ -66,6 +68,6 @@ class DistributedNodeSubsetLoader(DistributedLoader):
         pos = torch.nonzero(member[adj.row()] & source_member[adj.col]).view(-1)
         col = adj.col[pos]
         halo = torch.unique(col[col >= n] - n)
-        requests = request_halo(adj.plan, halo, torch.ones_like(halo), self.group)
+        requests = request_halo(adj.plan, halo, torch.ones_like(halo), self.sample_group)
         sampled = Sampled(row_hop, pos, torch.ones_like(pos), int((row_hop == 0).sum()))
-        return build_batch(self.local, adj, sampled, requests, None, self.group)
+        return build_batch(self.local, adj, sampled, requests, None, self.sample_group)

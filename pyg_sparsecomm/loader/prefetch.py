@@ -1,0 +1,84 @@
+"""Sampling the next batches on a background thread while the current one trains.
+
+Sampling and planning a batch is mostly index work and small id exchanges; a training step
+is mostly kernels that release the GIL.  A thread that prepares batch ``k + 1`` while batch
+``k`` trains hides the loader behind the step (the role of ``num_workers`` in PyG's loaders,
+which cannot be used here: a batch's plan needs collectives with the other ranks).
+
+Two rules keep every rank's collectives matched:
+
+* the thread's exchanges run on the loader's own process group, so they never interleave
+  with the training step's exchanges on the model's group;
+* the thread starts batch ``i`` only once the caller has taken batch ``i - depth``.  Ranks
+  take the same number of batches (the loaders' contract), so every rank's thread samples
+  the same batches, also when an epoch is left early: closing the iterator lets the thread
+  finish the batch it was allowed to start, then stop, on every rank alike.
+"""
+import queue
+import threading
+from collections.abc import Iterator
+
+from torch_geometric.data import Data
+
+from ..comm.counters import comm_counter
+
+_END = object()
+
+
+class _Failure:
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+class PrefetchedBatches:
+    """Iterates ``batches`` (a generator of one epoch's batches) ``depth`` batches ahead, on a
+    daemon thread.  Exceptions of the thread (e.g. a timed-out exchange with a dead peer) are
+    raised by ``__next__``."""
+
+    def __init__(self, batches: Iterator[Data], depth: int) -> None:
+        self._batches = batches
+        self._ready: queue.Queue = queue.Queue()
+        self._permits = threading.Semaphore(depth)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="pyg_sparsecomm-prefetch", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        with comm_counter().untimed():  # its waits overlap the step: not the step's communication time
+            try:
+                while True:
+                    self._permits.acquire()
+                    if self._stop.is_set():
+                        return
+                    batch = next(self._batches, _END)
+                    self._ready.put(batch)
+                    if batch is _END:
+                        return
+            except BaseException as error:  # noqa: BLE001 -- re-raised in the caller's thread
+                self._ready.put(_Failure(error))
+
+    def __iter__(self) -> "PrefetchedBatches":
+        return self
+
+    def __next__(self) -> Data:
+        if self._stop.is_set():
+            raise StopIteration
+        item = self._ready.get()
+        if item is _END:
+            self._stop.set()
+            raise StopIteration
+        if isinstance(item, _Failure):
+            self._stop.set()
+            raise item.error
+        self._permits.release()  # the caller took batch k: batch k + depth may start
+        return item
+
+    def close(self) -> None:
+        """Stops after the batches already allowed (symmetric over ranks) and waits for the thread."""
+        self._stop.set()
+        self._permits.release()
+        self._thread.join()
+
+    def __del__(self) -> None:
+        if self._thread.is_alive():
+            self.close()
