@@ -195,3 +195,16 @@ def test_auto_compares_only_algorithms_that_support_staleness():
     for chosen, compared in launch(_auto_worker, 2):
         assert compared and all(ALGORITHMS[n].supports_staleness for n in compared), compared
         assert chosen in compared
+
+
+def test_mini_batches_are_refused_by_name():
+    from torch_geometric.nn import SAGEConv
+
+    from pyg_sparsecomm.loader.sampled_adj import SampledAdj
+    adj = shard(_graph(1, 1, "directed")).adj
+    empty = torch.zeros(0, dtype=torch.long)
+    batch = SampledAdj(adj.rowptr, adj.col, adj.value, adj.plan, None, None, empty, empty, None)
+    x = torch.randn(adj.num_owned, NUM_FEATURES)
+    for layer in (DistributedGCNConv(NUM_FEATURES, 4, staleness=1), distribute(SAGEConv(NUM_FEATURES, 4), staleness=1)):
+        with pytest.raises(ValueError, match="staleness needs full-graph training on the same shard"):
+            layer(x, batch)

@@ -31,7 +31,6 @@ a compressed wire format plugs in there).
 """
 import time
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
 import torch
@@ -40,6 +39,7 @@ from torch import Tensor
 
 from ..plan import RankPlan
 from .counters import comm_counter
+from .group import twin_group
 from .halo import halo_exchange, start_all_to_all_rows
 
 #: starts a non-blocking row exchange: ``(send, send_counts, recv_counts, group, kind) -> (recv, work)``
@@ -47,15 +47,6 @@ StartExchange = Callable[..., tuple[Tensor, Any]]
 
 #: (default group, ranks) -> the dedicated group of the pipelined exchanges over those ranks
 _PIPELINE_GROUPS: dict[tuple[int, ...], tuple[Any, dist.ProcessGroup]] = {}
-
-
-def _default_timeout() -> timedelta | None:
-    """The default group's timeout (``new_group`` would otherwise use the 30 min library default)."""
-    try:
-        backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
-        return backend.options._timeout
-    except (AttributeError, RuntimeError):  # another backend: the library default applies
-        return None
 
 
 def pipeline_group(group: dist.ProcessGroup | None) -> dist.ProcessGroup:
@@ -69,8 +60,7 @@ def pipeline_group(group: dist.ProcessGroup | None) -> dist.ProcessGroup:
     cached = _PIPELINE_GROUPS.get(ranks)
     if cached is not None and cached[0] is default:
         return cached[1]
-    created = dist.new_group(list(ranks), timeout=_default_timeout(), use_local_synchronization=True)
-    assert created is not None  # this rank is a member of ``group``
+    created = twin_group(group)
     _PIPELINE_GROUPS[ranks] = (default, created)
     return created
 

@@ -12,7 +12,7 @@ from ..comm.group import world_size
 from ..comm.halo_options import ExchangeSlots, HaloOptions
 from ..cost import CostModel
 from ..grid import ProcessGrid, process_grid
-from .distributed_layer import check_not_cached
+from .distributed_layer import check_full_graph, check_not_cached
 from .gcn_norm import distributed_gcn_norm
 
 
@@ -119,6 +119,7 @@ class DistributedGCNConv(GCNConv):
             return super().forward(x, edge_index, edge_weight)
         adj = edge_index
         check_not_cached(self, adj)
+        check_full_graph(self.halo_options, adj)
         if self.explain:
             raise ValueError(
                 f"{self.__class__.__name__} is in explain mode (set by PyG's Explainer), which masks the "
