@@ -144,3 +144,30 @@ def test_a_changed_plan_or_row_shape_is_refused():
         assert "staleness needs full-graph training on the same shard" in errors["plan"]
         assert "previous step's halos cannot stand in" in errors["width"]
         assert "this rank owns" in errors["rows"]
+
+
+def _dropped_pipelines(rank, world_size):
+    import gc
+
+    from pyg_sparsecomm.comm.halo import start_p2p_rows
+    data = make_cases(world_size)["directed"]
+    local, ref = shard(data), _Reference(data, world_size)
+    plan, options, halos = local.adj.plan, HaloOptions(staleness=1), []
+    for round_ in range(4):
+        slots = ExchangeSlots()  # a new model: a new pipeline on the same dedicated group
+        for t in range(2):
+            x = (ref.x[t][plan.n_id] + round_).requires_grad_()
+            halo = stale_halo_exchange(x, plan, None, options, slots, "x", start_p2p_rows)
+            (halo * ref.halo_up[t][rank]).sum().backward()
+            halos.append((halo.detach(), ref.halo(0, rank) + round_))
+        del slots, x, halo  # dropped with both exchanges of its last step in flight
+        gc.collect()
+    return halos
+
+
+def test_a_dropped_pipeline_does_not_disturb_the_next_one():
+    """Point-to-point exchanges in flight when their pipeline is dropped still complete; the next
+    pipeline's messages are not matched with theirs."""
+    for halos in launch(_dropped_pipelines, 3, timeout=200, pg_timeout=20):
+        for got, expected in halos:
+            torch.testing.assert_close(got, expected)

@@ -99,12 +99,19 @@ class PipelineSeconds:
 PIPELINE_SECONDS = PipelineSeconds()
 
 
+_IN_FLIGHT: list["_Pending"] = []
+
+
 class _Pending:
     """One started exchange: the payload buffer being received, its work handle, and an empty
     tensor shaped like the rows sent (what the payload decodes to)."""
 
     def __init__(self, recv: Tensor, work, like: Tensor) -> None:
         self.recv, self.work, self.like = recv, work, like
+        # Keep every started exchange alive until it completed, also when its pipeline is dropped
+        # (a discarded model, ``ExchangeSlots.clear()``): a point-to-point receive whose work is
+        # destroyed unposts its buffer, and the peer's message would then match the next receive.
+        _IN_FLIGHT[:] = [p for p in _IN_FLIGHT if not p.work.is_completed()] + [self]
 
     def wait(self) -> Tensor:
         start = time.perf_counter()
