@@ -92,10 +92,10 @@ def _train_worker(rank, world_size, roots, order, epoch, args):
     return out
 
 
-def _pyg_epoch(args, graph_path: str, epoch: int, workers: int) -> dict:
+def _pyg_epoch(args, graph_path: str, epoch: int, workers: int, adj: str) -> dict:
     """One timed epoch of PyG's NeighborLoader (after warm-up) in ``--pyg-python``."""
     cmd = [args.pyg_python, str(HERE / "minibatch_train.py"), "--pyg-baseline", graph_path, "--pyg-epoch", str(epoch),
-           "--pyg-workers", str(workers), "--warmup", str(args.warmup), "--max-train-batches",
+           "--pyg-workers", str(workers), "--pyg-adj", adj, "--warmup", str(args.warmup), "--max-train-batches",
            str(args.max_train_batches), "--batch-size", str(args.batch_size), "--fanouts", *map(str, args.fanouts),
            "--hidden", str(args.hidden), "--features", str(args.features), "--classes", str(args.classes),
            "--pyg-threads", str(args.pyg_threads)]
@@ -115,7 +115,8 @@ def pyg_baseline(args) -> None:
         workers = args.pyg_workers[0]
         loader = NeighborLoader(data, num_neighbors=list(args.fanouts), batch_size=args.batch_size,
                                 input_nodes=data.train_mask, shuffle=True, num_workers=workers,
-                                persistent_workers=workers > 0)
+                                persistent_workers=workers > 0,
+                                transform=with_adj_t if args.pyg_adj == "adj_t" else with_hops)
         torch.manual_seed(args.pyg_epoch)
         it = iter(loader)
         next(it)  # raises here if neither torch_sparse nor pyg-lib is importable
@@ -132,8 +133,9 @@ def pyg_baseline(args) -> None:
 
     def step(batch):
         optimizer.zero_grad()
-        nodes, edges = sampled_per_hop(batch)
-        y = model(batch.x, batch.edge_index, num_sampled_nodes_per_hop=nodes, num_sampled_edges_per_hop=edges)
+        nodes, edges = batch.hops
+        graph = batch.adj_t if args.pyg_adj == "adj_t" else batch.edge_index
+        y = model(batch.x, graph, num_sampled_nodes_per_hop=nodes, num_sampled_edges_per_hop=edges)
         F.cross_entropy(y[:batch.batch_size], batch.y[:batch.batch_size]).backward()
         optimizer.step()
 
@@ -164,6 +166,23 @@ def sampled_per_hop(batch) -> tuple[list[int], list[int]]:
     return [batch.batch_size, n1 - batch.batch_size, batch.num_nodes - n1], [e1, src.numel() - e1]
 
 
+def with_hops(batch):
+    """NeighborLoader transform: the hop counts PyG's ``trim_to_layer`` needs."""
+    batch.hops = sampled_per_hop(batch)
+    return batch
+
+
+def with_adj_t(batch):
+    """NeighborLoader transform: hop counts and the transposed ``SparseTensor`` PyG's fastest
+    CPU path multiplies (its ``trim_to_layer`` trims those too)."""
+    from torch_sparse import SparseTensor
+    batch = with_hops(batch)
+    (src, dst), n = batch.edge_index, batch.num_nodes
+    batch.adj_t = SparseTensor(row=dst, col=src, sparse_sizes=(n, n))
+    del batch.edge_index
+    return batch
+
+
 def _save_roots(data: Data, chosen: dict, P: int, tmp: str) -> tuple[dict, str, str]:
     from pyg_sparsecomm import save_partition
     roots = {}
@@ -186,7 +205,8 @@ def _rounds(args, roots: dict, single: str, graph_path: str, wait_quiet) -> tupl
     from pyg_sparsecomm.testing import launch
     P, methods = args.train_parts, list(roots)
     runs: dict = {}
-    pyg: dict = {w: [] for w in args.pyg_workers}
+    variants = [(w, "edge_index") for w in args.pyg_workers] + [(0, "adj_t")]
+    pyg: dict = {v: [] for v in variants}
     ones: dict = {}
     for r in range(args.rounds):
         order = methods[r % len(methods):] + methods[:r % len(methods)]  # rotate: no partition always first
@@ -200,10 +220,10 @@ def _rounds(args, roots: dict, single: str, graph_path: str, wait_quiet) -> tupl
                  "bytes": {k: sum(pr[key]["bytes"][k] for pr in per_rank) for k in per_rank[0][key]["bytes"]}})
         print(f"  round {r}: " + ", ".join(f"{m}/{pf} {runs[(m, pf)][-1]['wall']:.1f} s"
                                           for m in methods for pf in args.prefetch), flush=True)
-        for workers in ([] if args.skip_pyg else args.pyg_workers):
+        for workers, adj in ([] if args.skip_pyg else variants):
             wait_quiet(args.quiet_flag)
-            pyg[workers].append(_pyg_epoch(args, graph_path, r, workers))
-            print(f"  round {r}: PyG num_workers={workers} {pyg[workers][-1]}", flush=True)
+            pyg[(workers, adj)].append(_pyg_epoch(args, graph_path, r, workers, adj))
+            print(f"  round {r}: PyG {adj} num_workers={workers} {pyg[(workers, adj)][-1]}", flush=True)
         if not args.skip_single:
             wait_quiet(args.quiet_flag)
             result = launch(_train_worker, 1, {"single": single}, ["single"], r, args, timeout=7200,
@@ -248,10 +268,11 @@ def train(data: Data, args, parts: dict, predicted_halo_bytes, wait_quiet):
         rows.append([f"P=1, 1 process, {args.pyg_threads} threads (same loader and model)", "-", pf,
                      f"{_epoch_seconds(rs):.1f}", rs[0]["batches"], *_share_and_rate(rs), "0", "-",
                      f"{sum(rs[0]['bytes'].values()) / 1e3:.1f}", ""])
-    for workers, results in pyg.items():
+    for (workers, adj), results in pyg.items():
         ok = [x for x in results if "error" not in x]
         if ok:
-            rows.append([f"PyG NeighborLoader, 1 process, {args.pyg_threads} threads, num_workers={workers}", "-",
+            rows.append([f"PyG NeighborLoader + {adj}, 1 process, {args.pyg_threads} threads, num_workers={workers}",
+                         "-",
                          "-", f"{_epoch_seconds(ok):.1f}", ok[0]["batches"], *_share_and_rate(ok), "-", "-", "-", ""])
         elif results:
             rows.append([f"PyG NeighborLoader: {results[0]['error']}"] + [""] * (len(HEADERS) - 1))

@@ -240,6 +240,7 @@ def parse_args(argv=None):
     p.add_argument("--pyg-python", default="/work/venv-bench/bin/python")
     p.add_argument("--pyg-threads", type=int, default=2)
     p.add_argument("--pyg-workers", type=int, nargs="+", default=[0, 1], help="NeighborLoader num_workers values")
+    p.add_argument("--pyg-adj", default="edge_index", choices=["edge_index", "adj_t"], help=argparse.SUPPRESS)
     p.add_argument("--prefetch", type=int, nargs="+", default=[1, 0], help="the loader's prefetch values to time")
     p.add_argument("--timing-only", action="store_true", help="partition only P = --train-parts, time (b, c) and "
                    "write only their RESULTS.md section")

@@ -73,6 +73,11 @@ class HaloAdj:
         # structure-only entries (the transpose's order), shared by every with_value() copy
         self._structure: dict[str, Tensor] = {}
 
+    @property
+    def is_minibatch(self) -> bool:
+        """A mini-batch's adjacency (another graph every step), or one derived from it."""
+        return self.plan.minibatch
+
     @classmethod
     def from_coo(cls, row: Tensor, col: Tensor, value: Tensor | None, plan: RankPlan) -> "HaloAdj":
         """Builds the CSR from (possibly unsorted) local ``row``/``col`` pairs."""

@@ -137,6 +137,8 @@ class RankPlan:
         send_index: local rows sent, grouped by destination rank.
         send_counts, recv_counts: rows sent to / received from every rank.
         part_sizes: owned rows of every rank (used by the block-row broadcasts).
+        minibatch: the plan of one mini-batch (another graph every step), not of a shard's
+            whole block row: what is set up once per graph must not be set up per batch.
     """
     rank: int
     world_size: int
@@ -149,6 +151,7 @@ class RankPlan:
     send_counts: list[int]
     recv_counts: list[int]
     part_sizes: list[int]
+    minibatch: bool = False
 
     @property
     def num_owned(self) -> int:

@@ -381,6 +381,8 @@ def test_errors_name_the_problem():
     batch = next(iter(DistributedNeighborLoader(local, [3], batch_size=30)))
     with pytest.raises(ValueError, match="more layers than the loader has hops"):
         batch.adj.trim()
+    with pytest.raises(ValueError, match="algorithm='rdma' does not run on mini-batches"):
+        DistributedGCNConv(F, C, algorithm="rdma")(batch.x, batch.adj)
     for cached in (DistributedGCNConv(F, C, cached=True), distribute(GCNConv(F, C, cached=True))):
         with pytest.raises(ValueError, match="cached=False"):
             cached(batch.x, batch.adj)

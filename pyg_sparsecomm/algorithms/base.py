@@ -49,6 +49,8 @@ class SpMMAlgorithm(ABC):
     supports_precision: ClassVar[bool] = False
     #: honours ``HaloOptions.staleness`` (pipelined halos of the previous step)
     supports_staleness: ClassVar[bool] = False
+    #: runs on mini-batch adjacencies (a new graph every step)
+    supports_minibatches: ClassVar[bool] = True
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -69,6 +71,9 @@ class SpMMAlgorithm(ABC):
             raise ValueError(f"algorithm={self.name!r} is a 1D algorithm but replication={grid.replication}: "
                              f"use a 1.5D algorithm ({sorted(n for n, a in ALGORITHMS.items() if a.replicated)})")
         check_plan_matches_group(adj.plan.world_size, adj.plan.rank, group)
+        if adj.is_minibatch and not self.supports_minibatches:
+            raise ValueError(f"algorithm={self.name!r} does not run on mini-batches (its setup is per graph, and "
+                             f"every batch is another graph); use algorithm='1d', '1d_overlap' or '1d_overlap_p2p'")
         if not self.differentiates_edge_weights and adj.value is not None and adj.value.requires_grad:
             raise NotImplementedError(f"algorithm={self.name!r} does not differentiate edge weights; "
                                       f"use algorithm='1d' or '1.5d' for learnable edge weights")

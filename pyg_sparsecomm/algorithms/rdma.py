@@ -264,6 +264,7 @@ class RDMAStationaryC(SpMMAlgorithm):
     collected.
     """
     name = "rdma"
+    supports_minibatches = False  # engines and symmetric buffers are set up per graph
     differentiates_edge_weights = False
     wire_element_size = 8  # H travels as float64 whatever the layer's dtype
 

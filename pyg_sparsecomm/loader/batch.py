@@ -82,7 +82,8 @@ def build_batch(local: Data, adj: HaloAdj, sampled: Sampled, requests: Requests,
     plan = RankPlan(rank=adj.plan.rank, world_size=P, num_nodes=adj.plan.num_nodes,
                     n_id=adj.plan.n_id.index_select(0, rows), halo_n_id=adj.plan.halo_n_id.index_select(0, used_halo),
                     halo_owner=halo_owner, halo_remote_index=remote_index, send_index=send_index,
-                    send_counts=send_counts, recv_counts=recv_counts, part_sizes=part_rows.sum(1).tolist())
+                    send_counts=send_counts, recv_counts=recv_counts, part_sizes=part_rows.sum(1).tolist(),
+                    minibatch=True)
 
     # owned columns: their batch rows; halo columns: rows + their position among the used halo columns
     new_col = batch_row.index_select(0, torch.where(is_halo, 0, col))

@@ -77,7 +77,7 @@ class SampledAdj(HaloAdj):
             halo_remote_index=plan.halo_remote_index[halo_keep], send_index=plan.send_index[send_keep],
             send_counts=torch.bincount(kept_dst, minlength=plan.world_size).tolist(),
             recv_counts=torch.bincount(kept_owner, minlength=plan.world_size).tolist(),
-            part_sizes=part.tolist())
+            part_sizes=part.tolist(), minibatch=True)
         col = self.col[:nnz].clone()
         halo_pos = torch.cumsum(halo_keep.long(), 0) - 1
         is_halo = col >= plan.num_owned
