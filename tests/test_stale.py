@@ -139,6 +139,18 @@ def _misuse(rank, world_size):
     return errors
 
 
+def test_staleness_refuses_mini_batch_plans_and_compressed_payloads():
+    from dataclasses import replace
+
+    from pyg_sparsecomm.comm.stale import payload_codecs
+    local = shard(make_cases(1)["directed"])
+    with pytest.raises(ValueError, match="staleness needs full-graph training on the same shard"):
+        stale_halo_exchange(local.x, replace(local.adj.plan, minibatch=True), None, HaloOptions(staleness=1),
+                            ExchangeSlots())
+    with pytest.raises(NotImplementedError, match="staleness=1 with halo_precision"):
+        payload_codecs(HaloOptions(precision="int8", staleness=1))
+
+
 def test_a_changed_plan_or_row_shape_is_refused():
     for errors in launch(_misuse, 2):
         assert "staleness needs full-graph training on the same shard" in errors["plan"]

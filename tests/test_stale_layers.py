@@ -198,12 +198,13 @@ def test_auto_compares_only_algorithms_that_support_staleness():
 
 
 def test_mini_batches_are_refused_by_name():
+    from dataclasses import replace
+
     from torch_geometric.nn import SAGEConv
 
-    from pyg_sparsecomm.loader.sampled_adj import SampledAdj
+    from pyg_sparsecomm.adj import HaloAdj
     adj = shard(_graph(1, 1, "directed")).adj
-    empty = torch.zeros(0, dtype=torch.long)
-    batch = SampledAdj(adj.rowptr, adj.col, adj.value, adj.plan, None, None, empty, empty, None)
+    batch = HaloAdj(adj.rowptr, adj.col, adj.value, replace(adj.plan, minibatch=True))  # as the loaders mark them
     x = torch.randn(adj.num_owned, NUM_FEATURES)
     for layer in (DistributedGCNConv(NUM_FEATURES, 4, staleness=1), distribute(SAGEConv(NUM_FEATURES, 4), staleness=1)):
         with pytest.raises(ValueError, match="staleness needs full-graph training on the same shard"):

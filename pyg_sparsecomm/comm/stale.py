@@ -277,6 +277,9 @@ def stale_halo_exchange(x: Tensor, plan: RankPlan, group: dist.ProcessGroup | No
     Returns:
         ``[halo_size, ...]`` halo rows; differentiable in ``x`` through the stale backward.
     """
+    if plan.minibatch:
+        raise ValueError("staleness needs full-graph training on the same shard: this plan is a mini-batch's "
+                         "(another graph every step); use staleness=0 with mini-batch loaders")
     if x.size(0) != plan.num_owned:
         raise ValueError(f"stale_halo_exchange: x has {x.size(0)} rows but this rank owns {plan.num_owned}")
     if plan.world_size == 1 or not is_training(slots):

@@ -198,8 +198,8 @@ def check_not_cached(conv: MessagePassing, adj: HaloAdj) -> None:
 
 def check_full_graph(options: HaloOptions, adj: HaloAdj) -> None:
     """``staleness=1`` stands the previous step's halo in for this one's: only on the same graph."""
-    if options.staleness and isinstance(adj, SampledAdj):
-        raise ValueError("staleness needs full-graph training on the same shard: every mini-batch (SampledAdj) is "
+    if options.staleness and adj.is_minibatch:
+        raise ValueError("staleness needs full-graph training on the same shard: every mini-batch is "
                          "another graph with another halo, so the previous step's halo rows cannot stand in; use "
                          "staleness=0 with mini-batch loaders")
 
