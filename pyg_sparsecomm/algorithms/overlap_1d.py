@@ -55,6 +55,11 @@ class Overlap1D(SpMMAlgorithm):
     :math:`(A_r^{own})^T G_r`, wait, and accumulate.  Same bytes as ``"1d"``; the
     counter's time is posting the exchange plus the wait, i.e. the communication that
     was *not* hidden.
+
+    With ``staleness=1`` (training calls) the halo rows are the previous step's, already at
+    hand: the block row multiplies ``[x | stale halo]`` at once, and this step's rows start
+    (the same way: all-to-allv, or point-to-point) to arrive while the rest of the step runs
+    (:mod:`pyg_sparsecomm.comm.stale`).
     """
     name = "1d_overlap"
     differentiates_edge_weights = False

@@ -65,6 +65,9 @@ class SparseAware15D(SpMMAlgorithm):
     :math:`\partial (AH)_i` over the row group, then the reverse exchange, so it is
     exact for directed graphs.  Bytes per SpMM: the restricted halo volume plus a
     ring all-reduce of :math:`n_i f` over :math:`c` ranks.
+
+    With ``staleness=1`` the column-group exchange is pipelined (the previous step's halo
+    rows and gradients, :mod:`pyg_sparsecomm.comm.stale`); the row-group sums stay synchronous.
     """
     name = "1.5d"
     auto_candidate = True
