@@ -75,17 +75,21 @@ def explain_table(report: list[CostRow], chosen: str | None, header: str, cost_m
 
 
 def compression_note(width: int, element_size: int, options: HaloOptions) -> str:
-    """One line: what a halo row of ``width`` columns costs on the wire under ``options`` (``""``
-    when exact), e.g. ``halo rows int8: 68 B per row (exact 256 B, 0.27x)``."""
+    """What a halo row of ``width`` columns costs on the wire under ``options`` (``""`` when
+    exact), e.g. ``halo rows int8: 68 B per row (exact 256 B, 0.27x)``; with ``staleness``, a
+    second line saying what it trades."""
+    stale = ("staleness=1: the same bytes per step, but each step uses the previous step's halo rows and "
+             "gradients, and waits only for what the previous step's exchange has not delivered yet")
     if not options.compressed:
-        return ""
+        return stale if options.staleness else ""
     exact = payload_row_bytes(width, None, element_size)
     parts = []
     for what, precision in (("halo rows", options.precision), ("halo gradients", options.grad_precision)):
         nbytes = payload_row_bytes(width, precision, element_size)
         ratio = f", {nbytes / exact:.2f}x" if exact else ""
         parts.append(f"{what} {precision or 'exact'}: {nbytes} B per row (exact {exact} B{ratio})")
-    return f"width {width}: " + "; ".join(parts)
+    line = f"width {width}: " + "; ".join(parts)
+    return f"{line}\n{stale}" if options.staleness else line
 
 
 def exchange_group(adj: HaloAdj, grid: ProcessGrid | None,

@@ -65,6 +65,9 @@ class SparseAware15D(SpMMAlgorithm):
     :math:`\partial (AH)_i` over the row group, then the reverse exchange, so it is
     exact for directed graphs.  Bytes per SpMM: the restricted halo volume plus a
     ring all-reduce of :math:`n_i f` over :math:`c` ranks.
+
+    With ``staleness=1`` the column-group exchange is pipelined (the previous step's halo
+    rows and gradients, :mod:`pyg_sparsecomm.comm.stale`); the row-group sums stay synchronous.
     """
     name = "1.5d"
     auto_candidate = True
@@ -72,6 +75,7 @@ class SparseAware15D(SpMMAlgorithm):
     #: the column-group halo exchange is compressed; the row-group all-reduce of partial sums stays
     #: exact (it sums, and rounding each addend would compound over the c ranks)
     supports_precision = True
+    supports_staleness = True  # stale halos of the column group; row sums stay synchronous
     grid: ProcessGrid  # SpMMAlgorithm.__init__ refuses a replicated algorithm without one
 
     def __init__(self, adj: HaloAdj, group: dist.ProcessGroup | None = None,

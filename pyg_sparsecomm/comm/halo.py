@@ -40,6 +40,9 @@ class WorkList:
         for work in self.works:
             work.wait()
 
+    def is_completed(self) -> bool:
+        return all(work.is_completed() for work in self.works)
+
 
 def start_p2p_rows(send: Tensor, send_counts: list[int], recv_counts: list[int],
                    group: dist.ProcessGroup | None = None, kind: str = "halo"):

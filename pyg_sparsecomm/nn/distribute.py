@@ -156,7 +156,7 @@ def summary(module: torch.nn.Module) -> str:
             header = "  algorithm=\"auto\" compared (forward + backward, slowest rank):"
             lines.append(explain_table(state.cost_report, state.chosen_algorithm, header,
                                        state.settings.cost_model, state.exact_cost_report))
-        if state.exchanged_width is not None and state.settings.halo_options.compressed:
+        if state.exchanged_width is not None and not state.settings.halo_options.exact:
             width, element_size = state.exchanged_width
             lines.append("  " + compression_note(width, element_size, state.settings.halo_options))
     return "\n".join(lines)

@@ -133,6 +133,7 @@ def _enter(conv: MessagePassing, args: tuple, kwargs: dict):
     if not adj_at:
         if outer is not None:  # a layer called by a distributed layer (e.g. AntiSymmetricConv's phi)
             state.entered.append(True)
+            state.exchange_slots.begin_call(conv.training)
             shard_context.push(outer)
             return None
         if world_size(settings.group) > 1 and any(_is_graph_argument(v) for v in list(args) + list(kwargs.values())):
@@ -147,11 +148,13 @@ def _enter(conv: MessagePassing, args: tuple, kwargs: dict):
     adj: HaloAdj = args[adj_at[0]] if isinstance(adj_at[0], int) else kwargs[adj_at[0]]
     _check_edge_arguments(conv, args, kwargs, adj)
     check_not_cached(conv, adj)
+    check_full_graph(settings.halo_options, adj)
     grid = process_grid(settings.replication) if settings.replication > 1 else None
     group = exchange_group(adj, grid, settings.group)
     context = shard_context.ShardContext(adj, group, adj.edge_index())
     shard_context.push(context)
     state.entered.append(True)
+    state.exchange_slots.begin_call(conv.training)
     if isinstance(adj_at[0], int):
         args = args[:adj_at[0]] + (context.edge_index,) + args[adj_at[0] + 1:]
     else:
@@ -195,6 +198,14 @@ def check_not_cached(conv: MessagePassing, adj: HaloAdj) -> None:
     if isinstance(adj, SampledAdj) and getattr(conv, "cached", False):
         raise ValueError(f"{type(conv).__name__}(cached=True) keeps the normalised adjacency of the first graph it "
                          f"sees, but every mini-batch is another graph: build the layer with cached=False")
+
+
+def check_full_graph(options: HaloOptions, adj: HaloAdj) -> None:
+    """``staleness=1`` stands the previous step's halo in for this one's: only on the same graph."""
+    if options.staleness and adj.is_minibatch:
+        raise ValueError("staleness needs full-graph training on the same shard: every mini-batch is "
+                         "another graph with another halo, so the previous step's halo rows cannot stand in; use "
+                         "staleness=0 with mini-batch loaders")
 
 
 def _leave(conv: MessagePassing, args: tuple, output: Any) -> None:

@@ -13,7 +13,7 @@ from ..comm.group import world_size
 from ..comm.halo_options import ExchangeSlots, HaloOptions
 from ..cost import CostModel, wire_row_bytes
 from ..grid import ProcessGrid, process_grid
-from .distributed_layer import check_not_cached
+from .distributed_layer import check_full_graph, check_not_cached
 from .gcn_norm import distributed_gcn_norm
 
 
@@ -124,6 +124,7 @@ class DistributedGCNConv(GCNConv):
             return super().forward(x, edge_index, edge_weight)
         adj = edge_index
         check_not_cached(self, adj)
+        check_full_graph(self.halo_options, adj)
         if self.explain:
             raise ValueError(
                 f"{self.__class__.__name__} is in explain mode (set by PyG's Explainer), which masks the "
@@ -137,6 +138,7 @@ class DistributedGCNConv(GCNConv):
         if not x.is_floating_point():
             raise ValueError(f"x must be a floating point tensor, got dtype {x.dtype}")
         self._element_size = x.element_size()
+        self.exchange_slots.begin_call(self.training)
         spmm = self._cached_spmm
         if spmm is None:
             if self.chosen_algorithm is None:
