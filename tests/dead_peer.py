@@ -1,0 +1,33 @@
+"""A peer that dies mid-job: what the surviving rank sees, and how soon."""
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from pyg_sparsecomm.testing import launch
+
+
+def report_outcome(report: str, work: Callable[[], object]) -> None:
+    """Runs ``work()`` on the surviving rank and writes how long it took and how it ended (the
+    launcher stops collecting results once the dead rank is noticed, so a file carries them)."""
+    start = time.monotonic()
+    try:
+        work()
+        outcome = "no error"
+    except RuntimeError as e:
+        outcome = f"RuntimeError: {e}"
+    Path(report).write_text(f"{time.monotonic() - start:.1f}\n{outcome}")
+
+
+def assert_survivor_raised(worker: Callable, report: Path, within: float = 30.0) -> None:
+    """Launches ``worker(rank, 2, report)`` (rank 1 dies) and checks that rank 0 got an error,
+    not a hang, within ``within`` seconds of the death."""
+    with pytest.raises(RuntimeError, match="rank 1 of 2 failed"):
+        launch(worker, 2, str(report), pg_timeout=10, timeout=120)
+    deadline = time.monotonic() + within  # rank 0 writes its report once its exchange gave up
+    while not report.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    seconds, outcome = report.read_text().split("\n", 1)
+    assert outcome.startswith("RuntimeError"), outcome
+    assert float(seconds) < within
