@@ -293,16 +293,20 @@ def test_halo_bytes_are_the_batch_column_net_volume(world_size):
 
 def _mismatch_worker(rank, world_size):
     local = shard(make_graph(world_size))
-    try:
-        DistributedNeighborLoader(local, [3, 2], batch_size=9 + rank, input_nodes=local.train_mask)
-    except ValueError as error:
-        return str(error)
-    return None
+    messages = []
+    for kwargs in ({"batch_size": 9 + rank}, {"batch_size": 9, "prefetch": rank}):
+        try:
+            DistributedNeighborLoader(local, [3, 2], input_nodes=local.train_mask, **kwargs)
+            messages.append(None)
+        except ValueError as error:
+            messages.append(str(error))
+    return messages
 
 
 def test_ranks_with_different_arguments_raise_instead_of_hanging():
-    messages = launch(_mismatch_worker, 2, timeout=120)
-    assert all(m and "different sampling arguments" in m for m in messages)
+    for messages in launch(_mismatch_worker, 2, timeout=120):
+        assert messages[0] and "different sampling arguments" in messages[0]
+        assert messages[1] and "prefetch on all or none" in messages[1]
 
 
 def test_prefetching_thread_runs_at_most_depth_batches_ahead_and_reraises():

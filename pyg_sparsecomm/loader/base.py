@@ -57,14 +57,15 @@ class DistributedLoader:
         first exchange that differs; one all-reduce at construction turns that into an error."""
         if world_size(self.group) == 1:
             return
-        code = zlib.crc32(repr(self.sampling).encode())
+        code = zlib.crc32(f"{self.sampling!r}; prefetching={bool(self.prefetch)}".encode())
         both = torch.tensor([code, -code], dtype=torch.long)
         both = both.to(collective_device(self.group) or both.device)
         dist.all_reduce(both, op=dist.ReduceOp.MAX, group=self.group)
         if int(both[0]) != -int(both[1]):
             raise ValueError(f"the ranks built {type(self).__name__} with different sampling arguments (this rank: "
-                             f"{self.sampling}); every rank must pass the same num_neighbors, batch_size, shuffle "
-                             f"and seed, or they would sample different batches")
+                             f"{self.sampling}, prefetch={self.prefetch}); every rank must pass the same "
+                             f"num_neighbors, batch_size, shuffle and seed, or they would sample different batches, "
+                             f"and prefetch on all or none, or they would exchange on different process groups")
 
     def set_epoch(self, epoch: int) -> None:
         """Fixes the epoch the next iteration draws (as ``DistributedSampler.set_epoch``); without
