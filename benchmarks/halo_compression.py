@@ -1,0 +1,256 @@
+"""Quantized and stale halos vs exact: accuracy, bytes, epoch time, P = 64 prediction (issue #16, part 4).
+
+Graphs: Cora and CiteSeer (Planetoid split) and ``SBM-100k``, a sparse stochastic block model
+(100 000 nodes, 8 blocks = classes, average degree 8, 50 % of the edges inside a block;
+features = class centroid + Gaussian noise, 64 wide; 1 % train, 5 % validation, 94 % test).
+Models, hidden 64, 2 layers, dropout 0.5, Adam (lr 0.01, weight decay 5e-4), full-graph
+epochs: GCN (``DistributedGCNConv`` x 2), ``distribute(GraphSAGE)`` and ``distribute(GAT)``
+(heads = 1).  Options (``_halo_training.OPTIONS``): exact, ``halo_precision`` bf16 / fp16 /
+int8 / int4 (halo gradients "same"), ``staleness=1`` with and without ``stale_smoothing=0.9``,
+and int8 + staleness.  An option the package refuses is reported as "not available: <error>".
+
+(a) Accuracy and bytes, P = 2 gloo ranks, METIS, ``--seeds`` seeds: test accuracy after the last
+    epoch (mean ± std), bytes per epoch (halo + halo_grad payload counted by ``comm_counter``,
+    all ranks, mean over the epochs after the first), per layer (forward bytes inside each
+    layer, as a ratio to exact's), and the α-β prediction of the epoch's exchange time at
+    P = 64 (64-way METIS, algorithm "1d"'s ``predict`` per layer with the measured bytes per
+    halo row, α = 2 µs, β of a 25 GB/s network).  Stale rows: the exchange overlaps the
+    epoch's compute, predicted exposed time = max(0, comm - compute) with compute = the
+    measured P = 2 compute time x 2/64 (perfect strong scaling).
+(b) Epoch time, P = 2 and 4: the options of each model trained side by side in one job, in
+    ``--rounds`` interleaved rounds; median epoch and median time inside communication calls
+    (for stale runs: the wait that was not hidden), rank 0; fraction hidden = 1 - stale comm /
+    exact comm.  Per-epoch loss and accuracy curves: ``halo_compression_curves.json`` and the
+    PNGs next to this script.
+
+    python benchmarks/halo_compression.py [--graphs Cora CiteSeer SBM-100k] [--seeds 3]
+    python benchmarks/halo_compression.py --quick     # Cora, 1 seed, 20 epochs; writes to /tmp only
+"""
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from _common import HERE, median, print_table, write_section
+from _halo_report import P64_MODEL, curves, exchange_time, plot_curves, ranks_of_partition, stale_exposed
+from _halo_training import MODELS, OPTIONS, SBM_NAME, Run, graph
+
+from pyg_sparsecomm import SparsityAwarePartitioner, shard
+from pyg_sparsecomm.testing import launch
+
+GRAPHS = ("Cora", "CiteSeer", SBM_NAME)
+EPOCHS = {"Cora": 200, "CiteSeer": 200, SBM_NAME: 30}
+REFUSED = (NotImplementedError, ValueError, TypeError)  # TypeError: the option does not exist yet
+
+
+def partitioned(name: str, num_parts: int):
+    data = graph(name)
+    data.part = SparsityAwarePartitioner(num_parts, "metis", seed=0)(data.clone()).part
+    data.num_parts = num_parts
+    return data
+
+
+# jobs (run on every rank) ---------------------------------------------------------------------
+def _accuracy_job(rank, world_size, data, configs, epochs, eval_every):
+    local, classes = shard(data), int(data.y.max()) + 1
+    out = {}
+    for model, option, seed in configs:
+        try:
+            out[(model, option, seed)] = Run(model, local, classes, OPTIONS[option], seed).train(epochs, eval_every)
+        except REFUSED as e:
+            out[(model, option, seed)] = {"error": f"{type(e).__name__}: {e}"}
+    return out
+
+
+def _timing_job(rank, world_size, data, models, options, rounds, epochs, warmup):
+    local, classes = shard(data), int(data.y.max()) + 1
+    runs, out = {}, {}
+    for model in models:
+        for option in options:
+            try:
+                runs[(model, option)] = Run(model, local, classes, OPTIONS[option], 0)
+                for _ in range(warmup):
+                    runs[(model, option)].epoch()
+            except REFUSED as e:
+                out[(model, option)] = {"error": f"{type(e).__name__}: {e}"}
+                runs.pop((model, option), None)
+    for _ in range(rounds):
+        for run in runs.values():
+            for _ in range(epochs):
+                run.epoch()
+    for key, run in runs.items():
+        h = run.history
+        out[key] = {"epoch_s": h["epoch_s"][warmup:], "comm_s": h["comm_s"][warmup:]}
+    return out
+
+
+# the runs, cached per configuration ----------------------------------------------------------
+def load_cache(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def accuracy_runs(name, data, args, cache, cache_path) -> dict:
+    """``{(model, option, seed): per-rank results}``; cached runs are not repeated, refused ones are."""
+    epochs = args.epochs or EPOCHS[name]
+    results = {}
+    for option in args.options:
+        configs = [(m, option, s) for m in args.models for s in range(args.seeds)]
+        todo = [c for c in configs if f"{name}|{epochs}|{'|'.join(map(str, c))}" not in cache]
+        if todo:
+            t0 = time.perf_counter()
+            per_rank = launch(_accuracy_job, 2, data, todo, epochs, args.eval_every, timeout=7200)
+            for c in todo:
+                runs = [r[c] for r in per_rank]
+                if "error" not in runs[0]:
+                    cache[f"{name}|{epochs}|{'|'.join(map(str, c))}"] = runs
+                else:
+                    results[c] = runs
+            cache_path.write_text(json.dumps(cache))
+            print(f"  {name} {option}: {len(todo)} runs in {time.perf_counter() - t0:.0f} s", flush=True)
+        for c in configs:
+            results.setdefault(c, cache.get(f"{name}|{epochs}|{'|'.join(map(str, c))}"))
+    return results
+
+
+def summarize(runs) -> dict:
+    """One configuration's per-rank results -> global loss / accuracy curves and bytes."""
+    r0 = runs[0]
+    correct = torch.tensor([r["evals"]["correct"] for r in runs]).sum(0)
+    total = torch.tensor([r["evals"]["total"] for r in runs]).sum(0)
+    acc = (correct / total).tolist()
+    layer_bytes = [sum(r["layer_bytes"][i] for r in runs) for i in range(len(r0["layer_bytes"]))]
+    sent = [sum(r["bytes"][e] for r in runs) for e in range(len(r0["bytes"]))]
+    return {"loss": [sum(r["loss"][e] for r in runs) for e in range(len(r0["loss"]))],
+            "eval_epochs": r0["evals"]["epoch"], "test_acc": [a[2] for a in acc], "val_acc": [a[1] for a in acc],
+            "bytes": statistics.mean(sent[1:] or sent), "layer_bytes": layer_bytes,
+            "row_bytes": [b / sum(r["rows_sent"] for r in runs) for b in layer_bytes]}
+
+
+# tables --------------------------------------------------------------------------------------
+def pm(values) -> str:
+    return f"{100 * statistics.mean(values):.2f} ± {100 * statistics.stdev(values) if len(values) > 1 else 0:.2f}"
+
+
+def accuracy_rows(name, data, results, timing, args) -> tuple[list, dict]:
+    rows, summaries = [], {}
+    ranks = ranks_of_partition(data)
+    for model in args.models:
+        base, base_time = None, timing.get((2, model, "exact"))
+        for option in args.options:
+            seeds = [results[(model, option, s)] for s in range(args.seeds)]
+            if seeds[0] is None or "error" in seeds[0][0]:
+                msg = "not run" if seeds[0] is None else seeds[0][0]["error"]
+                rows.append([name, model, option, f"not available: {msg}"] + ["-"] * 7)
+                continue
+            s = [summarize(runs) for runs in seeds]
+            summaries[(model, option)] = s
+            accs = [x["test_acc"][-1] for x in s]
+            base = base or (accs, s[0])
+            delta = 100 * (statistics.mean(accs) - statistics.mean(base[0]))
+            layer_ratio = [b / e for b, e in zip(s[0]["layer_bytes"], base[1]["layer_bytes"], strict=True)]
+            comm = exchange_time(ranks, s[0]["row_bytes"])
+            exposed = stale_exposed(comm, base_time) if OPTIONS[option].get("staleness") else comm
+            rows.append([name, model, option, pm(accs), f"{delta:+.2f}", f"{s[0]['bytes'] / 1e6:.3f}",
+                         f"{s[0]['bytes'] / base[1]['bytes']:.3f}",
+                         " / ".join(f"{r:.3f}" for r in layer_ratio),
+                         " / ".join(f"{b / 4:.0f}" for b in base[1]["row_bytes"]),
+                         f"{comm * 1e3:.3f}", "-" if exposed is None else f"{exposed * 1e3:.3f}"])
+    return rows, summaries
+
+
+def timing_rows(name, timing, args) -> list:
+    rows = []
+    for model in args.models:
+        for option in args.options:
+            row = [name, model, option]
+            for P in args.parts:
+                t = timing.get((P, model, option))
+                if t is None or "error" in t:
+                    row += [f"not available: {t['error']}" if t else "not run", "-", "-"]
+                    continue
+                exact = timing.get((P, model, "exact"), {})
+                hidden = "-"
+                if OPTIONS[option].get("staleness") and "comm_s" in exact and median(exact["comm_s"]) > 0:
+                    hidden = f"{1 - median(t['comm_s']) / median(exact['comm_s']):.2f}"
+                row += [f"{median(t['epoch_s']) * 1e3:.1f}", f"{median(t['comm_s']) * 1e3:.2f}", hidden]
+            rows.append(row)
+    return rows
+
+
+def timings(name, data_by_p, args) -> dict:
+    out = {}
+    for P in args.parts:
+        t0 = time.perf_counter()
+        per_rank = launch(_timing_job, P, data_by_p[P], args.models, args.options, args.rounds, args.time_epochs,
+                          2, timeout=7200)
+        for key, value in per_rank[0].items():
+            out[(P, *key)] = value
+        print(f"  {name} timing P={P}: {time.perf_counter() - t0:.0f} s", flush=True)
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--graphs", nargs="+", default=list(GRAPHS))
+    p.add_argument("--models", nargs="+", default=list(MODELS))
+    p.add_argument("--options", nargs="+", default=list(OPTIONS))
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--epochs", type=int, default=None, help="default: 200 (Planetoid), 30 (SBM-100k)")
+    p.add_argument("--eval-every", type=int, default=5)
+    p.add_argument("--parts", nargs="+", type=int, default=[2, 4], help="P of the epoch-time rows")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--time-epochs", type=int, default=3, help="epochs per configuration and round")
+    p.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "halo_compression_runs.json")
+    p.add_argument("--out", type=Path, default=HERE, help="where the curves JSON and PNGs go")
+    p.add_argument("--quick", action="store_true", help="Cora, 1 seed, 20 epochs, P = 2; RESULTS.md untouched")
+    args = p.parse_args()
+    if args.quick:
+        args.graphs, args.seeds, args.epochs, args.parts, args.rounds = ["Cora"], 1, 20, [2], 1
+        args.out = Path(tempfile.mkdtemp(prefix="halo_compression"))
+    torch.set_num_threads(1)
+    cache = load_cache(args.cache)
+    acc_head = ["graph", "model", "option", "test acc % (mean ± std)", "Δ vs exact (pp)", "MB/epoch (all ranks)",
+                "bytes vs exact", "per layer vs exact (L1 / L2)", "exact width (L1 / L2)",
+                "P=64 pred. exchange ms", "P=64 pred. exposed ms"]
+    time_head = ["graph", "model", "option"] + [f"P={P} {c}" for P in args.parts
+                                                for c in ("epoch ms", "comm ms", "hidden")]
+    acc_all, time_all, all_curves = [], [], {}
+    for name in args.graphs:
+        data = partitioned(name, 2)
+        data_by_p = {2: data, **{P: partitioned(name, P) for P in args.parts if P != 2}}
+        results = accuracy_runs(name, data, args, cache, args.cache)
+        timing = timings(name, data_by_p, args)
+        rows, summaries = accuracy_rows(name, data, results, timing, args)
+        acc_all += rows
+        time_all += timing_rows(name, timing, args)
+        all_curves[name] = curves(summaries)
+        print_table(acc_head, rows)
+    print()
+    print_table(acc_head, acc_all)
+    print()
+    print_table(time_head, time_all)
+    (args.out / "halo_compression_curves.json").write_text(json.dumps(all_curves))
+    figures = plot_curves(all_curves, args.out)
+    print(f"curves: {args.out / 'halo_compression_curves.json'}, figures: {figures}")
+    if not args.quick:
+        write_results(args, acc_head, acc_all, time_head, time_all, figures)
+
+
+def write_results(args, acc_head, acc_all, time_head, time_all, figures) -> None:
+    from _common import machine, markdown_table
+    epochs = ", ".join(f"{g} {args.epochs or EPOCHS[g]}" for g in args.graphs)
+    body = (f"## Quantized and stale halos vs exact (issue #16)\n\n`python benchmarks/halo_compression.py` — "
+            f"machine: {machine()}.\nSee the script's docstring for the setup. Epochs: {epochs}; {args.seeds} "
+            f"seeds; P = 2 gloo ranks of 1 thread, METIS. P = 64 prediction: {P64_MODEL}.\n\n"
+            "(a) Accuracy and bytes\n\n" + markdown_table(acc_head, acc_all) + "\n\n"
+            f"(b) Epoch time ({args.rounds} interleaved rounds of {args.time_epochs} epochs after 2 warm-up epochs, "
+            f"medians, rank 0)\n\n" + markdown_table(time_head, time_all) + "\n\nCurves (mean over seeds): "
+            "`benchmarks/halo_compression_curves.json`, " + ", ".join(f"![{f}]({f})" for f in figures))
+    write_section("halo_compression", body)
+
+
+if __name__ == "__main__":
+    main()
