@@ -30,6 +30,8 @@ import torch.distributed as dist
 
 from .comm.collectives import ring_allreduce_nbytes
 from .comm.group import collective_device, is_distributed
+from .comm.halo_options import HaloOptions
+from .comm.quantize import payload_row_bytes
 from .grid import stage_blocks
 from .plan import restrict_counts
 
@@ -42,6 +44,35 @@ class Prediction:
 
     def __add__(self, other: "Prediction") -> "Prediction":
         return Prediction(self.seconds + other.seconds, self.bytes_sent + other.bytes_sent)
+
+
+@dataclass(frozen=True)
+class RowBytes:
+    r"""Bytes of one row of an SpMM's dense operand on the wire, when halo rows are compressed.
+
+    ``exact``: the row in its dtype (what non-halo messages such as 1.5D's all-reduce move);
+    ``forward`` / ``backward``: a halo row and a halo-gradient row as the compressed exchange
+    sends them (:func:`~pyg_sparsecomm.comm.quantize.payload_row_bytes`, scale and offset
+    included).  Exact layers price with a plain ``int`` (all three equal).
+    """
+    exact: int
+    forward: int
+    backward: int
+
+    @classmethod
+    def of(cls, row_bytes: "int | RowBytes") -> "RowBytes":
+        """``row_bytes`` as a :class:`RowBytes` (an ``int``: the same bytes everywhere)."""
+        return row_bytes if isinstance(row_bytes, RowBytes) else cls(row_bytes, row_bytes, row_bytes)
+
+
+def wire_row_bytes(width: int, element_size: int, options: HaloOptions | None = None) -> "int | RowBytes":
+    """The ``row_bytes`` an SpMM of ``width`` columns of ``element_size`` bytes is priced with:
+    ``width * element_size`` when exact, else the :class:`RowBytes` of ``options``' precisions."""
+    exact = int(width) * int(element_size)
+    if options is None or not options.compressed:
+        return exact
+    return RowBytes(exact, payload_row_bytes(width, options.precision, element_size),
+                    payload_row_bytes(width, options.grad_precision, element_size))
 
 
 @dataclass

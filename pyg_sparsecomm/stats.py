@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .algorithms import algorithm_class
+from .comm.halo_options import HaloOptions
 from .cost import CostModel, volumes_of_all_ranks
 from .grid import check_grid
 from .plan import CommPattern
@@ -78,7 +79,7 @@ class CommStats:
         return (self.volume > 0).sum(axis=0)
 
     def bytes_per_epoch(self, widths: Sequence[int], element_size: int = 4, algorithm: str = "1d",
-                        replication: int = 1) -> int:
+                        replication: int = 1, options: HaloOptions | None = None) -> int:
         r"""Bytes all ranks send in one training epoch of a GCN whose layers exchange ``widths`` columns.
 
         ``DistributedGCNConv`` applies its linear map first, so layer ``l`` runs one SpMM
@@ -99,6 +100,8 @@ class CommStats:
             algorithm: any registered name (``pyg_sparsecomm.algorithms.ALGORITHMS``).
             replication: ``c`` of a 1.5D algorithm; these statistics are then those of the
                 partition into ``P / c`` parts.
+            options: the layers' :class:`~pyg_sparsecomm.comm.halo_options.HaloOptions`:
+                compressed halos are priced at :func:`~pyg_sparsecomm.comm.quantize.payload_row_bytes`.
 
         Raises:
             ValueError: for an unknown name (listing the valid ones), a 1D algorithm with
@@ -109,7 +112,7 @@ class CommStats:
         if replication > 1 and not cls.replicated:
             raise ValueError(f"algorithm={algorithm!r} is a 1D algorithm but replication={replication}")
         ranks = volumes_of_all_ranks(self.volume, self.part_sizes, replication, self.spans)
-        return int(cls.predict_epoch(ranks, widths, CostModel(), element_size)[1].sum())
+        return int(cls.predict_epoch(ranks, widths, CostModel(), element_size, options)[1].sum())
 
     def bytes_per_spmm(self, width: int, element_size: int = 4) -> dict[str, float]:
         """Payload bytes of one SpMM whose dense operand has ``width`` columns.

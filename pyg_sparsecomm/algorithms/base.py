@@ -9,9 +9,12 @@ from torch import Tensor
 
 from ..adj import HaloAdj
 from ..comm.group import check_plan_matches_group
+from ..comm.halo_options import EXACT, ExchangeSlots, HaloOptions
+from ..comm.wire import halo_exchange_with
+from ..cost import wire_row_bytes
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..cost import CostModel, Prediction, RankVolumes
+    from ..cost import CostModel, Prediction, RankVolumes, RowBytes
     from ..grid import ProcessGrid
 
 ALGORITHMS: dict[str, type["SpMMAlgorithm"]] = {}
@@ -43,6 +46,10 @@ class SpMMAlgorithm(ABC):
     #: bytes per element on the wire when the algorithm fixes it (``"rdma"``: float64);
     #: ``None``: the payload's element size
     wire_element_size: ClassVar[int | None] = None
+    #: honours ``HaloOptions.precision`` / ``grad_precision`` (compressed halo payloads)
+    supports_precision: ClassVar[bool] = False
+    #: honours ``HaloOptions.staleness`` (pipelined halos of the previous step)
+    supports_staleness: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -50,7 +57,10 @@ class SpMMAlgorithm(ABC):
             ALGORITHMS[cls.name] = cls
 
     def __init__(self, adj: HaloAdj, group: dist.ProcessGroup | None = None,
-                 grid: Optional["ProcessGrid"] = None) -> None:
+                 grid: Optional["ProcessGrid"] = None, options: HaloOptions | None = None,
+                 slots: ExchangeSlots | None = None) -> None:
+        self.options, self.slots = options or EXACT, slots
+        check_options(self.name, self.options)
         if self.replicated:
             if grid is None:
                 raise ValueError(f"algorithm={self.name!r} runs on a process grid: pass replication=c "
@@ -69,19 +79,25 @@ class SpMMAlgorithm(ABC):
     def __call__(self, x: Tensor) -> Tensor:
         """``x``: ``[num_owned, f]`` owned rows of ``H``; returns ``[num_owned, f]`` rows of ``A H``."""
 
+    def exchange(self, x: Tensor, key: str = "x") -> Tensor:
+        """The halo rows of ``x`` this block row reads, under the layer's :class:`HaloOptions`."""
+        return halo_exchange_with(x, self.adj.plan, self.group, self.options, self.slots, key)
+
     @classmethod
-    def predict(cls, volumes: "RankVolumes", model: "CostModel", row_bytes: int) -> Optional["Prediction"]:
+    def predict(cls, volumes: "RankVolumes", model: "CostModel",
+                row_bytes: "int | RowBytes") -> Optional["Prediction"]:
         """α-β prediction of one SpMM, forward and backward, on the rank ``volumes`` describes
         (``None``: the algorithm has no cost model and ``algorithm="auto"`` never picks it).
 
         ``bytes_sent`` is exactly what the rank's exchanges record as sent in
         :func:`~pyg_sparsecomm.comm.counters.comm_counter` (``tests/test_counted_equals_predicted.py``);
-        ``row_bytes`` is :meth:`row_bytes` of the SpMM's width."""
+        ``row_bytes`` is :meth:`row_bytes` of the SpMM's width (a
+        :class:`~pyg_sparsecomm.cost.RowBytes` when halos are compressed)."""
         return None
 
     @classmethod
     def predict_epoch(cls, ranks: Sequence["RankVolumes"], widths: Sequence[int], model: "CostModel",
-                      element_size: int = 4) -> tuple[np.ndarray, np.ndarray]:
+                      element_size: int = 4, options: HaloOptions | None = None) -> tuple[np.ndarray, np.ndarray]:
         r"""Per rank, the predicted seconds and bytes sent of one SpMM (forward and backward) per width:
 
         .. math:: (t_r, s_r) = \sum_{w \in \mathrm{widths}} \mathrm{predict}(\mathrm{ranks}_r,
@@ -92,6 +108,7 @@ class SpMMAlgorithm(ABC):
             widths: the SpMM width of every layer.
             model: the α-β model.
             element_size: bytes per element of the exchanged rows.
+            options: the layers' :class:`HaloOptions` (compressed halos are priced compressed).
 
         Returns:
             ``(seconds, bytes_sent)``, two ``[len(ranks)]`` arrays; ValueError without a :meth:`predict`.
@@ -99,7 +116,7 @@ class SpMMAlgorithm(ABC):
         seconds, sent = np.zeros(len(ranks)), np.zeros(len(ranks), dtype=np.int64)
         for r, volumes in enumerate(ranks):
             for width in widths:
-                prediction = cls.predict(volumes, model, cls.row_bytes(width, element_size))
+                prediction = cls.predict(volumes, model, cls.row_bytes(width, element_size, options))
                 if prediction is None:
                     raise ValueError(f"algorithm={cls.name!r} has no cost model (SpMMAlgorithm.predict)")
                 seconds[r] += prediction.seconds
@@ -107,15 +124,40 @@ class SpMMAlgorithm(ABC):
         return seconds, sent
 
     @classmethod
-    def row_bytes(cls, width: int, element_size: int = 4) -> int:
+    def row_bytes(cls, width: int, element_size: int = 4,
+                  options: HaloOptions | None = None) -> "int | RowBytes":
         """Bytes of one exchanged row of ``width`` elements of ``element_size`` bytes (or of
-        :attr:`wire_element_size` when the algorithm fixes it): the ``row_bytes`` of :meth:`predict`."""
-        return int(width) * (cls.wire_element_size or int(element_size))
+        :attr:`wire_element_size` when the algorithm fixes it): the ``row_bytes`` of :meth:`predict`;
+        with compressed ``options``, the :class:`~pyg_sparsecomm.cost.RowBytes` of their precisions."""
+        return wire_row_bytes(width, cls.wire_element_size or int(element_size), options)
 
 
-def auto_candidates(replicated: bool) -> list[str]:
-    """The algorithms ``"auto"`` compares for a 1D (``False``) or 1.5D (``True``) layout."""
-    return sorted(n for n, a in ALGORITHMS.items() if a.auto_candidate and a.replicated == replicated)
+def check_options(name: str, options: HaloOptions) -> None:
+    """Refuses, by name, halo options the algorithm ``name`` cannot honour."""
+    cls = ALGORITHMS.get(name)
+    if cls is None:
+        return
+    if options.compressed and not cls.supports_precision:
+        raise ValueError(f"algorithm={name!r} does not support halo_precision / halo_grad_precision "
+                         f"({options.describe()}); use one of "
+                         f"{sorted(n for n, a in ALGORITHMS.items() if a.supports_precision)} or exact halos")
+    if options.staleness and not cls.supports_staleness:
+        raise ValueError(f"algorithm={name!r} does not support staleness={options.staleness}; use one of "
+                         f"{sorted(n for n, a in ALGORITHMS.items() if a.supports_staleness)} or staleness=0")
+
+
+def supports(name: str, options: HaloOptions | None) -> bool:
+    """Whether the algorithm ``name`` honours ``options`` (:func:`check_options` would pass)."""
+    cls = ALGORITHMS[name]
+    return options is None or ((cls.supports_precision or not options.compressed)
+                               and (cls.supports_staleness or not options.staleness))
+
+
+def auto_candidates(replicated: bool, options: HaloOptions | None = None) -> list[str]:
+    """The algorithms ``"auto"`` compares for a 1D (``False``) or 1.5D (``True``) layout (that
+    honour ``options``)."""
+    return sorted(n for n, a in ALGORITHMS.items()
+                  if a.auto_candidate and a.replicated == replicated and supports(n, options))
 
 
 def algorithm_class(name: str) -> type[SpMMAlgorithm]:
@@ -126,5 +168,6 @@ def algorithm_class(name: str) -> type[SpMMAlgorithm]:
 
 
 def make_algorithm(name: str, adj: HaloAdj, group: dist.ProcessGroup | None = None,
-                   grid: Optional["ProcessGrid"] = None) -> SpMMAlgorithm:
-    return algorithm_class(name)(adj, group, grid)
+                   grid: Optional["ProcessGrid"] = None, options: HaloOptions | None = None,
+                   slots: ExchangeSlots | None = None) -> SpMMAlgorithm:
+    return algorithm_class(name)(adj, group, grid, options, slots)

@@ -2,7 +2,7 @@
 from torch import Tensor
 
 from ..comm.collectives import row_all_reduce
-from ..cost import CostModel, Prediction, RankVolumes
+from ..cost import CostModel, Prediction, RankVolumes, RowBytes
 from ..grid import ProcessGrid
 from .oblivious_1d import Oblivious1D, broadcast_prediction
 from .sparse_15d import all_reduce_prediction
@@ -30,5 +30,6 @@ class Oblivious15D(Oblivious1D):
         return row_all_reduce(super().__call__(x), self.grid.row_group)
 
     @classmethod
-    def predict(cls, volumes: RankVolumes, model: CostModel, row_bytes: int) -> Prediction:
-        return broadcast_prediction(volumes, model, row_bytes) + all_reduce_prediction(volumes, model, row_bytes)
+    def predict(cls, volumes: RankVolumes, model: CostModel, row_bytes: int | RowBytes) -> Prediction:
+        exact = RowBytes.of(row_bytes).exact  # never compressed
+        return broadcast_prediction(volumes, model, exact) + all_reduce_prediction(volumes, model, exact)

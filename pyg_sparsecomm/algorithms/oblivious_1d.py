@@ -7,7 +7,8 @@ from torch import Tensor
 
 from ..adj import HaloAdj, coo_to_csr, spmm
 from ..comm.collectives import broadcast_rows, reduce_rows
-from ..cost import CostModel, Prediction, RankVolumes
+from ..comm.halo_options import ExchangeSlots, HaloOptions
+from ..cost import CostModel, Prediction, RankVolumes, RowBytes
 from .base import SpMMAlgorithm
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -61,8 +62,9 @@ class Oblivious1D(SpMMAlgorithm):
     differentiates_edge_weights = False
 
     def __init__(self, adj: HaloAdj, group: dist.ProcessGroup | None = None,
-                 grid: Optional["ProcessGrid"] = None) -> None:
-        super().__init__(adj, group, grid)
+                 grid: Optional["ProcessGrid"] = None,
+                 options: HaloOptions | None = None, slots: ExchangeSlots | None = None) -> None:
+        super().__init__(adj, group, grid, options, slots)
         plan = adj.plan
         #: the block rows broadcast, in stage order (all of them in 1D; the grid column's stage blocks in 1.5D)
         self.stage_ranks: list[int] = (grid.stage_blocks() if grid is not None and self.replicated
@@ -102,8 +104,8 @@ class Oblivious1D(SpMMAlgorithm):
         return _BlockBroadcastSpMM.apply(x, self)
 
     @classmethod
-    def predict(cls, volumes: RankVolumes, model: CostModel, row_bytes: int) -> Prediction:
-        return broadcast_prediction(volumes, model, row_bytes)
+    def predict(cls, volumes: RankVolumes, model: CostModel, row_bytes: int | RowBytes) -> Prediction:
+        return broadcast_prediction(volumes, model, RowBytes.of(row_bytes).exact)  # never compressed
 
 
 def broadcast_prediction(volumes: RankVolumes, model: CostModel, row_bytes: int) -> Prediction:

@@ -8,7 +8,9 @@ from torch import Tensor
 from ..adj import HaloAdj, coo_to_csr, spmm
 from ..comm.counters import comm_counter
 from ..comm.halo import start_all_to_all_rows, start_p2p_rows
-from ..cost import CostModel, Prediction, RankVolumes
+from ..comm.halo_options import ExchangeSlots, HaloOptions
+from ..comm.quantized_halo import decode_rows, encode_rows
+from ..cost import CostModel, Prediction, RankVolumes, RowBytes
 from .base import SpMMAlgorithm
 from .sparse_1d import exchange_prediction
 
@@ -20,27 +22,27 @@ class _OverlappedSpMM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor, algo: "Overlap1D") -> Tensor:
         ctx.algo = algo
-        plan = algo.adj.plan
-        send = x.index_select(0, plan.send_index)
+        plan, precision = algo.adj.plan, algo.options.precision
+        send = encode_rows(x.index_select(0, plan.send_index), precision)
         with comm_counter().timed():  # posting is communication time too (p2p posts one op per peer)
             recv, work = algo.start_exchange(send, plan.send_counts, plan.recv_counts, algo.group, "halo")
         out = torch.sparse.mm(algo.block("own", x.dtype), x)  # while the halo rows travel
         with comm_counter().timed():
             work.wait()
-        return out + torch.sparse.mm(algo.block("halo", x.dtype), recv)
+        return out + torch.sparse.mm(algo.block("halo", x.dtype), decode_rows(recv, x, precision))
 
     @staticmethod
     def backward(ctx, grad_out: Tensor):
         algo, grad_out = ctx.algo, grad_out.contiguous()
-        plan = algo.adj.plan
+        plan, precision = algo.adj.plan, algo.options.grad_precision
         grad_halo = torch.sparse.mm(algo.block("halo_t", grad_out.dtype), grad_out)
         with comm_counter().timed():
-            back, work = algo.start_exchange(grad_halo, plan.recv_counts, plan.send_counts, algo.group,
-                                             "halo_grad")
+            back, work = algo.start_exchange(encode_rows(grad_halo, precision), plan.recv_counts,
+                                             plan.send_counts, algo.group, "halo_grad")
         grad_x = torch.sparse.mm(algo.block("own_t", grad_out.dtype), grad_out)  # overlapped
         with comm_counter().timed():
             work.wait()
-        return grad_x.index_add_(0, plan.send_index, back), None
+        return grad_x.index_add_(0, plan.send_index, decode_rows(back, grad_halo, precision)), None
 
 
 class Overlap1D(SpMMAlgorithm):
@@ -56,12 +58,14 @@ class Overlap1D(SpMMAlgorithm):
     """
     name = "1d_overlap"
     differentiates_edge_weights = False
+    supports_precision = True  # rows are encoded before the exchange starts, decoded after the wait
     #: how the exchange is started: one non-blocking all-to-allv with split sizes
     start_exchange = staticmethod(start_all_to_all_rows)
 
     def __init__(self, adj: HaloAdj, group: dist.ProcessGroup | None = None,
-                 grid: Optional["ProcessGrid"] = None) -> None:
-        super().__init__(adj, group, grid)
+                 grid: Optional["ProcessGrid"] = None,
+                 options: HaloOptions | None = None, slots: ExchangeSlots | None = None) -> None:
+        super().__init__(adj, group, grid, options, slots)
         row, col = adj.coo()
         n = adj.num_owned
         own = col < n
@@ -86,7 +90,7 @@ class Overlap1D(SpMMAlgorithm):
         return _OverlappedSpMM.apply(x, self)
 
     @classmethod
-    def predict(cls, volumes: RankVolumes, model: CostModel, row_bytes: int) -> Prediction:
+    def predict(cls, volumes: RankVolumes, model: CostModel, row_bytes: int | RowBytes) -> Prediction:
         """The two exchanges of ``"1d"``: the same bytes; the time ignores the overlap (an upper bound)."""
         return exchange_prediction(volumes, model, row_bytes)
 

@@ -31,7 +31,8 @@ from torch import Tensor
 
 from ..adj import HaloAdj
 from ..comm.counters import comm_counter
-from ..cost import CostModel, Prediction, RankVolumes
+from ..comm.halo_options import ExchangeSlots, HaloOptions
+from ..cost import CostModel, Prediction, RankVolumes, RowBytes
 from ..rdma import engine_cache
 from ..rdma.engine_cache import MAX_IDLE_ENGINES, Lease, collect, free_engines, set_backend
 from ..rdma.kernels import csr_tile, tile_product
@@ -266,8 +267,9 @@ class RDMAStationaryC(SpMMAlgorithm):
     differentiates_edge_weights = False
     wire_element_size = 8  # H travels as float64 whatever the layer's dtype
 
-    def __init__(self, adj: HaloAdj, group: dist.ProcessGroup | None = None, grid: Any = None) -> None:
-        super().__init__(adj, group, grid)
+    def __init__(self, adj: HaloAdj, group: dist.ProcessGroup | None = None, grid: Any = None,
+                 options: HaloOptions | None = None, slots: ExchangeSlots | None = None) -> None:
+        super().__init__(adj, group, grid, options, slots)
         be = engine_cache.backend(adj.rowptr.device)
         if (be.world_size, be.rank) != (adj.plan.world_size, adj.plan.rank):
             raise RuntimeError(f"algorithm='rdma' needs MPI ranks equal to the shard's ranks: MPI rank "
@@ -298,7 +300,7 @@ class RDMAStationaryC(SpMMAlgorithm):
         collect()
 
     @classmethod
-    def predict(cls, volumes: RankVolumes, model: CostModel, row_bytes: int) -> Prediction:
+    def predict(cls, volumes: RankVolumes, model: CostModel, row_bytes: int | RowBytes) -> Prediction:
         r"""One barrier and one get per remote block, forward (``A``) and backward (``A^T``).
 
         .. math::
@@ -314,7 +316,7 @@ class RDMAStationaryC(SpMMAlgorithm):
             raise ValueError("algorithm='rdma' reads column ranges known only from the whole edge list: pass "
                              "RankVolumes with fetch_rows/serve_rows, e.g. volumes_of_all_ranks(..., "
                              "spans=comm_pattern(...).spans)")
-        g, seconds = volumes.num_block_rows, 0.0
+        g, seconds, row_bytes = volumes.num_block_rows, 0.0, RowBytes.of(row_bytes).exact  # never compressed
         for rows in volumes.fetch_rows:  # forward, backward
             seconds += model.barrier(g) + sum(model.get(int(n) * row_bytes) for n in rows if n > 0)
         return Prediction(seconds, int(volumes.serve_rows.sum()) * row_bytes)

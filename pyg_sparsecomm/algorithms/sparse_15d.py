@@ -7,7 +7,8 @@ from torch import Tensor
 
 from ..adj import HaloAdj
 from ..comm.collectives import ring_allreduce_nbytes, row_all_reduce
-from ..cost import CostModel, Prediction, RankVolumes
+from ..comm.halo_options import ExchangeSlots, HaloOptions
+from ..cost import CostModel, Prediction, RankVolumes, RowBytes
 from ..grid import ProcessGrid
 from ..plan import RankPlan, restrict_counts
 from .base import SpMMAlgorithm
@@ -68,22 +69,27 @@ class SparseAware15D(SpMMAlgorithm):
     name = "1.5d"
     auto_candidate = True
     replicated = True
+    #: the column-group halo exchange is compressed; the row-group all-reduce of partial sums stays
+    #: exact (it sums, and rounding each addend would compound over the c ranks)
+    supports_precision = True
     grid: ProcessGrid  # SpMMAlgorithm.__init__ refuses a replicated algorithm without one
 
     def __init__(self, adj: HaloAdj, group: dist.ProcessGroup | None = None,
-                 grid: ProcessGrid | None = None) -> None:
-        super().__init__(adj, group, grid)
-        self.partial = SparseAware1D(restrict_to_blocks(adj, self.grid.stage_blocks()), self.grid.col_group)
+                 grid: ProcessGrid | None = None,
+                 options: HaloOptions | None = None, slots: ExchangeSlots | None = None) -> None:
+        super().__init__(adj, group, grid, options, slots)
+        self.partial = SparseAware1D(restrict_to_blocks(adj, self.grid.stage_blocks()), self.grid.col_group,
+                                     options=self.options, slots=self.slots)
 
     def __call__(self, x: Tensor) -> Tensor:
         return row_all_reduce(self.partial(x), self.grid.row_group)
 
     @classmethod
-    def predict(cls, volumes: RankVolumes, model: CostModel, row_bytes: int) -> Prediction:
+    def predict(cls, volumes: RankVolumes, model: CostModel, row_bytes: int | RowBytes) -> Prediction:
         return exchange_prediction(volumes, model, row_bytes) + all_reduce_prediction(volumes, model, row_bytes)
 
 
-def all_reduce_prediction(volumes: RankVolumes, model: CostModel, row_bytes: int) -> Prediction:
-    """The row-group all-reduce of the partial block row, forward and backward."""
-    nbytes, c = volumes.num_owned * row_bytes, volumes.replication
+def all_reduce_prediction(volumes: RankVolumes, model: CostModel, row_bytes: int | RowBytes) -> Prediction:
+    """The row-group all-reduce of the partial block row, forward and backward (exact rows)."""
+    nbytes, c = volumes.num_owned * RowBytes.of(row_bytes).exact, volumes.replication
     return Prediction(2 * model.all_reduce(nbytes, c), 2 * ring_allreduce_nbytes(nbytes, c))

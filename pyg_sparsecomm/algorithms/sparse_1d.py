@@ -3,8 +3,7 @@ import torch
 from torch import Tensor
 
 from ..adj import spmm
-from ..comm.halo import halo_exchange
-from ..cost import CostModel, Prediction, RankVolumes
+from ..cost import CostModel, Prediction, RankVolumes, RowBytes
 from .base import SpMMAlgorithm
 
 
@@ -20,9 +19,10 @@ class SparseAware1D(SpMMAlgorithm):
     """
     name = "1d"
     auto_candidate = True
+    supports_precision = True
 
     def __call__(self, x: Tensor) -> Tensor:
-        return self.multiply(x, halo_exchange(x, self.adj.plan, self.group))
+        return self.multiply(x, self.exchange(x))
 
     def multiply(self, x: Tensor, halo: Tensor) -> Tensor:
         """The block row times ``[x | halo]``, given halo rows already fetched (or reused)."""
@@ -31,13 +31,20 @@ class SparseAware1D(SpMMAlgorithm):
         return spmm(self.adj, torch.cat([x, halo], dim=0))
 
     @classmethod
-    def predict(cls, volumes: RankVolumes, model: CostModel, row_bytes: int) -> Prediction:
+    def predict(cls, volumes: RankVolumes, model: CostModel, row_bytes: int | RowBytes) -> Prediction:
         """One all-to-allv forward and its reverse backward, over the rank's exchange group."""
         return exchange_prediction(volumes, model, row_bytes)
 
 
-def exchange_prediction(volumes: RankVolumes, model: CostModel, row_bytes: int) -> Prediction:
-    """The halo all-to-allv and its reverse over the ``P / c`` ranks of an exchange group."""
-    sent, received = int(volumes.send_rows.sum()) * row_bytes, int(volumes.recv_rows.sum()) * row_bytes
-    seconds = 2 * model.all_to_all(sent, received, volumes.num_block_rows)
-    return Prediction(seconds, sent + received)  # the backward sends what the forward received
+def exchange_prediction(volumes: RankVolumes, model: CostModel, row_bytes: int | RowBytes) -> Prediction:
+    """The halo all-to-allv and its reverse over the ``P / c`` ranks of an exchange group; with
+    compressed halos (:class:`~pyg_sparsecomm.cost.RowBytes`) each direction in its own row size."""
+    if isinstance(row_bytes, int):
+        sent, received = int(volumes.send_rows.sum()) * row_bytes, int(volumes.recv_rows.sum()) * row_bytes
+        seconds = 2 * model.all_to_all(sent, received, volumes.num_block_rows)
+        return Prediction(seconds, sent + received)  # the backward sends what the forward received
+    send_rows, recv_rows = int(volumes.send_rows.sum()), int(volumes.recv_rows.sum())
+    forward, backward = row_bytes.forward, row_bytes.backward
+    seconds = model.all_to_all(send_rows * forward, recv_rows * forward, volumes.num_block_rows) + \
+        model.all_to_all(recv_rows * backward, send_rows * backward, volumes.num_block_rows)
+    return Prediction(seconds, send_rows * forward + recv_rows * backward)

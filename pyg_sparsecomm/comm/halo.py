@@ -7,8 +7,6 @@ halo gradients travel back to their owners (the reverse all-to-allv) and are
 summed into the owned rows with ``index_add_`` (a row sent to several peers
 accumulates all their gradients).  Nothing assumes ``A = A^T``.
 """
-import math
-
 import torch
 import torch.distributed as dist
 from torch import Tensor
@@ -147,24 +145,3 @@ def halo_reduce(x_ext: Tensor, plan: RankPlan, group: dist.ProcessGroup | None =
     if plan.world_size == 1:
         return owned
     return _HaloReduce.apply(owned, halo, plan, group)
-
-
-def halo_exchange_many(tensors: list[Tensor], plan: RankPlan,
-                       group: dist.ProcessGroup | None = None) -> list[Tensor]:
-    """:func:`halo_exchange` of several ``[num_owned, ...]`` tensors in one all-to-allv per dtype.
-
-    The tensors are flattened to rows and concatenated column-wise, so a message function
-    reading several source tensors (``x_j``, ``alpha_j``, ...) costs one collective with the
-    sum of their widths per row.  Returns the halo rows of every tensor, in order.
-    """
-    out: list[Tensor | None] = [None] * len(tensors)
-    by_dtype: dict = {}
-    for k, t in enumerate(tensors):
-        by_dtype.setdefault(t.dtype, []).append(k)
-    for ks in by_dtype.values():
-        flat = [tensors[k].reshape(tensors[k].size(0), math.prod(tensors[k].shape[1:])) for k in ks]
-        widths = [f.size(1) for f in flat]
-        halo = halo_exchange(flat[0] if len(flat) == 1 else torch.cat(flat, dim=1), plan, group)
-        for k, part in zip(ks, torch.split(halo, widths, dim=1), strict=False):
-            out[k] = part.reshape((part.size(0),) + tuple(tensors[k].shape[1:]))
-    return out  # type: ignore[return-value]

@@ -5,7 +5,9 @@ import torch.distributed as dist
 from torch_geometric.nn import MessagePassing
 
 from ..algorithms import ALGORITHMS
-from ..algorithms.choice import explain_table
+from ..algorithms.base import check_options
+from ..algorithms.choice import compression_note, explain_table
+from ..comm.halo_options import HaloOptions
 from ..cost import CostModel
 from . import degree_norm, trim
 from .distributed_layer import DistributedSettings, attach
@@ -59,7 +61,9 @@ def refusal(module: torch.nn.Module) -> str | None:
 
 
 def distribute(module: torch.nn.Module, algorithm: str = "1d", group: dist.ProcessGroup | None = None,
-               replication: int = 1, cost_model: CostModel | None = None) -> torch.nn.Module:
+               replication: int = 1, cost_model: CostModel | None = None, halo_precision: str | None = None,
+               halo_grad_precision: str | None = "same", staleness: int = 0,
+               stale_smoothing: float | None = None) -> torch.nn.Module:
     r"""Makes every PyG layer in ``module`` train full-graph on a rank's shard; returns ``module``.
 
     Works in place, as ``torch.nn.SyncBatchNorm.convert_sync_batchnorm`` does: classes,
@@ -96,6 +100,14 @@ def distribute(module: torch.nn.Module, algorithm: str = "1d", group: dist.Proce
         group: process group of the 1D exchanges (default: the default group).
         replication: ``c`` of the 1.5D layout (``shard(data, grid=process_grid(c))``).
         cost_model: α and β for ``algorithm="auto"``.
+        halo_precision: wire format of every layer's halo rows: ``None`` (exact, the default),
+            ``"bf16"``, ``"fp16"``, ``"int8"`` or ``"int4"`` (see
+            :class:`~pyg_sparsecomm.comm.halo_options.HaloOptions`).
+        halo_grad_precision: wire format of the backward's halo gradients (``"same"``:
+            ``halo_precision``; ``None``: exact).
+        staleness: ``0`` (exact) or ``1``: every layer uses the previous training step's halo
+            rows and halo gradients, exchanged while this step computes (PipeGCN).
+        stale_smoothing: ``γ`` of the exponential smoothing of stale halos (``None``: off).
     """
     if algorithm != "auto" and algorithm not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {algorithm!r}; choose one of {sorted(ALGORITHMS) + ['auto']}")
@@ -106,7 +118,9 @@ def distribute(module: torch.nn.Module, algorithm: str = "1d", group: dist.Proce
                          f"{'> 1' if ALGORITHMS[algorithm].replicated else '= 1'}, got {replication}")
     if replication > 1 and group is not None:
         raise ValueError("1.5D layouts run on the ProcessGrid of the default group; do not pass group=")
-    settings = DistributedSettings(algorithm, group, replication, cost_model or CostModel())
+    options = HaloOptions.from_arguments(halo_precision, halo_grad_precision, staleness, stale_smoothing)
+    check_options(algorithm, options.compression_only)
+    settings = DistributedSettings(algorithm, group, replication, cost_model or CostModel(), options)
     for name, child in module.named_modules():
         reason = refusal(child)
         if reason:
@@ -141,5 +155,8 @@ def summary(module: torch.nn.Module) -> str:
         if state.cost_report:
             header = "  algorithm=\"auto\" compared (forward + backward, slowest rank):"
             lines.append(explain_table(state.cost_report, state.chosen_algorithm, header,
-                                       state.settings.cost_model))
+                                       state.settings.cost_model, state.exact_cost_report))
+        if state.exchanged_width is not None and state.settings.halo_options.compressed:
+            width, element_size = state.exchanged_width
+            lines.append("  " + compression_note(width, element_size, state.settings.halo_options))
     return "\n".join(lines)

@@ -34,8 +34,9 @@ from ..adj import HaloAdj, spmm
 from ..algorithms import SparseAware1D, make_algorithm
 from ..algorithms.choice import CostRow, choose_algorithm, exchange_group
 from ..comm.group import world_size
-from ..comm.halo import halo_exchange_many
-from ..cost import CostModel
+from ..comm.halo_options import EXACT, ExchangeSlots, HaloOptions
+from ..comm.wire import halo_exchange_many
+from ..cost import CostModel, wire_row_bytes
 from ..grid import process_grid
 from ..loader.sampled_adj import SampledAdj
 from . import shard_context
@@ -62,6 +63,7 @@ class DistributedSettings:
     group: dist.ProcessGroup | None = None
     replication: int = 1
     cost_model: CostModel = field(default_factory=CostModel)
+    halo_options: HaloOptions = EXACT
 
 
 class LayerState:
@@ -75,8 +77,12 @@ class LayerState:
         self.swapped: list[tuple[torch.nn.Module, str]] = []  # modules replaced by AppliedLinear this call
         self.adjacency = AdjacencyCache()
         self.static_halo = shard_context.StaticHalo()
+        self.exchange_slots = ExchangeSlots()  # state of stateful (stale) exchanges across calls
         self.chosen_algorithm: str | None = None if settings.algorithm == "auto" else settings.algorithm
         self.cost_report: list[CostRow] = []
+        self.exact_cost_report: list[CostRow] = []  # the same priced with exact halos
+        #: (columns, element size) of the last exchanged rows, for summary()'s compressed-bytes line
+        self.exchanged_width: tuple[int, int] | None = None
 
     @property
     def active(self) -> bool:
@@ -207,7 +213,7 @@ def _source_names(arg_names: list[str]) -> list[str]:
 
 
 def _with_halo(conv: MessagePassing, kwargs: dict[str, Any], names: list[str],
-               context: shard_context.ShardContext) -> dict[str, Any]:
+               context: shard_context.ShardContext, key: str) -> dict[str, Any]:
     """``kwargs`` where every tensor read at sources is ``(cat[owned, halo], targets)``; the halo
     rows of all of them arrive in one all-to-allv (one per dtype)."""
     sources: list[tuple[str, Tensor, Any, tuple[int, ...]]] = []
@@ -228,7 +234,11 @@ def _with_halo(conv: MessagePassing, kwargs: dict[str, Any], names: list[str],
     static = {name: conv._sparsecomm.static_halo.fetch(name, _source(kwargs[name]), rows, context)
               for name, rows, _, _ in sources if not rows.requires_grad}
     moving = [rows for name, rows, _, _ in sources if name not in static]
-    fetched = iter(halo_exchange_many(moving, context.plan, context.group) if moving else [])
+    state: LayerState = conv._sparsecomm
+    if moving:
+        state.exchanged_width = (sum(r[0].numel() for r in moving), moving[0].element_size())
+    fetched = iter(halo_exchange_many(moving, context.plan, context.group, state.settings.halo_options,
+                                      state.exchange_slots, key) if moving else [])
     for name, rows, dst, moved in sources:
         halo = static[name] if name in static else next(fetched)
         ext_shape = (rows.size(0) + halo.size(0),) + moved[1:]
@@ -284,7 +294,7 @@ def _exchange_then(conv: MessagePassing, method: str, arg_names: list[str], edge
                    kwargs: dict[str, Any], context: shard_context.ShardContext) -> Any:
     """PyG's ``method`` over ``size = (owned + halo, owned)``, its source tensors completed with halo rows."""
     size = _check_call(conv, edge_index, size, context)
-    kwargs = _with_halo(conv, kwargs, _source_names(arg_names), context)
+    kwargs = _with_halo(conv, kwargs, _source_names(arg_names), context, method)
     return _pyg(conv, method)(edge_index, size=size, **kwargs)
 
 
@@ -310,10 +320,12 @@ def _linear_propagate(conv: MessagePassing, state: LayerState, context: shard_co
     grid = process_grid(settings.replication) if settings.replication > 1 else None
     if state.chosen_algorithm is None:
         learnable = adj.value is not None and adj.value.requires_grad
-        row_bytes = rows.size(1) * rows.element_size()
-        state.chosen_algorithm, state.cost_report = choose_algorithm(
-            adj, grid, row_bytes, learnable, settings.cost_model, settings.group)
-    spmm = make_algorithm(state.chosen_algorithm, adj, context.group if grid is None else None, grid)
+        row_bytes = wire_row_bytes(rows.size(1), rows.element_size(), settings.halo_options)
+        state.chosen_algorithm, state.cost_report, state.exact_cost_report = choose_algorithm(
+            adj, grid, row_bytes, learnable, settings.cost_model, settings.group, settings.halo_options)
+    state.exchanged_width = (rows.size(1), rows.element_size())
+    spmm = make_algorithm(state.chosen_algorithm, adj, context.group if grid is None else None, grid,
+                          settings.halo_options, state.exchange_slots)
     rows = rows.contiguous()
     if type(spmm) is SparseAware1D and not rows.requires_grad:  # e.g. the input features: fetched once
         out = spmm.multiply(rows, state.static_halo.fetch("x", src, rows, context, depends_on))
@@ -328,7 +340,7 @@ def _edge_weighted_propagate(conv: MessagePassing, state: LayerState, context: s
     r"""``out[:, h] = A_h x[:, h]`` with ``A_h[i, j] = alpha[e, h]`` over ``[owned | halo]`` rows of
     ``x`` (exchanged as for any ``x_j``): one CSR SpMM per head."""
     _check_call(conv, edge_index, size, context)
-    x = _with_halo(conv, kwargs, ["x"], context)["x"][0]
+    x = _with_halo(conv, kwargs, ["x"], context, "propagate")["x"][0]
     alpha = kwargs[alpha_arg]
     heads = x.size(-2)
     if x.dim() != 3 or conv.node_dim not in (0, -3) or alpha.shape != (edge_index.size(1), heads):

@@ -7,9 +7,11 @@ from torch_geometric.nn import GCNConv, MessagePassing
 
 from ..adj import HaloAdj
 from ..algorithms import ALGORITHMS, SpMMAlgorithm, auto_candidates, make_algorithm
-from ..algorithms.choice import choose_algorithm, exchange_group, explain_table
+from ..algorithms.base import check_options
+from ..algorithms.choice import choose_algorithm, compression_note, exchange_group, explain_table
 from ..comm.group import world_size
-from ..cost import CostModel
+from ..comm.halo_options import ExchangeSlots, HaloOptions
+from ..cost import CostModel, wire_row_bytes
 from ..grid import ProcessGrid, process_grid
 from .distributed_layer import check_not_cached
 from .gcn_norm import distributed_gcn_norm
@@ -54,6 +56,14 @@ class DistributedGCNConv(GCNConv):
             defaults; ``CostModel.calibrate()`` measures the running backend).
         group: process group of the 1D algorithms (default: the default group;
             1.5D algorithms run on the grid of the default group).
+        halo_precision: wire format of the halo rows: ``None`` (exact, the default),
+            ``"bf16"``, ``"fp16"``, ``"int8"`` or ``"int4"`` (see
+            :class:`~pyg_sparsecomm.comm.halo_options.HaloOptions`).
+        halo_grad_precision: wire format of the backward's halo gradients (``"same"``:
+            ``halo_precision``; ``None``: exact).
+        staleness: ``0`` (exact) or ``1``: use the previous training step's halo rows and
+            halo gradients, exchanged while this step computes (PipeGCN).
+        stale_smoothing: ``γ`` of the exponential smoothing of stale halos (``None``: off).
 
     Called with a :class:`~pyg_sparsecomm.adj.HaloAdj` it runs distributed;
     called with a plain ``edge_index``/sparse tensor it behaves exactly like
@@ -70,7 +80,9 @@ class DistributedGCNConv(GCNConv):
     def __init__(self, in_channels: int, out_channels: int, improved: bool = False,
                  cached: bool = False, add_self_loops: bool | None = None, normalize: bool = True,
                  bias: bool = True, algorithm: str = "1d", group: dist.ProcessGroup | None = None,
-                 replication: int = 1, cost_model: CostModel | None = None, **kwargs) -> None:
+                 replication: int = 1, cost_model: CostModel | None = None,
+                 halo_precision: str | None = None, halo_grad_precision: str | None = "same",
+                 staleness: int = 0, stale_smoothing: float | None = None, **kwargs) -> None:
         if algorithm != "auto" and algorithm not in ALGORITHMS:
             raise ValueError(f"unknown algorithm {algorithm!r}; choose one of {sorted(ALGORITHMS) + ['auto']}")
         if not isinstance(replication, int) or replication < 1:
@@ -82,16 +94,25 @@ class DistributedGCNConv(GCNConv):
         if replicated and group is not None:
             raise ValueError("1.5D algorithms run on the ProcessGrid of the default group; do not pass group=")
         self.algorithm, self.group, self.replication = algorithm, group, replication
+        self.halo_options = HaloOptions.from_arguments(halo_precision, halo_grad_precision, staleness,
+                                                       stale_smoothing)
+        # compression refused now rather than at the first forward
+        check_options(algorithm, self.halo_options.compression_only)
+        self.exchange_slots = ExchangeSlots()
         self.replicated = replicated
         self.cost_model = cost_model or CostModel()
         self.chosen_algorithm: str | None = None if algorithm == "auto" else algorithm
         self.cost_report: list[tuple[str, float, int]] = []
+        self.exact_cost_report: list[tuple[str, float, int]] = []  # the same with exact halos
+        self._element_size = 4  # of the rows exchanged (set by each forward; for explain_algorithm)
         super().__init__(in_channels, out_channels, improved=improved, cached=cached,
                          add_self_loops=add_self_loops, normalize=normalize, bias=bias, **kwargs)
 
     def reset_parameters(self) -> None:
         super().reset_parameters()
         self._cached_spmm: SpMMAlgorithm | None = None
+        if hasattr(self, "exchange_slots"):  # a reset starts a new pipeline of stale halos
+            self.exchange_slots.clear()
 
     def forward(self, x: Tensor, edge_index, edge_weight: Tensor | None = None) -> Tensor:
         if not isinstance(edge_index, HaloAdj):
@@ -115,12 +136,13 @@ class DistributedGCNConv(GCNConv):
                              f"pass the shard's own x (local.x)")
         if not x.is_floating_point():
             raise ValueError(f"x must be a floating point tensor, got dtype {x.dtype}")
+        self._element_size = x.element_size()
         spmm = self._cached_spmm
         if spmm is None:
             if self.chosen_algorithm is None:
                 self.chosen_algorithm = self._choose(adj, grid, x.dtype, edge_weight)
             spmm = make_algorithm(self.chosen_algorithm, self._adjacency(adj, edge_weight, x, exchange),
-                                  self.group, grid)
+                                  self.group, grid, self.halo_options, self.exchange_slots)
             if self.cached:
                 self._cached_spmm = spmm
         out = spmm(self.lin(x))
@@ -137,10 +159,12 @@ class DistributedGCNConv(GCNConv):
     def _choose(self, adj: HaloAdj, grid: ProcessGrid | None, dtype: torch.dtype,
                 edge_weight: Tensor | None = None) -> str:
         """``algorithm="auto"``: the candidate with the lowest predicted time, max over ranks."""
-        row_bytes = self.out_channels * torch.empty((), dtype=dtype).element_size()
+        row_bytes = wire_row_bytes(self.out_channels, torch.empty((), dtype=dtype).element_size(),
+                                   self.halo_options)
         learnable = (edge_weight is not None and edge_weight.requires_grad) or \
             (adj.value is not None and adj.value.requires_grad)
-        name, self.cost_report = choose_algorithm(adj, grid, row_bytes, learnable, self.cost_model, self.group)
+        name, self.cost_report, self.exact_cost_report = choose_algorithm(
+            adj, grid, row_bytes, learnable, self.cost_model, self.group, self.halo_options)
         return name
 
     def explain_algorithm(self) -> str:
@@ -149,13 +173,19 @@ class DistributedGCNConv(GCNConv):
         Not named ``explain``: that is :class:`~torch_geometric.nn.conv.MessagePassing`'s
         explainability flag, set by PyG's :class:`~torch_geometric.explain.Explainer`.
         """
+        note = compression_note(self.out_channels, self._element_size, self.halo_options)
         if not self.cost_report:
-            return f"algorithm={self.algorithm!r} (nothing was chosen automatically)"
+            return "\n".join(filter(None, [f"algorithm={self.algorithm!r} (nothing was chosen automatically)",
+                                            note]))
         header = (f"this layer's SpMM (width {self.out_channels}), forward + backward, i.e. its communication "
                   f"per training step; slowest rank:")
-        return explain_table(self.cost_report, self.chosen_algorithm, header, self.cost_model)
+        table = explain_table(self.cost_report, self.chosen_algorithm, header, self.cost_model,
+                              self.exact_cost_report)
+        return "\n".join(filter(None, [table, note]))
 
     def __repr__(self) -> str:
         extra = f", replication={self.replication}" if self.replication > 1 else ""
+        if not self.halo_options.exact:
+            extra += f", {self.halo_options.describe()}"
         return (f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, "
                 f"algorithm={self.algorithm!r}{extra})")

@@ -1,0 +1,183 @@
+r"""Row codecs of the compressed halo exchange (issue #16): rows of floats to rows of bytes.
+
+A row of ``width`` values is encoded into :func:`payload_row_bytes` bytes (``uint8``), so a
+payload of ``n`` rows is a ``[n, B]`` ``uint8`` tensor that the ordinary row exchange
+(:func:`~pyg_sparsecomm.comm.halo.all_to_all_rows`) moves and counts unchanged.
+
+* ``"bf16"`` / ``"fp16"``: the values cast to that dtype (round to nearest even), 2 bytes each.
+  ``"fp16"`` cannot represent :math:`|v| > 65504`; such rows raise instead of becoming ``inf``.
+* ``"int8"`` / ``"int4"`` (:math:`b = 8, 4` bits, :math:`L = 2^b - 1` levels): per row an offset
+  :math:`o` and a scale :math:`s`, then
+
+  .. math::
+      q_k = \left\lfloor \frac{v_k - o}{s} + u_k \right\rfloor, \quad u_k \sim U[0, 1), \qquad
+      \hat v_k = o + s\, q_k
+
+  (unbiased stochastic rounding: :math:`\mathbb E[\hat v_k] = v_k`, :math:`|\hat v_k - v_k| < s`,
+  :math:`\mathrm{Var}[\hat v_k] \le s^2 / 4`).  ``int4`` packs two values per byte (low nibble:
+  the even column), an odd width pads one zero nibble.
+
+**Scale and offset** are stored in the row as two ``bfloat16`` (4 bytes, the issue's budget):
+``bfloat16`` has float32's exponent range, so neither activations nor tiny gradients
+(:math:`< 6 \cdot 10^{-8}`, fp16's smallest subnormal) over- or underflow, at 8 significant bits.
+The offset is the row minimum rounded *down* to ``bfloat16`` and the scale
+:math:`(\max - o) / L` rounded *up*, so the stored grid :math:`o + s\{0, \dots, L\}` covers
+the row and rounding on it stays unbiased.  The price of 8-bit header precision is a slightly
+coarser grid:
+
+.. math::
+    s \le (1 + 2^{-7}) \frac{\max - \min + 2^{-7} |\min|}{L}
+
+A row whose minimum is a ``bfloat16`` number and whose values are all equal (e.g. a zero row)
+gets :math:`s = 0` and is decoded exactly.
+"""
+import torch
+from torch import Tensor
+
+from .halo_options import PRECISIONS
+
+_FLOAT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+_INT_BITS = {"int8": 8, "int4": 4}
+#: bytes of a row's scale and offset in the integer formats (two bfloat16)
+HEADER_BYTES = 4
+
+
+def check_precision(precision: str | None, what: str = "halo_precision") -> None:
+    """ValueError naming the valid values unless ``precision`` is one of them or ``None``."""
+    if precision is not None and precision not in PRECISIONS:
+        raise ValueError(f"{what}={precision!r} is not a precision; use None (exact) or one of {list(PRECISIONS)}")
+
+
+def payload_row_bytes(width: int, precision: str | None, element_size: int = 4) -> int:
+    r"""Bytes of one exchanged row of ``width`` values: what :func:`encode` produces per row, what
+    the counters record and what the cost model predicts.
+
+    .. math::
+        B = \begin{cases} w e & \text{exact} \\ 2 w & \text{bf16, fp16} \\
+            w + 4 & \text{int8} \\ \lceil w / 2 \rceil + 4 & \text{int4} \end{cases}
+
+    (``w = 0``: 0 bytes, there is nothing to describe.)
+    """
+    check_precision(precision)
+    width = int(width)
+    if precision is None:
+        return width * int(element_size)
+    if precision in _FLOAT_DTYPES or width == 0:
+        return 2 * width
+    values = width if precision == "int8" else (width + 1) // 2
+    return values + HEADER_BYTES
+
+
+def encode(rows: Tensor, precision: str, generator: torch.Generator | None = None) -> Tensor:
+    r"""Encodes ``[n, f]`` floating-point rows into a ``[n, payload_row_bytes(f, precision)]``
+    ``uint8`` payload.
+
+    Args:
+        rows: ``[n, f]`` finite floating-point values.
+        precision: one of :data:`PRECISIONS`.
+        generator: the random numbers of stochastic rounding (integer formats); default: torch's.
+    """
+    check_precision(precision)
+    if precision is None:
+        raise ValueError("encode: precision=None is the exact exchange, there is nothing to encode")
+    if rows.dim() != 2 or not rows.is_floating_point():
+        raise ValueError(f"encode: expected [n, f] floating-point rows, got {tuple(rows.shape)} {rows.dtype}")
+    n, width = rows.shape
+    if n == 0 or width == 0:
+        return rows.new_empty((n, payload_row_bytes(width, precision)), dtype=torch.uint8)
+    if precision in _FLOAT_DTYPES:
+        return _encode_float(rows, precision)
+    return _encode_int(rows, _INT_BITS[precision], generator)
+
+
+def decode(payload: Tensor, width: int, precision: str, dtype: torch.dtype = torch.float32) -> Tensor:
+    """The ``[n, width]`` rows of ``dtype`` a payload of :func:`encode` describes."""
+    check_precision(precision)
+    if precision is None:
+        raise ValueError("decode: precision=None is the exact exchange, there is nothing to decode")
+    expected = payload_row_bytes(width, precision)
+    if payload.dim() != 2 or payload.dtype != torch.uint8 or payload.size(1) != expected:
+        raise ValueError(f"decode: a {precision} payload of width {width} is [n, {expected}] uint8, "
+                         f"got {tuple(payload.shape)} {payload.dtype}")
+    n = payload.size(0)
+    if n == 0 or width == 0:
+        return payload.new_empty((n, width), dtype=dtype)
+    if precision in _FLOAT_DTYPES:
+        return bytes_as(payload, _FLOAT_DTYPES[precision]).to(dtype)
+    offset, scale = bytes_as(payload[:, :HEADER_BYTES], torch.bfloat16).to(dtype).unbind(1)
+    levels = _unpack(payload[:, HEADER_BYTES:], width, _INT_BITS[precision]).to(dtype)
+    return torch.addcmul(offset.unsqueeze(1), levels, scale.unsqueeze(1))
+
+
+def _encode_float(rows: Tensor, precision: str) -> Tensor:
+    cast = rows.to(_FLOAT_DTYPES[precision])
+    if not bool(torch.isfinite(cast).all()):
+        bad = "is not finite" if not bool(torch.isfinite(rows).all()) else f"exceeds the range of {precision}"
+        fix = "" if precision == "bf16" else " (use 'bf16', which has float32's range)"
+        raise ValueError(f"halo precision {precision!r}: a value {bad}{fix}")
+    return as_bytes(cast)
+
+
+def _encode_int(rows: Tensor, bits: int, generator: torch.Generator | None) -> Tensor:
+    offset, scale = row_grid(rows, bits)
+    work = torch.promote_types(rows.dtype, torch.float32)
+    inv = torch.where(scale > 0, 1 / scale.to(work), torch.zeros((), dtype=work, device=rows.device))
+    v = (rows.to(work) - offset.to(work).unsqueeze(1)) * inv.unsqueeze(1)
+    u = torch.rand(v.shape, generator=generator, dtype=work, device=rows.device)
+    # floor(v + u) with v in [0, L]: clamp only guards the last float ulp of v
+    levels = torch.floor(v + u).clamp_(0, (1 << bits) - 1).to(torch.uint8)
+    header = as_bytes(torch.stack([offset, scale], dim=1))
+    return torch.cat([header, _pack(levels, bits)], dim=1)
+
+
+def row_grid(rows: Tensor, bits: int) -> tuple[Tensor, Tensor]:
+    """Per row the ``bfloat16`` offset (the minimum rounded down) and scale (rounded up) whose grid
+    ``offset + scale * {0, ..., 2^bits - 1}`` covers the row; ValueError for non-finite rows."""
+    low, high = rows.amin(dim=1), rows.amax(dim=1)
+    work = torch.promote_types(rows.dtype, torch.float32)
+    low, high = low.to(work), high.to(work)
+    if not bool(torch.isfinite(high - low).all()):
+        raise ValueError(f"halo precision int{bits}: a row has a non-finite value or a range (max - min) that "
+                         f"overflows {work}; quantize finite rows only")
+    offset = _round_bf16(low, down=True)
+    scale = _round_bf16((high - offset.to(work)) / ((1 << bits) - 1), down=False)
+    return offset, scale
+
+
+def _round_bf16(x: Tensor, down: bool) -> Tensor:
+    """``x`` rounded to ``bfloat16`` towards ``-inf`` (``down``) or ``+inf``."""
+    rounded = x.to(torch.bfloat16)
+    wrong = rounded.to(x.dtype) > x if down else rounded.to(x.dtype) < x
+    target = torch.full_like(rounded, float("-inf") if down else float("inf"))
+    return torch.where(wrong, torch.nextafter(rounded, target), rounded)
+
+
+def as_bytes(rows: Tensor) -> Tensor:
+    """``[n, f]`` rows of any dtype as ``[n, f * element_size]`` bytes (a copy: ``Tensor.view(dtype)``
+    refuses slices and single rows whose strides are not multiples of the element size)."""
+    out = torch.empty((rows.size(0), rows.size(1) * rows.element_size()), dtype=torch.uint8, device=rows.device)
+    out.view(rows.dtype).copy_(rows)
+    return out
+
+
+def bytes_as(payload: Tensor, dtype: torch.dtype) -> Tensor:
+    """The inverse of :func:`as_bytes`: ``[n, B]`` bytes as ``[n, B / element_size]`` values of ``dtype``."""
+    size = torch.empty((), dtype=dtype).element_size()
+    out = torch.empty((payload.size(0), payload.size(1) // size), dtype=dtype, device=payload.device)
+    out.view(torch.uint8).copy_(payload)
+    return out
+
+
+def _pack(levels: Tensor, bits: int) -> Tensor:
+    """``[n, f]`` levels to ``[n, ceil(f * bits / 8)]`` bytes; int4: two per byte, low nibble first."""
+    if bits == 8:
+        return levels
+    if levels.size(1) % 2:
+        levels = torch.cat([levels, levels.new_zeros((levels.size(0), 1))], dim=1)
+    return levels[:, 0::2] | (levels[:, 1::2] << 4)
+
+
+def _unpack(packed: Tensor, width: int, bits: int) -> Tensor:
+    if bits == 8:
+        return packed
+    return torch.stack([packed & 0x0F, packed >> 4], dim=2).reshape(packed.size(0), -1)[:, :width]
