@@ -10,6 +10,7 @@ from ..comm.counters import comm_counter
 from ..comm.halo import start_all_to_all_rows, start_p2p_rows
 from ..comm.halo_options import ExchangeSlots, HaloOptions
 from ..comm.quantized_halo import decode_rows, encode_rows
+from ..comm.stale import is_training, stale_halo_exchange
 from ..cost import CostModel, Prediction, RankVolumes, RowBytes
 from .base import SpMMAlgorithm
 from .sparse_1d import exchange_prediction
@@ -59,6 +60,7 @@ class Overlap1D(SpMMAlgorithm):
     name = "1d_overlap"
     differentiates_edge_weights = False
     supports_precision = True  # rows are encoded before the exchange starts, decoded after the wait
+    supports_staleness = True
     #: how the exchange is started: one non-blocking all-to-allv with split sizes
     start_exchange = staticmethod(start_all_to_all_rows)
 
@@ -87,6 +89,12 @@ class Overlap1D(SpMMAlgorithm):
     def __call__(self, x: Tensor) -> Tensor:
         if self.adj.plan.world_size == 1:
             return spmm(self.adj, x)
+        if self.options.staleness and is_training(self.slots):
+            # the previous step's halo rows are at hand: nothing to overlap within this step,
+            # this step's rows travel (started the same way) while the rest of the step computes
+            halo = stale_halo_exchange(x, self.adj.plan, self.group, self.options, self.slots, "x",
+                                       self.start_exchange)
+            return spmm(self.adj, torch.cat([x, halo], dim=0))
         return _OverlappedSpMM.apply(x, self)
 
     @classmethod

@@ -72,6 +72,7 @@ class SparseAware15D(SpMMAlgorithm):
     #: the column-group halo exchange is compressed; the row-group all-reduce of partial sums stays
     #: exact (it sums, and rounding each addend would compound over the c ranks)
     supports_precision = True
+    supports_staleness = True  # stale halos of the column group; row sums stay synchronous
     grid: ProcessGrid  # SpMMAlgorithm.__init__ refuses a replicated algorithm without one
 
     def __init__(self, adj: HaloAdj, group: dist.ProcessGroup | None = None,

@@ -20,6 +20,7 @@ class SparseAware1D(SpMMAlgorithm):
     name = "1d"
     auto_candidate = True
     supports_precision = True
+    supports_staleness = True
 
     def __call__(self, x: Tensor) -> Tensor:
         return self.multiply(x, self.exchange(x))

@@ -97,10 +97,29 @@ class ExchangeSlots:
 
     Owned by the layer (``DistributedGCNConv`` or a layer of ``distribute``), so state never
     leaks between layers; dropped on pickling (a copied model starts a new pipeline).
+
+    The layer calls :meth:`begin_call` at the start of every forward: it records whether the
+    call trains (``training``: stale exchanges run only then) and numbers the exchanges of
+    the call, so a layer exchanging several times per forward (APPNP's ``K`` propagations)
+    keeps one pipeline per exchange (:meth:`call_site`: ``"x"``, ``"x#1"``, ...).
     """
 
     def __init__(self) -> None:
         self.slots: dict[str, Any] = {}
+        self.training = True
+        self._calls: dict[str, int] | None = None  # None: no begin_call yet, keys are used as given
+
+    def begin_call(self, training: bool) -> None:
+        """A new forward of the owning layer (``training``: its ``self.training``)."""
+        self.training, self._calls = bool(training), {}
+
+    def call_site(self, key: str) -> str:
+        """The slot of the next exchange named ``key`` in this call: ``key``, then ``key#1``, ..."""
+        if self._calls is None:
+            return key
+        n = self._calls.get(key, 0)
+        self._calls[key] = n + 1
+        return key if n == 0 else f"{key}#{n}"
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.slots.get(key, default)
@@ -118,4 +137,4 @@ class ExchangeSlots:
         self.slots.clear()
 
     def __getstate__(self) -> dict:
-        return {"slots": {}}
+        return {"slots": {}, "training": self.training, "_calls": None}

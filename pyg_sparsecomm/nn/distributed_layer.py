@@ -132,6 +132,7 @@ def _enter(conv: MessagePassing, args: tuple, kwargs: dict):
     if not adj_at:
         if outer is not None:  # a layer called by a distributed layer (e.g. AntiSymmetricConv's phi)
             state.entered.append(True)
+            state.exchange_slots.begin_call(conv.training)
             shard_context.push(outer)
             return None
         if world_size(settings.group) > 1 and any(_is_graph_argument(v) for v in list(args) + list(kwargs.values())):
@@ -151,6 +152,7 @@ def _enter(conv: MessagePassing, args: tuple, kwargs: dict):
     context = shard_context.ShardContext(adj, group, adj.edge_index())
     shard_context.push(context)
     state.entered.append(True)
+    state.exchange_slots.begin_call(conv.training)
     if isinstance(adj_at[0], int):
         args = args[:adj_at[0]] + (context.edge_index,) + args[adj_at[0] + 1:]
     else:

@@ -137,6 +137,7 @@ class DistributedGCNConv(GCNConv):
         if not x.is_floating_point():
             raise ValueError(f"x must be a floating point tensor, got dtype {x.dtype}")
         self._element_size = x.element_size()
+        self.exchange_slots.begin_call(self.training)
         spmm = self._cached_spmm
         if spmm is None:
             if self.chosen_algorithm is None:

@@ -1,0 +1,284 @@
+r"""Pipelined (stale) halo exchange: epoch :math:`t` uses the halo rows and halo gradients of
+epoch :math:`t - 1`, exchanged while epoch :math:`t` computes (PipeGCN, Wan et al., ICLR'22).
+
+One :class:`StaleHalo` per call site (a layer's exchange, kept in the layer's
+:class:`~pyg_sparsecomm.comm.halo_options.ExchangeSlots` under its key) holds the pipeline.
+With :math:`h(x)` the exact halo rows of ``x`` (:func:`~pyg_sparsecomm.comm.halo.halo_exchange`),
+:math:`g_t` the gradient of the halo rows at step :math:`t` and :math:`R(g)` the reverse
+exchange that sums halo gradients into their owners' rows, training step :math:`t` computes
+
+.. math::
+    \mathrm{halo}_t = u_t, \qquad
+    \frac{\partial L_t}{\partial x_t} = \Big(\frac{\partial L_t}{\partial x_t}\Big)_{\mathrm{local}} + v_t
+
+    u_0 = h(x_0), \quad u_t = \gamma\, u_{t-1} + (1 - \gamma)\, h(x_{t-1}) \quad (t \ge 1)
+
+    v_0 = R(g_0), \quad v_t = \gamma\, v_{t-1} + (1 - \gamma)\, R(g_{t-1}) \quad (t \ge 1)
+
+with :math:`\gamma` = ``stale_smoothing`` (``None``: :math:`\gamma = 0`, i.e. :math:`u_t = h(x_{t-1})`,
+:math:`v_t = R(g_{t-1})`; :math:`u_1 = h(x_0)` and :math:`v_1 = R(g_0)` for every :math:`\gamma`).
+The halo rows are constants of step :math:`t` (no gradient path into :math:`x_{t-1}`).
+Step 0 exchanges synchronously; step :math:`t \ge 1` *starts* the exchange of :math:`x_t`
+(forward) and of :math:`g_t` (backward) without waiting and waits for it only at step
+:math:`t + 1`: every step moves the bytes of one exact forward and one exact backward exchange.
+
+Every pipelined exchange runs on a dedicated process group over the same ranks
+(:func:`pipeline_group`), so its pending all-to-allvs never interleave with the synchronous
+collectives of the exchange's own group; waits are bounded by the default group's timeout.
+Evaluation (``slots.training`` false or gradients disabled) exchanges exactly and synchronously
+and leaves the pipeline alone.  The payload passes through a :class:`RowCodec` (identity here;
+a compressed wire format plugs in there).
+"""
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from ..plan import RankPlan
+from .counters import comm_counter
+from .halo import halo_exchange, start_all_to_all_rows
+
+#: starts a non-blocking row exchange: ``(send, send_counts, recv_counts, group, kind) -> (recv, work)``
+StartExchange = Callable[..., tuple[Tensor, Any]]
+
+#: (default group, ranks) -> the dedicated group of the pipelined exchanges over those ranks
+_PIPELINE_GROUPS: dict[tuple[int, ...], tuple[Any, dist.ProcessGroup]] = {}
+
+
+def _default_timeout() -> timedelta | None:
+    """The default group's timeout (``new_group`` would otherwise use the 30 min library default)."""
+    try:
+        backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
+        return backend.options._timeout
+    except (AttributeError, RuntimeError):  # another backend: the library default applies
+        return None
+
+
+def pipeline_group(group: dist.ProcessGroup | None) -> dist.ProcessGroup:
+    """The dedicated process group of pipelined exchanges over the ranks of ``group``.
+
+    Created at the first call (only the members of ``group`` take part, which they all do:
+    the first stale exchange is itself collective) and cached while the default group lives.
+    """
+    default = dist.distributed_c10d._get_default_group()
+    ranks = tuple(dist.get_process_group_ranks(group)) if group is not None else tuple(range(dist.get_world_size()))
+    cached = _PIPELINE_GROUPS.get(ranks)
+    if cached is not None and cached[0] is default:
+        return cached[1]
+    created = dist.new_group(list(ranks), timeout=_default_timeout(), use_local_synchronization=True)
+    assert created is not None  # this rank is a member of ``group``
+    _PIPELINE_GROUPS[ranks] = (default, created)
+    return created
+
+
+class RowCodec:
+    """How rows travel: ``encode`` rows to a payload of rows, ``decode`` the received payload.
+
+    The identity (this class) sends rows as they are; a compressed format (``halo_precision``)
+    subclasses it.  Bytes are counted on the payload, so they are the wire's.
+    """
+
+    def encode(self, rows: Tensor) -> Tensor:
+        return rows
+
+    def decode(self, payload: Tensor, like: Tensor) -> Tensor:
+        """``like``: a tensor with the decoded rows' trailing shape and dtype."""
+        return payload
+
+
+IDENTITY = RowCodec()
+
+
+class _Pending:
+    """One started exchange: the payload buffer being received, its work handle, and an empty
+    tensor shaped like the rows sent (what the payload decodes to)."""
+
+    def __init__(self, recv: Tensor, work, like: Tensor) -> None:
+        self.recv, self.work, self.like = recv, work, like
+
+    def wait(self) -> Tensor:
+        with comm_counter().timed():
+            self.work.wait()
+        return self.recv
+
+
+def _smooth(previous: Tensor | None, new: Tensor, gamma: float) -> Tensor:
+    """``γ previous + (1 - γ) new`` (``new`` itself when there is no previous value or γ = 0)."""
+    if previous is None or gamma == 0.0:
+        return new
+    return previous.mul(gamma).add_(new, alpha=1.0 - gamma)
+
+
+class _Pipe:
+    r"""One direction of a pipelined exchange: the value of step :math:`t` is what was sent at
+    step :math:`t - 1` (smoothed), while this step's rows travel.
+
+    Step 0 exchanges synchronously and its result serves steps 0 and 1.
+    """
+
+    def __init__(self, codec: RowCodec, gamma: float, kind: str, start: StartExchange) -> None:
+        self.codec, self.gamma, self.kind, self.start = codec, gamma, kind, start
+        self.value: Tensor | None = None
+        self.pending: _Pending | None = None
+        self.steps = 0
+
+    def step(self, rows: Tensor, send_counts: list[int], recv_counts: list[int],
+             group: dist.ProcessGroup) -> Tensor:
+        """Sends ``rows`` (this step's); returns the (smoothed) rows received for this step."""
+        if self.steps == 0:
+            self.value = self._received(self._start(rows, send_counts, recv_counts, group))
+        else:
+            if self.pending is not None:
+                self.value = _smooth(self.value, self._received(self.pending), self.gamma)
+            self.pending = self._start(rows, send_counts, recv_counts, group)
+        self.steps += 1
+        assert self.value is not None
+        return self.value
+
+    def _start(self, rows: Tensor, send_counts: list[int], recv_counts: list[int],
+               group: dist.ProcessGroup) -> _Pending:
+        with comm_counter().timed():  # posting is communication time the step cannot hide
+            recv, work = self.start(self.codec.encode(rows.contiguous()), send_counts, recv_counts,
+                                    group, self.kind)
+        return _Pending(recv, work, rows.new_empty((0,) + tuple(rows.shape[1:])))
+
+    def _received(self, pending: _Pending) -> Tensor:
+        return self.codec.decode(pending.wait(), pending.like)
+
+    def drain(self) -> None:
+        """Waits for the exchange in flight (its rows are kept for the next step)."""
+        if self.pending is not None:
+            pending, self.pending = self.pending, None
+            self.value = _smooth(self.value, self._received(pending), self.gamma)
+
+
+class StaleHalo:
+    """The pipeline of one call site: the halo rows (forward) and halo gradients (backward)
+    of the previous training step, and the exchanges of this step in flight.
+
+    Args:
+        plan: the rank's plan (every later call must use the same one).
+        group: the exchange's process group (pipelined exchanges run on :func:`pipeline_group`).
+        smoothing: ``γ`` of the exponential smoothing (``None``: 0, no smoothing).
+        codec, grad_codec: payload formats of the halo rows and of the halo gradients.
+        start: how exchanges are started (one all-to-allv, or point-to-point to the peers with rows).
+    """
+
+    def __init__(self, plan: RankPlan, group: dist.ProcessGroup | None, smoothing: float | None = None,
+                 codec: RowCodec = IDENTITY, grad_codec: RowCodec = IDENTITY,
+                 start: StartExchange = start_all_to_all_rows) -> None:
+        self.plan, self.group, self.start = plan, group, start
+        self.pipe_group = pipeline_group(group)
+        gamma = float(smoothing or 0.0)
+        self.rows = _Pipe(codec, gamma, "halo", start)
+        self.grads = _Pipe(grad_codec, gamma, "halo_grad", start)
+        self.row_shape: tuple[tuple[int, ...], torch.dtype] | None = None
+
+    def check(self, x: Tensor, plan: RankPlan, group: dist.ProcessGroup | None,
+              start: StartExchange = start_all_to_all_rows) -> None:
+        """Raises unless ``x``, ``plan``, ``group`` and ``start`` are those of the previous steps."""
+        if plan is not self.plan and not same_plan(plan, self.plan):
+            raise ValueError("staleness needs full-graph training on the same shard: this exchange got a "
+                             "different plan (another graph, or a mini-batch) than at its first step; use "
+                             "staleness=0 with mini-batch loaders, or a new layer for another graph")
+        if group is not self.group:
+            raise ValueError("staleness: this exchange got another process group than at its first step")
+        if start is not self.start:
+            raise ValueError("staleness: this exchange is started another way than at its first step")
+        shape = (tuple(x.shape[1:]), x.dtype)
+        if self.row_shape is not None and shape != self.row_shape:
+            raise ValueError(f"staleness: rows of shape {shape[0]} and dtype {shape[1]} reach an exchange that "
+                             f"carried {self.row_shape[0]} / {self.row_shape[1]} rows: the previous step's "
+                             f"halos cannot stand in for them")
+        self.row_shape = shape
+
+    def forward_step(self, x: Tensor) -> Tensor:
+        """This step's halo rows (the previous step's, smoothed); starts sending ``x``'s."""
+        send = x.detach().index_select(0, self.plan.send_index)
+        return self.rows.step(send, self.plan.send_counts, self.plan.recv_counts, self.pipe_group).clone()
+
+    def backward_step(self, grad_halo: Tensor) -> Tensor:
+        """The owned rows' halo gradient of the previous step (smoothed); starts sending ``grad_halo``."""
+        back = self.grads.step(grad_halo.contiguous(), self.plan.recv_counts, self.plan.send_counts,
+                               self.pipe_group)
+        grad = back.new_zeros((self.plan.num_owned,) + tuple(back.shape[1:]))
+        return grad.index_add_(0, self.plan.send_index, back)
+
+    def drain(self) -> None:
+        """Waits for both exchanges in flight (e.g. before saving or timing); the pipeline goes on."""
+        self.rows.drain()
+        self.grads.drain()
+
+
+def same_plan(a: RankPlan, b: RankPlan) -> bool:
+    """Whether two plans exchange the same rows between the same ranks."""
+    return (a.rank == b.rank and a.world_size == b.world_size and a.send_counts == b.send_counts
+            and a.recv_counts == b.recv_counts and torch.equal(a.n_id, b.n_id)
+            and torch.equal(a.halo_n_id, b.halo_n_id) and torch.equal(a.send_index, b.send_index))
+
+
+class _StaleExchange(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: Tensor, state: StaleHalo) -> Tensor:
+        ctx.state = state
+        return state.forward_step(x)
+
+    @staticmethod
+    def backward(ctx, grad_halo: Tensor):
+        return ctx.state.backward_step(grad_halo), None
+
+
+def is_training(slots: Any) -> bool:
+    """Whether a call is a training step: gradients enabled and the layer in training mode
+    (``slots.training``, kept by the layer; ``True`` when the slots do not say)."""
+    return torch.is_grad_enabled() and bool(getattr(slots, "training", True))
+
+
+def stale_halo_exchange(x: Tensor, plan: RankPlan, group: dist.ProcessGroup | None, options: Any,
+                        slots: Any, key: str = "x", start: StartExchange = start_all_to_all_rows) -> Tensor:
+    r"""The halo rows of ``x`` under ``staleness=1`` (see the module docstring for the math).
+
+    In a training step, returns the halo rows of the previous step's ``x`` (step 0: of ``x``)
+    and starts sending ``x``'s rows for the next step; in backward, the owned rows receive the
+    previous step's halo gradients and this step's are sent.  In evaluation (``slots.training``
+    false or gradients disabled) the exchange is exact and synchronous and the pipeline is left
+    as it was.
+
+    Args:
+        x: ``[num_owned, ...]`` owned rows.
+        plan: this rank's plan; the same (or an equal) plan at every step.
+        group: the exchange's process group.
+        options: the layer's ``HaloOptions`` (``staleness``, ``stale_smoothing``, precisions).
+        slots: the layer's ``ExchangeSlots``; the pipeline lives in ``slots[key]``.
+        key: the call site's name within the layer (numbered per call by ``slots.call_site``).
+        start: how an exchange is started (``start_all_to_all_rows`` or ``start_p2p_rows``).
+
+    Returns:
+        ``[halo_size, ...]`` halo rows; differentiable in ``x`` through the stale backward.
+    """
+    if x.size(0) != plan.num_owned:
+        raise ValueError(f"stale_halo_exchange: x has {x.size(0)} rows but this rank owns {plan.num_owned}")
+    if plan.world_size == 1 or not is_training(slots):
+        return halo_exchange(x, plan, group)
+    if slots is None:
+        raise ValueError("staleness needs the layer's ExchangeSlots (the previous step's halos live there)")
+    key = slots.call_site(key) if hasattr(slots, "call_site") else key
+    state = slots.get(key)
+    if state is None:
+        codec, grad_codec = payload_codecs(options)
+        state = StaleHalo(plan, group, options.stale_smoothing, codec, grad_codec, start)
+        slots[key] = state
+    state.check(x, plan, group, start)
+    return _StaleExchange.apply(x, state)
+
+
+def payload_codecs(options: Any) -> tuple[RowCodec, RowCodec]:
+    """The payload formats of the halo rows and gradients (the identity for exact payloads)."""
+    if getattr(options, "precision", None) is not None or getattr(options, "grad_precision", None) is not None:
+        raise NotImplementedError("staleness=1 with halo_precision / halo_grad_precision is not supported: "
+                                  "use one of the two (staleness=1 with exact payloads, or a precision "
+                                  "with staleness=0)")
+    return IDENTITY, IDENTITY
