@@ -205,6 +205,7 @@ def main() -> None:
     p.add_argument("--time-epochs", type=int, default=3, help="epochs per configuration and round")
     p.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "halo_compression_runs.json")
     p.add_argument("--out", type=Path, default=HERE, help="where the curves JSON and PNGs go")
+    p.add_argument("--no-timing", action="store_true", help="accuracy runs only (fills the cache; no tables)")
     p.add_argument("--quick", action="store_true", help="Cora, 1 seed, 20 epochs, P = 2; RESULTS.md untouched")
     args = p.parse_args()
     if args.quick:
@@ -220,14 +221,18 @@ def main() -> None:
     acc_all, time_all, all_curves = [], [], {}
     for name in args.graphs:
         data = partitioned(name, 2)
-        data_by_p = {2: data, **{P: partitioned(name, P) for P in args.parts if P != 2}}
         results = accuracy_runs(name, data, args, cache, args.cache)
+        if args.no_timing:
+            continue
+        data_by_p = {2: data, **{P: partitioned(name, P) for P in args.parts if P != 2}}
         timing = timings(name, data_by_p, args)
         rows, summaries = accuracy_rows(name, data, results, timing, args)
         acc_all += rows
         time_all += timing_rows(name, timing, args)
         all_curves[name] = curves(summaries)
         print_table(acc_head, rows)
+    if args.no_timing:
+        return
     print()
     print_table(acc_head, acc_all)
     print()
