@@ -61,32 +61,37 @@ def curves(summaries: dict) -> dict:
 
 
 def plot_curves(all_curves: dict, out: Path) -> list[str]:
-    """Loss and test-accuracy curves, one panel per (graph, model), one line per option."""
+    """Loss, loss minus exact's loss and test-accuracy curves: one panel per (graph, model),
+    one line per option."""
     try:
         from pyg_sparsecomm.plots import _pyplot
         plt = _pyplot()
     except ImportError as e:
         print(f"no figures: {e}")
         return []
+    graphs = list(all_curves)
+    models = list(dict.fromkeys(m for g in graphs for m in all_curves[g]))
+    if not models:
+        return []
     names = []
-    for key, label in (("loss", "training loss"), ("test_acc", "test accuracy")):
-        graphs = list(all_curves)
-        models = sorted({m for g in graphs for m in all_curves[g]})
-        if not models:
-            return []
+    for key, label in (("loss", "training loss"), ("loss_gap", "loss - exact's loss"), ("test_acc", "test accuracy")):
         fig, axes = plt.subplots(len(graphs), len(models), figsize=(4 * len(models), 3 * len(graphs)),
                                  squeeze=False)
         for i, g in enumerate(graphs):
             for j, m in enumerate(models):
-                ax = axes[i][j]
-                for option, c in all_curves[g].get(m, {}).items():
-                    x = range(1, len(c["loss"]) + 1) if key == "loss" else c["eval_epochs"]
-                    ax.plot(list(x), c[key], label=option, lw=1)
+                ax, runs = axes[i][j], all_curves[g].get(m, {})
+                for option, c in runs.items():
+                    if key == "loss_gap":
+                        if "exact" not in runs:
+                            continue
+                        y = list(np.subtract(c["loss"], runs["exact"]["loss"]))
+                    else:
+                        y = c["loss" if key == "loss" else key]
+                    x = c["eval_epochs"] if key == "test_acc" else range(1, len(y) + 1)
+                    ax.plot(list(x), y, label=option, lw=1)
                 ax.set_title(f"{g} {m}", fontsize=9)
                 ax.set_xlabel("epoch", fontsize=8)
                 ax.set_ylabel(label, fontsize=8)
-                if key == "test_acc":
-                    ax.set_ylim(bottom=max(0.0, ax.get_ylim()[0]))
         axes[0][-1].legend(fontsize=6)
         name = f"halo_compression_{key}.png"
         fig.savefig(out / name, dpi=70, bbox_inches="tight")
