@@ -26,16 +26,20 @@ def ranks_of_partition(data: Data, num_parts: int = PREDICTED_P) -> list[RankVol
     return volumes_of_all_ranks(pattern.volume_matrix(), pattern.part_sizes, 1, pattern.spans)
 
 
-def exchange_time(ranks: list[RankVolumes], row_bytes: list[float], model: CostModel = NETWORK) -> float:
-    r"""Predicted exchange seconds of one epoch on the slowest rank:
+def exchange_time(ranks: list[RankVolumes], row_bytes: list[float],
+                  model: CostModel = NETWORK) -> tuple[float, int]:
+    r"""Predicted exchange seconds of one epoch on the slowest rank,
     :math:`\max_r \sum_\ell \mathrm{predict}_{1d}(r, b_\ell)` with :math:`b_\ell` the bytes per
-    halo row of layer :math:`\ell` (rounded up: a row's payload is whole bytes)."""
+    halo row of layer :math:`\ell` (rounded up: a row's payload is whole bytes), and the bytes
+    all ranks send."""
     cls = algorithm_class("1d")
-    seconds = np.zeros(len(ranks))
+    seconds, sent = np.zeros(len(ranks)), 0
     for i, volumes in enumerate(ranks):
         for b in row_bytes:
-            seconds[i] += cls.predict(volumes, model, int(np.ceil(b - 1e-9))).seconds
-    return float(seconds.max())
+            prediction = cls.predict(volumes, model, int(np.ceil(b - 1e-9)))
+            seconds[i] += prediction.seconds
+            sent += prediction.bytes_sent
+    return float(seconds.max()), sent
 
 
 def stale_exposed(comm: float, exact_timing: dict | None, parts_measured: int = 2) -> float | None:
