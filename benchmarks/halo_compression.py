@@ -110,26 +110,24 @@ def models_for(name: str, args, timing: bool = False) -> list[str]:
 
 
 def accuracy_runs(name, data, args, cache, cache_path) -> dict:
-    """``{(model, option, seed): per-rank results}``; cached runs are not repeated, refused ones are
-    (``--cached-only``: nothing runs, missing ones are reported "not run")."""
+    """``{(model, option, seed): per-rank results}``, cached per configuration; a refused option is
+    cached as its error and tried again, unless ``--cached-only`` (nothing runs; missing: "not run")."""
     epochs = args.epochs or EPOCHS[name]
+
+    def key(config) -> str:
+        return f"{name}|{epochs}|{'|'.join(map(str, config))}"
+
     results = {}
     for option in args.options:
         configs = [(m, option, s) for m in models_for(name, args) for s in range(args.seeds)]
-        todo = [c for c in configs if f"{name}|{epochs}|{'|'.join(map(str, c))}" not in cache and not args.cached_only]
+        todo = [] if args.cached_only else [c for c in configs if key(c) not in cache or "error" in cache[key(c)][0]]
         if todo:
             t0 = time.perf_counter()
             per_rank = launch(_accuracy_job, 2, data, todo, epochs, args.eval_every, timeout=7200)
-            for c in todo:
-                runs = [r[c] for r in per_rank]
-                if "error" not in runs[0]:
-                    cache[f"{name}|{epochs}|{'|'.join(map(str, c))}"] = runs
-                else:
-                    results[c] = runs
+            cache.update({key(c): [r[c] for r in per_rank] for c in todo})
             cache_path.write_text(json.dumps(cache))
             print(f"  {name} {option}: {len(todo)} runs in {time.perf_counter() - t0:.0f} s", flush=True)
-        for c in configs:
-            results.setdefault(c, cache.get(f"{name}|{epochs}|{'|'.join(map(str, c))}"))
+        results.update({c: cache.get(key(c)) for c in configs})
     return results
 
 
