@@ -146,6 +146,12 @@ def summarize(runs) -> dict:
 
 
 # tables --------------------------------------------------------------------------------------
+def short(error: str) -> str:
+    """An error's type and first clause (the tables repeat it per row)."""
+    kind, _, message = error.partition(": ")
+    return f"not available: {kind}: {message.split(': ')[0]}"
+
+
 def pm(values) -> str:
     return f"{100 * statistics.mean(values):.2f} ± {100 * statistics.stdev(values) if len(values) > 1 else 0:.2f}"
 
@@ -158,8 +164,7 @@ def accuracy_rows(name, data, results, timing, args) -> tuple[list, dict]:
         for option in args.options:
             seeds = [r for r in (results[(model, option, s)] for s in range(args.seeds)) if r is not None]
             if not seeds or "error" in seeds[0][0]:
-                msg = seeds[0][0]["error"] if seeds else "not run"
-                rows.append([name, model, option, f"not available: {msg}"] + ["-"] * 8)
+                rows.append([name, model, option, short(seeds[0][0]["error"]) if seeds else "not run"] + ["-"] * 8)
                 continue
             s = [summarize(runs) for runs in seeds]
             summaries[(model, option)] = s
@@ -190,7 +195,7 @@ def timing_rows(name, timing, args) -> list:
             for P in args.parts:
                 t = timing.get((P, model, option))
                 if t is None or "error" in t:
-                    row += [f"not available: {t['error']}" if t else "not run", "-", "-"]
+                    row += [short(t["error"]) if t else "not run", "-", "-"]
                     continue
                 exact = timing.get((P, model, "exact"), {})
                 hidden = "-"
