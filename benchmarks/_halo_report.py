@@ -84,6 +84,9 @@ def plot_curves(all_curves: dict, out: Path) -> list[str]:
         for i, g in enumerate(graphs):
             for j, m in enumerate(models):
                 ax, runs = axes[i][j], all_curves[g].get(m, {})
+                if not runs:
+                    ax.axis("off")  # the model did not run on this graph
+                    continue
                 for option, c in runs.items():
                     if key == "loss_gap":
                         if "exact" not in runs:
