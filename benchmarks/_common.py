@@ -39,6 +39,13 @@ def sparse_sbm_graph(num_nodes: int, num_blocks: int, degree: float, p_in: float
     """Sparse stochastic block model: ``num_nodes * degree / 2`` undirected pairs, a fraction
     ``p_in`` inside the source's (random) block, the rest uniform; self-loops and duplicates
     dropped, both directions kept (O(E) memory, unlike PyG's dense ``stochastic_blockmodel_graph``)."""
+    edge_index, _ = sparse_sbm_edges(num_nodes, num_blocks, degree, p_in, seed)
+    return Data(edge_index=edge_index, num_nodes=num_nodes)
+
+
+def sparse_sbm_edges(num_nodes: int, num_blocks: int, degree: float, p_in: float,
+                     seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The edges of :func:`sparse_sbm_graph` and the block of every node."""
     gen = torch.Generator().manual_seed(seed)
     block = torch.randint(num_blocks, (num_nodes,), generator=gen)
     order = torch.argsort(block)
@@ -51,8 +58,7 @@ def sparse_sbm_graph(num_nodes: int, num_blocks: int, degree: float, p_in: float
     outside = torch.randint(num_nodes, (m,), generator=gen)
     dst = torch.where(torch.rand(m, generator=gen) < p_in, inside, outside)
     edge_index, _ = remove_self_loops(torch.stack([src, dst]))
-    edge_index = to_undirected(edge_index, num_nodes=num_nodes)
-    return Data(edge_index=edge_index, num_nodes=num_nodes)
+    return to_undirected(edge_index, num_nodes=num_nodes), block
 
 
 def with_features(data, num_features: int = 64, num_classes: int = 8, seed: int = 0):
