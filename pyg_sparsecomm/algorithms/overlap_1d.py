@@ -9,7 +9,7 @@ from ..adj import HaloAdj, coo_to_csr, spmm
 from ..comm.counters import comm_counter
 from ..comm.halo import start_all_to_all_rows, start_p2p_rows
 from ..comm.halo_options import ExchangeSlots, HaloOptions
-from ..comm.quantized_halo import decode_rows, encode_rows
+from ..comm.quantize import decode_rows, encode_rows
 from ..comm.stale import is_training, stale_halo_exchange
 from ..cost import CostModel, Prediction, RankVolumes, RowBytes
 from .base import SpMMAlgorithm

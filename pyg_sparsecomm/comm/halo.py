@@ -6,6 +6,11 @@ Forward (ICPP'24 Algorithm 1, lines 2-6): gather the rows every peer needs
 halo gradients travel back to their owners (the reverse all-to-allv) and are
 summed into the owned rows with ``index_add_`` (a row sent to several peers
 accumulates all their gradients).  Nothing assumes ``A = A^T``.
+
+Rows and gradients may travel compressed (``halo_precision``, AdaQP): each row is encoded by
+:mod:`~pyg_sparsecomm.comm.quantize` before it leaves and decoded where it arrives, so the
+counter records the payload, scale and offset included.  The backward passes gradients
+straight through the rounding (unbiased: exact in expectation).
 """
 import torch
 import torch.distributed as dist
@@ -13,6 +18,7 @@ from torch import Tensor
 
 from ..plan import RankPlan
 from .counters import comm_counter, row_nbytes
+from .quantize import decode_rows, encode_rows
 
 
 def start_all_to_all_rows(send: Tensor, send_counts: list[int], recv_counts: list[int],
@@ -81,41 +87,50 @@ def all_to_all_rows(send: Tensor, send_counts: list[int], recv_counts: list[int]
     return recv
 
 
-def _to_halo(x: Tensor, plan: RankPlan, group) -> Tensor:
-    """The forward exchange: the rows of ``x`` every peer needs, received as this rank's halo."""
-    send = x.index_select(0, plan.send_index)
-    return all_to_all_rows(send, plan.send_counts, plan.recv_counts, group, "halo")
+def _to_halo(x: Tensor, plan: RankPlan, group, precision: str | None = None) -> Tensor:
+    """The forward exchange: the rows of ``x`` every peer needs, received as this rank's halo
+    (travelling in ``precision``, :mod:`~pyg_sparsecomm.comm.quantize`; ``None``: exact)."""
+    send = encode_rows(x.index_select(0, plan.send_index), precision)
+    return decode_rows(all_to_all_rows(send, plan.send_counts, plan.recv_counts, group, "halo"), x, precision)
 
 
-def _to_owners(halo: Tensor, into: Tensor, plan: RankPlan, group) -> Tensor:
-    """The reverse exchange: halo rows travel back to their owners and are summed into ``into``."""
-    back = all_to_all_rows(halo.contiguous(), plan.recv_counts, plan.send_counts, group, "halo_grad")
-    return into.index_add_(0, plan.send_index, back)
+def _to_owners(halo: Tensor, into: Tensor, plan: RankPlan, group, precision: str | None = None) -> Tensor:
+    """The reverse exchange: halo rows travel back to their owners (in ``precision``) and are
+    summed into ``into``."""
+    back = all_to_all_rows(encode_rows(halo, precision), plan.recv_counts, plan.send_counts, group, "halo_grad")
+    return into.index_add_(0, plan.send_index, decode_rows(back, halo, precision))
 
 
 class _HaloExchange(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x: Tensor, plan: RankPlan, group) -> Tensor:
-        ctx.plan, ctx.group, ctx.num_owned = plan, group, x.size(0)
-        return _to_halo(x, plan, group)
+    def forward(ctx, x: Tensor, plan: RankPlan, group, precision: str | None, grad_precision: str | None) -> Tensor:
+        ctx.plan, ctx.group, ctx.num_owned, ctx.grad_precision = plan, group, x.size(0), grad_precision
+        return _to_halo(x, plan, group, precision)
 
     @staticmethod
     def backward(ctx, grad_halo: Tensor):
+        # the rounding of the forward is passed straight through (its expectation is the identity)
         zeros = grad_halo.new_zeros((ctx.num_owned,) + tuple(grad_halo.shape[1:]))
-        return _to_owners(grad_halo, zeros, ctx.plan, ctx.group), None, None
+        return _to_owners(grad_halo, zeros, ctx.plan, ctx.group, ctx.grad_precision), None, None, None, None
 
 
-def halo_exchange(x: Tensor, plan: RankPlan, group: dist.ProcessGroup | None = None) -> Tensor:
+def halo_exchange(x: Tensor, plan: RankPlan, group: dist.ProcessGroup | None = None,
+                  precision: str | None = None, grad_precision: str | None = None) -> Tensor:
     """Returns the ``[halo_size, ...]`` rows of ``x`` that this rank's adjacency needs.
 
     ``x`` holds this rank's owned rows.  Differentiable: gradients flow back to
     the owners' rows.  Without peers (world size 1) no collective is issued.
+    ``precision`` / ``grad_precision``: the wire format of the rows and of their gradients
+    (:mod:`~pyg_sparsecomm.comm.quantize`; ``None``: exact).  Tensors that are not floating
+    point (ids, masks) always travel exactly.
     """
     if x.size(0) != plan.num_owned:
         raise ValueError(f"halo_exchange: x has {x.size(0)} rows but this rank owns {plan.num_owned}")
     if plan.world_size == 1:
         return x.new_empty((0,) + tuple(x.shape[1:]))
-    return _HaloExchange.apply(x, plan, group)
+    if not x.is_floating_point():
+        precision = grad_precision = None
+    return _HaloExchange.apply(x, plan, group, precision, grad_precision)
 
 
 class _HaloReduce(torch.autograd.Function):

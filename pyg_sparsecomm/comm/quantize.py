@@ -31,6 +31,8 @@ coarser grid:
 A row whose minimum is a ``bfloat16`` number and whose values are all equal (e.g. a zero row)
 gets :math:`s = 0` and is decoded exactly.
 """
+import math
+
 import torch
 from torch import Tensor
 
@@ -181,3 +183,18 @@ def _unpack(packed: Tensor, width: int, bits: int) -> Tensor:
     if bits == 8:
         return packed
     return torch.stack([packed & 0x0F, packed >> 4], dim=2).reshape(packed.size(0), -1)[:, :width]
+
+
+def encode_rows(rows: Tensor, precision: str | None) -> Tensor:
+    """``[n, ...]`` rows as the ``[n, B]`` payload that goes on the wire (``None``: the rows themselves)."""
+    if precision is None:
+        return rows.contiguous()
+    return encode(rows.reshape(rows.size(0), math.prod(rows.shape[1:])), precision)
+
+
+def decode_rows(payload: Tensor, like: Tensor, precision: str | None) -> Tensor:
+    """The received payload as rows shaped and typed like ``like``'s rows (``None``: as received)."""
+    if precision is None:
+        return payload
+    width = math.prod(like.shape[1:])
+    return decode(payload, width, precision, like.dtype).reshape((payload.size(0),) + tuple(like.shape[1:]))

@@ -41,7 +41,7 @@ from ..plan import RankPlan
 from .counters import comm_counter
 from .group import twin_group
 from .halo import halo_exchange, start_all_to_all_rows
-from .quantized_halo import decode_rows, encode_rows
+from .quantize import decode_rows, encode_rows
 
 #: starts a non-blocking row exchange: ``(send, send_counts, recv_counts, group, kind) -> (recv, work)``
 StartExchange = Callable[..., tuple[Tensor, Any]]

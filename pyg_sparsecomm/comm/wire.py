@@ -2,8 +2,14 @@
 
 Exact options (the default) go straight to :func:`~pyg_sparsecomm.comm.halo.halo_exchange`, so
 results are bitwise those of the plain exchange.  Compressed payloads go through
-:mod:`pyg_sparsecomm.comm.quantized_halo`, pipelined ones through :mod:`pyg_sparsecomm.comm.stale`.
+:func:`~pyg_sparsecomm.comm.halo.halo_exchange`'s codec step, pipelined ones through :mod:`pyg_sparsecomm.comm.stale`.
 Exchanges of degrees and other normalisation statistics never come here: they stay exact.
+
+What stays exact when a layer compresses, by design: exchanges that do not come through here
+(degrees of the normalisations, 1.5D's row all-reduce of partial sums), tensors that are not
+floating point, and the cached halos of source tensors that need no gradient
+(``nn.shard_context.StaticHalo``, e.g. the input features): fetched once and reused every
+epoch, compressing them would save bytes once but freeze one rounding draw into every step.
 """
 import math
 
@@ -39,8 +45,7 @@ def halo_exchange_with(x: Tensor, plan: RankPlan, group: dist.ProcessGroup | Non
         if slots is None:
             raise ValueError("staleness needs the layer's ExchangeSlots (the previous step's halos live there)")
         return stale_halo_exchange(x, plan, group, options, slots, key)
-    from .quantized_halo import quantized_halo_exchange
-    return quantized_halo_exchange(x, plan, group, options)
+    return halo_exchange(x, plan, group, options.precision, options.grad_precision)
 
 
 def halo_exchange_many(tensors: list[Tensor], plan: RankPlan, group: dist.ProcessGroup | None = None,
