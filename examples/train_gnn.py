@@ -36,9 +36,9 @@ CPU = torch.device("cpu")
 
 
 def build_model(name: str, in_channels: int, hidden: int, out_channels: int, dropout: float,
-                norm: str = None) -> torch.nn.Module:
+                norm: str = None, num_layers: int = 2) -> torch.nn.Module:
     kwargs = {"heads": 4} if name == "gat" else {}
-    return MODELS[name](in_channels, hidden, num_layers=2, out_channels=out_channels, dropout=dropout,
+    return MODELS[name](in_channels, hidden, num_layers=num_layers, out_channels=out_channels, dropout=dropout,
                         norm=norm, **kwargs)
 
 

@@ -19,7 +19,7 @@ import time
 
 import torch
 import torch.nn.functional as F
-from torch_geometric.nn.models import GAT, GCN, GIN, GraphSAGE
+from train_gnn import MODELS, build_model  # the same models as full-graph training
 
 from pyg_sparsecomm import (  # <- distributed
     SparsityAwarePartitioner,
@@ -40,21 +40,12 @@ from pyg_sparsecomm.loader import (  # <- distributed
 )
 from pyg_sparsecomm.runtime import run_job
 
-MODELS = {"gcn": GCN, "sage": GraphSAGE, "gin": GIN, "gat": GAT}
-
 #: comm_counter() kinds: the feature rows the layers move (forward and backward), and the ids that
 #: sampling (one request exchange per hop) and the batch's plan (one reply) move
 HALO_KINDS = ("halo", "halo_grad")
 SAMPLING_KINDS = ("sample", "sample_counts", "plan", "plan_counts")
 
 CPU = torch.device("cpu")
-
-
-def build_model(name: str, in_channels: int, hidden: int, out_channels: int, num_layers: int,
-                dropout: float) -> torch.nn.Module:
-    kwargs = {"heads": 4} if name == "gat" else {}
-    return MODELS[name](in_channels, hidden, num_layers=num_layers, out_channels=out_channels, dropout=dropout,
-                        **kwargs)
 
 
 def partition_options(args, data) -> dict:
@@ -96,8 +87,8 @@ def run(args, rank: int, world_size: int, device: torch.device = CPU, verbose: b
     loader = make_loader(args, local)
     trim = args.trim and args.loader == "neighbor"
     torch.manual_seed(args.seed)                               # same initial parameters on every rank
-    model = build_model(args.model, local.x.size(1), args.hidden, num_classes, len(args.num_neighbors),
-                        args.dropout)
+    model = build_model(args.model, local.x.size(1), args.hidden, num_classes, args.dropout,
+                        num_layers=len(args.num_neighbors))
     model = distribute(model).to(device)                                                   # <- distributed
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
 

@@ -24,7 +24,7 @@ def reference_history(args) -> dict:
     data = load_dataset(args.dataset, args.root, args.seed)
     torch.manual_seed(args.seed)
     model = train_minibatch.build_model(args.model, data.num_features, args.hidden, int(data.y.max()) + 1,
-                                        len(args.num_neighbors), args.dropout)
+                                        args.dropout, num_layers=len(args.num_neighbors))
     opt = torch.optim.Adam(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     sampling = NeighborSampling(batch_size=args.batch_size, shuffle=True, seed=args.seed,
                                 num_neighbors=tuple(args.num_neighbors))
