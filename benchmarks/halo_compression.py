@@ -9,14 +9,16 @@ epochs: GCN (``DistributedGCNConv`` x 2), ``distribute(GraphSAGE)`` and ``distri
 int8 / int4 (halo gradients "same"), ``staleness=1`` with and without ``stale_smoothing=0.9``,
 and int8 + staleness.  An option the package refuses is reported as "not available: <error>".
 
-Budget (2 shared cores): 100 epochs on Cora / CiteSeer, 20 on SBM-100k, where only GCN runs by
+Budget (2 shared cores): 200 epochs on Cora / CiteSeer, 100 on SBM-100k, where only GCN runs by
 default (``--big-models GCN GraphSAGE GAT`` for all; its epoch-time rows are GCN's).  The runs
 are cached per configuration in ``--cache`` (so a long sweep can be split across invocations;
 ``--cached-only`` builds the tables from the cache without running any).
 
-(a) Accuracy and bytes, P = 2 gloo ranks, METIS, ``--seeds`` seeds: test accuracy after the last
-    epoch (mean ± std), bytes per epoch (halo + halo_grad payload counted by ``comm_counter``,
-    all ranks, mean over the epochs after the first), per layer (forward bytes inside each
+(a) Accuracy and bytes, P = 2 gloo ranks, METIS, ``--seeds`` seeds (``--seeds-of``: more for some
+    options): test accuracy after the last epoch (mean ± std), its difference to exact (of the
+    means, and paired: mean ± standard error of the per-seed differences, a seed fixing initial
+    parameters and dropout masks), bytes per epoch (halo + halo_grad payload counted by
+    ``comm_counter``, all ranks, mean over the epochs after the first), per layer (forward bytes inside each
     layer, as a ratio to exact's), and the α-β prediction of the epoch's exchange time at
     P = 64 (64-way METIS, algorithm "1d"'s ``predict`` per layer with the measured bytes per
     halo row, α = 2 µs, β of a 25 GB/s network).  Stale rows: the exchange overlaps the
@@ -28,7 +30,7 @@ are cached per configuration in ``--cache`` (so a long sweep can be split across
     exact comm.  Per-epoch loss and accuracy curves: ``halo_compression_curves.json`` and the
     PNGs next to this script.
 
-    python benchmarks/halo_compression.py [--graphs Cora CiteSeer SBM-100k] [--seeds 3]
+    python benchmarks/halo_compression.py [--graphs Cora CiteSeer SBM-100k] [--seeds 3] [--seeds-of int8=10]
     python benchmarks/halo_compression.py --quick     # Cora, 1 seed, 20 epochs; writes to /tmp only
 """
 import argparse
@@ -48,7 +50,7 @@ from pyg_sparsecomm import SparsityAwarePartitioner, shard
 from pyg_sparsecomm.testing import launch
 
 GRAPHS = ("Cora", "CiteSeer", SBM_NAME)
-EPOCHS = {"Cora": 100, "CiteSeer": 100, SBM_NAME: 20}
+EPOCHS = {"Cora": 200, "CiteSeer": 200, SBM_NAME: 100}
 #: models run on the big graph by default (the machine is 2 shared cores): --big-models to change
 BIG_MODELS = {SBM_NAME: ["GCN"]}
 LOADS: list[str] = []  # the machine's 1-minute load average before each timing job
@@ -119,7 +121,7 @@ def accuracy_runs(name, data, args, cache, cache_path) -> dict:
 
     results = {}
     for option in args.options:
-        configs = [(m, option, s) for m in models_for(name, args) for s in range(args.seeds)]
+        configs = [(m, option, s) for m in models_for(name, args) for s in range(seeds_of(option, args))]
         todo = [] if args.cached_only else [c for c in configs if key(c) not in cache or "error" in cache[key(c)][0]]
         if todo:
             t0 = time.perf_counter()
@@ -129,6 +131,14 @@ def accuracy_runs(name, data, args, cache, cache_path) -> dict:
             print(f"  {name} {option}: {len(todo)} runs in {time.perf_counter() - t0:.0f} s", flush=True)
         results.update({c: cache.get(key(c)) for c in configs})
     return results
+
+
+def seeds_of(option: str, args) -> int:
+    """The seeds run for ``option``: ``--seeds``, or its ``--seeds-of option=N`` (exact: the most of any)."""
+    counts = dict(item.split("=") for item in args.seeds_of)
+    if option == "exact":
+        return max([args.seeds] + [int(n) for n in counts.values()])
+    return int(counts.get(option, args.seeds))
 
 
 def summarize(runs) -> dict:
@@ -152,6 +162,18 @@ def short(error: str) -> str:
     return f"not available: {kind}: {message.split(': ')[0]}"
 
 
+def paired_delta(accs, exact_accs) -> str:
+    """Mean ± standard error (pp) of the per-seed differences to exact's run with the same seed.
+
+    A seed fixes the initial parameters and the dropout masks of both runs (the rounding of
+    compressed halos draws from its own generator), so the difference isolates the option's effect
+    from the seed-to-seed spread of final accuracies."""
+    diffs = [100 * (a - b) for a, b in zip(accs, exact_accs, strict=False)]
+    if len(diffs) < 2:
+        return f"{diffs[0]:+.2f}" if diffs else "-"
+    return f"{statistics.mean(diffs):+.2f} ± {statistics.stdev(diffs) / len(diffs) ** 0.5:.2f}"
+
+
 def pm(values) -> str:
     return f"{100 * statistics.mean(values):.2f} ± {100 * statistics.stdev(values) if len(values) > 1 else 0:.2f}"
 
@@ -162,25 +184,27 @@ def accuracy_rows(name, data, results, timing, args) -> tuple[list, dict]:
     for model in models_for(name, args):
         base, base_time = None, timing.get((2, model, "exact"))
         for option in args.options:
-            seeds = [r for r in (results[(model, option, s)] for s in range(args.seeds)) if r is not None]
+            wanted = seeds_of(option, args)
+            seeds = [r for r in (results[(model, option, s)] for s in range(wanted)) if r is not None]
             if not seeds or "error" in seeds[0][0]:
-                rows.append([name, model, option, short(seeds[0][0]["error"]) if seeds else "not run"] + ["-"] * 8)
+                rows.append([name, model, option, short(seeds[0][0]["error"]) if seeds else "not run"] + ["-"] * 9)
                 continue
             s = [summarize(runs) for runs in seeds]
             summaries[(model, option)] = s
             accs = [x["test_acc"][-1] for x in s]
             base = base or (accs, s[0])
             delta = 100 * (statistics.mean(accs) - statistics.mean(base[0]))
+            paired = paired_delta(accs, base[0])
             # a layer may move nothing per epoch (distribute exchanges constant input rows once)
             layer_ratio = [b / e if e else float("nan") for b, e in
                            zip(s[0]["layer_bytes"], base[1]["layer_bytes"], strict=True)]
             comm, sent64 = exchange_time(ranks, s[0]["row_bytes"])
             exposed = stale_exposed(comm, base_time) if OPTIONS[option].get("staleness") else comm
             if option == "int8":
-                TARGETS.append(f"{name} {model}: int8 Δ {delta:+.2f} pp, layer bytes ratios "
+                TARGETS.append(f"{name} {model}: int8 Δ {delta:+.2f} pp (paired {paired}), layer bytes ratios "
                                + " / ".join(f"{r:.3f}" for r in layer_ratio))
-            rows.append([name, model, option, pm(accs) + (f" ({len(s)} seeds)" if len(s) < args.seeds else ""),
-                         f"{delta:+.2f}", f"{s[0]['bytes'] / 1e6:.3f}",
+            rows.append([name, model, option, pm(accs) + f" ({len(s)} seeds)",
+                         f"{delta:+.2f}", paired, f"{s[0]['bytes'] / 1e6:.3f}",
                          f"{s[0]['bytes'] / base[1]['bytes']:.3f}",
                          " / ".join(f"{r:.3f}" for r in layer_ratio),
                          " / ".join(f"{b / 4:.0f}" for b in base[1]["row_bytes"]),
@@ -230,7 +254,9 @@ def main() -> None:
     p.add_argument("--options", nargs="+", default=list(OPTIONS))
     p.add_argument("--big-models", nargs="+", default=BIG_MODELS[SBM_NAME], help=f"models run on {SBM_NAME}")
     p.add_argument("--seeds", type=int, default=3)
-    p.add_argument("--epochs", type=int, default=None, help="default: 100 (Planetoid), 20 (SBM-100k)")
+    p.add_argument("--seeds-of", nargs="*", default=[], metavar="OPTION=N",
+                   help="more seeds for some options, e.g. int8=10 (exact then runs as many)")
+    p.add_argument("--epochs", type=int, default=None, help="default: 200 (Planetoid), 100 (SBM-100k)")
     p.add_argument("--eval-every", type=int, default=5)
     p.add_argument("--parts", nargs="+", type=int, default=[2, 4], help="P of the epoch-time rows")
     p.add_argument("--rounds", type=int, default=3)
@@ -246,7 +272,8 @@ def main() -> None:
         args.out = Path(tempfile.mkdtemp(prefix="halo_compression"))
     torch.set_num_threads(1)
     cache = load_cache(args.cache)
-    acc_head = ["graph", "model", "option", "test acc % (mean ± std)", "Δ vs exact (pp)", "MB/epoch (all ranks)",
+    acc_head = ["graph", "model", "option", "test acc % (mean ± std)", "Δ vs exact (pp)",
+                "paired Δ (pp, mean ± s.e.)", "MB/epoch (all ranks)",
                 "bytes vs exact", "per layer vs exact (L1 / L2)", "exact floats per halo row (L1 / L2)",
                 "P=64 pred. MB/epoch", "P=64 pred. exchange ms", "P=64 pred. exposed ms"]
     time_head = ["graph", "model", "option"] + [f"P={P} {c}" for P in args.parts
@@ -281,8 +308,9 @@ def write_results(args, acc_head, acc_all, time_head, time_all, figures) -> None
     from _common import machine, markdown_table
     epochs = ", ".join(f"{g} {args.epochs or EPOCHS[g]}" for g in args.graphs)
     body = (f"## Quantized and stale halos vs exact (issue #16)\n\n`python benchmarks/halo_compression.py` — "
-            f"machine: {machine()}.\nSee the script's docstring for the setup. Epochs: {epochs}; {args.seeds} "
-            f"seeds; P = 2 gloo ranks of 1 thread, METIS. P = 64 prediction: {P64_MODEL}.\n\n"
+            f"machine: {machine()}.\nSee the script's docstring for the setup. Epochs: {epochs}; seeds per row "
+            f"as stated (`--seeds {args.seeds} --seeds-of {' '.join(args.seeds_of)}`); P = 2 gloo ranks of 1 "
+            f"thread, METIS. P = 64 prediction: {P64_MODEL}.\n\n"
             "(a) Accuracy and bytes\n\n" + markdown_table(acc_head, acc_all) + "\n\n"
             f"(b) Epoch time ({args.rounds} interleaved rounds of {args.time_epochs} epochs after 2 warm-up epochs, "
             f"medians, rank 0; the machine is shared: load average before each job {', '.join(LOADS)}; 'hidden' = "
