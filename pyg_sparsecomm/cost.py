@@ -196,7 +196,8 @@ class CostModel:
                f"{self.source}"
 
 
-def _agreed(value: float, op: "dist.ReduceOp.RedOpType", group: dist.ProcessGroup | None, device: torch.device) -> float:
+def _agreed(value: float, op: "dist.ReduceOp.RedOpType", group: dist.ProcessGroup | None,
+            device: torch.device) -> float:
     """``value`` reduced with ``op`` over ``group``: one number for every rank."""
     t = torch.tensor([value], dtype=torch.float64, device=device)
     dist.all_reduce(t, op=op, group=group)

@@ -16,7 +16,7 @@ from pyg_sparsecomm.algorithms import ALGORITHMS, auto_candidates
 from pyg_sparsecomm.algorithms.choice import explain_table, local_spmm_nnz
 from pyg_sparsecomm.algorithms.sparse_15d import restrict_to_blocks
 from pyg_sparsecomm.comm.halo_options import HaloOptions
-from pyg_sparsecomm.cost import CostModel, Prediction, RankVolumes, volumes_of_all_ranks
+from pyg_sparsecomm.cost import CostModel, Prediction, RankVolumes, spmm_seconds_per_entry, volumes_of_all_ranks
 from pyg_sparsecomm.grid import process_grid
 from pyg_sparsecomm.layout import predict_from_partition
 from pyg_sparsecomm.nn.distribute import summary
@@ -187,3 +187,10 @@ def test_grid_window_counts_the_stage_blocks():
     for row in (0, 1):  # the c replicas of a block row split its entries between them
         replicas = [r for r in per_rank if r[3] == row]
         assert len(replicas) == 2 and sum(r[0] for r in replicas) == replicas[0][4] > 0
+
+
+def test_spmm_micro_benchmark():
+    gamma = spmm_seconds_per_entry(nnz=1 << 12, repeats=2)
+    assert 0 < gamma < 1e-6
+    with pytest.raises(ValueError, match="nnz >= degree"):
+        spmm_seconds_per_entry(nnz=3)

@@ -81,9 +81,9 @@ def explain_table(report: list[CostRow], chosen: str | None, header: str, cost_m
     compressed = exact_report is not None and exact_report != report
     lines = [f"cost model: {cost_model}"]
     if sync_report is not None:
-        lines.append(f"staleness=1: exposed ms = the pipelined exchanges beyond this layer's local SpMMs of a step, "
-                     f"max(0, sync - 2 γ nnz f) on each rank ({cost_model.describe_gamma()}); an upper bound: "
-                     f"the rest of the step hides them too")
+        lines.append(f"staleness=1: exposed ms = max(0, sync - window) of the pipelined exchanges on each rank, "
+                     f"window = this layer's local SpMMs of a step, 2 γ nnz f\n"
+                     f"({cost_model.describe_gamma()}); an upper bound: the rest of the step hides them too")
     lines.append(header)
     times = f"{'sync ms':>10}{'exposed ms':>12}" if sync_report is not None else f"{'predicted ms':>14}"
     lines.append(f"{'algorithm':<16}{times}{'max bytes sent':>16}"
