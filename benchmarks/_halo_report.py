@@ -3,7 +3,6 @@ import statistics
 from pathlib import Path
 
 import numpy as np
-from _common import median
 from torch_geometric.data import Data
 
 from pyg_sparsecomm import SparsityAwarePartitioner
@@ -12,44 +11,46 @@ from pyg_sparsecomm.cost import CostModel, RankVolumes, volumes_of_all_ranks
 from pyg_sparsecomm.plan import comm_pattern
 
 PREDICTED_P = 64
-#: inter-node network of 25 GB/s; α = 2 µs (an assumption: MPI latency over InfiniBand is 1-2 µs)
+#: inter-node network of 25 GB/s; α = 2 µs (an assumption: MPI latency over InfiniBand is 1-2 µs); γ: the
+#: package's default (this machine's CSR SpMM) for the local SpMM a stale exchange hides behind
 NETWORK = CostModel(alpha=2e-6, beta=1 / 25e9, source="inter-node network (assumed α)")
 P64_MODEL = (f"algorithm \"1d\" on a {PREDICTED_P}-way METIS partition, α-β model {NETWORK}; each layer is one "
-             f"all-to-allv forward and its reverse backward, with the bytes per halo row measured at P = 2")
+             f"all-to-allv forward and its reverse backward, with the bytes per halo row measured at P = 2; "
+             f"stale rows: the exposed time of the package's model (SpMMAlgorithm.predict_as_run), each "
+             f"layer's exchange hidden behind its own local SpMMs, {NETWORK.describe_gamma()}, an upper bound")
 
 
 def ranks_of_partition(data: Data, num_parts: int = PREDICTED_P) -> list[RankVolumes]:
-    """The :class:`RankVolumes` of every rank of a ``num_parts``-way METIS partition (no processes)."""
+    """The :class:`RankVolumes` of every rank of a ``num_parts``-way METIS partition (no processes),
+    with the nonzeros of each rank's block row (its edges; the self-loops a normalisation adds are
+    not counted, which only shrinks the window a stale exchange hides behind)."""
     skeleton = Data(edge_index=data.edge_index, num_nodes=data.num_nodes)
     part = SparsityAwarePartitioner(num_parts, "metis", seed=0)(skeleton).part
     pattern = comm_pattern(data.edge_index, part, data.num_nodes, num_parts)
-    return volumes_of_all_ranks(pattern.volume_matrix(), pattern.part_sizes, 1, pattern.spans)
+    return volumes_of_all_ranks(pattern.volume_matrix(), pattern.part_sizes, 1, pattern.spans, pattern.block_nnz)
 
 
-def exchange_time(ranks: list[RankVolumes], row_bytes: list[float],
-                  model: CostModel = NETWORK) -> tuple[float, int]:
+def exchange_time(ranks: list[RankVolumes], row_bytes: list[float], stale_widths: list[int] | None = None,
+                  model: CostModel = NETWORK) -> tuple[float, int, float]:
     r"""Predicted exchange seconds of one epoch on the slowest rank,
     :math:`\max_r \sum_\ell \mathrm{predict}_{1d}(r, b_\ell)` with :math:`b_\ell` the bytes per
-    halo row of layer :math:`\ell` (rounded up: a row's payload is whole bytes), and the bytes
-    all ranks send."""
+    halo row of layer :math:`\ell` (rounded up: a row's payload is whole bytes), the bytes all ranks
+    send, and the exposed seconds: with ``stale_widths`` (``staleness=1``, the columns
+    :math:`f_\ell` of every layer) :math:`\max_r \sum_\ell` of the same prediction
+    :meth:`~pyg_sparsecomm.cost.Prediction.exposed` behind the window
+    :math:`2 \gamma \, nnz_r f_\ell` (:meth:`~pyg_sparsecomm.cost.CostModel.stale_window`, as
+    :meth:`~pyg_sparsecomm.algorithms.SpMMAlgorithm.predict_as_run`), else the exchange seconds."""
     cls = algorithm_class("1d")
-    seconds, sent = np.zeros(len(ranks)), 0
+    seconds, exposed, sent = np.zeros(len(ranks)), np.zeros(len(ranks)), 0
     for i, volumes in enumerate(ranks):
-        for b in row_bytes:
+        for layer, b in enumerate(row_bytes):
             prediction = cls.predict(volumes, model, int(np.ceil(b - 1e-9)))
             seconds[i] += prediction.seconds
             sent += prediction.bytes_sent
-    return float(seconds.max()), sent
-
-
-def stale_exposed(comm: float, exact_timing: dict | None, parts_measured: int = 2) -> float | None:
-    """Exposed exchange time of a stale epoch at P = 64: the exchange runs behind the whole
-    epoch's compute, ``max(0, comm - compute)``, compute = the measured compute time of the
-    exact epoch at P = ``parts_measured`` scaled by ``parts_measured / 64``."""
-    if not exact_timing or "epoch_s" not in exact_timing:
-        return None
-    compute = median(exact_timing["epoch_s"]) - median(exact_timing["comm_s"])
-    return max(0.0, comm - compute * parts_measured / PREDICTED_P)
+            if stale_widths is not None:
+                prediction = prediction.exposed(model.stale_window(volumes.nnz, stale_widths[layer]))
+            exposed[i] += prediction.seconds
+    return float(seconds.max()), sent, float(exposed.max())
 
 
 def curves(summaries: dict) -> dict:

@@ -11,7 +11,19 @@ backward), the model charges each rank for
 * an all-reduce of ``b`` bytes over ``g`` ranks (ring):
   :math:`2 (g - 1) \alpha + \beta \cdot 2 \frac{g - 1}{g} b`;
 * a one-sided get of ``b`` bytes: :math:`\alpha + \beta b`, and a barrier over ``g``
-  ranks (dissemination): :math:`\lceil \log_2 g \rceil \alpha`.
+  ranks (dissemination): :math:`\lceil \log_2 g \rceil \alpha`;
+* a local CSR SpMM of ``nnz`` stored entries times ``f`` columns: :math:`\gamma \cdot nnz \cdot f`.
+
+With ``staleness=1`` (:mod:`~pyg_sparsecomm.comm.stale`) a layer's halo exchange is posted at
+step :math:`t` and waited for at step :math:`t + 1`, so at least the layer's own local SpMMs of
+the step (forward and backward, the window :math:`w = 2 \gamma \, nnz \, f`) run while it
+travels; what is left is the *exposed* time (:meth:`Prediction.exposed`)
+
+.. math:: t_{exposed} = t - t_{pipelined} + \max(0, t_{pipelined} - w),
+
+:math:`t_{pipelined}` the part of :math:`t` the pipeline moves off the critical path (the halo
+exchanges; 1.5D's row all-reduce stays synchronous).  The rest of the epoch hides the exchange
+too, so this is an upper bound; the cost of posting the messages is not modelled.
 
 Collectives are bulk synchronous, so the predicted time of a layout is the
 *maximum* over ranks.  Each algorithm class states its own formula in
@@ -28,6 +40,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from .adj import make_csr
 from .comm.collectives import ring_allreduce_nbytes
 from .comm.group import collective_device, is_distributed
 from .comm.halo_options import HaloOptions
@@ -38,12 +51,24 @@ from .plan import restrict_counts
 
 @dataclass
 class Prediction:
-    """Predicted seconds and bytes sent by one rank for one SpMM (forward + backward)."""
+    """Predicted seconds and bytes sent by one rank for one SpMM (forward + backward).
+
+    ``pipelined``: the part of ``seconds`` spent in exchanges that ``staleness=1`` pipelines
+    (posted at one step, waited for at the next); 0 for communication that stays synchronous.
+    """
     seconds: float
     bytes_sent: int
+    pipelined: float = field(default=0.0, compare=False)
 
     def __add__(self, other: "Prediction") -> "Prediction":
-        return Prediction(self.seconds + other.seconds, self.bytes_sent + other.bytes_sent)
+        return Prediction(self.seconds + other.seconds, self.bytes_sent + other.bytes_sent,
+                          self.pipelined + other.pipelined)
+
+    def exposed(self, window: float) -> "Prediction":
+        r"""This prediction under ``staleness=1``: the pipelined exchanges hide behind ``window``
+        seconds of computation, :math:`t - t_{pipelined} + \max(0, t_{pipelined} - w)` (same bytes)."""
+        hidden = min(self.pipelined, max(float(window), 0.0))
+        return Prediction(self.seconds - hidden, self.bytes_sent, self.pipelined - hidden)
 
 
 @dataclass(frozen=True)
@@ -77,16 +102,19 @@ def wire_row_bytes(width: int, element_size: int, options: HaloOptions | None = 
 
 @dataclass
 class CostModel:
-    """``alpha``: seconds per message; ``beta``: seconds per byte.
+    """``alpha``: seconds per message; ``beta``: seconds per byte; ``gamma``: seconds per stored
+    nonzero and column of a local CSR SpMM (what ``staleness=1`` hides exchanges behind).
 
     The defaults are gloo over loopback on the 2-core development machine at P = 2
-    (about 0.06 ms per message and 2.5 GB/s); with more processes than cores the
-    latency grows tenfold, so for absolute predictions :meth:`calibrate` on the
-    running job (the ranking of algorithms is usually the same).
+    (about 0.06 ms per message and 2.5 GB/s) and torch's CPU CSR SpMM there (1M nonzeros
+    times 64 columns in about 33 ms); with more processes than cores the latency grows
+    tenfold, so for absolute predictions :meth:`calibrate` on the running job (the ranking
+    of algorithms is usually the same).
     """
     alpha: float = 6e-5
     beta: float = 4e-10
     source: str = field(default="default (gloo loopback, 2-core dev machine)", compare=False)
+    gamma: float = 5e-10
 
     def all_to_all(self, send_bytes: int, recv_bytes: int, group_size: int) -> float:
         if group_size <= 1:
@@ -113,14 +141,26 @@ class CostModel:
             return 0.0
         return math.ceil(math.log2(group_size)) * self.alpha
 
+    def local_spmm(self, nnz: int, width: int) -> float:
+        """One local CSR SpMM of ``nnz`` stored entries times ``width`` columns."""
+        return self.gamma * int(nnz) * int(width)
+
+    def stale_window(self, nnz: int | None, width: int) -> float:
+        """What a layer's ``staleness=1`` exchange hides behind at least: its local SpMMs of one
+        step, forward and backward (``nnz=None``, unknown: nothing, so the exchange stays exposed)."""
+        return 0.0 if nnz is None else 2 * self.local_spmm(nnz, width)
+
     @classmethod
     def calibrate(cls, group: dist.ProcessGroup | None = None, large_bytes: int = 1 << 24,
-                  repeats: int = 10) -> "CostModel":
-        """Measures α and β on the running backend (collective: every rank must call it).
+                  repeats: int = 10, spmm_nnz: int = 1 << 18) -> "CostModel":
+        """Measures α, β and γ on the running backend (collective: every rank must call it).
 
         Times an all-to-all of 4-byte and of ``large_bytes`` messages to every peer
         (medians of ``repeats``, maximum over ranks); α is the small-message time per
-        peer, β the extra time per byte of the large one.
+        peer, β the extra time per byte of the large one.  γ is the median time of a local
+        CSR SpMM of ``spmm_nnz`` random entries times 64 columns per entry and column, the
+        *minimum* over ranks (the fastest rank hides the least behind its computation, so
+        the exposed times of ``staleness=1`` stay upper bounds).
         """
         if not is_distributed(group) or dist.get_world_size(group) == 1:
             raise RuntimeError("CostModel.calibrate needs an initialised process group with more than one rank")
@@ -138,19 +178,56 @@ class CostModel:
                 if device.type == "cuda":
                     torch.cuda.synchronize()
                 samples.append(time.perf_counter() - start)
-            t = torch.tensor([float(np.median(samples[1:]))], device=device)
-            dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
-            return float(t)
+            return _agreed(float(np.median(samples[1:])), dist.ReduceOp.MAX, group, device)
 
         small = timed(1)
         large = timed(max(large_bytes // 4 // P, 1))
         alpha = small / (P - 1)
         beta = max(large - small, 1e-12) / (large_bytes * (P - 1) / P)
-        return cls(alpha, beta, source=f"calibrated: {dist.get_backend(group)}, P={P}")
+        gamma = _agreed(spmm_seconds_per_entry(spmm_nnz, repeats, device), dist.ReduceOp.MIN, group, device)
+        return cls(alpha, beta, source=f"calibrated: {dist.get_backend(group)}, P={P}", gamma=gamma)
+
+    def describe_gamma(self) -> str:
+        """γ in words (``str(model)`` leaves it out: it only matters under ``staleness=1``)."""
+        return f"γ = {self.gamma * 1e9:.3f} ns per stored nonzero and column of the local SpMM"
 
     def __str__(self) -> str:
         return f"α = {self.alpha * 1e6:.1f} µs, β = {self.beta * 1e9:.3f} ns/B ({1 / self.beta / 1e9:.2f} GB/s), " \
                f"{self.source}"
+
+
+def _agreed(value: float, op: "dist.ReduceOp.RedOpType", group: dist.ProcessGroup | None,
+            device: torch.device) -> float:
+    """``value`` reduced with ``op`` over ``group``: one number for every rank."""
+    t = torch.tensor([value], dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=op, group=group)
+    return float(t)
+
+
+def spmm_seconds_per_entry(nnz: int = 1 << 18, repeats: int = 10, device: torch.device | None = None,
+                           width: int = 64, degree: int = 16) -> float:
+    """γ of this process: the median time of a CSR SpMM (the kernel of
+    :func:`~pyg_sparsecomm.adj.spmm`) of ``nnz`` entries, ``degree`` per row at random columns of a
+    square matrix, times ``width`` columns, divided by ``nnz * width``.  The matrix is seeded, so
+    every rank times the same product."""
+    if nnz < degree or repeats < 1:
+        raise ValueError(f"spmm_seconds_per_entry needs nnz >= degree ({degree}) and repeats >= 1, "
+                         f"got nnz={nnz}, repeats={repeats}")
+    device = device or torch.device("cpu")
+    rows = nnz // degree
+    generator = torch.Generator().manual_seed(0)
+    col = torch.randint(0, rows, (rows * degree,), generator=generator)
+    rowptr = torch.arange(0, rows * degree + 1, degree)
+    a = make_csr(rowptr, col, torch.rand(rows * degree, generator=generator), (rows, rows)).to(device)
+    x = torch.randn(rows, width, generator=generator).to(device)
+    samples = []
+    for _ in range(repeats + 1):  # the first call warms up
+        start = time.perf_counter()
+        torch.sparse.mm(a, x)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        samples.append(time.perf_counter() - start)
+    return float(np.median(samples[1:])) / (rows * degree * width)
 
 
 @dataclass
@@ -166,6 +243,9 @@ class RankVolumes:
     (:attr:`~pyg_sparsecomm.plan.CommPattern.spans`): ``fetch_rows[d, k]`` rows this rank
     gets from block row ``k`` in the forward (``d = 0``) and backward (``d = 1``) product,
     ``serve_rows[d, k]`` rows block row ``k`` gets from this rank; ``None`` when unknown.
+
+    ``nnz``: stored entries of the rank's local SpMM (1.5D: of its stage blocks), the work a
+    ``staleness=1`` exchange hides behind (:meth:`CostModel.stale_window`); ``None`` when unknown.
     """
     row: int
     col: int
@@ -176,6 +256,7 @@ class RankVolumes:
     stage_blocks: list[int]
     fetch_rows: np.ndarray | None = None
     serve_rows: np.ndarray | None = None
+    nnz: int | None = None
 
     @property
     def num_block_rows(self) -> int:
@@ -188,17 +269,20 @@ class RankVolumes:
     @classmethod
     def from_counts(cls, send_counts: Sequence[int] | np.ndarray, recv_counts: Sequence[int] | np.ndarray,
                     block_rows: Sequence[int] | np.ndarray, row: int, col: int = 0, replication: int = 1,
-                    fetch_rows: np.ndarray | None = None, serve_rows: np.ndarray | None = None) -> "RankVolumes":
+                    fetch_rows: np.ndarray | None = None, serve_rows: np.ndarray | None = None,
+                    nnz: int | None = None) -> "RankVolumes":
         """From a rank's *unrestricted* 1D counts (a ``RankPlan`` or a row/column of the
-        volume matrix of the partition into ``P / c`` parts) and, optionally, its one-sided volumes."""
+        volume matrix of the partition into ``P / c`` parts) and, optionally, its one-sided volumes
+        and the nonzeros of its local SpMM."""
         blocks = stage_blocks(len(block_rows), replication, col)
         send, recv = restrict_counts(list(send_counts), list(recv_counts), row, blocks)
         return cls(row, col, replication, np.asarray(send, dtype=np.int64), np.asarray(recv, dtype=np.int64),
-                   np.asarray(block_rows, dtype=np.int64), blocks, fetch_rows, serve_rows)
+                   np.asarray(block_rows, dtype=np.int64), blocks, fetch_rows, serve_rows,
+                   None if nnz is None else int(nnz))
 
 
 def volumes_of_all_ranks(volume_matrix: np.ndarray, block_rows: Sequence[int] | np.ndarray, replication: int,
-                         spans: np.ndarray | None = None) -> list[RankVolumes]:
+                         spans: np.ndarray | None = None, block_nnz: np.ndarray | None = None) -> list[RankVolumes]:
     r"""``RankVolumes`` of all ``P = Q c`` ranks of a partition into ``Q`` parts, in rank order.
 
     Args:
@@ -208,9 +292,14 @@ def volumes_of_all_ranks(volume_matrix: np.ndarray, block_rows: Sequence[int] | 
         spans: optional ``[2, Q, Q]`` one-sided volumes, ``S[d, r, k]`` rows block row ``r`` gets
             from ``k`` in direction ``d`` (:attr:`~pyg_sparsecomm.plan.CommPattern.spans`); rank
             :math:`(i, j)` then has ``fetch_rows = S[:, i, :]`` and ``serve_rows = S[:, :, i]``.
+        block_nnz: optional ``[Q, Q]``, ``B[i, k]`` stored entries of block :math:`A_{ik}`
+            (:attr:`~pyg_sparsecomm.plan.CommPattern.block_nnz`); rank :math:`(i, j)` then has
+            ``nnz`` :math:`= \sum_{k \in \mathcal S_j} B[i, k]`.
     """
     Q = volume_matrix.shape[0]
     return [RankVolumes.from_counts(volume_matrix[i], volume_matrix[:, i], block_rows, i, j, replication,
                                     None if spans is None else spans[:, i, :],
-                                    None if spans is None else spans[:, :, i])
+                                    None if spans is None else spans[:, :, i],
+                                    None if block_nnz is None else
+                                    int(block_nnz[i, stage_blocks(Q, replication, j)].sum()))
             for i in range(Q) for j in range(replication)]

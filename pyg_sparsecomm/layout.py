@@ -72,11 +72,13 @@ def predict_from_partition(edge_index: Tensor, num_nodes: int, part, world_size:
                            algorithms: Sequence[str] | None = None,
                            element_size: int = 4, options: HaloOptions | None = None) -> list[LayoutPrediction]:
     """Per-epoch predictions of the algorithms for one partition into ``P / c`` parts (with
-    compressed halos when ``options`` says so; then only the algorithms that honour them)."""
+    compressed halos when ``options`` says so, and with ``staleness=1`` the exposed time behind each
+    rank's local SpMMs of ``edge_index``'s edges; then only the algorithms that honour them)."""
     model = model or CostModel()
     Q = world_size // replication
     pattern = comm_pattern(edge_index, part, num_nodes, Q)
-    ranks = volumes_of_all_ranks(pattern.volume_matrix(), pattern.part_sizes, replication, pattern.spans)
+    ranks = volumes_of_all_ranks(pattern.volume_matrix(), pattern.part_sizes, replication, pattern.spans,
+                                 pattern.block_nnz)
     names = algorithms or auto_candidates(replication > 1, options)
     rows = []
     for name in names:

@@ -47,6 +47,10 @@ class CommPattern:
     rank ``k``'s rows holding every column of block :math:`A_{rk}`; in the backward
     (``d = 1``) product, of :math:`(A^T)_{rk} = A_{kr}^T`, i.e. every row of
     :math:`A_{kr}`.  Zero on the diagonal and for empty blocks.
+
+    ``block_nnz[r, k]`` (``[P, P]``): edges from rank ``k``'s nodes into rank ``r``'s, the stored
+    entries of block :math:`A_{rk}` before any normalisation adds self-loops (``edge_nnz`` is its
+    row sum).
     """
     num_nodes: int
     num_parts: int
@@ -57,6 +61,7 @@ class CommPattern:
     pair_node: np.ndarray     # [num_pairs] node to send
     pair_dst: np.ndarray      # [num_pairs] receiving rank
     spans: np.ndarray         # [2, num_parts, num_parts] rows of one-sided gets (see above)
+    block_nnz: np.ndarray     # [num_parts, num_parts] edges of every block A_rk (see above)
 
     @property
     def pair_src(self) -> np.ndarray:
@@ -86,7 +91,8 @@ def comm_pattern(edge_index, part, num_nodes: int, num_parts: int) -> CommPatter
     local_index[order] = np.arange(N, dtype=np.int64) - starts[part[order]]
 
     src_part, dst_part = part[src], part[dst]
-    edge_nnz = np.bincount(dst_part, minlength=P)
+    block_nnz = np.bincount(dst_part * P + src_part, minlength=P * P).reshape(P, P)
+    edge_nnz = block_nnz.sum(axis=1)
     cut = src_part != dst_part
     # One key per (destination, owner, node): sorting it gives the halo order.
     key = np.unique((dst_part[cut] * P + src_part[cut]) * N + src[cut])
@@ -94,7 +100,7 @@ def comm_pattern(edge_index, part, num_nodes: int, num_parts: int) -> CommPatter
     pair_dst = key // N // P
     spans = np.stack([row_spans(pair_dst, part[pair_node], local_index[pair_node], P),
                       row_spans(src_part[cut], dst_part[cut], local_index[dst[cut]], P)])
-    return CommPattern(N, P, part, local_index, part_sizes, edge_nnz, pair_node, pair_dst, spans)
+    return CommPattern(N, P, part, local_index, part_sizes, edge_nnz, pair_node, pair_dst, spans, block_nnz)
 
 
 def row_spans(reader: np.ndarray, owner: np.ndarray, row: np.ndarray, num_parts: int) -> np.ndarray:

@@ -142,15 +142,16 @@ def test_cost_model_formulas():
 
 
 def _calibrate_worker(rank, world_size):
-    m = CostModel.calibrate(large_bytes=1 << 20, repeats=3)
-    return m.alpha, m.beta
+    m = CostModel.calibrate(large_bytes=1 << 20, repeats=3, spmm_nnz=1 << 14)
+    return m.alpha, m.beta, m.gamma
 
 
 def test_calibrate_measures_the_backend():
     per_rank = launch(_calibrate_worker, 2)
     assert per_rank[0] == per_rank[1]  # the maximum over ranks: one model for everybody
-    alpha, beta = per_rank[0]
+    alpha, beta, gamma = per_rank[0]
     assert 0 < alpha < 0.1 and 0 < beta < 1e-6  # between 10 MB/s and "infinitely fast"
+    assert 0 < gamma < 1e-6  # a local SpMM of at least 1M (nonzero x column) per second
 
 
 def _layout_errors_worker(rank, world_size):

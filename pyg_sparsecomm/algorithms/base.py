@@ -97,7 +97,8 @@ class SpMMAlgorithm(ABC):
         ``bytes_sent`` is exactly what the rank's exchanges record as sent in
         :func:`~pyg_sparsecomm.comm.counters.comm_counter` (``tests/test_counted_equals_predicted.py``);
         ``row_bytes`` is :meth:`row_bytes` of the SpMM's width (a
-        :class:`~pyg_sparsecomm.cost.RowBytes` when halos are compressed)."""
+        :class:`~pyg_sparsecomm.cost.RowBytes` when halos are compressed); ``pipelined`` is the part of
+        ``seconds`` that ``staleness=1`` moves off the critical path (:meth:`predict_as_run`)."""
         return None
 
     @classmethod
@@ -105,15 +106,15 @@ class SpMMAlgorithm(ABC):
                       element_size: int = 4, options: HaloOptions | None = None) -> tuple[np.ndarray, np.ndarray]:
         r"""Per rank, the predicted seconds and bytes sent of one SpMM (forward and backward) per width:
 
-        .. math:: (t_r, s_r) = \sum_{w \in \mathrm{widths}} \mathrm{predict}(\mathrm{ranks}_r,
-            \mathrm{row\_bytes}(w))
+        .. math:: (t_r, s_r) = \sum_{w \in \mathrm{widths}} \mathrm{predict\_as\_run}(\mathrm{ranks}_r, w)
 
         Args:
             ranks: the :class:`~pyg_sparsecomm.cost.RankVolumes` of every rank.
             widths: the SpMM width of every layer.
             model: the α-β model.
             element_size: bytes per element of the exchanged rows.
-            options: the layers' :class:`HaloOptions` (compressed halos are priced compressed).
+            options: the layers' :class:`HaloOptions` (compressed halos are priced compressed;
+                with ``staleness=1`` the seconds are the exposed time, :meth:`predict_as_run`).
 
         Returns:
             ``(seconds, bytes_sent)``, two ``[len(ranks)]`` arrays; ValueError without a :meth:`predict`.
@@ -121,12 +122,30 @@ class SpMMAlgorithm(ABC):
         seconds, sent = np.zeros(len(ranks)), np.zeros(len(ranks), dtype=np.int64)
         for r, volumes in enumerate(ranks):
             for width in widths:
-                prediction = cls.predict(volumes, model, cls.row_bytes(width, element_size, options))
-                if prediction is None:
-                    raise ValueError(f"algorithm={cls.name!r} has no cost model (SpMMAlgorithm.predict)")
+                prediction = cls.predict_as_run(volumes, model, width, element_size, options)
                 seconds[r] += prediction.seconds
                 sent[r] += prediction.bytes_sent
         return seconds, sent
+
+    @classmethod
+    def predict_as_run(cls, volumes: "RankVolumes", model: "CostModel", width: int, element_size: int = 4,
+                       options: HaloOptions | None = None) -> "Prediction":
+        r""":meth:`predict` of an SpMM of ``width`` columns as a layer with ``options`` runs it:
+        compressed halos priced at their payload bytes, and with ``staleness=1`` the *exposed*
+        time, the pipelined exchanges hidden behind the rank's own local SpMMs of the step
+        (:meth:`~pyg_sparsecomm.cost.Prediction.exposed`,
+        :meth:`~pyg_sparsecomm.cost.CostModel.stale_window`, an upper bound):
+
+        .. math:: t = t_{sync} - t_{pipelined} + \max(0,\ t_{pipelined} - 2 \gamma \, nnz_r \, f)
+
+        With ``staleness=0`` this is :meth:`predict` itself.  ValueError without a :meth:`predict`.
+        """
+        prediction = cls.predict(volumes, model, cls.row_bytes(width, element_size, options))
+        if prediction is None:
+            raise ValueError(f"algorithm={cls.name!r} has no cost model (SpMMAlgorithm.predict)")
+        if options is not None and options.staleness:
+            return prediction.exposed(model.stale_window(volumes.nnz, width))
+        return prediction
 
     @classmethod
     def row_bytes(cls, width: int, element_size: int = 4,

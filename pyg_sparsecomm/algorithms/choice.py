@@ -1,13 +1,15 @@
 """``algorithm="auto"``: the SpMM algorithm with the lowest predicted time, and the layout check."""
 
+from dataclasses import replace
+
 import torch
 import torch.distributed as dist
 
 from ..adj import HaloAdj
 from ..comm.group import check_plan_matches_group, collective_device, is_distributed
-from ..comm.halo_options import HaloOptions
+from ..comm.halo_options import EXACT, HaloOptions
 from ..comm.quantize import payload_row_bytes
-from ..cost import CostModel, Prediction, RankVolumes, RowBytes
+from ..cost import CostModel, Prediction, RankVolumes
 from ..grid import ProcessGrid
 from .base import ALGORITHMS, auto_candidates
 
@@ -15,62 +17,83 @@ from .base import ALGORITHMS, auto_candidates
 CostRow = tuple[str, float, int]
 
 
-def choose_algorithm(adj: HaloAdj, grid: ProcessGrid | None, row_bytes: int | RowBytes, learnable: bool,
+def choose_algorithm(adj: HaloAdj, grid: ProcessGrid | None, width: int, element_size: int, learnable: bool,
                      cost_model: CostModel, group: dist.ProcessGroup | None = None,
-                     options: HaloOptions | None = None) -> tuple[str, list[CostRow], list[CostRow]]:
+                     options: HaloOptions | None = None) -> tuple[str, list[CostRow], list[CostRow], list[CostRow]]:
     """The candidate with the lowest predicted SpMM time (forward + backward), max over ranks.
 
     Every rank takes the same decision: the per-algorithm predictions are all-reduced with
     ``MAX`` (a collective over ``group``, or the default group under a grid).  With
     ``learnable`` edge weights, algorithms that would refuse them are never candidates, nor
-    are those that do not honour ``options``.  Returns the chosen name, the report priced with
-    ``row_bytes`` and the same report priced with exact rows (equal when ``row_bytes`` is an
-    ``int``), so :func:`explain_table` can show the trade.
+    are those that do not honour ``options``.  An SpMM of ``width`` columns of ``element_size``
+    bytes is priced as it runs (:meth:`~pyg_sparsecomm.algorithms.SpMMAlgorithm.predict_as_run`:
+    compressed bytes; with ``staleness=1`` the exposed time).  Returns the chosen name, that
+    report, the same with exact (uncompressed) rows, and the same bytes exchanged synchronously
+    (equal to the first without staleness), so :func:`explain_table` can show both trades.
     """
-    plan = adj.plan
+    plan, options = adj.plan, options or EXACT
     volumes = RankVolumes.from_counts(plan.send_counts, plan.recv_counts, plan.part_sizes, plan.rank,
-                                      grid.col if grid else 0, grid.replication if grid else 1)
+                                      grid.col if grid else 0, grid.replication if grid else 1,
+                                      nnz=local_spmm_nnz(adj, grid))
     names = auto_candidates(grid is not None, options)
     if learnable:
         names = [n for n in names if ALGORITHMS[n].differentiates_edge_weights]
-    priced = [_predictions(names, volumes, cost_model, row_bytes),
-              _predictions(names, volumes, cost_model, RowBytes.of(row_bytes).exact)]
-    worst = torch.tensor([[getattr(p, field) for p in predictions] for predictions in priced
-                          for field in ("seconds", "bytes_sent")], dtype=torch.float64)
+    pricings = (options, replace(options, precision=None, grad_precision=None), options.compression_only)
+    worst = torch.tensor([[getattr(p, field) for p in _predictions(names, volumes, cost_model, width, element_size,
+                                                                   pricing)]
+                          for pricing in pricings for field in ("seconds", "bytes_sent")], dtype=torch.float64)
     reduce_group = None if grid is not None else group
     if is_distributed(reduce_group):
         device = collective_device(reduce_group) or worst.device
         reduced = worst.to(device)
         dist.all_reduce(reduced, op=dist.ReduceOp.MAX, group=reduce_group)
         worst = reduced.cpu()
-    report = [(n, float(worst[0, k]), int(worst[1, k])) for k, n in enumerate(names)]
-    exact = [(n, float(worst[2, k]), int(worst[3, k])) for k, n in enumerate(names)]
-    return names[int(torch.argmin(worst[0]))], report, exact
+    report, exact, synchronous = ([(n, float(worst[2 * i, k]), int(worst[2 * i + 1, k])) for k, n in enumerate(names)]
+                                  for i in range(3))
+    return names[int(torch.argmin(worst[0]))], report, exact, synchronous
 
 
-def _predictions(names: list[str], volumes: RankVolumes, cost_model: CostModel,
-                 row_bytes: int | RowBytes) -> list[Prediction]:
-    predictions: list[Prediction] = []
-    for n in names:
-        prediction = ALGORITHMS[n].predict(volumes, cost_model, row_bytes)
-        if prediction is None:
-            raise RuntimeError(f"algorithm {n!r} is an auto candidate but predicts no cost")
-        predictions.append(prediction)
-    return predictions
+def local_spmm_nnz(adj: HaloAdj, grid: ProcessGrid | None) -> int:
+    """Stored entries this rank's local SpMM multiplies: all of ``adj`` in 1D; on a grid, those
+    whose column is owned by one of the stage blocks (what the 1.5D algorithms keep)."""
+    if grid is None:
+        return adj.nnz
+    plan, n = adj.plan, adj.num_owned
+    in_stage = torch.zeros(plan.world_size, dtype=torch.bool)
+    in_stage[grid.stage_blocks()] = True
+    col = adj.col.cpu()
+    halo_owner = plan.halo_owner.cpu()[col[col >= n] - n]
+    own = int((col < n).sum()) if bool(in_stage[plan.rank]) else 0
+    return own + int(in_stage[halo_owner].sum())
+
+
+def _predictions(names: list[str], volumes: RankVolumes, cost_model: CostModel, width: int, element_size: int,
+                 options: HaloOptions) -> list[Prediction]:
+    """Every candidate's prediction as run under ``options`` (ValueError for one without a cost model)."""
+    return [ALGORITHMS[n].predict_as_run(volumes, cost_model, width, element_size, options) for n in names]
 
 
 def explain_table(report: list[CostRow], chosen: str | None, header: str, cost_model: CostModel,
-                  exact_report: list[CostRow] | None = None) -> str:
+                  exact_report: list[CostRow] | None = None, sync_report: list[CostRow] | None = None) -> str:
     """The text ``explain()`` prints for a choice made by :func:`choose_algorithm`; with an
-    ``exact_report`` that differs (compressed halos), also the bytes exact halos would send."""
+    ``exact_report`` that differs (compressed halos), also the bytes exact halos would send; with
+    a ``sync_report`` (``staleness=1``), the synchronous time beside the exposed one."""
     compressed = exact_report is not None and exact_report != report
-    lines = [f"cost model: {cost_model}", header,
-             f"{'algorithm':<16}{'predicted ms':>14}{'max bytes sent':>16}"
-             + (f"{'exact bytes':>14}{'exact ms':>10}" if compressed else "")]
+    lines = [f"cost model: {cost_model}"]
+    if sync_report is not None:
+        lines.append(f"staleness=1: exposed ms = max(0, sync - window) of the pipelined exchanges on each rank, "
+                     f"window = this layer's local SpMMs of a step, 2 γ nnz f\n"
+                     f"({cost_model.describe_gamma()}); an upper bound: the rest of the step hides them too")
+    lines.append(header)
+    times = f"{'sync ms':>10}{'exposed ms':>12}" if sync_report is not None else f"{'predicted ms':>14}"
+    lines.append(f"{'algorithm':<16}{times}{'max bytes sent':>16}"
+                 + (f"{'exact bytes':>14}{'exact ms':>10}" if compressed else ""))
     for k, (name, seconds, nbytes) in enumerate(report):
         mark = "  <- chosen" if name == chosen else ""
+        times = f"{sync_report[k][1] * 1e3:>10.3f}{seconds * 1e3:>12.3f}" if sync_report is not None \
+            else f"{seconds * 1e3:>14.3f}"
         extra = f"{exact_report[k][2]:>14d}{exact_report[k][1] * 1e3:>10.3f}" if compressed else ""  # type: ignore[index]
-        lines.append(f"{name:<16}{seconds * 1e3:>14.3f}{nbytes:>16d}{extra}{mark}")
+        lines.append(f"{name:<16}{times}{nbytes:>16d}{extra}{mark}")
     return "\n".join(lines)
 
 

@@ -39,13 +39,15 @@ class SparseAware1D(SpMMAlgorithm):
 
 def exchange_prediction(volumes: RankVolumes, model: CostModel, row_bytes: int | RowBytes) -> Prediction:
     """The halo all-to-allv and its reverse over the ``P / c`` ranks of an exchange group; with
-    compressed halos (:class:`~pyg_sparsecomm.cost.RowBytes`) each direction in its own row size."""
+    compressed halos (:class:`~pyg_sparsecomm.cost.RowBytes`) each direction in its own row size.
+    All of it is ``pipelined``: ``staleness=1`` posts both exchanges at one step and waits at the next."""
     if isinstance(row_bytes, int):
         sent, received = int(volumes.send_rows.sum()) * row_bytes, int(volumes.recv_rows.sum()) * row_bytes
         seconds = 2 * model.all_to_all(sent, received, volumes.num_block_rows)
-        return Prediction(seconds, sent + received)  # the backward sends what the forward received
+        # the backward sends what the forward received
+        return Prediction(seconds, sent + received, pipelined=seconds)
     send_rows, recv_rows = int(volumes.send_rows.sum()), int(volumes.recv_rows.sum())
     forward, backward = row_bytes.forward, row_bytes.backward
     seconds = model.all_to_all(send_rows * forward, recv_rows * forward, volumes.num_block_rows) + \
         model.all_to_all(recv_rows * backward, send_rows * backward, volumes.num_block_rows)
-    return Prediction(seconds, send_rows * forward + recv_rows * backward)
+    return Prediction(seconds, send_rows * forward + recv_rows * backward, pipelined=seconds)

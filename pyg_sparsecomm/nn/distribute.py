@@ -154,8 +154,9 @@ def summary(module: torch.nn.Module) -> str:
         lines.append(f"{name or type(child).__name__} ({type(child).__name__}): {how}")
         if state.cost_report:
             header = "  algorithm=\"auto\" compared (forward + backward, slowest rank):"
-            lines.append(explain_table(state.cost_report, state.chosen_algorithm, header,
-                                       state.settings.cost_model, state.exact_cost_report))
+            stale = state.settings.halo_options.staleness
+            lines.append(explain_table(state.cost_report, state.chosen_algorithm, header, state.settings.cost_model,
+                                       state.exact_cost_report, state.sync_cost_report if stale else None))
         if state.exchanged_width is not None and not state.settings.halo_options.exact:
             width, element_size = state.exchanged_width
             lines.append("  " + compression_note(width, element_size, state.settings.halo_options))

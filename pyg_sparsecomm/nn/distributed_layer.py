@@ -37,7 +37,7 @@ from ..algorithms.choice import CostRow, choose_algorithm, exchange_group
 from ..comm.group import world_size
 from ..comm.halo_options import EXACT, ExchangeSlots, HaloOptions
 from ..comm.wire import halo_exchange_many
-from ..cost import CostModel, wire_row_bytes
+from ..cost import CostModel
 from ..grid import process_grid
 from ..loader.sampled_adj import SampledAdj
 from . import shard_context
@@ -82,6 +82,7 @@ class LayerState:
         self.chosen_algorithm: str | None = None if settings.algorithm == "auto" else settings.algorithm
         self.cost_report: list[CostRow] = []
         self.exact_cost_report: list[CostRow] = []  # the same priced with exact halos
+        self.sync_cost_report: list[CostRow] = []  # the same bytes exchanged synchronously
         #: (columns, element size) of the last exchanged rows, for summary()'s compressed-bytes line
         self.exchanged_width: tuple[int, int] | None = None
 
@@ -332,9 +333,9 @@ def _linear_propagate(conv: MessagePassing, state: LayerState, context: shard_co
     grid = process_grid(settings.replication) if settings.replication > 1 else None
     if state.chosen_algorithm is None:
         learnable = adj.value is not None and adj.value.requires_grad
-        row_bytes = wire_row_bytes(rows.size(1), rows.element_size(), settings.halo_options)
-        state.chosen_algorithm, state.cost_report, state.exact_cost_report = choose_algorithm(
-            adj, grid, row_bytes, learnable, settings.cost_model, settings.group, settings.halo_options)
+        state.chosen_algorithm, state.cost_report, state.exact_cost_report, state.sync_cost_report = \
+            choose_algorithm(adj, grid, rows.size(1), rows.element_size(), learnable, settings.cost_model,
+                             settings.group, settings.halo_options)
     state.exchanged_width = (rows.size(1), rows.element_size())
     spmm = make_algorithm(state.chosen_algorithm, adj, context.group if grid is None else None, grid,
                           settings.halo_options, state.exchange_slots)

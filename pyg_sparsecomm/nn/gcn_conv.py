@@ -11,7 +11,7 @@ from ..algorithms.base import check_options
 from ..algorithms.choice import choose_algorithm, compression_note, exchange_group, explain_table
 from ..comm.group import world_size
 from ..comm.halo_options import ExchangeSlots, HaloOptions
-from ..cost import CostModel, wire_row_bytes
+from ..cost import CostModel
 from ..grid import ProcessGrid, process_grid
 from .distributed_layer import check_full_graph, check_not_cached
 from .gcn_norm import distributed_gcn_norm
@@ -104,6 +104,7 @@ class DistributedGCNConv(GCNConv):
         self.chosen_algorithm: str | None = None if algorithm == "auto" else algorithm
         self.cost_report: list[tuple[str, float, int]] = []
         self.exact_cost_report: list[tuple[str, float, int]] = []  # the same with exact halos
+        self.sync_cost_report: list[tuple[str, float, int]] = []  # the same bytes, not pipelined
         self._element_size = 4  # of the rows exchanged (set by each forward; for explain_algorithm)
         super().__init__(in_channels, out_channels, improved=improved, cached=cached,
                          add_self_loops=add_self_loops, normalize=normalize, bias=bias, **kwargs)
@@ -161,12 +162,11 @@ class DistributedGCNConv(GCNConv):
     def _choose(self, adj: HaloAdj, grid: ProcessGrid | None, dtype: torch.dtype,
                 edge_weight: Tensor | None = None) -> str:
         """``algorithm="auto"``: the candidate with the lowest predicted time, max over ranks."""
-        row_bytes = wire_row_bytes(self.out_channels, torch.empty((), dtype=dtype).element_size(),
-                                   self.halo_options)
+        element_size = torch.empty((), dtype=dtype).element_size()
         learnable = (edge_weight is not None and edge_weight.requires_grad) or \
             (adj.value is not None and adj.value.requires_grad)
-        name, self.cost_report, self.exact_cost_report = choose_algorithm(
-            adj, grid, row_bytes, learnable, self.cost_model, self.group, self.halo_options)
+        name, self.cost_report, self.exact_cost_report, self.sync_cost_report = choose_algorithm(
+            adj, grid, self.out_channels, element_size, learnable, self.cost_model, self.group, self.halo_options)
         return name
 
     def explain_algorithm(self) -> str:
@@ -182,7 +182,7 @@ class DistributedGCNConv(GCNConv):
         header = (f"this layer's SpMM (width {self.out_channels}), forward + backward, i.e. its communication "
                   f"per training step; slowest rank:")
         table = explain_table(self.cost_report, self.chosen_algorithm, header, self.cost_model,
-                              self.exact_cost_report)
+                              self.exact_cost_report, self.sync_cost_report if self.halo_options.staleness else None)
         return "\n".join(filter(None, [table, note]))
 
     def __repr__(self) -> str:
