@@ -30,6 +30,11 @@ coarser grid:
 
 A row whose minimum is a ``bfloat16`` number and whose values are all equal (e.g. a zero row)
 gets :math:`s = 0` and is decoded exactly.
+
+**Rounding draws** (:math:`u_k`) come from a dedicated ``torch.Generator`` per device
+(:mod:`~pyg_sparsecomm.comm.rounding`), never from torch's default generator: a model trained
+with ``halo_precision="int8"`` sees the same initial parameters and dropout masks as the same
+model trained exactly after the same ``torch.manual_seed``.
 """
 import math
 
@@ -37,6 +42,8 @@ import torch
 from torch import Tensor
 
 from .halo_options import PRECISIONS
+from .rounding import rounding_generator
+from .rounding import seed_rounding as seed_rounding  # re-exported: pyg_sparsecomm.comm.quantize.seed_rounding
 
 _FLOAT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 _INT_BITS = {"int8": 8, "int4": 4}
@@ -77,7 +84,9 @@ def encode(rows: Tensor, precision: str, generator: torch.Generator | None = Non
     Args:
         rows: ``[n, f]`` finite floating-point values.
         precision: one of :data:`PRECISIONS`.
-        generator: the random numbers of stochastic rounding (integer formats); default: torch's.
+        generator: the random numbers of stochastic rounding (integer formats); default: the
+            dedicated rounding generator of ``rows.device``
+            (:func:`~pyg_sparsecomm.comm.rounding.rounding_generator`), never torch's default one.
     """
     check_precision(precision)
     if precision is None:
@@ -89,6 +98,8 @@ def encode(rows: Tensor, precision: str, generator: torch.Generator | None = Non
         return rows.new_empty((n, payload_row_bytes(width, precision)), dtype=torch.uint8)
     if precision in _FLOAT_DTYPES:
         return _encode_float(rows, precision)
+    if generator is None:
+        generator = rounding_generator(rows.device)
     return _encode_int(rows, _INT_BITS[precision], generator)
 
 
@@ -120,7 +131,7 @@ def _encode_float(rows: Tensor, precision: str) -> Tensor:
     return as_bytes(cast)
 
 
-def _encode_int(rows: Tensor, bits: int, generator: torch.Generator | None) -> Tensor:
+def _encode_int(rows: Tensor, bits: int, generator: torch.Generator) -> Tensor:
     offset, scale = row_grid(rows, bits)
     work = torch.promote_types(rows.dtype, torch.float32)
     inv = torch.where(scale > 0, 1 / scale.to(work), torch.zeros((), dtype=work, device=rows.device))
