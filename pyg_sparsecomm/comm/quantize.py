@@ -37,6 +37,7 @@ with ``halo_precision="int8"`` sees the same initial parameters and dropout mask
 model trained exactly after the same ``torch.manual_seed``.
 """
 import math
+import sys
 
 import torch
 from torch import Tensor
@@ -49,6 +50,7 @@ _FLOAT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 _INT_BITS = {"int8": 8, "int4": 4}
 #: bytes of a row's scale and offset in the integer formats (two bfloat16)
 HEADER_BYTES = 4
+_LITTLE_ENDIAN = sys.byteorder == "little"
 
 
 def check_precision(precision: str | None, what: str = "halo_precision") -> None:
@@ -135,12 +137,55 @@ def _encode_int(rows: Tensor, bits: int, generator: torch.Generator) -> Tensor:
     offset, scale = row_grid(rows, bits)
     work = torch.promote_types(rows.dtype, torch.float32)
     inv = torch.where(scale > 0, 1 / scale.to(work), torch.zeros((), dtype=work, device=rows.device))
-    v = (rows.to(work) - offset.to(work).unsqueeze(1)).mul_(inv.unsqueeze(1))
-    v.add_(torch.rand(v.shape, generator=generator, dtype=work, device=rows.device))
-    # floor(v + u) with v in [0, L]: clamp only guards the last float ulp of v
-    levels = v.floor_().clamp_(0, (1 << bits) - 1).to(torch.uint8)
-    header = as_bytes(torch.stack([offset, scale], dim=1))
-    return torch.cat([header, _pack(levels, bits)], dim=1)
+    v = torch.sub(rows.to(work), offset.to(work).unsqueeze(1)).mul_(inv.unsqueeze(1))
+    add_rounding_noise_(v, random_int16(v.shape, generator))
+    # v + u lies in [0, L + 1) up to the last float ulp, which the clamp guards; on [0, L] the cast
+    # to uint8 truncates, i.e. floors
+    v.clamp_(0, (1 << bits) - 1)
+    out = torch.empty((rows.size(0), HEADER_BYTES + _packed_width(rows.size(1), bits)), dtype=torch.uint8,
+                      device=rows.device)
+    out[:, :HEADER_BYTES].copy_(as_bytes(torch.stack([offset, scale], dim=1)))
+    if bits == 8:
+        out[:, HEADER_BYTES:].copy_(v)
+    else:
+        out[:, HEADER_BYTES:].copy_(_pack_nibbles(v))
+    return out
+
+
+def add_rounding_noise_(v: Tensor, draws: Tensor) -> Tensor:
+    r"""Adds :math:`u = (k + \tfrac12)\, 2^{-16}` to ``v`` in place, with :math:`k = r + 2^{15}` for the
+    ``int16`` ``draws`` :math:`r`.  For uniform :math:`k`, :math:`P(\lfloor v + u \rfloor > \lfloor v
+    \rfloor)` is the fraction of :math:`v` rounded to a multiple of :math:`2^{-16}`: the rounding's
+    bias is at most :math:`2^{-17}` of a step (plus the float rounding of ``v`` itself)."""
+    return v.add_(draws, alpha=2.0 ** -16).add_(0.5 + 2.0 ** -17)
+
+
+def random_int16(shape: tuple[int, ...] | torch.Size, generator: torch.Generator) -> Tensor:
+    """Uniform 16-bit integers in :math:`[-2^{15}, 2^{15})`: four per 64-bit draw of ``generator``
+    (a quarter of the generator's work of one ``float32`` draw per value)."""
+    count = math.prod(shape)
+    words = torch.empty(((count + 3) // 4,), dtype=torch.int64, device=generator.device)
+    words.random_(-(2 ** 63), None, generator=generator)  # the full 64-bit range
+    return words.view(torch.int16)[:count].view(shape)
+
+
+def _packed_width(width: int, bits: int) -> int:
+    return width if bits == 8 else (width + 1) // 2
+
+
+def _pack_nibbles(levels: Tensor) -> Tensor:
+    """``[n, f]`` levels in ``[0, 15]`` (floating point: floored by the cast) to ``[n, ceil(f / 2)]``
+    bytes, two per byte, the even column in the low nibble."""
+    n, width = levels.shape
+    pairs = torch.empty((n, width + width % 2), dtype=torch.uint8, device=levels.device)
+    pairs[:, :width].copy_(levels)
+    pairs[:, width:].zero_()  # the padding nibble of an odd width
+    # a pair of bytes (a, b) read as one little-endian int16 is a + 256 b; OR-ing it with itself
+    # shifted by 4 puts b in the high nibble of the low byte (a, b < 16), which the cast keeps
+    word = pairs.view(torch.int16)
+    if not _LITTLE_ENDIAN:
+        word = pairs[:, 1::2].to(torch.int16) * 256 + pairs[:, 0::2]
+    return (word | (word >> 4)).to(torch.uint8)
 
 
 def row_grid(rows: Tensor, bits: int) -> tuple[Tensor, Tensor]:
@@ -179,15 +224,6 @@ def bytes_as(payload: Tensor, dtype: torch.dtype) -> Tensor:
     out = torch.empty((payload.size(0), payload.size(1) // size), dtype=dtype, device=payload.device)
     out.view(torch.uint8).copy_(payload)
     return out
-
-
-def _pack(levels: Tensor, bits: int) -> Tensor:
-    """``[n, f]`` levels to ``[n, ceil(f * bits / 8)]`` bytes; int4: two per byte, low nibble first."""
-    if bits == 8:
-        return levels
-    if levels.size(1) % 2:
-        levels = torch.cat([levels, levels.new_zeros((levels.size(0), 1))], dim=1)
-    return levels[:, 0::2] | (levels[:, 1::2] << 4)
 
 
 def _unpack(packed: Tensor, width: int, bits: int) -> Tensor:
