@@ -121,16 +121,22 @@ def decode(payload: Tensor, width: int, precision: str, dtype: torch.dtype = tor
         return bytes_as(payload, _FLOAT_DTYPES[precision]).to(dtype)
     offset, scale = bytes_as(payload[:, :HEADER_BYTES], torch.bfloat16).to(dtype).unbind(1)
     levels = _unpack(payload[:, HEADER_BYTES:], width, _INT_BITS[precision]).to(dtype)
-    return torch.addcmul(offset.unsqueeze(1), levels, scale.unsqueeze(1))
+    # o + s q in place on the fresh levels (a broadcast addcmul measured several times slower)
+    return levels.mul_(scale.unsqueeze(1)).add_(offset.unsqueeze(1))
 
 
 def _encode_float(rows: Tensor, precision: str) -> Tensor:
-    cast = rows.to(_FLOAT_DTYPES[precision])
-    if not (bool(torch.isfinite(cast.amax())) and bool(torch.isfinite(cast.amin()))):  # NaN propagates
+    dtype = _FLOAT_DTYPES[precision]
+    out = torch.empty((rows.size(0), 2 * rows.size(1)), dtype=torch.uint8, device=rows.device)
+    out.view(dtype).copy_(rows)  # cast straight into the payload
+    # a finite row of magnitude <= the format's largest number stays finite; only beyond it (rare)
+    # does the cast itself decide (values just above the largest number round down to it)
+    high = float(torch.maximum(rows.amax().abs(), rows.amin().abs()))  # NaN propagates
+    if not high <= torch.finfo(dtype).max and not bool(torch.isfinite(out.view(dtype)).all()):
         bad = "is not finite" if not bool(torch.isfinite(rows).all()) else f"exceeds the range of {precision}"
         fix = "" if precision == "bf16" else " (use 'bf16', which has float32's range)"
         raise ValueError(f"halo precision {precision!r}: a value {bad}{fix}")
-    return as_bytes(cast)
+    return out
 
 
 def _encode_int(rows: Tensor, bits: int, generator: torch.Generator) -> Tensor:
@@ -227,9 +233,16 @@ def bytes_as(payload: Tensor, dtype: torch.dtype) -> Tensor:
 
 
 def _unpack(packed: Tensor, width: int, bits: int) -> Tensor:
+    """The ``[n, width]`` levels of :func:`_pack_nibbles`' bytes (int8: the bytes themselves)."""
     if bits == 8:
         return packed
-    return torch.stack([packed & 0x0F, packed >> 4], dim=2).reshape(packed.size(0), -1)[:, :width]
+    if not _LITTLE_ENDIAN:
+        return torch.stack([packed & 0x0F, packed >> 4], dim=2).reshape(packed.size(0), -1)[:, :width]
+    # byte b as int16 becomes (b & 15) + 256 (b >> 4): read as two little-endian bytes, the low and
+    # high nibble (in int16 arithmetic: the uint8 shifts measured several times slower)
+    word = packed.to(torch.int16)
+    word = (word & 0x0F) | ((word << 4) & 0x0F00)
+    return word.view(torch.uint8)[:, :width]
 
 
 def encode_rows(rows: Tensor, precision: str | None) -> Tensor:
