@@ -10,12 +10,12 @@ payload of ``n`` rows is a ``[n, B]`` ``uint8`` tensor that the ordinary row exc
   :math:`o` and a scale :math:`s`, then
 
   .. math::
-      q_k = \left\lfloor \frac{v_k - o}{s} + u_k \right\rfloor, \quad u_k \sim U[0, 1), \qquad
+      q_k = \left\lfloor \frac{v_k - o}{s} + u_k \right\rfloor, \quad u_k \sim U(0, 1), \qquad
       \hat v_k = o + s\, q_k
 
-  (unbiased stochastic rounding: :math:`\mathbb E[\hat v_k] = v_k`, :math:`|\hat v_k - v_k| < s`,
-  :math:`\mathrm{Var}[\hat v_k] \le s^2 / 4`).  ``int4`` packs two values per byte (low nibble:
-  the even column), an odd width pads one zero nibble.
+  (unbiased stochastic rounding, up to the 16-bit draws below: :math:`\mathbb E[\hat v_k] = v_k`,
+  :math:`|\hat v_k - v_k| < s`, :math:`\mathrm{Var}[\hat v_k] \le s^2 / 4`).  ``int4`` packs two
+  values per byte (low nibble: the even column), an odd width pads one zero nibble.
 
 **Scale and offset** are stored in the row as two ``bfloat16`` (4 bytes, the issue's budget):
 ``bfloat16`` has float32's exponent range, so neither activations nor tiny gradients
@@ -31,7 +31,10 @@ coarser grid:
 A row whose minimum is a ``bfloat16`` number and whose values are all equal (e.g. a zero row)
 gets :math:`s = 0` and is decoded exactly.
 
-**Rounding draws** (:math:`u_k`) come from a dedicated ``torch.Generator`` per device
+**Rounding draws** are 16-bit: :math:`u_k = (j_k + \tfrac12)\, 2^{-16}` with :math:`j_k` uniform
+in :math:`\{0, \dots, 2^{16} - 1\}` (four per 64-bit draw, a quarter of the work of one ``float32``
+per value), so :math:`|\mathbb E[\hat v_k] - v_k| \le 2^{-17} s` (plus the float rounding of
+:math:`(v_k - o) / s`).  They come from a dedicated ``torch.Generator`` per device
 (:mod:`~pyg_sparsecomm.comm.rounding`), never from torch's default generator: a model trained
 with ``halo_precision="int8"`` sees the same initial parameters and dropout masks as the same
 model trained exactly after the same ``torch.manual_seed``.
