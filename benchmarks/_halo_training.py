@@ -12,7 +12,14 @@ from _common import load_graph, sparse_sbm_edges
 from torch_geometric.data import Data
 from torch_geometric.nn.models import GAT, GraphSAGE
 
-from pyg_sparsecomm import DistributedGCNConv, comm_counter, distribute, distributed_loss, sync_gradients
+from pyg_sparsecomm import (
+    DistributedGCNConv,
+    comm_counter,
+    distribute,
+    distributed_loss,
+    seed_rounding,
+    sync_gradients,
+)
 
 HIDDEN = 64
 DROPOUT = 0.5
@@ -112,6 +119,7 @@ class Run:
 
     def __init__(self, model_name: str, local: Data, num_classes: int, options: dict, seed: int) -> None:
         torch.manual_seed(seed)  # the same initial parameters on every rank
+        seed_rounding()  # each run restarts its rounding draws, as if alone in its process
         self.local = local
         self.model = build_model(model_name, local.x.size(1), num_classes, options)
         self.opt = torch.optim.Adam(self.model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY)

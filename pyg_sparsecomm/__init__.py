@@ -1,6 +1,7 @@
 """pyg_sparsecomm: sparsity-aware full-graph GNN training across processes for PyTorch Geometric."""
 from .adj import HaloAdj
 from .comm.counters import comm_counter
+from .comm.rounding import seed_rounding
 from .cost import CostModel
 from .data import shard
 from .grid import ProcessGrid, process_grid
@@ -19,7 +20,7 @@ __all__ = [
     "DistributedGCNConv", "distribute", "NodeDropout", "SparsityAwarePartitioner", "shard", "HaloAdj",
     "DistributedNeighborLoader", "DistributedNodeSubsetLoader",
     "RankPlan", "CommStats",
-    "comm_pattern", "rank_plan", "comm_counter", "distributed_loss", "sync_gradients", "global_sum",
+    "comm_pattern", "rank_plan", "comm_counter", "seed_rounding", "distributed_loss", "sync_gradients", "global_sum",
     "global_count", "global_accuracy", "save_partition", "load_shard", "graph_fingerprint", "partition_source",
     "ProcessGrid", "process_grid", "CostModel", "predict_layouts", "__version__",
 ]

@@ -10,12 +10,12 @@ payload of ``n`` rows is a ``[n, B]`` ``uint8`` tensor that the ordinary row exc
   :math:`o` and a scale :math:`s`, then
 
   .. math::
-      q_k = \left\lfloor \frac{v_k - o}{s} + u_k \right\rfloor, \quad u_k \sim U[0, 1), \qquad
+      q_k = \left\lfloor \frac{v_k - o}{s} + u_k \right\rfloor, \quad u_k \sim U(0, 1), \qquad
       \hat v_k = o + s\, q_k
 
-  (unbiased stochastic rounding: :math:`\mathbb E[\hat v_k] = v_k`, :math:`|\hat v_k - v_k| < s`,
-  :math:`\mathrm{Var}[\hat v_k] \le s^2 / 4`).  ``int4`` packs two values per byte (low nibble:
-  the even column), an odd width pads one zero nibble.
+  (unbiased stochastic rounding, up to the 16-bit draws below: :math:`\mathbb E[\hat v_k] = v_k`,
+  :math:`|\hat v_k - v_k| < s`, :math:`\mathrm{Var}[\hat v_k] \le s^2 / 4`).  ``int4`` packs two
+  values per byte (low nibble: the even column), an odd width pads one zero nibble.
 
 **Scale and offset** are stored in the row as two ``bfloat16`` (4 bytes, the issue's budget):
 ``bfloat16`` has float32's exponent range, so neither activations nor tiny gradients
@@ -30,18 +30,30 @@ coarser grid:
 
 A row whose minimum is a ``bfloat16`` number and whose values are all equal (e.g. a zero row)
 gets :math:`s = 0` and is decoded exactly.
+
+**Rounding draws** are 16-bit: :math:`u_k = (j_k + \tfrac12)\, 2^{-16}` with :math:`j_k` uniform
+in :math:`\{0, \dots, 2^{16} - 1\}` (four per 64-bit draw, a quarter of the work of one ``float32``
+per value), so :math:`|\mathbb E[\hat v_k] - v_k| \le 2^{-17} s` (plus the float rounding of
+:math:`(v_k - o) / s`).  They come from a dedicated ``torch.Generator`` per device
+(:mod:`~pyg_sparsecomm.comm.rounding`), never from torch's default generator: a model trained
+with ``halo_precision="int8"`` sees the same initial parameters and dropout masks as the same
+model trained exactly after the same ``torch.manual_seed``.
 """
 import math
+import sys
 
 import torch
 from torch import Tensor
 
 from .halo_options import PRECISIONS
+from .rounding import rounding_generator
+from .rounding import seed_rounding as seed_rounding  # re-exported: pyg_sparsecomm.comm.quantize.seed_rounding
 
 _FLOAT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 _INT_BITS = {"int8": 8, "int4": 4}
 #: bytes of a row's scale and offset in the integer formats (two bfloat16)
 HEADER_BYTES = 4
+_LITTLE_ENDIAN = sys.byteorder == "little"
 
 
 def check_precision(precision: str | None, what: str = "halo_precision") -> None:
@@ -77,7 +89,9 @@ def encode(rows: Tensor, precision: str, generator: torch.Generator | None = Non
     Args:
         rows: ``[n, f]`` finite floating-point values.
         precision: one of :data:`PRECISIONS`.
-        generator: the random numbers of stochastic rounding (integer formats); default: torch's.
+        generator: the random numbers of stochastic rounding (integer formats); default: the
+            dedicated rounding generator of ``rows.device``
+            (:func:`~pyg_sparsecomm.comm.rounding.rounding_generator`), never torch's default one.
     """
     check_precision(precision)
     if precision is None:
@@ -89,6 +103,8 @@ def encode(rows: Tensor, precision: str, generator: torch.Generator | None = Non
         return rows.new_empty((n, payload_row_bytes(width, precision)), dtype=torch.uint8)
     if precision in _FLOAT_DTYPES:
         return _encode_float(rows, precision)
+    if generator is None:
+        generator = rounding_generator(rows.device)
     return _encode_int(rows, _INT_BITS[precision], generator)
 
 
@@ -108,28 +124,77 @@ def decode(payload: Tensor, width: int, precision: str, dtype: torch.dtype = tor
         return bytes_as(payload, _FLOAT_DTYPES[precision]).to(dtype)
     offset, scale = bytes_as(payload[:, :HEADER_BYTES], torch.bfloat16).to(dtype).unbind(1)
     levels = _unpack(payload[:, HEADER_BYTES:], width, _INT_BITS[precision]).to(dtype)
-    return torch.addcmul(offset.unsqueeze(1), levels, scale.unsqueeze(1))
+    # o + s q in place on the fresh levels (a broadcast addcmul measured several times slower)
+    return levels.mul_(scale.unsqueeze(1)).add_(offset.unsqueeze(1))
 
 
 def _encode_float(rows: Tensor, precision: str) -> Tensor:
-    cast = rows.to(_FLOAT_DTYPES[precision])
-    if not (bool(torch.isfinite(cast.amax())) and bool(torch.isfinite(cast.amin()))):  # NaN propagates
+    dtype = _FLOAT_DTYPES[precision]
+    out = torch.empty((rows.size(0), 2 * rows.size(1)), dtype=torch.uint8, device=rows.device)
+    out.view(dtype).copy_(rows)  # cast straight into the payload
+    # a finite row of magnitude <= the format's largest number stays finite; only beyond it (rare)
+    # does the cast itself decide (values just above the largest number round down to it)
+    high = float(torch.maximum(rows.amax().abs(), rows.amin().abs()))  # NaN propagates
+    if not high <= torch.finfo(dtype).max and not bool(torch.isfinite(out.view(dtype)).all()):
         bad = "is not finite" if not bool(torch.isfinite(rows).all()) else f"exceeds the range of {precision}"
         fix = "" if precision == "bf16" else " (use 'bf16', which has float32's range)"
         raise ValueError(f"halo precision {precision!r}: a value {bad}{fix}")
-    return as_bytes(cast)
+    return out
 
 
-def _encode_int(rows: Tensor, bits: int, generator: torch.Generator | None) -> Tensor:
+def _encode_int(rows: Tensor, bits: int, generator: torch.Generator) -> Tensor:
     offset, scale = row_grid(rows, bits)
     work = torch.promote_types(rows.dtype, torch.float32)
     inv = torch.where(scale > 0, 1 / scale.to(work), torch.zeros((), dtype=work, device=rows.device))
-    v = (rows.to(work) - offset.to(work).unsqueeze(1)).mul_(inv.unsqueeze(1))
-    v.add_(torch.rand(v.shape, generator=generator, dtype=work, device=rows.device))
-    # floor(v + u) with v in [0, L]: clamp only guards the last float ulp of v
-    levels = v.floor_().clamp_(0, (1 << bits) - 1).to(torch.uint8)
-    header = as_bytes(torch.stack([offset, scale], dim=1))
-    return torch.cat([header, _pack(levels, bits)], dim=1)
+    v = torch.sub(rows.to(work), offset.to(work).unsqueeze(1)).mul_(inv.unsqueeze(1))
+    add_rounding_noise_(v, random_int16(v.shape, generator))
+    # v + u lies in [0, L + 1) up to the last float ulp, which the clamp guards; on [0, L] the cast
+    # to uint8 truncates, i.e. floors
+    v.clamp_(0, (1 << bits) - 1)
+    out = torch.empty((rows.size(0), HEADER_BYTES + _packed_width(rows.size(1), bits)), dtype=torch.uint8,
+                      device=rows.device)
+    out[:, :HEADER_BYTES].copy_(as_bytes(torch.stack([offset, scale], dim=1)))
+    if bits == 8:
+        out[:, HEADER_BYTES:].copy_(v)
+    else:
+        out[:, HEADER_BYTES:].copy_(_pack_nibbles(v))
+    return out
+
+
+def add_rounding_noise_(v: Tensor, draws: Tensor) -> Tensor:
+    r"""Adds :math:`u = (k + \tfrac12)\, 2^{-16}` to ``v`` in place, with :math:`k = r + 2^{15}` for the
+    ``int16`` ``draws`` :math:`r`.  For uniform :math:`k`, :math:`P(\lfloor v + u \rfloor > \lfloor v
+    \rfloor)` is the fraction of :math:`v` rounded to a multiple of :math:`2^{-16}`: the rounding's
+    bias is at most :math:`2^{-17}` of a step (plus the float rounding of ``v`` itself)."""
+    return v.add_(draws, alpha=2.0 ** -16).add_(0.5 + 2.0 ** -17)
+
+
+def random_int16(shape: tuple[int, ...] | torch.Size, generator: torch.Generator) -> Tensor:
+    """Uniform 16-bit integers in :math:`[-2^{15}, 2^{15})`: four per 64-bit draw of ``generator``
+    (a quarter of the generator's work of one ``float32`` draw per value)."""
+    count = math.prod(shape)
+    words = torch.empty(((count + 3) // 4,), dtype=torch.int64, device=generator.device)
+    words.random_(-(2 ** 63), None, generator=generator)  # the full 64-bit range
+    return words.view(torch.int16)[:count].view(shape)
+
+
+def _packed_width(width: int, bits: int) -> int:
+    return width if bits == 8 else (width + 1) // 2
+
+
+def _pack_nibbles(levels: Tensor) -> Tensor:
+    """``[n, f]`` levels in ``[0, 15]`` (floating point: floored by the cast) to ``[n, ceil(f / 2)]``
+    bytes, two per byte, the even column in the low nibble."""
+    n, width = levels.shape
+    pairs = torch.empty((n, width + width % 2), dtype=torch.uint8, device=levels.device)
+    pairs[:, :width].copy_(levels)
+    pairs[:, width:].zero_()  # the padding nibble of an odd width
+    # a pair of bytes (a, b) read as one little-endian int16 is a + 256 b; OR-ing it with itself
+    # shifted by 4 puts b in the high nibble of the low byte (a, b < 16), which the cast keeps
+    word = pairs.view(torch.int16)
+    if not _LITTLE_ENDIAN:
+        word = pairs[:, 1::2].to(torch.int16) * 256 + pairs[:, 0::2]
+    return (word | (word >> 4)).to(torch.uint8)
 
 
 def row_grid(rows: Tensor, bits: int) -> tuple[Tensor, Tensor]:
@@ -170,19 +235,17 @@ def bytes_as(payload: Tensor, dtype: torch.dtype) -> Tensor:
     return out
 
 
-def _pack(levels: Tensor, bits: int) -> Tensor:
-    """``[n, f]`` levels to ``[n, ceil(f * bits / 8)]`` bytes; int4: two per byte, low nibble first."""
-    if bits == 8:
-        return levels
-    if levels.size(1) % 2:
-        levels = torch.cat([levels, levels.new_zeros((levels.size(0), 1))], dim=1)
-    return levels[:, 0::2] | (levels[:, 1::2] << 4)
-
-
 def _unpack(packed: Tensor, width: int, bits: int) -> Tensor:
+    """The ``[n, width]`` levels of :func:`_pack_nibbles`' bytes (int8: the bytes themselves)."""
     if bits == 8:
         return packed
-    return torch.stack([packed & 0x0F, packed >> 4], dim=2).reshape(packed.size(0), -1)[:, :width]
+    if not _LITTLE_ENDIAN:
+        return torch.stack([packed & 0x0F, packed >> 4], dim=2).reshape(packed.size(0), -1)[:, :width]
+    # byte b as int16 becomes (b & 15) + 256 (b >> 4): read as two little-endian bytes, the low and
+    # high nibble (in int16 arithmetic: the uint8 shifts measured several times slower)
+    word = packed.to(torch.int16)
+    word = (word & 0x0F) | ((word << 4) & 0x0F00)
+    return word.view(torch.uint8)[:, :width]
 
 
 def encode_rows(rows: Tensor, precision: str | None) -> Tensor:
