@@ -16,6 +16,7 @@ all-to-allv (one row header when compressed: ``heads * C + heads + 4`` bytes per
 of ``heads * C + heads + 8``), and ``propagate`` reuses the kept halo when its source is that
 output (a view of the same memory at the same version).  Anything else, e.g. a subclass editing
 ``x_src`` before ``propagate``, misses and is exchanged as usual: the reuse is exact or not taken.
+A layer whose fused rows went unused in a call stops fusing (the first call sent them for nothing).
 """
 from typing import Any
 
@@ -44,16 +45,24 @@ class CallHalos:
         self.entries: list[tuple[Tensor, int, int, Tensor]] = []
         self.recorded: Tensor | None = None
         self.recording = False  # the layer is running on a shard: record its source module's output
+        self.fused: Tensor | None = None  # the recorded output, once exchanged in this call
+        self.fused_used = False
+        self.fuse = True  # False once a call's fused rows went unused (they would be sent for nothing)
 
     def __getstate__(self) -> dict:
-        return {"entries": [], "recorded": None, "recording": False}  # per-call state only
+        return {"fuse": True}  # per-call state only
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__()  # type: ignore[misc]
 
     def begin(self) -> None:
         self.clear()
         self.recording = True
 
     def clear(self) -> None:
-        self.entries, self.recorded, self.recording = [], None, False
+        if self.fused is not None and not self.fused_used:
+            self.fuse = False  # the same code on every rank: every rank stops fusing together
+        self.entries, self.recorded, self.recording, self.fused, self.fused_used = [], None, False, None, False
 
     def record(self, output: Any) -> None:
         if self.recording and self.recorded is None and isinstance(output, Tensor) and output.dim() == 2:
@@ -62,9 +71,14 @@ class CallHalos:
     def take_recorded(self) -> Tensor | None:
         """The recorded output to exchange along, unless it was exchanged already."""
         t = self.recorded
-        if t is None or any(e[0] is t for e in self.entries):
+        if t is None or not self.fuse or any(e[0] is t for e in self.entries):
             return None
         return t
+
+    def add_fused(self, recorded: Tensor, halo: Tensor) -> None:
+        """Keeps the halo of the recorded output, exchanged along with the call's sources."""
+        self.add(recorded, 0, halo)
+        self.fused = recorded
 
     def add(self, src: Tensor, node_dim: int, halo: Tensor) -> None:
         """Keeps ``halo`` (``[halo_size, width]`` rows of ``src`` with ``node_dim`` first) for the call."""
@@ -76,9 +90,8 @@ class CallHalos:
         for t, version, dim, halo in self.entries:
             if src._version != version:
                 continue
-            if src is t and node_dim == dim:
-                return halo
-            if dim == 0 and node_dim == 0 and _same_rows(src, t):
+            if (src is t and node_dim == dim) or (dim == 0 and node_dim == 0 and _same_rows(src, t)):
+                self.fused_used = self.fused_used or t is self.fused
                 return halo
         return None
 

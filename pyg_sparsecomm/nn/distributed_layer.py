@@ -283,9 +283,11 @@ def _fetch_halos(conv: MessagePassing, sources: list[tuple[str, Tensor, Tensor, 
         fetched = halo_exchange_many(tensors, context.plan, context.group, state.settings.halo_options,
                                      state.exchange_slots, key)
         for (name, src, _), halo in zip(moving, fetched, strict=True):
-            call.add(src, conv.node_dim if name else 0, halo)
             if name:
+                call.add(src, conv.node_dim, halo)
                 halos[name] = halo
+            else:
+                call.add_fused(src, halo)
     for name, src, _, _, _ in sources:
         if call.lookup(src, conv.node_dim) is None:
             call.add(src, conv.node_dim, halos[name])
