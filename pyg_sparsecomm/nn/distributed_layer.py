@@ -12,7 +12,8 @@ PyG's and torch's own extension points:
    each tensor the message reads at sources (``x_j``, ``alpha_j``, ...), appends the halo
    rows fetched in one all-to-allv and propagates over ``size = (owned + halo, owned)``.
    The layer's own transform has run by then, so the exchange carries the transformed
-   width (GAT: ``heads * out`` and, in its ``edge_updater``, ``heads``).  Where the
+   width (GAT: ``heads + heads * out`` once, in its ``edge_updater``, see :mod:`.call_halos`;
+   a source tensor already exchanged in the call reuses its halo).  Where the
    message is linear (:mod:`.linear_aggregation`) the propagation is one distributed
    SpMM instead, through the package's algorithms; where it is :math:`\alpha_{ji} x_j`
    per head (GAT), one local CSR SpMM per head over the exchanged rows;
