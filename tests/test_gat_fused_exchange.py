@@ -11,6 +11,7 @@ from torch_geometric.nn import GATConv, GATv2Conv
 
 from pyg_sparsecomm import comm_counter, distribute, global_sum, shard, sync_gradients
 from pyg_sparsecomm.comm.quantize import payload_row_bytes
+from pyg_sparsecomm.nn.distribute import summary
 from pyg_sparsecomm.testing import launch
 
 F, D = NUM_FEATURES, 3
@@ -74,7 +75,7 @@ def _worker(rank, world_size):
             (out * upstream[local.n_id]).sum().backward()
             backward = (counter.calls.get("halo_grad", 0), counter.bytes_sent("halo_grad"))
             grads = {k: p.grad.clone() for k, p in conv.named_parameters() if p.grad is not None}
-            results[(graph, name)] = (local.n_id, out.detach(), x.grad, grads, forward, backward)
+            results[(graph, name)] = (local.n_id, out.detach(), x.grad, grads, forward, backward, summary(conv))
     return rows, results
 
 
@@ -88,7 +89,7 @@ def test_one_exchange_per_forward_and_backward_matches_pyg(world_size):
             (out * upstream).sum().backward()
             tol = {"atol": 0.15, "rtol": 0.05} if precision else {"atol": 1e-5, "rtol": 1e-4}
             for _, res in per_rank:
-                n_id, got, x_grad, _, _, _ = res[(graph, name)]
+                n_id, got, x_grad = res[(graph, name)][:3]
                 torch.testing.assert_close(got, out.detach()[n_id], **tol, msg=f"{graph}, {name}")
                 if not precision:
                     torch.testing.assert_close(x_grad, x.grad[n_id], **tol, msg=f"{graph}, {name}")
@@ -98,7 +99,7 @@ def test_one_exchange_per_forward_and_backward_matches_pyg(world_size):
                     torch.testing.assert_close(summed, p.grad, **tol, msg=f"{graph}, {name}, {key}")
             for rows, res in per_rank:
                 send_rows, recv_rows = rows[graph]
-                forward, backward = res[(graph, name)][4:]
+                forward, backward, text = res[(graph, name)][4:]
                 if width is None:  # fallback: alpha_src (with x_src's rows, unused), then x_src again
                     assert forward == ((2, send_rows * (2 + 8 + 8) * 4), (2, send_rows * (2 + 8) * 4)), (graph, name)
                     assert backward[0] == 2, (graph, name)  # alpha_src's and x_src's gradients
@@ -108,6 +109,7 @@ def test_one_exchange_per_forward_and_backward_matches_pyg(world_size):
                 assert backward == (1, recv_rows * (row if precision else width * 4)), (graph, name)
                 if precision == "int8":
                     assert row == 64 + 1 + 4 and row / (4 * width) <= 0.27
+                    assert "halo rows int8: 69 B per row (exact 260 B" in text  # summary(): the fused width
 
 
 def _stale_worker(rank, world_size):
