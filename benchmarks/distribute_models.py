@@ -251,10 +251,10 @@ def exchanges(name: str):
     epoch's forward, in order (layer 1, layer 2).  GraphSAGE and GIN aggregate their input
     first (layer 1 moves the 64 features, which need no gradient); distribute() applies
     SAGEConv's ``lin_l`` and the first ``Linear`` of GINConv's MLP before the aggregation
-    where they narrow the rows (layer 2: 8); GAT exchanges alpha_j (heads) in its
-    edge_updater and x_j (heads * out) in propagate; GCN's degree exchanges (1 float, no
+    where they narrow the rows (layer 2: 8); GAT exchanges [alpha_src | x_src] rows (heads +
+    heads * out) once, in its edge_updater, and propagate reuses x_src's halo; GCN's degree exchanges (1 float, no
     backward) always use the 1D halo exchange and are left out."""
-    return {"GAT": [(1, True), (HIDDEN, True), (1, True), (CLASSES, True)],
+    return {"GAT": [(1 + HIDDEN, True), (1 + CLASSES, True)],
             "GCN": [(HIDDEN, True), (CLASSES, True)],
             "GraphSAGE": [(FEATURES, False), (CLASSES, True)],
             "GIN": [(FEATURES, False), (CLASSES, True)]}[name]

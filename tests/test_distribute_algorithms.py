@@ -105,7 +105,7 @@ BYTES = {
     "SAGEConv(wide)": (lambda: SAGEConv(F, F + 2), False, (F, F, 1)),             # inputs are narrower
     "GINConv(narrowing)": (lambda: GINConv(Sequential(Linear(F, 3), ReLU(), Linear(3, OUT))), False,
                            (3, 3, 1)),                                            # nn's first Linear moved first
-    "GATConv": (lambda: GATConv(F, OUT, heads=2, edge_dim=D), False, (2 + 2 * OUT, 2 + 2 * OUT, 2)),
+    "GATConv": (lambda: GATConv(F, OUT, heads=2, edge_dim=D), False, (2 + 2 * OUT, 2 + 2 * OUT, 1)),  # fused
     "TransformerConv": (lambda: TransformerConv(F, OUT, heads=2), False, (4 * OUT, 4 * OUT, 1)),
     # out-degrees folded (reverse) and fetched once, though lambda_max and the layer both need L
     "ChebConv": (lambda: ChebConv(F, OUT, K=3), True, (1 + 2 * F, 1 + 2 * F, 3)),

@@ -12,7 +12,8 @@ PyG's and torch's own extension points:
    each tensor the message reads at sources (``x_j``, ``alpha_j``, ...), appends the halo
    rows fetched in one all-to-allv and propagates over ``size = (owned + halo, owned)``.
    The layer's own transform has run by then, so the exchange carries the transformed
-   width (GAT: ``heads * out`` and, in its ``edge_updater``, ``heads``).  Where the
+   width (GAT: ``heads + heads * out`` once, in its ``edge_updater``, see :mod:`.call_halos`;
+   a source tensor already exchanged in the call reuses its halo).  Where the
    message is linear (:mod:`.linear_aggregation`) the propagation is one distributed
    SpMM instead, through the package's algorithms; where it is :math:`\alpha_{ji} x_j`
    per head (GAT), one local CSR SpMM per head over the exchanged rows;
@@ -41,6 +42,7 @@ from ..cost import CostModel
 from ..grid import process_grid
 from ..loader.sampled_adj import SampledAdj
 from . import shard_context
+from .call_halos import CallHalos, attach_recorder
 from .layer_adapters import adapt, forward_signature
 from .linear_aggregation import (
     AdjacencyCache,
@@ -78,6 +80,7 @@ class LayerState:
         self.swapped: list[tuple[torch.nn.Module, str]] = []  # modules replaced by AppliedLinear this call
         self.adjacency = AdjacencyCache()
         self.static_halo = shard_context.StaticHalo()
+        self.call_halos = CallHalos()  # halos already fetched in this call (see call_halos)
         self.exchange_slots = ExchangeSlots()  # state of stateful (stale) exchanges across calls
         self.chosen_algorithm: str | None = None if settings.algorithm == "auto" else settings.algorithm
         self.cost_report: list[CostRow] = []
@@ -101,6 +104,7 @@ def attach(conv: MessagePassing, settings: DistributedSettings) -> None:
     conv.register_forward_hook(_leave, always_call=True)
     conv.propagate = _InstanceMethod(conv, _propagate)
     conv.edge_updater = _InstanceMethod(conv, _edge_updater)
+    attach_recorder(conv)
 
 
 class _InstanceMethod:
@@ -135,6 +139,7 @@ def _enter(conv: MessagePassing, args: tuple, kwargs: dict):
         if outer is not None:  # a layer called by a distributed layer (e.g. AntiSymmetricConv's phi)
             state.entered.append(True)
             state.exchange_slots.begin_call(conv.training)
+            state.call_halos.begin()
             shard_context.push(outer)
             return None
         if world_size(settings.group) > 1 and any(_is_graph_argument(v) for v in list(args) + list(kwargs.values())):
@@ -156,6 +161,7 @@ def _enter(conv: MessagePassing, args: tuple, kwargs: dict):
     shard_context.push(context)
     state.entered.append(True)
     state.exchange_slots.begin_call(conv.training)
+    state.call_halos.begin()
     if isinstance(adj_at[0], int):
         args = args[:adj_at[0]] + (context.edge_index,) + args[adj_at[0] + 1:]
     else:
@@ -218,6 +224,7 @@ def _leave(conv: MessagePassing, args: tuple, output: Any) -> None:
         container._modules[key] = applied.linear
     state.applied_first = None
     if state.entered and state.entered.pop():
+        state.call_halos.clear()
         shard_context.pop()
 
 
@@ -228,8 +235,10 @@ def _source_names(arg_names: list[str]) -> list[str]:
 def _with_halo(conv: MessagePassing, kwargs: dict[str, Any], names: list[str],
                context: shard_context.ShardContext, key: str) -> dict[str, Any]:
     """``kwargs`` where every tensor read at sources is ``(cat[owned, halo], targets)``; the halo
-    rows of all of them arrive in one all-to-allv (one per dtype)."""
-    sources: list[tuple[str, Tensor, Any, tuple[int, ...]]] = []
+    rows of all of them arrive in one all-to-allv (one per dtype), with the recorded output of the
+    layer's source module (``GATConv``'s ``x_src``, see :mod:`.call_halos`); tensors whose halo this
+    call already fetched reuse it."""
+    sources: list[tuple[str, Tensor, Tensor, Any, tuple[int, ...]]] = []
     for name in names:
         value = kwargs.get(name)
         src, dst = value if isinstance(value, (tuple, list)) else (value, value)
@@ -240,23 +249,51 @@ def _with_halo(conv: MessagePassing, kwargs: dict[str, Any], names: list[str],
                              f"{src.size(conv.node_dim)} rows in dimension {conv.node_dim}, but this rank owns "
                              f"{context.num_owned} rows: pass the shard's rows (local.x)")
         rows, moved = node_rows(src, conv.node_dim)
-        sources.append((name, rows, dst, moved))
+        sources.append((name, src, rows, dst, moved))
     if not sources:
         return kwargs
+    halos = _fetch_halos(conv, sources, context, key)
     out = dict(kwargs)
-    static = {name: conv._sparsecomm.static_halo.fetch(name, _source(kwargs[name]), rows, context)
-              for name, rows, _, _ in sources if not rows.requires_grad}
-    moving = [rows for name, rows, _, _ in sources if name not in static]
-    state: LayerState = conv._sparsecomm
-    if moving:
-        state.exchanged_width = (sum(math.prod(r.shape[1:]) for r in moving), moving[0].element_size())
-    fetched = iter(halo_exchange_many(moving, context.plan, context.group, state.settings.halo_options,
-                                      state.exchange_slots, key) if moving else [])
-    for name, rows, dst, moved in sources:
-        halo = static[name] if name in static else next(fetched)
+    for (name, _, rows, dst, moved), halo in zip(sources, halos, strict=True):
         ext_shape = (rows.size(0) + halo.size(0),) + moved[1:]
         out[name] = (from_node_rows(torch.cat([rows, halo], 0), ext_shape, conv.node_dim), dst)
     return out
+
+
+def _fetch_halos(conv: MessagePassing, sources: list[tuple[str, Tensor, Tensor, Any, tuple[int, ...]]],
+                 context: shard_context.ShardContext, key: str) -> list[Tensor]:
+    """The ``[halo_size, width]`` halo rows of each source: kept from earlier in this call, cached
+    across calls (:class:`~.shard_context.StaticHalo`, sources needing no gradient), or fetched now in
+    one exchange together with the layer's recorded source-module output."""
+    state: LayerState = conv._sparsecomm
+    call = state.call_halos
+    halos: dict[str, Tensor] = {}
+    for name, src, rows, _, _ in sources:
+        kept = call.lookup(src, conv.node_dim)
+        if kept is not None:
+            halos[name] = kept
+        elif not rows.requires_grad:
+            halos[name] = state.static_halo.fetch(name, _source(src), rows, context)
+    moving = [(name, src, rows) for name, src, rows, _, _ in sources if name not in halos]
+    recorded = call.take_recorded() if moving else None
+    if (recorded is not None and recorded.size(0) == context.num_owned and recorded.is_floating_point()
+            and not any(src is recorded for _, src, _ in moving)):
+        moving.append(("", recorded, recorded))  # fused: exchanged now, kept for propagate
+    if moving:
+        tensors = [rows for _, _, rows in moving]
+        state.exchanged_width = (sum(math.prod(r.shape[1:]) for r in tensors), tensors[0].element_size())
+        fetched = halo_exchange_many(tensors, context.plan, context.group, state.settings.halo_options,
+                                     state.exchange_slots, key)
+        for (name, src, _), halo in zip(moving, fetched, strict=True):
+            if name:
+                call.add(src, conv.node_dim, halo)
+                halos[name] = halo
+            else:
+                call.add_fused(src, halo)
+    for name, src, _, _, _ in sources:
+        if call.lookup(src, conv.node_dim) is None:
+            call.add(src, conv.node_dim, halos[name])
+    return [halos[name] for name, _, _, _, _ in sources]
 
 
 def _source(value: Any) -> Tensor:

@@ -1,0 +1,133 @@
+r"""Halo rows fetched once per layer call, and the fused exchange of attention layers.
+
+A layer's ``edge_updater`` and ``propagate`` may read the same source rows: ``GATv2Conv``
+passes ``x = (x_l, x_r)`` to both, so within one call a source tensor already exchanged (the
+same object at the same version) reuses its halo (:class:`CallHalos`); autograd then sums the
+gradients of both uses and sends them back in one reverse exchange.
+
+``GATConv`` reads different tensors: its ``edge_updater`` reads :math:`\alpha^{src}_j` (width
+``heads``), its ``propagate`` reads :math:`x^{src}_j` (width ``heads * C``), and
+:math:`\alpha^{src} = \langle x^{src}, a^{src} \rangle` is computed from :math:`x^{src}` before
+either runs, so :math:`x^{src}` exists when ``edge_updater`` is called but is not one of its
+arguments.  :func:`fused_source_module` declares where it comes from (the output of the layer's
+``lin_src``, else ``lin``); a forward hook on that module (:class:`RecordFirstOutput`) keeps its
+first output of the call, ``edge_updater`` exchanges ``[alpha_src | x_src]`` rows in ONE
+all-to-allv (one row header when compressed: ``heads * C + heads + 4`` bytes per int8 row instead
+of ``heads * C + heads + 8``), and ``propagate`` reuses the kept halo when its source is that
+output (a view of the same memory at the same version).  Anything else, e.g. a subclass editing
+``x_src`` before ``propagate``, misses and is exchanged as usual: the reuse is exact or not taken.
+A layer whose fused rows went unused in a call stops fusing (the first call sent them for nothing).
+"""
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch_geometric.nn import MessagePassing
+
+
+def fused_source_module(conv: MessagePassing) -> str | None:
+    """The submodule whose output ``conv``'s ``propagate`` reads at sources, when it is known to
+    exist before ``edge_updater`` runs (``GATConv``: ``lin_src``, else ``lin``), or ``None``."""
+    from torch_geometric.nn import GATConv
+    if not isinstance(conv, GATConv):
+        return None
+    for name in ("lin_src", "lin"):
+        if isinstance(getattr(conv, name, None), torch.nn.Module):
+            return name
+    return None
+
+
+class CallHalos:
+    """Per-call halos of one layer: ``(tensor, version, node_dim, halo rows)``, plus the recorded
+    output of :func:`fused_source_module` (cleared when the call ends, also on exceptions)."""
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[Tensor, int, int, Tensor]] = []
+        self.recorded: Tensor | None = None
+        self.recording = False  # the layer is running on a shard: record its source module's output
+        self.fused: Tensor | None = None  # the recorded output, once exchanged in this call
+        self.fused_used = False
+        self.fuse = True  # False once a call's fused rows went unused (they would be sent for nothing)
+
+    def __getstate__(self) -> dict:
+        return {"fuse": True}  # per-call state only
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__()  # type: ignore[misc]
+
+    def begin(self) -> None:
+        self.clear()
+        self.recording = True
+
+    def clear(self) -> None:
+        if self.fused is not None and not self.fused_used:
+            self.fuse = False  # the same code on every rank: every rank stops fusing together
+        self.entries, self.recorded, self.recording, self.fused, self.fused_used = [], None, False, None, False
+
+    def record(self, output: Any) -> None:
+        if self.recording and self.recorded is None and isinstance(output, Tensor) and output.dim() == 2:
+            self.recorded = output
+
+    def take_recorded(self) -> Tensor | None:
+        """The recorded output to exchange along, unless it was exchanged already."""
+        t = self.recorded
+        if t is None or not self.fuse or any(e[0] is t for e in self.entries):
+            return None
+        return t
+
+    def add_fused(self, recorded: Tensor, halo: Tensor) -> None:
+        """Keeps the halo of the recorded output, exchanged along with the call's sources."""
+        self.add(recorded, 0, halo)
+        self.fused = recorded
+
+    def add(self, src: Tensor, node_dim: int, halo: Tensor) -> None:
+        """Keeps ``halo`` (``[halo_size, width]`` rows of ``src`` with ``node_dim`` first) for the call."""
+        self.entries.append((src, src._version, node_dim % src.dim(), halo))
+
+    def lookup(self, src: Tensor, node_dim: int) -> Tensor | None:
+        """The kept halo rows of ``src`` (``[halo_size, width]``), or ``None``."""
+        node_dim %= src.dim()
+        for t, version, dim, halo in self.entries:
+            if src._version != version:
+                continue
+            if (src is t and node_dim == dim) or (dim == 0 and node_dim == 0 and _same_rows(src, t)):
+                self.fused_used = self.fused_used or t is self.fused
+                return halo
+        return None
+
+
+def _same_rows(src: Tensor, t: Tensor) -> bool:
+    """Whether ``src`` is a view of ``t`` over all of its memory, row for row.
+
+    The test is structural (``src._base is t``, offsets and shapes), not by address: every rank
+    must take the same decision, the exchanges being collectives, and a rank owning no rows has
+    no address to compare."""
+    return (src._base is t and src.dtype == t.dtype and src.size(0) == t.size(0) and src.numel() == t.numel()
+            and src.storage_offset() == t.storage_offset() and _row_major(src) and _row_major(t))
+
+
+def _row_major(t: Tensor) -> bool:
+    """Row-major strides by the shape alone (``is_contiguous`` is true of any empty tensor)."""
+    expected, stride = [], 1
+    for n in reversed(t.shape):
+        expected.append(stride)
+        stride *= n
+    return t.stride() == tuple(reversed(expected))
+
+
+class RecordFirstOutput:
+    """Forward hook on a layer's source module: hands its output to the layer's :class:`CallHalos`
+    (picklable, like the layer's other hooks)."""
+
+    def __init__(self, conv: MessagePassing) -> None:
+        self.conv = conv
+
+    def __call__(self, module: torch.nn.Module, args: tuple, output: Any) -> None:
+        self.conv._sparsecomm.call_halos.record(output)
+
+
+def attach_recorder(conv: MessagePassing) -> None:
+    """Registers :class:`RecordFirstOutput` on ``conv``'s :func:`fused_source_module`, if any."""
+    name = fused_source_module(conv)
+    if name is not None:
+        getattr(conv, name).register_forward_hook(RecordFirstOutput(conv))
