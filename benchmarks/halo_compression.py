@@ -35,6 +35,7 @@ are cached per configuration in ``--cache`` (so a long sweep can be split across
     python benchmarks/halo_compression.py --quick     # Cora, 1 seed, 20 epochs; writes to /tmp only
 """
 import argparse
+import fcntl
 import json
 import os
 import statistics
@@ -105,6 +106,18 @@ def load_cache(path: Path) -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
+def store_runs(path: Path, runs: dict) -> dict:
+    """Adds ``runs`` to the cache file under a lock and returns its whole content, so that several
+    invocations sharing one cache (a sweep split across jobs) never drop each other's runs."""
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        cache = {**load_cache(path), **runs}
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(cache))
+        os.replace(tmp, path)
+    return cache
+
+
 def models_for(name: str, args, timing: bool = False) -> list[str]:
     """The models run on ``name``: all, but on the big graph ``--big-models`` (and GCN only for timing)."""
     if name not in BIG_MODELS:
@@ -127,8 +140,7 @@ def accuracy_runs(name, data, args, cache, cache_path) -> dict:
         if todo:
             t0 = time.perf_counter()
             per_rank = launch(_accuracy_job, 2, data, todo, epochs, args.eval_every, timeout=7200)
-            cache.update({key(c): [r[c] for r in per_rank] for c in todo})
-            cache_path.write_text(json.dumps(cache))
+            cache.update(store_runs(cache_path, {key(c): [r[c] for r in per_rank] for c in todo}))
             print(f"  {name} {option}: {len(todo)} runs in {time.perf_counter() - t0:.0f} s", flush=True)
         results.update({c: cache.get(key(c)) for c in configs})
     return results
