@@ -2,7 +2,7 @@
 
 Graphs: Cora and CiteSeer (Planetoid split) and ``SBM-100k``, a sparse stochastic block model
 (100 000 nodes, 8 blocks = classes, average degree 8, 50 % of the edges inside a block;
-features = class centroid + Gaussian noise, 64 wide; 1 % train, 5 % validation, 94 % test).
+features = class centroid + Gaussian noise, scaled to unit noise, 64 wide; 1 % train, 5 % validation, 94 % test).
 Models, hidden 64, 2 layers, dropout 0.5, Adam (lr 0.01, weight decay 5e-4), full-graph
 epochs: GCN (``DistributedGCNConv`` x 2), ``distribute(GraphSAGE)`` and ``distribute(GAT)``
 (heads = 1).  Options (``_halo_training.OPTIONS``): exact, ``halo_precision`` bf16 / fp16 /
