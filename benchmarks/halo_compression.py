@@ -207,7 +207,7 @@ def accuracy_rows(name, data, results, timing, args) -> tuple[list, dict]:
             accs = [x["test_acc"][-1] for x in s]
             base = base or (accs, s[0])
             delta = 100 * (statistics.mean(accs) - statistics.mean(base[0]))
-            paired = paired_delta(accs, base[0])
+            paired = paired_delta(accs, base[0]) if option != "exact" else "-"
             # a layer may move nothing per epoch (distribute exchanges constant input rows once)
             layer_ratio = [b / e if e else float("nan") for b, e in
                            zip(s[0]["layer_bytes"], base[1]["layer_bytes"], strict=True)]
