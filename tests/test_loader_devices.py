@@ -93,7 +93,7 @@ def test_the_sampling_thread_runs_on_the_callers_device(monkeypatch):
     cuda = _simulate_nccl_on_gpus(monkeypatch)
     cuda.set_device(3)  # this rank's GPU, as init_distributed sets it
 
-    def record(epoch, seeds):
+    def record(epoch, seeds=None):
         for _ in range(3):
             yield (torch.cuda.current_device(), collective_device(), threading.current_thread().name)
 
