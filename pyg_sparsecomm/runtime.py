@@ -18,13 +18,15 @@ def init_distributed(backend: str | None = None,
     """Joins the job ``torchrun`` started; returns ``(rank, world_size, device)``.
 
     Without ``torchrun`` (no ``RANK`` in the environment) nothing is initialised and the
-    script runs as rank 0 of 1; in a process that joined a job already, it is that job's rank.
-    With CUDA each rank takes GPU ``LOCAL_RANK`` and NCCL, otherwise the CPU and gloo.  ``timeout`` bounds every collective, so a dead peer
+    script runs as rank 0 of 1.  With CUDA each rank takes GPU ``LOCAL_RANK`` and NCCL,
+    otherwise the CPU and gloo.  ``timeout`` bounds every collective, so a dead peer
     surfaces as an error instead of a hang.  The process group is destroyed when the script
     ends: left to the interpreter's teardown, gloo's threads can abort the process
     ("terminate called without an active exception", seen once in CI after a script had finished).
+    In a process that joined a job already (a launcher, a notebook, a test harness), it returns
+    that job's rank, size and device.
     """
-    if dist.is_initialized():  # joined already (a launcher, a notebook, a test harness)
+    if dist.is_initialized():
         nccl = dist.get_backend() == "nccl"
         device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
         return dist.get_rank(), dist.get_world_size(), device
