@@ -14,8 +14,6 @@ from torch_geometric.nn.models import GraphSAGE
 
 from pyg_sparsecomm import distribute, shard
 from pyg_sparsecomm.loader import DistributedNeighborLoader, DistributedNodeSubsetLoader, NeighborSampling
-from pyg_sparsecomm.loader.pyg_options import DEFAULT_ONLY, HARMLESS
-from pyg_sparsecomm.loader.seeds import owned_seed_mask
 from pyg_sparsecomm.testing import launch
 
 NUM_TRAIN = 30  # the training nodes are 0 .. 29, as Planetoid's split_idx["train"] = 0 .. 139
@@ -40,10 +38,24 @@ def _seeds_worker(rank, world_size):
              "shard mask": local.train_mask, "int32 global index": torch.arange(NUM_TRAIN, dtype=torch.int32)}
     seeds = {}
     for form, input_nodes in forms.items():
-        for k, loader in enumerate(_loaders(local, data, input_nodes)):
+        try:
+            loaders = _loaders(local, data, input_nodes)
+        except ValueError as error:  # reported per form (every rank raises alike)
+            seeds.update({(form, k): str(error) for k in (0, 1)})
+            continue
+        for k, loader in enumerate(loaders):
             seeds[(form, k)] = [torch.cat([b.n_id[:b.batch_size] for b in loader]).tolist() for _ in range(2)]
     owned_train = local.n_id[local.train_mask].tolist()
-    return {"seeds": seeds, "owned_train": owned_train, "progress": _progress(local), "errors": _errors(local, rank)}
+    return {"seeds": seeds, "owned_train": owned_train, "progress": _reported(_progress, local),
+            "errors": _reported(_errors, local, rank)}
+
+
+def _reported(fn, *args):
+    """``fn(*args)``, or the error it raised as a string (each test then fails on its own part)."""
+    try:
+        return fn(*args)
+    except Exception as error:  # noqa: BLE001
+        return f"{type(error).__name__}: {error}"
 
 
 def _progress(local):
@@ -96,6 +108,7 @@ def test_global_train_index_gives_each_rank_exactly_its_own_training_nodes(world
         for k in (0, 1):
             union = []
             for r in per_rank:
+                assert not isinstance(r["seeds"][(form, k)], str), (form, r["seeds"][(form, k)])
                 for epoch_seeds in r["seeds"][(form, k)]:
                     assert sorted(epoch_seeds) == sorted(r["owned_train"]), (form, k)
                 union += r["seeds"][(form, k)][0]
@@ -106,6 +119,7 @@ def test_global_train_index_gives_each_rank_exactly_its_own_training_nodes(world
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_progress_counts_and_shapes_are_the_same_on_every_rank(world_size):
     per_rank = [r["progress"] for r in run(world_size)]
+    assert not any(isinstance(r, str) for r in per_rank), per_rank
     shares = set()
     for runs in zip(*per_rank, strict=True):  # the same loader and epoch on every rank
         before, inside, num_seeds, batches, num_batches = runs[0]
@@ -128,6 +142,7 @@ def test_a_bad_input_nodes_on_one_rank_raises_on_every_rank():
 
 
 def test_input_nodes_errors_name_the_fix():
+    from pyg_sparsecomm.loader.seeds import owned_seed_mask
     n_id, n = torch.tensor([3, 0, 2, 1]), 4
     with pytest.raises(ValueError, match="local.n_id\\[mask\\]"):  # owns every node, in another order
         owned_seed_mask(torch.ones(4, dtype=torch.bool), n_id, n)
@@ -167,6 +182,7 @@ def _another_value(accepted):
 def test_every_pyg_neighbor_loader_keyword_is_taken_or_refused_by_name():
     """PyG's NeighborLoader and the torch DataLoader it passes **kwargs to: every keyword is the
     loader's own, harmless, accepted at PyG's default, or num_workers/prefetch_factor."""
+    from pyg_sparsecomm.loader.pyg_options import DEFAULT_ONLY, HARMLESS
     own = set(inspect.signature(DistributedNeighborLoader.__init__).parameters) | {"data"}
     pyg = set(inspect.signature(NeighborLoader.__init__).parameters) | set(
         inspect.signature(torch.utils.data.DataLoader.__init__).parameters)
