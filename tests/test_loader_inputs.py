@@ -183,6 +183,7 @@ def test_every_pyg_neighbor_loader_keyword_is_taken_or_refused_by_name():
     """PyG's NeighborLoader and the torch DataLoader it passes **kwargs to: every keyword is the
     loader's own, harmless, accepted at PyG's default, or num_workers/prefetch_factor."""
     from pyg_sparsecomm.loader.pyg_options import DEFAULT_ONLY, HARMLESS
+    # PyG's `data` is the first positional argument: the shard
     own = set(inspect.signature(DistributedNeighborLoader.__init__).parameters) | {"data"}
     pyg = set(inspect.signature(NeighborLoader.__init__).parameters) | set(
         inspect.signature(torch.utils.data.DataLoader.__init__).parameters)
