@@ -29,6 +29,7 @@ class DistributedLoader:
     """Base class: iterates the batches of one epoch on this rank's shard (see subclasses)."""
 
     sampling: NeighborSampling | NodeSubsetSampling
+    num_batches: int  # batches an epoch draws from (set by the subclass; those without seeds are skipped)
 
     def __init__(self, local: Data, sampling: NeighborSampling | NodeSubsetSampling,
                  input_nodes: Tensor | None, group: dist.ProcessGroup | None,
@@ -83,8 +84,6 @@ class DistributedLoader:
         """Fixes the epoch the next iteration draws (as ``DistributedSampler.set_epoch``); without
         it, every iteration advances the epoch by one."""
         self.epoch = epoch
-
-    num_batches: int
 
     @property
     def dataset(self) -> range:
