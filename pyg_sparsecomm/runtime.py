@@ -23,7 +23,13 @@ def init_distributed(backend: str | None = None,
     surfaces as an error instead of a hang.  The process group is destroyed when the script
     ends: left to the interpreter's teardown, gloo's threads can abort the process
     ("terminate called without an active exception", seen once in CI after a script had finished).
+    In a process that joined a job already (a launcher, a notebook, a test harness), it returns
+    that job's rank, size and device.
     """
+    if dist.is_initialized():
+        nccl = dist.get_backend() == "nccl"
+        device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
+        return dist.get_rank(), dist.get_world_size(), device
     if "RANK" not in os.environ:
         return 0, 1, torch.device("cpu")
     cuda = torch.cuda.is_available() and backend in (None, "nccl")

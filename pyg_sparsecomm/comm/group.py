@@ -12,7 +12,11 @@ def is_distributed(group: dist.ProcessGroup | None = None) -> bool:
 
 def collective_device(group: dist.ProcessGroup | None = None) -> torch.device | None:
     """Where small bookkeeping tensors must live for a collective: NCCL reduces only CUDA
-    tensors, gloo takes CPU tensors (``None``: leave them where they are)."""
+    tensors, gloo takes CPU tensors (``None``: leave them where they are).
+
+    On NCCL it is the *calling thread's* current device: a new thread starts on device 0, so a
+    thread that issues collectives must first ``torch.cuda.set_device`` the rank's device (as
+    :class:`~pyg_sparsecomm.loader.prefetch.PrefetchedBatches` does)."""
     if is_distributed(group) and dist.get_backend(group) == "nccl":
         return torch.device("cuda", torch.cuda.current_device())
     return None
@@ -26,20 +30,22 @@ def rank(group: dist.ProcessGroup | None = None) -> int:
     return dist.get_rank(group) if is_distributed(group) else 0
 
 
-def twin_group(group: dist.ProcessGroup | None = None) -> dist.ProcessGroup:
-    """A new process group over ``group``'s ranks, with its backend and timeout, for exchanges
-    that run concurrently with ``group``'s own (e.g. on a background thread).
+def twin_group(group: dist.ProcessGroup | None = None, backend: str | None = None) -> dist.ProcessGroup:
+    """A new process group over ``group``'s ranks, with its timeout and its backend (or
+    ``backend``: ``"gloo"`` for CPU exchanges beside an NCCL group), for exchanges that run
+    concurrently with ``group``'s own (e.g. on a background thread).
 
     Only ``group``'s ranks call this (local synchronisation), all in the same order.
     """
     parent = group if group is not None else dist.group.WORLD
     assert parent is not None  # initialised: new_group needs it
-    backend = dist.get_backend(parent)
-    device = torch.device("cuda" if backend == "nccl" else "cpu")
+    parent_backend = dist.get_backend(parent)
+    device = torch.device("cuda" if parent_backend == "nccl" else "cpu")
     try:  # the parent's timeout, so a dead peer surfaces as fast on the twin
         timeout = parent._get_backend(device).options._timeout
     except (AttributeError, RuntimeError):
         timeout = None
+    backend = backend or parent_backend
     return dist.new_group(dist.get_process_group_ranks(parent), timeout=timeout, backend=backend,
                           use_local_synchronization=True)
 
