@@ -18,6 +18,7 @@ from torch import Tensor
 
 from ..plan import RankPlan
 from .counters import comm_counter, row_nbytes
+from .group import join_all
 from .quantize import decode_rows, encode_rows
 
 
@@ -57,7 +58,11 @@ def start_p2p_rows(send: Tensor, send_counts: list[int], recv_counts: list[int],
 
     The message count is then the plan's (e.g. at most 20 of 63 peers for METIS on mdual at
     P = 64) rather than ``P - 1``.  Returns ``(recv, work)`` like the collective version.
+    Every rank of ``group`` calls it, also one without rows: the first call on a group is
+    preceded by a collective of all members (:func:`~pyg_sparsecomm.comm.group.join_all`), as
+    NCCL requires of a group's first batched point-to-point call.
     """
+    join_all(group)
     row_bytes = row_nbytes(send)
     send = send.contiguous()
     recv = send.new_empty((sum(recv_counts),) + tuple(send.shape[1:]))
