@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from ..comm.group import is_alive
 from .atomics import fetch_add as atomic_fetch_add
 from .backend import Future, Region, RMABackend, as_dtype
 
@@ -134,6 +135,10 @@ class SymmetricMemoryBackend(RMABackend):
     def _remote_fetch_add(self, target: torch.Tensor, value: int) -> int:
         """One hardware atomic on a peer-mapped int64 (the emulation adds a lock around it)."""
         return atomic_fetch_add(target, value)
+
+    def can_communicate(self) -> bool:
+        """False once the group (or the default group) was destroyed, e.g. by ``distributed_job``."""
+        return is_alive(self.group)
 
     def barrier(self) -> None:
         self._sync()
