@@ -8,7 +8,6 @@ posts nothing.  Gloo does not care, so the test records, in real gloo runs, the 
 operation each rank issues on every process group and checks that it is the same
 collective on every rank of the group — never a point-to-point batch.
 """
-import torch
 import torch.distributed as dist
 from graphs import make_cases
 

@@ -86,7 +86,7 @@ def all_to_all_rows(send: Tensor, send_counts: list[int], recv_counts: list[int]
     Returns the ``sum(recv_counts)`` received rows, grouped by source rank.
     """
     counter = comm_counter()
-    with counter.timed():
+    with counter.timed(send.device):
         recv, work = start_all_to_all_rows(send, send_counts, recv_counts, group, kind)
         work.wait()
     return recv

@@ -22,7 +22,7 @@ def exchange_counts(send_counts: list[int], group: dist.ProcessGroup | None = No
     device = collective_device(group)
     send = torch.tensor(send_counts, dtype=torch.long, device=device)
     recv = torch.empty_like(send)
-    with comm_counter().timed():
+    with comm_counter().timed(send.device):
         dist.all_to_all_single(recv, send, group=group)
     comm_counter().record(kind + "_counts", [8] * P, [8] * P, group)
     return recv.tolist()
