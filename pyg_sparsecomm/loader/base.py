@@ -15,6 +15,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from ..adj import HaloAdj
+from ..comm.device_check import check_devices
 from ..comm.group import collective_device, twin_group, world_size
 from ..training import global_sum
 from .prefetch import PrefetchedBatches
@@ -60,6 +61,7 @@ class DistributedLoader:
         code = zlib.crc32(f"{self.sampling!r}; prefetching={bool(self.prefetch)}".encode())
         both = torch.tensor([code, -code], dtype=torch.long)
         both = both.to(collective_device(self.group) or both.device)
+        check_devices("sampling check", self.group, both)
         dist.all_reduce(both, op=dist.ReduceOp.MAX, group=self.group)
         if int(both[0]) != -int(both[1]):
             raise ValueError(f"the ranks built {type(self).__name__} with different sampling arguments (this rank: "

@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 
+from ..comm.device_check import check_devices
 from ..comm.group import is_alive
 from .atomics import fetch_add as atomic_fetch_add
 from .backend import Future, Region, RMABackend, as_dtype
@@ -194,7 +195,10 @@ class SymmetricMemoryBackend(RMABackend):
         r, c = divmod(self.rank, cols)
 
         def bcast(group: Any, ranks: list[int]):
-            return lambda tensor, root: self.dist.broadcast(tensor, src=ranks[root], group=group)
+            def broadcast(tensor: torch.Tensor, root: int) -> None:
+                check_devices("grid_broadcast", group, tensor)
+                self.dist.broadcast(tensor, src=ranks[root], group=group)
+            return broadcast
         return (bcast(row_groups[r], [members[r * cols + j] for j in range(cols)]),
                 bcast(col_groups[c], [members[i * cols + c] for i in range(rows)]), lambda: None)
 
