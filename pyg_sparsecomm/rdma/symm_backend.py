@@ -149,8 +149,9 @@ class SymmetricMemoryBackend(RMABackend):
             if count:
                 out.copy_(self._peer(rank, region, offset, count))
             return Future.ready(out, nbytes)
-        out, done = self.gets.start(self._peer(rank, region, offset, count))
-        return Future(lambda: self.gets.finish(out, done), nbytes)
+        gets = self.gets
+        out, done = gets.start(self._peer(rank, region, offset, count))
+        return Future(lambda: gets.finish(out, done), nbytes)
 
     def put(self, rank: int, region: Region, offset: int, data: Any) -> None:
         data = torch.as_tensor(data).to(dtype=region.dtype, device=self.device).reshape(-1)
