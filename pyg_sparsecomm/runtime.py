@@ -1,6 +1,7 @@
 """Joining a ``torchrun`` job: the process group (with a timeout) and the device."""
 import atexit
 import os
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -30,6 +31,15 @@ def nccl_failure_env(timeout: timedelta) -> dict[str, str]:
     return {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
             "TORCH_NCCL_ENABLE_MONITORING": "1",
             "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": str(int(timeout.total_seconds()) + 60)}
+
+
+def device_clock(device: torch.device | str) -> float:
+    """``time.perf_counter()`` once the work queued on ``device`` finished: on CUDA it synchronises
+    the device first (kernels and NCCL calls return when queued, so the host clock alone would
+    time the queueing).  For epoch times, not for the hot path."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
 
 
 def init_distributed(backend: str | None = None,
