@@ -111,3 +111,14 @@ def test_the_exchanges_time_on_their_tensors_device(fake_cuda_events, monkeypatc
     assert seen == [torch.device("cpu")] * 6  # the pending exchange's wait is timed twice
     assert counter.seconds == pytest.approx(5 * 0.007)
     assert stale.PIPELINE_SECONDS.wait == pytest.approx(0.007)
+
+
+def test_epoch_clock_waits_for_the_device(monkeypatch):
+    """The examples' epoch times: ``device_clock`` synchronises a CUDA device before reading the clock."""
+    from pyg_sparsecomm.runtime import device_clock
+    synced = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synced.append(device))
+    device_clock("cpu")
+    assert synced == []
+    device_clock(torch.device("cuda", 1))
+    assert synced == [torch.device("cuda", 1)]
