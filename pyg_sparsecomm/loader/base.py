@@ -18,6 +18,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from ..adj import HaloAdj
+from ..comm.device_check import check_devices
 from ..comm.group import collective_device, raise_together, twin_group, world_size
 from .prefetch import PrefetchedBatches
 from .pyg_options import prefetch_depth
@@ -73,6 +74,7 @@ class DistributedLoader:
         code = zlib.crc32(f"{self.sampling!r}; prefetching={bool(self.prefetch)}".encode())
         both = torch.tensor([code, -code], dtype=torch.long)
         both = both.to(collective_device(self.group) or both.device)
+        check_devices("sampling check", self.group, both)
         dist.all_reduce(both, op=dist.ReduceOp.MAX, group=self.group)
         if int(both[0]) != -int(both[1]):
             raise ValueError(f"the ranks built {type(self).__name__} with different sampling arguments (this rank: "
