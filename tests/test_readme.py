@@ -2,20 +2,20 @@
 
 * Python blocks: every block compiles and every name it imports from ``pyg_sparsecomm`` or
   ``torch_geometric`` exists (fragments too, so a renamed API is caught). A block whose
-  introducing paragraph calls it a "whole script" is saved as ``train.py`` and run under
-  ``torchrun`` at P = 2, exactly as written, with Cora's raw files in ``data/Cora/raw``.
+  introducing paragraph calls it a "whole script" is saved as ``train.py`` and run under the
+  real ``torchrun`` at P = 2, exactly as written, with the Planetoid raw files in ``data/``.
 * Bash blocks: every command (lines joined at ``\\``, comments dropped, ``&&`` chains split)
   runs in a copy of the repository's files (what a clone holds: no ``benchmarks/graphs/``, no
   data but the Planetoid raw files copied into ``data/``), with ``PYG_SPARSECOMM_OFFLINE=1`` so
-  that nothing is downloaded, unless it is listed in ``SKIPPED`` with its reason. A command
-  added to the README is run by default.
+  that nothing is downloaded, unless ``SKIPPED`` lists it with its reason (``SLOW`` ones carry
+  the ``slow`` marker). A command added to the README is run by default.
 
-``torchrun ... SCRIPT ARGS`` runs SCRIPT with ARGS on as many processes, with torchrun's
+``torchrun ... SCRIPT ARGS`` runs SCRIPT with ARGS on as many processes with torchrun's
 environment (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ...), forked from the tests' warm fork
-server instead of spawned by torchrun (each spawned rank spends seconds importing torch and
-PyG); the whole scripts above go through the real ``torchrun``. Scripts that take ``--epochs``
-run ``EPOCHS`` epochs, the one change to the commands as written, which keeps a dozen training
-commands within a minute or two.
+server instead of spawned by torchrun (a spawned rank spends seconds importing torch and PyG;
+the whole scripts cover the real launcher). Scripts that take ``--epochs`` run ``EPOCHS``
+epochs: the one change to the commands as written, so that each training command costs its
+set-up and a few steps.
 """
 import ast
 import importlib
@@ -216,7 +216,7 @@ def _run_python(rank, world_size, target, args, cwd, env, log_dir):
     os.chdir(cwd)
     os.environ.update({k: v.replace("{rank}", str(rank)) for k, v in env.items()})
     sys.argv = [target, *args]
-    log = open(Path(log_dir) / f"rank{rank}.log", "w")  # noqa: SIM115 - fds 1 and 2 point at it to the end
+    log = open(Path(log_dir) / f"rank{rank}.log", "w")  # open to the end: fds 1 and 2 point at it
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
         os.dup2(log.fileno(), stream.fileno())
