@@ -229,7 +229,7 @@ def _run_python(rank, world_size, target, args, cwd, env, log_dir):
             runpy.run_module(target, run_name="__main__", alter_sys=True)
     except SystemExit as e:
         if e.code not in (0, None):
-            raise RuntimeError(f"exit status {e.code}") from None
+            raise RuntimeError(f"SystemExit: {e.code}") from None
     finally:
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
