@@ -50,6 +50,8 @@ SKIPPED = {
     "bash benchmarks/fetch_meshes.sh": "downloads the libmetis meshes (apt-get download)",
     "python -m pyg_sparsecomm partition-stats --graph benchmarks/graphs/4elt.graph --parts 4,16,64,256 "
     "--methods random,contiguous,metis,hypergraph": "needs the meshes of benchmarks/fetch_meshes.sh",
+    "torchrun --standalone --nproc-per-node N benchmarks/gpu_smoke.py":
+        "needs N GPUs (its --device cpu run is tests/test_gpu_smoke.py)",
 }
 
 #: README commands run with the ``slow`` marker (``-m "not slow"`` leaves them out), with the reason
