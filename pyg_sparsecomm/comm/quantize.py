@@ -54,6 +54,7 @@ parameters and dropout masks as the same model trained exactly after the same
 add the draws, clamp, cast), so its temporaries stay in the cache and the allocator's free lists;
 on CUDA, with Triton installed, one kernel per direction (:mod:`~pyg_sparsecomm.comm.quantize_triton`).
 """
+import importlib.util
 import math
 import sys
 
@@ -141,6 +142,9 @@ def decode(payload: Tensor, width: int, precision: str, dtype: torch.dtype = tor
         return payload.new_empty((n, width), dtype=dtype)
     if precision in _FLOAT_DTYPES:
         return bytes_as(payload, _FLOAT_DTYPES[precision]).to(dtype)
+    if dtype == torch.float32 and _fused(payload.new_empty(0, dtype=dtype), width):
+        from .quantize_triton import decode_int
+        return decode_int(payload, width, _INT_BITS[precision])
     offset, scale = bytes_as(payload[:, :HEADER_BYTES], torch.bfloat16).to(dtype).unbind(1)
     levels = _unpack(payload[:, HEADER_BYTES:], width, _INT_BITS[precision]).to(dtype)
     # o + s q in place on the fresh levels (a broadcast addcmul measured several times slower)
@@ -163,19 +167,33 @@ def _encode_float(rows: Tensor, precision: str) -> Tensor:
 
 def _encode_int(rows: Tensor, bits: int, generator: torch.Generator) -> Tensor:
     n, width = rows.shape
+    out = torch.empty((n, HEADER_BYTES + _packed_width(width, bits)), dtype=torch.uint8, device=rows.device)
+    row_draws, column_draws = random_int16((n, 1), generator), random_int16((1, width), generator)
+    if _fused(rows, width):
+        from .quantize_triton import encode_int
+        if not bool(encode_int(rows, bits, row_draws.view(-1), column_draws.view(-1), out).all()):
+            raise non_finite_error(bits, rows.dtype)
+        return out
     offset, scale = row_grid(rows, bits)
     work = torch.promote_types(rows.dtype, torch.float32)
     inv = torch.where(scale > 0, 1 / scale.to(work), torch.zeros((), dtype=work, device=rows.device))
-    out = torch.empty((n, HEADER_BYTES + _packed_width(width, bits)), dtype=torch.uint8, device=rows.device)
     out[:, :HEADER_BYTES].copy_(as_bytes(torch.stack([offset, scale], dim=1)))
     offset = offset.to(work)
-    row_draws, column_draws = random_int16((n, 1), generator), random_int16((1, width), generator)
     block = block_rows(width, rows.device)
     for start in range(0, n, block):
         b = slice(start, min(start + block, n))
         draws = torch.bitwise_xor(row_draws[b], column_draws)
         _encode_block(rows[b], offset[b], inv[b], draws, bits, out[b, HEADER_BYTES:])
     return out
+
+
+def _fused(rows: Tensor, width: int) -> bool:
+    """Whether the Triton kernels (:mod:`~pyg_sparsecomm.comm.quantize_triton`) code these rows:
+    ``float32`` on CUDA with ``triton`` installed, up to its widest row."""
+    if rows.device.type != "cuda" or rows.dtype != torch.float32 or importlib.util.find_spec("triton") is None:
+        return False
+    from .quantize_triton import usable
+    return usable(width, rows.dtype)
 
 
 def block_rows(width: int, device: torch.device) -> int:
@@ -240,11 +258,16 @@ def row_grid(rows: Tensor, bits: int) -> tuple[Tensor, Tensor]:
     work = torch.promote_types(rows.dtype, torch.float32)
     low, high = low.to(work), high.to(work)
     if not bool(torch.isfinite(high - low).all()):
-        raise ValueError(f"halo precision int{bits}: a row has a non-finite value or a range (max - min) that "
-                         f"overflows {work}; quantize finite rows only")
+        raise non_finite_error(bits, work)
     offset = _round_bf16(low, down=True)
     scale = _round_bf16((high - offset.to(work)) / ((1 << bits) - 1), down=False)
     return offset, scale
+
+
+def non_finite_error(bits: int, work: torch.dtype) -> ValueError:
+    """The error of rows :func:`row_grid` cannot describe."""
+    return ValueError(f"halo precision int{bits}: a row has a non-finite value or a range (max - min) that "
+                      f"overflows {work}; quantize finite rows only")
 
 
 def _round_bf16(x: Tensor, down: bool) -> Tensor:
