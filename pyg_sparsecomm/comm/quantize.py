@@ -177,7 +177,7 @@ def _encode_int(rows: Tensor, bits: int, generator: torch.Generator) -> Tensor:
     offset, scale = row_grid(rows, bits)
     work = torch.promote_types(rows.dtype, torch.float32)
     inv = torch.where(scale > 0, 1 / scale.to(work), torch.zeros((), dtype=work, device=rows.device))
-    out[:, :HEADER_BYTES].copy_(as_bytes(torch.stack([offset, scale], dim=1)))
+    out[:, :HEADER_BYTES].copy_(torch.stack([offset, scale], dim=1).view(torch.uint8))
     offset = offset.to(work)
     block = block_rows(width, rows.device)
     for start in range(0, n, block):
@@ -277,12 +277,13 @@ def _round_bf16(x: Tensor, down: bool) -> Tensor:
 
 def _round_bf16_by_bits(x: Tensor, down: bool) -> Tensor:
     """:func:`_round_bf16` of ``float32``: a ``float32`` is a ``bfloat16`` and 16 more mantissa
-    bits, so dropping them rounds towards zero; an inexact value on the side away from the target
-    then steps to the next bit pattern away from zero (the finite maximum steps to ``inf``, as in
-    the cast).  Measured 10x faster than :func:`_round_bf16_by_cast` on CPU."""
+    bits, so dropping them rounds towards zero; on the side away from the target, adding
+    ``0xFFFF`` to the bit pattern first steps an inexact value to the next ``bfloat16`` away from
+    zero (the finite maximum steps to ``inf``, as in the cast).  Measured 10x faster than
+    :func:`_round_bf16_by_cast` on CPU."""
     bits = x.contiguous().view(torch.int32)
-    away = ((bits & 0xFFFF) != 0) & ((bits < 0) if down else (bits >= 0))
-    kept = (bits & -0x10000).add_(away.to(torch.int32), alpha=0x10000)
+    away = (bits >> 31) if down else ~bits >> 31  # all ones on that side (an arithmetic shift)
+    kept = away.bitwise_and_(0xFFFF).add_(bits).bitwise_and_(-0x10000)
     return (kept >> 16).to(torch.int16).view(torch.bfloat16)
 
 
