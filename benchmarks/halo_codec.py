@@ -49,21 +49,25 @@ def codec_at(commit: str):
     return module
 
 
-def seconds(fn) -> float:
-    start = time.perf_counter()
+def seconds(fn) -> tuple[float, float]:
+    """Wall and CPU (this thread's) seconds of ``fn()``: on a shared machine the other load
+    inflates the CPU time much less than the wall time."""
+    wall, cpu = time.perf_counter(), time.thread_time()
     fn()
-    return time.perf_counter() - start
+    return time.perf_counter() - wall, time.thread_time() - cpu
 
 
 def measure(codecs: dict, rows: torch.Tensor, precision: str, reps: int) -> dict:
-    """Median encode and decode seconds of every codec, timed alternately."""
+    """Median wall and CPU seconds of encode and decode of every codec, timed alternately:
+    ``{(codec, op, "wall" | "cpu"): seconds}``."""
     payload = {name: codec.encode(rows, precision) for name, codec in codecs.items()}  # warm-up
     times: dict = {(name, op): [] for name in codecs for op in ("encode", "decode")}
     for _ in range(reps):
         for name, codec in codecs.items():
             times[(name, "encode")].append(seconds(lambda c=codec: c.encode(rows, precision)))
             times[(name, "decode")].append(seconds(lambda c=codec, n=name: c.decode(payload[n], WIDTH, precision)))
-    return {key: median(values) for key, values in times.items()}
+    return {(*key, clock): median([t[i] for t in values]) for key, values in times.items()
+            for i, clock in enumerate(("wall", "cpu"))}
 
 
 @contextlib.contextmanager
@@ -150,7 +154,8 @@ def main() -> None:
     codecs = {BEFORE: codec_at(BEFORE), "now": quantize}
     load = os.getloadavg()[0]
     headers = ["rows", "precision"] + [f"{op} {what}" for op in ("encode", "decode") for what in
-                                       (f"ms {BEFORE}", "ms now", f"GB/s {BEFORE}", "GB/s now", "speed-up")]
+                                       (f"ms {BEFORE}", "ms now", f"GB/s {BEFORE}", "GB/s now", f"CPU GB/s {BEFORE}",
+                                        "CPU GB/s now", "CPU speed-up")]
     table = []
     for n in args.rows:
         rows = torch.randn(n, WIDTH, generator=torch.Generator().manual_seed(0))
@@ -159,15 +164,19 @@ def main() -> None:
             t = measure(codecs, rows, precision, args.reps)
             line = [n, precision]
             for op in ("encode", "decode"):
-                before, now = t[(BEFORE, op)], t[("now", op)]
+                before, now = t[(BEFORE, op, "wall")], t[("now", op, "wall")]
+                cpu_before, cpu_now = t[(BEFORE, op, "cpu")], t[("now", op, "cpu")]
                 line += [f"{before * 1e3:.2f}", f"{now * 1e3:.2f}", f"{gigabytes / before:.2f}",
-                         f"{gigabytes / now:.2f}", f"{before / now:.2f}x"]
+                         f"{gigabytes / now:.2f}", f"{gigabytes / cpu_before:.2f}", f"{gigabytes / cpu_now:.2f}",
+                         f"{cpu_before / cpu_now:.2f}x"]
             table.append(line)
     load = max(load, os.getloadavg()[0])
     print_table(headers, table)
     print(f"load average (1 min, highest of start and end): {load:.2f}")
     notes = (f"\n{WIDTH} float32 values per row, median of {args.reps} repetitions, 1 torch thread, timed "
-             f"alternately with the codec of {BEFORE}; GB/s = float32 rows per second.  Load average "
+             f"alternately with the codec of {BEFORE}; ms and GB/s (float32 rows per second): medians of the "
+             f"wall time; CPU GB/s and speed-up: of the thread's CPU time, which the machine's other load "
+             f"inflates less.  Load average "
              f"(1 min) during the run: {load:.2f} on {os.cpu_count()} cores.")
     write_table_section("halo_codec", "Halo codec speed (issues #16, #24)", "halo_codec.py", notes, headers, table)
 

@@ -197,12 +197,12 @@ def _fused(rows: Tensor, width: int) -> bool:
 
 
 def block_rows(width: int, device: torch.device) -> int:
-    """Rows the integer encoder quantizes at a time: on CPU a block of about
-    :data:`BLOCK_ELEMENTS` values (a multiple of 4 rows, so each block draws whole 64-bit words
-    and the blocks together draw what one pass would); elsewhere every row at once."""
+    """Rows the integer encoder quantizes at a time: on CPU about :data:`BLOCK_ELEMENTS` values
+    (the draws do not depend on it: the payload is bitwise that of one pass); elsewhere every row
+    at once (the caching allocator reuses memory)."""
     if device.type != "cpu":
         return 1 << 62
-    return max(4, BLOCK_ELEMENTS // max(width, 1) // 4 * 4)
+    return max(1, BLOCK_ELEMENTS // max(width, 1))
 
 
 def _encode_block(rows: Tensor, offset: Tensor, inv: Tensor, draws: Tensor, bits: int, out: Tensor) -> None:
