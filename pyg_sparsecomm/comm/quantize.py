@@ -177,7 +177,7 @@ def _encode_int(rows: Tensor, bits: int, generator: torch.Generator) -> Tensor:
     offset, scale = row_grid(rows, bits)
     work = torch.promote_types(rows.dtype, torch.float32)
     inv = torch.where(scale > 0, 1 / scale.to(work), torch.zeros((), dtype=work, device=rows.device))
-    out[:, :HEADER_BYTES].copy_(torch.stack([offset, scale], dim=1).view(torch.uint8))
+    _write_header(out, torch.stack([offset, scale], dim=1))
     offset = offset.to(work)
     block = block_rows(width, rows.device)
     for start in range(0, n, block):
@@ -185,6 +185,15 @@ def _encode_int(rows: Tensor, bits: int, generator: torch.Generator) -> Tensor:
         draws = torch.bitwise_xor(row_draws[b], column_draws)
         _encode_block(rows[b], offset[b], inv[b], draws, bits, out[b, HEADER_BYTES:])
     return out
+
+
+def _write_header(out: Tensor, header: Tensor) -> None:
+    """``[n, 2]`` bfloat16 (offset, scale) into the first 4 bytes of every payload row: as one
+    int32 per row when the rows allow it (a strided 4-byte copy per row is several times slower)."""
+    if out.size(1) % 4 == 0 and out.data_ptr() % 4 == 0:
+        out.view(torch.int32)[:, :1].copy_(header.view(torch.int32))
+    else:
+        out[:, :HEADER_BYTES].copy_(header.view(torch.uint8))
 
 
 def _fused(rows: Tensor, width: int) -> bool:
