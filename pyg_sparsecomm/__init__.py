@@ -12,7 +12,9 @@ from .partition import SparsityAwarePartitioner
 from .plan import RankPlan, comm_pattern, rank_plan
 from .stats import CommStats
 from .store import graph_fingerprint, load_shard, partition_source, save_partition
-from .training import distributed_loss, global_accuracy, global_count, global_sum, sync_gradients
+from .nn.gradient_sync import LossNormalisationWarning
+from .startup import partition_and_shard, rank_zero_first
+from .training import distributed_loss, gather_nodes, global_accuracy, global_count, global_sum, sync_gradients
 
 __version__ = "0.2.0"
 
@@ -23,4 +25,5 @@ __all__ = [
     "comm_pattern", "rank_plan", "comm_counter", "seed_rounding", "distributed_loss", "sync_gradients", "global_sum",
     "global_count", "global_accuracy", "save_partition", "load_shard", "graph_fingerprint", "partition_source",
     "ProcessGrid", "process_grid", "CostModel", "predict_layouts", "__version__",
+    "rank_zero_first", "partition_and_shard", "gather_nodes", "LossNormalisationWarning",
 ]
