@@ -8,12 +8,12 @@ from .grid import ProcessGrid, process_grid
 from .layout import predict_layouts
 from .loader import DistributedNeighborLoader, DistributedNodeSubsetLoader
 from .nn import DistributedGCNConv, NodeDropout, distribute
+from .nn.gradient_sync import LossNormalisationWarning
 from .partition import SparsityAwarePartitioner
 from .plan import RankPlan, comm_pattern, rank_plan
+from .startup import partition_and_shard, rank_zero_first
 from .stats import CommStats
 from .store import graph_fingerprint, load_shard, partition_source, save_partition
-from .nn.gradient_sync import LossNormalisationWarning
-from .startup import partition_and_shard, rank_zero_first
 from .training import distributed_loss, gather_nodes, global_accuracy, global_count, global_sum, sync_gradients
 
 __version__ = "0.2.0"

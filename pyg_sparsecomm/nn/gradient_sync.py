@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import sys
 import warnings
+from types import FrameType
 
 import torch
 import torch.distributed as dist
@@ -188,7 +189,7 @@ def _refuse_ddp(module: torch.nn.Module, args) -> None:
     """DDP would all-reduce the same gradients again: refuse it by name (a few frames up)."""
     if not (module.training and torch.is_grad_enabled()):
         return
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     for _ in range(12):
         if frame is None:
             return
