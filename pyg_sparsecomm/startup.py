@@ -38,11 +38,17 @@ def _join_job() -> None:
         init_distributed()
 
 
-def _agree(ok: bool, group: dist.ProcessGroup | None) -> bool:
-    """Rank 0's ``ok`` on every rank (a one-element broadcast, which also waits for rank 0)."""
-    flag = torch.tensor([int(ok)], device=collective_device(group))
-    dist.broadcast(flag, src=global_rank(group, 0), group=group)
-    return bool(flag.item())
+def _agree(error: BaseException | None, group: dist.ProcessGroup | None) -> str | None:
+    """Rank 0's outcome on every rank: ``None`` if it succeeded, else its error as text (a
+    one-element broadcast, which also makes the others wait for rank 0; the text only on error)."""
+    flag = torch.tensor([int(error is None)], device=collective_device(group))
+    src = global_rank(group, 0)
+    dist.broadcast(flag, src=src, group=group)
+    if bool(flag.item()):
+        return None
+    message = [f"{type(error).__name__}: {error}" if error is not None else None]
+    dist.broadcast_object_list(message, src=src, group=group)
+    return str(message[0])
 
 
 @contextmanager
@@ -52,17 +58,17 @@ def _rank_zero_first_block(group: dist.ProcessGroup | None) -> Iterator[None]:
         yield
         return
     if group_rank(group) != 0:
-        if not _agree(True, group):
-            raise RuntimeError("rank 0 failed inside rank_zero_first() (its traceback names the error); "
-                               "this rank skipped the block")
+        error = _agree(None, group)
+        if error is not None:
+            raise RuntimeError(f"rank 0 failed inside rank_zero_first() ({error}); this rank skipped the block")
         yield
         return
     try:
         yield
-    except BaseException:
-        _agree(False, group)
+    except BaseException as raised:
+        _agree(raised, group)
         raise
-    _agree(True, group)
+    _agree(None, group)
 
 
 def rank_zero_first(fn: Callable[..., Any] | None = None, *, group: dist.ProcessGroup | None = None):
@@ -140,13 +146,14 @@ def _partition_on_rank_zero(data: Data, world_size: int, group: dist.ProcessGrou
     if group_rank(group) == 0:
         try:
             part = partitioner(data).part
-        except BaseException:
-            _agree(False, group)
+        except BaseException as raised:
+            _agree(raised, group)
             raise
-        _agree(True, group)
-    elif not _agree(True, group):
-        raise RuntimeError("rank 0 failed to partition the graph (its traceback names the error)")
+        _agree(None, group)
     else:
+        error = _agree(None, group)
+        if error is not None:
+            raise RuntimeError(f"rank 0 failed to partition the graph ({error})")
         part = torch.empty(num_nodes, dtype=torch.long)
     device = collective_device(group)
     buffer = part.to(device) if device is not None else part
