@@ -124,6 +124,9 @@ def _double_sync_worker(rank, world_size):
         out = model(local.x, local.adj)
         m = local.train_mask
         loss = distributed_loss(Fn.cross_entropy, out[m], local.y[m])
+        if how == "alone":   # autograd.grad: this rank's share, returned; p.grad untouched, nothing summed
+            torch.autograd.grad(loss, list(model.parameters())[:2], retain_graph=True, allow_unused=True)
+            assert all(p.grad is None for p in model.parameters())
         if how == "accumulated":
             (loss / 2).backward(retain_graph=True)
             (loss / 2).backward()

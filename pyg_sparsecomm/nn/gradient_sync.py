@@ -73,6 +73,7 @@ class GradientSync:
     def __init__(self, module: torch.nn.Module, group: dist.ProcessGroup | None = None) -> None:
         self.group = twin_group(group)
         self.params: list[Tensor] = []
+        self.accumulators: list = []  # each parameter's AccumulateGrad node (kept alive, as DDP does)
         self.buckets: list[list[int]] | None = None
         self.task: int | None = None
         self.shares: dict[int, Tensor] = {}
@@ -86,12 +87,19 @@ class GradientSync:
     def _hook(self, p: Tensor) -> None:
         index = len(self.params)
         self.params.append(p)
+        with torch.enable_grad():
+            node = p.view_as(p).grad_fn
+        assert node is not None  # p requires grad
+        self.accumulators.append(node.next_functions[0][0])
         register_synced(p)
         p.register_hook(lambda grad: self._take(index, grad))
 
     def _take(self, index: int, grad: Tensor) -> Tensor:
         """Keeps this rank's share and hands autograd zeros to accumulate: the sum is added to
-        ``p.grad`` at the end of backward, so an accumulated gradient is summed once."""
+        ``p.grad`` at the end of backward, so an accumulated gradient is summed once.
+        ``torch.autograd.grad`` calls get this rank's share, untouched."""
+        if not self._accumulates(index):
+            return grad
         task = torch._C._current_graph_task_id()
         if task != self.task:  # the first gradient of a backward
             self.task, self.shares, self.works = task, {}, []
@@ -101,6 +109,12 @@ class GradientSync:
         self.shares[index] = grad
         self._launch(complete_only=True)
         return torch.zeros_like(grad)
+
+    def _accumulates(self, index: int) -> bool:
+        try:
+            return torch._C._will_engine_execute_node(self.accumulators[index])
+        except RuntimeError:  # autograd.grad(): the gradient goes to the caller, not to p.grad
+            return False
 
     def _launch(self, complete_only: bool) -> None:
         assert self.buckets is not None
