@@ -6,22 +6,22 @@ import weakref
 import torch
 from torch import Tensor
 
-#: ``id(parameter) -> weakref``: parameters whose gradients ``distribute()`` sums in backward
-_SYNCED: dict[int, weakref.ref] = {}
+#: ``id(parameter) -> (weakref to it, weakref to the object summing its gradient)``
+_SYNCED: dict[int, tuple[weakref.ref, weakref.ref]] = {}
 #: graph tasks (backward calls) whose root went through :func:`mark_normalised`
 _NORMALISED_TASKS: set[int] = set()
 
 
-def register_synced(param: Tensor) -> None:
-    """Marks ``param``'s gradient as summed over ranks in backward (until ``param`` dies)."""
+def register_synced(param: Tensor, owner: object) -> None:
+    """Marks ``param``'s gradient as summed over ranks in backward by ``owner`` (while both live)."""
     key = id(param)
-    _SYNCED[key] = weakref.ref(param, lambda _: _SYNCED.pop(key, None))
+    _SYNCED[key] = (weakref.ref(param, lambda _: _SYNCED.pop(key, None)), weakref.ref(owner))
 
 
 def is_synced(param: Tensor) -> bool:
     """Whether ``distribute()`` already sums ``param``'s gradient over ranks after every backward."""
-    ref = _SYNCED.get(id(param))
-    return ref is not None and ref() is param
+    refs = _SYNCED.get(id(param))
+    return refs is not None and refs[0]() is param and refs[1]() is not None
 
 
 def mark_normalised(loss: Tensor) -> Tensor:

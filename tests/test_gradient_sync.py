@@ -2,6 +2,7 @@
 rank, gradients summed in backward (exact under the loss rule, no double sum with sync_gradients,
 parameters unused on a rank, accumulation over two backwards), a warning when the loss skipped
 distributed_loss, and DDP refused unless opted out; in real gloo runs at P = 2..4."""
+import copy
 import warnings
 
 import pytest
@@ -14,6 +15,7 @@ from test_distribute_models import labelled
 from torch_geometric.nn import GATConv, GCNConv
 
 from pyg_sparsecomm import LossNormalisationWarning, distribute, distributed_loss, global_sum, shard, sync_gradients
+from pyg_sparsecomm.grad_registry import is_synced
 from pyg_sparsecomm.testing import launch
 
 C = 4
@@ -127,6 +129,8 @@ def _double_sync_worker(rank, world_size):
         if how == "alone":   # autograd.grad: this rank's share, returned; p.grad untouched, nothing summed
             torch.autograd.grad(loss, list(model.parameters())[:2], retain_graph=True, allow_unused=True)
             assert all(p.grad is None for p in model.parameters())
+            clone = copy.deepcopy(model)           # a copy is not synced: sync_gradients sums it
+            assert not any(is_synced(p) for p in clone.parameters())
         if how == "accumulated":
             (loss / 2).backward(retain_graph=True)
             (loss / 2).backward()

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import sys
 import warnings
+import weakref
 from types import FrameType
 
 import torch
@@ -36,6 +37,7 @@ from ..grad_registry import is_synced, register_synced, take_normalised
 #: bucket size of the gradient all-reduces (DDP's default is 25 MiB; GNN models are small, so
 #: smaller buckets let the first all-reduces start earlier in backward)
 BUCKET_BYTES = 4 * 2 ** 20
+
 
 class LossNormalisationWarning(UserWarning):
     """A backward through a distributed model whose loss did not go through ``distributed_loss``."""
@@ -83,6 +85,12 @@ class GradientSync:
             if p.requires_grad and not is_synced(p):
                 self._hook(p)
         module.register_forward_pre_hook(_refuse_ddp)
+        # the module keeps this alive; the parameters' hooks refer to it weakly, as it holds their
+        # AccumulateGrad nodes, which hold the parameters (a cycle through C++ the GC cannot free)
+        module.__dict__.setdefault("_sparsecomm_gradient_syncs", []).append(self)
+
+    def __reduce__(self):
+        return type(None), ()  # a copied or pickled model is not synced (its parameters have no hooks)
 
     def _hook(self, p: Tensor) -> None:
         index = len(self.params)
@@ -91,8 +99,13 @@ class GradientSync:
             node = p.view_as(p).grad_fn
         assert node is not None  # p requires grad
         self.accumulators.append(node.next_functions[0][0])
-        register_synced(p)
-        p.register_hook(lambda grad: self._take(index, grad))
+        register_synced(p, self)
+        ref = weakref.ref(self)
+
+        def take(grad: Tensor) -> Tensor:
+            sync = ref()
+            return grad if sync is None else sync._take(index, grad)
+        p.register_hook(take)
 
     def _take(self, index: int, grad: Tensor) -> Tensor:
         """Keeps this rank's share and hands autograd zeros to accumulate: the sum is added to
