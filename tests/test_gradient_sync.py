@@ -182,3 +182,41 @@ def test_ddp_wrapper_refused_unless_opted_out():
     Fn.cross_entropy(out[data.train_mask], data.y[data.train_mask]).backward()
     for g in grads:
         torch.testing.assert_close(g, ref.conv1.lin.weight.grad, rtol=1e-4, atol=1e-6)
+
+
+class LazyNet(torch.nn.Module):
+    """A lazy layer (in_channels=-1), materialised in the first forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = GCNConv(-1, 8)
+        self.conv2 = GCNConv(8, C)
+
+    def forward(self, x, edge_index):
+        return self.conv2(self.conv1(x, edge_index).relu(), edge_index)
+
+
+def _lazy_worker(rank, world_size):
+    torch.manual_seed(50 + rank)                      # every rank would materialise other values
+    local = shard(labelled(make_graph(world_size)))
+    model = distribute(LazyNet())
+    out = model(local.x, local.adj)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    m = local.train_mask
+    distributed_loss(Fn.cross_entropy, out[m], local.y[m]).backward()
+    return state, {k: p.grad.clone() for k, p in model.named_parameters()}
+
+
+def test_lazy_parameters_broadcast_and_synced_at_first_forward():
+    per_rank = launch(_lazy_worker, 3)
+    data = labelled(make_graph(3))
+    ref = LazyNet()
+    ref(data.x, data.edge_index)                      # materialise, then take rank 0's values
+    ref.load_state_dict(per_rank[0][0])
+    out = ref(data.x, data.edge_index)
+    Fn.cross_entropy(out[data.train_mask], data.y[data.train_mask]).backward()
+    for rank, (state, grads) in enumerate(per_rank):
+        for k, v in per_rank[0][0].items():
+            assert torch.equal(state[k], v), f"rank {rank}: {k}"
+        for k, p in ref.named_parameters():
+            torch.testing.assert_close(grads[k], p.grad, rtol=1e-4, atol=1e-6, msg=f"rank {rank}: {k}")

@@ -17,6 +17,13 @@ runs at the same time.  A callback at the end of backward launches the remaining
 parameter without a gradient on this rank contributes zeros), waits, and writes the sums.  Each
 bucket carries one count per parameter of the ranks that produced its gradient, so a parameter
 no rank used keeps ``grad = None``, as in one process.
+
+The hook hands autograd zeros in place of the share and the callback *adds* the sum to
+``p.grad``, so gradients accumulated over several backwards (no ``zero_grad`` between) are
+summed once each.  ``torch.autograd.grad`` is left alone (it returns this rank's share).  Lazy
+parameters (``in_channels=-1``) are broadcast and hooked in their module's first forward.  The
+loss check is local: :func:`~pyg_sparsecomm.distributed_loss` marks its result's autograd node,
+and the callback warns once if the backward did not pass through a marked node.
 """
 from __future__ import annotations
 
@@ -82,7 +89,7 @@ class GradientSync:
         self.works: list[tuple[list[int], Tensor, dist.Work]] = []
         self.warned = False
         for p in module.parameters():
-            if p.requires_grad and not is_synced(p):
+            if p.requires_grad and not is_lazy(p) and not is_synced(p):  # lazy ones: at first forward
                 self._hook(p)
         module.register_forward_pre_hook(_refuse_ddp)
         # the module keeps this alive; the parameters' hooks refer to it weakly, as it holds their
