@@ -11,11 +11,10 @@ files (``PytorchStreamReader failed reading file``), and every rank needs the sa
     dataset = rank_zero_first(Planetoid)(root, "Cora", transform=T.NormalizeFeatures())
     data = partition_and_shard(dataset[0])      # data.edge_index / data.adj_t: the shard's HaloAdj
 
-Both join ``torchrun``'s job first if the script did not (:func:`~pyg_sparsecomm.runtime.init_distributed`),
+Both join ``torchrun``'s job first if the script did not (:func:`~pyg_sparsecomm.runtime.join_job`),
 and both pass through on one process.
 """
 import copy
-import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -29,13 +28,7 @@ from .comm.group import rank as group_rank
 from .comm.group import world_size as group_world_size
 from .data import shard
 from .partition import SparsityAwarePartitioner
-from .runtime import init_distributed
-
-
-def _join_job() -> None:
-    """``torchrun``'s job joined, if this process runs under it and did not join yet."""
-    if "RANK" in os.environ and not dist.is_initialized():
-        init_distributed()
+from .runtime import join_job
 
 
 def _agree(error: BaseException | None, group: dist.ProcessGroup | None) -> str | None:
@@ -53,7 +46,7 @@ def _agree(error: BaseException | None, group: dist.ProcessGroup | None) -> str 
 
 @contextmanager
 def _rank_zero_first_block(group: dist.ProcessGroup | None) -> Iterator[None]:
-    _join_job()
+    join_job()
     if group_world_size(group) == 1:
         yield
         return
@@ -125,7 +118,7 @@ def partition_and_shard(data: Data, method: str = "metis", seed: int = 0,
         group: process group to train in (default: all ranks).
         **options: further arguments of :class:`~pyg_sparsecomm.SparsityAwarePartitioner`.
     """
-    _join_job()
+    join_job()
     world_size = group_world_size(group)
     sparse_input = getattr(data, "adj_t", None) is not None and getattr(data, "edge_index", None) is None
     if getattr(data, "part", None) is None or int(getattr(data, "num_parts", -1)) != world_size:

@@ -123,7 +123,8 @@ def distribute(module: torch.nn.Module, algorithm: str = "1d", group: dist.Proce
 
     With a process group of more than one rank, every rank must call ``distribute`` on the same
     model in the same order (the broadcast and the gradient synchronisation's process group are
-    collectives), after ``init_process_group``.
+    collectives), after ``init_process_group`` (under ``torchrun`` it joins the job itself if the
+    script did not, :func:`~pyg_sparsecomm.runtime.join_job`).
     """
     if algorithm != "auto" and algorithm not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {algorithm!r}; choose one of {sorted(ALGORITHMS) + ['auto']}")

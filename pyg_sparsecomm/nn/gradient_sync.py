@@ -40,6 +40,7 @@ from torch.nn.parameter import is_lazy
 from ..comm.group import collective_device, global_rank, twin_group
 from ..comm.group import world_size as group_world_size
 from ..grad_registry import is_synced, register_synced, take_normalised
+from ..runtime import join_job
 
 #: bucket size of the gradient all-reduces (DDP's default is 25 MiB; GNN models are small, so
 #: smaller buckets let the first all-reduces start earlier in backward)
@@ -239,7 +240,9 @@ def _refuse_ddp(module: torch.nn.Module, args) -> None:
 def install(module: torch.nn.Module, group: dist.ProcessGroup | None, broadcast: bool,
             sync_gradients: bool) -> None:
     """What ``distribute()`` does to the parameters: rank 0's values everywhere (``broadcast``)
-    and a :class:`GradientSync` (``sync_gradients``); nothing on one process."""
+    and a :class:`GradientSync` (``sync_gradients``); nothing on one process.  Under ``torchrun``
+    the process group is initialised first if the script did not."""
+    join_job()
     if group_world_size(group) == 1:
         return
     if broadcast:
