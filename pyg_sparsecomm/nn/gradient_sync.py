@@ -11,12 +11,12 @@ the *global* count (:func:`~pyg_sparsecomm.distributed_loss`).
 The sum runs while backward computes: a hook on every parameter takes its share when autograd
 produces it, and a bucket of parameters (about :data:`BUCKET_BYTES`) is all-reduced
 asynchronously as soon as it is complete and every earlier bucket was launched, so all ranks
-issue the same all-reduces in the same order.  They run on a process group of their own
-(:func:`~pyg_sparsecomm.comm.group.twin_group`), apart from the halo exchanges that backward
-runs at the same time.  A callback at the end of backward launches the remaining buckets (a
-parameter without a gradient on this rank contributes zeros), waits, and writes the sums.  Each
-bucket carries one count per parameter of the ranks that produced its gradient, so a parameter
-no rank used keeps ``grad = None``, as in one process.
+issue the same all-reduces in the same order. They run on a process group of their own
+(:func:`~pyg_sparsecomm.comm.group.dedicated_group`, one per process for all models), apart from
+the halo exchanges that backward runs at the same time. A callback at the end of backward
+launches the remaining buckets (a parameter without a gradient on this rank contributes zeros),
+waits, and writes the sums. Each bucket carries one count per parameter of the ranks that
+produced its gradient, so a parameter no rank used keeps ``grad = None``, as in one process.
 
 The hook hands autograd zeros in place of the share and the callback *adds* the sum to
 ``p.grad``, so gradients accumulated over several backwards (no ``zero_grad`` between) are
@@ -37,7 +37,7 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.nn.parameter import is_lazy
 
-from ..comm.group import collective_device, global_rank, twin_group
+from ..comm.group import collective_device, dedicated_group, global_rank
 from ..comm.group import world_size as group_world_size
 from ..grad_registry import is_synced, register_synced, take_normalised
 from ..runtime import join_job
@@ -81,7 +81,7 @@ class GradientSync:
     """
 
     def __init__(self, module: torch.nn.Module, group: dist.ProcessGroup | None = None) -> None:
-        self.group = twin_group(group)
+        self.group = dedicated_group(group, "gradients")
         self.params: list[Tensor] = []
         self.accumulators: list = []  # each parameter's AccumulateGrad node (kept alive, as DDP does)
         self.buckets: list[list[int]] | None = None
