@@ -24,7 +24,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from .comm.device_check import check_devices
-from .comm.group import collective_device, is_distributed
+from .comm.group import collective_device, global_rank, is_distributed
 from .grad_registry import is_synced, mark_normalised
 
 
@@ -144,11 +144,16 @@ def gather_nodes(tensor: Tensor, local, dst: int | None = 0,
     rows[:n_id.numel()] = tensor.detach().to(device)
     ids = torch.full((width,), -1, dtype=torch.long, device=device)
     ids[:n_id.numel()] = n_id.to(device)
-    all_rows = [torch.empty_like(rows) for _ in range(world_size)]
-    all_ids = [torch.empty_like(ids) for _ in range(world_size)]
-    dist.all_gather(all_rows, rows, group=group)
-    dist.all_gather(all_ids, ids, group=group)
-    if dst is not None and dist.get_rank(group) != dst:
+    receives = dst is None or dist.get_rank(group) == dst
+    all_rows = [torch.empty_like(rows) for _ in range(world_size)] if receives else None
+    all_ids = [torch.empty_like(ids) for _ in range(world_size)] if receives else None
+    if dst is None:
+        dist.all_gather(all_rows, rows, group=group)
+        dist.all_gather(all_ids, ids, group=group)
+    else:  # only dst holds the whole graph's rows (every rank would with all_gather)
+        dist.gather(rows, all_rows, dst=global_rank(group, dst), group=group)
+        dist.gather(ids, all_ids, dst=global_rank(group, dst), group=group)
+    if all_rows is None or all_ids is None:
         return None
     out = tensor.new_zeros((num_nodes, *tensor.shape[1:]))
     for r in range(world_size):

@@ -51,8 +51,8 @@ def _peer_worker(rank, world_size):
 def test_rank_zero_first_error_reaches_every_rank():
     with pytest.raises(RuntimeError, match="no such dataset"):   # rank 0's error, whichever rank reports
         launch(_failing_worker, 3)
-    peer_error = r"(?s)rank 1 of 3 failed.*rank 0 failed inside rank_zero_first\(\) \(ValueError: rank 0 fails\)"
-    with pytest.raises(RuntimeError, match=peer_error):
+    peer_error = r"(?s)rank [12] of 3 failed.*rank 0 failed inside rank_zero_first\(\) \(ValueError: rank 0 fails\)"
+    with pytest.raises(RuntimeError, match=peer_error):  # whichever peer the launcher hears from first
         launch(_peer_worker, 3)
 
 
