@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from .comm.group import collective_device, is_distributed
+from .comm.group import collective_device, host_all_reduce, is_distributed
 
 
 def global_sum(value, group: dist.ProcessGroup | None = None) -> Tensor:
@@ -37,19 +37,24 @@ def global_sum(value, group: dist.ProcessGroup | None = None) -> Tensor:
 
 
 def global_count(mask_or_count, group: dist.ProcessGroup | None = None) -> int:
-    """Number of selected rows over all ranks (a bool mask, an index tensor or an int)."""
+    """Number of selected rows over all ranks (a bool mask, an index tensor or an int).
+
+    Counts travel as host integers (:func:`~pyg_sparsecomm.comm.group.host_all_reduce`), so an
+    ``int`` count never waits for a device; a bool mask is counted on its device first."""
     if isinstance(mask_or_count, Tensor):
         local = int(mask_or_count.sum()) if mask_or_count.dtype == torch.bool else mask_or_count.numel()
     else:
         local = int(mask_or_count)
-    return int(global_sum(torch.tensor(local, dtype=torch.long), group))
+    return host_all_reduce([local], group=group)[0] if is_distributed(group) else local
 
 
 def distributed_loss(loss_fn: Callable[..., Tensor], input: Tensor, target: Tensor,
                      group: dist.ProcessGroup | None = None, **kwargs) -> Tensor:
     """``loss_fn(..., reduction='sum')`` on the local rows divided by the global row count.
 
-    Summed over ranks it equals ``loss_fn(..., reduction='mean')`` over the whole graph.
+    Summed over ranks it equals ``loss_fn(..., reduction='mean')`` over the whole graph.  The
+    count is agreed per call on the host (one integer all-reduce, no device synchronisation), not
+    cached: with mini-batches a peer's row count changes while this rank's may not.
     """
     count = global_count(input.size(0), group)
     return loss_fn(input, target, reduction="sum", **kwargs) / max(count, 1)

@@ -44,6 +44,35 @@ def twin_group(group: dist.ProcessGroup | None = None) -> dist.ProcessGroup:
                           use_local_synchronization=True)
 
 
+#: (default group, ranks) -> the gloo group of host-side collectives over those ranks
+_HOST_GROUPS: dict[tuple[int, tuple[int, ...]], dist.ProcessGroup] = {}
+
+
+def host_group(group: dist.ProcessGroup | None = None) -> dist.ProcessGroup | None:
+    """A group over ``group``'s ranks whose collectives take CPU tensors: ``group`` itself unless
+    its backend is NCCL, else a gloo twin made at the first call (every rank of ``group`` calls
+    this at the same point, like any collective) and kept while the default group lives."""
+    if collective_device(group) is None:
+        return group
+    ranks = tuple(dist.get_process_group_ranks(group)) if group is not None else tuple(range(dist.get_world_size()))
+    key = (id(dist.distributed_c10d._get_default_group()), ranks)
+    if key not in _HOST_GROUPS:
+        _HOST_GROUPS[key] = dist.new_group(list(ranks), backend="gloo", use_local_synchronization=True)
+    return _HOST_GROUPS[key]
+
+
+def host_all_reduce(values: list[int], op: dist.ReduceOp.RedOpType = dist.ReduceOp.SUM,
+                    group: dist.ProcessGroup | None = None) -> list[int]:
+    """``values`` reduced with ``op`` over ``group``'s ranks, on the host: one all-reduce of a CPU
+    ``int64`` tensor (over gloo, :func:`host_group`), read through numpy, which refuses device
+    tensors: the result never waits for a device (no ``.item()`` on a CUDA tensor in hot paths)."""
+    if world_size(group) == 1:
+        return list(values)
+    t = torch.tensor(values, dtype=torch.long)
+    dist.all_reduce(t, op=op, group=host_group(group))
+    return [int(v) for v in t.numpy()]
+
+
 def global_rank(group: dist.ProcessGroup | None, group_rank: int) -> int:
     """The default-group rank of ``group_rank`` (what ``broadcast``/``reduce`` take as src/dst)."""
     return group_rank if group is None else dist.get_global_rank(group, group_rank)
