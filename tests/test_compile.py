@@ -36,7 +36,7 @@ MODELS = {  # name -> (builder, backend, takes edge weights)
 def steps(model, local, weighted):
     """STEPS SGD steps; per step the output, input gradient and parameter gradients, and what
     dynamo compiled during the step."""
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
     up = torch.randn(local.num_nodes, C, generator=torch.Generator().manual_seed(3))
     args = (local.edge_weight,) if weighted else ()
     history = []
@@ -69,17 +69,22 @@ def _worker(rank, world_size):
     return results
 
 
+def close(a, b):
+    """Equal up to float32 summation order (compiled kernels fuse and reorder), on ``b``'s scale."""
+    return torch.allclose(a, b, atol=1e-5 * (1 + b.abs().max()), rtol=1e-5)
+
+
 def test_compiled_equals_eager_and_compiles_once():
     failures = []
     for rank, results in enumerate(launch(_worker, 2, timeout=1200)):
         for name, (eager, compiled) in results.items():
             for step, ((o, gx, grads, _), (co, cgx, cgrads, stats)) in enumerate(zip(eager, compiled, strict=True)):
-                if not torch.allclose(co, o, atol=1e-5, rtol=1e-5):
+                if not close(co, o):
                     failures.append(f"rank {rank} {name} step {step}: output")
-                if not torch.allclose(cgx, gx, atol=1e-5, rtol=1e-5):
+                if not close(cgx, gx):
                     failures.append(f"rank {rank} {name} step {step}: input gradient")
                 failures += [f"rank {rank} {name} step {step}: grad {k}" for k in grads
-                             if not torch.allclose(cgrads[k], grads[k], atol=1e-5, rtol=1e-5)]
+                             if not close(cgrads[k], grads[k])]
                 if step == 0 and not stats["graphs"]:
                     failures.append(f"rank {rank} {name}: nothing compiled")  # the test would not test
                 if step > 0 and (stats["graphs"] or stats["recompiles"] or stats["breaks"]):
