@@ -183,8 +183,9 @@ class AppliedLinear(torch.nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         bias = self.linear.bias
-        # in x's dtype, as the Linear itself returns it (under autocast: its 16-bit dtype)
-        return x if bias is None else x + bias.to(x.dtype)  # type: ignore[union-attr]  # a Linear's bias
+        if not isinstance(bias, Tensor):  # a Linear without bias
+            return x
+        return x + bias.to(x.dtype)  # in x's dtype, as the Linear returns it (under autocast: 16-bit)
 
 
 @functools.lru_cache(maxsize=1)
