@@ -1,4 +1,5 @@
-"""torch.autocast("cpu", bfloat16) over distributed models == single-process PyG under the same
+"""torch.autocast("cpu", bfloat16) over distributed models (DistributedGCNConv with the "1d", "1d_overlap"
+and "oblivious" SpMMs, distribute(GCN / GraphSAGE / GAT)) == single-process PyG under the same
 autocast, to bfloat16's tolerance: outputs (and their dtype), input and parameter gradients, and a
 short training curve, in real gloo runs at P = 2 and 4 on the directed test graph with isolated
 nodes, self-loops, duplicate edges and (P = 4) an empty part."""
@@ -24,10 +25,12 @@ def models():
         torch.manual_seed(0)
         return GCNConv(F, C)
 
-    def distributed_gcn_conv():
-        conv = DistributedGCNConv(F, C)
-        conv.load_state_dict(gcn_conv().state_dict())
-        return conv
+    def distributed_gcn_conv(algorithm="1d"):
+        def make():
+            conv = DistributedGCNConv(F, C, algorithm=algorithm)
+            conv.load_state_dict(gcn_conv().state_dict())
+            return conv
+        return make
 
     def seeded(build):
         def make():
@@ -36,7 +39,9 @@ def models():
         return make
 
     return {
-        "DistributedGCNConv": (gcn_conv, distributed_gcn_conv),
+        "DistributedGCNConv": (gcn_conv, distributed_gcn_conv()),
+        "DistributedGCNConv(1d_overlap)": (gcn_conv, distributed_gcn_conv("1d_overlap")),
+        "DistributedGCNConv(oblivious)": (gcn_conv, distributed_gcn_conv("oblivious")),
         "GCN": (seeded(lambda: GCN(F, 8, 2, C)),) * 2,
         "GraphSAGE": (seeded(lambda: GraphSAGE(F, 8, 2, C)),) * 2,
         "GAT": (seeded(lambda: GAT(F, 8, 2, C, heads=2)),) * 2,
@@ -48,7 +53,7 @@ def labels(num_nodes):
     return torch.randint(0, C, (num_nodes,), generator=gen), torch.rand(num_nodes, generator=gen) < 0.6
 
 
-WEIGHTED = ("DistributedGCNConv", "GCN")
+WEIGHTED = ("DistributedGCNConv", "DistributedGCNConv(1d_overlap)", "DistributedGCNConv(oblivious)", "GCN")
 
 
 def run(name, model, data, edge_index, rows=None):
@@ -90,7 +95,7 @@ def _worker(rank, world_size):
     results = {}
     for name, (_, build) in models().items():
         model = build()
-        if name != "DistributedGCNConv":
+        if not name.startswith("DistributedGCNConv"):
             distribute(model)
         results[name] = run(name, model, local, local.adj, local.n_id)
     return local.n_id, results
