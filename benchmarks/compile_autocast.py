@@ -131,6 +131,16 @@ def single(data, warmup, steps) -> dict:
     return out
 
 
+def bf16_hardware() -> str:
+    """Whether this CPU multiplies bfloat16 natively (else autocast's bf16 matmuls convert in software)."""
+    try:
+        flags = set(open("/proc/cpuinfo").read().split())
+    except OSError:
+        return "unknown"
+    native = sorted(flags & {"avx512_bf16", "amx_bf16"})
+    return ", ".join(native) if native else "none (no AVX512-BF16 / AMX: bf16 products are converted in software)"
+
+
 def cell(result) -> str:
     return f"{median(result[1]) * 1e3:.1f}" if isinstance(result, tuple) else "fails"
 
@@ -177,7 +187,8 @@ def main() -> None:
              f"distribute: 2 processes of 1 thread, gloo.  1-minute load average before / between "
              f"(distributed, then PyG) / after: "
              f"{', '.join(f'{v:.1f}' for v in load)} on a machine shared with other jobs: compare within a row.  "
-             f"Agreement: max |out - PyG edge_index out| of the first forward in the same mode.\n"
+             f"Agreement: max |out - PyG edge_index out| of the first forward in the same mode.  "
+             f"CPU bf16 instructions: {bf16_hardware()}.\n"
              + "".join(f"\nPyG {k[0]} on {k[1]} in mode {k[2]}: {v}" for k, v in failures.items()))
     if not args.no_write:
         write_table_section("compile_autocast", "torch.compile and autocast: step time and agreement",
