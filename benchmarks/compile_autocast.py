@@ -10,7 +10,7 @@ sync) + Adam step, in three modes:
 * **compiled**: ``torch.compile(model)`` (Inductor; the first steps, which compile, are warm-up);
 * **autocast bf16**: the forward under ``torch.autocast("cpu", dtype=torch.bfloat16)``.
 
-Side by side in one run: **PyG, 1 process, 2 threads** on ``edge_index`` and on a torch CSR
+Side by side in one run: **PyG, 1 process, 2 threads** (``--pyg-threads``) on ``edge_index`` and on a torch CSR
 ``adj_t``, and **distribute(model)**, P = 2 processes of 1 thread (gloo, METIS, ``"1d"``).
 Median step time of rank 0 over ``--steps`` rounds after ``--warmup`` warm-up steps; a round
 runs one step of every mode in turn (of every PyG configuration of a model, on its side).  Agreement:
@@ -18,7 +18,7 @@ max |out - PyG's out| of the first forward, same mode and initial weights, again
 ``edge_index`` (``adj_t``'s own column against ``edge_index`` too).  The machine is shared: the
 load average during the run is printed and written with the table.
 
-    python benchmarks/compile_autocast.py [--nodes 50000] [--degree 8] [--steps 10] [--warmup 3]
+    python benchmarks/compile_autocast.py [--nodes 50000] [--degree 8] [--steps 10] [--warmup 3] [--pyg-threads 2]
 """
 import argparse
 import contextlib
@@ -105,8 +105,8 @@ def _distributed(rank, world_size, payload, warmup, steps):
     return out
 
 
-def single(data, warmup, steps) -> dict:
-    torch.set_num_threads(2)
+def single(data, warmup, steps, threads) -> dict:
+    torch.set_num_threads(threads)
     adj_t = to_torch_csr_tensor(data.edge_index.flip(0), size=(data.num_nodes, data.num_nodes))
     out: dict = {}
     for name in MODELS:
@@ -151,6 +151,8 @@ def main() -> None:
     p.add_argument("--degree", type=float, default=8.0)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--pyg-threads", type=int, default=2, help="threads of the single process (1 on a loaded "
+                   "machine: an OpenMP team whose threads are descheduled waits at every barrier)")
     p.add_argument("--no-write", action="store_true")
     args = p.parse_args()
     data = with_features(sparse_sbm_graph(args.nodes, 8, args.degree, 0.9, seed=0), FEATURES, CLASSES, 0)
@@ -161,7 +163,7 @@ def main() -> None:
     torch.save(data, payload)
     dist_out = launch(_distributed, 2, payload.getvalue(), args.warmup, args.steps, timeout=7200)[0]
     load.append(os.getloadavg()[0])
-    ref = single(data, args.warmup, args.steps)
+    ref = single(data, args.warmup, args.steps, args.pyg_threads)
     load.append(os.getloadavg()[0])
     rows = []
     for name in MODELS:
@@ -183,7 +185,8 @@ def main() -> None:
     failures = {k: v for k, v in ref.items() if isinstance(v, str)}
     notes = (f"\nSBM graph, {data.num_nodes} nodes, {data.edge_index.size(1)} directed edges, width 64, 2-layer "
              f"models, Adam; median step time (rank 0 for P = 2) over {args.steps} rounds of one step per mode, "
-             f"after {args.warmup} warm-up steps (the compiled ones compile there).  PyG: 1 process, 2 threads; "
+             f"after {args.warmup} warm-up steps (the compiled ones compile there).  PyG: 1 process, "
+             f"{args.pyg_threads} thread(s); "
              f"distribute: 2 processes of 1 thread, gloo.  1-minute load average before / between "
              f"(distributed, then PyG) / after: "
              f"{', '.join(f'{v:.1f}' for v in load)} on a machine shared with other jobs: compare within a row.  "
