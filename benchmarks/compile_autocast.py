@@ -180,7 +180,7 @@ def main() -> None:
             rows.append([name, mode, cell(ref[name, "edge_index", mode]), cell(ref[name, "adj_t", mode]),
                          f"{median(times) * 1e3:.1f}", f"{median(times) / fastest:.2f}", agree, adj_agree])
     headers = ["model", "mode", "PyG edge_index ms", "PyG adj_t ms", "distribute P=2 ms", "dist / PyG fastest",
-               "max |dist - PyG|", "max |adj_t - edge_index|"]
+               "max abs diff dist vs PyG", "max abs diff adj_t vs edge_index"]
     print_table(headers, rows)
     failures = {k: v for k, v in ref.items() if isinstance(v, str)}
     notes = (f"\nSBM graph, {data.num_nodes} nodes, {data.edge_index.size(1)} directed edges, width 64, 2-layer "
@@ -190,7 +190,7 @@ def main() -> None:
              f"distribute: 2 processes of 1 thread, gloo.  1-minute load average before / between "
              f"(distributed, then PyG) / after: "
              f"{', '.join(f'{v:.1f}' for v in load)} on a machine shared with other jobs: compare within a row.  "
-             f"Agreement: max |out - PyG edge_index out| of the first forward in the same mode.  "
+             f"Agreement: max abs difference of the first forward's output from PyG's on edge_index, same mode.  "
              f"CPU bf16 instructions: {bf16_hardware()}.\n"
              + "".join(f"\nPyG {k[0]} on {k[1]} in mode {k[2]}: {v}" for k, v in failures.items()))
     if not args.no_write:
