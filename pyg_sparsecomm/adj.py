@@ -209,32 +209,66 @@ class HaloAdj:
                 f"halo={self.halo_size}, nnz={self.nnz})")
 
 
+#: 16-bit floats: no CPU CSR kernel takes them (MKL), so their SpMMs compute in float32
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def spmm_dtypes(value_dtype: torch.dtype | None, x_dtype: torch.dtype) -> tuple[torch.dtype, torch.dtype]:
+    r"""``(compute, result)`` dtypes of a local CSR SpMM of values ``value_dtype`` (``None``: ones)
+    with rows ``x_dtype``: the dtype rule of mixed precision.
+
+    The result is what PyG's message :math:`w_{ji} x_j` would give, torch's type promotion
+    :math:`\mathrm{promote}(w, x)` (``x``'s dtype when unweighted): under ``torch.autocast`` a
+    ``GCNConv`` whose ``Linear`` returned ``bfloat16`` rows with ``float32`` normalised weights
+    aggregates to ``float32``, a ``SAGEConv`` mean of ``bfloat16`` rows stays ``bfloat16``.  A
+    16-bit result is computed in ``float32`` (the sum accumulated in float32, as autocast does for
+    reductions) and rounded once: MKL's CSR kernel has no 16-bit version, and cuSPARSE's support
+    is not promised by torch's documentation, so every device takes the same path.
+    """
+    result = x_dtype if value_dtype is None else torch.promote_types(value_dtype, x_dtype)
+    return (torch.float32 if result in HALF_DTYPES else result), result
+
+
+def csr_mm(a: Tensor, x: Tensor, result: torch.dtype | None = None) -> Tensor:
+    """``a @ x`` for a CSR ``a`` of the compute dtype (:func:`spmm_dtypes`), returned as ``result``
+    (default: ``x``'s dtype); ``x`` is converted to ``a``'s dtype first when they differ.
+
+    Autocast is off for the product: ``torch.sparse.mm`` runs ``addmm``, which autocast would
+    cast to its 16-bit dtype, undoing the rule (and failing on CPU)."""
+    with torch.autocast(a.device.type, enabled=False):
+        out = torch.sparse.mm(a, x if x.dtype == a.dtype else x.to(a.dtype))
+    return out.to(result or x.dtype)
+
+
 class _CSRSpMM(torch.autograd.Function):
     """``Y = A X`` with ``dX = A^T dY`` from a cached transposed CSR and, when the values of
     ``A`` are learnable, ``dA_e = <dY[row_e], X[col_e]>`` for every stored entry ``e``
-    (duplicate entries keep separate gradients, unlike torch's sparse autograd)."""
+    (duplicate entries keep separate gradients, unlike torch's sparse autograd).  Dtypes follow
+    :func:`spmm_dtypes`; gradients return in their inputs' dtypes."""
 
     @staticmethod
     def forward(ctx, x: Tensor, value: Tensor | None, adj: HaloAdj) -> Tensor:
         ctx.adj = adj
+        compute, result = spmm_dtypes(None if adj.value is None else adj.value.dtype, x.dtype)
+        ctx.compute, ctx.x_dtype = compute, x.dtype
         if value is None:
-            a = adj.csr(x.dtype)
+            a = adj.csr(compute)
         else:
-            a = make_csr(adj.rowptr, adj.col, value.detach().to(x.dtype), (adj.num_owned, adj.num_cols))
+            a = make_csr(adj.rowptr, adj.col, value.detach().to(compute), (adj.num_owned, adj.num_cols))
             ctx.save_for_backward(x, value)
-        return torch.sparse.mm(a, x)
+        return csr_mm(a, x, result)
 
     @staticmethod
     def backward(ctx, grad_out: Tensor):
-        adj, grad_out = ctx.adj, grad_out.contiguous()
+        adj, compute, grad_out = ctx.adj, ctx.compute, grad_out.contiguous()
         if not ctx.saved_tensors:
-            return torch.sparse.mm(adj.csr_t(grad_out.dtype), grad_out), None, None
+            return csr_mm(adj.csr_t(compute), grad_out, ctx.x_dtype), None, None
         x, value = ctx.saved_tensors
         grad_x = grad_value = None
         if ctx.needs_input_grad[0]:
-            grad_x = torch.sparse.mm(adj.csr_t(grad_out.dtype, value), grad_out)
+            grad_x = csr_mm(adj.csr_t(compute, value), grad_out, ctx.x_dtype)
         if ctx.needs_input_grad[1]:
-            grad_value = sampled_dot(adj, grad_out, x).to(value.dtype)
+            grad_value = sampled_dot(adj, grad_out.to(compute), x.to(compute)).to(value.dtype)
         return grad_x, grad_value, None
 
 

@@ -24,7 +24,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from .comm.device_check import check_devices
-from .comm.group import collective_device, global_rank, is_distributed
+from .comm.group import collective_device, global_rank, host_all_reduce, is_distributed
 from .grad_registry import is_synced, mark_normalised
 
 
@@ -41,12 +41,15 @@ def global_sum(value, group: dist.ProcessGroup | None = None) -> Tensor:
 
 
 def global_count(mask_or_count, group: dist.ProcessGroup | None = None) -> int:
-    """Number of selected rows over all ranks (a bool mask, an index tensor or an int)."""
+    """Number of selected rows over all ranks (a bool mask, an index tensor or an int).
+
+    Counts travel as host integers (:func:`~pyg_sparsecomm.comm.group.host_all_reduce`), so an
+    ``int`` count never waits for a device; a bool mask is counted on its device first."""
     if isinstance(mask_or_count, Tensor):
         local = int(mask_or_count.sum()) if mask_or_count.dtype == torch.bool else mask_or_count.numel()
     else:
         local = int(mask_or_count)
-    return int(global_sum(torch.tensor(local, dtype=torch.long), group))
+    return host_all_reduce([local], group=group)[0] if is_distributed(group) else local
 
 
 def distributed_loss(loss_fn: Callable[..., Tensor], input: Tensor, target: Tensor,
@@ -67,6 +70,9 @@ def distributed_loss(loss_fn: Callable[..., Tensor], input: Tensor, target: Tens
         target: their targets.
         group: the ranks the rows are spread over (default: all).
         **kwargs: passed to ``loss_fn`` (``weight=``, ``label_smoothing=``, ...).
+
+    The count is agreed per call on the host (one integer all-reduce, no device synchronisation),
+    not cached: with mini-batches a peer's row count changes while this rank's may not.
     """
     count = global_count(input.size(0), group)
     return mark_normalised(loss_fn(input, target, reduction="sum", **kwargs) / max(count, 1))

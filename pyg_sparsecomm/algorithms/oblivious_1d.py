@@ -5,7 +5,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from ..adj import HaloAdj, coo_to_csr, spmm
+from ..adj import HaloAdj, coo_to_csr, csr_mm, spmm, spmm_dtypes
 from ..comm.collectives import broadcast_rows, reduce_rows
 from ..comm.halo_options import ExchangeSlots, HaloOptions
 from ..cost import CostModel, Prediction, RankVolumes, RowBytes
@@ -18,15 +18,16 @@ if TYPE_CHECKING:  # pragma: no cover
 class _BlockBroadcastSpMM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor, algo: "Oblivious1D") -> Tensor:
-        ctx.algo = algo
+        ctx.algo, ctx.x_dtype = algo, x.dtype
         plan, me = algo.adj.plan, algo.adj.plan.rank
-        out = x.new_zeros((plan.num_owned, x.size(1)))
+        compute, result = spmm_dtypes(algo.value_dtype, x.dtype)
+        out = x.new_zeros((plan.num_owned, x.size(1)), dtype=result)
         for j in algo.stage_ranks:  # stage j: rank j broadcasts H_j
             size = plan.part_sizes[j]
             buf = x.contiguous() if j == me else x.new_empty((size, x.size(1)))
             broadcast_rows(buf, j, algo.group)
             if algo.blocks[j] is not None:
-                out += torch.sparse.mm(algo.block(j, x.dtype), buf)
+                out += csr_mm(algo.block(j, compute), buf, result)
         return out
 
     @staticmethod
@@ -34,18 +35,19 @@ class _BlockBroadcastSpMM(torch.autograd.Function):
         algo = ctx.algo
         plan, me = algo.adj.plan, algo.adj.plan.rank
         grad_out = grad_out.contiguous()
+        compute, x_dtype = spmm_dtypes(algo.value_dtype, ctx.x_dtype)[0], ctx.x_dtype
         grad_x = None
         for j in algo.stage_ranks:  # dH_j = sum_r A_rj^T dY_r, reduced on rank j
             size = plan.part_sizes[j]
             if algo.blocks[j] is not None:
-                part = torch.sparse.mm(algo.block_t(j, grad_out.dtype), grad_out)
+                part = csr_mm(algo.block_t(j, compute), grad_out, x_dtype)
             else:
-                part = grad_out.new_zeros((size, grad_out.size(1)))
+                part = grad_out.new_zeros((size, grad_out.size(1)), dtype=x_dtype)
             reduce_rows(part, j, algo.group)
             if j == me:
                 grad_x = part
         if grad_x is None:  # 1.5D: this rank's block is multiplied in another column group
-            grad_x = grad_out.new_zeros((plan.num_owned, grad_out.size(1)))
+            grad_x = grad_out.new_zeros((plan.num_owned, grad_out.size(1)), dtype=x_dtype)
         return grad_x, None
 
 
@@ -72,6 +74,7 @@ class Oblivious1D(SpMMAlgorithm):
         row, col = adj.coo()
         owner, remote_col = plan.locate_columns(col)
         value = adj.values(torch.float64).detach()
+        self.value_dtype = None if adj.value is None else adj.value.dtype  # of the result, spmm_dtypes
         self.blocks: list[tuple[Tensor, Tensor, Tensor, int] | None] = []
         for j, size in enumerate(plan.part_sizes):
             sel = owner == j  # A_rj, in the column numbering of rank j's rows

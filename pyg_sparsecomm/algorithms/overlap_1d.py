@@ -5,7 +5,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from ..adj import HaloAdj, coo_to_csr, spmm
+from ..adj import HaloAdj, coo_to_csr, csr_mm, spmm, spmm_dtypes
 from ..comm.counters import comm_counter
 from ..comm.halo import start_all_to_all_rows, start_p2p_rows
 from ..comm.halo_options import ExchangeSlots, HaloOptions
@@ -22,25 +22,27 @@ if TYPE_CHECKING:  # pragma: no cover
 class _OverlappedSpMM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor, algo: "Overlap1D") -> Tensor:
-        ctx.algo = algo
+        ctx.algo, ctx.x_dtype = algo, x.dtype
         plan, precision = algo.adj.plan, algo.options.precision
+        compute, result = spmm_dtypes(algo.value_dtype, x.dtype)
         send = encode_rows(x.index_select(0, plan.send_index), precision)
         with comm_counter().timed(x.device):  # posting is communication time too (p2p posts one op per peer)
             recv, work = algo.start_exchange(send, plan.send_counts, plan.recv_counts, algo.group, "halo")
-        out = torch.sparse.mm(algo.block("own", x.dtype), x)  # while the halo rows travel
+        out = csr_mm(algo.block("own", compute), x, result)  # while the halo rows travel
         with comm_counter().timed(x.device):
             work.wait()
-        return out + torch.sparse.mm(algo.block("halo", x.dtype), decode_rows(recv, x, precision))
+        return out + csr_mm(algo.block("halo", compute), decode_rows(recv, x, precision), result)
 
     @staticmethod
     def backward(ctx, grad_out: Tensor):
         algo, grad_out = ctx.algo, grad_out.contiguous()
         plan, precision = algo.adj.plan, algo.options.grad_precision
-        grad_halo = torch.sparse.mm(algo.block("halo_t", grad_out.dtype), grad_out)
+        compute, x_dtype = spmm_dtypes(algo.value_dtype, ctx.x_dtype)[0], ctx.x_dtype
+        grad_halo = csr_mm(algo.block("halo_t", compute), grad_out, x_dtype)
         with comm_counter().timed(grad_out.device):
             back, work = algo.start_exchange(encode_rows(grad_halo, precision), plan.recv_counts,
                                              plan.send_counts, algo.group, "halo_grad")
-        grad_x = torch.sparse.mm(algo.block("own_t", grad_out.dtype), grad_out)  # overlapped
+        grad_x = csr_mm(algo.block("own_t", compute), grad_out, x_dtype)  # overlapped
         with comm_counter().timed(grad_out.device):
             work.wait()
         return grad_x.index_add_(0, plan.send_index, decode_rows(back, grad_halo, precision)), None
@@ -77,6 +79,7 @@ class Overlap1D(SpMMAlgorithm):
         n = adj.num_owned
         own = col < n
         value = adj.values(torch.float64).detach()
+        self.value_dtype = None if adj.value is None else adj.value.dtype  # of the result, spmm_dtypes
         self._coo = {"own": (row[own], col[own], value[own], (n, n)),
                      "halo": (row[~own], col[~own] - n, value[~own], (n, adj.halo_size))}
         self._csr: dict[tuple[str, torch.dtype], Tensor] = {}

@@ -89,20 +89,42 @@ def twin_group(group: dist.ProcessGroup | None = None, backend: str | None = Non
 _DEDICATED: dict[tuple[str, tuple[int, ...]], tuple[object, dist.ProcessGroup]] = {}
 
 
-def dedicated_group(group: dist.ProcessGroup | None, purpose: str) -> dist.ProcessGroup:
+def dedicated_group(group: dist.ProcessGroup | None, purpose: str, backend: str | None = None) -> dist.ProcessGroup:
     """The process group of ``purpose`` (e.g. ``"stale halos"``, ``"gradients"``) over ``group``'s
     ranks: a :func:`twin_group` made at the first call and reused while the default group lives,
     so a process holds one per purpose, not one per layer or model (each gloo group opens a
-    connection to every peer).  Collective over ``group``'s ranks at the first call.
+    connection to every peer).  Collective over ``group``'s ranks at the first call.  ``backend``:
+    as :func:`twin_group`'s (``"gloo"``: CPU collectives beside an NCCL group).
     """
     default = dist.distributed_c10d._get_default_group()
     ranks = tuple(dist.get_process_group_ranks(group)) if group is not None else tuple(range(dist.get_world_size()))
     cached = _DEDICATED.get((purpose, ranks))
     if cached is not None and cached[0] is default:
         return cached[1]
-    created = twin_group(group)
+    created = twin_group(group, backend)
     _DEDICATED[(purpose, ranks)] = (default, created)
     return created
+
+
+def host_group(group: dist.ProcessGroup | None = None) -> dist.ProcessGroup | None:
+    """A group over ``group``'s ranks whose collectives take CPU tensors: ``group`` itself unless
+    its backend is NCCL, else a gloo twin (:func:`dedicated_group`: made at the first call, at
+    which every rank of ``group`` calls this at the same point, like any collective)."""
+    if collective_device(group) is None:
+        return group
+    return dedicated_group(group, "host", backend="gloo")
+
+
+def host_all_reduce(values: list[int], op: dist.ReduceOp.RedOpType = dist.ReduceOp.SUM,
+                    group: dist.ProcessGroup | None = None) -> list[int]:
+    """``values`` reduced with ``op`` over ``group``'s ranks, on the host: one all-reduce of a CPU
+    ``int64`` tensor (over gloo, :func:`host_group`), read through numpy, which refuses device
+    tensors: the result never waits for a device (no ``.item()`` on a CUDA tensor in hot paths)."""
+    if world_size(group) == 1:
+        return list(values)
+    t = torch.tensor(values, dtype=torch.long)
+    dist.all_reduce(t, op=op, group=host_group(group))
+    return [int(v) for v in t.numpy()]
 
 
 def global_rank(group: dist.ProcessGroup | None, group_rank: int) -> int:

@@ -61,6 +61,7 @@ import sys
 import torch
 from torch import Tensor
 
+from .finite_check import require
 from .halo_options import PRECISIONS
 from .rounding import rounding_generator
 from .rounding import seed_rounding as seed_rounding  # re-exported: pyg_sparsecomm.comm.quantize.seed_rounding
@@ -155,13 +156,11 @@ def _encode_float(rows: Tensor, precision: str) -> Tensor:
     dtype = _FLOAT_DTYPES[precision]
     out = torch.empty((rows.size(0), 2 * rows.size(1)), dtype=torch.uint8, device=rows.device)
     out.view(dtype).copy_(rows)  # cast straight into the payload
-    # a finite row of magnitude <= the format's largest number stays finite; only beyond it (rare)
-    # does the cast itself decide (values just above the largest number round down to it)
-    high = float(torch.maximum(rows.amax().abs(), rows.amin().abs()))  # NaN propagates
-    if not high <= torch.finfo(dtype).max and not bool(torch.isfinite(out.view(dtype)).all()):
-        bad = "is not finite" if not bool(torch.isfinite(rows).all()) else f"exceeds the range of {precision}"
-        fix = "" if precision == "bf16" else " (use 'bf16', which has float32's range)"
-        raise ValueError(f"halo precision {precision!r}: a value {bad}{fix}")
+    # the cast itself decides: a non-finite value stays one, and beyond the format's largest number
+    # becomes inf (values just above it round down to it); checked on the device (finite_check)
+    fix = "" if precision == "bf16" else " (use 'bf16', which has float32's range)"
+    require(torch.isfinite(out.view(dtype)).all(),
+            f"halo precision {precision!r}: a value is not finite or exceeds the range of {precision}{fix}")
     return out
 
 
@@ -171,8 +170,8 @@ def _encode_int(rows: Tensor, bits: int, generator: torch.Generator) -> Tensor:
     row_draws, column_draws = random_int16((n, 1), generator), random_int16((1, width), generator)
     if _fused(rows, width):
         from .quantize_triton import encode_int
-        if not bool(encode_int(rows, bits, row_draws.view(-1), column_draws.view(-1), out).all()):
-            raise non_finite_error(bits, rows.dtype)
+        finite = encode_int(rows, bits, row_draws.view(-1), column_draws.view(-1), out)
+        require(finite.all(), str(non_finite_error(bits, rows.dtype)))  # on CUDA: read without waiting
         return out
     offset, scale = row_grid(rows, bits)
     work = torch.promote_types(rows.dtype, torch.float32)
@@ -266,8 +265,7 @@ def row_grid(rows: Tensor, bits: int) -> tuple[Tensor, Tensor]:
     low, high = rows.amin(dim=1), rows.amax(dim=1)
     work = torch.promote_types(rows.dtype, torch.float32)
     low, high = low.to(work), high.to(work)
-    if not bool(torch.isfinite(high - low).all()):
-        raise non_finite_error(bits, work)
+    require(torch.isfinite(high - low).all(), str(non_finite_error(bits, work)))
     offset = _round_bf16(low, down=True)
     scale = _round_bf16((high - offset.to(work)) / ((1 << bits) - 1), down=False)
     return offset, scale

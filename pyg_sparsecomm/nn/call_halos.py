@@ -122,6 +122,7 @@ class RecordFirstOutput:
     def __init__(self, conv: MessagePassing) -> None:
         self.conv = conv
 
+    @torch.compiler.disable  # per-call Python state, like the layer's other hooks
     def __call__(self, module: torch.nn.Module, args: tuple, output: Any) -> None:
         self.conv._sparsecomm.call_halos.record(output)
 

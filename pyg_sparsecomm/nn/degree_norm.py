@@ -108,6 +108,9 @@ _REPLACEMENTS: dict[str, Callable[..., Any]] = {"gcn_norm": gcn_norm, "get_lapla
 
 
 def _dispatcher(original: Callable[..., Any], distributed: Callable[..., Any]) -> Callable[..., Any]:
+    # eager under torch.compile: the shard context is per-thread state and the distributed
+    # version exchanges halo degrees (the normalisation is cached per shard where the layer caches)
+    @torch.compiler.disable
     @functools.wraps(original)
     def dispatch(edge_index, *args, **kwargs):
         context = current()

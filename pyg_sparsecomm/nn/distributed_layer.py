@@ -21,6 +21,13 @@ PyG's and torch's own extension points:
 
 Every layer whose forward reaches the graph only through these is exact: a target's
 messages, softmaxes and aggregations see exactly its in-edges, which its owner holds.
+
+Under ``torch.compile`` the hooks and the instance-level ``propagate``/``edge_updater`` run
+eagerly (``torch.compiler.disable``): they hold the exchanges (collectives over per-shard plans,
+non-blocking on some algorithms) and torch's CSR SpMM, and dynamo traces neither sparse
+tensors nor asynchronous collectives.  The layer's own dense code (its ``Linear``, attention
+coefficients, bias, activations between layers) compiles; each of these calls is one graph
+break, at the same place in every step, so a model compiles once.
 """
 import math
 from dataclasses import dataclass, field
@@ -114,6 +121,7 @@ class _InstanceMethod:
     def __init__(self, conv: MessagePassing, function) -> None:
         self.conv, self.function = conv, function
 
+    @torch.compiler.disable
     def __call__(self, edge_index: Any, size: Any = None, **kwargs: Any) -> Any:
         return self.function(self.conv, edge_index, size, **kwargs)
 
@@ -130,6 +138,7 @@ def _is_graph_argument(value: Any) -> bool:
     return type(value).__name__ == "SparseTensor"
 
 
+@torch.compiler.disable
 def _enter(conv: MessagePassing, args: tuple, kwargs: dict):
     state: LayerState = conv._sparsecomm
     settings = state.settings
@@ -215,6 +224,7 @@ def check_full_graph(options: HaloOptions, adj: HaloAdj) -> None:
                          "staleness=0 with mini-batch loaders")
 
 
+@torch.compiler.disable
 def _leave(conv: MessagePassing, args: tuple, output: Any) -> None:
     state: LayerState = conv._sparsecomm
     while state.swapped:

@@ -131,7 +131,14 @@ class DistributedGCNConv(GCNConv):
                     f"{world_size(self.group)}: partition the graph with SparsityAwarePartitioner("
                     f"num_parts=world_size), call shard(data) and pass local.x, local.adj")
             return super().forward(x, edge_index, edge_weight)
-        adj = edge_index
+        out = self._propagate_shard(x, edge_index, edge_weight)
+        if self.bias is not None:
+            out = out + self.bias
+        return out
+
+    @torch.compiler.disable  # the exchange and the CSR SpMM run eagerly (see distributed_layer)
+    def _propagate_shard(self, x: Tensor, adj: HaloAdj, edge_weight: Tensor | None) -> Tensor:
+        r"""This rank's rows of :math:`\hat A X \Theta` by the SpMM algorithm (without the bias)."""
         check_not_cached(self, adj)
         check_full_graph(self.halo_options, adj)
         if self.explain:
@@ -156,10 +163,7 @@ class DistributedGCNConv(GCNConv):
                                   self.group, grid, self.halo_options, self.exchange_slots)
             if self.cached:
                 self._cached_spmm = spmm
-        out = spmm(self.lin(x))
-        if self.bias is not None:
-            out = out + self.bias
-        return out
+        return spmm(self.lin(x))
 
     def _adjacency(self, adj: HaloAdj, edge_weight: Tensor | None, x: Tensor,
                    group: dist.ProcessGroup | None) -> HaloAdj:

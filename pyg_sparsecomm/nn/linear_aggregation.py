@@ -128,7 +128,13 @@ class AdjacencyCache:
 
 def aggregation_weights(edge_index: Tensor, weight: Tensor | None, aggr: str, num_owned: int,
                         dtype: torch.dtype) -> Tensor | None:
-    """Per-edge coefficients of the linear aggregation (``None``: all ones)."""
+    """Per-edge coefficients of the linear aggregation (``None``: all ones) for rows of ``dtype``.
+
+    Weights keep the wider of their dtype and ``dtype``, as PyG's message ``w * x_j`` promotes
+    (under autocast, ``float32`` weights times ``bfloat16`` rows aggregate in ``float32``;
+    :func:`~pyg_sparsecomm.adj.spmm_dtypes`)."""
+    if weight is not None and weight.is_floating_point():
+        dtype = torch.promote_types(weight.dtype, dtype)
     if aggr != "mean":
         return None if weight is None else weight.to(dtype)
     count = torch.bincount(edge_index[1], minlength=num_owned).clamp_(min=1).to(dtype)
@@ -177,7 +183,9 @@ class AppliedLinear(torch.nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         bias = self.linear.bias
-        return x if bias is None else x + bias  # type: ignore[operator]  # a Linear's bias: Tensor
+        if not isinstance(bias, Tensor):  # a Linear without bias
+            return x
+        return x + bias.to(x.dtype)  # in x's dtype, as the Linear returns it (under autocast: 16-bit)
 
 
 @functools.lru_cache(maxsize=1)

@@ -12,13 +12,11 @@ import threading
 import weakref
 from dataclasses import dataclass, field
 
-import torch
 import torch.distributed as dist
 from torch import Tensor
 
 from ..adj import HaloAdj
-from ..comm.device_check import check_devices
-from ..comm.group import collective_device, world_size
+from ..comm.group import host_all_reduce
 from ..comm.halo import halo_exchange
 
 
@@ -77,8 +75,11 @@ class StaticHalo:
     writes bump the version) on the same plan.  Rows computed from the source with other
     tensors (``x W^T`` when a narrowing ``Linear`` is applied before the exchange) name those
     too, so an optimizer step on ``W`` fetches the halo again.  The exchange is a collective, so
-    every rank must take the same decision: it is agreed with one small all-reduce (``MIN``) per
-    call.  These halos are exact whatever the layer's ``halo_precision``: they are reused across
+    every rank must take the same decision: a first call misses on every rank; later ones agree
+    with one host-side all-reduce (``MIN``) of one integer per call
+    (:func:`~pyg_sparsecomm.comm.group.host_all_reduce`: a CPU tensor over gloo, never waiting for a
+    device).  Host-side state alone cannot decide it: a rank cannot see that a peer's input
+    changed.  These halos are exact whatever the layer's ``halo_precision``: they are reused across
     calls, so a compressed copy would repeat one rounding draw in every step (and save bytes once).
     """
 
@@ -105,7 +106,7 @@ class StaticHalo:
         hit = (entry is not None and entry[1] is context.plan and len(entry[0]) == len(tensors)
                and all(ref() is t and version == t._version for (ref, version), t in zip(entry[0], tensors,
                                                                                           strict=True)))
-        if _all_ranks(hit, context.group):
+        if entry is not None and _all_ranks(hit, context.group):  # no entry: every rank misses
             assert entry is not None  # every rank hit, this one included
             return entry[2]
         halo = halo_exchange(rows, context.plan, context.group)
@@ -114,9 +115,5 @@ class StaticHalo:
 
 
 def _all_ranks(flag: bool, group: dist.ProcessGroup | None) -> bool:
-    if world_size(group) == 1:
-        return flag
-    value = torch.tensor([int(flag)], device=collective_device(group))
-    check_devices("_all_ranks", group, value)
-    dist.all_reduce(value, op=dist.ReduceOp.MIN, group=group)
-    return bool(value.item())
+    """Whether ``flag`` holds on every rank of ``group`` (host-side: no device synchronisation)."""
+    return bool(host_all_reduce([int(flag)], dist.ReduceOp.MIN, group)[0])
