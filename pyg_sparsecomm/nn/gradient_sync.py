@@ -15,8 +15,9 @@ issue the same all-reduces in the same order. They run on a process group of the
 (:func:`~pyg_sparsecomm.comm.group.dedicated_group`, one per process for all models), apart from
 the halo exchanges that backward runs at the same time. A callback at the end of backward
 launches the remaining buckets (a parameter without a gradient on this rank contributes zeros),
-waits, and writes the sums. Each bucket carries one count per parameter of the ranks that
-produced its gradient, so a parameter no rank used keeps ``grad = None``, as in one process.
+waits, and writes the sums. Which parameters some rank used is agreed on the host (one small
+all-reduce per backward, no device synchronisation), so a parameter no rank used keeps
+``grad = None``, as in one process.
 
 The hook hands autograd zeros in place of the share and the callback *adds* the sum to
 ``p.grad``, so gradients accumulated over several backwards (no ``zero_grad`` between) are
@@ -37,7 +38,7 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.nn.parameter import is_lazy
 
-from ..comm.group import collective_device, dedicated_group, global_rank
+from ..comm.group import collective_device, dedicated_group, global_rank, host_all_reduce
 from ..comm.group import world_size as group_world_size
 from ..grad_registry import is_synced, register_synced, take_normalised
 from ..runtime import join_job
@@ -147,21 +148,22 @@ class GradientSync:
             parts = [self.shares[i].reshape(-1) if i in self.shares else torch.zeros(p.numel(), dtype=p.dtype,
                                                                                       device=p.device)
                      for i, p in zip(bucket, params, strict=True)]
-            used = torch.tensor([float(i in self.shares) for i in bucket], dtype=params[0].dtype,
-                                device=params[0].device)
-            flat = torch.cat([*parts, used])
+            flat = torch.cat(parts)
             self.works.append((bucket, flat, dist.all_reduce(flat, group=self.group, async_op=True)))
 
     def _finish(self) -> None:
         self._launch(complete_only=False)
+        # which parameters some rank used, agreed on the host (never a wait on the device)
+        used = host_all_reduce([int(i in self.shares) for i in range(len(self.params))], dist.ReduceOp.MAX,
+                               self.group)
         for bucket, flat, work in self.works:
             work.wait()
-            offset, counts = 0, flat[-len(bucket):]
-            for j, i in enumerate(bucket):
+            offset = 0
+            for i in bucket:
                 p = self.params[i]
                 summed = flat[offset:offset + p.numel()].view_as(p)
                 offset += p.numel()
-                if counts[j] == 0:
+                if not used[i]:
                     continue  # no rank used p: its gradient stays as in one process
                 if p.grad is None:
                     p.grad = summed.clone()
@@ -220,6 +222,7 @@ def _hook_when_materialised(child: torch.nn.Module, sync: GradientSync | None, g
     handle = child.register_forward_pre_hook(hook)
 
 
+@torch.compiler.disable  # it reads the caller's frames, which dynamo cannot trace: run it eagerly
 def _refuse_ddp(module: torch.nn.Module, args) -> None:
     """DDP would all-reduce the same gradients again: refuse it by name (a few frames up)."""
     if not (module.training and torch.is_grad_enabled()):
