@@ -57,7 +57,7 @@ def _stale_p2p_steps(rank: int, world_size: int) -> dict:
         x = (local.x + step).requires_grad_()
         halo = stale_halo_exchange(x, plan, None, options, slots, "x", start_p2p_rows)
         (halo.sum() + x.sum()).backward()
-    pipeline = [g for _, g in stale._PIPELINE_GROUPS.values()]
+    pipeline = [stale.pipeline_group(None)]  # the cached group the steps used
     return {"pipeline": [first.get(g) for g in pipeline],
             "world": first.get(dist.distributed_c10d._get_default_group()),
             "rows": sum(plan.send_counts) + sum(plan.recv_counts)}
