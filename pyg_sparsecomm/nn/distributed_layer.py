@@ -42,6 +42,7 @@ from ..cost import CostModel
 from ..grid import process_grid
 from ..loader.sampled_adj import SampledAdj
 from . import shard_context
+from .adjacency_values import with_adjacency_values
 from .call_halos import CallHalos, attach_recorder
 from .layer_adapters import adapt, forward_signature
 from .linear_aggregation import (
@@ -141,6 +142,8 @@ def _enter(conv: MessagePassing, args: tuple, kwargs: dict):
             state.exchange_slots.begin_call(conv.training)
             state.call_halos.begin()
             shard_context.push(outer)
+            if any(v is outer.edge_index for v in list(args) + list(kwargs.values())):
+                return with_adjacency_values(conv, args, kwargs, outer.adj.value)
             return None
         if world_size(settings.group) > 1 and any(_is_graph_argument(v) for v in list(args) + list(kwargs.values())):
             raise ValueError(f"{type(conv).__name__} got a plain edge_index or sparse adjacency under a world size "
@@ -166,6 +169,7 @@ def _enter(conv: MessagePassing, args: tuple, kwargs: dict):
         args = args[:adj_at[0]] + (context.edge_index,) + args[adj_at[0] + 1:]
     else:
         kwargs = {**kwargs, adj_at[0]: context.edge_index}
+    args, kwargs = with_adjacency_values(conv, args, kwargs, adj.value)
     state.applied_first = narrowing_linear(conv)
     if state.applied_first:
         _apply_first(state, conv, state.applied_first)
