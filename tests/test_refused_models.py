@@ -8,7 +8,7 @@ import torch
 from torch_geometric.nn import GCNConv, MeanAggregation, MultiAggregation, SAGEConv
 from torch_geometric.nn.attention import PerformerAttention
 from torch_geometric.nn.models import GCN, PNA, GraphSAGE, GraphUNet, Polynormer, SGFormer
-from torch_geometric.nn.pool import SAGPooling, TopKPooling
+from torch_geometric.nn.pool import SAGPooling
 
 from pyg_sparsecomm import distribute
 from pyg_sparsecomm.testing import launch

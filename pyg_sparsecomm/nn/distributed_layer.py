@@ -44,6 +44,7 @@ from ..loader.sampled_adj import SampledAdj
 from . import shard_context
 from .adjacency_values import with_adjacency_values
 from .call_halos import CallHalos, attach_recorder
+from .first_use import check_edge_arguments, check_first_call
 from .layer_adapters import adapt, forward_signature
 from .linear_aggregation import (
     AdjacencyCache,
@@ -89,6 +90,8 @@ class LayerState:
         self.sync_cost_report: list[CostRow] = []  # the same bytes exchanged synchronously
         #: (columns, element size) of the last exchanged rows, for summary()'s compressed-bytes line
         self.exchanged_width: tuple[int, int] | None = None
+        self.checked_plan: object | None = None  # the plan the first-use check passed on (see first_use)
+        self.cached_key: tuple | None = None  # the shard a cached=True layer filled its cache on
 
     @property
     def active(self) -> bool:
@@ -155,7 +158,12 @@ def _enter(conv: MessagePassing, args: tuple, kwargs: dict):
         raise ValueError(f"{type(conv).__name__} got {len(adj_at)} HaloAdj arguments; distribute() runs layers "
                          f"over one adjacency")
     adj: HaloAdj = args[adj_at[0]] if isinstance(adj_at[0], int) else kwargs[adj_at[0]]
-    _check_edge_arguments(conv, args, kwargs, adj)
+    if adj.is_minibatch or adj.plan is state.checked_plan:
+        check_edge_arguments(conv, args, kwargs, adj)
+    else:  # the first call on this shard: checked on every rank at once (one all-gather)
+        group = settings.group if settings.replication == 1 else None  # 1.5D: exchange_group checks
+        state.cached_key = check_first_call(conv, args, kwargs, adj, state.cached_key, group)
+        state.checked_plan = adj.plan
     check_not_cached(conv, adj)
     check_full_graph(settings.halo_options, adj)
     grid = process_grid(settings.replication) if settings.replication > 1 else None
@@ -189,19 +197,6 @@ def _apply_first(state: LayerState, container: torch.nn.Module, key: str) -> Non
     assert linear is not None
     container._modules[key] = AppliedLinear(linear)
     state.swapped.append((container, key))
-
-
-_EDGE_ARGUMENTS = ("edge_weight", "edge_attr", "edge_type")
-
-
-def _check_edge_arguments(conv: MessagePassing, args: tuple, kwargs: dict, adj: HaloAdj) -> None:
-    """Edge-level arguments must be the shard's, in ``adj``'s edge order (``local.edge_weight``...)."""
-    bound = forward_signature(type(conv)).bind_partial(conv, *args, **kwargs).arguments
-    for name in _EDGE_ARGUMENTS:
-        value = bound.get(name)
-        if isinstance(value, Tensor) and value.dim() > 0 and value.size(0) != adj.nnz:
-            raise ValueError(f"{type(conv).__name__}: {name} has {value.size(0)} rows but this rank's adjacency "
-                             f"has {adj.nnz} edges: pass the shard's local.{name} (in local.adj's edge order)")
 
 
 def check_not_cached(conv: MessagePassing, adj: HaloAdj) -> None:
