@@ -34,7 +34,10 @@ REFUSED: dict[str, str] = {
     "CuGraphGATConv": "runs in cugraph-ops on the whole graph (CUDA only)",
     "CuGraphRGCNConv": "runs in cugraph-ops on the whole graph (CUDA only)",
     "FusedGATConv": "runs in dgNN's fused CUDA kernel on the whole graph",
-    # models and modules that compute over all nodes of the graph
+}
+
+#: models and modules (not ``torch_geometric.nn.conv`` layers) that compute over all nodes, by class name
+REFUSED_MODULES: dict[str, str] = {
     "SGFormer": "mixes every node with all nodes of the graph in its global attention (SGFormerAttention)",
     "SGFormerAttention": "attends from every node to all nodes of the graph",
     "Polynormer": "mixes every node with all nodes of the graph in its global attention (PolynormerAttention)",
@@ -80,16 +83,18 @@ def _whole_graph_child(module: torch.nn.Module) -> str | None:
 
 
 def refusal(module: torch.nn.Module) -> str | None:
-    """Why ``module`` cannot run exactly on a partitioned graph, or ``None`` (a layer named in
-    :data:`REFUSED`, a subclass of one, a whole-graph norm ``distribute`` does not reduce, or a
-    ``MessagePassing`` layer whose messages flow ``target_to_source``), or a module holding a
-    global pooling or attention module outside a message passing layer (:data:`WHOLE_GRAPH_CHILDREN`).
+    """Why ``module`` cannot run exactly on a partitioned graph, or ``None``: a class named in
+    :data:`REFUSED` or :data:`REFUSED_MODULES` (or a subclass of one), a whole-graph norm
+    ``distribute`` does not reduce, a module holding a global pooling or attention module outside a
+    message passing layer (:data:`WHOLE_GRAPH_CHILDREN`), or a ``MessagePassing`` layer whose
+    messages flow ``target_to_source``.
 
     A functional global pooling inside a ``forward`` (``global_mean_pool(x, batch)``) cannot be
     seen here: under ``distribute()`` it pools each rank's rows only."""
     for cls in type(module).__mro__:
-        if cls.__name__ in REFUSED:
-            return REFUSED[cls.__name__]
+        reason = REFUSED.get(cls.__name__) or REFUSED_MODULES.get(cls.__name__)
+        if reason:
+            return reason
     reason = refused_norm(module) or _whole_graph_child(module)
     if reason:
         return reason

@@ -76,8 +76,8 @@ def check_edge_arguments(conv: MessagePassing, args: tuple, kwargs: dict, adj: H
 def check_rows(conv: MessagePassing, x: Any, adj: HaloAdj) -> None:
     """``x`` must hold the shard's rows."""
     if isinstance(x, Tensor) and x.dim() > 0 and x.size(conv.node_dim) != adj.num_owned:
-        raise ValueError(f"{type(conv).__name__}: x has {x.size(conv.node_dim)} rows but this rank's shard owns "
-                         f"{adj.num_owned} (of {adj.plan.num_nodes} in the graph): pass the shard's rows, local.x")
+        raise ValueError(f"{type(conv).__name__}: x has {x.size(conv.node_dim)} rows but this rank owns "
+                         f"{adj.num_owned} rows (of {adj.plan.num_nodes} in the graph): pass the shard's rows, local.x")
 
 
 def check_cache(conv: MessagePassing, adj: HaloAdj, cached_key: tuple | None) -> tuple | None:
