@@ -5,9 +5,10 @@ PyG's and torch's own extension points:
 
 1. a forward pre-hook that swaps the shard's :class:`~pyg_sparsecomm.adj.HaloAdj` for a
    local ``edge_index`` (sources in ``[owned | halo]`` columns, targets the owned rows, in
-   ``adj``'s edge order, so ``local.edge_weight``/``local.edge_attr`` line up) and makes the
-   shard current for the degree normalisations (:mod:`.degree_norm`); a forward hook that
-   always runs removes it again;
+   ``adj``'s edge order, so ``local.edge_weight``/``local.edge_attr`` line up; ``adj``'s values
+   passed as PyG's ``adj_t`` path uses them, :mod:`.adjacency_values`) and makes the shard
+   current for the degree normalisations (:mod:`.degree_norm`); a forward hook that always
+   runs removes it again.  The first call on a shard checks all ranks at once (:mod:`.first_use`);
 2. an instance-level ``propagate`` (as PyG itself installs for explanations) that, for
    each tensor the message reads at sources (``x_j``, ``alpha_j``, ...), appends the halo
    rows fetched in one all-to-allv and propagates over ``size = (owned + halo, owned)``.
