@@ -162,8 +162,8 @@ def _enter(conv: MessagePassing, args: tuple, kwargs: dict):
     if adj.is_minibatch or adj.plan is state.checked_plan:
         check_edge_arguments(conv, args, kwargs, adj)
     else:  # the first call on this shard: checked on every rank at once (one all-gather)
-        group = settings.group if settings.replication == 1 else None  # 1.5D: exchange_group checks
-        state.cached_key = check_first_call(conv, args, kwargs, adj, state.cached_key, group)
+        one_d = settings.replication == 1  # 1.5D block rows: exchange_group checks them
+        state.cached_key = check_first_call(conv, args, kwargs, adj, state.cached_key, settings.group, one_d)
         state.checked_plan = adj.plan
     check_not_cached(conv, adj)
     check_full_graph(settings.halo_options, adj)

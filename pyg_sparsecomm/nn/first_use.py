@@ -155,7 +155,7 @@ def verdict(entries: list[dict], who: str) -> str | None:
 
 
 def check_first_use(who: str, adj: HaloAdj, x: Any, local_checks: Callable[[], None],
-                    group: dist.ProcessGroup | None) -> None:
+                    group: dist.ProcessGroup | None, collective: bool = True) -> None:
     """Runs ``local_checks`` on this rank and the consistency check of the module doc over
     ``group``; raises ``ValueError`` on every rank if anything failed on any rank.
 
@@ -165,13 +165,14 @@ def check_first_use(who: str, adj: HaloAdj, x: Any, local_checks: Callable[[], N
         x: the layer's node features (checked for width and dtype if a tensor).
         local_checks: this rank's own checks (raise ``ValueError`` naming the problem and the fix).
         group: the process group of the layer's exchanges.
+        collective: ``False``: this rank's checks only (1.5D layouts, whose shards ``exchange_group`` checks).
     """
     error = None
     try:
         local_checks()
     except ValueError as e:
         error = str(e)
-    if not is_distributed(group) or world_size(group) == 1:
+    if not collective or not is_distributed(group) or world_size(group) == 1:
         if error:
             raise ValueError(error)
         return
@@ -183,7 +184,7 @@ def check_first_use(who: str, adj: HaloAdj, x: Any, local_checks: Callable[[], N
 
 
 def check_first_call(conv: MessagePassing, args: tuple, kwargs: dict, adj: HaloAdj, cached_key: tuple | None,
-                     group: dist.ProcessGroup | None) -> tuple | None:
+                     group: dist.ProcessGroup | None, collective: bool = True) -> tuple | None:
     """The checks of a layer's first call on a shard: this rank's (edge arguments, rows of ``x``,
     a cached layer's shard) and the consistency of every rank's, agreed over ``group``; returns the
     key of the shard a ``cached=True`` layer now holds (see :func:`check_cache`)."""
@@ -195,5 +196,5 @@ def check_first_call(conv: MessagePassing, args: tuple, kwargs: dict, adj: HaloA
         check_rows(conv, x, adj)
         key[0] = check_cache(conv, adj, cached_key)
 
-    check_first_use(type(conv).__name__, adj, x, local_checks, group)
+    check_first_use(type(conv).__name__, adj, x, local_checks, group, collective)
     return key[0]
