@@ -75,8 +75,9 @@ def check_edge_arguments(conv: MessagePassing, args: tuple, kwargs: dict, adj: H
 
 def check_rows(conv: MessagePassing, x: Any, adj: HaloAdj) -> None:
     """``x`` must hold the shard's rows."""
-    if isinstance(x, Tensor) and x.dim() > 0 and x.size(conv.node_dim) != adj.num_owned:
-        raise ValueError(f"{type(conv).__name__}: x has {x.size(conv.node_dim)} rows but this rank owns "
+    node_dim = conv.node_dim if conv.node_dim >= 0 else conv.node_dim + (x.dim() if isinstance(x, Tensor) else 0)
+    if isinstance(x, Tensor) and 0 <= node_dim < x.dim() and x.size(node_dim) != adj.num_owned:
+        raise ValueError(f"{type(conv).__name__}: x has {x.size(node_dim)} rows but this rank owns "
                          f"{adj.num_owned} rows (of {adj.plan.num_nodes} in the graph): pass the shard's rows, local.x")
 
 
