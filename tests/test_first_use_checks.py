@@ -13,7 +13,7 @@ from graphs import OUT
 from torch_geometric.data import Data
 from torch_geometric.nn import GCNConv, SAGEConv
 
-from pyg_sparsecomm import distribute, shard
+from pyg_sparsecomm import DistributedGCNConv, distribute, shard
 from pyg_sparsecomm.testing import launch
 
 N = 60
@@ -66,6 +66,12 @@ def _scenario(rank, world_size, name):
             layer = distribute(GCNConv(F, OUT, cached=True))
             _call(layer, local)
             _call(layer, shard(graph(partition_b())))
+        elif name == "DistributedGCNConv(cached=True) on another shard":
+            layer = DistributedGCNConv(F, OUT, cached=True)
+            _call(layer, local)
+            _call(layer, shard(graph(partition_b())))
+        elif name == "DistributedGCNConv on different partitions":
+            _call(DistributedGCNConv(F, OUT), local if rank == 0 else shard(graph(partition_b())))
         elif name == "int8 non-finite on one rank":
             layer = distribute(GCNConv(F, OUT), halo_precision="int8")
             x = local.x.clone()
@@ -87,6 +93,8 @@ EXPECTED = {
     "x of the whole graph": ["rank 1", f"x has {N} rows", "local.x"],
     "cached layer on another shard": ["cached=True", "another shard", "cached=False"],
     "int8 non-finite on one rank": ["rank 1", "int8", "non-finite"],
+    "DistributedGCNConv(cached=True) on another shard": ["cached=True", "another shard", "cached=False"],
+    "DistributedGCNConv on different partitions": ["different partitions", "load_shard"],
 }
 
 

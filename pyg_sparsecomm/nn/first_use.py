@@ -31,7 +31,7 @@ from ..plan import RankPlan
 from .layer_adapters import forward_signature
 
 #: attributes in which PyG's ``cached=True`` layers keep what they computed from the first graph
-CACHE_ATTRIBUTES = ("_cached_edge_index", "_cached_adj_t", "_cached_x", "_cached_h")
+CACHE_ATTRIBUTES = ("_cached_edge_index", "_cached_adj_t", "_cached_x", "_cached_h", "_cached_spmm")
 
 _WRAP = 2 ** 64  # id sums are int64 sums (which wrap), compared modulo 2^64
 _SAME_SHARD = ("build every rank's shard from one partitioned graph (one SparsityAwarePartitioner run, or "
