@@ -87,7 +87,7 @@ def _scenario(rank, world_size, name):
 EXPECTED = {
     "different partitions": ["different partitions", "load_shard"],
     "different world sizes": ["different numbers of parts", "num_parts=2"],
-    "shard of another rank": ["rank 1 holds the shard built for rank 0"],
+    "shard of another rank": ["the shard was built for rank 0 but this process is rank 1"],
     "feature widths": ["different widths", "rank 0: [*, 6] float32", "rank 1: [*, 7] float32"],
     "feature dtypes": ["different widths or dtypes", "float64"],
     "x of the whole graph": ["rank 1", f"x has {N} rows", "local.x"],

@@ -116,7 +116,8 @@ def _partition_problems(entries: list[dict]) -> list[str]:
         sizes = ", ".join(f"rank {r}: {e['world_size']}" for r, e in enumerate(entries))
         return [f"the shards were partitioned into different numbers of parts ({sizes}) but the process group "
                 f"has {size} ranks: partition with SparsityAwarePartitioner(num_parts={size}) and {_SAME_SHARD}"]
-    wrong = [f"rank {r} holds the shard built for rank {e['rank']}" for r, e in enumerate(entries) if e["rank"] != r]
+    wrong = [f"the shard was built for rank {e['rank']} but this process is rank {r}"
+             for r, e in enumerate(entries) if e["rank"] != r]
     if wrong:
         return ["; ".join(wrong) + ": every rank must use its own shard (shard(data) on each rank takes the rank "
                 "from the process group; load_shard(root) likewise)"]
