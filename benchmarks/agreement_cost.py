@@ -1,4 +1,4 @@
-"""What the collective checks of issue #23 cost (``nn/first_use.py``, ``comm/halo.py``'s ``_encode``).
+"""What the collective checks of issue #23 cost (``nn/first_use.py``, ``comm.halo.encode_together``).
 
 * the consistency check a layer runs at its first call on a shard (fingerprint + one all-gather),
   timed alone, against a later forward + backward of a 2-layer ``distribute(GCN)`` (which runs none);
@@ -49,14 +49,15 @@ def _worker(rank, world_size, nodes, steps):
     int8 = distribute(GCN(64, 64, 2, 8), halo_precision="int8")
     _step(int8, local)
     agreed, local_only = [], []
-    encode = halo._encode
+    encode = halo.encode_together
     for _ in range(steps):
         agreed.append(_step(int8, local))
-        halo._encode = lambda rows, precision, group: halo.encode_rows(rows, precision)  # rank-local (before)
+        # the rank-local encoding of before
+        halo.encode_together = lambda rows, precision, group: halo.encode_rows(rows, precision)
         try:
             local_only.append(_step(int8, local))
         finally:
-            halo._encode = encode
+            halo.encode_together = encode
     return median(checks), median(later), median(agreed), median(local_only)
 
 

@@ -88,7 +88,7 @@ def all_to_all_rows(send: Tensor, send_counts: list[int], recv_counts: list[int]
     return recv
 
 
-def _encode(rows: Tensor, precision: str | None, group) -> Tensor:
+def encode_together(rows: Tensor, precision: str | None, group) -> Tensor:
     """``rows`` in their wire format; a compressed encoding that fails on one rank (a non-finite value,
     fp16's range) raises its message on every rank, which agree with one one-element all-reduce (only
     on compressed exchanges), instead of leaving the peers waiting in the exchange."""
@@ -101,14 +101,15 @@ def _encode(rows: Tensor, precision: str | None, group) -> Tensor:
 def _to_halo(x: Tensor, plan: RankPlan, group, precision: str | None = None) -> Tensor:
     """The forward exchange: the rows of ``x`` every peer needs, received as this rank's halo
     (travelling in ``precision``, :mod:`~pyg_sparsecomm.comm.quantize`; ``None``: exact)."""
-    send = _encode(x.index_select(0, plan.send_index), precision, group)
+    send = encode_together(x.index_select(0, plan.send_index), precision, group)
     return decode_rows(all_to_all_rows(send, plan.send_counts, plan.recv_counts, group, "halo"), x, precision)
 
 
 def _to_owners(halo: Tensor, into: Tensor, plan: RankPlan, group, precision: str | None = None) -> Tensor:
     """The reverse exchange: halo rows travel back to their owners (in ``precision``) and are
     summed into ``into``."""
-    back = all_to_all_rows(_encode(halo, precision, group), plan.recv_counts, plan.send_counts, group, "halo_grad")
+    payload = encode_together(halo, precision, group)
+    back = all_to_all_rows(payload, plan.recv_counts, plan.send_counts, group, "halo_grad")
     return into.index_add_(0, plan.send_index, decode_rows(back, halo, precision))
 
 
