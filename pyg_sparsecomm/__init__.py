@@ -10,6 +10,7 @@ from .loader import DistributedNeighborLoader, DistributedNodeSubsetLoader
 from .nn import DistributedGCNConv, NodeDropout, distribute
 from .partition import SparsityAwarePartitioner
 from .plan import RankPlan, comm_pattern, rank_plan
+from .runtime import init_distributed
 from .stats import CommStats
 from .store import graph_fingerprint, load_shard, partition_source, save_partition
 from .training import distributed_loss, global_accuracy, global_count, global_sum, sync_gradients
@@ -23,4 +24,5 @@ __all__ = [
     "comm_pattern", "rank_plan", "comm_counter", "seed_rounding", "distributed_loss", "sync_gradients", "global_sum",
     "global_count", "global_accuracy", "save_partition", "load_shard", "graph_fingerprint", "partition_source",
     "ProcessGrid", "process_grid", "CostModel", "predict_layouts", "__version__",
+    "init_distributed",
 ]

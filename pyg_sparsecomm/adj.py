@@ -138,7 +138,9 @@ class HaloAdj:
     def to(self, device, non_blocking: bool = False) -> "HaloAdj":
         """This adjacency and its plan on ``device`` (itself if already there).  Takes the
         arguments PyG's ``Data.to`` passes, so ``local.to(device)`` moves ``local.adj`` too."""
-        if torch.device(device) == self.device:
+        target = torch.device(device)
+        held = [self.rowptr, self.col, self.plan.n_id] + ([] if self.value is None else [self.value])
+        if all(t.device == target for t in held):
             return self
         def move(t: Tensor) -> Tensor:
             return t.to(device, non_blocking=non_blocking)

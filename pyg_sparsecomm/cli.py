@@ -21,6 +21,8 @@ from .partition.balance import RESTART_OBJECTIVES
 from .partition.methods import base_method, method_options
 from .stats import CommStats
 
+#: the libmetis example meshes benchmarks/fetch_meshes.sh downloads into benchmarks/graphs/
+MESHES = ("mdual.graph", "copter2.graph", "4elt.graph")
 GRAPH_SPECS = "sbm, sbm:N, rmat:SCALE[:EDGE_FACTOR], Cora, CiteSeer, PubMed or a METIS .graph file"
 Option = tuple[str | None, str, Any]  # (method it is scoped to or None, key, value)
 
@@ -53,7 +55,9 @@ def _spec_ints(spec: str, fields: str, max_fields: int) -> list[int]:
 def load_graph(spec: str, root: str | None):
     """The graph named by ``spec`` (see ``GRAPH_SPECS``); ``root`` holds the Planetoid files."""
     path = Path(spec)
-    if path.suffix == ".graph" and path.exists():
+    if path.suffix == ".graph":
+        if not path.is_file():
+            raise SystemExit(f"graph file {spec!r} not found{_fetch_hint(path)}")
         from .io import read_metis_graph
         return read_metis_graph(path)
     kind, colon, fields = spec.partition(":")
@@ -67,9 +71,20 @@ def load_graph(spec: str, root: str | None):
     if spec in ("Cora", "CiteSeer", "PubMed"):
         if root is None:
             raise SystemExit(f"--graph {spec} needs --root DIR holding {spec}/raw (Planetoid files)")
-        from torch_geometric.datasets import Planetoid
-        return Planetoid(root, spec)[0]
+        from .datasets import load_dataset
+        try:
+            return load_dataset(spec, root, barrier=False)
+        except FileNotFoundError as e:
+            raise SystemExit(str(e)) from None
     raise SystemExit(f"unknown graph {spec!r}: use {GRAPH_SPECS}")
+
+
+def _fetch_hint(path: Path) -> str:
+    """How to get a missing graph file: the libmetis meshes come from benchmarks/fetch_meshes.sh."""
+    if path.name in MESHES:
+        return (f": the libmetis meshes ({', '.join(MESHES)}) are not in the repository; "
+                f"'bash benchmarks/fetch_meshes.sh' puts them in benchmarks/graphs/")
+    return " (a METIS .graph file; or use a built-in graph: sbm, rmat:SCALE)"
 
 
 # arguments ------------------------------------------------------------------

@@ -42,6 +42,7 @@ import torch.distributed as dist
 
 from .adj import make_csr
 from .comm.collectives import ring_allreduce_nbytes
+from .comm.device_check import check_devices
 from .comm.group import collective_device, is_distributed
 from .comm.halo_options import HaloOptions
 from .comm.quantize import payload_row_bytes
@@ -174,6 +175,7 @@ class CostModel:
             for _ in range(repeats + 1):  # the first call sets up connections
                 dist.barrier(group)
                 start = time.perf_counter()
+                check_devices("CostModel.calibrate", group, recv, send)
                 dist.all_to_all_single(recv, send, group=group)
                 if device.type == "cuda":
                     torch.cuda.synchronize()
@@ -200,6 +202,7 @@ def _agreed(value: float, op: "dist.ReduceOp.RedOpType", group: dist.ProcessGrou
             device: torch.device) -> float:
     """``value`` reduced with ``op`` over ``group``: one number for every rank."""
     t = torch.tensor([value], dtype=torch.float64, device=device)
+    check_devices("CostModel.calibrate", group, t)
     dist.all_reduce(t, op=op, group=group)
     return float(t)
 

@@ -1,6 +1,7 @@
 """Joining a ``torchrun`` job: the process group (with a timeout) and the device."""
 import atexit
 import os
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -13,6 +14,34 @@ import torch.distributed as dist
 DEFAULT_TIMEOUT = timedelta(seconds=120)
 
 
+def nccl_failure_env(timeout: timedelta) -> dict[str, str]:
+    """The ``ProcessGroupNCCL`` settings that make a dead or stalled peer end the job within
+    ``timeout`` (plus a minute) on NCCL, where collectives run asynchronously on the GPU and
+    the host does not wait for them:
+
+    * ``TORCH_NCCL_ASYNC_ERROR_HANDLING=1``: the watchdog thread that checks every collective
+      against the group's ``timeout`` aborts the communicators and tears the process down
+      when one timed out or failed (its peers' collectives then fail the same way);
+    * ``TORCH_NCCL_ENABLE_MONITORING=1`` and ``TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC``: a monitor
+      thread kills the process if the watchdog itself stops making progress (e.g. stuck in a
+      CUDA call) for ``timeout + 60`` s instead of the default 8 minutes.
+
+    ``ProcessGroupNCCL`` reads them when the group is created.
+    """
+    return {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+            "TORCH_NCCL_ENABLE_MONITORING": "1",
+            "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": str(int(timeout.total_seconds()) + 60)}
+
+
+def device_clock(device: torch.device | str) -> float:
+    """``time.perf_counter()`` once the work queued on ``device`` finished: on CUDA it synchronises
+    the device first (kernels and NCCL calls return when queued, so the host clock alone would
+    time the queueing).  For epoch times, not for the hot path."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
 def init_distributed(backend: str | None = None,
                      timeout: timedelta = DEFAULT_TIMEOUT) -> tuple[int, int, torch.device]:
     """Joins the job ``torchrun`` started; returns ``(rank, world_size, device)``.
@@ -20,10 +49,18 @@ def init_distributed(backend: str | None = None,
     Without ``torchrun`` (no ``RANK`` in the environment) nothing is initialised and the
     script runs as rank 0 of 1.  With CUDA each rank takes GPU ``LOCAL_RANK`` and NCCL,
     otherwise the CPU and gloo.  ``timeout`` bounds every collective, so a dead peer
-    surfaces as an error instead of a hang.  The process group is destroyed when the script
+    surfaces as an error instead of a hang: on gloo the waiting call raises ``RuntimeError``
+    (``DistBackendError``); on NCCL the watchdog aborts the process (:func:`nccl_failure_env`,
+    set unless the environment already sets them).  The process group is destroyed when the script
     ends: left to the interpreter's teardown, gloo's threads can abort the process
     ("terminate called without an active exception", seen once in CI after a script had finished).
+    In a process that joined a job already (a launcher, a notebook, a test harness), it returns
+    that job's rank, size and device.
     """
+    if dist.is_initialized():
+        nccl = dist.get_backend() == "nccl"
+        device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
+        return dist.get_rank(), dist.get_world_size(), device
     if "RANK" not in os.environ:
         return 0, 1, torch.device("cpu")
     cuda = torch.cuda.is_available() and backend in (None, "nccl")
@@ -31,26 +68,62 @@ def init_distributed(backend: str | None = None,
     if cuda:
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
         torch.cuda.set_device(device)
-    dist.init_process_group(backend or ("nccl" if cuda else "gloo"), timeout=timeout)
+    backend = backend or ("nccl" if cuda else "gloo")
+    if backend == "nccl":
+        for name, value in nccl_failure_env(timeout).items():
+            os.environ.setdefault(name, value)  # the user's own settings win
+    dist.init_process_group(backend, timeout=timeout)
     atexit.register(_destroy_process_group)
     return dist.get_rank(), dist.get_world_size(), device
 
 
+#: collective clean-ups to run while the job's process group is still alive (see :func:`before_teardown`)
+_TEARDOWN: list[Callable[[], None]] = []
+
+
+def before_teardown(cleanup: Callable[[], None]) -> None:
+    """Runs ``cleanup()`` (collective: every rank, same order) before :func:`distributed_job`
+    or the exit handler of :func:`init_distributed` destroys the process group, most recently
+    registered first; each at most once.  E.g. the one-sided engines free their symmetric
+    memory (a barrier) there, instead of at interpreter exit on a destroyed group.
+    """
+    if cleanup not in _TEARDOWN:
+        _TEARDOWN.append(cleanup)
+
+
+def _run_teardown() -> None:
+    while _TEARDOWN:
+        _TEARDOWN.pop()()
+
+
 def _destroy_process_group() -> None:
     if dist.is_initialized():
-        dist.destroy_process_group()
+        try:
+            _run_teardown()
+        finally:
+            dist.destroy_process_group()
 
 
 @contextmanager
 def distributed_job(backend: str | None = None,
                     timeout: timedelta = DEFAULT_TIMEOUT) -> Iterator[tuple[int, int, torch.device]]:
     """:func:`init_distributed` for the duration of a ``with`` block, which yields
-    ``(rank, world_size, device)``; the process group is destroyed on exit, also on error."""
+    ``(rank, world_size, device)``; the process group is destroyed on exit, also on error.
+
+    On a normal exit the clean-ups of :func:`before_teardown` run first (they are collective);
+    after an error they are skipped (a peer may never reach them) and the group is destroyed.
+    """
     try:
         yield init_distributed(backend, timeout)
+    except BaseException:
+        _TEARDOWN.clear()
+        raise
     finally:
         if dist.is_initialized():
-            dist.destroy_process_group()
+            try:
+                _run_teardown()
+            finally:
+                dist.destroy_process_group()
 
 
 def run_job(train: Callable[..., dict[str, list[float]]], args: Any) -> tuple[int, dict[str, list[float]]]:

@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from .comm.device_check import check_devices
 from .comm.group import collective_device, is_distributed
 
 
@@ -31,6 +32,7 @@ def global_sum(value, group: dist.ProcessGroup | None = None) -> Tensor:
     if is_distributed(group):
         device = collective_device(group) or t.device
         reduced = t.to(device)
+        check_devices("global_sum", group, reduced)
         dist.all_reduce(reduced, op=dist.ReduceOp.SUM, group=group)
         t = reduced.to(t.device)
     return t
@@ -68,6 +70,7 @@ def sync_gradients(module: torch.nn.Module, group: dist.ProcessGroup | None = No
         return
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
     flat = torch.cat([g.reshape(-1) for g in grads])
+    check_devices("sync_gradients", group, flat)
     dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group)
     offset = 0
     for p in params:

@@ -14,6 +14,12 @@ What is emulated, and how:
   because the interpreter's atomic is not atomic *across processes* (on a GPU the
   hardware provides that).
 
+* the ordering of gets (on a GPU: copies on a side stream that the consumer's stream waits
+  for, :class:`~pyg_sparsecomm.rdma.symm_backend.SideStreamGets`) by :class:`DeferredGets`:
+  a get's buffer holds garbage (NaN, -1) until its future is waited for, when the copy lands,
+  and every start and wait is logged in order — so a consumer that reads a get before waiting
+  for it computes garbage, and a test can check that gets are started ahead of their use.
+
 Everything else — region bookkeeping, offsets, dtypes, gets, puts, barriers,
 all-gathers — is the production code of ``SymmetricMemoryBackend``.
 """
@@ -71,12 +77,32 @@ class EmulatedHandle:
         return buf[storage_offset:storage_offset + count].view(tuple(sizes))
 
 
+class DeferredGets:
+    """``SideStreamGets`` on the CPU: the copy happens when the consumer waits (``log``: the order)."""
+
+    def __init__(self) -> None:
+        self.log: list[tuple[str, int]] = []
+        self._count = itertools.count()
+
+    def start(self, src: torch.Tensor):
+        n = next(self._count)
+        garbage = float("nan") if src.is_floating_point() else -1
+        self.log.append(("start", n))
+        return torch.full(src.shape, garbage, dtype=src.dtype), (n, src)
+
+    def finish(self, out: torch.Tensor, token) -> torch.Tensor:
+        n, src = token
+        out.copy_(src)
+        self.log.append(("wait", n))
+        return out
+
+
 class EmulatedSymmetricMemoryBackend(SymmetricMemoryBackend):
     """The production backend on the emulated heap; only the atomic gets a cross-process lock."""
 
     def __init__(self, workdir: str, group=None) -> None:
         rank = dist.get_rank(group)
-        super().__init__("cpu", group, symm_mem=EmulatedSymmetricMemory(workdir, rank))
+        super().__init__("cpu", group, symm_mem=EmulatedSymmetricMemory(workdir, rank), gets=DeferredGets())
         self._lock_path = os.path.join(workdir, "atomics.lock")
 
     def _remote_fetch_add(self, target: torch.Tensor, value: int) -> int:

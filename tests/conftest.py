@@ -7,6 +7,8 @@ import torch
 
 torch.set_num_threads(1)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# debug mode: every collective checks its tensors are on the group's device (inherited by the workers)
+os.environ.setdefault("PYG_SPARSECOMM_CHECK_DEVICES", "1")
 
 #: the Planetoid raw files (PLANETOID_RAW overrides the default, as for the benchmarks)
 SHARED = Path(os.environ.get("PLANETOID_RAW", Path(__file__).resolve().parents[1].parent / "shared" / "data"

@@ -57,6 +57,18 @@ def test_cli_errors():
     assert main(["frobnicate"]) == 2
 
 
+def test_missing_graph_files_are_named_with_the_fix(tmp_path, monkeypatch):
+    # benchmarks/graphs/ is not in the repository: a fresh clone has no mesh
+    mesh = tmp_path / "benchmarks" / "graphs" / "4elt.graph"
+    with pytest.raises(SystemExit, match=r"graph file .*4elt\.graph' not found.*bash benchmarks/fetch_meshes\.sh"):
+        main(["partition-stats", "--graph", str(mesh)])
+    with pytest.raises(SystemExit, match=r"graph file .*mine\.graph' not found"):
+        main(["partition-stats", "--graph", str(tmp_path / "mine.graph")])
+    monkeypatch.setenv("PYG_SPARSECOMM_OFFLINE", "1")  # never a download attempt in the tests
+    with pytest.raises(SystemExit, match=r"no Planetoid raw files in .*Cora/raw/.*copy the 8 raw files ind\.cora\."):
+        main(["partition-stats", "--graph", "Cora", "--root", str(tmp_path)])
+
+
 def test_module_entry_point():
     proc = subprocess.run([sys.executable, "-m", "pyg_sparsecomm"], capture_output=True, text=True)
     assert proc.returncode == 2 and "partition-stats" in proc.stderr

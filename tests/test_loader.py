@@ -353,7 +353,7 @@ def test_errors_name_the_problem():
     local = shard(make_graph(1), rank=0, world_size=1)
     with pytest.raises(ValueError, match="local.train_mask"):
         DistributedNeighborLoader(local, [3], input_nodes=torch.ones(5, dtype=torch.bool))
-    with pytest.raises(ValueError, match="local ids"):
+    with pytest.raises(ValueError, match="global node ids"):
         DistributedNeighborLoader(local, [3], input_nodes=torch.tensor([N + 5]))
     with pytest.raises(ValueError, match="num_neighbors"):
         DistributedNeighborLoader(local, [0, 3])

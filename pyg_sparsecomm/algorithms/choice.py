@@ -6,6 +6,7 @@ import torch
 import torch.distributed as dist
 
 from ..adj import HaloAdj
+from ..comm.device_check import check_devices
 from ..comm.group import check_plan_matches_group, collective_device, is_distributed
 from ..comm.halo_options import EXACT, HaloOptions
 from ..comm.quantize import payload_row_bytes
@@ -46,6 +47,7 @@ def choose_algorithm(adj: HaloAdj, grid: ProcessGrid | None, width: int, element
     if is_distributed(reduce_group):
         device = collective_device(reduce_group) or worst.device
         reduced = worst.to(device)
+        check_devices("choose_algorithm", reduce_group, reduced)
         dist.all_reduce(reduced, op=dist.ReduceOp.MAX, group=reduce_group)
         worst = reduced.cpu()
     report, exact, synchronous = ([(n, float(worst[2 * i, k]), int(worst[2 * i + 1, k])) for k, n in enumerate(names)]

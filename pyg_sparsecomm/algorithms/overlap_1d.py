@@ -25,10 +25,10 @@ class _OverlappedSpMM(torch.autograd.Function):
         ctx.algo = algo
         plan, precision = algo.adj.plan, algo.options.precision
         send = encode_rows(x.index_select(0, plan.send_index), precision)
-        with comm_counter().timed():  # posting is communication time too (p2p posts one op per peer)
+        with comm_counter().timed(x.device):  # posting is communication time too (p2p posts one op per peer)
             recv, work = algo.start_exchange(send, plan.send_counts, plan.recv_counts, algo.group, "halo")
         out = torch.sparse.mm(algo.block("own", x.dtype), x)  # while the halo rows travel
-        with comm_counter().timed():
+        with comm_counter().timed(x.device):
             work.wait()
         return out + torch.sparse.mm(algo.block("halo", x.dtype), decode_rows(recv, x, precision))
 
@@ -37,11 +37,11 @@ class _OverlappedSpMM(torch.autograd.Function):
         algo, grad_out = ctx.algo, grad_out.contiguous()
         plan, precision = algo.adj.plan, algo.options.grad_precision
         grad_halo = torch.sparse.mm(algo.block("halo_t", grad_out.dtype), grad_out)
-        with comm_counter().timed():
+        with comm_counter().timed(grad_out.device):
             back, work = algo.start_exchange(encode_rows(grad_halo, precision), plan.recv_counts,
                                              plan.send_counts, algo.group, "halo_grad")
         grad_x = torch.sparse.mm(algo.block("own_t", grad_out.dtype), grad_out)  # overlapped
-        with comm_counter().timed():
+        with comm_counter().timed(grad_out.device):
             work.wait()
         return grad_x.index_add_(0, plan.send_index, decode_rows(back, grad_halo, precision)), None
 

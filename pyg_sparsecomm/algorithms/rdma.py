@@ -192,7 +192,7 @@ class TiledAdjacency:
         mine[:self.n] = x.detach().to(mine)
         served, fetched = self.traffic[id(M)]
         counter.record(kind, served * f * mine.element_size(), fetched * f * mine.element_size(), group)
-        with counter.timed():
+        with counter.timed(be.device):
             be.barrier()  # every rank's H rows are written and visible
         region, out = H.regions[0], torch.zeros(self.n, f, dtype=torch.float64, device=be.device)
         blocks = self.blocks[id(M)]
@@ -204,7 +204,7 @@ class TiledAdjacency:
             return be.get_async(k, region, int(H.directory[k, 0, 1]) + lo * f, (hi - lo) * f)
         pending = fetch(blocks[0]) if blocks else None
         for n, (_k, tile, lo, hi) in enumerate(blocks):
-            with counter.timed():
+            with counter.timed(be.device):
                 h = mine[lo:hi] if pending is None else pending.wait().reshape(hi - lo, f)
             pending = fetch(blocks[n + 1]) if n + 1 < len(blocks) else None
             out += tile_product(tile, h)

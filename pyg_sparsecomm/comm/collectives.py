@@ -6,6 +6,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from .counters import comm_counter, row_nbytes
+from .device_check import check_devices
 from .group import global_rank, rank, world_size
 
 
@@ -14,7 +15,8 @@ def broadcast_rows(buf: Tensor, src: int, group: dist.ProcessGroup | None = None
     P, me = world_size(group), rank(group)
     nbytes = buf.size(0) * row_nbytes(buf)
     counter = comm_counter()
-    with counter.timed():
+    check_devices("broadcast_rows", group, buf)
+    with counter.timed(buf.device):
         dist.broadcast(buf, src=global_rank(group, src), group=group)
     sent = [nbytes if (me == src and p != src) else 0 for p in range(P)]
     recv = [nbytes if (me != src and p == src) else 0 for p in range(P)]
@@ -27,7 +29,8 @@ def reduce_rows(buf: Tensor, dst: int, group: dist.ProcessGroup | None = None) -
     P, me = world_size(group), rank(group)
     nbytes = buf.size(0) * row_nbytes(buf)
     counter = comm_counter()
-    with counter.timed():
+    check_devices("reduce_rows", group, buf)
+    with counter.timed(buf.device):
         dist.reduce(buf, dst=global_rank(group, dst), op=dist.ReduceOp.SUM, group=group)
     sent = [nbytes if (me != dst and p == dst) else 0 for p in range(P)]
     recv = [nbytes if (me == dst and p != dst) else 0 for p in range(P)]
@@ -54,7 +57,8 @@ def _ring_counts(nbytes: int, group: dist.ProcessGroup | None) -> tuple[list[int
 def all_reduce_rows(buf: Tensor, group: dist.ProcessGroup | None = None, kind: str = "allreduce") -> Tensor:
     """Sums ``buf`` over ``group`` in place (counted with the ring model, see above)."""
     counter = comm_counter()
-    with counter.timed():
+    check_devices("all_reduce_rows", group, buf)
+    with counter.timed(buf.device):
         dist.all_reduce(buf, op=dist.ReduceOp.SUM, group=group)
     counter.record(kind, *_ring_counts(buf.numel() * buf.element_size(), group), group)
     return buf

@@ -7,6 +7,10 @@ payload this process sent and received, per *kind* of exchange (``"halo"``,
 ``"halo_grad"``, ``"bcast"``, ``"allreduce"``, ...), and the wall time spent
 inside communication calls.  Bytes count tensor payload only
 (``numel * element_size``), which is what the plan predicts.
+
+Times are measured by a :class:`Stopwatch`: the host clock for CPU tensors, CUDA events on the
+current stream for CUDA tensors (an NCCL call returns once it is *enqueued*, so the host clock
+would measure the enqueueing, near 0).
 """
 import threading
 import time
@@ -15,7 +19,70 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import numpy as np
+import torch
 import torch.distributed as dist
+
+
+class Stopwatch:
+    r"""Accumulated seconds of timed intervals, on the host or on a CUDA stream.
+
+    ``with stopwatch.measure(device):`` times its block: for a CUDA ``device`` by two
+    ``torch.cuda.Event(enable_timing=True)`` recorded on the current stream before and after
+    the block, i.e. how long the stream took from the block's first to its last enqueued work
+    (for a communication call: until the stream could go on past the collective, the time it
+    was *not* hidden); otherwise by the host clock.  Events are read when :attr:`seconds` is
+    (which waits for the last recorded one), so timing never blocks the host in the hot path.
+    """
+
+    #: pending event pairs are folded into the total every this many (those completed: bounds memory)
+    FOLD_EVERY = 256
+
+    def __init__(self) -> None:
+        self._host = 0.0
+        self._events: list[tuple] = []
+
+    @contextmanager
+    def measure(self, device: torch.device | str | None = None) -> Iterator[None]:
+        if device is None or torch.device(device).type != "cuda":
+            start = time.perf_counter()
+            try:
+                yield
+            finally:
+                self._host += time.perf_counter() - start
+            return
+        begin = torch.cuda.Event(enable_timing=True)
+        begin.record()
+        try:
+            yield
+        finally:
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            self._events.append((begin, end))
+            if len(self._events) % self.FOLD_EVERY == 0:
+                self._fold(wait=False)
+
+    def _fold(self, wait: bool) -> None:
+        """Adds the completed intervals, in order (all of them, waiting for each, if ``wait``)."""
+        done = 0
+        for begin, end in self._events:
+            if wait:
+                end.synchronize()
+            elif not end.query():
+                break
+            self._host += begin.elapsed_time(end) / 1e3  # milliseconds
+            done += 1
+        del self._events[:done]
+
+    @property
+    def seconds(self) -> float:
+        if self._events:
+            self._fold(wait=True)
+        return self._host
+
+    @seconds.setter
+    def seconds(self, value: float) -> None:
+        self._events.clear()
+        self._host = float(value)
 
 
 class CommCounter:
@@ -27,7 +94,16 @@ class CommCounter:
         self.sent: dict[str, np.ndarray] = {}
         self.received: dict[str, np.ndarray] = {}
         self.calls: dict[str, int] = defaultdict(int)
-        self.seconds: float = 0.0
+        self._clock = Stopwatch()
+
+    @property
+    def seconds(self) -> float:
+        """Seconds spent in timed communication calls (CUDA: on the stream, :class:`Stopwatch`)."""
+        return self._clock.seconds
+
+    @seconds.setter
+    def seconds(self, value: float) -> None:
+        self._clock.seconds = value
 
     def record(self, kind: str, sent_per_peer: Sequence[int] | np.ndarray,
                received_per_peer: Sequence[int] | np.ndarray,
@@ -44,15 +120,14 @@ class CommCounter:
         self.calls[kind] += 1
 
     @contextmanager
-    def timed(self) -> Iterator[None]:
+    def timed(self, device: torch.device | str | None = None) -> Iterator[None]:
+        """Adds the block's time to :attr:`seconds`: CUDA events on the current stream when
+        ``device`` (the communicated tensors') is a CUDA device, else the host clock."""
         if getattr(self._thread, "untimed", False):
             yield
             return
-        start = time.perf_counter()
-        try:
+        with self._clock.measure(device):
             yield
-        finally:
-            self.seconds += time.perf_counter() - start
 
     @contextmanager
     def untimed(self) -> Iterator[None]:

@@ -1,4 +1,5 @@
 """Process-group helpers that also work when ``torch.distributed`` is not initialised."""
+import weakref
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -12,10 +13,45 @@ def is_distributed(group: dist.ProcessGroup | None = None) -> bool:
 
 def collective_device(group: dist.ProcessGroup | None = None) -> torch.device | None:
     """Where small bookkeeping tensors must live for a collective: NCCL reduces only CUDA
-    tensors, gloo takes CPU tensors (``None``: leave them where they are)."""
+    tensors, gloo takes CPU tensors (``None``: leave them where they are).
+
+    On NCCL it is the *calling thread's* current device: a new thread starts on device 0, so a
+    thread that issues collectives must first ``torch.cuda.set_device`` the rank's device (as
+    :class:`~pyg_sparsecomm.loader.prefetch.PrefetchedBatches` does)."""
     if is_distributed(group) and dist.get_backend(group) == "nccl":
         return torch.device("cuda", torch.cuda.current_device())
     return None
+
+
+def is_alive(group: dist.ProcessGroup | None = None) -> bool:
+    """Whether ``group`` (``None``: the default group) can still run collectives: ``torch.distributed``
+    is initialised and the group was not destroyed (e.g. by a job's teardown)."""
+    if not is_distributed(group):
+        return False
+    return group is None or group in dist.distributed_c10d._world.pg_map
+
+
+#: groups whose first operation was a collective every member joined (see :func:`join_all`)
+_JOINED: "weakref.WeakSet[dist.ProcessGroup]" = weakref.WeakSet()
+
+
+def join_all(group: dist.ProcessGroup | None = None) -> None:
+    """Makes sure ``group``'s first operation is one every member joins: a one-element all-reduce,
+    issued once per group (later calls return at once).
+
+    NCCL creates a group's communicator at its first operation, and the first *batched
+    point-to-point* call (``batch_isend_irecv``) on a group must involve every rank; a rank
+    with no rows to send or receive posts nothing, and its peers would block until the
+    watchdog's timeout.  Every member must call this at the same point (e.g. right after
+    creating the group, or before a group's first point-to-point exchange).
+    """
+    if not is_distributed(group):
+        return
+    key = group if group is not None else dist.distributed_c10d._get_default_group()
+    if key in _JOINED:
+        return
+    dist.all_reduce(torch.zeros(1, device=collective_device(group)), group=group)
+    _JOINED.add(key)
 
 
 def world_size(group: dist.ProcessGroup | None = None) -> int:
@@ -26,22 +62,27 @@ def rank(group: dist.ProcessGroup | None = None) -> int:
     return dist.get_rank(group) if is_distributed(group) else 0
 
 
-def twin_group(group: dist.ProcessGroup | None = None) -> dist.ProcessGroup:
-    """A new process group over ``group``'s ranks, with its backend and timeout, for exchanges
-    that run concurrently with ``group``'s own (e.g. on a background thread).
+def twin_group(group: dist.ProcessGroup | None = None, backend: str | None = None) -> dist.ProcessGroup:
+    """A new process group over ``group``'s ranks, with its timeout and its backend (or
+    ``backend``: ``"gloo"`` for CPU exchanges beside an NCCL group), for exchanges that run
+    concurrently with ``group``'s own (e.g. on a background thread).
 
-    Only ``group``'s ranks call this (local synchronisation), all in the same order.
+    Only ``group``'s ranks call this (local synchronisation), all in the same order.  The new
+    group's first operation is a collective of all its members (:func:`join_all`).
     """
     parent = group if group is not None else dist.group.WORLD
     assert parent is not None  # initialised: new_group needs it
-    backend = dist.get_backend(parent)
-    device = torch.device("cuda" if backend == "nccl" else "cpu")
+    parent_backend = dist.get_backend(parent)
+    device = torch.device("cuda" if parent_backend == "nccl" else "cpu")
     try:  # the parent's timeout, so a dead peer surfaces as fast on the twin
         timeout = parent._get_backend(device).options._timeout
     except (AttributeError, RuntimeError):
         timeout = None
-    return dist.new_group(dist.get_process_group_ranks(parent), timeout=timeout, backend=backend,
-                          use_local_synchronization=True)
+    backend = backend or parent_backend
+    created = dist.new_group(dist.get_process_group_ranks(parent), timeout=timeout, backend=backend,
+                             use_local_synchronization=True)
+    join_all(created)  # its first operation is one every member joins (NCCL's rule for batched P2P)
+    return created
 
 
 def global_rank(group: dist.ProcessGroup | None, group_rank: int) -> int:

@@ -18,7 +18,8 @@ from torch import Tensor
 
 from ..plan import RankPlan
 from .counters import comm_counter, row_nbytes
-from .group import raise_together
+from .device_check import check_devices
+from .group import join_all, raise_together
 from .quantize import decode_rows, encode_rows
 
 
@@ -31,6 +32,7 @@ def start_all_to_all_rows(send: Tensor, send_counts: list[int], recv_counts: lis
     """
     row_bytes = row_nbytes(send)
     recv = send.new_empty((sum(recv_counts),) + tuple(send.shape[1:]))
+    check_devices("all_to_all_rows", group, send)
     work = dist.all_to_all_single(recv, send.contiguous(), output_split_sizes=recv_counts,
                                   input_split_sizes=send_counts, group=group, async_op=True)
     comm_counter().record(kind, [c * row_bytes for c in send_counts], [c * row_bytes for c in recv_counts], group)
@@ -58,7 +60,11 @@ def start_p2p_rows(send: Tensor, send_counts: list[int], recv_counts: list[int],
 
     The message count is then the plan's (e.g. at most 20 of 63 peers for METIS on mdual at
     P = 64) rather than ``P - 1``.  Returns ``(recv, work)`` like the collective version.
+    Every rank of ``group`` calls it, also one without rows: the first call on a group is
+    preceded by a collective of all members (:func:`~pyg_sparsecomm.comm.group.join_all`), as
+    NCCL requires of a group's first batched point-to-point call.
     """
+    join_all(group)
     row_bytes = row_nbytes(send)
     send = send.contiguous()
     recv = send.new_empty((sum(recv_counts),) + tuple(send.shape[1:]))
@@ -70,6 +76,7 @@ def start_p2p_rows(send: Tensor, send_counts: list[int], recv_counts: list[int],
         if n_send:
             ops.append(dist.P2POp(dist.isend, send.narrow(0, sent_off, n_send), peer_rank, group))
         sent_off, recv_off = sent_off + n_send, recv_off + n_recv
+    check_devices("start_p2p_rows", group, send)
     works = dist.batch_isend_irecv(ops) if ops else []
     comm_counter().record(kind, [c * row_bytes for c in send_counts], [c * row_bytes for c in recv_counts], group)
     return recv, WorkList(works)
@@ -82,7 +89,7 @@ def all_to_all_rows(send: Tensor, send_counts: list[int], recv_counts: list[int]
     Returns the ``sum(recv_counts)`` received rows, grouped by source rank.
     """
     counter = comm_counter()
-    with counter.timed():
+    with counter.timed(send.device):
         recv, work = start_all_to_all_rows(send, send_counts, recv_counts, group, kind)
         work.wait()
     return recv

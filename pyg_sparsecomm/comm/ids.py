@@ -8,6 +8,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from .counters import comm_counter
+from .device_check import check_devices
 from .group import collective_device, world_size
 from .halo import all_to_all_rows
 
@@ -22,7 +23,8 @@ def exchange_counts(send_counts: list[int], group: dist.ProcessGroup | None = No
     device = collective_device(group)
     send = torch.tensor(send_counts, dtype=torch.long, device=device)
     recv = torch.empty_like(send)
-    with comm_counter().timed():
+    check_devices("exchange_counts", group, send)
+    with comm_counter().timed(send.device):
         dist.all_to_all_single(recv, send, group=group)
     comm_counter().record(kind + "_counts", [8] * P, [8] * P, group)
     return recv.tolist()

@@ -29,7 +29,6 @@ Evaluation (``slots.training`` false or gradients disabled) exchanges exactly an
 and leaves the pipeline alone.  The payload passes through a :class:`RowCodec` (identity here;
 a compressed wire format plugs in there).
 """
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -38,7 +37,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from ..plan import RankPlan
-from .counters import comm_counter
+from .counters import Stopwatch, comm_counter
 from .group import twin_group
 from .halo import halo_exchange, start_all_to_all_rows
 from .quantize import decode_rows, encode_rows
@@ -85,15 +84,25 @@ IDENTITY = RowCodec()
 
 
 class PipelineSeconds:
-    """Process-wide wall time of the pipelined exchanges, split as ``comm_counter().seconds``
+    """Process-wide time of the pipelined exchanges, split as ``comm_counter().seconds``
     cannot: ``post`` (starting an exchange: on a machine without a spare core, also the time the
-    transfer thread takes from the step) and ``wait`` (blocking for the previous step's rows)."""
+    transfer thread takes from the step) and ``wait`` (blocking for the previous step's rows).
+    Measured like the counter's (:class:`~pyg_sparsecomm.comm.counters.Stopwatch`: CUDA events
+    for CUDA rows)."""
 
     def __init__(self) -> None:
         self.reset()
 
     def reset(self) -> None:
-        self.post, self.wait = 0.0, 0.0
+        self.posting, self.waiting = Stopwatch(), Stopwatch()
+
+    @property
+    def post(self) -> float:
+        return self.posting.seconds
+
+    @property
+    def wait(self) -> float:
+        return self.waiting.seconds
 
 
 #: read and reset by benchmarks (``benchmarks/stale_hiding.py``)
@@ -115,10 +124,9 @@ class _Pending:
         _IN_FLIGHT[:] = [p for p in _IN_FLIGHT if not p.work.is_completed()] + [self]
 
     def wait(self) -> Tensor:
-        start = time.perf_counter()
-        with comm_counter().timed():
+        device = self.recv.device
+        with PIPELINE_SECONDS.waiting.measure(device), comm_counter().timed(device):
             self.work.wait()
-        PIPELINE_SECONDS.wait += time.perf_counter() - start
         return self.recv
 
 
@@ -157,11 +165,10 @@ class _Pipe:
 
     def _start(self, rows: Tensor, send_counts: list[int], recv_counts: list[int],
                group: dist.ProcessGroup) -> _Pending:
-        begin = time.perf_counter()
-        with comm_counter().timed():  # posting is communication time the step cannot hide
+        # posting is communication time the step cannot hide
+        with PIPELINE_SECONDS.posting.measure(rows.device), comm_counter().timed(rows.device):
             recv, work = self.start(self.codec.encode(rows.contiguous()), send_counts, recv_counts,
                                     group, self.kind)
-        PIPELINE_SECONDS.post += time.perf_counter() - begin
         return _Pending(recv, work, rows.new_empty((0,) + tuple(rows.shape[1:])))
 
     def _received(self, pending: _Pending) -> Tensor:

@@ -1,13 +1,16 @@
 """What both distributed loaders share: the shard, the seeds, the epochs, the batch count.
 
 Every rank must iterate the same batches in the same order, because sampling and training
-exchange rows within a batch.  The number of batches per epoch comes from the global
-number of candidates (one all-reduce when the loader is made) and is the same everywhere;
-at the start of each epoch one all-reduce of every batch's seed count lets all ranks skip
-the same batches (those with no seed on any rank, only likely for batches of a few nodes).
+exchange rows within a batch.  Every rank knows the global seed set (gathered once when the
+loader is made, :mod:`.seeds`), hence every batch's global seed count in every epoch without
+talking: all ranks skip the same batches (those without a seed on any rank, only likely for
+batches of a few seeds), and ``len(loader)`` -- the batches an epoch yields -- is the same on
+every rank, as are ``len(loader.dataset)`` (the global number of seeds) and every batch's
+``global_batch_size`` (what a progress bar over seeds adds up).
 """
 import zlib
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -15,20 +18,23 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from ..adj import HaloAdj
-from ..comm.group import collective_device, twin_group, world_size
-from ..training import global_sum
+from ..comm.device_check import check_devices
+from ..comm.group import collective_device, raise_together, twin_group, world_size
 from .prefetch import PrefetchedBatches
+from .pyg_options import prefetch_depth
 from .sampling import NeighborSampling, NodeSubsetSampling
+from .seeds import global_seed_ids, owned_seed_mask, seeds_per_batch
 
 
 class DistributedLoader:
     """Base class: iterates the batches of one epoch on this rank's shard (see subclasses)."""
 
     sampling: NeighborSampling | NodeSubsetSampling
+    num_batches: int  # batches an epoch draws from (set by the subclass; those without seeds are skipped)
 
     def __init__(self, local: Data, sampling: NeighborSampling | NodeSubsetSampling,
                  input_nodes: Tensor | None, group: dist.ProcessGroup | None,
-                 transform: Callable[[Data], Data] | None = None, prefetch: int = 1) -> None:
+                 transform: Callable[[Data], Data] | None, prefetch: int | None, pyg_options: dict[str, Any]) -> None:
         adj = getattr(local, "adj", None)
         if not isinstance(adj, HaloAdj) or getattr(local, "e_id", None) is None:
             raise ValueError("the loader takes a rank's shard: local = shard(data) (or load_shard(...)), "
@@ -42,15 +48,23 @@ class DistributedLoader:
         self.local, self.sampling, self.group, self.transform = local, sampling, group, transform
         self.adj = adj.cpu()  # batches are sampled and planned on the CPU
         self.e_id = local.e_id.cpu()
-        self.input_mask = _input_mask(input_nodes, adj.num_owned)
+        self.prefetch = prefetch_depth(prefetch, pyg_options, type(self).__name__)
+        self.num_nodes = int(adj.plan.num_nodes)
+        # a bad input_nodes on one rank raises on every rank (its peers would wait in the next collective)
+        self.input_mask = raise_together(lambda: owned_seed_mask(input_nodes, adj.plan.n_id, self.num_nodes),
+                                         f"{type(self).__name__}(input_nodes=...)", group)
+        self.global_seeds = global_seed_ids(self.input_mask, adj.plan.n_id, self.num_nodes, group)
         self.epoch = 0
-        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
-            raise ValueError(f"prefetch must be a non-negative integer (batches sampled ahead), got {prefetch!r}")
-        self.prefetch = prefetch
         self._check_same_sampling()
-        # the sampling thread's exchanges never interleave with the training step's
-        self.sample_group = twin_group(group) if prefetch and world_size(group) > 1 else group
+        # The sampling thread's exchanges run on a CPU (gloo) group of their own: they never
+        # interleave with the training step's exchanges, and never enter an NCCL communicator
+        # or a GPU stream, so the order of NCCL collectives on the device is the training
+        # thread's program order, the same on every rank (see :mod:`.prefetch`).
+        self.sample_group = (twin_group(group, backend="gloo") if self.prefetch and world_size(group) > 1
+                             else group)
         self._running: PrefetchedBatches | None = None
+        self._counts: tuple[int, Tensor] | None = None  # (epoch key, seeds per batch), cached
+        self._iterating: int | None = None  # the epoch being iterated
 
     def _check_same_sampling(self) -> None:
         """Ranks that drew batches by different rules would wait for each other forever in the
@@ -60,6 +74,7 @@ class DistributedLoader:
         code = zlib.crc32(f"{self.sampling!r}; prefetching={bool(self.prefetch)}".encode())
         both = torch.tensor([code, -code], dtype=torch.long)
         both = both.to(collective_device(self.group) or both.device)
+        check_devices("sampling check", self.group, both)
         dist.all_reduce(both, op=dist.ReduceOp.MAX, group=self.group)
         if int(both[0]) != -int(both[1]):
             raise ValueError(f"the ranks built {type(self).__name__} with different sampling arguments (this rank: "
@@ -72,41 +87,46 @@ class DistributedLoader:
         it, every iteration advances the epoch by one."""
         self.epoch = epoch
 
-    def _seed_counts(self, batch_of_input: Tensor, num_batches: int) -> Tensor:
-        """Seeds per batch over all ranks (one all-reduce of ``num_batches`` integers)."""
-        return global_sum(torch.bincount(batch_of_input, minlength=num_batches), self.sample_group)
+    @property
+    def dataset(self) -> range:
+        """``range`` of the global number of seeds (PyG's ``len(loader.dataset)``, e.g. a progress
+        bar's total; add ``batch.global_batch_size`` per batch), the same on every rank."""
+        return range(self.num_nodes if self.global_seeds is None else self.global_seeds.numel())
+
+    def seeds_per_batch(self, epoch: int) -> Tensor:
+        """``[num_batches]`` seeds of every batch of ``epoch`` over all ranks (no communication)."""
+        key = epoch if self.sampling.shuffle else 0
+        if self._counts is None or self._counts[0] != key:
+            self._counts = (key, seeds_per_batch(self.sampling, epoch, self.global_seeds, self.num_nodes,
+                                                 self.num_batches))
+        return self._counts[1]
+
+    def __len__(self) -> int:
+        """Batches of the epoch being iterated (else of the next one): those with a seed on some
+        rank, at most ``ceil(len(dataset) / batch_size)``; the same on every rank."""
+        epoch = self.epoch if self._iterating is None else self._iterating
+        return int(torch.count_nonzero(self.seeds_per_batch(epoch)))
 
     def __iter__(self) -> Iterator[Data]:
         epoch = self.epoch
         self.epoch += 1
-        batches: Iterator[Data] = self._batches(epoch)
+        batches: Iterator[Data] = self._batches(epoch, self.seeds_per_batch(epoch))
         if self.prefetch:
             if self._running is not None:  # an epoch left early: its thread stops before this one samples
                 self._running.close()
             batches = self._running = PrefetchedBatches(batches, self.prefetch)
-        if self.transform is None:
-            return batches
-        return (self.transform(batch) for batch in batches)
+        self._iterating = epoch
+        return self._epoch(epoch, batches)
 
-    def _batches(self, epoch: int) -> Iterator[Data]:
+    def _epoch(self, epoch: int, batches: Iterator[Data]) -> Iterator[Data]:
+        try:
+            for batch in batches:
+                yield batch if self.transform is None else self.transform(batch)
+        finally:
+            if self._iterating == epoch:
+                self._iterating = None
+
+    def _batches(self, epoch: int, global_seeds: Tensor) -> Iterator[Data]:
+        """The batches of ``epoch`` whose ``global_seeds`` (per batch) are not 0, in order; collective."""
         raise NotImplementedError
 
-
-def _input_mask(input_nodes: Tensor | None, num_owned: int) -> Tensor:
-    if input_nodes is None:
-        return torch.ones(num_owned, dtype=torch.bool)
-    input_nodes = input_nodes.cpu()
-    if input_nodes.dtype == torch.bool:
-        if input_nodes.shape != (num_owned,):
-            raise ValueError(f"input_nodes is a mask of shape {list(input_nodes.shape)} but this rank owns "
-                             f"{num_owned} rows: pass the shard's own mask (e.g. local.train_mask)")
-        return input_nodes
-    if input_nodes.dtype != torch.long or input_nodes.dim() != 1:
-        raise ValueError(f"input_nodes must be a bool mask or an int64 index of the shard's rows, "
-                         f"got dtype {input_nodes.dtype} and shape {list(input_nodes.shape)}")
-    if input_nodes.numel() and (int(input_nodes.min()) < 0 or int(input_nodes.max()) >= num_owned):
-        raise ValueError(f"input_nodes indexes rows outside [0, {num_owned}): it must index this rank's "
-                         f"shard rows (local ids), not global node ids")
-    mask = torch.zeros(num_owned, dtype=torch.bool)
-    mask[input_nodes] = True
-    return mask

@@ -143,7 +143,10 @@ def batch_attributes(local: Data, rows: Tensor, edge_pos: Tensor, adj: SampledAd
     """The batch's ``Data``: node-level attributes of the shard at ``rows``, edge-level ones at
     ``edge_pos`` (in ``adj``'s edge order), graph-level ones unchanged, and
 
-    * ``adj``: the batch's :class:`~.sampled_adj.SampledAdj` (pass it where the model takes ``edge_index``);
+    * ``adj``: the batch's :class:`~.sampled_adj.SampledAdj` (pass it where the model takes ``edge_index``),
+      also ``edge_index`` (where PyG's ``NeighborLoader`` batch holds its graph, so
+      ``model(batch.x, batch.edge_index)`` runs on a ``distribute()``d model) and any other key
+      of the shard that holds its :class:`~pyg_sparsecomm.adj.HaloAdj` (e.g. ``adj_t``);
     * ``n_id`` / ``e_id``: global ids of the batch's rows / edges;
     * ``batch_size``: this rank's seed rows, the first ones (score ``out[:batch.batch_size]``);
     * ``seed_mask``: the same as a mask;
@@ -155,8 +158,8 @@ def batch_attributes(local: Data, rows: Tensor, edge_pos: Tensor, adj: SampledAd
     for key, value in local.items():
         if key in ("adj", "edge_weight", "num_nodes", "global_num_nodes"):  # edge_weight: adj's values
             continue
-        batch[key] = _slice(key, value, local.num_nodes, nnz, rows, edge_pos)
-    batch.adj = adj
+        batch[key] = adj if isinstance(value, HaloAdj) else _slice(key, value, local.num_nodes, nnz, rows, edge_pos)
+    batch.adj = batch.edge_index = adj
     batch.edge_weight = adj.value
     batch.num_nodes = rows.numel()
     batch.global_num_nodes = local.global_num_nodes

@@ -1,5 +1,6 @@
 r"""``DistributedNeighborLoader``: PyG's ``NeighborLoader`` over a partitioned graph."""
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -7,7 +8,6 @@ import torch.distributed as dist
 from torch import Tensor
 from torch_geometric.data import Data
 
-from ..training import global_count
 from .base import DistributedLoader
 from .batch import Requests, Sampled, build_batch, request_halo
 from .sampling import NeighborSampling
@@ -29,14 +29,23 @@ class DistributedNeighborLoader(DistributedLoader):
     the hops it needs (its exchanges shrink too).
 
     Every rank must iterate the loader together (the same number of batches, in order).
+    ``len(loader)`` (the batches of the epoch, :mod:`~.base`), ``len(loader.dataset)`` (the
+    global number of seeds) and ``batch.global_batch_size`` are the same on every rank: a
+    progress bar counts ``tqdm(loader)``, or ``pbar.update(batch.global_batch_size)`` towards
+    ``len(loader.dataset)``.  A rank's share of a batch may hold 0 or 1 seeds: the batch's
+    tensors keep their dimensions (``out[:batch.batch_size]`` is ``[0, C]`` or ``[1, C]``; a
+    ``.squeeze()`` on it would drop a dimension at 1 seed only), and a rank without seeds
+    still takes part (its rows feed the others' seeds).
 
     Args:
         local: the rank's shard (``shard(data)`` / ``load_shard``).
-        num_neighbors: fanout per hop (``-1``: all in-edges).
+        num_neighbors: fanout per hop, integers (``-1``: all in-edges).
         batch_size: seeds per batch, on average over the epoch's batches (each input node
             falls in one of ``ceil(n_inputs / batch_size)`` batches uniformly at random).
-        input_nodes: this rank's seed candidates, a mask or index of its shard rows
-            (e.g. ``local.train_mask``; default: all).
+        input_nodes: the seed candidates, as PyG's ``NeighborLoader`` takes them: global node
+            ids (``split_idx["train"]``) or a bool mask over all nodes (``data.train_mask``);
+            each rank keeps those it owns.  A bool mask over the shard's rows
+            (``local.train_mask``) works too (:mod:`~.seeds`).  Default: every node.
         shuffle: draw new batches every epoch (else the same seeds per batch; neighbours
             are drawn anew every epoch either way).
         seed: the random stream shared by all ranks.
@@ -44,28 +53,33 @@ class DistributedNeighborLoader(DistributedLoader):
         transform: a function applied to every batch (as PyG loaders' ``transform``).
         prefetch: batches sampled ahead on a background thread while the current one trains
             (:mod:`~.prefetch`; its exchanges use a process group of their own, made here);
-            ``0``: sample in the iterating thread.
+            ``0``: sample in the iterating thread.  Default 1, or PyG's ``num_workers``.
+        **pyg_options: PyG ``NeighborLoader`` keywords (``num_workers``, ``persistent_workers``,
+            ``replace``, ``disjoint``, ``drop_last``, ...): taken where they mean the same, else
+            refused by name with the reason (:mod:`~.pyg_options`).
     """
 
     sampling: NeighborSampling
 
     def __init__(self, local: Data, num_neighbors: Sequence[int], batch_size: int = 1,
-                 input_nodes: Tensor | None = None, shuffle: bool = False, seed: int = 0,
+                 input_nodes: Tensor | None = None, shuffle: bool | None = False, seed: int = 0,
                  group: dist.ProcessGroup | None = None, transform: Callable[[Data], Data] | None = None,
-                 prefetch: int = 1) -> None:
-        sampling = NeighborSampling(batch_size=batch_size, shuffle=shuffle, seed=seed,
+                 prefetch: int | None = None, **pyg_options: Any) -> None:
+        if isinstance(num_neighbors, dict):
+            raise ValueError("num_neighbors is a dict (per edge type, heterogeneous graphs), which the distributed "
+                             "loaders do not support: pass one list of fanouts, one per hop")
+        if not isinstance(num_neighbors, Sequence) or isinstance(num_neighbors, str):
+            raise ValueError(f"num_neighbors must be a list of fanouts, one per hop (e.g. [10, 5]), "
+                             f"got {num_neighbors!r}")
+        sampling = NeighborSampling(batch_size=batch_size, shuffle=bool(shuffle), seed=seed,
                                     num_neighbors=tuple(num_neighbors))
-        super().__init__(local, sampling, input_nodes, group, transform, prefetch)
+        super().__init__(local, sampling, input_nodes, group, transform, prefetch, pyg_options)
         self.input_rows = torch.nonzero(self.input_mask).view(-1)
-        self.num_batches = sampling.num_batches(global_count(self.input_mask, group))
+        self.num_batches = sampling.num_batches(len(self.dataset))
 
-    def __len__(self) -> int:
-        return self.num_batches
-
-    def _batches(self, epoch: int) -> Iterator[Data]:
+    def _batches(self, epoch: int, global_seeds: Tensor) -> Iterator[Data]:
         n_id = self.adj.plan.n_id
         seed_batch = self.sampling.batch_of(epoch, n_id[self.input_rows], self.num_batches)
-        global_seeds = self._seed_counts(seed_batch, self.num_batches)
         for b in range(self.num_batches):
             if global_seeds[b] == 0:
                 continue

@@ -1,5 +1,6 @@
 r"""``DistributedNodeSubsetLoader``: random node subsets and the subgraphs they induce."""
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -26,32 +27,32 @@ class DistributedNodeSubsetLoader(DistributedLoader):
     Args:
         local: the rank's shard.
         batch_size: nodes per batch, on average.
-        input_nodes: rows to score, a mask or index of this rank's shard rows (default: all).
+        input_nodes: nodes to score, as :class:`~.neighbor_loader.DistributedNeighborLoader`
+            takes them: global ids, a bool mask over all nodes or over the shard's rows
+            (default: all).
         shuffle: draw new batches every epoch.
         seed: the random stream shared by all ranks.
         group: the process group.
         transform: a function applied to every batch (as PyG loaders' ``transform``).
         prefetch: batches prepared ahead on a background thread (``0``: none), as in
             :class:`~.neighbor_loader.DistributedNeighborLoader`.
+        **pyg_options: PyG loader keywords, as in :class:`~.neighbor_loader.DistributedNeighborLoader`.
     """
 
     sampling: NodeSubsetSampling
 
     def __init__(self, local: Data, batch_size: int = 1, input_nodes: Tensor | None = None,
-                 shuffle: bool = False, seed: int = 0, group: dist.ProcessGroup | None = None,
-                 transform: Callable[[Data], Data] | None = None, prefetch: int = 1) -> None:
-        super().__init__(local, NodeSubsetSampling(batch_size=batch_size, shuffle=shuffle, seed=seed),
-                         input_nodes, group, transform, prefetch)
-        self.num_batches = self.sampling.num_batches(int(local.global_num_nodes))
+                 shuffle: bool | None = False, seed: int = 0, group: dist.ProcessGroup | None = None,
+                 transform: Callable[[Data], Data] | None = None, prefetch: int | None = None,
+                 **pyg_options: Any) -> None:
+        sampling = NodeSubsetSampling(batch_size=batch_size, shuffle=bool(shuffle), seed=seed)
+        self.num_batches = sampling.num_batches(int(local.global_num_nodes))
+        super().__init__(local, sampling, input_nodes, group, transform, prefetch, pyg_options)
 
-    def __len__(self) -> int:
-        return self.num_batches
-
-    def _batches(self, epoch: int) -> Iterator[Data]:
+    def _batches(self, epoch: int, global_seeds: Tensor) -> Iterator[Data]:
         plan = self.adj.plan
         row_batch = self.sampling.batch_of(epoch, plan.n_id, self.num_batches)
         halo_batch = self.sampling.batch_of(epoch, plan.halo_n_id, self.num_batches)
-        global_seeds = self._seed_counts(row_batch[self.input_mask], self.num_batches)
         for b in range(self.num_batches):
             if global_seeds[b] == 0:
                 continue

@@ -5,19 +5,29 @@ is mostly kernels that release the GIL.  A thread that prepares batch ``k + 1`` 
 ``k`` trains hides the loader behind the step (the role of ``num_workers`` in PyG's loaders,
 which cannot be used here: a batch's plan needs collectives with the other ranks).
 
-Two rules keep every rank's collectives matched:
+Three rules keep every rank's collectives matched:
 
-* the thread's exchanges run on the loader's own process group, so they never interleave
-  with the training step's exchanges on the model's group;
+* the thread's exchanges run on the loader's own process group, a CPU (gloo) one, so they
+  never interleave with the training step's exchanges on the model's group.  On GPUs this is
+  what makes the order deterministic: NCCL kernels of two communicators on one device, issued
+  by two threads, may be queued in a different order on different ranks, and a rank whose
+  kernel of one communicator waits for a peer that is itself waiting in the other one
+  deadlocks.  The thread issues no NCCL collective at all (its ids are sampled on the CPU), so
+  the only NCCL collectives on the device are the training thread's, in program order, the
+  same on every rank; the gloo group's collectives are the thread's only, in batch order;
 * the thread starts batch ``i`` only once the caller has taken batch ``i - depth``.  Ranks
   take the same number of batches (the loaders' contract), so every rank's thread samples
   the same batches, also when an epoch is left early: closing the iterator lets the thread
-  finish the batch it was allowed to start, then stop, on every rank alike.
+  finish the batch it was allowed to start, then stop, on every rank alike;
+* the thread runs on the caller's CUDA device: a new thread starts on device 0, and the
+  batch it builds (copies to the shard's device) or any collective it issued would otherwise
+  land on every rank's GPU 0.
 """
 import queue
 import threading
 from collections.abc import Iterator
 
+import torch
 from torch_geometric.data import Data
 
 from ..comm.counters import comm_counter
@@ -40,12 +50,16 @@ class PrefetchedBatches:
         self._ready: queue.Queue = queue.Queue()
         self._permits = threading.Semaphore(depth)
         self._stop = threading.Event()
+        # the current device is per thread: the caller's, set again in the new thread
+        self._device = torch.cuda.current_device() if torch.cuda.is_available() else None
         self._thread = threading.Thread(target=self._run, name="pyg_sparsecomm-prefetch", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         with comm_counter().untimed():  # its waits overlap the step: not the step's communication time
             try:
+                if self._device is not None:
+                    torch.cuda.set_device(self._device)
                 while True:
                     self._permits.acquire()
                     if self._stop.is_set():

@@ -43,8 +43,15 @@ class SampledAdj(HaloAdj):
                           self.halo_hop, self.send_hop, self.part_sampled_nodes)
 
     def to(self, device, non_blocking: bool = False) -> "SampledAdj":
+        """This adjacency, its plan and its hop bookkeeping on ``device`` (itself if already there)."""
         out = super().to(device, non_blocking)  # built by _like: a SampledAdj
         assert isinstance(out, SampledAdj)
+        if out is self:
+            return self
+        out.halo_hop = self.halo_hop.to(device, non_blocking=non_blocking)
+        out.send_hop = self.send_hop.to(device, non_blocking=non_blocking)
+        if self.part_sampled_nodes is not None:
+            out.part_sampled_nodes = self.part_sampled_nodes.to(device, non_blocking=non_blocking)
         return out
 
     def trim(self) -> "SampledAdj":

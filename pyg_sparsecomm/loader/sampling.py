@@ -21,6 +21,7 @@ nodes of the last hops are a suffix (PyG's ``trim_to_layer`` layout); in a node-
 the seeds come first, then the other members.
 """
 import math
+import operator
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -61,7 +62,11 @@ class NeighborSampling(_Batching):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        object.__setattr__(self, "num_neighbors", tuple(int(k) for k in self.num_neighbors))
+        fanouts = tuple(self.num_neighbors)
+        if any(isinstance(k, bool) or not _is_integer(k) for k in fanouts):
+            raise ValueError(f"num_neighbors must be integer fanouts (-1: all in-edges), got {list(fanouts)}: "
+                             f"a fanout is a number of in-edges, e.g. [10, 5]")
+        object.__setattr__(self, "num_neighbors", tuple(operator.index(k) for k in fanouts))
         if not self.num_neighbors or any(k < -1 or k == 0 for k in self.num_neighbors):
             raise ValueError(f"num_neighbors must be a non-empty list of positive fanouts or -1 (all), "
                              f"got {list(self.num_neighbors)}")
@@ -79,6 +84,15 @@ class NeighborSampling(_Batching):
         priority = uniform(stream_key(self.seed, _EDGES, epoch, batch), edge_id)
         keep = _smallest_in_runs(target, priority, fanout)
         return keep if keep is not None else _smallest_by_sorting(target, priority, edge_id, fanout)
+
+
+def _is_integer(value: object) -> bool:
+    """An int, a NumPy integer or an integer 0-d tensor (not a float, even a whole one)."""
+    try:
+        operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        return False
+    return True
 
 
 _MAX_SELECTION_PASSES = 32  # fanouts above this sort instead (a pass per kept edge)

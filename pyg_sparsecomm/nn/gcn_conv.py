@@ -118,6 +118,14 @@ class DistributedGCNConv(GCNConv):
         if hasattr(self, "exchange_slots"):  # a reset starts a new pipeline of stale halos
             self.exchange_slots.clear()
 
+    def _apply(self, fn, recurse: bool = True):
+        # a move (.to, .cuda, .double, ...) leaves the cached SpMM (built on the old device's
+        # adjacency) and the stale halos (old device and dtype) behind: the next forward rebuilds them
+        self._cached_spmm = None
+        if hasattr(self, "exchange_slots"):
+            self.exchange_slots.clear()
+        return super()._apply(fn, recurse)
+
     def forward(self, x: Tensor, edge_index, edge_weight: Tensor | None = None) -> Tensor:
         if not isinstance(edge_index, HaloAdj):
             if world_size(self.group) > 1:

@@ -16,6 +16,7 @@ import torch.distributed as dist
 from torch import Tensor
 from torch_geometric.nn import ChebConv, MessagePassing
 
+from ..comm.device_check import check_devices
 from ..comm.group import collective_device, is_distributed
 from . import degree_norm
 from .shard_context import ShardContext
@@ -37,6 +38,7 @@ def global_max(value: Tensor, group: dist.ProcessGroup | None) -> Tensor:
     if not is_distributed(group):
         return local
     reduced = local.detach().clone().to(collective_device(group) or local.device)
+    check_devices("global_max", group, reduced)
     dist.all_reduce(reduced, op=dist.ReduceOp.MAX, group=group)
     reduced = reduced.to(local.device)
     return torch.where(local == reduced, local, reduced)

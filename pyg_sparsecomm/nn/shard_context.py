@@ -17,6 +17,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from ..adj import HaloAdj
+from ..comm.device_check import check_devices
 from ..comm.group import collective_device, world_size
 from ..comm.halo import halo_exchange
 
@@ -116,5 +117,6 @@ def _all_ranks(flag: bool, group: dist.ProcessGroup | None) -> bool:
     if world_size(group) == 1:
         return flag
     value = torch.tensor([int(flag)], device=collective_device(group))
+    check_devices("_all_ranks", group, value)
     dist.all_reduce(value, op=dist.ReduceOp.MIN, group=group)
     return bool(value.item())

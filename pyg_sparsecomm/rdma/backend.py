@@ -121,6 +121,10 @@ class RMABackend(ABC):
     def close(self) -> None:  # noqa: B027 - optional hook, not abstract: a backend holding nothing keeps it
         """Collectively frees every region still allocated (called at exit)."""
 
+    def can_communicate(self) -> bool:
+        """Whether collectives still work (at exit the process group or MPI may be gone already)."""
+        return True
+
     def grid_broadcast(self, rows: int, cols: int) -> tuple[Callable[[torch.Tensor, int], None],
                                                             Callable[[torch.Tensor, int], None], Callable[[], None]]:
         """Collective: ``(row_bcast, col_bcast, release)`` for a ``rows x cols`` grid of the ranks

@@ -15,9 +15,12 @@ builds an algorithm at the same point) and in :func:`collect` / :func:`free_engi
 — and only engines that are unreferenced on **every** rank (their keys are
 all-gathered), so all ranks free the same engines in the same order.  At most
 :data:`MAX_IDLE_ENGINES` unreferenced engines stay cached for reuse.
-:func:`free_engines` (collective) frees every engine and is registered with
-:mod:`atexit` together with closing the backend, so no region is left in use when MPI
-finalises.
+:func:`free_engines` (collective) frees every engine and is registered, together with
+closing the backend, with :mod:`atexit` (so no region is left in use when MPI finalises)
+and with :func:`pyg_sparsecomm.runtime.before_teardown` (so a job run by
+:func:`~pyg_sparsecomm.runtime.distributed_job` frees them before it destroys the process
+group).  At exit, a backend whose process group is already gone frees nothing (the memory
+goes with the process).
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ from typing import Any
 
 import torch
 
+from ..runtime import before_teardown
 from .backend import RMABackend
 from .factory import make_backend
 
@@ -53,7 +57,7 @@ def backend(device: torch.device | str | None = None) -> RMABackend:
     global _BACKEND
     if _BACKEND is None:
         _BACKEND = make_backend(device if device is not None else "cpu")
-        atexit.register(_shutdown)  # runs before mpi4py's MPI_Finalize (registered earlier, atexit is LIFO)
+        _register_shutdown()
     elif device is not None and torch.device(device).type != _BACKEND.device.type:
         raise RuntimeError(f"algorithm='rdma' already runs on a {_BACKEND.device.type} backend in this process; "
                            f"got an adjacency on {torch.device(device)}")
@@ -71,8 +75,13 @@ def set_backend(be: RMABackend) -> None:
         raise RuntimeError("set_backend must be called before the first algorithm='rdma' layer is built "
                            "(or after free_engines())")
     if _BACKEND is None:
-        atexit.register(_shutdown)
+        _register_shutdown()
     _BACKEND = be
+
+
+def _register_shutdown() -> None:
+    atexit.register(_shutdown)  # runs before mpi4py's MPI_Finalize (registered earlier, atexit is LIFO)
+    before_teardown(_shutdown)  # and before distributed_job destroys the process group
 
 
 def _drop(engine: Any) -> None:
@@ -153,13 +162,16 @@ def free_engines() -> None:
 
 
 def _shutdown() -> None:
-    """atexit: free every engine and close the backend's regions while MPI is still initialised."""
+    """At a job's teardown or exit: free every engine and close the backend's regions while its
+    communicator (MPI, the process group) still works; afterwards only drop them."""
     global _BACKEND
     if _BACKEND is None:
         return
     try:
-        MPI = getattr(_BACKEND, "MPI", None)
-        if MPI is not None and (MPI.Is_finalized() or not MPI.Is_initialized()):
+        if not _BACKEND.can_communicate():
+            for engine in _ENGINES.values():
+                engine.freed = True  # a later use raises instead of reading memory that is gone
+            _ENGINES.clear()
             return
         free_engines()
         _BACKEND.close()

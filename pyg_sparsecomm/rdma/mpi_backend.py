@@ -112,6 +112,9 @@ class MPIBackend(RMABackend):
         self._next_id = 0
         self._mpi_type = {torch.float64: MPI.DOUBLE, torch.float32: MPI.FLOAT, torch.int64: MPI.INT64_T}
 
+    def can_communicate(self) -> bool:
+        return bool(self.MPI.Is_initialized() and not self.MPI.Is_finalized())
+
     def _window(self, nbytes: int, zero: bool = True):
         win = self.MPI.Win.Allocate(nbytes, 1, comm=self.comm)
         mem = np.frombuffer(win.tomemory(), dtype=np.uint8, count=nbytes) if nbytes else np.empty(0, np.uint8)

@@ -13,10 +13,14 @@ Written against ``torch.distributed._symmetric_memory``:
   (:func:`pyg_sparsecomm.rdma.atomics.fetch_add`): peer-mapped memory supports
   hardware atomics over NVLink, and ``atomic_add`` returns the old value.
 
-Ordering: a get is enqueued on the current stream and its future waits on an event;
-``put`` and ``fetch_add`` synchronise the stream before returning (complete and
-visible on return, as the interface requires); ``barrier`` synchronises the device
-and the group.
+Ordering (CUDA stream semantics): a get is a copy enqueued on a *side* stream
+(:class:`SideStreamGets`), so it runs while the compute stream works on the previous
+tile — the prefetch of :class:`~pyg_sparsecomm.algorithms.rdma.TiledAdjacency`; its
+future's ``wait()`` makes the *consumer's* current stream wait for the copy's event
+(``wait_event``) instead of blocking the host, and records the buffer's use on that stream
+for the caching allocator.  ``put`` and ``fetch_add`` synchronise the stream before
+returning (complete and visible on return, as the interface requires); ``barrier``
+synchronises the device and the group.
 
 **Status.**  Written to the PyTorch API and never run on a GPU (the development and CI
 machines have none).  Its code — allocation, rendezvous, offsets, gets, puts, the
@@ -32,6 +36,8 @@ from typing import Any
 
 import torch
 
+from ..comm.device_check import check_devices
+from ..comm.group import is_alive
 from .atomics import fetch_add as atomic_fetch_add
 from .backend import Future, Region, RMABackend, as_dtype
 
@@ -52,14 +58,45 @@ def check_symmetric_memory_available(device: Any) -> None:
         raise RuntimeError("SymmetricMemoryBackend needs torch.distributed.init_process_group(...) first")
 
 
+class SideStreamGets:
+    """Gets on a CUDA side stream, consumed by the current stream without a host synchronisation.
+
+    ``start(src, out_like)`` enqueues the copy of ``src`` (a peer-mapped view) into a fresh
+    buffer on the side stream and returns ``(buffer, event)``; ``finish(buffer, event)`` makes
+    the caller's current stream wait for ``event`` and records the buffer's use there (the
+    buffer was allocated on the side stream).  The emulation's stand-in
+    (``tests/_symm_emulation.py``) logs these steps to check their order without a GPU.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.side = torch.cuda.Stream(device)
+
+    def start(self, src: torch.Tensor) -> tuple[torch.Tensor, Any]:
+        with torch.cuda.stream(self.side):
+            out = torch.empty(src.shape, dtype=src.dtype, device=self.device)
+            out.copy_(src, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record(self.side)
+        return out, done
+
+    def finish(self, out: torch.Tensor, done: Any) -> torch.Tensor:
+        consumer = torch.cuda.current_stream(self.device)
+        consumer.wait_event(done)  # the consumer's later kernels run after the copy; the host goes on
+        out.record_stream(consumer)
+        return out
+
+
 class SymmetricMemoryBackend(RMABackend):
     """``get``/``put``/``fetch_add`` through peer-mapped symmetric-memory tensors of ``group`` (default world).
 
     ``symm_mem`` replaces ``torch.distributed._symmetric_memory`` (the tests pass a CPU
-    emulation); with the default the device must be CUDA.
+    emulation); with the default the device must be CUDA.  ``gets`` orders the gets
+    (default: :class:`SideStreamGets` on CUDA, ready at once on the CPU).
     """
 
-    def __init__(self, device: Any = "cuda", group: Any | None = None, symm_mem: Any | None = None) -> None:
+    def __init__(self, device: Any = "cuda", group: Any | None = None, symm_mem: Any | None = None,
+                 gets: Any | None = None) -> None:
         import torch.distributed as dist
         if symm_mem is None:
             check_symmetric_memory_available(device)
@@ -75,10 +112,11 @@ class SymmetricMemoryBackend(RMABackend):
         self._handles: dict[int, Any] = {}
         self._grid_groups: dict[tuple[int, int], tuple[list, list]] = {}
         self._next_id = 0
+        self.gets = gets if gets is not None or self.device.type != "cuda" else SideStreamGets(self.device)
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
-            torch.cuda.current_stream(self.device).synchronize()
+            torch.cuda.synchronize(self.device)  # every stream: the gets' side stream too
 
     def alloc(self, length: int, dtype: Any = torch.float64) -> Region:
         dtype = as_dtype(dtype)
@@ -105,18 +143,15 @@ class SymmetricMemoryBackend(RMABackend):
 
     def get_async(self, rank: int, region: Region, offset: int, count: int) -> Future:
         self._check_range(rank, region, offset, count)
-        out = torch.empty(count, dtype=region.dtype, device=self.device)
-        if count:
-            out.copy_(self._peer(rank, region, offset, count), non_blocking=True)
-        if self.device.type != "cuda":
-            return Future.ready(out, out.numel() * out.element_size())
-        done = torch.cuda.Event()
-        done.record()
-
-        def finish() -> torch.Tensor:
-            done.synchronize()
-            return out
-        return Future(finish, out.numel() * out.element_size())
+        nbytes = count * region.dtype.itemsize
+        if count == 0 or self.gets is None:
+            out = torch.empty(count, dtype=region.dtype, device=self.device)
+            if count:
+                out.copy_(self._peer(rank, region, offset, count))
+            return Future.ready(out, nbytes)
+        gets = self.gets
+        out, done = gets.start(self._peer(rank, region, offset, count))
+        return Future(lambda: gets.finish(out, done), nbytes)
 
     def put(self, rank: int, region: Region, offset: int, data: Any) -> None:
         data = torch.as_tensor(data).to(dtype=region.dtype, device=self.device).reshape(-1)
@@ -134,6 +169,10 @@ class SymmetricMemoryBackend(RMABackend):
     def _remote_fetch_add(self, target: torch.Tensor, value: int) -> int:
         """One hardware atomic on a peer-mapped int64 (the emulation adds a lock around it)."""
         return atomic_fetch_add(target, value)
+
+    def can_communicate(self) -> bool:
+        """False once the group (or the default group) was destroyed, e.g. by ``distributed_job``."""
+        return is_alive(self.group)
 
     def barrier(self) -> None:
         self._sync()
@@ -157,7 +196,10 @@ class SymmetricMemoryBackend(RMABackend):
         r, c = divmod(self.rank, cols)
 
         def bcast(group: Any, ranks: list[int]):
-            return lambda tensor, root: self.dist.broadcast(tensor, src=ranks[root], group=group)
+            def broadcast(tensor: torch.Tensor, root: int) -> None:
+                check_devices("grid_broadcast", group, tensor)
+                self.dist.broadcast(tensor, src=ranks[root], group=group)
+            return broadcast
         return (bcast(row_groups[r], [members[r * cols + j] for j in range(cols)]),
                 bcast(col_groups[c], [members[i * cols + c] for i in range(rows)]), lambda: None)
 

@@ -1,0 +1,260 @@
+"""The first run on a GPU machine: every distributed path against single-process PyG, one table.
+
+    torchrun --standalone --nproc-per-node N benchmarks/gpu_smoke.py               # N GPUs (1..8), NCCL
+    torchrun --standalone --nproc-per-node 2 benchmarks/gpu_smoke.py --device cpu  # dry run: CPU, gloo
+
+Every check runs a distributed computation and the same computation in one process with plain PyG
+on the whole graph on the same device (rank 0 computes the reference), and reports the largest
+absolute difference over the outputs, the input gradients (summed over ranks) and the parameter
+gradients (after ``sync_gradients``):
+
+* ``algorithm=<name>``: ``DistributedGCNConv`` with every SpMM algorithm (``"1.5d"`` on a
+  ``P/c x c`` grid, ``c = 2`` when 4 divides ``P``, else 1; ``"rdma"`` on PyG symmetric memory, CUDA only);
+* ``distribute(<model>)``: PyG's ``GCN``, ``GraphSAGE``, ``GAT``, ``GIN`` through ``distribute``;
+* ``minibatch prefetch``: ``DistributedNeighborLoader(prefetch=1)`` batches through a distributed
+  GraphSAGE vs PyG on the same batches (``global_batches``), every seed's output;
+* ``stale p2p, isolated part``: ``staleness=1`` with ``"1d_overlap_p2p"`` on a partition whose
+  last part has no edge (that rank exchanges nothing): step 0 (exact) and evaluation after a
+  stale step;
+* ``int8 halos``: ``halo_precision="int8"`` (inexact: the tolerance is 5 % of the output scale).
+
+The graph is directed, with isolated nodes, self-loops and edge weights.  Times are of the
+distributed forward + backward (mini-batches: the epoch's forward passes), the slowest rank,
+from CUDA events on GPUs (``Stopwatch``), the host clock on CPUs.  Exits with status 1 if any
+check exceeds its tolerance.
+"""
+import argparse
+import copy
+import sys
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+from _common import print_table
+from torch import Tensor
+from torch_geometric.data import Data
+from torch_geometric.nn import GAT, GCN, GIN, GCNConv, GraphSAGE
+
+from pyg_sparsecomm import DistributedGCNConv, SparsityAwarePartitioner, distribute, shard, sync_gradients
+from pyg_sparsecomm.comm.counters import Stopwatch
+from pyg_sparsecomm.grid import process_grid
+from pyg_sparsecomm.loader import DistributedNeighborLoader
+from pyg_sparsecomm.loader.sampling import NeighborSampling, global_batches
+from pyg_sparsecomm.runtime import distributed_job
+
+FEATURES, OUT, HIDDEN, TOL = 8, 4, 16, 1e-4
+HEADERS = ["check", "max diff", "tolerance", "ms", "result"]
+
+
+def make_graph(num_nodes: int, seed: int = 0) -> Data:
+    """Directed random edges over the first 90 % of the nodes (the rest isolated), a few
+    self-loops, positive edge weights, features and a training mask."""
+    gen = torch.Generator().manual_seed(seed)
+    linked = max(int(num_nodes * 0.9), 2)
+    ei = torch.randint(linked, (2, 4 * num_nodes), generator=gen)
+    ei = torch.cat([ei[:, ei[0] != ei[1]], torch.arange(0, linked, 7).repeat(2, 1)], dim=1)
+    return Data(x=torch.randn(num_nodes, FEATURES, generator=gen), edge_index=ei, num_nodes=num_nodes,
+                edge_weight=torch.rand(ei.size(1), generator=gen) + 0.5,
+                train_mask=torch.rand(num_nodes, generator=gen) < 0.5)
+
+
+def isolated_part(data: Data, parts: int) -> Data:
+    """``data`` with the isolated nodes as the last part (no row to send or receive there)."""
+    out = copy.copy(data)
+    has_edge = torch.zeros(data.num_nodes, dtype=torch.bool)
+    has_edge[data.edge_index.flatten()] = True
+    out.part = torch.where(has_edge, torch.arange(data.num_nodes) % max(parts - 1, 1), parts - 1)
+    out.num_parts = parts
+    return out
+
+
+def upstream(n: int) -> Tensor:
+    return torch.randn(n, OUT, generator=torch.Generator().manual_seed(7))
+
+
+def run_pass(module: torch.nn.Module, x: Tensor, call: Callable, weight: Tensor, device) -> tuple:
+    """Forward and backward of ``sum(call(module, x) * weight)``: (y, x.grad, param grads, seconds)."""
+    module.zero_grad()
+    x = x.detach().clone().requires_grad_()
+    watch = Stopwatch()
+    with watch.measure(device):
+        y = call(module, x)
+        (y * weight).sum().backward()
+    grads = [p.grad for p in module.parameters() if p.grad is not None]
+    return y.detach(), x.grad, grads, watch
+
+
+def full_pass_check(rank, world_size, device, data, local, reference, distributed, call_ref, call_dist,
+                    train_step: Callable | None = None) -> dict:
+    """One forward/backward of ``distributed`` on the shard vs ``reference`` on the whole graph."""
+    U = upstream(data.num_nodes).to(device)
+    mask = getattr(local, "owner_mask", None)
+    weight = U[local.n_id] * (1 if mask is None else mask.view(-1, 1))
+    y, gx, grads, watch = run_pass(distributed, local.x, call_dist, weight, device)
+    sync_gradients(distributed)
+    grads = [p.grad.clone() for p in distributed.parameters() if p.grad is not None]
+    extra = train_step(distributed) if train_step else None
+    part = {"n_id": local.n_id.cpu(), "y": y.cpu(), "gx": gx.cpu(), "extra": extra}
+    parts = gather(part)
+    seconds = max_over_ranks(watch.seconds)
+    if rank != 0:
+        return {}
+    ref_y, ref_gx, ref_grads, _ = run_pass(reference, data.x, call_ref, U, device)
+    gx_sum = torch.zeros_like(ref_gx.cpu())
+    diff = 0.0
+    for p in parts:
+        diff = max(diff, (p["y"] - ref_y.cpu()[p["n_id"]]).abs().max().item() if p["n_id"].numel() else 0.0)
+        gx_sum.index_add_(0, p["n_id"], p["gx"] * 1.0)
+    diff = max(diff, (gx_sum - ref_gx.cpu()).abs().max().item())  # 1.5D: summed over the replicas
+    diff = max([diff] + [(a - b).abs().max().item() for a, b in zip(grads, ref_grads, strict=True)])
+    if train_step:
+        with torch.no_grad():
+            reference.eval()
+            ref_eval = call_ref(reference, data.x).cpu()
+        diff = max([diff] + [(p["extra"] - ref_eval[p["n_id"]]).abs().max().item() for p in parts
+                             if p["n_id"].numel()])
+    return {"diff": diff, "ms": seconds * 1e3, "scale": ref_y.abs().max().item()}
+
+
+def gather(obj):
+    out = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def max_over_ranks(value: float) -> float:
+    return max(gather(value))
+
+
+def gcn_pair(device, algorithm: str, replication: int = 1, **options) -> tuple:
+    torch.manual_seed(1)
+    ref = GCNConv(FEATURES, OUT).to(device)
+    torch.nn.init.normal_(ref.bias)
+    dist_conv = DistributedGCNConv(FEATURES, OUT, algorithm=algorithm, replication=replication, **options)
+    dist_conv.load_state_dict(ref.state_dict())
+    return ref, dist_conv.to(device)
+
+
+def algorithm_check(rank, world_size, device, data, algorithm: str, **options) -> dict:
+    c = 2 if algorithm.startswith("1.5d") and world_size % 4 == 0 else 1  # P / c² block products
+    parts = data if c == 1 else SparsityAwarePartitioner(world_size // c, method="random", seed=1)(data)
+    local = shard(parts, grid=process_grid(c) if algorithm.startswith("1.5d") else None).to(device)
+    ref, conv = gcn_pair(device, algorithm, c, **options)
+    return full_pass_check(rank, world_size, device, data.to(device), local, ref, conv,
+                           lambda m, x: m(x, data.edge_index.to(device), data.edge_weight.to(device)),
+                           lambda m, x: m(x, local.adj, local.edge_weight))
+
+
+def model_check(rank, world_size, device, data, name: str) -> dict:
+    torch.manual_seed(2)
+    model = {"GCN": GCN, "GraphSAGE": GraphSAGE, "GAT": GAT, "GIN": GIN}[name](FEATURES, HIDDEN, 2, OUT)
+    ref, distributed = model.to(device), distribute(copy.deepcopy(model)).to(device)
+    local = shard(data).to(device)
+    return full_pass_check(rank, world_size, device, data.to(device), local, ref, distributed,
+                           lambda m, x: m(x, data.edge_index.to(device)), lambda m, x: m(x, local.adj))
+
+
+def stale_check(rank, world_size, device, data) -> dict:
+    """Step 0 of ``staleness=1`` is exact; after a stale step, evaluation is exact again."""
+    local = shard(isolated_part(data, world_size)).to(device)
+    ref, conv = gcn_pair(device, "1d_overlap_p2p", staleness=1)
+
+    def stale_step_then_eval(module):
+        module(local.x, local.adj, local.edge_weight).sum().backward()  # step 1: stale halos
+        module.eval()
+        with torch.no_grad():
+            return module(local.x, local.adj, local.edge_weight).cpu()
+    return full_pass_check(rank, world_size, device, data.to(device), local, ref, conv,
+                           lambda m, x: m(x, data.edge_index.to(device), data.edge_weight.to(device)),
+                           lambda m, x: m(x, local.adj, local.edge_weight), train_step=stale_step_then_eval)
+
+
+def minibatch_check(rank, world_size, device, data) -> dict:
+    """Every seed's output of one epoch of prefetched neighbour batches vs PyG on the same batches."""
+    local = shard(data).to(device)
+    torch.manual_seed(3)
+    model = GraphSAGE(FEATURES, HIDDEN, 2, OUT).to(device).eval()
+    distributed = distribute(copy.deepcopy(model)).eval()
+    loader = DistributedNeighborLoader(local, [4, 3], batch_size=16, input_nodes=local.train_mask, prefetch=1)
+    loader.set_epoch(0)
+    seeds, outs, watch = [], [], Stopwatch()
+    with torch.no_grad(), watch.measure(device):
+        for batch in loader:
+            s = batch.batch_size
+            outs.append(distributed(batch.x, batch.adj)[:s].cpu())
+            seeds.append(batch.n_id[:s].cpu())
+    parts = gather((torch.cat(seeds), torch.cat(outs)))
+    seconds = max_over_ranks(watch.seconds)
+    if rank != 0:
+        return {}
+    sampling = NeighborSampling(batch_size=16, shuffle=False, seed=0, num_neighbors=(4, 3))
+    ref = torch.full((data.num_nodes, OUT), float("nan"))
+    position = torch.full((data.num_nodes,), -1, dtype=torch.long)
+    with torch.no_grad():
+        for b in global_batches(data.edge_index, data.num_nodes, sampling, data.train_mask, epoch=0):
+            position[b.n_id] = torch.arange(b.n_id.numel())
+            out = model(data.x[b.n_id].to(device), position[data.edge_index[:, b.e_id]].to(device))
+            ref[b.n_id[:b.num_seeds]] = out[:b.num_seeds].cpu()
+    got_ids = torch.cat([p[0] for p in parts])
+    if sorted(got_ids.tolist()) != torch.nonzero(~ref[:, 0].isnan()).flatten().tolist():
+        return {"diff": float("inf"), "ms": seconds * 1e3, "scale": 1.0}  # other seeds than PyG's
+    diff = max((p[1] - ref[p[0]]).abs().max().item() for p in parts if p[0].numel())
+    return {"diff": diff, "ms": seconds * 1e3, "scale": ref.nan_to_num().abs().max().item()}
+
+
+def rdma_unavailable(device: torch.device) -> str | None:
+    if device.type != "cuda":
+        return "CPU: the MPI backend needs mpiexec; --device cuda runs it on symmetric memory"
+    from pyg_sparsecomm.rdma.symm_backend import check_symmetric_memory_available
+    try:
+        check_symmetric_memory_available(device)
+    except RuntimeError as e:
+        return str(e)
+    return None
+
+
+def checks(device: torch.device) -> list[tuple[str, Callable | None, str | None, float | None]]:
+    """``(name, run, reason skipped, relative tolerance)``; ``None`` tolerance: absolute ``TOL``."""
+    from pyg_sparsecomm.algorithms import ALGORITHMS
+    out: list[tuple[str, Callable | None, str | None, float | None]] = []
+    for name in ALGORITHMS:
+        reason = rdma_unavailable(device) if name == "rdma" else None
+        out.append((f"algorithm={name}", lambda r, P, d, g, n=name: algorithm_check(r, P, d, g, n), reason, None))
+    for model in ("GCN", "GraphSAGE", "GAT", "GIN"):
+        out.append((f"distribute({model})", lambda r, P, d, g, m=model: model_check(r, P, d, g, m), None, None))
+    out.append(("minibatch prefetch", minibatch_check, None, None))
+    out.append(("stale p2p, isolated part", stale_check, None, None))
+    out.append(("int8 halos", lambda r, P, d, g: algorithm_check(r, P, d, g, "1d", halo_precision="int8"),
+                None, 0.05))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--nodes", type=int, default=400)
+    args = parser.parse_args(argv)
+    failed = False
+    with distributed_job("gloo" if args.device == "cpu" else None) as (rank, world_size, device):
+        graph = make_graph(args.nodes)
+        data = SparsityAwarePartitioner(world_size, method="random", seed=1)(graph)
+        rows = []
+        for name, run, reason, rel in checks(device):
+            if reason is not None:
+                rows.append([name, "-", "-", "-", f"skipped: {reason}"])
+                continue
+            res = run(rank, world_size, device, data)
+            if rank == 0:
+                tol = TOL * max(1.0, res["scale"]) if rel is None else rel * res["scale"]
+                ok = res["diff"] <= tol
+                failed |= not ok
+                rows.append([name, f"{res['diff']:.3g}", f"{tol:.3g}", f"{res['ms']:.2f}", "ok" if ok else "MISMATCH"])
+        if rank == 0:
+            print(f"gpu_smoke: P={world_size}, device {device} ({dist.get_backend()}), {args.nodes} nodes")
+            print_table(HEADERS, rows)
+        failed = bool(gather(failed)[0])
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

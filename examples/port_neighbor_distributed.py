@@ -1,0 +1,61 @@
+"""Node classification with PyG's NeighborLoader on Cora, across processes (pyg_sparsecomm).
+
+    torchrun --standalone --nproc-per-node 2 examples/port_neighbor_distributed.py --root data/Planetoid
+
+examples/port_neighbor_pyg.py made distributed (see README, "Mini-batch training"); `diff` the
+two files.  Without torchrun it runs on one process.
+"""
+import argparse
+
+import torch
+import torch.nn.functional as F
+from torch_geometric.datasets import Planetoid
+from torch_geometric.nn import GraphSAGE
+
+import pyg_sparsecomm as psc
+from pyg_sparsecomm.loader import DistributedNeighborLoader as NeighborLoader
+
+parser = argparse.ArgumentParser()
+parser.add_argument('--root', default='data/Planetoid')
+parser.add_argument('--epochs', type=int, default=10)
+parser.add_argument('--dropout', type=float, default=0.5)
+args = parser.parse_args()
+rank, world_size, _ = psc.init_distributed()
+
+dataset = Planetoid(args.root, 'Cora')
+data = dataset[0]
+train_idx = data.train_mask.nonzero().view(-1)
+data = psc.shard(psc.SparsityAwarePartitioner(world_size)(data))
+
+train_loader = NeighborLoader(data, num_neighbors=[10, 5], batch_size=32, input_nodes=train_idx,
+                              shuffle=True, num_workers=0)
+torch.manual_seed(0)
+model = psc.distribute(GraphSAGE(dataset.num_features, 64, 2, dataset.num_classes, dropout=args.dropout))
+optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+
+
+def train():
+    model.train()
+    total_loss = 0
+    for batch in train_loader:
+        optimizer.zero_grad()
+        out = model(batch.x, batch.edge_index)[:batch.batch_size]
+        loss = psc.distributed_loss(F.cross_entropy, out, batch.y[:batch.batch_size])
+        loss.backward()
+        psc.sync_gradients(model)
+        optimizer.step()
+        total_loss += loss.item()
+    return float(psc.global_sum(total_loss)) / len(train_loader)
+
+
+@torch.no_grad()
+def test():
+    model.eval()
+    pred = model(data.x, data.adj).argmax(dim=-1)
+    return [psc.global_accuracy(pred[m], data.y[m]) for m in (data.train_mask, data.val_mask, data.test_mask)]
+
+
+for epoch in range(1, args.epochs + 1):
+    loss = train()
+    train_acc, val_acc, test_acc = test()
+    print(f'Epoch: {epoch:03d}, Loss: {loss:.4f}, Train: {train_acc:.4f}, Val: {val_acc:.4f}, Test: {test_acc:.4f}')

@@ -1,0 +1,116 @@
+r"""Which of a rank's rows are seed candidates: PyG's ``input_nodes``, read over a shard.
+
+PyG's ``NeighborLoader(data, input_nodes=...)`` takes an index of node ids or a bool mask over
+``data``'s nodes.  The distributed loaders take the same arguments, over the *whole* graph, and
+each rank keeps the candidates it owns; a mask over the shard's rows is accepted too:
+
+* an integer tensor is always a list of **global** node ids (e.g. OGB's ``split_idx["train"]``):
+  rank ``r`` keeps :math:`\{i : n\_id_i \in \text{input\_nodes}\}`;
+* a bool mask of length ``N`` (the graph's nodes, e.g. ``data.train_mask``) is read at the
+  rank's global ids, :math:`\text{mask}[n\_id]`;
+* a bool mask of length ``num_owned`` (the shard's rows, e.g. ``local.train_mask``) is taken
+  as it is.
+
+A mask whose length is both ``N`` and ``num_owned`` (one rank owns every node) is ambiguous
+unless the shard keeps the global order (``n_id = 0 .. N - 1``, where both readings agree):
+then it raises, naming the unambiguous forms.  Anything else raises naming the fix.
+
+Every rank also knows the whole seed set (:func:`global_seed_ids`, gathered once), so it can count
+the seeds of every batch of an epoch without talking (:func:`seeds_per_batch`): ``len(loader)``
+and the batches skipped for having no seed are the same on every rank, known before an epoch starts.
+"""
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from ..comm.group import world_size
+from ..training import global_count
+from .sampling import NeighborSampling, NodeSubsetSampling
+
+_CHUNK = 1 << 20  # ids hashed at a time when every node is a seed (bounds the temporary arrays)
+
+_FORMS = ("pass global node ids (an int64 index such as split_idx['train']), a bool mask over all nodes "
+          "(data.train_mask) or a bool mask over this rank's shard rows (local.train_mask)")
+
+
+def owned_seed_mask(input_nodes: Tensor | None, n_id: Tensor, num_nodes: int) -> Tensor:
+    """``[num_owned]`` bool mask of this rank's rows that are seed candidates (see the module docstring).
+
+    Args:
+        input_nodes: ``None`` (every node), global ids, or a bool mask over all nodes or the shard's rows.
+        n_id: ``[num_owned]`` global id of every row of the shard.
+        num_nodes: ``N``, the graph's number of nodes.
+    """
+    n_id = n_id.cpu()
+    num_owned = n_id.numel()
+    if input_nodes is None:
+        return torch.ones(num_owned, dtype=torch.bool)
+    if isinstance(input_nodes, (str, tuple)):
+        raise ValueError(f"input_nodes={input_nodes!r} names a node type (heterogeneous graphs), which the "
+                         f"distributed loaders do not support: {_FORMS}")
+    if not isinstance(input_nodes, Tensor):
+        raise TypeError(f"input_nodes must be a tensor, got {type(input_nodes).__name__}: {_FORMS}")
+    input_nodes = input_nodes.detach().cpu()
+    if input_nodes.dim() != 1:
+        raise ValueError(f"input_nodes must be one-dimensional, got shape {list(input_nodes.shape)}: {_FORMS}")
+    if input_nodes.dtype == torch.bool:
+        return _mask(input_nodes, n_id, num_nodes)
+    if input_nodes.is_floating_point() or input_nodes.is_complex() or input_nodes.dtype == torch.uint8:
+        raise ValueError(f"input_nodes has dtype {input_nodes.dtype}: {_FORMS}")
+    return _global_ids(input_nodes.long(), n_id, num_nodes)
+
+
+def _mask(mask: Tensor, n_id: Tensor, num_nodes: int) -> Tensor:
+    length, num_owned = mask.numel(), n_id.numel()
+    if length == num_nodes and length == num_owned:
+        if torch.equal(n_id, torch.arange(num_nodes)):
+            return mask  # the shard keeps the global order: both readings are the same
+        raise ValueError(f"input_nodes is a bool mask of length {length}, which is both the graph's number of "
+                         f"nodes and this rank's number of rows (it owns every node, in another order): it could "
+                         f"be either; pass global ids instead: mask.nonzero().view(-1) for a mask over the "
+                         f"graph's nodes, or local.n_id[mask] for a mask over the shard's rows")
+    if length == num_nodes:
+        return mask.index_select(0, n_id)
+    if length == num_owned:
+        return mask
+    raise ValueError(f"input_nodes is a bool mask of length {length}, but the graph has {num_nodes} nodes and "
+                     f"this rank owns {num_owned} rows: {_FORMS}")
+
+
+def _global_ids(ids: Tensor, n_id: Tensor, num_nodes: int) -> Tensor:
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= num_nodes):
+        raise ValueError(f"input_nodes holds global node ids (as PyG's NeighborLoader takes them), which must lie "
+                         f"in [0, {num_nodes}); got values in [{int(ids.min())}, {int(ids.max())}] (for the "
+                         f"shard's rows, pass a bool mask over them, e.g. local.train_mask)")
+    unique = torch.unique(ids)
+    if unique.numel() != ids.numel():
+        raise ValueError(f"input_nodes holds {ids.numel() - unique.numel()} duplicate node ids: every seed is "
+                         f"drawn once per epoch here; pass torch.unique(input_nodes)")
+    return torch.isin(n_id, unique)
+
+
+def global_seed_ids(owned: Tensor, n_id: Tensor, num_nodes: int, group: dist.ProcessGroup | None) -> Tensor | None:
+    """Sorted global ids of every rank's seed candidates (``owned`` masks this rank's rows); ``None``
+    when every node is one.  Collective: one all-reduce, then one ``all_gather_object`` of the ids
+    unless every node is a seed (all ranks take the same branch: the count is global)."""
+    if global_count(owned, group) == num_nodes:
+        return None
+    mine = n_id.cpu()[owned]
+    if world_size(group) == 1:
+        return torch.sort(mine).values
+    parts: list = [None] * world_size(group)
+    dist.all_gather_object(parts, mine, group=group)
+    return torch.sort(torch.cat(parts)).values
+
+
+def seeds_per_batch(sampling: NeighborSampling | NodeSubsetSampling, epoch: int, seeds: Tensor | None,
+                    num_nodes: int, num_batches: int) -> Tensor:
+    """``[num_batches]`` seeds of every batch of ``epoch`` over all ranks, from the global ``seeds``
+    (``None``: every node), without communication."""
+    counts = torch.zeros(num_batches, dtype=torch.long)
+    total = num_nodes if seeds is None else seeds.numel()
+    for start in range(0, total, _CHUNK):
+        end = min(start + _CHUNK, total)
+        ids = torch.arange(start, end) if seeds is None else seeds[start:end]
+        counts += torch.bincount(sampling.batch_of(epoch, ids, num_batches), minlength=num_batches)
+    return counts
