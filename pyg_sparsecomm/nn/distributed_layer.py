@@ -45,7 +45,7 @@ from ..loader.sampled_adj import SampledAdj
 from . import shard_context
 from .adjacency_values import with_adjacency_values
 from .call_halos import CallHalos, attach_recorder
-from .first_use import check_edge_arguments, check_first_call
+from .first_use import CheckedPlan, check_edge_arguments, check_first_call
 from .layer_adapters import adapt, forward_signature
 from .linear_aggregation import (
     AdjacencyCache,
@@ -91,7 +91,7 @@ class LayerState:
         self.sync_cost_report: list[CostRow] = []  # the same bytes exchanged synchronously
         #: (columns, element size) of the last exchanged rows, for summary()'s compressed-bytes line
         self.exchanged_width: tuple[int, int] | None = None
-        self.checked_plan: object | None = None  # the plan the first-use check passed on (see first_use)
+        self.checked_plan = CheckedPlan()  # the plan the first-use check passed on (see first_use)
         self.cached_key: tuple | None = None  # the shard a cached=True layer filled its cache on
 
     @property
@@ -159,12 +159,12 @@ def _enter(conv: MessagePassing, args: tuple, kwargs: dict):
         raise ValueError(f"{type(conv).__name__} got {len(adj_at)} HaloAdj arguments; distribute() runs layers "
                          f"over one adjacency")
     adj: HaloAdj = args[adj_at[0]] if isinstance(adj_at[0], int) else kwargs[adj_at[0]]
-    if adj.is_minibatch or adj.plan is state.checked_plan:
+    if adj.is_minibatch or state.checked_plan.is_(adj.plan):
         check_edge_arguments(conv, args, kwargs, adj)
     else:  # the first call on this shard: checked on every rank at once (one all-gather)
         one_d = settings.replication == 1  # 1.5D block rows: exchange_group checks them
         state.cached_key = check_first_call(conv, args, kwargs, adj, state.cached_key, settings.group, one_d)
-        state.checked_plan = adj.plan
+        state.checked_plan.set(adj.plan)
     check_not_cached(conv, adj)
     check_full_graph(settings.halo_options, adj)
     grid = process_grid(settings.replication) if settings.replication > 1 else None

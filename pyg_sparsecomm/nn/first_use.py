@@ -18,6 +18,7 @@ a Python identity comparison: nothing on the per-step path.  Rank ``s`` sends ra
 rows ``r`` expects iff the digests of the ids ``s`` sends to ``r`` and ``r`` receives from ``s`` agree.
 """
 import hashlib
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +37,23 @@ CACHE_ATTRIBUTES = ("_cached_edge_index", "_cached_adj_t", "_cached_x", "_cached
 _WRAP = 2 ** 64  # id sums are int64 sums (which wrap), compared modulo 2^64
 _SAME_SHARD = ("build every rank's shard from one partitioned graph (one SparsityAwarePartitioner run, or "
                "save_partition once and load_shard on every rank)")
+
+
+class CheckedPlan:
+    """The plan a layer's first-use check passed on, held weakly: it must not keep a shard alive,
+    travel with ``layer.to(device)`` or be pickled with the layer (a copy checks again)."""
+
+    def __init__(self) -> None:
+        self._ref: weakref.ref | None = None
+
+    def is_(self, plan: RankPlan) -> bool:
+        return self._ref is not None and self._ref() is plan
+
+    def set(self, plan: RankPlan) -> None:
+        self._ref = weakref.ref(plan)
+
+    def __getstate__(self) -> dict:
+        return {"_ref": None}
 
 
 def _digest(t: Tensor) -> str:
