@@ -20,16 +20,14 @@ parser.add_argument('--root', default='data/Planetoid')
 parser.add_argument('--epochs', type=int, default=10)
 parser.add_argument('--dropout', type=float, default=0.5)
 args = parser.parse_args()
-rank, world_size, _ = psc.init_distributed()
 
-dataset = Planetoid(args.root, 'Cora')
+dataset = psc.rank_zero_first(Planetoid)(args.root, 'Cora')
 data = dataset[0]
 train_idx = data.train_mask.nonzero().view(-1)
-data = psc.shard(psc.SparsityAwarePartitioner(world_size)(data))
+data = psc.partition_and_shard(data)
 
 train_loader = NeighborLoader(data, num_neighbors=[10, 5], batch_size=32, input_nodes=train_idx,
                               shuffle=True, num_workers=0)
-torch.manual_seed(0)
 model = psc.distribute(GraphSAGE(dataset.num_features, 64, 2, dataset.num_classes, dropout=args.dropout))
 optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
 
@@ -42,7 +40,6 @@ def train():
         out = model(batch.x, batch.edge_index)[:batch.batch_size]
         loss = psc.distributed_loss(F.cross_entropy, out, batch.y[:batch.batch_size])
         loss.backward()
-        psc.sync_gradients(model)
         optimizer.step()
         total_loss += loss.item()
     return float(psc.global_sum(total_loss)) / len(train_loader)
@@ -51,7 +48,7 @@ def train():
 @torch.no_grad()
 def test():
     model.eval()
-    pred = model(data.x, data.adj).argmax(dim=-1)
+    pred = model(data.x, data.edge_index).argmax(dim=-1)
     return [psc.global_accuracy(pred[m], data.y[m]) for m in (data.train_mask, data.val_mask, data.test_mask)]
 
 

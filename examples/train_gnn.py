@@ -24,7 +24,6 @@ from pyg_sparsecomm import (  # <- distributed
     global_accuracy,
     global_sum,
     shard,
-    sync_gradients,
 )
 from pyg_sparsecomm.datasets import load_dataset
 from pyg_sparsecomm.runtime import device_clock, run_job
@@ -53,7 +52,8 @@ def run(args, rank: int, world_size: int, device: torch.device = CPU, verbose: b
     del data                                                   # keep only this rank's share
 
     model = build_model(args.model, local.x.size(1), args.hidden, num_classes, args.dropout, args.norm)
-    model = distribute(model, algorithm=args.algorithm).to(device)                        # <- distributed
+    # rank 0's parameters everywhere; gradients summed in backward, unless DDP does it (--ddp)
+    model = distribute(model, algorithm=args.algorithm, sync_gradients=not args.ddp).to(device)  # <- distributed
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     step_model, loss_scale = model, 1.0
     if args.ddp and dist.is_initialized():
@@ -69,9 +69,7 @@ def run(args, rank: int, world_size: int, device: torch.device = CPU, verbose: b
         optimizer.zero_grad()
         out = step_model(local.x, local.adj)                                               # <- local.adj
         loss = distributed_loss(F.cross_entropy, out[local.train_mask], local.y[local.train_mask])  # <- dist.
-        (loss * loss_scale).backward()
-        if step_model is model:
-            sync_gradients(model)                                                          # <- distributed
+        (loss * loss_scale).backward()                    # distribute() sums the ranks' gradient shares
         optimizer.step()
         epoch_s = device_clock(device) - t0                                                # CUDA: kernels done
         sent = int(global_sum(torch.tensor(comm_counter().bytes_sent())))
@@ -99,7 +97,7 @@ def parse_args(argv=None):
     p.add_argument("--norm", default=None, help="e.g. batch_norm (statistics over all ranks)")
     p.add_argument("--ddp", action="store_true",
                    help="sync gradients with DistributedDataParallel (own process group) instead of "
-                        "sync_gradients; both exact, see benchmarks/RESULTS.md (gradient_sync)")
+                        "distribute()'s own sync; both exact, see benchmarks/RESULTS.md (gradient_sync)")
     p.add_argument("--epochs", type=int, default=200)
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--lr", type=float, default=0.01)

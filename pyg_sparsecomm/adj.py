@@ -7,6 +7,7 @@ CSR (``rowptr``, ``col``, optional ``value``) together with the
 compact SpMM over local and halo columns computes the rank's rows of ``A H``.
 """
 import warnings
+import weakref
 
 import torch
 from torch import Tensor
@@ -142,10 +143,15 @@ class HaloAdj:
         held = [self.rowptr, self.col, self.plan.n_id] + ([] if self.value is None else [self.value])
         if all(t.device == target for t in held):
             return self
+        moved = self.__dict__.get("_moved")  # the same copy for every attribute holding it (adj, edge_index)
+        if moved is not None and moved[0] == torch.device(device) and moved[1]() is not None:
+            return moved[1]()
         def move(t: Tensor) -> Tensor:
             return t.to(device, non_blocking=non_blocking)
         value = None if self.value is None else move(self.value)
-        return self._like(move(self.rowptr), move(self.col), value, self.plan.to(device))
+        out = self._like(move(self.rowptr), move(self.col), value, self.plan.to(device))
+        self._moved = (torch.device(device), weakref.ref(out))
+        return out
 
     def cpu(self) -> "HaloAdj":
         return self.to("cpu")
@@ -195,6 +201,7 @@ class HaloAdj:
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state["_cache"], state["_structure"] = {}, {}
+        state.pop("_moved", None)
         return state
 
     def __repr__(self) -> str:

@@ -96,6 +96,13 @@ def _run_teardown() -> None:
         _TEARDOWN.pop()()
 
 
+def join_job() -> None:
+    """:func:`init_distributed` if this process runs under ``torchrun`` and has not joined its job
+    yet (what ``rank_zero_first``, ``partition_and_shard`` and ``distribute`` do first)."""
+    if "RANK" in os.environ and not dist.is_initialized():
+        init_distributed()
+
+
 def _destroy_process_group() -> None:
     if dist.is_initialized():
         try:

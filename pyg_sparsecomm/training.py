@@ -4,12 +4,13 @@ Each rank computes its owned rows; the whole-graph loss is the sum over ranks
 of each rank's *sum* of per-node losses, divided by the *global* number of
 labelled nodes.  Backward through the halo exchanges delivers to every rank
 its share of the parameter gradient; summing the shares
-(:func:`sync_gradients`) gives exactly the single-process gradient::
+(``distribute(model)`` does it in backward; :func:`sync_gradients` for other modules) gives
+exactly the single-process gradient::
 
+    model = distribute(model)        # rank 0's parameters everywhere; gradients summed in backward
     out = model(local.x, local.adj)
     loss = distributed_loss(F.cross_entropy, out[local.train_mask], local.y[local.train_mask])
-    loss.backward()
-    sync_gradients(model)
+    loss.backward()                  # p.grad: the sum of the ranks' shares
     optimizer.step()
     print(global_sum(loss))          # the whole-graph loss, same on every rank
 
@@ -23,7 +24,8 @@ import torch.distributed as dist
 from torch import Tensor
 
 from .comm.device_check import check_devices
-from .comm.group import collective_device, is_distributed
+from .comm.group import collective_device, global_rank, is_distributed
+from .grad_registry import is_synced, mark_normalised
 
 
 def global_sum(value, group: dist.ProcessGroup | None = None) -> Tensor:
@@ -49,23 +51,37 @@ def global_count(mask_or_count, group: dist.ProcessGroup | None = None) -> int:
 
 def distributed_loss(loss_fn: Callable[..., Tensor], input: Tensor, target: Tensor,
                      group: dist.ProcessGroup | None = None, **kwargs) -> Tensor:
-    """``loss_fn(..., reduction='sum')`` on the local rows divided by the global row count.
+    r"""``loss_fn(..., reduction='sum')`` on the local rows divided by the global row count.
 
-    Summed over ranks it equals ``loss_fn(..., reduction='mean')`` over the whole graph.
+    .. math::
+        L_r = \frac{1}{\sum_s n_s} \sum_{i \in \text{rows}_r} \ell(x_i, y_i), \qquad
+        \sum_r L_r = \text{the single-process mean loss},
+
+    so the summed gradient shares are the single-process gradient.  A plain ``loss_fn(...)``
+    (a local *mean*) would make them about ``P`` times too large: a ``distribute()``d model
+    warns when backward does not pass through this function's result.
+
+    Args:
+        loss_fn: a PyTorch loss taking ``reduction=`` (``F.cross_entropy``, ``F.nll_loss``, ...).
+        input: this rank's scored rows (``out[local.train_mask]``).
+        target: their targets.
+        group: the ranks the rows are spread over (default: all).
+        **kwargs: passed to ``loss_fn`` (``weight=``, ``label_smoothing=``, ...).
     """
     count = global_count(input.size(0), group)
-    return loss_fn(input, target, reduction="sum", **kwargs) / max(count, 1)
+    return mark_normalised(loss_fn(input, target, reduction="sum", **kwargs) / max(count, 1))
 
 
 def sync_gradients(module: torch.nn.Module, group: dist.ProcessGroup | None = None) -> None:
     """Sums parameter gradients over ranks, in one flat all-reduce.
 
     A parameter without a gradient on this rank contributes zeros, so ranks
-    never disagree about the collective's size.
+    never disagree about the collective's size.  Parameters of a ``distribute()``d model are
+    skipped: their gradients were summed in backward (so calling this as well never sums twice).
     """
     if not is_distributed(group):
         return
-    params = [p for p in module.parameters() if p.requires_grad]
+    params = [p for p in module.parameters() if p.requires_grad and not is_synced(p)]
     if not params:
         return
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
@@ -84,3 +100,63 @@ def global_accuracy(pred: Tensor, target: Tensor, group: dist.ProcessGroup | Non
     correct = global_sum(torch.tensor(float((pred == target).sum()), dtype=torch.float64), group)
     total = global_count(pred.numel(), group)
     return float(correct) / max(total, 1)
+
+
+def gather_nodes(tensor: Tensor, local, dst: int | None = 0,
+                 group: dist.ProcessGroup | None = None) -> Tensor | None:
+    """Rows of every rank's shard (outputs, predictions, embeddings) in global node order.
+
+    Row ``i`` of ``tensor`` belongs to global node ``local.n_id[i]``; the result holds row
+    ``v`` for node ``v`` of the whole graph, as a single-process model's output would, e.g. for
+    OGB's ``Evaluator`` or a CSV::
+
+        pred = gather_nodes(model(data.x, data.edge_index).argmax(-1), data)
+        if pred is not None:                    # rank 0
+            evaluator.eval({"y_true": y_true, "y_pred": pred.unsqueeze(-1)})
+
+    A collective: every rank calls it.  (For metrics every rank needs, e.g. an LR scheduler's
+    or early stopping's value, :func:`global_accuracy` and :func:`global_sum` are cheaper.)
+
+    Args:
+        tensor: ``[local.num_nodes, ...]``, this rank's rows in shard order.
+        local: the shard (anything with ``n_id`` and ``global_num_nodes``).
+        dst: the rank (of ``group``) that receives the result; ``None``: every rank.
+        group: the ranks holding the shards (default: all).
+
+    Returns:
+        ``[global_num_nodes, ...]`` on ``dst`` (every rank if ``dst is None``), ``None`` elsewhere.
+    """
+    n_id = local.n_id
+    if tensor.size(0) != n_id.numel():
+        raise ValueError(f"gather_nodes: tensor has {tensor.size(0)} rows but the shard holds {n_id.numel()} "
+                         f"nodes (local.n_id): pass this rank's rows, e.g. model(data.x, data.edge_index)")
+    num_nodes = int(local.global_num_nodes)
+    if not is_distributed(group) or dist.get_world_size(group) == 1:
+        out = tensor.new_zeros((num_nodes, *tensor.shape[1:]))
+        out[n_id.to(tensor.device)] = tensor.detach()
+        return out
+    device = collective_device(group) or tensor.device
+    world_size = dist.get_world_size(group)
+    counts = [torch.zeros(1, dtype=torch.long, device=device) for _ in range(world_size)]
+    dist.all_gather(counts, torch.tensor([n_id.numel()], device=device), group=group)
+    width = max(int(c) for c in counts)
+    rows = torch.zeros((width, *tensor.shape[1:]), dtype=tensor.dtype, device=device)
+    rows[:n_id.numel()] = tensor.detach().to(device)
+    ids = torch.full((width,), -1, dtype=torch.long, device=device)
+    ids[:n_id.numel()] = n_id.to(device)
+    receives = dst is None or dist.get_rank(group) == dst
+    all_rows = [torch.empty_like(rows) for _ in range(world_size)] if receives else None
+    all_ids = [torch.empty_like(ids) for _ in range(world_size)] if receives else None
+    if dst is None:
+        dist.all_gather(all_rows, rows, group=group)
+        dist.all_gather(all_ids, ids, group=group)
+    else:  # only dst holds the whole graph's rows (every rank would with all_gather)
+        dist.gather(rows, all_rows, dst=global_rank(group, dst), group=group)
+        dist.gather(ids, all_ids, dst=global_rank(group, dst), group=group)
+    if all_rows is None or all_ids is None:
+        return None
+    out = tensor.new_zeros((num_nodes, *tensor.shape[1:]))
+    for r in range(world_size):
+        count = int(counts[r])
+        out[all_ids[r][:count].to(out.device)] = all_rows[r][:count].to(out.device)
+    return out

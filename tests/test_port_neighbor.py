@@ -31,8 +31,6 @@ BUDGET = 8
 #: lines that go once ``distribute()`` broadcasts parameters and syncs gradients and
 #: ``partition_and_shard`` joins the job and sets ``data.edge_index`` (branch ``api``); the
 #: dataset line then gains ``rank_zero_first`` (+1)
-UNTIL_API = ("rank, world_size, _ = psc.init_distributed()", "torch.manual_seed(0)", "psc.sync_gradients(model)",
-             "pred = model(data.x, data.adj).argmax(dim=-1)")
 LINE = re.compile(r"Epoch: (\d+), Loss: ([\d.]+), Train: ([\d.]+), Val: ([\d.]+), Test: ([\d.]+)")
 
 
@@ -48,9 +46,8 @@ def test_the_conversion_stays_within_the_line_budget():
     diff = list(difflib.unified_diff(pyg, distributed, lineterm="", n=0))
     added = [line[1:] for line in diff if line.startswith("+") and not line.startswith("+++")]
     removed = [line[1:] for line in diff if line.startswith("-") and not line.startswith("---")]
-    assert all(line in added for line in UNTIL_API), "UNTIL_API names lines the script no longer has"
     assert len(removed) <= len(added)
-    assert len(added) - len(UNTIL_API) <= BUDGET, added
+    assert len(added) <= BUDGET, added
     assert "train_loader = NeighborLoader(data, num_neighbors=[10, 5], batch_size=32, input_nodes=train_idx," \
         in distributed
     assert "train_idx = data.train_mask.nonzero().view(-1)" in distributed  # global ids, as PyG takes them
@@ -79,10 +76,10 @@ class StandInNeighborLoader:
                        y=data.y[batch.n_id], n_id=batch.n_id, batch_size=batch.num_seeds)
 
 
-def run_script(path: Path, argv: list[str]) -> str:
-    """What the script prints, run as ``python path *argv`` from torch's seed 0 (the PyG script
-    sets none: its parameters are those of the process's random state)."""
-    torch.manual_seed(0)
+def run_script(path: Path, argv: list[str], seed: int = 0) -> str:
+    """What the script prints, run as ``python path *argv`` from torch's seed ``seed`` (the scripts
+    set none: their parameters are those of the process's random state)."""
+    torch.manual_seed(seed)
     out, saved = io.StringIO(), sys.argv
     sys.argv = [str(path), *argv]
     try:
@@ -98,7 +95,9 @@ def curve(printed: str) -> list[tuple[float, ...]]:
 
 
 def _distributed(rank, world_size, argv):
-    return run_script(DISTRIBUTED, argv)
+    # every rank from another random state, as unseeded processes are: distribute() must start
+    # them all from rank 0's parameters (seed 0, as the reference)
+    return run_script(DISTRIBUTED, argv, seed=rank)
 
 
 def test_distributed_script_trains_as_the_pyg_script_at_p2_and_p4(planetoid_root, monkeypatch):

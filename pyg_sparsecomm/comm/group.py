@@ -85,6 +85,26 @@ def twin_group(group: dist.ProcessGroup | None = None, backend: str | None = Non
     return created
 
 
+#: (purpose, ranks) -> (the default group it was made under, the dedicated group)
+_DEDICATED: dict[tuple[str, tuple[int, ...]], tuple[object, dist.ProcessGroup]] = {}
+
+
+def dedicated_group(group: dist.ProcessGroup | None, purpose: str) -> dist.ProcessGroup:
+    """The process group of ``purpose`` (e.g. ``"stale halos"``, ``"gradients"``) over ``group``'s
+    ranks: a :func:`twin_group` made at the first call and reused while the default group lives,
+    so a process holds one per purpose, not one per layer or model (each gloo group opens a
+    connection to every peer).  Collective over ``group``'s ranks at the first call.
+    """
+    default = dist.distributed_c10d._get_default_group()
+    ranks = tuple(dist.get_process_group_ranks(group)) if group is not None else tuple(range(dist.get_world_size()))
+    cached = _DEDICATED.get((purpose, ranks))
+    if cached is not None and cached[0] is default:
+        return cached[1]
+    created = twin_group(group)
+    _DEDICATED[(purpose, ranks)] = (default, created)
+    return created
+
+
 def global_rank(group: dist.ProcessGroup | None, group_rank: int) -> int:
     """The default-group rank of ``group_rank`` (what ``broadcast``/``reduce`` take as src/dst)."""
     return group_rank if group is None else dist.get_global_rank(group, group_rank)

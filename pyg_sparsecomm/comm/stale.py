@@ -38,16 +38,12 @@ from torch import Tensor
 
 from ..plan import RankPlan
 from .counters import Stopwatch, comm_counter
-from .group import twin_group
+from .group import dedicated_group
 from .halo import halo_exchange, start_all_to_all_rows
 from .quantize import decode_rows, encode_rows
 
 #: starts a non-blocking row exchange: ``(send, send_counts, recv_counts, group, kind) -> (recv, work)``
 StartExchange = Callable[..., tuple[Tensor, Any]]
-
-#: (default group, ranks) -> the dedicated group of the pipelined exchanges over those ranks
-_PIPELINE_GROUPS: dict[tuple[int, ...], tuple[Any, dist.ProcessGroup]] = {}
-
 
 def pipeline_group(group: dist.ProcessGroup | None) -> dist.ProcessGroup:
     """The dedicated process group of pipelined exchanges over the ranks of ``group``.
@@ -55,14 +51,7 @@ def pipeline_group(group: dist.ProcessGroup | None) -> dist.ProcessGroup:
     Created at the first call (only the members of ``group`` take part, which they all do:
     the first stale exchange is itself collective) and cached while the default group lives.
     """
-    default = dist.distributed_c10d._get_default_group()
-    ranks = tuple(dist.get_process_group_ranks(group)) if group is not None else tuple(range(dist.get_world_size()))
-    cached = _PIPELINE_GROUPS.get(ranks)
-    if cached is not None and cached[0] is default:
-        return cached[1]
-    created = twin_group(group)
-    _PIPELINE_GROUPS[ranks] = (default, created)
-    return created
+    return dedicated_group(group, "stale halos")
 
 
 class RowCodec:

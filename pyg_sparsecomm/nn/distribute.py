@@ -9,7 +9,7 @@ from ..algorithms.base import check_options
 from ..algorithms.choice import compression_note, explain_table
 from ..comm.halo_options import HaloOptions
 from ..cost import CostModel
-from . import degree_norm, trim
+from . import degree_norm, gradient_sync, trim
 from .distributed_layer import DistributedSettings, attach
 from .norms import convert_norm, refused_norm
 
@@ -114,7 +114,8 @@ def refusal(module: torch.nn.Module) -> str | None:
 def distribute(module: torch.nn.Module, algorithm: str = "1d", group: dist.ProcessGroup | None = None,
                replication: int = 1, cost_model: CostModel | None = None, halo_precision: str | None = None,
                halo_grad_precision: str | None = "same", staleness: int = 0,
-               stale_smoothing: float | None = None) -> torch.nn.Module:
+               stale_smoothing: float | None = None, broadcast: bool = True,
+               sync_gradients: bool = True) -> torch.nn.Module:
     r"""Makes every PyG layer in ``module`` train full-graph on a rank's shard; returns ``module``.
 
     Works in place, as ``torch.nn.SyncBatchNorm.convert_sync_batchnorm`` does: classes,
@@ -159,6 +160,22 @@ def distribute(module: torch.nn.Module, algorithm: str = "1d", group: dist.Proce
         staleness: ``0`` (exact) or ``1``: every layer uses the previous training step's halo
             rows and halo gradients, exchanged while this step computes (PipeGCN).
         stale_smoothing: ``γ`` of the exponential smoothing of stale halos (``None``: off).
+        broadcast: copy rank 0's parameters and buffers to every rank now, as
+            ``DistributedDataParallel`` does, so ranks start identical without a seed.
+        sync_gradients: after every backward, ``p.grad`` holds the sum of the ranks' shares
+            (:mod:`~pyg_sparsecomm.nn.gradient_sync`: bucketed all-reduces overlapped with
+            backward, on a process group of their own); with the loss rule of
+            :func:`~pyg_sparsecomm.distributed_loss` that is the single-process gradient, and a
+            backward from a loss that did not go through it warns
+            (:class:`~pyg_sparsecomm.nn.gradient_sync.LossNormalisationWarning`).  Calling
+            :func:`~pyg_sparsecomm.sync_gradients` as well is harmless (it skips these
+            parameters).  ``False`` if another wrapper (``DistributedDataParallel``)
+            synchronises them; wrapping without it raises.
+
+    With a process group of more than one rank, every rank must call ``distribute`` on the same
+    model in the same order (the broadcast and the gradient synchronisation's process group are
+    collectives), after ``init_process_group`` (under ``torchrun`` it joins the job itself if the
+    script did not, :func:`~pyg_sparsecomm.runtime.join_job`).
     """
     if algorithm != "auto" and algorithm not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {algorithm!r}; choose one of {sorted(ALGORITHMS) + ['auto']}")
@@ -184,6 +201,7 @@ def distribute(module: torch.nn.Module, algorithm: str = "1d", group: dist.Proce
             attach(child, settings)
         else:
             convert_norm(child, settings)
+    gradient_sync.install(module, group, broadcast, sync_gradients)
     return module
 
 

@@ -1,0 +1,156 @@
+"""Start-up of a ported PyG script: the dataset processed once, then this rank's shard.
+
+A single-process script builds its dataset and takes the graph::
+
+    dataset = Planetoid(root, "Cora", transform=T.NormalizeFeatures())
+    data = dataset[0]
+
+Across processes, every rank constructing the dataset on a fresh root races on its processed
+files (``PytorchStreamReader failed reading file``), and every rank needs the same partition::
+
+    dataset = rank_zero_first(Planetoid)(root, "Cora", transform=T.NormalizeFeatures())
+    data = partition_and_shard(dataset[0])      # data.edge_index / data.adj_t: the shard's HaloAdj
+
+Both join ``torchrun``'s job first if the script did not (:func:`~pyg_sparsecomm.runtime.join_job`),
+and both pass through on one process.
+"""
+import copy
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch_geometric.data import Data
+
+from .comm.group import collective_device, global_rank, is_distributed
+from .comm.group import rank as group_rank
+from .comm.group import world_size as group_world_size
+from .data import shard
+from .partition import SparsityAwarePartitioner
+from .runtime import join_job
+
+
+def _agree(error: BaseException | None, group: dist.ProcessGroup | None) -> str | None:
+    """Rank 0's outcome on every rank: ``None`` if it succeeded, else its error as text (a
+    one-element broadcast, which also makes the others wait for rank 0; the text only on error)."""
+    flag = torch.tensor([int(error is None)], device=collective_device(group))
+    src = global_rank(group, 0)
+    dist.broadcast(flag, src=src, group=group)
+    if bool(flag.item()):
+        return None
+    message = [f"{type(error).__name__}: {error}" if error is not None else None]
+    dist.broadcast_object_list(message, src=src, group=group)
+    return str(message[0])
+
+
+@contextmanager
+def _rank_zero_first_block(group: dist.ProcessGroup | None) -> Iterator[None]:
+    join_job()
+    if group_world_size(group) == 1:
+        yield
+        return
+    if group_rank(group) != 0:
+        error = _agree(None, group)
+        if error is not None:
+            raise RuntimeError(f"rank 0 failed inside rank_zero_first() ({error}); this rank skipped the block")
+        yield
+        return
+    try:
+        yield
+    except BaseException as raised:
+        _agree(raised, group)
+        raise
+    _agree(None, group)
+
+
+def rank_zero_first(fn: Callable[..., Any] | None = None, *, group: dist.ProcessGroup | None = None):
+    """Runs a block (or a call) on rank 0 first, then on the other ranks: a dataset's download and
+    processing happen once, and the others load the processed files.
+
+    As a context manager::
+
+        with rank_zero_first():
+            dataset = Planetoid(root, "Cora", transform=T.NormalizeFeatures())
+
+    or wrapping a callable (one line, whatever the dataset class)::
+
+        dataset = rank_zero_first(Planetoid)(root, "Cora", transform=T.NormalizeFeatures())
+
+    If rank 0 raises inside, it re-raises and the other ranks raise ``RuntimeError`` without
+    running the block.  The other ranks wait in a broadcast, so processing that takes longer
+    than the process group's timeout needs a longer ``timeout`` in ``init_process_group``.  The
+    root must be on a file system the ranks share (one machine, or a shared directory).
+    Without ``torchrun`` (one process) the block just runs; under ``torchrun`` the process group
+    is initialised first if it is not yet.
+
+    Args:
+        fn: a callable to wrap (``Planetoid``, ``OGB``'s ``PygNodePropPredDataset``, ...); ``None``
+            returns the context manager.
+        group: the ranks that wait for rank 0 of ``group`` (default: all).
+    """
+    if fn is None:
+        return _rank_zero_first_block(group)
+
+    def call(*args, **kwargs):
+        with _rank_zero_first_block(group):
+            return fn(*args, **kwargs)
+    return call
+
+
+def partition_and_shard(data: Data, method: str = "metis", seed: int = 0,
+                        group: dist.ProcessGroup | None = None, **options) -> Data:
+    """This rank's shard of ``data``, partitioned into one part per rank of ``group``.
+
+    Rank 0 runs ``SparsityAwarePartitioner(num_parts=world_size, method, seed, **options)``
+    (unless ``data`` already carries a ``part`` for this world size, e.g. from a
+    ``pre_transform``) and broadcasts the partition, so every rank shards the same one (and the
+    partitioner runs once, not once per rank).  The shard is :func:`~pyg_sparsecomm.shard`'s,
+    and takes the place of the graph in the script: besides ``adj``, the shard's
+    :class:`~pyg_sparsecomm.HaloAdj` is also ``edge_index`` (or ``adj_t`` if ``data`` was given
+    as ``adj_t``, e.g. by ``T.ToSparseTensor()``), so ``model(data.x, data.edge_index)`` runs
+    unchanged on a ``distribute()``d model.  On one process it is the one-part shard.
+
+    Args:
+        data: the whole graph (the same on every rank), as ``edge_index`` or ``adj_t``.
+        method: partitioning method (see :class:`~pyg_sparsecomm.SparsityAwarePartitioner`).
+        seed: seed of the method.
+        group: process group to train in (default: all ranks).
+        **options: further arguments of :class:`~pyg_sparsecomm.SparsityAwarePartitioner`.
+    """
+    join_job()
+    world_size = group_world_size(group)
+    sparse_input = getattr(data, "adj_t", None) is not None and getattr(data, "edge_index", None) is None
+    if getattr(data, "part", None) is None or int(getattr(data, "num_parts", -1)) != world_size:
+        data = _partition_on_rank_zero(data, world_size, group, method=method, seed=seed, **options)
+    local = shard(data, group=group)
+    if sparse_input:
+        local.adj_t = local.adj
+    else:
+        local.edge_index = local.adj
+    return local
+
+
+def _partition_on_rank_zero(data: Data, world_size: int, group: dist.ProcessGroup | None, **kwargs) -> Data:
+    partitioner = SparsityAwarePartitioner(world_size, **kwargs)
+    if not is_distributed(group) or world_size == 1:
+        return partitioner(data)
+    num_nodes = data.num_nodes
+    if group_rank(group) == 0:
+        try:
+            part = partitioner(data).part
+        except BaseException as raised:
+            _agree(raised, group)
+            raise
+        _agree(None, group)
+    else:
+        error = _agree(None, group)
+        if error is not None:
+            raise RuntimeError(f"rank 0 failed to partition the graph ({error})")
+        part = torch.empty(num_nodes, dtype=torch.long)
+    device = collective_device(group)
+    buffer = part.to(device) if device is not None else part
+    dist.broadcast(buffer, src=global_rank(group, 0), group=group)
+    out = copy.copy(data)
+    out.part, out.num_parts = buffer.cpu(), world_size
+    return out

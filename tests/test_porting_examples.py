@@ -1,0 +1,100 @@
+"""The porting examples (issue 23, item 5): each single-process PyG script in examples/porting and its
+distributed version train Cora with the same loss curve (dropout off) at P = 2 and 4, every rank
+starting from its own random parameters, and the port changes at most PORT_LINES lines."""
+import contextlib
+import difflib
+import io
+import re
+import runpy
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from pyg_sparsecomm.testing import launch
+
+PORTING = Path(__file__).resolve().parents[1] / "examples" / "porting"
+#: lines added / removed by a port (``diff single.py distributed.py``): the import, the dataset
+#: (rank_zero_first), partition_and_shard, distribute, distributed_loss, global_sum (the printed
+#: loss) and global_accuracy; the import is the only line without a counterpart
+ADDED, REMOVED = 7, 6
+PAIRS = {
+    "gcn": ["--epochs", "12", "--dropout", "0"],
+    "gat": ["--epochs", "8", "--dropout", "0", "--heads", "2"],
+    "gcn2": ["--epochs", "8", "--dropout", "0", "--num_layers", "4"],
+}
+
+
+def run_script(path: str, argv: list[str], seed: int) -> tuple[str, dict]:
+    """Runs a script as ``python path argv`` would, after ``torch.manual_seed(seed)``; returns its
+    output and its model's final parameters."""
+    torch.manual_seed(seed)
+    old_argv, sys.argv = sys.argv, [path, *argv]
+    buffer = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(buffer):
+            scope = runpy.run_path(path, run_name="__main__")
+    finally:
+        sys.argv = old_argv
+    return buffer.getvalue(), {k: v.clone() for k, v in scope["model"].state_dict().items()}
+
+
+def _worker(rank, world_size, path, argv):
+    return run_script(path, argv, 0 if rank == 0 else 1000 + rank)   # ranks start apart
+
+
+def fresh_root(planetoid_root: str, tmp_path: Path, name: str) -> str:
+    root = tmp_path / name
+    shutil.copytree(Path(planetoid_root) / "Cora" / "raw", root / "Cora" / "raw")  # processed by the run
+    return str(root)
+
+
+def losses(output: str) -> torch.Tensor:
+    values = [float(v) for v in re.findall(r"Loss: ([0-9.]+)", output)]
+    assert values, output[-2000:]
+    return torch.tensor(values, dtype=torch.float64)
+
+
+def accuracies(output: str) -> torch.Tensor:
+    return torch.tensor([[float(v) for v in re.findall(r"(?:Train|Val): ([0-9.]+)", line)]
+                         for line in output.splitlines() if "Loss:" in line])
+
+
+@pytest.mark.parametrize("name", sorted(PAIRS))
+def test_port_changes_few_lines(name):
+    single = (PORTING / f"{name}.py").read_text().splitlines()
+    distributed = (PORTING / f"{name}_distributed.py").read_text().splitlines()
+    diff = list(difflib.unified_diff(single, distributed, lineterm="", n=0))
+    added = [line for line in diff if line.startswith("+") and not line.startswith("+++")]
+    removed = [line for line in diff if line.startswith("-") and not line.startswith("---")]
+    assert len(added) <= ADDED and len(removed) <= REMOVED, "\n".join(diff)
+
+
+def _pair_params():
+    params = []
+    for name in sorted(PAIRS):
+        for world_size in (2, 4):
+            marks = []
+            if name == "gcn2":
+                marks = [pytest.mark.xfail(strict=True, reason="distribute() drops adj_t's values in GCN2Conv("
+                                           "normalize=False) (issue 23, trap 1; branch 'traps' fixes it)")]
+            params.append(pytest.param(name, world_size, marks=marks, id=f"{name}-P{world_size}"))
+    return params
+
+
+@pytest.mark.parametrize("name,world_size", _pair_params())
+def test_port_trains_as_single_process(planetoid_root, tmp_path, name, world_size):
+    argv = PAIRS[name]
+    ref_out, ref_state = run_script(str(PORTING / f"{name}.py"),
+                                    ["--root", fresh_root(planetoid_root, tmp_path, "single"), *argv], 0)
+    per_rank = launch(_worker, world_size, str(PORTING / f"{name}_distributed.py"),
+                      ["--root", fresh_root(planetoid_root, tmp_path, "distributed"), *argv], timeout=900)
+    ref_loss = losses(ref_out)
+    assert ref_loss[-1] < ref_loss[0], "the single-process script does not learn"
+    for rank, (out, state) in enumerate(per_rank):
+        torch.testing.assert_close(losses(out), ref_loss, rtol=0, atol=1e-5, msg=f"rank {rank}: loss curve")
+        torch.testing.assert_close(accuracies(out), accuracies(ref_out), rtol=0, atol=2e-3, msg=f"rank {rank}")
+        for k, v in ref_state.items():
+            torch.testing.assert_close(state[k], v, rtol=1e-4, atol=1e-5, msg=f"rank {rank}: {k}")

@@ -1,0 +1,114 @@
+"""Start-up of a ported script (issue 23, item 1): rank_zero_first, partition_and_shard and
+gather_nodes, in real gloo runs at P = 1..4."""
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+import torch_geometric.transforms as T
+from test_distribute_layers import make_graph
+from torch_geometric.datasets import Planetoid
+
+from pyg_sparsecomm import SparsityAwarePartitioner, gather_nodes, partition_and_shard, rank_zero_first, shard
+from pyg_sparsecomm.inputs import with_edge_index
+from pyg_sparsecomm.testing import launch
+
+
+def _dataset_worker(rank, world_size, root, as_context):
+    if as_context:
+        with rank_zero_first():
+            dataset = Planetoid(root, "Cora", transform=T.NormalizeFeatures())
+    else:
+        dataset = rank_zero_first(Planetoid)(root, "Cora", transform=T.NormalizeFeatures())
+    return dataset[0].x.sum(), dataset[0].edge_index.size(1)
+
+
+@pytest.mark.parametrize("as_context", [True, False])
+def test_rank_zero_first_builds_a_fresh_root_once(planetoid_root, tmp_path, as_context):
+    shutil.copytree(Path(planetoid_root) / "Cora" / "raw", tmp_path / "Cora" / "raw")
+    results = launch(_dataset_worker, 4, str(tmp_path), as_context)
+    assert len({(float(s), e) for s, e in results}) == 1 and results[0][1] == 10556
+
+
+def _failing_worker(rank, world_size):
+    with rank_zero_first():
+        if rank == 0:
+            raise ValueError("no such dataset")
+    return "ran"
+
+
+def _peer_worker(rank, world_size):
+    """Rank 0 fails inside the block and carries on; its peers must raise, not run the block."""
+    if rank == 0:
+        with pytest.raises(ValueError):
+            with rank_zero_first():
+                raise ValueError("rank 0 fails")
+        return "rank 0 raised"
+    with rank_zero_first():
+        return "ran"
+
+
+def test_rank_zero_first_error_reaches_every_rank():
+    with pytest.raises(RuntimeError, match="no such dataset"):   # rank 0's error, whichever rank reports
+        launch(_failing_worker, 3)
+    peer_error = r"(?s)rank [12] of 3 failed.*rank 0 failed inside rank_zero_first\(\) \(ValueError: rank 0 fails\)"
+    with pytest.raises(RuntimeError, match=peer_error):  # whichever peer the launcher hears from first
+        launch(_peer_worker, 3)
+
+
+def graph(world_size, sparse=False):
+    data = make_graph(world_size)
+    del data.part, data.num_parts
+    data.train_mask = torch.arange(data.num_nodes) % 3 == 0
+    if not sparse:
+        return data
+    del data.edge_attr, data.edge_type     # ToSparseTensor merges the duplicate edges, not these
+    return T.ToSparseTensor()(data)
+
+
+def _shard_worker(rank, world_size, sparse, pre_partitioned):
+    data = graph(world_size, sparse)
+    if pre_partitioned:                                   # e.g. a pre_transform: used as it is
+        data = SparsityAwarePartitioner(world_size, method="random", seed=1)(data)
+    local = partition_and_shard(data)
+    alias = local.adj_t if sparse else local.edge_index
+    full = gather_nodes(local.x * 2, local)
+    everywhere = gather_nodes(local.train_mask.long(), local, dst=None)
+    return local.n_id, alias is local.adj, local.adj.nnz, full, everywhere
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+@pytest.mark.parametrize("sparse", [False, True])
+def test_partition_and_shard_and_gather_nodes(world_size, sparse):
+    results = launch(_shard_worker, world_size, sparse, False)
+    data = graph(world_size, sparse)
+    expected = SparsityAwarePartitioner(world_size)(data)
+    num_edges = with_edge_index(data, "test").edge_index.size(1)
+    n_ids = torch.cat([r[0] for r in results])
+    assert torch.equal(n_ids.sort().values, torch.arange(data.num_nodes))   # every node on one rank
+    assert sum(r[2] for r in results) == num_edges                        # every edge on one rank
+    for rank, (n_id, aliased, _, full, everywhere) in enumerate(results):
+        assert torch.equal(n_id, shard(expected, rank=rank, world_size=world_size).n_id), rank
+        assert aliased, "the shard's HaloAdj is not its edge_index / adj_t"
+        if rank == 0:
+            torch.testing.assert_close(full, data.x * 2)
+        else:
+            assert full is None
+        assert torch.equal(everywhere, data.train_mask.long())
+
+
+def test_partition_and_shard_keeps_a_given_partition():
+    results = launch(_shard_worker, 3, False, True)
+    data = SparsityAwarePartitioner(3, method="random", seed=1)(graph(3))
+    for rank, result in enumerate(results):
+        assert torch.equal(result[0], shard(data, rank=rank, world_size=3).n_id)
+
+
+def _bad_gather_worker(rank, world_size):
+    local = partition_and_shard(graph(world_size))
+    gather_nodes(local.x[:-1], local)
+
+
+def test_gather_nodes_names_a_wrong_row_count():
+    with pytest.raises(RuntimeError, match="gather_nodes: tensor has .* rows but the shard holds"):
+        launch(_bad_gather_worker, 2)
