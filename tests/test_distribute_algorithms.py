@@ -163,6 +163,7 @@ NARROWING = {"SAGEConv": lambda: SAGEConv(F, OUT), "GraphConv": lambda: GraphCon
 def _static_worker(rank, world_size):
     data = make_graph(world_size)
     local = shard(data)
+    local.adj = local.adj.with_value(None)  # compared with the unweighted edge_index call of PyG
     out = {}
     for name, build in STATIC.items():
         x = local.x.clone()

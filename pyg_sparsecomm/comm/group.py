@@ -152,8 +152,10 @@ _SHARED_ERRORS = {e.__name__: e for e in (FileNotFoundError, PermissionError, OS
                                           TypeError, KeyError, RuntimeError)}
 
 
-def raise_together(fn: Callable[[], T], what: str, group: dist.ProcessGroup | None = None) -> T:
-    """Runs ``fn`` on every rank of ``group`` and agrees on the outcome (one ``all_gather_object``).
+def raise_together(fn: Callable[[], T], what: str, group: dist.ProcessGroup | None = None,
+                   flag_first: bool = False) -> T:
+    """Runs ``fn`` on every rank of ``group`` and agrees on the outcome (one ``all_gather_object``;
+    with ``flag_first``, one one-element all-reduce, and the gather only when a rank failed).
 
     If ``fn`` raised on any rank, every rank raises the same error: the type of the lowest
     failing rank's error, a message naming every failing rank and its error.  A rank-local
@@ -169,6 +171,11 @@ def raise_together(fn: Callable[[], T], what: str, group: dist.ProcessGroup | No
         result = fn()
     except Exception as e:  # noqa: BLE001 - every error is shared, then re-raised
         error = e
+    if flag_first:
+        failed_anywhere = torch.tensor([int(error is not None)], device=collective_device(group))
+        dist.all_reduce(failed_anywhere, op=dist.ReduceOp.MAX, group=group)
+        if not failed_anywhere.item():
+            return result  # type: ignore[return-value]
     outcomes: list[tuple[str, str] | None] = [None] * world_size(group)
     dist.all_gather_object(outcomes, None if error is None else (type(error).__name__, str(error)), group=group)
     failed = [(r, outcome) for r, outcome in enumerate(outcomes) if outcome is not None]

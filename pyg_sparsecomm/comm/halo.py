@@ -19,7 +19,7 @@ from torch import Tensor
 from ..plan import RankPlan
 from .counters import comm_counter, row_nbytes
 from .device_check import check_devices
-from .group import join_all
+from .group import join_all, raise_together
 from .quantize import decode_rows, encode_rows
 
 
@@ -95,17 +95,28 @@ def all_to_all_rows(send: Tensor, send_counts: list[int], recv_counts: list[int]
     return recv
 
 
+def encode_together(rows: Tensor, precision: str | None, group) -> Tensor:
+    """``rows`` in their wire format; a compressed encoding that fails on one rank (a non-finite value,
+    fp16's range) raises its message on every rank, which agree with one one-element all-reduce (only
+    on compressed exchanges), instead of leaving the peers waiting in the exchange."""
+    if precision is None:
+        return encode_rows(rows, precision)
+    return raise_together(lambda: encode_rows(rows, precision), f"the {precision} halo exchange", group,
+                          flag_first=True)
+
+
 def _to_halo(x: Tensor, plan: RankPlan, group, precision: str | None = None) -> Tensor:
     """The forward exchange: the rows of ``x`` every peer needs, received as this rank's halo
     (travelling in ``precision``, :mod:`~pyg_sparsecomm.comm.quantize`; ``None``: exact)."""
-    send = encode_rows(x.index_select(0, plan.send_index), precision)
+    send = encode_together(x.index_select(0, plan.send_index), precision, group)
     return decode_rows(all_to_all_rows(send, plan.send_counts, plan.recv_counts, group, "halo"), x, precision)
 
 
 def _to_owners(halo: Tensor, into: Tensor, plan: RankPlan, group, precision: str | None = None) -> Tensor:
     """The reverse exchange: halo rows travel back to their owners (in ``precision``) and are
     summed into ``into``."""
-    back = all_to_all_rows(encode_rows(halo, precision), plan.recv_counts, plan.send_counts, group, "halo_grad")
+    payload = encode_together(halo, precision, group)
+    back = all_to_all_rows(payload, plan.recv_counts, plan.send_counts, group, "halo_grad")
     return into.index_add_(0, plan.send_index, decode_rows(back, halo, precision))
 
 

@@ -36,15 +36,66 @@ REFUSED: dict[str, str] = {
     "FusedGATConv": "runs in dgNN's fused CUDA kernel on the whole graph",
 }
 
+#: models and modules (not ``torch_geometric.nn.conv`` layers) that compute over all nodes, by class name
+REFUSED_MODULES: dict[str, str] = {
+    "SGFormer": "mixes every node with all nodes of the graph in its global attention (SGFormerAttention)",
+    "SGFormerAttention": "attends from every node to all nodes of the graph",
+    "Polynormer": "mixes every node with all nodes of the graph in its global attention (PolynormerAttention)",
+    "PolynormerAttention": "attends from every node to all nodes of the graph",
+    "PerformerAttention": "attends from every node to all nodes of the graph (kernelised attention)",
+    "TopKPooling": "keeps the top-scoring ratio of all nodes of the graph",
+    "SAGPooling": "keeps the top-scoring ratio of all nodes of the graph",
+    "ASAPooling": "keeps the top-scoring ratio of all nodes of the graph",
+    "PANPooling": "keeps the top-scoring ratio of all nodes of the graph",
+    "EdgePooling": "contracts edges chosen greedily over the whole graph",
+    "ClusterPooling": "contracts edges chosen over the whole graph",
+    "MemPooling": "soft-assigns all nodes of the graph to clusters",
+    "DMoNPooling": "soft-assigns all nodes of a dense graph to clusters",
+}
+
+#: modules that compute over all nodes unless a message passing layer holds them as its own
+#: aggregation: ``torch_geometric.nn.aggr.*`` (global pooling), ``torch.nn.MultiheadAttention``
+WHOLE_GRAPH_CHILDREN: dict[str, str] = {
+    "Aggregation": "pools over all nodes of the graph (global pooling: each rank would pool its own rows only)",
+    "MultiheadAttention": "attends from every node to all nodes of the graph",
+}
+
+
+def _whole_graph_child(module: torch.nn.Module) -> str | None:
+    """Why a submodule of ``module`` computes over all nodes, or ``None``: an aggregation or
+    attention module held (directly or through ``ModuleList``/``ModuleDict``/``Sequential``
+    containers, which are judged with their holder) by a module that is neither a message passing
+    layer nor an aggregation."""
+    from torch_geometric.nn.aggr import Aggregation
+    containers = (torch.nn.ModuleList, torch.nn.ModuleDict, torch.nn.Sequential)
+    if isinstance(module, (MessagePassing, Aggregation, *containers)):
+        return None
+    children = list(module.named_children())
+    while children:
+        name, child = children.pop(0)
+        if isinstance(child, containers):
+            children.extend((f"{name}.{key}", grandchild) for key, grandchild in child.named_children())
+            continue
+        for cls in type(child).__mro__:
+            if cls.__name__ in WHOLE_GRAPH_CHILDREN:
+                return f"holds {type(child).__name__} ({name!r}), which {WHOLE_GRAPH_CHILDREN[cls.__name__]}"
+    return None
+
 
 def refusal(module: torch.nn.Module) -> str | None:
-    """Why ``module`` cannot run exactly on a partitioned graph, or ``None`` (a layer named in
-    :data:`REFUSED`, a subclass of one, a whole-graph norm ``distribute`` does not reduce, or a
-    ``MessagePassing`` layer whose messages flow ``target_to_source``)."""
+    """Why ``module`` cannot run exactly on a partitioned graph, or ``None``: a class named in
+    :data:`REFUSED` or :data:`REFUSED_MODULES` (or a subclass of one), a whole-graph norm
+    ``distribute`` does not reduce, a module holding a global pooling or attention module outside a
+    message passing layer (:data:`WHOLE_GRAPH_CHILDREN`), or a ``MessagePassing`` layer whose
+    messages flow ``target_to_source``.
+
+    A functional global pooling inside a ``forward`` (``global_mean_pool(x, batch)``) cannot be
+    seen here: under ``distribute()`` it pools each rank's rows only."""
     for cls in type(module).__mro__:
-        if cls.__name__ in REFUSED:
-            return REFUSED[cls.__name__]
-    reason = refused_norm(module)
+        reason = REFUSED.get(cls.__name__) or REFUSED_MODULES.get(cls.__name__)
+        if reason:
+            return reason
+    reason = refused_norm(module) or _whole_graph_child(module)
     if reason:
         return reason
     if isinstance(module, MessagePassing) and module.flow != "source_to_target":

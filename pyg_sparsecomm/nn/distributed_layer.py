@@ -5,9 +5,10 @@ PyG's and torch's own extension points:
 
 1. a forward pre-hook that swaps the shard's :class:`~pyg_sparsecomm.adj.HaloAdj` for a
    local ``edge_index`` (sources in ``[owned | halo]`` columns, targets the owned rows, in
-   ``adj``'s edge order, so ``local.edge_weight``/``local.edge_attr`` line up) and makes the
-   shard current for the degree normalisations (:mod:`.degree_norm`); a forward hook that
-   always runs removes it again;
+   ``adj``'s edge order, so ``local.edge_weight``/``local.edge_attr`` line up; ``adj``'s values
+   passed as PyG's ``adj_t`` path uses them, :mod:`.adjacency_values`) and makes the shard
+   current for the degree normalisations (:mod:`.degree_norm`); a forward hook that always
+   runs removes it again.  The first call on a shard checks all ranks at once (:mod:`.first_use`);
 2. an instance-level ``propagate`` (as PyG itself installs for explanations) that, for
    each tensor the message reads at sources (``x_j``, ``alpha_j``, ...), appends the halo
    rows fetched in one all-to-allv and propagates over ``size = (owned + halo, owned)``.
@@ -49,7 +50,9 @@ from ..cost import CostModel
 from ..grid import process_grid
 from ..loader.sampled_adj import SampledAdj
 from . import shard_context
+from .adjacency_values import with_adjacency_values
 from .call_halos import CallHalos, attach_recorder
+from .first_use import CheckedPlan, check_edge_arguments, check_first_call
 from .layer_adapters import adapt, forward_signature
 from .linear_aggregation import (
     AdjacencyCache,
@@ -95,6 +98,8 @@ class LayerState:
         self.sync_cost_report: list[CostRow] = []  # the same bytes exchanged synchronously
         #: (columns, element size) of the last exchanged rows, for summary()'s compressed-bytes line
         self.exchanged_width: tuple[int, int] | None = None
+        self.checked_plan = CheckedPlan()  # the plan the first-use check passed on (see first_use)
+        self.cached_key: tuple | None = None  # the shard a cached=True layer filled its cache on
 
     @property
     def active(self) -> bool:
@@ -150,6 +155,8 @@ def _enter(conv: MessagePassing, args: tuple, kwargs: dict):
             state.exchange_slots.begin_call(conv.training)
             state.call_halos.begin()
             shard_context.push(outer)
+            if any(v is outer.edge_index for v in list(args) + list(kwargs.values())):
+                return with_adjacency_values(conv, args, kwargs, outer.adj.value)
             return None
         if world_size(settings.group) > 1 and any(_is_graph_argument(v) for v in list(args) + list(kwargs.values())):
             raise ValueError(f"{type(conv).__name__} got a plain edge_index or sparse adjacency under a world size "
@@ -161,7 +168,12 @@ def _enter(conv: MessagePassing, args: tuple, kwargs: dict):
         raise ValueError(f"{type(conv).__name__} got {len(adj_at)} HaloAdj arguments; distribute() runs layers "
                          f"over one adjacency")
     adj: HaloAdj = args[adj_at[0]] if isinstance(adj_at[0], int) else kwargs[adj_at[0]]
-    _check_edge_arguments(conv, args, kwargs, adj)
+    if adj.is_minibatch or state.checked_plan.is_(adj.plan):
+        check_edge_arguments(conv, args, kwargs, adj)
+    else:  # the first call on this shard: checked on every rank at once (one all-gather)
+        one_d = settings.replication == 1  # 1.5D block rows: exchange_group checks them
+        state.cached_key = check_first_call(conv, args, kwargs, adj, state.cached_key, settings.group, one_d)
+        state.checked_plan.set(adj.plan)
     check_not_cached(conv, adj)
     check_full_graph(settings.halo_options, adj)
     grid = process_grid(settings.replication) if settings.replication > 1 else None
@@ -175,6 +187,7 @@ def _enter(conv: MessagePassing, args: tuple, kwargs: dict):
         args = args[:adj_at[0]] + (context.edge_index,) + args[adj_at[0] + 1:]
     else:
         kwargs = {**kwargs, adj_at[0]: context.edge_index}
+    args, kwargs = with_adjacency_values(conv, args, kwargs, adj.value)
     state.applied_first = narrowing_linear(conv)
     if state.applied_first:
         _apply_first(state, conv, state.applied_first)
@@ -194,19 +207,6 @@ def _apply_first(state: LayerState, container: torch.nn.Module, key: str) -> Non
     assert linear is not None
     container._modules[key] = AppliedLinear(linear)
     state.swapped.append((container, key))
-
-
-_EDGE_ARGUMENTS = ("edge_weight", "edge_attr", "edge_type")
-
-
-def _check_edge_arguments(conv: MessagePassing, args: tuple, kwargs: dict, adj: HaloAdj) -> None:
-    """Edge-level arguments must be the shard's, in ``adj``'s edge order (``local.edge_weight``...)."""
-    bound = forward_signature(type(conv)).bind_partial(conv, *args, **kwargs).arguments
-    for name in _EDGE_ARGUMENTS:
-        value = bound.get(name)
-        if isinstance(value, Tensor) and value.dim() > 0 and value.size(0) != adj.nnz:
-            raise ValueError(f"{type(conv).__name__}: {name} has {value.size(0)} rows but this rank's adjacency "
-                             f"has {adj.nnz} edges: pass the shard's local.{name} (in local.adj's edge order)")
 
 
 def check_not_cached(conv: MessagePassing, adj: HaloAdj) -> None:

@@ -14,6 +14,7 @@ from ..comm.halo_options import ExchangeSlots, HaloOptions
 from ..cost import CostModel
 from ..grid import ProcessGrid, process_grid
 from .distributed_layer import check_full_graph, check_not_cached
+from .first_use import CheckedPlan, check_first_call
 from .gcn_norm import distributed_gcn_norm
 
 
@@ -106,6 +107,8 @@ class DistributedGCNConv(GCNConv):
         self.exact_cost_report: list[tuple[str, float, int]] = []  # the same with exact halos
         self.sync_cost_report: list[tuple[str, float, int]] = []  # the same bytes, not pipelined
         self._element_size = 4  # of the rows exchanged (set by each forward; for explain_algorithm)
+        self._checked_plan = CheckedPlan()  # the shard the first-use check passed on (nn.first_use)
+        self._cached_key: tuple | None = None  # the shard _cached_spmm was built on
         super().__init__(in_channels, out_channels, improved=improved, cached=cached,
                          add_self_loops=add_self_loops, normalize=normalize, bias=bias, **kwargs)
 
@@ -139,6 +142,10 @@ class DistributedGCNConv(GCNConv):
     @torch.compiler.disable  # the exchange and the CSR SpMM run eagerly (see distributed_layer)
     def _propagate_shard(self, x: Tensor, adj: HaloAdj, edge_weight: Tensor | None) -> Tensor:
         r"""This rank's rows of :math:`\hat A X \Theta` by the SpMM algorithm (without the bias)."""
+        if not adj.is_minibatch and not self._checked_plan.is_(adj.plan):  # one all-gather (nn.first_use)
+            self._cached_key = check_first_call(self, (x, adj, edge_weight), {}, adj, self._cached_key, self.group,
+                                                not self.replicated)
+            self._checked_plan.set(adj.plan)
         check_not_cached(self, adj)
         check_full_graph(self.halo_options, adj)
         if self.explain:

@@ -1,0 +1,73 @@
+r"""The values of ``local.adj`` reach a layer as PyG's sparse ``adj_t`` path uses them.
+
+A shard's :class:`~pyg_sparsecomm.adj.HaloAdj` carries the graph's edge weights as values
+(``T.ToSparseTensor()``'s ``adj_t``, ``T.GCNNorm()``'s normalised weights, or ``edge_weight``).
+Single-process PyG called with a weighted ``adj_t`` uses them, for the layers that do, as the
+weights :math:`w_{ji}` of the message :math:`w_{ji} x_j` (``spmm(adj_t, x)``, and in the degree
+normalisation of ``gcn_norm``): exactly what the layer computes from an ``edge_index`` with
+``edge_weight``.  Under :func:`~pyg_sparsecomm.distribute` a layer runs on a local
+``edge_index``, so the values are passed as its ``edge_weight`` when the caller passed none:
+
+* the layer's ``forward`` takes ``edge_weight`` (``GCNConv``, ``GCN2Conv``, ``GraphConv``,
+  ``APPNP``, ``SGConv``, ``ChebConv``, ``TAGConv``, ...): the values become ``edge_weight``; an
+  explicit ``edge_weight`` (``local.edge_weight``, the same numbers) wins, so nothing is doubled;
+* PyG's ``adj_t`` path drops the values (``SAGEConv``, ``GINConv``, ``MFConv``, ``RGCNConv``
+  strip a ``SparseTensor``'s values, ``ClusterGCNConv`` replaces them by its own normalisation,
+  and layers without a fused ``message_and_aggregate`` read them only under the names
+  ``edge_weight``/``edge_type``): the values are not used, as in PyG;
+* anything else (a fused ``message_and_aggregate`` that uses the values but no ``edge_weight``
+  argument to pass them through, e.g. ``EGConv`` with ``"symnorm"``, ``PDNConv``, or a message
+  reading ``edge_weight`` that ``forward`` does not take) raises ``ValueError`` naming why.
+
+A layer that a distributed layer calls with the same local ``edge_index`` (``AntiSymmetricConv``'s
+``phi``) gets the values the same way.
+
+Self-loops: PyG's own paths disagree on a graph that already has them (``gcn_norm`` adds the
+missing loops to an ``edge_index``, adds a loop to every node of a torch sparse ``adj_t`` and
+replaces the diagonal of a ``SparseTensor``); distributed layers follow the ``edge_index`` path.
+"""
+from torch import Tensor
+from torch_geometric.nn import MessagePassing
+
+from .layer_adapters import forward_signature
+
+#: layers whose ``adj_t`` path drops the adjacency's values (see the module doc), by class name
+VALUES_DROPPED = ("SAGEConv", "GINConv", "MFConv", "RGCNConv", "ClusterGCNConv")
+
+
+def _drops_values(conv: MessagePassing) -> bool:
+    names = {cls.__name__ for cls in type(conv).__mro__}
+    if names & set(VALUES_DROPPED):
+        return True
+    if "EGConv" in names:  # only its "symnorm" aggregator reads the values (through gcn_norm)
+        return "symnorm" not in getattr(conv, "aggregators", ())
+    fused = type(conv).message_and_aggregate is not MessagePassing.message_and_aggregate
+    reads = {"edge_weight", "edge_type"} & set(conv._user_args)
+    return not fused and not reads
+
+
+def with_adjacency_values(conv: MessagePassing, args: tuple, kwargs: dict, value: Tensor | None) -> tuple:
+    """``(args, kwargs)`` of a call of ``conv`` on an adjacency with per-edge ``value`` (``None``:
+    unweighted), the values passed as PyG's ``adj_t`` path would use them (see the module doc).
+
+    Args:
+        conv: the layer, called with the local ``edge_index`` in place of the ``HaloAdj``.
+        args, kwargs: the call's arguments.
+        value: ``[nnz]`` values of the ``HaloAdj``, in its edge order (the local ``edge_index``'s).
+    """
+    if value is None:
+        return args, kwargs
+    signature = forward_signature(type(conv))
+    if "edge_weight" in signature.parameters:
+        bound = signature.bind(conv, *args, **kwargs)
+        if bound.arguments.get("edge_weight") is None:
+            bound.arguments["edge_weight"] = value
+            return bound.args[1:], bound.kwargs  # without self
+        return args, kwargs
+    if _drops_values(conv):
+        return args, kwargs
+    name = type(conv).__name__
+    raise ValueError(f"{name} got an adjacency carrying edge weights (local.adj holds the graph's edge_weight or "
+                     f"adj_t values), but {name} takes no edge_weight argument and PyG's sparse adj_t path of "
+                     f"{name} uses the values in a way distribute() cannot pass to it on a local edge_index: pass "
+                     f"local.adj.with_value(None) for the unweighted graph")

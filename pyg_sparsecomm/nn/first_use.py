@@ -1,0 +1,220 @@
+r"""The check a distributed layer runs the first time it meets a shard: one small all-gather.
+
+Shards of different partitions, a shard built for another rank or world size, node features of
+different widths or dtypes on different ranks, or a ``cached=True`` layer called with another
+shard than the one it cached: each would end in a mismatched collective (a gloo abort, a hang) on
+some ranks and a silently wrong result on others.  The first call of a layer on a shard (a new
+:class:`~pyg_sparsecomm.plan.RankPlan` object) gathers from every rank a small fingerprint
+
+* the plan: rank, world size, number of nodes, owned rows, :math:`\sum n` and :math:`\sum n^2` of the
+  owned global ids, and per peer a digest of the global ids sent to it and received from it;
+* the call: the shape after the node dimension and the dtype of ``x``;
+* this rank's own findings (``x`` of another row count, edge arguments of another length, a cached
+  layer on another adjacency),
+
+and every rank derives the same verdict from the same gathered list, so every rank raises the
+same ``ValueError`` naming the problem, the ranks and the fix.  Later calls on the same plan cost
+a Python identity comparison: nothing on the per-step path.  Rank ``s`` sends rank ``r`` exactly the
+rows ``r`` expects iff the digests of the ids ``s`` sends to ``r`` and ``r`` receives from ``s`` agree.
+"""
+import hashlib
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import torch.distributed as dist
+from torch import Tensor
+from torch_geometric.nn import MessagePassing
+
+from ..adj import HaloAdj
+from ..comm.group import is_distributed, rank, world_size
+from ..plan import RankPlan
+from .layer_adapters import forward_signature
+
+#: attributes in which PyG's ``cached=True`` layers keep what they computed from the first graph
+CACHE_ATTRIBUTES = ("_cached_edge_index", "_cached_adj_t", "_cached_x", "_cached_h", "_cached_spmm")
+
+_WRAP = 2 ** 64  # id sums are int64 sums (which wrap), compared modulo 2^64
+_SAME_SHARD = ("build every rank's shard from one partitioned graph (one SparsityAwarePartitioner run, or "
+               "save_partition once and load_shard on every rank)")
+
+
+class CheckedPlan:
+    """The plan a layer's first-use check passed on, held weakly: it must not keep a shard alive,
+    travel with ``layer.to(device)`` or be pickled with the layer (a copy checks again)."""
+
+    def __init__(self) -> None:
+        self._ref: weakref.ref | None = None
+
+    def is_(self, plan: RankPlan) -> bool:
+        return self._ref is not None and self._ref() is plan
+
+    def set(self, plan: RankPlan) -> None:
+        self._ref = weakref.ref(plan)
+
+    def __getstate__(self) -> dict:
+        return {"_ref": None}
+
+
+def _digest(t: Tensor) -> str:
+    return hashlib.blake2b(t.detach().cpu().numpy().tobytes(), digest_size=8).hexdigest()
+
+
+def _split_digests(ids: Tensor, counts: list[int]) -> list[str]:
+    return [_digest(part) for part in ids.cpu().split(counts)]
+
+
+def shard_key(adj: HaloAdj) -> tuple:
+    """What a cached layer depends on: the owned and halo ids and the local structure."""
+    plan = adj.plan
+    return (plan.world_size, plan.num_nodes, _digest(plan.n_id), _digest(plan.halo_n_id), _digest(adj.rowptr),
+            _digest(adj.col))
+
+
+def node_features(conv: MessagePassing, args: tuple, kwargs: dict) -> Any:
+    """The call's ``x`` (the source side of an ``(x_src, x_dst)`` pair), or its first tensor argument."""
+    bound = forward_signature(type(conv)).bind_partial(conv, *args, **kwargs).arguments
+    x = bound.get("x", next((v for v in args if isinstance(v, Tensor)), None))
+    return x[0] if isinstance(x, (tuple, list)) and x else x
+
+
+_EDGE_ARGUMENTS = ("edge_weight", "edge_attr", "edge_type")
+
+
+def check_edge_arguments(conv: MessagePassing, args: tuple, kwargs: dict, adj: HaloAdj) -> None:
+    """Edge-level arguments must be the shard's, in ``adj``'s edge order (``local.edge_weight``...)."""
+    bound = forward_signature(type(conv)).bind_partial(conv, *args, **kwargs).arguments
+    for name in _EDGE_ARGUMENTS:
+        value = bound.get(name)
+        if isinstance(value, Tensor) and value.dim() > 0 and value.size(0) != adj.nnz:
+            raise ValueError(f"{type(conv).__name__}: {name} has {value.size(0)} rows but this rank's adjacency "
+                             f"has {adj.nnz} edges: pass the shard's local.{name} (in local.adj's edge order)")
+
+
+def check_rows(conv: MessagePassing, x: Any, adj: HaloAdj) -> None:
+    """``x`` must hold the shard's rows."""
+    node_dim = conv.node_dim if conv.node_dim >= 0 else conv.node_dim + (x.dim() if isinstance(x, Tensor) else 0)
+    if isinstance(x, Tensor) and 0 <= node_dim < x.dim() and x.size(node_dim) != adj.num_owned:
+        raise ValueError(f"{type(conv).__name__}: x has {x.size(node_dim)} rows but this rank owns "
+                         f"{adj.num_owned} rows (of {adj.plan.num_nodes} in the graph): pass the shard's rows, local.x")
+
+
+def check_cache(conv: MessagePassing, adj: HaloAdj, cached_key: tuple | None) -> tuple | None:
+    """The key of the shard a ``cached=True`` layer's cache holds (``None`` for other layers).
+
+    Such a layer reuses what it computed from the first shard (PyG's semantics); on another shard
+    that is silently wrong, so this raises naming the fix."""
+    if not getattr(conv, "cached", False):
+        return None
+    key = shard_key(adj)
+    filled = any(getattr(conv, name, None) is not None for name in CACHE_ATTRIBUTES)
+    if filled and cached_key is not None and key != cached_key:
+        raise ValueError(f"{type(conv).__name__}(cached=True) reuses the normalised adjacency of the shard it first "
+                         f"ran on, but is now called with another shard (another partition or graph): build the "
+                         f"layer with cached=False, or one layer per shard")
+    return key
+
+
+def fingerprint(plan: RankPlan, x: Any, error: str | None, group: dist.ProcessGroup | None) -> dict:
+    """This rank's entry of the all-gather (see the module doc)."""
+    ids = plan.n_id.cpu()
+    features = None
+    if isinstance(x, Tensor):
+        features = (tuple(x.shape[1:]), str(x.dtype).replace("torch.", ""))
+    return {"rank": plan.rank, "world_size": plan.world_size, "num_nodes": plan.num_nodes,
+            "num_owned": plan.num_owned, "id_sums": (int(ids.sum()) % _WRAP, int((ids * ids).sum()) % _WRAP),
+            "sent": _split_digests(plan.n_id.cpu()[plan.send_index.cpu()], plan.send_counts),
+            "received": _split_digests(plan.halo_n_id, plan.recv_counts),
+            "features": features, "error": error, "group_rank": rank(group), "group_size": world_size(group)}
+
+
+def _partition_problems(entries: list[dict]) -> list[str]:
+    size = entries[0]["group_size"]
+    if any(e["world_size"] != size for e in entries):
+        sizes = ", ".join(f"rank {r}: {e['world_size']}" for r, e in enumerate(entries))
+        return [f"the shards were partitioned into different numbers of parts ({sizes}) but the process group "
+                f"has {size} ranks: partition with SparsityAwarePartitioner(num_parts={size}) and {_SAME_SHARD}"]
+    wrong = [f"the shard was built for rank {e['rank']} but this process is rank {r}"
+             for r, e in enumerate(entries) if e["rank"] != r]
+    if wrong:
+        return ["; ".join(wrong) + ": every rank must use its own shard (shard(data) on each rank takes the rank "
+                "from the process group; load_shard(root) likewise)"]
+    if len({e["num_nodes"] for e in entries}) > 1:
+        nodes = ", ".join(f"rank {r}: {e['num_nodes']}" for r, e in enumerate(entries))
+        return [f"the shards come from different graphs (number of nodes {nodes}): {_SAME_SHARD}"]
+    n = entries[0]["num_nodes"]
+    covered = (sum(e["num_owned"] for e in entries), sum(e["id_sums"][0] for e in entries) % _WRAP,
+               sum(e["id_sums"][1] for e in entries) % _WRAP)
+    expected = (n, n * (n - 1) // 2 % _WRAP, (n - 1) * n * (2 * n - 1) // 6 % _WRAP)
+    mismatched = [f"{s} -> {r}" for r in range(size) for s in range(size)
+                  if s != r and entries[s]["sent"][r] != entries[r]["received"][s]]
+    if covered != expected or mismatched:
+        detail = (f"the halo rows ranks {', '.join(mismatched[:4])} exchange differ from what the receiver "
+                  f"expects" if mismatched else "their owned nodes do not cover the graph exactly once")
+        return [f"the shards come from different partitions ({detail}): {_SAME_SHARD}"]
+    return []
+
+
+def _feature_problems(entries: list[dict], who: str) -> list[str]:
+    features = [e["features"] for e in entries]
+    if any(f is None for f in features) or len(set(features)) == 1:
+        return []
+    described = ", ".join(f"rank {r}: [*, {', '.join(map(str, shape))}] {dtype}"
+                          for r, (shape, dtype) in enumerate(features))
+    return [f"{who} got node features of different widths or dtypes on different ranks ({described}): every rank "
+            f"must pass its rows of the same feature matrix (local.x of the same graph, cast alike)"]
+
+
+def verdict(entries: list[dict], who: str) -> str | None:
+    """The one error message every rank derives from the gathered ``entries`` (``None``: consistent)."""
+    errors = [f"rank {r}: {e['error']}" for r, e in enumerate(entries) if e["error"]]
+    problems = errors or _partition_problems(entries) or _feature_problems(entries, who)
+    if not problems:
+        return None
+    return "\n".join(problems)
+
+
+def check_first_use(who: str, adj: HaloAdj, x: Any, local_checks: Callable[[], None],
+                    group: dist.ProcessGroup | None, collective: bool = True) -> None:
+    """Runs ``local_checks`` on this rank and the consistency check of the module doc over
+    ``group``; raises ``ValueError`` on every rank if anything failed on any rank.
+
+    Args:
+        who: the layer's class name, for messages.
+        adj: the shard's adjacency the layer was called with.
+        x: the layer's node features (checked for width and dtype if a tensor).
+        local_checks: this rank's own checks (raise ``ValueError`` naming the problem and the fix).
+        group: the process group of the layer's exchanges.
+        collective: ``False``: this rank's checks only (1.5D layouts, whose shards ``exchange_group`` checks).
+    """
+    error = None
+    try:
+        local_checks()
+    except ValueError as e:
+        error = str(e)
+    if not collective or not is_distributed(group) or world_size(group) == 1:
+        if error:
+            raise ValueError(error)
+        return
+    entries: list[Any] = [None] * world_size(group)
+    dist.all_gather_object(entries, fingerprint(adj.plan, x, error, group), group=group)
+    message = verdict(entries, who)
+    if message:
+        raise ValueError(f"{who} (first call on this shard; every rank raises this error):\n{message}")
+
+
+def check_first_call(conv: MessagePassing, args: tuple, kwargs: dict, adj: HaloAdj, cached_key: tuple | None,
+                     group: dist.ProcessGroup | None, collective: bool = True) -> tuple | None:
+    """The checks of a layer's first call on a shard: this rank's (edge arguments, rows of ``x``,
+    a cached layer's shard) and the consistency of every rank's, agreed over ``group``; returns the
+    key of the shard a ``cached=True`` layer now holds (see :func:`check_cache`)."""
+    x = node_features(conv, args, kwargs)
+    key = [cached_key]
+
+    def local_checks() -> None:
+        check_edge_arguments(conv, args, kwargs, adj)
+        check_rows(conv, x, adj)
+        key[0] = check_cache(conv, adj, cached_key)
+
+    check_first_use(type(conv).__name__, adj, x, local_checks, group, collective)
+    return key[0]
