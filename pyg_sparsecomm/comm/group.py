@@ -172,9 +172,7 @@ def raise_together(fn: Callable[[], T], what: str, group: dist.ProcessGroup | No
     except Exception as e:  # noqa: BLE001 - every error is shared, then re-raised
         error = e
     if flag_first:
-        failed_anywhere = torch.tensor([int(error is not None)], device=collective_device(group))
-        dist.all_reduce(failed_anywhere, op=dist.ReduceOp.MAX, group=group)
-        if not failed_anywhere.item():
+        if not host_all_reduce([int(error is not None)], dist.ReduceOp.MAX, group)[0]:  # no device wait
             return result  # type: ignore[return-value]
     outcomes: list[tuple[str, str] | None] = [None] * world_size(group)
     dist.all_gather_object(outcomes, None if error is None else (type(error).__name__, str(error)), group=group)
