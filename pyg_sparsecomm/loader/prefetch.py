@@ -18,7 +18,8 @@ Three rules keep every rank's collectives matched:
 * the thread starts batch ``i`` only once the caller has taken batch ``i - depth``.  Ranks
   take the same number of batches (the loaders' contract), so every rank's thread samples
   the same batches, also when an epoch is left early: closing the iterator lets the thread
-  finish the batch it was allowed to start, then stop, on every rank alike;
+  finish every batch it was allowed (``depth`` plus the batches taken, counted, never judged by
+  whether the thread had woken yet), then stop, on every rank alike;
 * the thread runs on the caller's CUDA device: a new thread starts on device 0, and the
   batch it builds (copies to the shard's device) or any collective it issued would otherwise
   land on every rank's GPU 0.
@@ -48,7 +49,10 @@ class PrefetchedBatches:
     def __init__(self, batches: Iterator[Data], depth: int) -> None:
         self._batches = batches
         self._ready: queue.Queue = queue.Queue()
-        self._permits = threading.Semaphore(depth)
+        # batches the thread may sample: depth + the batches the caller took.  A function of what
+        # the caller did only (never of when the thread wakes), so every rank samples the same ones
+        self._allowed, self._sampled = depth, 0
+        self._turn = threading.Condition()
         self._stop = threading.Event()
         # the current device is per thread: the caller's, set again in the new thread
         self._device = torch.cuda.current_device() if torch.cuda.is_available() else None
@@ -61,9 +65,11 @@ class PrefetchedBatches:
                 if self._device is not None:
                     torch.cuda.set_device(self._device)
                 while True:
-                    self._permits.acquire()
-                    if self._stop.is_set():
-                        return
+                    with self._turn:
+                        self._turn.wait_for(lambda: self._sampled < self._allowed or self._stop.is_set())
+                        if self._sampled >= self._allowed:  # stopped, and no batch left that was allowed
+                            return
+                        self._sampled += 1
                     batch = next(self._batches, _END)
                     self._ready.put(batch)
                     if batch is _END:
@@ -84,13 +90,17 @@ class PrefetchedBatches:
         if isinstance(item, _Failure):
             self._stop.set()
             raise item.error
-        self._permits.release()  # the caller took batch k: batch k + depth may start
+        with self._turn:  # the caller took batch k: batch k + depth may start
+            self._allowed += 1
+            self._turn.notify()
         return item
 
     def close(self) -> None:
-        """Stops after the batches already allowed (symmetric over ranks) and waits for the thread."""
-        self._stop.set()
-        self._permits.release()
+        """Stops after the batches already allowed (the same on every rank: ``depth`` plus the
+        batches taken, whether or not the thread had started them) and waits for the thread."""
+        with self._turn:
+            self._stop.set()
+            self._turn.notify()
         self._thread.join()
 
     def __del__(self) -> None:
