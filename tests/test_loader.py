@@ -335,6 +335,20 @@ def test_prefetching_thread_runs_at_most_depth_batches_ahead_and_reraises():
     assert not left._thread.is_alive()
 
 
+def test_an_epoch_left_early_samples_the_allowed_batches_whatever_the_threads_timing():
+    """``depth`` plus the batches taken, also when ``close()`` comes before the thread woke up to
+    the last permit: ranks differ in that timing, and a batch one rank's thread skipped while its
+    peers' sampled it left them waiting in its exchange (a gloo timeout)."""
+    from pyg_sparsecomm.loader.prefetch import PrefetchedBatches
+    for depth, taken in [(1, 1), (1, 3), (2, 1), (3, 2)]:
+        for _ in range(20):
+            drawn: list[int] = []
+            it = PrefetchedBatches((drawn.append(i) or i for i in range(100)), depth=depth)
+            assert [next(it) for _ in range(taken)] == list(range(taken))
+            it.close()  # right after the last take: the thread has usually not woken up yet
+            assert drawn == list(range(depth + taken)), (depth, taken, drawn)
+
+
 def _dead_peer_worker(rank, world_size, report):
     local = shard(make_graph(world_size))
     loader = DistributedNeighborLoader(local, list(FANOUTS), batch_size=9, input_nodes=local.train_mask, seed=SEED)
