@@ -73,15 +73,8 @@ def test_port_changes_few_lines(name):
 
 
 def _pair_params():
-    params = []
-    for name in sorted(PAIRS):
-        for world_size in (2, 4):
-            marks = []
-            if name == "gcn2":
-                marks = [pytest.mark.xfail(strict=True, reason="distribute() drops adj_t's values in GCN2Conv("
-                                           "normalize=False) (issue 23, trap 1; branch 'traps' fixes it)")]
-            params.append(pytest.param(name, world_size, marks=marks, id=f"{name}-P{world_size}"))
-    return params
+    return [pytest.param(name, world_size, id=f"{name}-P{world_size}")
+            for name in sorted(PAIRS) for world_size in (2, 4)]
 
 
 @pytest.mark.parametrize("name,world_size", _pair_params())
@@ -96,5 +89,7 @@ def test_port_trains_as_single_process(planetoid_root, tmp_path, name, world_siz
     for rank, (out, state) in enumerate(per_rank):
         torch.testing.assert_close(losses(out), ref_loss, rtol=0, atol=1e-5, msg=f"rank {rank}: loss curve")
         torch.testing.assert_close(accuracies(out), accuracies(ref_out), rtol=0, atol=2e-3, msg=f"rank {rank}")
+        # Adam divides by sqrt(v): where a gradient is near zero, the ranks' summation order
+        # (rounding at 1e-7) moves a parameter by up to ~1e-5 after 8 steps (GCNII at P = 4)
         for k, v in ref_state.items():
-            torch.testing.assert_close(state[k], v, rtol=1e-4, atol=1e-5, msg=f"rank {rank}: {k}")
+            torch.testing.assert_close(state[k], v, rtol=1e-4, atol=5e-5, msg=lambda m: f"rank {rank}: {k}: {m}")

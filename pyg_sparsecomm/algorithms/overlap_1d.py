@@ -7,9 +7,9 @@ from torch import Tensor
 
 from ..adj import HaloAdj, coo_to_csr, csr_mm, spmm, spmm_dtypes
 from ..comm.counters import comm_counter
-from ..comm.halo import start_all_to_all_rows, start_p2p_rows
+from ..comm.halo import encode_together, start_all_to_all_rows, start_p2p_rows
 from ..comm.halo_options import ExchangeSlots, HaloOptions
-from ..comm.quantize import decode_rows, encode_rows
+from ..comm.quantize import decode_rows
 from ..comm.stale import is_training, stale_halo_exchange
 from ..cost import CostModel, Prediction, RankVolumes, RowBytes
 from .base import SpMMAlgorithm
@@ -25,7 +25,7 @@ class _OverlappedSpMM(torch.autograd.Function):
         ctx.algo, ctx.x_dtype = algo, x.dtype
         plan, precision = algo.adj.plan, algo.options.precision
         compute, result = spmm_dtypes(algo.value_dtype, x.dtype)
-        send = encode_rows(x.index_select(0, plan.send_index), precision)
+        send = encode_together(x.index_select(0, plan.send_index), precision, algo.group)
         with comm_counter().timed(x.device):  # posting is communication time too (p2p posts one op per peer)
             recv, work = algo.start_exchange(send, plan.send_counts, plan.recv_counts, algo.group, "halo")
         out = csr_mm(algo.block("own", compute), x, result)  # while the halo rows travel
@@ -40,7 +40,7 @@ class _OverlappedSpMM(torch.autograd.Function):
         compute, x_dtype = spmm_dtypes(algo.value_dtype, ctx.x_dtype)[0], ctx.x_dtype
         grad_halo = csr_mm(algo.block("halo_t", compute), grad_out, x_dtype)
         with comm_counter().timed(grad_out.device):
-            back, work = algo.start_exchange(encode_rows(grad_halo, precision), plan.recv_counts,
+            back, work = algo.start_exchange(encode_together(grad_halo, precision, algo.group), plan.recv_counts,
                                              plan.send_counts, algo.group, "halo_grad")
         grad_x = csr_mm(algo.block("own_t", compute), grad_out, x_dtype)  # overlapped
         with comm_counter().timed(grad_out.device):
