@@ -1,4 +1,4 @@
-"""The NeighborLoader script pair of issue 23 (examples/port_neighbor_pyg.py and its distributed
+"""The NeighborLoader script pair of issue 23 (examples/porting/neighbor.py and its distributed
 version): the conversion stays within its line budget, and the distributed script trains at
 P = 2 and 4 with the curve of the single-process PyG script (dropout off).
 
@@ -23,8 +23,8 @@ from torch_geometric.datasets import Planetoid
 from pyg_sparsecomm.loader import NeighborSampling, global_batches
 from pyg_sparsecomm.testing import launch
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-PYG, DISTRIBUTED = EXAMPLES / "port_neighbor_pyg.py", EXAMPLES / "port_neighbor_distributed.py"
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "porting"
+PYG, DISTRIBUTED = EXAMPLES / "neighbor.py", EXAMPLES / "neighbor_distributed.py"
 
 #: issue 23: a NeighborLoader script converts in at most 8 changed lines
 BUDGET = 8

@@ -1,8 +1,8 @@
 """Node classification with PyG's NeighborLoader on Cora, across processes (pyg_sparsecomm).
 
-    torchrun --standalone --nproc-per-node 2 examples/port_neighbor_distributed.py --root data/Planetoid
+    torchrun --standalone --nproc-per-node 2 examples/porting/neighbor_distributed.py --root data/Planetoid
 
-examples/port_neighbor_pyg.py made distributed (see README, "Mini-batch training"); `diff` the
+examples/porting/neighbor.py made distributed (see README, "Mini-batch training"); `diff` the
 two files.  Without torchrun it runs on one process.
 """
 import argparse

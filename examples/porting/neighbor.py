@@ -1,8 +1,8 @@
 """Node classification with PyG's NeighborLoader on Cora, in one process (plain PyG).
 
-    python examples/port_neighbor_pyg.py --root data/Planetoid
+    python examples/porting/neighbor.py --root data/Planetoid
 
-The single-process half of a pair: examples/port_neighbor_distributed.py is this script
+The single-process half of a pair: examples/porting/neighbor_distributed.py is this script
 made distributed (see README, "Mini-batch training"); `diff` the two files.  PyG's
 NeighborLoader needs pyg-lib or torch-sparse installed.
 """
