@@ -8,6 +8,7 @@ compact SpMM over local and halo columns computes the rank's rows of ``A H``.
 """
 import warnings
 import weakref
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -72,7 +73,7 @@ class HaloAdj:
         self.rowptr, self.col, self.value, self.plan = rowptr, col, value, plan
         self._cache: dict[tuple[str, torch.dtype], Tensor] = {}
         # structure-only entries (the transpose's order), shared by every with_value() copy
-        self._structure: dict[str, Tensor] = {}
+        self._structure: dict[str, Any] = {}  # tensors, and the moved copy of the structure per device
 
     @property
     def is_minibatch(self) -> bool:
@@ -149,7 +150,13 @@ class HaloAdj:
         def move(t: Tensor) -> Tensor:
             return t.to(device, non_blocking=non_blocking)
         value = None if self.value is None else move(self.value)
-        out = self._like(move(self.rowptr), move(self.col), value, self.plan.to(device))
+        # with_value() copies (a shard's weighted adj and its unweighted edge_index) share one moved
+        # structure and plan: moved once, not once per attribute
+        twin = self._structure.get(f"moved_to:{target}")
+        if twin is None:
+            twin = self._like(move(self.rowptr), move(self.col), None, self.plan.to(device))
+        out = twin.with_value(value)
+        self._structure[f"moved_to:{target}"] = twin
         self._moved = (torch.device(device), weakref.ref(out))
         return out
 

@@ -107,9 +107,11 @@ def partition_and_shard(data: Data, method: str = "metis", seed: int = 0,
     ``pre_transform``) and broadcasts the partition, so every rank shards the same one (and the
     partitioner runs once, not once per rank).  The shard is :func:`~pyg_sparsecomm.shard`'s,
     and takes the place of the graph in the script: besides ``adj``, the shard's
-    :class:`~pyg_sparsecomm.HaloAdj` is also ``edge_index`` (or ``adj_t`` if ``data`` was given
-    as ``adj_t``, e.g. by ``T.ToSparseTensor()``), so ``model(data.x, data.edge_index)`` runs
-    unchanged on a ``distribute()``d model.  On one process it is the one-part shard.
+    :class:`~pyg_sparsecomm.HaloAdj` is also ``edge_index`` (without values, as PyG's
+    ``edge_index``: weights only where ``data.edge_weight`` is passed) or ``adj_t`` if ``data`` was
+    given as ``adj_t``, e.g. by ``T.ToSparseTensor()`` (with its values, as PyG's ``adj_t``), so
+    ``model(data.x, data.edge_index)`` runs unchanged on a ``distribute()``d model.  On one
+    process it is the one-part shard.
 
     Args:
         data: the whole graph (the same on every rank), as ``edge_index`` or ``adj_t``.
@@ -125,9 +127,9 @@ def partition_and_shard(data: Data, method: str = "metis", seed: int = 0,
         data = _partition_on_rank_zero(data, world_size, group, method=method, seed=seed, **options)
     local = shard(data, group=group)
     if sparse_input:
-        local.adj_t = local.adj
-    else:
-        local.edge_index = local.adj
+        local.adj_t = local.adj  # PyG's adj_t carries the weights
+    else:  # PyG's edge_index carries none: a layer uses local.edge_weight only where it is passed
+        local.edge_index = local.adj.with_value(None)
     return local
 
 

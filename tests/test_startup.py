@@ -74,7 +74,10 @@ def _shard_worker(rank, world_size, sparse, pre_partitioned):
     alias = local.adj_t if sparse else local.edge_index
     full = gather_nodes(local.x * 2, local)
     everywhere = gather_nodes(local.train_mask.long(), local, dst=None)
-    return local.n_id, alias is local.adj, local.adj.nnz, full, everywhere
+    adj = local.adj  # adj_t: the shard's HaloAdj; edge_index: its structure without values (as PyG's)
+    aliased = alias is adj if sparse else (alias.rowptr is adj.rowptr and alias.col is adj.col
+                                           and alias.plan is adj.plan and alias.value is None)
+    return local.n_id, aliased, local.adj.nnz, full, everywhere
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
@@ -89,7 +92,7 @@ def test_partition_and_shard_and_gather_nodes(world_size, sparse):
     assert sum(r[2] for r in results) == num_edges                        # every edge on one rank
     for rank, (n_id, aliased, _, full, everywhere) in enumerate(results):
         assert torch.equal(n_id, shard(expected, rank=rank, world_size=world_size).n_id), rank
-        assert aliased, "the shard's HaloAdj is not its edge_index / adj_t"
+        assert aliased, "the shard's HaloAdj is not its adj_t / its unweighted edge_index"
         if rank == 0:
             torch.testing.assert_close(full, data.x * 2)
         else:
