@@ -152,11 +152,12 @@ class HaloAdj:
         value = None if self.value is None else move(self.value)
         # with_value() copies (a shard's weighted adj and its unweighted edge_index) share one moved
         # structure and plan: moved once, not once per attribute
-        twin = self._structure.get(f"moved_to:{target}")
-        if twin is None:
-            twin = self._like(move(self.rowptr), move(self.col), None, self.plan.to(device))
-        out = twin.with_value(value)
-        self._structure[f"moved_to:{target}"] = twin
+        # held weakly: the original never keeps a device copy alive
+        ref = self._structure.get(f"moved_to:{target}")
+        twin = ref() if ref is not None else None
+        out = (twin.with_value(value) if twin is not None
+               else self._like(move(self.rowptr), move(self.col), value, self.plan.to(device)))
+        self._structure[f"moved_to:{target}"] = weakref.ref(out)
         self._moved = (torch.device(device), weakref.ref(out))
         return out
 
