@@ -99,8 +99,7 @@ def _run_teardown() -> None:
 def join_job() -> None:
     """:func:`init_distributed` if this process runs under ``torchrun`` and has not joined its job
     yet (what ``rank_zero_first``, ``partition_and_shard`` and ``distribute`` do first)."""
-    if "RANK" in os.environ and not dist.is_initialized():
-        init_distributed()
+    init_distributed()  # joins only under torchrun and only once (it returns a job already joined)
 
 
 def _destroy_process_group() -> None:
