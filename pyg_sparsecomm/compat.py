@@ -1,0 +1,74 @@
+"""Every private name of PyG, torch and pymetis the package relies on, in one place.
+
+Each accessor reads one private attribute and fails loudly, naming it, when a release of the
+library changed it (``tests/test_compat.py`` calls every one of them), so an upgrade shows here
+first instead of as a wrong result somewhere else.
+"""
+from typing import Any
+
+import torch
+
+
+class PrivateAPIChanged(RuntimeError):
+    """A private name of a dependency this package reads is gone or changed."""
+
+
+def _missing(what: str, error: Exception) -> PrivateAPIChanged:
+    return PrivateAPIChanged(f"pyg_sparsecomm reads {what}, which this version of the library no longer "
+                             f"provides ({type(error).__name__}: {error}); pin the version pyg_sparsecomm "
+                             f"supports (see pyproject.toml) or report it")
+
+
+def message_arguments(conv: Any) -> list[str]:
+    """The arguments of ``conv``'s ``message``/``aggregate``/``update`` PyG's inspector collected
+    (``MessagePassing._user_args``: ``["x_j", "edge_weight", ...]``)."""
+    try:
+        return list(conv._user_args)
+    except AttributeError as e:
+        raise _missing("torch_geometric MessagePassing._user_args", e) from e
+
+
+def edge_update_arguments(conv: Any) -> list[str]:
+    """The arguments of ``conv``'s ``edge_update`` (``MessagePassing._edge_user_args``)."""
+    try:
+        return list(conv._edge_user_args)
+    except AttributeError as e:
+        raise _missing("torch_geometric MessagePassing._edge_user_args", e) from e
+
+
+def trim_to_layer_module() -> type:
+    """PyG's ``TrimToLayer`` module class (``BasicGNN`` holds one), from a private module."""
+    try:
+        from torch_geometric.utils._trim_to_layer import TrimToLayer
+    except ImportError as e:
+        raise _missing("torch_geometric.utils._trim_to_layer.TrimToLayer", e) from e
+    return TrimToLayer
+
+
+def current_graph_task_id() -> int:
+    """The id of the running backward call (``torch._C._current_graph_task_id``; ``-1`` outside one)."""
+    try:
+        return int(torch._C._current_graph_task_id())
+    except AttributeError as e:
+        raise _missing("torch._C._current_graph_task_id", e) from e
+
+
+def will_engine_execute_node(node: Any) -> bool:
+    """Whether the running backward call reaches autograd ``node`` (``torch._C._will_engine_execute_node``);
+    raises ``RuntimeError`` from torch under ``torch.autograd.grad`` with inputs."""
+    try:
+        fn = torch._C._will_engine_execute_node
+    except AttributeError as e:
+        raise _missing("torch._C._will_engine_execute_node", e) from e
+    return bool(fn(node))
+
+
+def process_group_timeout(group: Any, device: torch.device) -> Any:
+    """The timeout ``group`` was created with (``ProcessGroup._get_backend(device).options._timeout``),
+    or ``None`` when the backend does not expose it (a backend without options)."""
+    try:
+        return group._get_backend(device).options._timeout
+    except RuntimeError:  # no backend for that device type
+        return None
+    except AttributeError as e:
+        raise _missing("ProcessGroup._get_backend(device).options._timeout", e) from e
