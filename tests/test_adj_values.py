@@ -19,8 +19,9 @@ from pyg_sparsecomm.inputs import adj_t_to_edge_index
 from pyg_sparsecomm.testing import launch
 
 #: name -> (build, call(layer, x, adj, edge_weight), how PyG's reference is called)
-#: "adj_t": with the weighted adj_t; "edge_weight": with edge_index and edge_weight (ChebConv takes no
-#: adj_t; normalising layers on graphs with self-loops, where PyG's adj_t and edge_index paths differ);
+#: "adj_t": with the weighted adj_t; "normalising": with the weighted adj_t too, on graphs with
+#: self-loops where PyG's adj_t path adds loops unlike its edge_index path (HaloAdj.self_loops);
+#: "edge_weight": with edge_index and edge_weight (ChebConv takes no adj_t);
 #: "unweighted": PyG's adj_t path drops the values (a SparseTensor's; see nn/adjacency_values.py)
 LAYERS = {
     "GCN2Conv(normalize=False)": (lambda: GCN2Conv(F, alpha=0.1, theta=0.5, layer=1, normalize=False),
@@ -94,8 +95,7 @@ def reference(name, data):
     """Single-process PyG on the whole graph, called as LAYERS says."""
     how = LAYERS[name][2]
     edge_index, weight = adj_t_to_edge_index(data.adj_t, data.num_nodes)
-    has_loops = bool((edge_index[0] == edge_index[1]).any())
-    if how == "adj_t" or (how == "normalising" and not has_loops):
+    if how in ("adj_t", "normalising"):
         return _run(name, data.x, data.adj_t, data.num_nodes)
     if how == "unweighted":
         return _run(name, data.x, edge_index, data.num_nodes)
