@@ -100,28 +100,24 @@ def _expand(ptr: Tensor, n: int) -> Tensor:
     return torch.repeat_interleave(torch.arange(n, device=ptr.device), (ptr[1:] - ptr[:-1]).to(torch.long))
 
 
-#: graph-level attribute of a graph converted from ``adj_t`` (and of its shards): the
-#: :func:`self_loop_rule` of the form it was given in
-SELF_LOOPS_KEY = "adj_t_self_loops"
+#: graph-level attribute of a graph converted from ``adj_t`` (and of its shards): its :func:`graph_form`
+FORM_KEY = "graph_form"
 
 
-def self_loop_rule(graph: Any) -> str:
-    """How PyG's ``gcn_norm`` adds self-loops to ``graph`` in this form; PyG's three paths differ
-    on a graph that already has some:
+def graph_form(graph: Any) -> str:
+    """The form of a graph argument: ``"SparseTensor"`` (a ``torch_sparse.SparseTensor``),
+    ``"torch.sparse"`` (a torch sparse tensor) or ``"edge_index"``.
 
-    * ``"remaining"``: an ``edge_index`` (``add_remaining_self_loops``: an existing loop keeps its
-      weight, other nodes get one of the fill value);
-    * ``"add"``: a torch sparse ``adj_t`` (``add_self_loops``: every node gets a loop of the fill
-      value, summed with an existing one);
-    * ``"replace"``: a ``torch_sparse.SparseTensor`` (``fill_diag``: the diagonal becomes the fill value).
-
-    Distributed layers follow the rule of the form the script passed (the shard's
-    ``HaloAdj.self_loops``), so they equal the single-process script whichever it used."""
+    PyG's layers differ between the three on graphs with self-loops or weights, e.g. ``gcn_norm``
+    adds the missing self-loops to an ``edge_index`` (an existing loop keeps its weight), a loop on
+    top of every node's to a torch sparse ``adj_t``, and replaces the diagonal of a
+    ``SparseTensor``.  The shard records the form (``HaloAdj.given_as``) and distributed layers
+    follow it, so they equal the single-process script whichever form it used."""
     if isinstance(graph, SparseTensor):
-        return "replace"
+        return "SparseTensor"
     if isinstance(graph, Tensor) and graph.layout in _SPARSE_LAYOUTS:
-        return "add"
-    return "remaining"
+        return "torch.sparse"
+    return "edge_index"
 
 
 def with_edge_index(data: Any, who: str) -> Data:
@@ -145,7 +141,7 @@ def with_edge_index(data: Any, who: str) -> Data:
     out = copy.copy(data)
     del out.adj_t
     out.edge_index = edge_index
-    out[SELF_LOOPS_KEY] = self_loop_rule(adj_t)
+    out[FORM_KEY] = graph_form(adj_t)
     if weight is not None:
         if data.edge_weight is not None and not torch.equal(data.edge_weight, weight):
             raise ValueError("data holds both edge_weight and an adj_t with other values: delete one of them")

@@ -36,7 +36,7 @@ def _worker(rank, world_size, call):
     elif call == "adj_t":
         out = model(local.x, local.adj_t)
     else:  # as a torch_sparse.SparseTensor adj_t would give it (torch_sparse is not installed here)
-        local.adj_t.self_loops = "replace"
+        local.adj_t.given_as = "SparseTensor"
         out = model(local.x, local.adj_t)
     return gather_nodes(out, local)
 

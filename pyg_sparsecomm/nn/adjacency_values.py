@@ -25,7 +25,7 @@ A layer that a distributed layer calls with the same local ``edge_index`` (``Ant
 Self-loops: PyG's own paths disagree on a graph that already has them (``gcn_norm`` adds the
 missing loops to an ``edge_index``, adds a loop to every node of a torch sparse ``adj_t`` and
 replaces the diagonal of a ``SparseTensor``); distributed layers follow the form the script gave
-the graph in, recorded by the shard (``HaloAdj.self_loops``, :func:`~pyg_sparsecomm.inputs.self_loop_rule`).
+the graph in, recorded by the shard (``HaloAdj.given_as``, :func:`~pyg_sparsecomm.inputs.graph_form`).
 """
 from torch import Tensor
 from torch_geometric.nn import MessagePassing

@@ -58,7 +58,7 @@ def gcn_norm(context: ShardContext, edge_index: Tensor, edge_weight: Tensor | No
         raise ValueError("gcn_norm with flow='target_to_source' cannot run distributed")
     n = _check_num_nodes("gcn_norm", num_nodes, context)
     if add_self_loops:
-        edge_index, edge_weight = _with_self_loops(context.adj.self_loops, edge_index, edge_weight,
+        edge_index, edge_weight = _with_self_loops(context.adj.given_as, edge_index, edge_weight,
                                                    2.0 if improved else 1.0, n)
     if edge_weight is None:
         edge_weight = torch.ones(edge_index.size(1), dtype=dtype, device=edge_index.device)
@@ -68,13 +68,13 @@ def gcn_norm(context: ShardContext, edge_index: Tensor, edge_weight: Tensor | No
     return edge_index, ext[row] * edge_weight * deg_inv_sqrt[col]
 
 
-def _with_self_loops(rule: str, edge_index: Tensor, edge_weight: Tensor | None, fill: float, n: int):
+def _with_self_loops(form: str, edge_index: Tensor, edge_weight: Tensor | None, fill: float, n: int):
     """Self-loops as PyG's ``gcn_norm`` adds them to the form the script gave the graph in
-    (:func:`~pyg_sparsecomm.inputs.self_loop_rule`; duplicate entries sum, as a coalesced
-    sparse tensor's do)."""
-    if rule == "add":  # torch sparse adj_t: a loop on every node, on top of an existing one
+    (:func:`~pyg_sparsecomm.inputs.graph_form`; duplicate entries sum, as a coalesced sparse
+    tensor's do)."""
+    if form == "torch.sparse":  # add_self_loops: a loop on every node, on top of an existing one
         return add_self_loops(edge_index, edge_weight, fill, n)
-    if rule == "replace":  # SparseTensor's fill_diag: the diagonal becomes fill
+    if form == "SparseTensor":  # fill_diag: the diagonal becomes fill
         edge_index, edge_weight = remove_self_loops(edge_index, edge_weight)
         return add_self_loops(edge_index, edge_weight, fill, n)
     return add_remaining_self_loops(edge_index, edge_weight, fill, n)

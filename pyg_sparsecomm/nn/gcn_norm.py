@@ -19,7 +19,7 @@ def distributed_gcn_norm(adj: HaloAdj, edge_weight: Tensor | None = None, improv
     (the version ``distribute()`` gives PyG's layers):
 
     * self-loops of weight ``2`` if ``improved`` else ``1``, added as PyG adds them to the
-      form the script gave the graph in (``adj.self_loops``): to the nodes without one for an
+      form the script gave the graph in (``adj.given_as``): to the nodes without one for an
       ``edge_index`` (an existing loop keeps its weight), on top of an existing one for a torch
       sparse ``adj_t``, in place of it for a ``torch_sparse.SparseTensor``;
     * :math:`\hat d_i = \sum_{j \to i} w_{ji}` is the weighted in-degree, local to
