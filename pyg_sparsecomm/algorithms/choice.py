@@ -7,7 +7,7 @@ import torch.distributed as dist
 
 from ..adj import HaloAdj
 from ..comm.device_check import check_devices
-from ..comm.group import check_plan_matches_group, collective_device, is_distributed
+from ..comm.group import collective_device, is_distributed
 from ..comm.halo_options import EXACT, HaloOptions
 from ..comm.quantize import payload_row_bytes
 from ..cost import CostModel, Prediction, RankVolumes
@@ -116,19 +116,3 @@ def compression_note(width: int, element_size: int, options: HaloOptions) -> str
     line = f"width {width}: " + "; ".join(parts)
     return f"{line}\n{stale}" if options.staleness else line
 
-
-def exchange_group(adj: HaloAdj, grid: ProcessGrid | None,
-                   group: dist.ProcessGroup | None) -> dist.ProcessGroup | None:
-    """The group of the halo exchanges (1.5D: the grid's column group), after checking that the
-    shard was made for this layout."""
-    if grid is None:
-        check_plan_matches_group(adj.plan.world_size, adj.plan.rank, group)
-        return group
-    if adj.plan.world_size != grid.num_block_rows or adj.plan.rank != grid.row:
-        raise ValueError(
-            f"replication={grid.replication} on {grid.world_size} ranks needs the block row {grid.row} of a "
-            f"partition into P/c={grid.num_block_rows} parts (SparsityAwarePartitioner(num_parts="
-            f"{grid.num_block_rows}) and shard(data, grid=ProcessGrid({grid.replication}))), but this shard "
-            f"is part {adj.plan.rank} of {adj.plan.world_size}")
-    check_plan_matches_group(adj.plan.world_size, adj.plan.rank, grid.col_group)
-    return grid.col_group
