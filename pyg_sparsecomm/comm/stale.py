@@ -136,31 +136,30 @@ class _Pipe:
     Step 0 exchanges synchronously and its result serves steps 0 and 1.
     """
 
-    def __init__(self, codec: RowCodec, gamma: float, kind: str, start: StartExchange) -> None:
-        self.codec, self.gamma, self.kind, self.start = codec, gamma, kind, start
+    def __init__(self, codec: RowCodec, gamma: float, kind: str, start: StartExchange,
+                 pipe_group: dist.ProcessGroup) -> None:
+        self.codec, self.gamma, self.kind, self.start, self.pipe_group = codec, gamma, kind, start, pipe_group
         self.value: Tensor | None = None
         self.pending: _Pending | None = None
         self.steps = 0
 
-    def step(self, rows: Tensor, send_counts: list[int], recv_counts: list[int],
-             group: dist.ProcessGroup) -> Tensor:
+    def step(self, rows: Tensor, send_counts: list[int], recv_counts: list[int]) -> Tensor:
         """Sends ``rows`` (this step's); returns the (smoothed) rows received for this step."""
         if self.steps == 0:
-            self.value = self._received(self._start(rows, send_counts, recv_counts, group))
+            self.value = self._received(self._start(rows, send_counts, recv_counts))
         else:
             if self.pending is not None:
                 self.value = _smooth(self.value, self._received(self.pending), self.gamma)
-            self.pending = self._start(rows, send_counts, recv_counts, group)
+            self.pending = self._start(rows, send_counts, recv_counts)
         self.steps += 1
         assert self.value is not None
         return self.value
 
-    def _start(self, rows: Tensor, send_counts: list[int], recv_counts: list[int],
-               group: dist.ProcessGroup) -> _Pending:
+    def _start(self, rows: Tensor, send_counts: list[int], recv_counts: list[int]) -> _Pending:
         # posting is communication time the step cannot hide
         with PIPELINE_SECONDS.posting.measure(rows.device), comm_counter().timed(rows.device):
             recv, work = self.start(self.codec.encode(rows.contiguous()), send_counts, recv_counts,
-                                    group, self.kind)
+                                    self.pipe_group, self.kind)
         return _Pending(recv, work, rows.new_empty((0,) + tuple(rows.shape[1:])))
 
     def _received(self, pending: _Pending) -> Tensor:
@@ -191,8 +190,8 @@ class StaleHalo:
         self.pipe_group = pipeline_group(self.group)
         codec, grad_codec = payload_codecs(exchanger.options)
         gamma = float(exchanger.options.stale_smoothing or 0.0)
-        self.rows = _Pipe(codec, gamma, "halo", start)
-        self.grads = _Pipe(grad_codec, gamma, "halo_grad", start)
+        self.rows = _Pipe(codec, gamma, "halo", start, self.pipe_group)
+        self.grads = _Pipe(grad_codec, gamma, "halo_grad", start, self.pipe_group)
         self.row_shape: tuple[tuple[int, ...], torch.dtype] | None = None
 
     def check(self, x: Tensor, exchanger: "HaloExchanger", start: StartExchange = start_all_to_all_rows) -> None:
@@ -216,12 +215,11 @@ class StaleHalo:
     def forward_step(self, x: Tensor) -> Tensor:
         """This step's halo rows (the previous step's, smoothed); starts sending ``x``'s."""
         send = x.detach().index_select(0, self.plan.send_index)
-        return self.rows.step(send, self.plan.send_counts, self.plan.recv_counts, self.pipe_group).clone()
+        return self.rows.step(send, self.plan.send_counts, self.plan.recv_counts).clone()
 
     def backward_step(self, grad_halo: Tensor) -> Tensor:
         """The owned rows' halo gradient of the previous step (smoothed); starts sending ``grad_halo``."""
-        back = self.grads.step(grad_halo.contiguous(), self.plan.recv_counts, self.plan.send_counts,
-                               self.pipe_group)
+        back = self.grads.step(grad_halo.contiguous(), self.plan.recv_counts, self.plan.send_counts)
         grad = back.new_zeros((self.plan.num_owned,) + tuple(back.shape[1:]))
         return grad.index_add_(0, self.plan.send_index, back)
 

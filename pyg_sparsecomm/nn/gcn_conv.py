@@ -157,7 +157,7 @@ class DistributedGCNConv(GCNConv):
         spmm = self._cached_spmm
         if spmm is None:
             if self.chosen_algorithm is None:
-                self.chosen_algorithm = self._choose(adj, grid, x.dtype, edge_weight)
+                self.chosen_algorithm = self._choose(adj, exchanger, grid, x.dtype, edge_weight)
             spmm = make_algorithm(self.chosen_algorithm, self._adjacency(adj, edge_weight, x, exchanger.group),
                                   exchanger, grid)
             if self.cached:
@@ -170,14 +170,14 @@ class DistributedGCNConv(GCNConv):
             return distributed_gcn_norm(adj, edge_weight, self.improved, self.add_self_loops, x.dtype, group)
         return adj if edge_weight is None else adj.with_value(edge_weight)
 
-    def _choose(self, adj: HaloAdj, grid: ProcessGrid | None, dtype: torch.dtype,
+    def _choose(self, adj: HaloAdj, exchanger: HaloExchanger, grid: ProcessGrid | None, dtype: torch.dtype,
                 edge_weight: Tensor | None = None) -> str:
         """``algorithm="auto"``: the candidate with the lowest predicted time, max over ranks."""
         element_size = torch.empty((), dtype=dtype).element_size()
         learnable = (edge_weight is not None and edge_weight.requires_grad) or \
             (adj.value is not None and adj.value.requires_grad)
         name, self.cost_report, self.exact_cost_report, self.sync_cost_report = choose_algorithm(
-            adj, grid, self.out_channels, element_size, learnable, self.cost_model, self.group, self.halo_options)
+            adj, exchanger, grid, self.out_channels, element_size, learnable, self.cost_model)
         return name
 
     def explain_algorithm(self) -> str:
