@@ -42,10 +42,11 @@ from torch_geometric.nn import MessagePassing
 
 from ..adj import HaloAdj, spmm
 from ..algorithms import SparseAware1D, make_algorithm
-from ..algorithms.choice import CostRow, choose_algorithm, exchange_group
+from ..algorithms.choice import CostRow, choose_algorithm
+from ..algorithms.settings import exchange_group
+from ..comm.exchanger import HaloExchanger
 from ..comm.group import world_size
 from ..comm.halo_options import EXACT, ExchangeSlots, HaloOptions
-from ..comm.wire import halo_exchange_many
 from ..cost import CostModel
 from ..grid import process_grid
 from ..loader.sampled_adj import SampledAdj
@@ -104,6 +105,10 @@ class LayerState:
     @property
     def active(self) -> bool:
         return bool(self.entered) and self.entered[-1]
+
+    def exchanger(self, context: shard_context.ShardContext) -> HaloExchanger:
+        """The shard's exchanger under this layer's halo options and slots."""
+        return context.exchanger.bind(options=self.settings.halo_options, slots=self.exchange_slots)
 
 
 def attach(conv: MessagePassing, settings: DistributedSettings) -> None:
@@ -178,7 +183,7 @@ def _enter(conv: MessagePassing, args: tuple, kwargs: dict):
     check_full_graph(settings.halo_options, adj)
     grid = process_grid(settings.replication) if settings.replication > 1 else None
     group = exchange_group(adj, grid, settings.group)
-    context = shard_context.ShardContext(adj, group, adj.edge_index())
+    context = shard_context.ShardContext(adj, HaloExchanger(adj.plan, group), adj.edge_index())
     shard_context.push(context)
     state.entered.append(True)
     state.exchange_slots.begin_call(conv.training)
@@ -292,8 +297,7 @@ def _fetch_halos(conv: MessagePassing, sources: list[tuple[str, Tensor, Tensor, 
     if moving:
         tensors = [rows for _, _, rows in moving]
         state.exchanged_width = (sum(math.prod(r.shape[1:]) for r in tensors), tensors[0].element_size())
-        fetched = halo_exchange_many(tensors, context.plan, context.group, state.settings.halo_options,
-                                     state.exchange_slots, key)
+        fetched = state.exchanger(context).exchange_many(tensors, key)
         for (name, src, _), halo in zip(moving, fetched, strict=True):
             if name:
                 call.add(src, conv.node_dim, halo)
@@ -378,14 +382,13 @@ def _linear_propagate(conv: MessagePassing, state: LayerState, context: shard_co
     adj = state.adjacency.aggregation(edge_index, weight, conv.aggr, context.adj, rows.dtype)
     settings = state.settings
     grid = process_grid(settings.replication) if settings.replication > 1 else None
+    exchanger = state.exchanger(context)
     if state.chosen_algorithm is None:
         learnable = adj.value is not None and adj.value.requires_grad
         state.chosen_algorithm, state.cost_report, state.exact_cost_report, state.sync_cost_report = \
-            choose_algorithm(adj, grid, rows.size(1), rows.element_size(), learnable, settings.cost_model,
-                             settings.group, settings.halo_options)
+            choose_algorithm(adj, exchanger, grid, rows.size(1), rows.element_size(), learnable, settings.cost_model)
     state.exchanged_width = (rows.size(1), rows.element_size())
-    spmm = make_algorithm(state.chosen_algorithm, adj, context.group if grid is None else None, grid,
-                          settings.halo_options, state.exchange_slots)
+    spmm = make_algorithm(state.chosen_algorithm, adj, exchanger, grid)
     rows = rows.contiguous()
     if type(spmm) is SparseAware1D and not rows.requires_grad:  # e.g. the input features: fetched once
         out = spmm.multiply(rows, state.static_halo.fetch("x", src, rows, context, depends_on))
