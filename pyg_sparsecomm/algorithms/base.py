@@ -12,12 +12,14 @@ from ..comm.group import check_plan_matches_group
 from ..comm.halo_options import EXACT, ExchangeSlots, HaloOptions
 from ..comm.wire import halo_exchange_with
 from ..cost import wire_row_bytes
+from .registry import LazyRegistry
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..cost import CostModel, Prediction, RankVolumes, RowBytes
     from ..grid import ProcessGrid
 
-ALGORITHMS: dict[str, type["SpMMAlgorithm"]] = {}
+#: name -> class of every algorithm (declared ones import their module at the first lookup)
+ALGORITHMS: LazyRegistry[type["SpMMAlgorithm"]] = LazyRegistry("algorithm")
 
 
 class SpMMAlgorithm(ABC):

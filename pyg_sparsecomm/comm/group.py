@@ -6,6 +6,8 @@ from typing import TypeVar
 import torch
 import torch.distributed as dist
 
+from ..compat import process_group_timeout
+
 
 def is_distributed(group: dist.ProcessGroup | None = None) -> bool:
     return dist.is_available() and dist.is_initialized()
@@ -74,10 +76,7 @@ def twin_group(group: dist.ProcessGroup | None = None, backend: str | None = Non
     assert parent is not None  # initialised: new_group needs it
     parent_backend = dist.get_backend(parent)
     device = torch.device("cuda" if parent_backend == "nccl" else "cpu")
-    try:  # the parent's timeout, so a dead peer surfaces as fast on the twin
-        timeout = parent._get_backend(device).options._timeout
-    except (AttributeError, RuntimeError):
-        timeout = None
+    timeout = process_group_timeout(parent, device)  # so a dead peer surfaces as fast on the twin
     backend = backend or parent_backend
     created = dist.new_group(dist.get_process_group_ranks(parent), timeout=timeout, backend=backend,
                              use_local_synchronization=True)

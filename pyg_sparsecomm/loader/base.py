@@ -20,9 +20,9 @@ from torch_geometric.data import Data
 from ..adj import HaloAdj
 from ..comm.device_check import check_devices
 from ..comm.group import collective_device, raise_together, twin_group, world_size
+from ..sampling.rules import NeighborSampling, NodeSubsetSampling
 from .prefetch import PrefetchedBatches
 from .pyg_options import prefetch_depth
-from .sampling import NeighborSampling, NodeSubsetSampling
 from .seeds import global_seed_ids, owned_seed_mask, seeds_per_batch
 
 
