@@ -74,6 +74,22 @@ def queue_backward_callback(callback: Callable[[], None]) -> None:
     queue(callback)
 
 
+def is_registered_group(group: Any) -> bool:
+    """Whether ``group`` is one of the live process groups of ``torch.distributed`` (not destroyed
+    by ``destroy_process_group``; ``torch.distributed.distributed_c10d._world.pg_map``)."""
+    try:
+        return group in torch.distributed.distributed_c10d._world.pg_map
+    except AttributeError as e:
+        raise _missing("torch.distributed.distributed_c10d._world.pg_map", e) from e
+
+
+def symmetric_memory_module() -> Any:
+    """``torch.distributed._symmetric_memory`` (symmetric-memory allocation and rendezvous, CUDA);
+    ``ImportError`` when this PyTorch build has none."""
+    import importlib
+    return importlib.import_module("torch.distributed._symmetric_memory")
+
+
 def process_group_timeout(group: Any, device: torch.device) -> Any:
     """The timeout ``group`` was created with (``ProcessGroup._get_backend(device).options._timeout``),
     or ``None`` when the backend does not expose it (a backend without options)."""

@@ -21,45 +21,45 @@ class LazyRegistry(MutableMapping[str, T]):
 
     def __init__(self, what: str) -> None:
         self.what = what
-        self._values: dict[str, T] = {}
-        self._modules: dict[str, str] = {}  # declared name -> module whose import registers it
+        self._registered: dict[str, T] = {}
+        self._declared: dict[str, str] = {}  # declared name -> module whose import registers it
 
     def declare(self, name: str, module: str) -> None:
         """Lists ``name`` now; its value is registered by importing ``module`` at the first lookup."""
-        if name not in self._values:
-            self._modules[name] = module
+        if name not in self._registered:
+            self._declared[name] = module
 
     def is_loaded(self, name: str) -> bool:
         """Whether ``name``'s value is registered (``False`` for a declared name not looked up yet)."""
-        return name in self._values
+        return name in self._registered
 
     def __getitem__(self, name: str) -> T:
-        if name not in self._values and name in self._modules:
-            module = self._modules[name]
+        if name not in self._registered and name in self._declared:
+            module = self._declared[name]
             importlib.import_module(module)  # registers the value through __setitem__
-            if name not in self._values:
+            if name not in self._registered:
                 raise RuntimeError(f"importing {module} did not register the {self.what} {name!r} it was "
                                    f"declared for")
-        return self._values[name]
+        return self._registered[name]
 
     def __setitem__(self, name: str, value: T) -> None:
-        self._values[name] = value
-        self._modules.pop(name, None)
+        self._registered[name] = value
+        self._declared.pop(name, None)
 
     def __delitem__(self, name: str) -> None:
-        if name in self._values:
-            del self._values[name]
+        if name in self._registered:
+            del self._registered[name]
         else:
-            del self._modules[name]
+            del self._declared[name]
 
     def __contains__(self, name: object) -> bool:
-        return name in self._values or name in self._modules
+        return name in self._registered or name in self._declared
 
     def __iter__(self) -> Iterator[str]:
-        return iter([*self._values, *self._modules])
+        return iter([*self._registered, *self._declared])
 
     def __len__(self) -> int:
-        return len(self._values) + len(self._modules)
+        return len(self._registered) + len(self._declared)
 
     def __repr__(self) -> str:
         return f"LazyRegistry({sorted(self)})"
