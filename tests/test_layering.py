@@ -179,3 +179,28 @@ def test_missing_extras_are_named():
     assert len(messages) == 3, messages
     for message, extra in zip(messages, ["metis", "metis", "mpi"], strict=True):
         assert message.startswith("ImportError:") and f'pip install "pyg_sparsecomm[{extra}]"' in message, message
+
+
+def test_lazy_registry_loads_declared_names_on_lookup(tmp_path, monkeypatch):
+    from pyg_sparsecomm.algorithms.registry import LazyRegistry
+    registry: LazyRegistry[int] = LazyRegistry("thing")
+    (tmp_path / "declares_one.py").write_text("import registry_under_test\nregistry_under_test.REGISTRY['one'] = 1\n")
+    (tmp_path / "declares_none.py").write_text("")
+    module = type(sys)("registry_under_test")
+    module.REGISTRY = registry
+    monkeypatch.setitem(sys.modules, "registry_under_test", module)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry["zero"] = 0
+    registry.declare("one", "declares_one")
+    registry.declare("two", "declares_none")
+    registry.declare("three", "no_such_module")
+    assert sorted(registry) == ["one", "three", "two", "zero"] and len(registry) == 4 and "one" in registry
+    assert not registry.is_loaded("one") and "declares_one" not in sys.modules
+    assert registry["one"] == 1 and registry.is_loaded("one")
+    with pytest.raises(RuntimeError, match="importing declares_none did not register the thing 'two'"):
+        registry["two"]  # noqa: B018
+    with pytest.raises(ModuleNotFoundError):
+        registry["three"]  # noqa: B018
+    assert "three" in registry  # still declared: the error repeats at the next lookup
+    del registry["three"], registry["two"]
+    assert dict(registry) == {"zero": 0, "one": 1}
