@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .algorithms import algorithm_class, check_settings
 from .comm.halo_options import HaloOptions
 from .cost import CostModel, volumes_of_all_ranks
 from .grid import check_grid
@@ -107,6 +106,8 @@ class CommStats:
             ValueError: for an unknown name (listing the valid ones), a 1D algorithm with
                 ``replication > 1``, or an algorithm without a prediction.
         """
+        # imported here: the partitioner builds CommStats and must not load the algorithms (and their comm/)
+        from .algorithms import algorithm_class, check_settings
         check_settings(algorithm, replication, unit_grid=True, allow_auto=False)
         cls = algorithm_class(algorithm)
         check_grid(self.num_parts * replication, replication)

@@ -3,9 +3,10 @@
 The backend follows the adjacency's device (:func:`pyg_sparsecomm.rdma.make_backend`):
 on CPU the MPI one-sided backend, which needs ``mpiexec`` *and* ``torch.distributed``
 initialised with the same ranks (the layer's group); on CUDA PyTorch symmetric memory
-over the default ``torch.distributed`` group (written to the API, not run here: no GPU).  The name is registered
-when :mod:`pyg_sparsecomm.algorithms` is imported (it imports this module), so
-``DistributedGCNConv(algorithm="rdma")`` works without importing anything else.
+over the default ``torch.distributed`` group (written to the API, not run here: no GPU).  The name is declared
+when :mod:`pyg_sparsecomm.algorithms` is imported and this module (with the engine) imported at the
+first lookup of the class, so ``DistributedGCNConv(algorithm="rdma")`` works without importing
+anything else and code that never uses it never loads the engine.
 
 The tiled adjacency (the *engine*) is built collectively, shared between layers with
 identical adjacencies and freed collectively by :mod:`pyg_sparsecomm.rdma.engine_cache`

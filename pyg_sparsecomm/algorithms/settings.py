@@ -16,13 +16,15 @@ from ..adj import HaloAdj
 from ..comm.group import check_plan_matches_group
 from ..comm.halo_options import HaloOptions
 from ..grid import ProcessGrid
+from .registry import LazyRegistry
 
 if TYPE_CHECKING:  # pragma: no cover
     from .base import SpMMAlgorithm
 
 #: the registered algorithms by name (filled by :class:`~pyg_sparsecomm.algorithms.SpMMAlgorithm`
 #: subclasses that define ``name``)
-ALGORITHMS: dict[str, type["SpMMAlgorithm"]] = {}
+#: name -> class of every algorithm (declared ones import their module at the first lookup)
+ALGORITHMS: LazyRegistry[type["SpMMAlgorithm"]] = LazyRegistry("algorithm")
 
 
 def check_settings(algorithm: str, replication: int = 1, group: dist.ProcessGroup | None = None,

@@ -30,6 +30,7 @@ the graph in, recorded by the shard (``HaloAdj.given_as``, :func:`~pyg_sparsecom
 from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
+from ..compat import message_arguments
 from .layer_adapters import forward_signature
 
 #: layers whose ``adj_t`` path drops the adjacency's values (see the module doc), by class name
@@ -43,7 +44,7 @@ def _drops_values(conv: MessagePassing) -> bool:
     if "EGConv" in names:  # only its "symnorm" aggregator reads the values (through gcn_norm)
         return "symnorm" not in getattr(conv, "aggregators", ())
     fused = type(conv).message_and_aggregate is not MessagePassing.message_and_aggregate
-    reads = {"edge_weight", "edge_type"} & set(conv._user_args)
+    reads = {"edge_weight", "edge_type"} & set(message_arguments(conv))
     return not fused and not reads
 
 

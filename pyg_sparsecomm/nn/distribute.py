@@ -7,6 +7,7 @@ from torch_geometric.nn import MessagePassing
 from ..algorithms.choice import compression_note, explain_table
 from ..algorithms.settings import check_settings
 from ..comm.halo_options import HaloOptions
+from ..compat import edge_update_arguments, message_arguments
 from ..cost import CostModel
 from . import degree_norm, gradient_sync, trim
 from .distributed_layer import DistributedSettings, attach
@@ -101,7 +102,7 @@ def refusal(module: torch.nn.Module) -> str | None:
         return (f"has flow={module.flow!r}; a rank holds the in-edges of its nodes, so only "
                 f"flow='source_to_target' can run distributed")
     if isinstance(module, MessagePassing):
-        for args in (module._user_args, module._edge_user_args):
+        for args in (message_arguments(module), edge_update_arguments(module)):
             both = sorted({a[:-2] for a in args if a.endswith("_j")} & set(args))
             if both:
                 return (f"reads {both[0]!r} both whole and at sources ('{both[0]}_j') in its message functions; "

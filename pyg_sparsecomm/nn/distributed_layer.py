@@ -47,9 +47,10 @@ from ..algorithms.settings import exchange_group
 from ..comm.exchanger import HaloExchanger
 from ..comm.group import world_size
 from ..comm.halo_options import EXACT, ExchangeSlots, HaloOptions
+from ..compat import edge_update_arguments, message_arguments
 from ..cost import CostModel
 from ..grid import process_grid
-from ..loader.sampled_adj import SampledAdj
+from ..sampling.sampled_adj import SampledAdj
 from . import shard_context
 from .adjacency_values import with_adjacency_values
 from .call_halos import CallHalos, attach_recorder
@@ -344,14 +345,14 @@ def _propagate(conv: MessagePassing, edge_index: Any, size: Any = None, **kwargs
     if state.applied_first:  # its Linear was replaced by its bias: only the SpMM path applies it first
         raise RuntimeError(f"{type(conv).__name__} propagated without 'x'; distribute() expected the linear "
                            f"aggregation of its {state.applied_first}")
-    return _exchange_then(conv, "propagate", conv._user_args, edge_index, size, kwargs, context)
+    return _exchange_then(conv, "propagate", message_arguments(conv), edge_index, size, kwargs, context)
 
 
 def _edge_updater(conv: MessagePassing, edge_index: Any, size: Any = None, **kwargs: Any) -> Any:
     context = _running(conv)
     if context is None:
         return _pyg(conv, "edge_updater")(edge_index, size=size, **kwargs)
-    return _exchange_then(conv, "edge_updater", conv._edge_user_args, edge_index, size, kwargs, context)
+    return _exchange_then(conv, "edge_updater", edge_update_arguments(conv), edge_index, size, kwargs, context)
 
 
 def _exchange_then(conv: MessagePassing, method: str, arg_names: list[str], edge_index: Any, size: Any,
