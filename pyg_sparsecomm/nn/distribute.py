@@ -8,64 +8,27 @@ from ..algorithms import ALGORITHMS
 from ..algorithms.base import check_options
 from ..algorithms.choice import compression_note, explain_table
 from ..comm.halo_options import HaloOptions
+from ..compat import edge_update_arguments, message_arguments
 from ..cost import CostModel
 from . import degree_norm, gradient_sync, trim
 from .distributed_layer import DistributedSettings, attach
-from .norms import convert_norm, refused_norm
+from .layer_rules import layer_rule
+from .norms import convert_norm
 
-#: layers that cannot be exact on a partitioned graph, by class name, with the reason
-REFUSED: dict[str, str] = {
-    "DynamicEdgeConv": "builds a k-nearest-neighbour graph from the features of all nodes",
-    "GravNetConv": "builds a k-nearest-neighbour graph from the features of all nodes",
-    "XConv": "builds a k-nearest-neighbour graph from the positions of all nodes",
-    "DirGNNConv": "also propagates along reversed edges (flow='target_to_source'), whose messages the "
-                  "owner of the target does not hold",
-    "GPSConv": "runs global attention over all nodes of the graph",
-    "HypergraphConv": "propagates over a node-hyperedge incidence, not a graph's edge_index",
-    "HeteroConv": "takes heterogeneous graphs (dicts of node and edge types)",
-    "HGTConv": "takes heterogeneous graphs (dicts of node and edge types)",
-    "HANConv": "takes heterogeneous graphs (dicts of node and edge types)",
-    "SignedConv": "takes two adjacencies (positive and negative edges)",
-    "SuperGATConv": "samples negative edges over the whole graph while training",
-    "WLConv": "numbers colours in the order it meets them, which differs between ranks",
-    "PANConv": "builds powers of the whole adjacency matrix (a torch_sparse path integral)",
-    "MeshCNNConv": "reads each mesh edge's four neighbours by their position in the global edge_index",
-    "CuGraphSAGEConv": "runs in cugraph-ops on the whole graph (CUDA only)",
-    "CuGraphGATConv": "runs in cugraph-ops on the whole graph (CUDA only)",
-    "CuGraphRGCNConv": "runs in cugraph-ops on the whole graph (CUDA only)",
-    "FusedGATConv": "runs in dgNN's fused CUDA kernel on the whole graph",
-}
 
-#: models and modules (not ``torch_geometric.nn.conv`` layers) that compute over all nodes, by class name
-REFUSED_MODULES: dict[str, str] = {
-    "SGFormer": "mixes every node with all nodes of the graph in its global attention (SGFormerAttention)",
-    "SGFormerAttention": "attends from every node to all nodes of the graph",
-    "Polynormer": "mixes every node with all nodes of the graph in its global attention (PolynormerAttention)",
-    "PolynormerAttention": "attends from every node to all nodes of the graph",
-    "PerformerAttention": "attends from every node to all nodes of the graph (kernelised attention)",
-    "TopKPooling": "keeps the top-scoring ratio of all nodes of the graph",
-    "SAGPooling": "keeps the top-scoring ratio of all nodes of the graph",
-    "ASAPooling": "keeps the top-scoring ratio of all nodes of the graph",
-    "PANPooling": "keeps the top-scoring ratio of all nodes of the graph",
-    "EdgePooling": "contracts edges chosen greedily over the whole graph",
-    "ClusterPooling": "contracts edges chosen over the whole graph",
-    "MemPooling": "soft-assigns all nodes of the graph to clusters",
-    "DMoNPooling": "soft-assigns all nodes of a dense graph to clusters",
-}
-
-#: modules that compute over all nodes unless a message passing layer holds them as its own
-#: aggregation: ``torch_geometric.nn.aggr.*`` (global pooling), ``torch.nn.MultiheadAttention``
-WHOLE_GRAPH_CHILDREN: dict[str, str] = {
-    "Aggregation": "pools over all nodes of the graph (global pooling: each rank would pool its own rows only)",
-    "MultiheadAttention": "attends from every node to all nodes of the graph",
-}
+def whole_graph_children() -> dict[type, str]:
+    """Modules that compute over all nodes unless a message passing layer holds them as its own
+    aggregation: ``torch_geometric.nn.aggr.*`` (global pooling), ``torch.nn.MultiheadAttention``."""
+    from torch_geometric.nn.aggr import Aggregation
+    return {Aggregation: "pools over all nodes of the graph (global pooling: each rank would pool its own rows only)",
+            torch.nn.MultiheadAttention: "attends from every node to all nodes of the graph"}
 
 
 def _whole_graph_child(module: torch.nn.Module) -> str | None:
     """Why a submodule of ``module`` computes over all nodes, or ``None``: an aggregation or
     attention module held (directly or through ``ModuleList``/``ModuleDict``/``Sequential``
     containers, which are judged with their holder) by a module that is neither a message passing
-    layer nor an aggregation."""
+    layer nor an aggregation (:func:`whole_graph_children`)."""
     from torch_geometric.nn.aggr import Aggregation
     containers = (torch.nn.ModuleList, torch.nn.ModuleDict, torch.nn.Sequential)
     if isinstance(module, (MessagePassing, Aggregation, *containers)):
@@ -76,33 +39,33 @@ def _whole_graph_child(module: torch.nn.Module) -> str | None:
         if isinstance(child, containers):
             children.extend((f"{name}.{key}", grandchild) for key, grandchild in child.named_children())
             continue
-        for cls in type(child).__mro__:
-            if cls.__name__ in WHOLE_GRAPH_CHILDREN:
-                return f"holds {type(child).__name__} ({name!r}), which {WHOLE_GRAPH_CHILDREN[cls.__name__]}"
+        for cls, reason in whole_graph_children().items():
+            if isinstance(child, cls):
+                return f"holds {type(child).__name__} ({name!r}), which {reason}"
     return None
 
 
 def refusal(module: torch.nn.Module) -> str | None:
-    """Why ``module`` cannot run exactly on a partitioned graph, or ``None``: a class named in
-    :data:`REFUSED` or :data:`REFUSED_MODULES` (or a subclass of one), a whole-graph norm
-    ``distribute`` does not reduce, a module holding a global pooling or attention module outside a
-    message passing layer (:data:`WHOLE_GRAPH_CHILDREN`), or a ``MessagePassing`` layer whose
-    messages flow ``target_to_source``.
+    """Why ``module`` cannot run exactly on a partitioned graph, or ``None``: its class's
+    :class:`~pyg_sparsecomm.nn.layer_rules.LayerRule` refuses it (a refused PyG class or a subclass
+    of one; a user's class of the same name is not), it holds a global pooling or attention module
+    outside a message passing layer (:func:`whole_graph_children`), or it is a ``MessagePassing``
+    layer whose messages flow ``target_to_source`` or that reads a source tensor both whole and at
+    sources.
+
+    Args:
+        module (torch.nn.Module): any module of the model.
 
     A functional global pooling inside a ``forward`` (``global_mean_pool(x, batch)``) cannot be
     seen here: under ``distribute()`` it pools each rank's rows only."""
-    for cls in type(module).__mro__:
-        reason = REFUSED.get(cls.__name__) or REFUSED_MODULES.get(cls.__name__)
-        if reason:
-            return reason
-    reason = refused_norm(module) or _whole_graph_child(module)
+    reason = layer_rule(type(module)).refused or _whole_graph_child(module)
     if reason:
         return reason
     if isinstance(module, MessagePassing) and module.flow != "source_to_target":
         return (f"has flow={module.flow!r}; a rank holds the in-edges of its nodes, so only "
                 f"flow='source_to_target' can run distributed")
     if isinstance(module, MessagePassing):
-        for args in (module._user_args, module._edge_user_args):
+        for args in (message_arguments(module), edge_update_arguments(module)):
             both = sorted({a[:-2] for a in args if a.endswith("_j")} & set(args))
             if both:
                 return (f"reads {both[0]!r} both whole and at sources ('{both[0]}_j') in its message functions; "
