@@ -92,3 +92,21 @@ def test_pyg_decomposition_keeps_gcn_values():
         plain = model(data.x, data.edge_index)
         _set(model, "decomposed_layers", 2)
         assert torch.allclose(model(data.x, data.edge_index), plain, atol=1e-6)
+
+
+def test_compat_picks_the_propagate_pyg_runs():
+    """``compat.pyg_propagate`` reads PyG's private ``_orig_propagate``: it must still be PyG's
+    generic ``propagate`` under decomposition and explanation, the generated one otherwise."""
+    from torch_geometric.nn import GATConv, GCNConv
+
+    from pyg_sparsecomm.compat import pyg_edge_updater, pyg_propagate
+    conv = GCNConv(4, 4)
+    assert pyg_propagate(conv).__func__ is type(conv).propagate
+    conv.decomposed_layers = 2
+    assert pyg_propagate(conv).__func__ is MessagePassing.propagate
+    assert conv.propagate.__func__ is MessagePassing.propagate  # what PyG's own setter installed
+    conv.decomposed_layers = 1
+    conv.explain = True
+    assert pyg_propagate(conv).__func__ is MessagePassing.propagate
+    gat = GATConv(4, 4)
+    assert pyg_edge_updater(gat).__func__ is type(gat).edge_updater

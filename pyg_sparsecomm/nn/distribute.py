@@ -1,4 +1,25 @@
-"""``distribute(model)``: any module of PyG layers, trained full-graph across processes."""
+r"""``distribute(model)``: any module of PyG layers, trained full-graph across processes.
+
+What happens to the model's modules, in place (classes of layers, parameters and ``state_dict``
+keys stay, as with ``torch.nn.SyncBatchNorm.convert_sync_batchnorm``):
+
+* every module is judged by its class's :class:`~pyg_sparsecomm.nn.layer_rules.LayerRule`
+  (found through the MRO): a refused one raises ``NotImplementedError`` naming it and why;
+* every ``MessagePassing`` layer keeps its class and code and gets hooks and two instance-level
+  overrides (:mod:`.distributed_layer`): on a shard it propagates over a local ``edge_index`` whose
+  sources are ``[owned | halo]`` columns, the tensors its messages read at sources completed with
+  halo rows after the layer's own transform, and an ``"spmm"`` aggregation runs as one distributed
+  SpMM by ``algorithm``.  The degree normalisations its PyG module calls (``gcn_norm``,
+  ``get_laplacian``) use global degrees (:mod:`.degree_norm`);
+* norms with whole-graph statistics (``torch.nn.BatchNorm1d``, PyG's ``InstanceNorm``,
+  ``GraphNorm``, ``LayerNorm``) get their rule's distributed class (``module.__class__`` is
+  swapped; parameters and buffers stay) and reduce their statistics over all ranks;
+* PyG's ``TrimToLayer`` modules also trim mini-batch adjacencies (:mod:`.trim`);
+* the model's parameters get the gradient synchronisation of :mod:`.gradient_sync`.
+
+Called without a ``HaloAdj``, and without a process group of more than one rank, every layer is
+plain PyG.
+"""
 
 import torch
 import torch.distributed as dist
@@ -74,72 +95,10 @@ def refusal(module: torch.nn.Module) -> str | None:
     return None
 
 
-def distribute(module: torch.nn.Module, algorithm: str = "1d", group: dist.ProcessGroup | None = None,
-               replication: int = 1, cost_model: CostModel | None = None, halo_precision: str | None = None,
-               halo_grad_precision: str | None = "same", staleness: int = 0,
-               stale_smoothing: float | None = None, broadcast: bool = True,
-               sync_gradients: bool = True) -> torch.nn.Module:
-    r"""Makes every PyG layer in ``module`` train full-graph on a rank's shard; returns ``module``.
-
-    Works in place, as ``torch.nn.SyncBatchNorm.convert_sync_batchnorm`` does: classes,
-    parameters and ``state_dict`` keys are unchanged, so a single-process checkpoint loads
-    before or after.  Call the model as before, with the shard's ``local.adj`` where it took
-    ``edge_index`` (and ``local.edge_weight`` / ``local.edge_attr``, which are in ``adj``'s
-    edge order, where it took those)::
-
-        model = distribute(GraphSAGE(in_channels, 64, num_layers=2, out_channels=c))
-        out = model(local.x, local.adj)
-
-    Every ``MessagePassing`` layer computes its owned rows exactly as on the whole graph:
-    the layer transforms its inputs first, then the tensors its messages read at sources
-    (``x_j``, ``alpha_j``, ...) are completed with halo rows in one all-to-allv (backward:
-    the reverse exchange), so bytes per row are the transformed widths.  A linear
-    aggregation (:math:`\sum_j w_{ji} x_j`, sum or mean) runs as one distributed SpMM by
-    ``algorithm``.  Degree normalisations (``gcn_norm``, ``get_laplacian``) use global
-    degrees.  Norms with whole-graph statistics (``BatchNorm``, graph-mode ``LayerNorm``,
-    ``GraphNorm``, ``InstanceNorm``) reduce them over all ranks.  Layers that cannot be
-    exact raise ``NotImplementedError`` here, naming the layer and the reason.  Without a
-    process group, or with one rank, and without a ``HaloAdj``, every layer is plain PyG.
-
-    Mini-batches of :class:`~pyg_sparsecomm.loader.DistributedNeighborLoader` run the same way
-    (``model(batch.x, batch.adj)``); a ``BasicGNN`` given ``num_sampled_nodes_per_hop=
-    batch.num_sampled_nodes, num_sampled_edges_per_hop=batch.num_sampled_edges`` trims each
-    layer to the hops it needs, its exchanges included (:func:`pyg_sparsecomm.loader.trim_to_layer`).
-
-    Args:
-        module: a PyG layer, a ``BasicGNN`` (``GCN``, ``GraphSAGE``, ``GIN``, ``GAT``, ...),
-            ``torch_geometric.nn.Sequential`` or any module holding them.
-        algorithm: SpMM algorithm of the linear aggregations (``"1d"``, ``"1d_overlap"``,
-            ``"1d_overlap_p2p"``, ``"oblivious"``, ``"auto"``, or with ``replication > 1``
-            ``"1.5d"`` / ``"1.5d_oblivious"``); other messages always use the 1D exchange.
-        group: process group of the 1D exchanges (default: the default group).
-        replication: ``c`` of the 1.5D layout (``shard(data, grid=process_grid(c))``).
-        cost_model: α and β for ``algorithm="auto"``.
-        halo_precision: wire format of every layer's halo rows: ``None`` (exact, the default),
-            ``"bf16"``, ``"fp16"``, ``"int8"`` or ``"int4"`` (see
-            :class:`~pyg_sparsecomm.comm.halo_options.HaloOptions`).
-        halo_grad_precision: wire format of the backward's halo gradients (``"same"``:
-            ``halo_precision``; ``None``: exact).
-        staleness: ``0`` (exact) or ``1``: every layer uses the previous training step's halo
-            rows and halo gradients, exchanged while this step computes (PipeGCN).
-        stale_smoothing: ``γ`` of the exponential smoothing of stale halos (``None``: off).
-        broadcast: copy rank 0's parameters and buffers to every rank now, as
-            ``DistributedDataParallel`` does, so ranks start identical without a seed.
-        sync_gradients: after every backward, ``p.grad`` holds the sum of the ranks' shares
-            (:mod:`~pyg_sparsecomm.nn.gradient_sync`: bucketed all-reduces overlapped with
-            backward, on a process group of their own); with the loss rule of
-            :func:`~pyg_sparsecomm.distributed_loss` that is the single-process gradient, and a
-            backward from a loss that did not go through it warns
-            (:class:`~pyg_sparsecomm.nn.gradient_sync.LossNormalisationWarning`).  Calling
-            :func:`~pyg_sparsecomm.sync_gradients` as well is harmless (it skips these
-            parameters).  ``False`` if another wrapper (``DistributedDataParallel``)
-            synchronises them; wrapping without it raises.
-
-    With a process group of more than one rank, every rank must call ``distribute`` on the same
-    model in the same order (the broadcast and the gradient synchronisation's process group are
-    collectives), after ``init_process_group`` (under ``torchrun`` it joins the job itself if the
-    script did not, :func:`~pyg_sparsecomm.runtime.join_job`).
-    """
+def _settings(algorithm: str, group: dist.ProcessGroup | None, replication: int, cost_model: CostModel | None,
+              halo_precision: str | None, halo_grad_precision: str | None, staleness: int,
+              stale_smoothing: float | None) -> DistributedSettings:
+    """The checked arguments of :func:`distribute`."""
     if algorithm != "auto" and algorithm not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {algorithm!r}; choose one of {sorted(ALGORITHMS) + ['auto']}")
     if not isinstance(replication, int) or replication < 1:
@@ -151,7 +110,55 @@ def distribute(module: torch.nn.Module, algorithm: str = "1d", group: dist.Proce
         raise ValueError("1.5D layouts run on the ProcessGrid of the default group; do not pass group=")
     options = HaloOptions.from_arguments(halo_precision, halo_grad_precision, staleness, stale_smoothing)
     check_options(algorithm, options.compression_only)
-    settings = DistributedSettings(algorithm, group, replication, cost_model or CostModel(), options)
+    return DistributedSettings(algorithm, group, replication, cost_model or CostModel(), options)
+
+
+def distribute(module: torch.nn.Module, algorithm: str = "1d", group: dist.ProcessGroup | None = None,
+               replication: int = 1, cost_model: CostModel | None = None, halo_precision: str | None = None,
+               halo_grad_precision: str | None = "same", staleness: int = 0,
+               stale_smoothing: float | None = None, broadcast: bool = True,
+               sync_gradients: bool = True) -> torch.nn.Module:
+    r"""Makes every PyG layer in ``module`` train full-graph on a rank's shard, in place
+    (see the module doc for what happens to each class); returns ``module``.
+
+    Call the model as before, with the shard's ``local.adj`` where it took ``edge_index``
+    (``local.edge_weight`` / ``local.edge_attr`` are in ``adj``'s edge order); a mini-batch of
+    :class:`~pyg_sparsecomm.loader.DistributedNeighborLoader` likewise (``batch.adj``)::
+
+        model = distribute(GraphSAGE(in_channels, 64, num_layers=2, out_channels=c))
+        out = model(local.x, local.adj)
+
+    Every rank calls it on the same model in the same order (it runs collectives).
+
+    Args:
+        module (torch.nn.Module): a PyG layer, a ``BasicGNN``, a ``torch_geometric.nn.Sequential``
+            or any module holding them.
+        algorithm (str, optional): SpMM algorithm of the ``"spmm"`` aggregations: ``"1d"``,
+            ``"1d_overlap"``, ``"1d_overlap_p2p"``, ``"oblivious"``, ``"auto"``, or with
+            ``replication > 1`` ``"1.5d"``/``"1.5d_oblivious"``. (default: ``"1d"``)
+        group (ProcessGroup, optional): group of the 1D exchanges. (default: the default group)
+        replication (int, optional): ``c`` of the 1.5D layout. (default: ``1``)
+        cost_model (CostModel, optional): α and β for ``algorithm="auto"``. (default: ``CostModel()``)
+        halo_precision (str, optional): wire format of the halo rows: ``None`` (exact),
+            ``"bf16"``, ``"fp16"``, ``"int8"`` or ``"int4"``. (default: ``None``)
+        halo_grad_precision (str, optional): wire format of the halo gradients (``"same"``:
+            ``halo_precision``; ``None``: exact). (default: ``"same"``)
+        staleness (int, optional): ``0`` (exact) or ``1``: the previous step's halo rows and
+            gradients, exchanged while this step computes. (default: ``0``)
+        stale_smoothing (float, optional): ``γ`` of the smoothing of stale halos. (default: ``None``)
+        broadcast (bool, optional): copy rank 0's parameters and buffers now. (default: ``True``)
+        sync_gradients (bool, optional): after every backward ``p.grad`` holds the sum of the
+            ranks' shares (the single-process gradient with
+            :func:`~pyg_sparsecomm.distributed_loss`); ``False`` if another wrapper
+            (``DistributedDataParallel``) synchronises them. (default: ``True``)
+
+    Shapes:
+        - **input:** the model's own inputs: node tensors with the shard's ``local.num_owned``
+          rows, ``local.adj`` in place of ``edge_index``
+        - **output:** the model's own outputs, for the owned rows
+    """
+    settings = _settings(algorithm, group, replication, cost_model, halo_precision, halo_grad_precision, staleness,
+                         stale_smoothing)
     for name, child in module.named_modules():
         reason = refusal(child)
         if reason:
