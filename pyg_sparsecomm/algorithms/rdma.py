@@ -31,7 +31,7 @@ from torch import Tensor
 
 from ..adj import HaloAdj
 from ..comm.counters import comm_counter
-from ..comm.halo_options import ExchangeSlots, HaloOptions
+from ..comm.exchanger import HaloExchanger
 from ..cost import CostModel, Prediction, RankVolumes, RowBytes
 from ..rdma import engine_cache
 from ..rdma.engine_cache import MAX_IDLE_ENGINES, Lease, collect, free_engines, set_backend
@@ -268,9 +268,8 @@ class RDMAStationaryC(SpMMAlgorithm):
     differentiates_edge_weights = False
     wire_element_size = 8  # H travels as float64 whatever the layer's dtype
 
-    def __init__(self, adj: HaloAdj, group: dist.ProcessGroup | None = None, grid: Any = None,
-                 options: HaloOptions | None = None, slots: ExchangeSlots | None = None) -> None:
-        super().__init__(adj, group, grid, options, slots)
+    def __init__(self, adj: HaloAdj, exchanger: HaloExchanger | None = None, grid: Any = None) -> None:
+        super().__init__(adj, exchanger, grid)
         be = engine_cache.backend(adj.rowptr.device)
         if (be.world_size, be.rank) != (adj.plan.world_size, adj.plan.rank):
             raise RuntimeError(f"algorithm='rdma' needs MPI ranks equal to the shard's ranks: MPI rank "

@@ -25,9 +25,8 @@ import torch
 import torch.distributed as dist
 from torch_geometric.nn import MessagePassing
 
-from ..algorithms import ALGORITHMS
-from ..algorithms.base import check_options
 from ..algorithms.choice import compression_note, explain_table
+from ..algorithms.settings import check_settings
 from ..comm.halo_options import HaloOptions
 from ..compat import edge_update_arguments, message_arguments
 from ..cost import CostModel
@@ -99,17 +98,8 @@ def _settings(algorithm: str, group: dist.ProcessGroup | None, replication: int,
               halo_precision: str | None, halo_grad_precision: str | None, staleness: int,
               stale_smoothing: float | None) -> DistributedSettings:
     """The checked arguments of :func:`distribute`."""
-    if algorithm != "auto" and algorithm not in ALGORITHMS:
-        raise ValueError(f"unknown algorithm {algorithm!r}; choose one of {sorted(ALGORITHMS) + ['auto']}")
-    if not isinstance(replication, int) or replication < 1:
-        raise ValueError(f"replication must be a positive integer, got {replication!r}")
-    if algorithm != "auto" and ALGORITHMS[algorithm].replicated != (replication > 1):
-        raise ValueError(f"algorithm={algorithm!r} needs replication "
-                         f"{'> 1' if ALGORITHMS[algorithm].replicated else '= 1'}, got {replication}")
-    if replication > 1 and group is not None:
-        raise ValueError("1.5D layouts run on the ProcessGrid of the default group; do not pass group=")
     options = HaloOptions.from_arguments(halo_precision, halo_grad_precision, staleness, stale_smoothing)
-    check_options(algorithm, options.compression_only)
+    check_settings(algorithm, replication, group, options.compression_only)
     return DistributedSettings(algorithm, group, replication, cost_model or CostModel(), options)
 
 

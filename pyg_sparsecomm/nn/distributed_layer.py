@@ -38,7 +38,9 @@ from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
 from ..adj import HaloAdj
-from ..algorithms.choice import CostRow, exchange_group
+from ..algorithms.choice import CostRow
+from ..algorithms.settings import exchange_group
+from ..comm.exchanger import HaloExchanger
 from ..comm.group import world_size
 from ..comm.halo_options import EXACT, ExchangeSlots, HaloOptions
 from ..cost import CostModel
@@ -97,6 +99,10 @@ class LayerState:
     def active(self) -> bool:
         return bool(self.entered) and self.entered[-1]
 
+    def exchanger(self, context: shard_context.ShardContext) -> HaloExchanger:
+        """The shard's exchanger under this layer's halo options and slots."""
+        return context.exchanger.bind(options=self.settings.halo_options, slots=self.exchange_slots)
+
 
 def attach(conv: MessagePassing, settings: DistributedSettings) -> None:
     """Makes ``conv`` run distributed when called with a ``HaloAdj`` (idempotent)."""
@@ -133,7 +139,8 @@ def _enter(conv: MessagePassing, args: tuple, kwargs: dict):
     _check_call(conv, state, args, kwargs, adj)
     settings = state.settings
     grid = process_grid(settings.replication) if settings.replication > 1 else None
-    context = shard_context.ShardContext(adj, exchange_group(adj, grid, settings.group), adj.edge_index())
+    exchanger = HaloExchanger(adj.plan, exchange_group(adj, grid, settings.group))
+    context = shard_context.ShardContext(adj, exchanger, adj.edge_index())
     _begin(state, conv, context)
     if isinstance(adj_at[0], int):
         args = args[:adj_at[0]] + (context.edge_index,) + args[adj_at[0] + 1:]

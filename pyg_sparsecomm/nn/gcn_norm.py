@@ -5,6 +5,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from ..adj import HaloAdj
+from ..comm.exchanger import HaloExchanger
 from . import degree_norm
 from .shard_context import ShardContext
 
@@ -31,7 +32,7 @@ def distributed_gcn_norm(adj: HaloAdj, edge_weight: Tensor | None = None, improv
         raise ValueError(f"edge_weight has shape {list(edge_weight.shape)} but the local adjacency has "
                          f"{adj.nnz} edges (pass weights in local.adj's edge order, e.g. local.edge_weight)")
     weight = edge_weight if edge_weight is not None else adj.value
-    context = ShardContext(adj, group, adj.edge_index())
+    context = ShardContext(adj, HaloExchanger(adj.plan, group), adj.edge_index())
     edge_index, value = degree_norm.gcn_norm(context, context.edge_index,
                                              None if weight is None else weight.to(dtype),
                                              adj.num_owned, improved, add_self_loops, dtype=dtype)

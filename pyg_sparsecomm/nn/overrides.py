@@ -126,14 +126,13 @@ def _linear_propagate(conv: MessagePassing, state: "LayerState", context: shard_
     adj = state.adjacency.aggregation(edge_index, weight, conv.aggr, context.adj, rows.dtype)
     settings = state.settings
     grid = process_grid(settings.replication) if settings.replication > 1 else None
+    exchanger = state.exchanger(context)
     if state.chosen_algorithm is None:
         learnable = adj.value is not None and adj.value.requires_grad
         state.chosen_algorithm, state.cost_report, state.exact_cost_report, state.sync_cost_report = \
-            choose_algorithm(adj, grid, rows.size(1), rows.element_size(), learnable, settings.cost_model,
-                             settings.group, settings.halo_options)
+            choose_algorithm(adj, exchanger, grid, rows.size(1), rows.element_size(), learnable, settings.cost_model)
     state.exchanged_width = (rows.size(1), rows.element_size())
-    spmm = make_algorithm(state.chosen_algorithm, adj, context.group if grid is None else None, grid,
-                          settings.halo_options, state.exchange_slots)
+    spmm = make_algorithm(state.chosen_algorithm, adj, exchanger, grid)
     rows = rows.contiguous()
     if type(spmm) is SparseAware1D and not rows.requires_grad:  # e.g. the input features: fetched once
         out = spmm.multiply(rows, state.static_halo.fetch("x", src, rows, context, depends_on))

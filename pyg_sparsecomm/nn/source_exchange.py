@@ -24,7 +24,6 @@ import torch
 from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
-from ..comm.wire import halo_exchange_many
 from ..compat import edge_update_arguments, message_arguments
 from . import shard_context
 from .linear_aggregation import from_node_rows, node_rows
@@ -134,8 +133,7 @@ def fetch_halos(conv: MessagePassing, sources: list[tuple[str, Tensor, Tensor, A
     if moving:
         tensors = [rows for _, _, rows in moving]
         state.exchanged_width = (sum(math.prod(r.shape[1:]) for r in tensors), tensors[0].element_size())
-        fetched = halo_exchange_many(tensors, context.plan, context.group, state.settings.halo_options,
-                                     state.exchange_slots, key)
+        fetched = state.exchanger(context).exchange_many(tensors, key)
         for (name, src, _), halo in zip(moving, fetched, strict=True):
             if name:
                 call.add(src, conv.node_dim, halo)
