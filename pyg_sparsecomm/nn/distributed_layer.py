@@ -126,7 +126,15 @@ def _is_graph_argument(value: Any) -> bool:
 
 @torch.compiler.disable
 def _enter(conv: MessagePassing, args: tuple, kwargs: dict):
-    """The forward pre-hook: on a shard, the local ``edge_index`` for the ``HaloAdj`` (see the module doc)."""
+    """The forward pre-hook (``with_kwargs=True``): on a shard, the call's ``(args, kwargs)`` with the
+    local ``edge_index`` for the ``HaloAdj``, ``adj``'s values, the rule's narrowing ``Linear``
+    applied first and the rule's adapter run (see the module doc); ``None`` for a plain PyG call.
+
+    Args:
+        conv (MessagePassing): the layer.
+        args (tuple): its positional arguments.
+        kwargs (dict): its keyword arguments.
+    """
     install_overrides(conv)  # PyG's explain / decomposed_layers setters assign conv.propagate
     state: LayerState = conv._sparsecomm
     adj_at = [k for k, v in list(enumerate(args)) + list(kwargs.items()) if isinstance(v, HaloAdj)]
@@ -232,6 +240,8 @@ def check_full_graph(options: HaloOptions, adj: HaloAdj) -> None:
 
 @torch.compiler.disable
 def _leave(conv: MessagePassing, args: tuple, output: Any) -> None:
+    """The forward hook (``always_call=True``: also when the forward raised): puts back the
+    ``Linear`` modules :func:`_move_linears_first` replaced and leaves the shard."""
     state: LayerState = conv._sparsecomm
     while state.swapped:
         container, key = state.swapped.pop()
