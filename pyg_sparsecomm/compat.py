@@ -37,6 +37,25 @@ def edge_update_arguments(conv: Any) -> list[str]:
         raise _missing("torch_geometric MessagePassing._edge_user_args", e) from e
 
 
+def pyg_propagate(conv: Any) -> Any:
+    """The ``propagate`` PyG itself runs for ``conv``, bound to it: the class's generated one, or its
+    generic ``MessagePassing.propagate`` (``_orig_propagate``) in explain mode or with
+    ``decomposed_layers > 1``, as PyG's setters of those choose."""
+    cls = type(conv)
+    try:
+        generic = conv.explain or conv.decomposed_layers > 1
+    except AttributeError as e:
+        raise _missing("torch_geometric MessagePassing.explain / decomposed_layers", e) from e
+    if generic and hasattr(cls, "_orig_propagate"):
+        return cls._orig_propagate.__get__(conv)
+    return cls.propagate.__get__(conv)
+
+
+def pyg_edge_updater(conv: Any) -> Any:
+    """The class's ``edge_updater`` (PyG's generated one, if any), bound to ``conv``."""
+    return type(conv).edge_updater.__get__(conv)
+
+
 def trim_to_layer_module() -> type:
     """PyG's ``TrimToLayer`` module class (``BasicGNN`` holds one), from a private module."""
     try:

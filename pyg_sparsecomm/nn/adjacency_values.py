@@ -32,16 +32,16 @@ from torch_geometric.nn import MessagePassing
 
 from ..compat import message_arguments
 from .layer_adapters import forward_signature
-
-#: layers whose ``adj_t`` path drops the adjacency's values (see the module doc), by class name
-VALUES_DROPPED = ("SAGEConv", "GINConv", "MFConv", "RGCNConv", "ClusterGCNConv")
+from .layer_rules import layer_rule
 
 
 def _drops_values(conv: MessagePassing) -> bool:
-    names = {cls.__name__ for cls in type(conv).__mro__}
-    if names & set(VALUES_DROPPED):
+    """Whether PyG's ``adj_t`` path of ``conv`` ignores the adjacency's values: its rule says so
+    (``LayerRule.drops_adj_values``), or nothing of it reads them."""
+    from torch_geometric.nn import EGConv
+    if layer_rule(type(conv)).drops_adj_values:
         return True
-    if "EGConv" in names:  # only its "symnorm" aggregator reads the values (through gcn_norm)
+    if isinstance(conv, EGConv):  # only its "symnorm" aggregator reads the values (through gcn_norm)
         return "symnorm" not in getattr(conv, "aggregators", ())
     fused = type(conv).message_and_aggregate is not MessagePassing.message_and_aggregate
     reads = {"edge_weight", "edge_type"} & set(message_arguments(conv))
