@@ -154,7 +154,7 @@ def _enter(conv: MessagePassing, args: tuple, kwargs: dict):
         args = args[:adj_at[0]] + (context.edge_index,) + args[adj_at[0] + 1:]
     else:
         kwargs = {**kwargs, adj_at[0]: context.edge_index}
-    args, kwargs = with_adjacency_values(conv, args, kwargs, adj.value)
+    args, kwargs = with_adjacency_values(conv, args, kwargs, adj)
     args, kwargs = _move_linears_first(conv, state, args, kwargs)
     return adapt(conv, args, kwargs, context)
 
@@ -173,7 +173,7 @@ def _enter_without_adjacency(conv: MessagePassing, state: LayerState, args: tupl
     if outer is not None:
         _begin(state, conv, outer)
         if any(v is outer.edge_index for v in list(args) + list(kwargs.values())):
-            return with_adjacency_values(conv, args, kwargs, outer.adj.value)
+            return with_adjacency_values(conv, args, kwargs, outer.adj)
         return None
     group = state.settings.group
     if world_size(group) > 1 and any(_is_graph_argument(v) for v in list(args) + list(kwargs.values())):

@@ -30,6 +30,7 @@ from ..algorithms.choice import choose_algorithm
 from ..compat import pyg_edge_updater, pyg_propagate
 from ..grid import process_grid
 from . import shard_context
+from .adjacency_values import torch_sparse_weights
 from .linear_aggregation import (
     aggregation_weights,
     edge_weighted_arg,
@@ -122,7 +123,7 @@ def _linear_propagate(conv: MessagePassing, state: "LayerState", context: shard_
         lin_weight = linear_weight(conv._modules[state.applied_first], "linear")
         rows, depends_on = F.linear(rows, lin_weight), (lin_weight,)
         moved = tuple(rows.shape)
-    weight = kwargs.get(weight_arg) if weight_arg else None
+    weight = kwargs.get(weight_arg) if weight_arg else torch_sparse_weights(conv, edge_index, context.adj)
     adj = state.adjacency.aggregation(edge_index, weight, conv.aggr, context.adj, rows.dtype)
     settings = state.settings
     grid = process_grid(settings.replication) if settings.replication > 1 else None
