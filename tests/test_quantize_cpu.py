@@ -60,7 +60,8 @@ def test_index_encodes_the_gathered_rows(monkeypatch, precision, compiled):
         _torch_ops(monkeypatch)
     x = _rows(50, 33, seed=3)
     index = torch.tensor([7, 0, 49, 7, 12, 3, 3, 5])
-    for rows in (x, x.t().contiguous().t(), x[:, :33], torch.cat([x, x], dim=1)[:, ::2]):  # strides (33, 1), (1, 50), ...
+    # row strides: contiguous, column-major, rows of a wider tensor, every other column
+    for rows in (x, x.t().contiguous().t(), torch.cat([x, x], dim=1)[:, :33], torch.cat([x, x], dim=1)[:, ::2]):
         gathered = encode(rows, precision, torch.Generator().manual_seed(2), index=index)
         assert torch.equal(gathered, encode(rows[index], precision, torch.Generator().manual_seed(2)))
     assert encode(x, precision, index=index[:0]).shape == (0, quantize.payload_row_bytes(33, precision))
@@ -92,7 +93,8 @@ def _fresh_build(monkeypatch, tmp_path, cxx=None):
         monkeypatch.setenv("CXX", cxx)
 
 
-@pytest.mark.parametrize("cxx, reason", [("/nonexistent/c++", "no C\\+\\+ compiler found"), ("false", "building it with .*false failed")])
+@pytest.mark.parametrize("cxx, reason", [("/nonexistent/c++", "no C\\+\\+ compiler found"),
+                                         ("false", "building it with .*false failed")])
 def test_without_a_compiler_one_warning_names_the_reason_and_the_bytes_stay(monkeypatch, tmp_path, cxx, reason):
     x = _rows(30, 64, seed=5)
     expected = {p: encode(x, p, torch.Generator().manual_seed(1)) for p in ("int8", "int4")}
