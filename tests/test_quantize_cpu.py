@@ -118,3 +118,24 @@ def test_the_build_is_cached_per_source(monkeypatch, tmp_path):
     monkeypatch.setattr(quantize_cpu, "_STATE", [None])  # a new process
     assert quantize_cpu.library() is not None
     assert [p.stat().st_mtime_ns for p in built] == [stamp]  # loaded, not rebuilt
+
+
+@pytest.mark.parametrize("precision", ["int8", "int4"])
+def test_payloads_split_over_threads_are_the_one_thread_payloads(monkeypatch, precision):
+    x = _rows(101, 64, seed=4)
+    index = torch.randint(0, 101, (77,), generator=torch.Generator().manual_seed(0))
+    one = encode(x, precision, torch.Generator().manual_seed(3), index=index)
+    decoded = decode(one, 64, precision)
+    threads = torch.get_num_threads()
+    monkeypatch.setattr(quantize_cpu, "PARALLEL_GRAIN", 64 * 10)  # 10 rows per thread at least
+    try:
+        torch.set_num_threads(3)
+        spans = []
+        run = quantize_cpu.in_threads
+        monkeypatch.setattr(quantize_cpu, "in_threads", lambda f, n, w: spans.append(n) or run(f, n, w))
+        assert torch.equal(encode(x, precision, torch.Generator().manual_seed(3), index=index), one)
+        assert torch.equal(decode(one, 64, precision), decoded)
+        assert torch.get_num_threads() == 3 and spans == [77, 77]
+        assert quantize_cpu._POOL[1] >= 3  # a pool of three threads did it
+    finally:
+        torch.set_num_threads(threads)
