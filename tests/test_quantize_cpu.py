@@ -86,6 +86,22 @@ def test_a_non_finite_row_is_refused_only_when_it_is_sent(precision):
         encode(y, precision)
 
 
+def test_the_baseline_build_is_bitwise_the_torch_ops_too(monkeypatch, tmp_path):
+    """The kernel built for the compiler's default target only (on x86-64 GCC the library holds an
+    AVX2 and a baseline clone; this machine runs the AVX2 one in the other tests)."""
+    x = _rows(40, 129, seed=8)
+    _torch_ops(monkeypatch)
+    reference = {p: encode(x, p, torch.Generator().manual_seed(4)) for p in ("int8", "int4")}
+    decoded = {p: decode(reference[p], 129, p) for p in reference}
+    monkeypatch.undo()
+    _fresh_build(monkeypatch, tmp_path)
+    monkeypatch.setattr(quantize_cpu, "FLAGS", [*quantize_cpu.FLAGS, "-DCODEC_NO_CLONES"])
+    assert quantize_cpu.library() is not None
+    for p in reference:
+        assert torch.equal(encode(x, p, torch.Generator().manual_seed(4)), reference[p])
+        assert torch.equal(decode(reference[p], 129, p).view(torch.int32), decoded[p].view(torch.int32))
+
+
 def _fresh_build(monkeypatch, tmp_path, cxx=None):
     monkeypatch.setattr(quantize_cpu, "_STATE", [None])
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))

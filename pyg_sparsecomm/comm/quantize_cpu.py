@@ -50,10 +50,16 @@ SOURCE = r"""
 #include <cstring>
 #include <vector>
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && !defined(CODEC_NO_CLONES)
 #define CODEC_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define CODEC_CLONES
+#endif
+// the helpers are inlined into each clone of the exported functions (compiled for its target)
+#if defined(__GNUC__)
+#define CODEC_INLINE inline __attribute__((always_inline))
+#else
+#define CODEC_INLINE inline
 #endif
 
 namespace {
@@ -84,8 +90,7 @@ constexpr int64_t kPrefetchRows = 4;
 struct Grid { uint16_t offset_bits, scale_bits; float offset, inv; bool finite; };
 
 // the row's minimum, maximum and whether all values are finite, in one vectorised pass
-CODEC_CLONES
-Grid row_grid(const float* x, int64_t width, float levels) {
+CODEC_INLINE Grid row_grid(const float* x, int64_t width, float levels) {
   const uint32_t* bits = reinterpret_cast<const uint32_t*>(x);
   int32_t low = order_key(bits[0]), high = low;
   uint32_t non_finite = 0;
@@ -109,9 +114,8 @@ Grid row_grid(const float* x, int64_t width, float levels) {
 }
 
 // the levels floor((v - o) / s + u) clamped to [0, L], u = (a_r ^ b_c + 2^15 + 1/2) 2^-16
-CODEC_CLONES
-void levels(const float* x, int64_t width, float offset, float inv, int16_t row_draw, const int16_t* column_draws,
-            float top, int32_t* out) {
+CODEC_INLINE void levels(const float* x, int64_t width, float offset, float inv, int16_t row_draw,
+                         const int16_t* column_draws, float top, int32_t* out) {
   for (int64_t c = 0; c < width; ++c) {
     float v = (x[c] - offset) * inv;
     v = v + static_cast<float>(static_cast<int16_t>(row_draw ^ column_draws[c])) * 0x1p-16f;
@@ -122,8 +126,7 @@ void levels(const float* x, int64_t width, float offset, float inv, int16_t row_
   }
 }
 
-CODEC_CLONES
-void pack(const int32_t* q, int64_t width, int bits, uint8_t* out) {
+CODEC_INLINE void pack(const int32_t* q, int64_t width, int bits, uint8_t* out) {
   if (bits == 8) {
     for (int64_t c = 0; c < width; ++c) out[c] = static_cast<uint8_t>(q[c]);
     return;
@@ -133,8 +136,7 @@ void pack(const int32_t* q, int64_t width, int bits, uint8_t* out) {
   if (width % 2) out[pairs] = static_cast<uint8_t>(q[width - 1]);
 }
 
-CODEC_CLONES
-void unpack_scale(const uint8_t* in, int64_t width, int bits, float scale, float offset, float* out) {
+CODEC_INLINE void unpack_scale(const uint8_t* in, int64_t width, int bits, float scale, float offset, float* out) {
   if (bits == 8) {
     for (int64_t c = 0; c < width; ++c) out[c] = static_cast<float>(in[c]) * scale + offset;
     return;
@@ -154,9 +156,9 @@ extern "C" {
 // Encodes rows x[index[i]] (index null: x[i]) of `width` float32 values (row stride x_stride) into
 // out[i] (4 header bytes: offset and scale as native-order bfloat16, then the packed levels).
 // Returns the number of rows whose range is not finite.
-int64_t codec_encode_f32(const float* x, int64_t x_stride, const int64_t* index, int64_t n, int64_t width,
-                         const int16_t* row_draws, const int16_t* column_draws, int bits, uint8_t* out,
-                         int64_t out_stride) {
+CODEC_CLONES int64_t codec_encode_f32(const float* x, int64_t x_stride, const int64_t* index, int64_t n,
+                                      int64_t width, const int16_t* row_draws, const int16_t* column_draws, int bits,
+                                      uint8_t* out, int64_t out_stride) {
   const float top = static_cast<float>((1 << bits) - 1);
   std::vector<int32_t> levels_of_row(width);
   int32_t* work = levels_of_row.data();
@@ -179,7 +181,8 @@ int64_t codec_encode_f32(const float* x, int64_t x_stride, const int64_t* index,
 }
 
 // The rows o + s q of a payload of codec_encode_f32 (row stride `stride` bytes) into out [n, width].
-void codec_decode_f32(const uint8_t* payload, int64_t stride, int64_t n, int64_t width, int bits, float* out) {
+CODEC_CLONES void codec_decode_f32(const uint8_t* payload, int64_t stride, int64_t n, int64_t width, int bits,
+                                   float* out) {
   for (int64_t i = 0; i < n; ++i) {
     const uint8_t* src = payload + i * stride;
     uint16_t offset_bits, scale_bits;
