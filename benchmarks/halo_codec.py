@@ -4,9 +4,9 @@ Encode and decode of float32 rows of width 64 and 256 per precision, today's cod
 codec of commit b62635a (before the compiled CPU pass of ``comm/quantize_cpu.py``: the integer
 formats coded by blocks of torch ops), loaded from ``git show`` into a temporary module.  Rows
 ``--rows`` at width 64 and the same bytes at width 256 (a quarter of the rows).  ``"int8 +
-gather"`` / ``"int4 + gather"``: encoding the rows to send, half of twice as many rows picked
-by an index (the exchange's ``x[send_index]``): ``encode(x, index=)`` now, ``index_select`` then
-encode before.  The two codecs are timed alternately, repetition by repetition, so they see the
+gather"`` / ``"int4 + gather"``: encoding the rows to send, a random half of twice as many rows
+picked by an ascending index (as the exchange's ``x[send_index]``): ``encode(x, index=)`` now,
+``index_select`` then encode before.  The two codecs are timed alternately, repetition by repetition, so they see the
 same machine state.  Median of ``--reps`` repetitions, 1 torch thread; GB/s counts the float32
 rows coded (``n * width * 4`` bytes) per second.  The load average is noted (the machine may be
 shared).
@@ -179,7 +179,7 @@ def main() -> None:
         n = n64 * 64 // width
         generator = torch.Generator().manual_seed(0)
         rows, many = torch.randn(n, width, generator=generator), torch.randn(2 * n, width, generator=generator)
-        index = torch.randperm(2 * n, generator=generator)[:n]
+        index = torch.randperm(2 * n, generator=generator)[:n].sort().values  # ascending, as a plan's send_index
         gigabytes = rows.numel() * 4 / 1e9
         for precision, gathered in CASES:
             t = measure(codecs, many, precision, args.reps, index) if gathered else \
@@ -197,8 +197,8 @@ def main() -> None:
     print(f"load average (1 min, highest of start and end): {load:.2f}")
     notes = (f"\nfloat32 rows, median of {args.reps} repetitions, 1 torch thread, timed alternately with the codec "
              f"of {BEFORE} (the torch ops); '+ gather': encoding rows picked by an index from twice as many "
-             f"(now in the encoding pass, before index_select first); ms and GB/s (float32 rows coded per second): "
-             f"medians of the wall time; CPU GB/s and speed-up: of the thread's CPU time, which the machine's "
+             f"(a random half, ascending; now in the encoding pass, before index_select first); ms and GB/s "
+             f"(float32 rows coded per second): medians of the wall time; CPU GB/s and speed-up: of the thread's CPU time, which the machine's "
              f"other load inflates less.  Load average (1 min) during the run: {load:.2f} on {os.cpu_count()} "
              f"cores.")
     write_table_section("halo_codec", "Halo codec speed (issues #16, #24)", "halo_codec.py", notes, headers, table)

@@ -87,30 +87,41 @@ inline float key_float(int32_t key) {
 // rows ahead of the encoder whose values a gathering encode prefetches
 constexpr int64_t kPrefetchRows = 4;
 
-struct Grid { uint16_t offset_bits, scale_bits; float offset, inv; bool finite; };
+// rows whose grids are computed together (vectorised across the rows: the divisions above all)
+constexpr int64_t kBlockRows = 64;
 
-// the row's minimum, maximum and whether all values are finite, in one vectorised pass
-CODEC_INLINE Grid row_grid(const float* x, int64_t width, float levels) {
+// the row's minimum and maximum (as order keys: exact, vectorised) and whether a value is not finite
+CODEC_INLINE void extremes(const float* x, int64_t width, float* lo, float* hi, uint32_t* non_finite) {
   const uint32_t* bits = reinterpret_cast<const uint32_t*>(x);
   int32_t low = order_key(bits[0]), high = low;
-  uint32_t non_finite = 0;
+  uint32_t bad = 0;
   for (int64_t c = 0; c < width; ++c) {
     int32_t key = order_key(bits[c]);
     low = key < low ? key : low;
     high = key > high ? key : high;
-    non_finite |= static_cast<uint32_t>((bits[c] & 0x7F800000u) == 0x7F800000u);
+    bad |= static_cast<uint32_t>((bits[c] & 0x7F800000u) == 0x7F800000u);
   }
-  // a zero extreme counts as +0 whichever zero the row holds (quantize.row_grid does the same)
-  float lo = key_float(low) + 0.0f, hi = key_float(high) + 0.0f;
-  float span = hi - lo;
-  Grid g;
-  g.finite = !non_finite && (float_bits(span) & 0x7F800000u) != 0x7F800000u;
-  g.offset_bits = bf16_bits(lo, true);
-  g.offset = bits_float(static_cast<uint32_t>(g.offset_bits) << 16);
-  g.scale_bits = bf16_bits((hi - g.offset) / levels, false);
-  float scale = bits_float(static_cast<uint32_t>(g.scale_bits) << 16);
-  g.inv = scale > 0.0f ? 1.0f / scale : 0.0f;
-  return g;
+  *lo = key_float(low);
+  *hi = key_float(high);
+  *non_finite = bad;
+}
+
+// per row of a block: the bfloat16 offset (minimum rounded down) and scale ((max - o) / L rounded
+// up), the inverse scale (0 for scale 0), and whether the range is finite (bad |= 1 otherwise)
+CODEC_INLINE void grids(int64_t m, const float* lo, const float* hi, float levels, uint16_t* offset_bits,
+                        uint16_t* scale_bits, float* offset, float* inv, uint32_t* bad) {
+  for (int64_t r = 0; r < m; ++r) {
+    // a zero extreme counts as +0 whichever zero the row holds (quantize.row_grid does the same)
+    float low = lo[r] + 0.0f, high = hi[r] + 0.0f;
+    bad[r] |= static_cast<uint32_t>((float_bits(high - low) & 0x7F800000u) == 0x7F800000u);
+    uint16_t o = bf16_bits(low, true);
+    offset_bits[r] = o;
+    offset[r] = bits_float(static_cast<uint32_t>(o) << 16);
+    uint16_t s = bf16_bits((high - offset[r]) / levels, false);
+    scale_bits[r] = s;
+    float scale = bits_float(static_cast<uint32_t>(s) << 16);
+    inv[r] = scale > 0.0f ? 1.0f / scale : 0.0f;
+  }
 }
 
 // the levels floor((v - o) / s + u) clamped to [0, L], u = (a_r ^ b_c + 2^15 + 1/2) 2^-16
@@ -162,22 +173,33 @@ CODEC_CLONES int64_t codec_encode_f32(const float* x, int64_t x_stride, const in
   const float top = static_cast<float>((1 << bits) - 1);
   std::vector<int32_t> levels_of_row(width);
   int32_t* work = levels_of_row.data();
-  int64_t bad = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    const float* row = x + (index ? index[i] : i) * x_stride;
-    uint8_t* dst = out + i * out_stride;
-    if (index && i + kPrefetchRows < n) {  // gathered rows: the hardware cannot guess the next ones
-      const char* next = reinterpret_cast<const char*>(x + index[i + kPrefetchRows] * x_stride);
-      for (int64_t b = 0; b < width * 4; b += 64) __builtin_prefetch(next + b);
+  float lo[kBlockRows], hi[kBlockRows], offset[kBlockRows], inv[kBlockRows];
+  uint16_t offset_bits[kBlockRows], scale_bits[kBlockRows];
+  uint32_t bad[kBlockRows];
+  int64_t bad_rows = 0;
+  auto row_at = [&](int64_t i) { return x + (index ? index[i] : i) * x_stride; };
+  for (int64_t start = 0; start < n; start += kBlockRows) {
+    int64_t m = n - start < kBlockRows ? n - start : kBlockRows;
+    for (int64_t r = 0; r < m; ++r) {
+      int64_t i = start + r;
+      if (index && i + kPrefetchRows < n) {  // gathered rows: the hardware cannot guess the next ones
+        const char* next = reinterpret_cast<const char*>(row_at(i + kPrefetchRows));
+        for (int64_t b = 0; b < width * 4; b += 64) __builtin_prefetch(next + b);
+      }
+      extremes(row_at(i), width, lo + r, hi + r, bad + r);
     }
-    Grid g = row_grid(row, width, top);
-    bad += !g.finite;
-    std::memcpy(dst, &g.offset_bits, 2);
-    std::memcpy(dst + 2, &g.scale_bits, 2);
-    levels(row, width, g.offset, g.inv, row_draws[i], column_draws, top, work);
-    pack(work, width, bits, dst + 4);
+    grids(m, lo, hi, top, offset_bits, scale_bits, offset, inv, bad);
+    for (int64_t r = 0; r < m; ++r) {
+      int64_t i = start + r;
+      uint8_t* dst = out + i * out_stride;
+      bad_rows += bad[r] != 0;
+      std::memcpy(dst, offset_bits + r, 2);
+      std::memcpy(dst + 2, scale_bits + r, 2);
+      levels(row_at(i), width, offset[r], inv[r], row_draws[i], column_draws, top, work);
+      pack(work, width, bits, dst + 4);
+    }
   }
-  return bad;
+  return bad_rows;
 }
 
 // The rows o + s q of a payload of codec_encode_f32 (row stride `stride` bytes) into out [n, width].
