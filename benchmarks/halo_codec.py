@@ -199,8 +199,8 @@ def main() -> None:
              f"of {BEFORE} (the torch ops); '+ gather': encoding rows picked by an index from twice as many "
              f"(a random half, ascending; now in the encoding pass, before index_select first); ms and GB/s "
              f"(float32 rows coded per second): medians of the wall time; CPU GB/s and speed-up: of the "
-             f"thread's CPU time, which the machine's other load inflates less.  Load average (1 min) during the run: {load:.2f} on {os.cpu_count()} "
-             f"cores.")
+             f"thread's CPU time, which the machine's other load inflates less.  Load average (1 min) during "
+             f"the run: {load:.2f} on {os.cpu_count()} cores.")
     write_table_section("halo_codec", "Halo codec speed (issues #16, #24)", "halo_codec.py", notes, headers, table)
 
 
