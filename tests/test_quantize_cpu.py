@@ -4,6 +4,8 @@
   rows, zero, constant, tiny and huge rows, rows whose extreme is a signed zero);
 * ``index`` encodes the gathered rows: bitwise ``encode(rows[index])`` on both paths, any row
   strides, an index out of range is an ``IndexError``, a non-finite row is refused only when sent;
+* payloads split over threads are the one-thread payloads; the baseline (non-AVX2) build codes
+  the same bytes too;
 * without a compiler (or when the build fails) one ``RuntimeWarning`` names the reason and the
   torch ops code the same bytes; the build is cached per source in ``$TORCH_EXTENSIONS_DIR``.
 """
