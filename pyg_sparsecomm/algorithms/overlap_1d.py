@@ -24,7 +24,7 @@ class _OverlappedSpMM(torch.autograd.Function):
         ctx.algo, ctx.x_dtype = algo, x.dtype
         plan, precision = algo.adj.plan, algo.options.precision
         compute, result = spmm_dtypes(algo.value_dtype, x.dtype)
-        send = encode_together(x.index_select(0, plan.send_index), precision, algo.group)
+        send = encode_together(x, precision, algo.group, plan.send_index)
         with comm_counter().timed(x.device):  # posting is communication time too (p2p posts one op per peer)
             recv, work = algo.start_exchange(send, plan.send_counts, plan.recv_counts, algo.group, "halo")
         out = csr_mm(algo.block("own", compute), x, result)  # while the halo rows travel

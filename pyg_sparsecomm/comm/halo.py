@@ -99,13 +99,14 @@ def all_to_all_rows(send: Tensor, send_counts: list[int], recv_counts: list[int]
     return recv
 
 
-def encode_together(rows: Tensor, precision: str | None, group) -> Tensor:
-    """``rows`` in their wire format; a compressed encoding that fails on one rank (a non-finite value,
-    fp16's range) raises its message on every rank, which agree with one one-element all-reduce (only
-    on compressed exchanges), instead of leaving the peers waiting in the exchange."""
+def encode_together(rows: Tensor, precision: str | None, group, index: Tensor | None = None) -> Tensor:
+    """``rows`` (``rows[index]``, gathered while encoding) in their wire format; a compressed encoding
+    that fails on one rank (a non-finite value, fp16's range) raises its message on every rank, which
+    agree with one one-element all-reduce (only on compressed exchanges), instead of leaving the peers
+    waiting in the exchange."""
     if precision is None:
-        return encode_rows(rows, precision)
-    return raise_together(lambda: encode_rows(rows, precision), f"the {precision} halo exchange", group,
+        return encode_rows(rows, precision, index)
+    return raise_together(lambda: encode_rows(rows, precision, index), f"the {precision} halo exchange", group,
                           flag_first=True)
 
 
@@ -113,7 +114,7 @@ def _to_halo(x: Tensor, exchanger: "HaloExchanger", precision: str | None = None
     """The forward exchange: the rows of ``x`` every peer needs, received as this rank's halo
     (travelling in ``precision``, :mod:`~pyg_sparsecomm.comm.quantize`; ``None``: exact)."""
     plan, group = exchanger.plan, exchanger.group
-    send = encode_together(x.index_select(0, plan.send_index), precision, group)
+    send = encode_together(x, precision, group, plan.send_index)
     return decode_rows(all_to_all_rows(send, plan.send_counts, plan.recv_counts, group, "halo"), x, precision)
 
 
