@@ -52,7 +52,7 @@ from ..loader.sampled_adj import SampledAdj
 from . import shard_context
 from .adjacency_values import with_adjacency_values
 from .call_halos import CallHalos, attach_recorder
-from .first_use import CheckedPlan, check_edge_arguments, check_first_call
+from .first_use import CheckedPlan, check_call
 from .layer_adapters import adapt, forward_signature
 from .linear_aggregation import (
     AdjacencyCache,
@@ -168,12 +168,9 @@ def _enter(conv: MessagePassing, args: tuple, kwargs: dict):
         raise ValueError(f"{type(conv).__name__} got {len(adj_at)} HaloAdj arguments; distribute() runs layers "
                          f"over one adjacency")
     adj: HaloAdj = args[adj_at[0]] if isinstance(adj_at[0], int) else kwargs[adj_at[0]]
-    if adj.is_minibatch or state.checked_plan.is_(adj.plan):
-        check_edge_arguments(conv, args, kwargs, adj)
-    else:  # the first call on this shard: checked on every rank at once (one all-gather)
-        one_d = settings.replication == 1  # 1.5D block rows: exchange_group checks them
-        state.cached_key = check_first_call(conv, args, kwargs, adj, state.cached_key, settings.group, one_d)
-        state.checked_plan.set(adj.plan)
+    # checked on every rank at once (a new shard: one all-gather; else two flags agreed on the host)
+    one_d = settings.replication == 1  # 1.5D block rows: exchange_group checks them
+    state.cached_key = check_call(conv, args, kwargs, adj, state.checked_plan, state.cached_key, settings.group, one_d)
     check_not_cached(conv, adj)
     check_full_graph(settings.halo_options, adj)
     grid = process_grid(settings.replication) if settings.replication > 1 else None
