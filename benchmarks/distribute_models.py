@@ -50,7 +50,6 @@ from torch_geometric.utils import coalesce, remove_self_loops, to_torch_csr_tens
 
 from pyg_sparsecomm import SparsityAwarePartitioner, comm_counter, distribute, distributed_loss, shard, sync_gradients
 from pyg_sparsecomm.testing import launch
-from pyg_sparsecomm.training import global_sum
 
 MODELS = {"GCN": GCN, "GraphSAGE": GraphSAGE, "GIN": GIN, "GAT": GAT}
 CSR_MODELS = ("GCN", "GraphSAGE", "GIN")        # convolutions that take a torch sparse adj_t
@@ -148,7 +147,7 @@ class Trainer:
             dist.all_reduce(load)
         foreign = max(0.0, float(load[0] - load[1])) / max(float(load[2]), 1e-9)
         return {"seconds": seconds, "comm": counter.seconds, "sent": counter.bytes_sent(),
-                "loss": float(global_sum(loss.detach())) if self.distributed else float(loss.detach()),
+                "loss": float(loss.detach()),
                 "foreign": foreign, "late": bool(load[3] > 0)}
 
     def pause_if_busy(self, e: dict) -> None:

@@ -152,7 +152,7 @@ def run(args, rank: int, world_size: int, device: torch.device = CPU, verbose: b
             pred = model(local.x, local.adj, local.n_id).argmax(dim=-1)
         accs = [global_accuracy(pred[m], local.y[m]) for m in (local.train_mask, local.val_mask,
                                                                  local.test_mask)]
-        total_loss = float(global_sum(loss))
+        total_loss = float(loss)                          # the whole-graph loss
         total_bytes = int(global_sum(torch.tensor(sent)))
         for key, value in zip(history, [total_loss, *accs, epoch_s, comm_s, total_bytes], strict=False):
             history[key].append(value)

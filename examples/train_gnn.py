@@ -78,7 +78,7 @@ def run(args, rank: int, world_size: int, device: torch.device = CPU, verbose: b
         with torch.no_grad():
             pred = model(local.x, local.adj).argmax(dim=-1)
         accs = [global_accuracy(pred[m], local.y[m]) for m in (local.train_mask, local.val_mask, local.test_mask)]
-        for key, value in zip(history, [float(global_sum(loss)), *accs, epoch_s, sent], strict=False):
+        for key, value in zip(history, [float(loss), *accs, epoch_s, sent], strict=False):
             history[key].append(value)
         if verbose and rank == 0 and (epoch % args.log_every == 0 or epoch == args.epochs):
             print(f"epoch {epoch:4d} loss {history['loss'][-1]:.4f} train {accs[0]:.3f} val {accs[1]:.3f} "

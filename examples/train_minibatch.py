@@ -99,7 +99,7 @@ def run(args, rank: int, world_size: int, device: torch.device = CPU, verbose: b
     for epoch in range(1, args.epochs + 1):
         counter.reset()
         model.train()
-        shares, seeds, sample_s = [], [], 0.0
+        losses, seeds, sample_s = [], [], 0.0
         t0 = t_prev = device_clock(device)
         for batch in loader:                                   # collective: every rank iterates together
             sample_s += time.perf_counter() - t_prev           # sampling + the batch's plan
@@ -112,11 +112,11 @@ def run(args, rank: int, world_size: int, device: torch.device = CPU, verbose: b
             loss.backward()
             sync_gradients(model)                                                          # <- distributed
             optimizer.step()
-            shares.append(loss.detach())                       # this rank's share of the batch's mean loss
+            losses.append(loss.detach())                       # the batch's mean loss over all its seeds
             seeds.append(batch.global_batch_size)
             t_prev = time.perf_counter()
         epoch_s = device_clock(device) - t0
-        batch_loss = global_sum(torch.stack(shares)).tolist()  # one all-reduce: every batch's loss
+        batch_loss = torch.stack(losses).tolist()              # one read of the device at the epoch's end
         halo = sum(counter.bytes_sent(k) for k in HALO_KINDS)
         sampled = sum(counter.bytes_sent(k) for k in SAMPLING_KINDS)
         halo, sampled = (int(v) for v in global_sum(torch.tensor([halo, sampled])))

@@ -12,7 +12,7 @@ exactly the single-process gradient::
     loss = distributed_loss(F.cross_entropy, out[local.train_mask], local.y[local.train_mask])
     loss.backward()                  # p.grad: the sum of the ranks' shares
     optimizer.step()
-    print(global_sum(loss))          # the whole-graph loss, same on every rank
+    print(float(loss))               # the whole-graph loss, same on every rank
 
 Every rank must run the same forward/backward (also a rank with no labelled
 rows): the exchanges are collectives.
@@ -29,8 +29,46 @@ from .comm.group import collective_device, global_rank, host_all_reduce, is_dist
 from .grad_registry import is_synced, mark_normalised
 
 
+class WholeGraphLoss(Tensor):
+    """What :func:`distributed_loss` returns: a tensor whose *value* is the whole graph's loss (the
+    same on every rank) and whose *gradient* flows into this rank's share only.
+
+    A marker type and nothing more: PyTorch keeps a subclass through ``detach()``, arithmetic
+    (``a + 0.5 * b``) and ``torch.stack``, so :func:`global_sum`, which would add the ranks'
+    equal values ``P`` times, can refuse it wherever it came from."""
+
+
+class _WholeGraphValue(torch.autograd.Function):
+    r"""Forward: :math:`\sum_r L_r`, the ranks' detached shares all-reduced on the group's collective
+    device (no host synchronisation); backward: the gradient passes to this rank's share
+    :math:`L_r` unchanged, so the ranks' parameter gradients still sum to the single-process one."""
+
+    @staticmethod
+    def forward(ctx, share: Tensor, group: dist.ProcessGroup | None) -> Tensor:
+        whole = share.detach().clone()
+        if is_distributed(group):
+            reduced = whole.to(collective_device(group) or whole.device)
+            check_devices("distributed_loss", group, reduced)
+            dist.all_reduce(reduced, op=dist.ReduceOp.SUM, group=group)
+            whole = reduced.to(share.device)
+        return whole
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        return grad, None
+
+
 def global_sum(value, group: dist.ProcessGroup | None = None) -> Tensor:
-    """Sum of a (detached) scalar or tensor over all ranks (returned on the input's device)."""
+    """Sum of a (detached) scalar or tensor over all ranks (returned on the input's device).
+
+    Raises:
+        TypeError: for a :func:`distributed_loss` result (or anything computed from one), which
+            already holds the whole-graph value: summing it would give ``P`` times the loss.
+    """
+    if isinstance(value, WholeGraphLoss):
+        raise TypeError("global_sum: distributed_loss already returns the whole-graph loss (the same on every "
+                        "rank, no longer this rank's share): use float(loss) instead of global_sum(loss), "
+                        "which would add it up once per rank")
     t = torch.as_tensor(value.detach() if isinstance(value, Tensor) else value).clone()
     return all_reduce_value(t, dist.ReduceOp.SUM, group, "global_sum")
 
@@ -48,16 +86,19 @@ def global_count(mask_or_count, group: dist.ProcessGroup | None = None) -> int:
 
 
 def distributed_loss(loss_fn: Callable[..., Tensor], input: Tensor, target: Tensor,
-                     group: dist.ProcessGroup | None = None, **kwargs) -> Tensor:
-    r"""``loss_fn(..., reduction='sum')`` on the local rows divided by the global row count.
+                     group: dist.ProcessGroup | None = None, **kwargs) -> WholeGraphLoss:
+    r"""The whole-graph loss, whose gradient is this rank's share of the single-process gradient.
 
     .. math::
         L_r = \frac{1}{\sum_s n_s} \sum_{i \in \text{rows}_r} \ell(x_i, y_i), \qquad
-        \sum_r L_r = \text{the single-process mean loss},
+        L = \sum_r L_r = \text{the single-process mean loss}.
 
-    so the summed gradient shares are the single-process gradient.  A plain ``loss_fn(...)``
-    (a local *mean*) would make them about ``P`` times too large: a ``distribute()``d model
-    warns when backward does not pass through this function's result.
+    The returned value is :math:`L` on every rank (``float(loss)`` prints the single-process
+    loss; no :func:`global_sum`), its gradient :math:`\partial L_r`: the ranks' summed gradient
+    shares are the single-process gradient.  Losses combine as usual (``a + 0.5 * b``: value
+    and gradient both right).  A plain ``loss_fn(...)`` (a local *mean*) would make the
+    gradients about ``P`` times too large: a ``distribute()``d model warns when backward does not
+    pass through this function's result.
 
     Args:
         loss_fn: a PyTorch loss taking ``reduction=`` (``F.cross_entropy``, ``F.nll_loss``, ...).
@@ -66,11 +107,16 @@ def distributed_loss(loss_fn: Callable[..., Tensor], input: Tensor, target: Tens
         group: the ranks the rows are spread over (default: all).
         **kwargs: passed to ``loss_fn`` (``weight=``, ``label_smoothing=``, ...).
 
-    The count is agreed per call on the host (one integer all-reduce, no device synchronisation),
-    not cached: with mini-batches a peer's row count changes while this rank's may not.
+    Returns:
+        a scalar :class:`WholeGraphLoss` (a :class:`~torch.Tensor`).
+
+    Two collectives per call: the count is agreed on the host (one integer all-reduce, no device
+    synchronisation), not cached, since with mini-batches a peer's row count changes while this
+    rank's may not; the value is all-reduced on the group's device, without waiting for it.
     """
     count = global_count(input.size(0), group)
-    return mark_normalised(loss_fn(input, target, reduction="sum", **kwargs) / max(count, 1))
+    share = mark_normalised(loss_fn(input, target, reduction="sum", **kwargs) / max(count, 1))
+    return _WholeGraphValue.apply(share, group).as_subclass(WholeGraphLoss)
 
 
 def sync_gradients(module: torch.nn.Module, group: dist.ProcessGroup | None = None) -> None:

@@ -17,9 +17,9 @@ from pyg_sparsecomm.testing import launch
 
 PORTING = Path(__file__).resolve().parents[1] / "examples" / "porting"
 #: lines added / removed by a port (``diff single.py distributed.py``): the import, the dataset
-#: (rank_zero_first), partition_and_shard, distribute, distributed_loss, global_sum (the printed
-#: loss) and global_accuracy; the import is the only line without a counterpart
-ADDED, REMOVED = 7, 6
+#: (rank_zero_first), partition_and_shard, distribute, distributed_loss and global_accuracy; the
+#: import is the only line without a counterpart (``float(loss)`` stays: issue 23 allows 6)
+ADDED, REMOVED = 6, 5
 PAIRS = {
     "gcn": ["--epochs", "12", "--dropout", "0"],
     "gat": ["--epochs", "8", "--dropout", "0", "--heads", "2"],

@@ -218,7 +218,7 @@ def _train(local, model, epochs=40):
         loss.backward()
         sync_gradients(model)
         opt.step()
-        losses.append(float(global_sum(loss)))
+        losses.append(float(loss))
     correct = (model(local.x, local.adj).argmax(1) == local.y)[local.test_mask]
     return losses, float(global_sum(correct.sum())) / float(global_sum(local.test_mask.sum()))
 

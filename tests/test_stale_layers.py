@@ -18,7 +18,6 @@ from pyg_sparsecomm import (
     comm_counter,
     distribute,
     distributed_loss,
-    global_sum,
     shard,
     sync_gradients,
 )
@@ -67,7 +66,7 @@ def _train(model, local, edge_weight):
         loss = distributed_loss(Fn.cross_entropy, out[local.train_mask], local.y[local.train_mask])
         loss.backward()
         sync_gradients(model)
-        steps.append({"loss": float(global_sum(loss)), "out": out.detach(),
+        steps.append({"loss": float(loss), "out": out.detach(),
                       "grads": {k: p.grad.clone() for k, p in model.named_parameters()},
                       "bytes": (counter.bytes_sent("halo"), counter.bytes_sent("halo_grad"))})
         opt.step()

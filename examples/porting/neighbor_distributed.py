@@ -42,7 +42,7 @@ def train():
         loss.backward()
         optimizer.step()
         total_loss += loss.item()
-    return float(psc.global_sum(total_loss)) / len(train_loader)
+    return total_loss / len(train_loader)
 
 
 @torch.no_grad()

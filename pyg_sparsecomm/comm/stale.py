@@ -38,7 +38,7 @@ from torch import Tensor
 
 from ..plan import RankPlan
 from .counters import Stopwatch, comm_counter
-from .group import dedicated_group
+from .group import dedicated_group, raise_together
 from .halo import halo_exchange, start_all_to_all_rows
 from .quantize import decode_rows, encode_rows
 
@@ -133,12 +133,15 @@ class _Pipe:
     r"""One direction of a pipelined exchange: the value of step :math:`t` is what was sent at
     step :math:`t - 1` (smoothed), while this step's rows travel.
 
-    Step 0 exchanges synchronously and its result serves steps 0 and 1.
+    Step 0 exchanges synchronously and its result serves steps 0 and 1.  A compressed encoding
+    that fails on one rank raises on every rank (agreed on ``agree_group``, the exchange's own
+    group: the pipeline's group may hold exchanges in flight, behind which an agreement would wait).
     """
 
     def __init__(self, codec: RowCodec, gamma: float, kind: str, start: StartExchange,
-                 pipe_group: dist.ProcessGroup) -> None:
+                 pipe_group: dist.ProcessGroup, agree_group: dist.ProcessGroup | None = None) -> None:
         self.codec, self.gamma, self.kind, self.start, self.pipe_group = codec, gamma, kind, start, pipe_group
+        self.agree_group = agree_group  # encode failures are agreed here: exchanges may be in flight on pipe_group
         self.value: Tensor | None = None
         self.pending: _Pending | None = None
         self.steps = 0
@@ -158,9 +161,15 @@ class _Pipe:
     def _start(self, rows: Tensor, send_counts: list[int], recv_counts: list[int]) -> _Pending:
         # posting is communication time the step cannot hide
         with PIPELINE_SECONDS.posting.measure(rows.device), comm_counter().timed(rows.device):
-            recv, work = self.start(self.codec.encode(rows.contiguous()), send_counts, recv_counts,
+            recv, work = self.start(self._encode(rows.contiguous()), send_counts, recv_counts,
                                     self.pipe_group, self.kind)
         return _Pending(recv, work, rows.new_empty((0,) + tuple(rows.shape[1:])))
+
+    def _encode(self, rows: Tensor) -> Tensor:
+        if self.codec is IDENTITY:  # nothing can fail: no agreement
+            return rows
+        return raise_together(lambda: self.codec.encode(rows), f"the stale {self.kind} exchange", self.agree_group,
+                              flag_first=True)  # one one-element host all-reduce
 
     def _received(self, pending: _Pending) -> Tensor:
         return self.codec.decode(pending.wait(), pending.like)
@@ -190,8 +199,8 @@ class StaleHalo:
         self.pipe_group = pipeline_group(self.group)
         codec, grad_codec = payload_codecs(exchanger.options)
         gamma = float(exchanger.options.stale_smoothing or 0.0)
-        self.rows = _Pipe(codec, gamma, "halo", start, self.pipe_group)
-        self.grads = _Pipe(grad_codec, gamma, "halo_grad", start, self.pipe_group)
+        self.rows = _Pipe(codec, gamma, "halo", start, self.pipe_group, self.group)
+        self.grads = _Pipe(grad_codec, gamma, "halo_grad", start, self.pipe_group, self.group)
         self.row_shape: tuple[tuple[int, ...], torch.dtype] | None = None
 
     def check(self, x: Tensor, exchanger: "HaloExchanger", start: StartExchange = start_all_to_all_rows) -> None:

@@ -54,9 +54,15 @@ class DistributedNeighborLoader(DistributedLoader):
         prefetch: batches sampled ahead on a background thread while the current one trains
             (:mod:`~.prefetch`; its exchanges use a process group of their own, made here);
             ``0``: sample in the iterating thread.  Default 1, or PyG's ``num_workers``.
+        drop_last: PyG's meaning over global batches: every batch holds exactly ``batch_size``
+            seeds over all ranks (a rank's share still varies), ``len(loader)`` is
+            ``len(loader.dataset) // batch_size`` and the ``len(loader.dataset) % batch_size``
+            seeds left over are not drawn that epoch (others each epoch with ``shuffle``, the
+            same ones without; :class:`~.sampling.NeighborSampling`).  Without it, a batch holds
+            ``batch_size`` seeds on average.
         **pyg_options: PyG ``NeighborLoader`` keywords (``num_workers``, ``persistent_workers``,
-            ``replace``, ``disjoint``, ``drop_last``, ...): taken where they mean the same, else
-            refused by name with the reason (:mod:`~.pyg_options`).
+            ``replace``, ``disjoint``, ...): taken where they mean the same, else refused by
+            name with the reason (:mod:`~.pyg_options`).
     """
 
     sampling: NeighborSampling
@@ -64,7 +70,7 @@ class DistributedNeighborLoader(DistributedLoader):
     def __init__(self, local: Data, num_neighbors: Sequence[int], batch_size: int = 1,
                  input_nodes: Tensor | None = None, shuffle: bool | None = False, seed: int = 0,
                  group: dist.ProcessGroup | None = None, transform: Callable[[Data], Data] | None = None,
-                 prefetch: int | None = None, **pyg_options: Any) -> None:
+                 prefetch: int | None = None, drop_last: bool = False, **pyg_options: Any) -> None:
         if isinstance(num_neighbors, dict):
             raise ValueError("num_neighbors is a dict (per edge type, heterogeneous graphs), which the distributed "
                              "loaders do not support: pass one list of fanouts, one per hop")
@@ -72,14 +78,15 @@ class DistributedNeighborLoader(DistributedLoader):
             raise ValueError(f"num_neighbors must be a list of fanouts, one per hop (e.g. [10, 5]), "
                              f"got {num_neighbors!r}")
         sampling = NeighborSampling(batch_size=batch_size, shuffle=bool(shuffle), seed=seed,
-                                    num_neighbors=tuple(num_neighbors))
+                                    num_neighbors=tuple(num_neighbors), drop_last=bool(drop_last))
         super().__init__(local, sampling, input_nodes, group, transform, prefetch, pyg_options)
         self.input_rows = torch.nonzero(self.input_mask).view(-1)
         self.num_batches = sampling.num_batches(len(self.dataset))
 
     def _batches(self, epoch: int, global_seeds: Tensor) -> Iterator[Data]:
         n_id = self.adj.plan.n_id
-        seed_batch = self.sampling.batch_of(epoch, n_id[self.input_rows], self.num_batches)
+        seeds = torch.arange(self.num_nodes) if self.global_seeds is None else self.global_seeds
+        seed_batch = self.sampling.batch_of(epoch, n_id[self.input_rows], self.num_batches, seeds)
         for b in range(self.num_batches):
             if global_seeds[b] == 0:
                 continue

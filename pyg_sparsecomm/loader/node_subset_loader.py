@@ -36,6 +36,9 @@ class DistributedNodeSubsetLoader(DistributedLoader):
         transform: a function applied to every batch (as PyG loaders' ``transform``).
         prefetch: batches prepared ahead on a background thread (``0``: none), as in
             :class:`~.neighbor_loader.DistributedNeighborLoader`.
+        drop_last: PyG's default ``False`` only: a batch is a random set of about ``batch_size``
+            nodes, so there is no short last batch to drop (``DistributedNeighborLoader`` takes
+            ``drop_last=True``).
         **pyg_options: PyG loader keywords, as in :class:`~.neighbor_loader.DistributedNeighborLoader`.
     """
 
@@ -44,7 +47,12 @@ class DistributedNodeSubsetLoader(DistributedLoader):
     def __init__(self, local: Data, batch_size: int = 1, input_nodes: Tensor | None = None,
                  shuffle: bool | None = False, seed: int = 0, group: dist.ProcessGroup | None = None,
                  transform: Callable[[Data], Data] | None = None, prefetch: int | None = None,
-                 **pyg_options: Any) -> None:
+                 drop_last: bool = False, **pyg_options: Any) -> None:
+        if drop_last:
+            raise ValueError("DistributedNodeSubsetLoader(drop_last=True) is not supported: a batch is a random set "
+                             "of about batch_size nodes (each node falls in one by a hash of its id), so there is no "
+                             "short last batch to drop; DistributedNeighborLoader takes drop_last=True (exactly "
+                             "batch_size seeds per batch)")
         sampling = NodeSubsetSampling(batch_size=batch_size, shuffle=bool(shuffle), seed=seed)
         self.num_batches = sampling.num_batches(int(local.global_num_nodes))
         super().__init__(local, sampling, input_nodes, group, transform, prefetch, pyg_options)

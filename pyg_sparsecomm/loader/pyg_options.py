@@ -3,7 +3,7 @@ read by the distributed loaders: each keyword that means the same here is taken,
 are refused by name with the reason.
 
 * ``batch_size``, ``shuffle``, ``input_nodes``, ``num_neighbors``, ``transform`` are the
-  loaders' own arguments;
+  loaders' own arguments, and so is ``drop_last`` (``DistributedNodeSubsetLoader`` refuses ``True``);
 * ``num_workers`` (times ``prefetch_factor``, if given) is the number of batches sampled ahead
   (``prefetch``): one background thread does it, whatever the number -- a batch's sampling
   needs collectives with the other ranks in a fixed order, which worker processes could not
@@ -52,10 +52,6 @@ DEFAULT_ONLY: dict[str, tuple[Any, str]] = {
     "generator": (None, "every rank must draw the same batches: pass seed= (an int) instead of a generator"),
     "collate_fn": (None, "a batch is built by collectives, not collated; use transform="),
     "worker_init_fn": (None, "no worker process is started"),
-    "drop_last": (False, "seeds fall into batches at random (about batch_size each: each rank finds its own "
-                         "seeds' batches without communication), so there is no short last batch to drop, and a "
-                         "rank's share of a batch varies anyway; score out[:batch.batch_size], which has one row "
-                         "per seed of this rank (0 or 1 included)"),
     "timeout": (0, "a stalled or dead peer surfaces after the process group's timeout "
                    "(init_process_group(timeout=...) / init_distributed(timeout=...))"),
     "input_id": (None, "batch.n_id holds the global ids of the batch's rows"),

@@ -107,6 +107,8 @@ def seeds_per_batch(sampling: NeighborSampling | NodeSubsetSampling, epoch: int,
                     num_nodes: int, num_batches: int) -> Tensor:
     """``[num_batches]`` seeds of every batch of ``epoch`` over all ranks, from the global ``seeds``
     (``None``: every node), without communication."""
+    if getattr(sampling, "drop_last", False):   # exactly batch_size each, by construction
+        return torch.full((num_batches,), sampling.batch_size, dtype=torch.long)
     counts = torch.zeros(num_batches, dtype=torch.long)
     total = num_nodes if seeds is None else seeds.numel()
     for start in range(0, total, _CHUNK):

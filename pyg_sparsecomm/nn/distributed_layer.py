@@ -49,7 +49,7 @@ from ..sampling.sampled_adj import SampledAdj
 from . import shard_context
 from .adjacency_values import with_adjacency_values
 from .call_halos import CallHalos, attach_recorder
-from .first_use import CheckedPlan, check_edge_arguments, check_first_call
+from .first_use import CheckedPlan, check_call
 from .layer_adapters import adapt, forward_signature
 from .linear_aggregation import (
     AdjacencyCache,
@@ -185,17 +185,15 @@ def _enter_without_adjacency(conv: MessagePassing, state: LayerState, args: tupl
 
 
 def _check_call(conv: MessagePassing, state: LayerState, args: tuple, kwargs: dict, adj: HaloAdj) -> None:
-    """The checks of a call on a shard; the first on a shard checks every rank at once (one all-gather)."""
+    """The checks of a call on a shard, agreed by every rank (:func:`~.first_use.check_call`)."""
     if getattr(conv, "explain", False):
         raise ValueError(f"{type(conv).__name__} is in explain mode (set by PyG's Explainer), whose edge masks "
                          f"cover the whole graph's edges; a shard's layer cannot apply them: explain on one process "
                          f"with the whole graph, or set conv.explain = False")
-    if adj.is_minibatch or state.checked_plan.is_(adj.plan):
-        check_edge_arguments(conv, args, kwargs, adj)
-    else:
-        one_d = state.settings.replication == 1  # 1.5D block rows: exchange_group checks them
-        state.cached_key = check_first_call(conv, args, kwargs, adj, state.cached_key, state.settings.group, one_d)
-        state.checked_plan.set(adj.plan)
+    # checked on every rank at once (a new shard: one all-gather; else two flags agreed on the host)
+    one_d = state.settings.replication == 1  # 1.5D block rows: exchange_group checks them
+    state.cached_key = check_call(conv, args, kwargs, adj, state.checked_plan, state.cached_key,
+                                  state.settings.group, one_d)
     check_not_cached(conv, adj)
     check_full_graph(state.settings.halo_options, adj)
 

@@ -13,9 +13,16 @@ some ranks and a silently wrong result on others.  The first call of a layer on 
   layer on another adjacency),
 
 and every rank derives the same verdict from the same gathered list, so every rank raises the
-same ``ValueError`` naming the problem, the ranks and the fix.  Later calls on the same plan cost
-a Python identity comparison: nothing on the per-step path.  Rank ``s`` sends rank ``r`` exactly the
-rows ``r`` expects iff the digests of the ids ``s`` sends to ``r`` and ``r`` receives from ``s`` agree.
+same ``ValueError`` naming the problem, the ranks and the fix.  Rank ``s`` sends rank ``r`` exactly
+the rows ``r`` expects iff the digests of the ids ``s`` sends to ``r`` and ``r`` receives from ``s`` agree.
+
+Later calls (:func:`check_call`) run this rank's cheap checks (edge arguments, rows of ``x``) and
+agree on two flags with one host all-reduce (a few integers over gloo, no device wait): *some rank
+met a new shard* (then every rank runs the first-use check above, so a shard of another partition
+passed on one rank at step 5 is the same error on every rank, not a mismatched collective) and
+*some rank's check failed* (then every rank raises every failing rank's message).  Without the
+flags the peers of a rank that raised would wait in the layer's exchange until it dies ("Connection
+closed by peer").  Its cost per call is in ``benchmarks/RESULTS.md`` (``agreement_cost.py``).
 """
 import hashlib
 import weakref
@@ -27,7 +34,7 @@ from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
 from ..adj import HaloAdj
-from ..comm.group import is_distributed, rank, world_size
+from ..comm.group import host_all_reduce, is_distributed, raise_together, rank, world_size
 from ..plan import RankPlan
 from .layer_adapters import forward_signature
 
@@ -218,3 +225,55 @@ def check_first_call(conv: MessagePassing, args: tuple, kwargs: dict, adj: HaloA
 
     check_first_use(type(conv).__name__, adj, x, local_checks, group, collective)
     return key[0]
+
+
+def check_call(conv: MessagePassing, args: tuple, kwargs: dict, adj: HaloAdj, checked: CheckedPlan,
+               cached_key: tuple | None, group: dist.ProcessGroup | None, collective: bool = True) -> tuple | None:
+    """The checks of every call of a distributed layer, agreed over ``group`` (see the module doc).
+
+    Args:
+        conv, args, kwargs: the layer and its call.
+        adj: the shard's (or a mini-batch's) adjacency of the call.
+        checked: the plan the first-use check passed on; set to ``adj``'s when it runs and passes.
+        cached_key: the shard a ``cached=True`` layer's cache holds (:func:`check_cache`).
+        group: the process group of the layer's exchanges.
+        collective: ``False``: this rank's checks only (1.5D layouts, whose shards ``exchange_group`` checks).
+
+    Returns:
+        the key of the shard a ``cached=True`` layer now holds.
+
+    Raises:
+        ValueError: on every rank, if a check failed on any rank.
+    """
+    new = not adj.is_minibatch and not checked.is_(adj.plan)
+    if not collective or not is_distributed(group) or world_size(group) == 1:
+        if new:
+            cached_key = check_first_call(conv, args, kwargs, adj, cached_key, group, collective)
+            checked.set(adj.plan)
+        else:
+            _later_checks(conv, args, kwargs, adj)
+        return cached_key
+    error = None
+    try:
+        _later_checks(conv, args, kwargs, adj)
+    except ValueError as e:
+        error = e
+    some_new, some_failed = host_all_reduce([int(new), int(error is not None)], dist.ReduceOp.MAX, group)
+    if some_new:  # every rank checks its shard against the others' (one all-gather)
+        cached_key = check_first_call(conv, args, kwargs, adj, cached_key, group, collective)
+        if not adj.is_minibatch:
+            checked.set(adj.plan)
+    elif some_failed:
+        def local() -> None:
+            if error is not None:
+                raise error
+        raise_together(local, f"{type(conv).__name__} (a later call on this shard)", group)
+    return cached_key
+
+
+def _later_checks(conv: MessagePassing, args: tuple, kwargs: dict, adj: HaloAdj) -> None:
+    """This rank's checks of a call after the first on its shard: the edge arguments and (full-graph
+    shards: a mini-batch's rows are trimmed per layer) the rows of ``x``."""
+    check_edge_arguments(conv, args, kwargs, adj)
+    if not adj.is_minibatch:
+        check_rows(conv, node_features(conv, args, kwargs), adj)

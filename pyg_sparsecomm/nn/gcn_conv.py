@@ -15,7 +15,7 @@ from ..comm.halo_options import ExchangeSlots, HaloOptions
 from ..cost import CostModel
 from ..grid import ProcessGrid, process_grid
 from .distributed_layer import check_full_graph, check_not_cached
-from .first_use import CheckedPlan, check_first_call
+from .first_use import CheckedPlan, check_call
 from .gcn_norm import distributed_gcn_norm
 
 
@@ -133,10 +133,9 @@ class DistributedGCNConv(GCNConv):
     @torch.compiler.disable  # the exchange and the CSR SpMM run eagerly (see distributed_layer)
     def _propagate_shard(self, x: Tensor, adj: HaloAdj, edge_weight: Tensor | None) -> Tensor:
         r"""This rank's rows of :math:`\hat A X \Theta` by the SpMM algorithm (without the bias)."""
-        if not adj.is_minibatch and not self._checked_plan.is_(adj.plan):  # one all-gather (nn.first_use)
-            self._cached_key = check_first_call(self, (x, adj, edge_weight), {}, adj, self._cached_key, self.group,
-                                                not self.replicated)
-            self._checked_plan.set(adj.plan)
+        # agreed on every rank (a new shard: one all-gather; else two flags on the host; nn.first_use)
+        self._cached_key = check_call(self, (x, adj, edge_weight), {}, adj, self._checked_plan, self._cached_key,
+                                      self.group, not self.replicated)
         check_not_cached(self, adj)
         check_full_graph(self.halo_options, adj)
         if self.explain:

@@ -56,9 +56,17 @@ class _Batching:
 
 @dataclass(frozen=True)
 class NeighborSampling(_Batching):
-    """Seeds in batches of ``batch_size`` (on average), ``num_neighbors[h]`` sampled in-edges per
-    node at hop ``h + 1`` (``-1``: all), as PyG's ``NeighborLoader``."""
+    r"""Seeds in batches of ``batch_size`` (on average), ``num_neighbors[h]`` sampled in-edges per
+    node at hop ``h + 1`` (``-1``: all), as PyG's ``NeighborLoader``.
+
+    With ``drop_last`` every batch holds exactly ``batch_size`` seeds over all ranks, as PyG's
+    ``drop_last=True`` batches do: the :math:`n` seeds (all ranks') are put in the random order of
+    :math:`u(s, e, v)` (ties by id; ``e`` = 0 without ``shuffle``, so the same order every epoch)
+    and cut into :math:`\lfloor n / b \rfloor` runs of ``batch_size``; the last
+    :math:`n \bmod b` seeds of the order are not drawn that epoch.  Every rank needs the whole
+    seed set for it (the loaders gather it once)."""
     num_neighbors: tuple[int, ...] = (10, 5)
+    drop_last: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -74,6 +82,27 @@ class NeighborSampling(_Batching):
     @property
     def num_hops(self) -> int:
         return len(self.num_neighbors)
+
+    def num_batches(self, num_inputs: int) -> int:
+        """Batches per epoch: ``num_inputs // batch_size`` with ``drop_last`` (0 for fewer seeds than
+        ``batch_size``, as PyG), else ``ceil(num_inputs / batch_size)`` (at least 1)."""
+        return num_inputs // self.batch_size if self.drop_last else super().num_batches(num_inputs)
+
+    def batch_of(self, epoch: int, node_ids: Tensor, num_batches: int, seeds: Tensor | None = None) -> Tensor:
+        """The batch of every seed of ``node_ids`` (global ids) in ``epoch``; with ``drop_last``, ``-1``
+        for the seeds not drawn, and ``seeds`` (the sorted global ids of all ranks' seeds, which
+        ``node_ids`` must be among) is required."""
+        if not self.drop_last:
+            return super().batch_of(epoch, node_ids, num_batches)
+        if seeds is None:
+            raise ValueError("NeighborSampling(drop_last=True).batch_of needs the whole seed set (seeds=)")
+        key = stream_key(self.seed, _BATCHES, epoch if self.shuffle else 0)
+        order = np.argsort(uniform(key, seeds), kind="stable")    # stable: ties by id (seeds are sorted)
+        position = np.empty(order.size, dtype=np.int64)
+        position[order] = np.arange(order.size)
+        batch = position // self.batch_size
+        batch[batch >= num_batches] = -1
+        return torch.from_numpy(batch).index_select(0, torch.searchsorted(seeds.cpu(), node_ids.cpu()))
 
     def pick(self, epoch: int, batch: int, hop: int, target: np.ndarray, edge_id: np.ndarray) -> np.ndarray:
         """Mask of the candidate in-edges kept at ``hop`` (1-based): per ``target``, the
@@ -183,7 +212,7 @@ def global_batches(edge_index: Tensor, num_nodes: int, sampling: NeighborSamplin
     else:
         nb = sampling.num_batches(int(inputs.sum()))
         seeds = np.flatnonzero(inputs)
-        seed_batch = sampling.batch_of(epoch, torch.from_numpy(seeds), nb).numpy()
+        seed_batch = sampling.batch_of(epoch, torch.from_numpy(seeds), nb, torch.from_numpy(seeds)).numpy()
         in_order = np.argsort(dst, kind="stable")
         in_ptr = np.concatenate([[0], np.cumsum(np.bincount(dst, minlength=num_nodes))])
         batches = [_neighbor_batch(sampling, epoch, b, seeds[seed_batch == b], src, in_order, in_ptr, num_nodes)
