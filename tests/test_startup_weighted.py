@@ -71,3 +71,18 @@ def test_the_three_calls_differ():
     for a in range(len(outs)):
         for b in range(a):
             assert (outs[a] - outs[b]).abs().max() > 1e-2, (calls[a], calls[b])
+
+
+def _minibatch_worker(rank, world_size):
+    from pyg_sparsecomm.loader import DistributedNeighborLoader
+    local = partition_and_shard(T.ToSparseTensor()(weighted_graph(world_size)))
+    loader = DistributedNeighborLoader(local, [3, 2], batch_size=8, input_nodes=torch.arange(16))
+    batch = next(iter(loader))
+    return batch.adj_t is batch.adj, batch.adj.given_as, batch.adj.trim().given_as
+
+
+def test_minibatches_keep_the_form_of_the_graph():
+    """A mini-batch of a shard given as a torch sparse adj_t is one too (its layers add self-loops
+    and use values as PyG's adj_t path does, as on the whole shard)."""
+    for aliased, form, trimmed_form in launch(_minibatch_worker, 2):
+        assert aliased and form == trimmed_form == "torch.sparse"

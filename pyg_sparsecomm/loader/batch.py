@@ -98,6 +98,7 @@ def build_batch(local: Data, adj: HaloAdj, sampled: Sampled, requests: Requests,
     batch_adj = SampledAdj(rowptr, new_col.index_select(0, perm), value, plan,
                            row_counts.tolist() if trimmable else None, edge_counts if trimmable else None,
                            halo_hop, send_hop, part_rows if trimmable else None)
+    batch_adj.given_as = adj.given_as  # the script's form of the graph, for the layers' self-loops and values
     return batch_attributes(local, rows, edge_pos, batch_adj.to(local.adj.device), sampled.num_seeds)
 
 

@@ -94,9 +94,11 @@ class SampledAdj(HaloAdj):
             raise RuntimeError("batch rows are not ordered by hop; rebuild the batch with the package's loader")
         value = None if self.value is None else self.value[:nnz]
         # the rows of the new outermost hop keep no in-edge (theirs were sampled at the dropped hop)
-        return SampledAdj(self.rowptr[:rows + 1].clamp(max=nnz), col, value, trimmed, self.num_sampled_nodes[:hops + 1],
-                          self.num_sampled_edges[:hops], self.halo_hop[halo_keep], self.send_hop[send_keep],
-                          self.part_sampled_nodes[:, :hops + 1])
+        out = SampledAdj(self.rowptr[:rows + 1].clamp(max=nnz), col, value, trimmed, self.num_sampled_nodes[:hops + 1],
+                         self.num_sampled_edges[:hops], self.halo_hop[halo_keep], self.send_hop[send_keep],
+                         self.part_sampled_nodes[:, :hops + 1])
+        out.given_as = self.given_as
+        return out
 
     def __getstate__(self) -> dict:
         state = super().__getstate__()
