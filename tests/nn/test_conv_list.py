@@ -13,7 +13,7 @@ from torch_geometric.nn.norm import BatchNorm, MeanSubtractionNorm, PairNorm
 from pyg_sparsecomm import distribute
 from pyg_sparsecomm.nn import REFUSED, refusal
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def test_every_pyg_conv_is_classified_once():
