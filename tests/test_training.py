@@ -156,10 +156,13 @@ def test_example_partition_dir_with_15d_grid(planetoid_root, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("world_size,replication,algorithm", [(8, 2, "auto"), (16, 4, "1.5d")])
-def test_15d_training_on_larger_grids_equals_single_process(world_size, replication, algorithm):
-    """1.5D whole training at P = 8 (c = 2) and P = 16 (c = 4) on the built-in SBM graph."""
+def test_15d_training_on_larger_grids_equals_single_process(world_size, replication, algorithm, tmp_path):
+    """1.5D whole training at P = 8 (c = 2) and P = 16 (c = 4) on the built-in SBM graph.  Rank 0
+    generates and partitions the graph once (``--partition-dir``), every rank loads its part: not
+    each of the 16 processes of two cores generating the same graph."""
     argv = ["--dataset", "SBM", "--epochs", "8", "--dropout", "0", "--lr", "0.05", "--hidden", "8",
-            "--method", "metis", "--algorithm", algorithm, "--replication", str(replication)]
+            "--method", "metis", "--algorithm", algorithm, "--replication", str(replication),
+            "--partition-dir", str(tmp_path / "parts")]
     ref_loss, ref_acc = reference_history(train_gcn.parse_args(argv))
     hist = launch(_run, world_size, argv, timeout=900)
     for h in hist[1:]:
