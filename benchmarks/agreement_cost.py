@@ -53,7 +53,7 @@ def _worker(rank, world_size, nodes, steps):
     for _ in range(steps):
         agreed.append(_step(int8, local))
         # the rank-local encoding of before
-        halo.encode_together = lambda rows, precision, group: halo.encode_rows(rows, precision)
+        halo.encode_together = lambda rows, precision, group, index=None: halo.encode_rows(rows, precision, index)
         try:
             local_only.append(_step(int8, local))
         finally:

@@ -39,8 +39,8 @@ from pyg_sparsecomm import DistributedGCNConv, SparsityAwarePartitioner, distrib
 from pyg_sparsecomm.comm.counters import Stopwatch
 from pyg_sparsecomm.grid import process_grid
 from pyg_sparsecomm.loader import DistributedNeighborLoader
-from pyg_sparsecomm.loader.sampling import NeighborSampling, global_batches
 from pyg_sparsecomm.runtime import distributed_job
+from pyg_sparsecomm.sampling.rules import NeighborSampling, global_batches
 
 FEATURES, OUT, HIDDEN, TOL = 8, 4, 16, 1e-4
 HEADERS = ["check", "max diff", "tolerance", "ms", "result"]

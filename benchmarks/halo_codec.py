@@ -1,17 +1,21 @@
 """Speed of the row codecs of the compressed halo exchange (issues #16, #24, ``comm/quantize.py``).
 
-Encode and decode of ``n x 64`` float32 rows per precision, today's codec against the codec of
-commit f65a7ad (before issue #24's speed-up: the integer encoder drew a 16-bit number per value
-from the generator and worked on temporaries of the whole payload, fresh memory every call),
-loaded from ``git show`` into a temporary module.  The two are timed alternately, repetition by
-repetition, so they see the same machine state.  Median of ``--reps`` repetitions, 1 torch
-thread; GB/s counts the float32 rows (``n * 64 * 4`` bytes) per second.  The load average is
-noted (the machine may be shared).
+Encode and decode of float32 rows of width 64 and 256 per precision, today's codec against the
+codec of commit b62635a (before the compiled CPU pass of ``comm/quantize_cpu.py``: the integer
+formats coded by blocks of torch ops), loaded from ``git show`` into a temporary module.  Rows
+``--rows`` at width 64 and the same bytes at width 256 (a quarter of the rows).  ``"int8 +
+gather"`` / ``"int4 + gather"``: encoding the rows to send, a random half of twice as many rows
+picked by an ascending index (as the exchange's ``x[send_index]``): ``encode(x, index=)`` now,
+``index_select`` then encode before.  The two codecs are timed alternately, repetition by repetition, so they see the
+same machine state.  Median of ``--reps`` repetitions, 1 torch thread; GB/s counts the float32
+rows coded (``n * width * 4`` bytes) per second.  The load average is noted (the machine may be
+shared).
 
 ``--epochs``: the epoch the codec is for, SBM-100k GCN (``halo_compression.py``'s graph and model)
-at P = 2 gloo ranks of 1 thread, METIS: exact, int8 with today's codec and int8 with the codec of
-f65a7ad, trained side by side in one job, ``--rounds`` interleaved rounds of ``--round-epochs``
-epochs after 2 warm-up epochs (A B C A B C ...); median wall and CPU time per epoch of rank 0.
+at P = 2 gloo ranks of 1 thread, METIS: exact, int8 and int4 with today's codec and int8 with the
+codec of b62635a, trained side by side in one job, ``--rounds`` interleaved rounds of
+``--round-epochs`` epochs after 2 warm-up epochs (A B C D A B C D ...); median wall and CPU time
+per epoch of rank 0.
 
     python benchmarks/halo_codec.py [--rows 20000 100000] [--reps 25]
     python benchmarks/halo_codec.py --epochs [--rounds 7] [--round-epochs 3]
@@ -19,6 +23,7 @@ epochs after 2 warm-up epochs (A B C A B C ...); median wall and CPU time per ep
 import argparse
 import contextlib
 import importlib.util
+import itertools
 import os
 import subprocess
 import tempfile
@@ -30,9 +35,10 @@ from _common import HERE, median, print_table, write_table_section
 
 from pyg_sparsecomm.comm import quantize
 
-BEFORE = "f65a7ad"
-PRECISIONS = ["bf16", "fp16", "int8", "int4"]
-WIDTH = 64
+BEFORE = "b62635a"
+#: precision, whether the rows are gathered by an index
+CASES = [("bf16", False), ("fp16", False), ("int8", False), ("int4", False), ("int8", True), ("int4", True)]
+WIDTHS = [64, 256]
 
 
 def codec_at(commit: str):
@@ -57,15 +63,25 @@ def seconds(fn) -> tuple[float, float]:
     return time.perf_counter() - wall, time.thread_time() - cpu
 
 
-def measure(codecs: dict, rows: torch.Tensor, precision: str, reps: int) -> dict:
-    """Median wall and CPU seconds of encode and decode of every codec, timed alternately:
-    ``{(codec, op, "wall" | "cpu"): seconds}``."""
-    payload = {name: codec.encode(rows, precision) for name, codec in codecs.items()}  # warm-up
+def gathering(codec):
+    """``codec.encode`` with the ``index`` argument of today's codec (older codecs: the rows
+    gathered by ``index_select`` first, as the exchange did)."""
+    if codec is quantize:
+        return codec.encode
+    return lambda rows, precision, generator=None, index=None: codec.encode(
+        rows if index is None else rows.index_select(0, index), precision, generator)
+
+
+def measure(codecs: dict, rows: torch.Tensor, precision: str, reps: int, index=None) -> dict:
+    """Median wall and CPU seconds of encode (of ``rows[index]``) and decode of every codec, timed
+    alternately: ``{(codec, op, "wall" | "cpu"): seconds}``."""
+    width, encoders = rows.size(1), {name: gathering(codec) for name, codec in codecs.items()}
+    payload = {name: encoders[name](rows, precision, index=index) for name in codecs}  # warm-up
     times: dict = {(name, op): [] for name in codecs for op in ("encode", "decode")}
     for _ in range(reps):
         for name, codec in codecs.items():
-            times[(name, "encode")].append(seconds(lambda c=codec: c.encode(rows, precision)))
-            times[(name, "decode")].append(seconds(lambda c=codec, n=name: c.decode(payload[n], WIDTH, precision)))
+            times[(name, "encode")].append(seconds(lambda e=encoders[name]: e(rows, precision, index=index)))
+            times[(name, "decode")].append(seconds(lambda c=codec, n=name: c.decode(payload[n], width, precision)))
     return {(*key, clock): median([t[i] for t in values]) for key, values in times.items()
             for i, clock in enumerate(("wall", "cpu"))}
 
@@ -75,7 +91,7 @@ def codec_in_use(codec):
     """The exchanges encode and decode with ``codec``'s functions meanwhile (``encode_rows`` and
     ``decode_rows`` look ``encode``/``decode`` up in ``comm.quantize`` at every call)."""
     saved = quantize.encode, quantize.decode
-    quantize.encode, quantize.decode = codec.encode, codec.decode
+    quantize.encode, quantize.decode = gathering(codec), codec.decode
     try:
         yield
     finally:
@@ -96,7 +112,7 @@ def _epoch_job(rank, world_size, data, rounds, epochs, warmup):
     from pyg_sparsecomm import shard
 
     local, classes = shard(data), int(data.y.max()) + 1
-    variants = {"exact": ("exact", quantize), "int8 now": ("int8", quantize),
+    variants = {"exact": ("exact", quantize), "int8 now": ("int8", quantize), "int4 now": ("int4", quantize),
                 f"int8 {BEFORE}": ("int8", codec_at(BEFORE))}
     runs = {name: Run("GCN", local, classes, OPTIONS[option], 0) for name, (option, _) in variants.items()}
     wall: dict = {name: [] for name in runs}
@@ -152,17 +168,23 @@ def main() -> None:
         epoch_times(args)
         return
     codecs = {BEFORE: codec_at(BEFORE), "now": quantize}
+    quantize.encode(torch.ones(1, 1), "int8")  # builds (or loads) the compiled pass before the timing
     load = os.getloadavg()[0]
-    headers = ["rows", "precision"] + [f"{op} {what}" for op in ("encode", "decode") for what in
-                                       (f"ms {BEFORE}", "ms now", f"GB/s {BEFORE}", "GB/s now", f"CPU GB/s {BEFORE}",
-                                        "CPU GB/s now", "CPU speed-up")]
+    headers = ["rows", "width", "precision"] + [
+        f"{op} {what}" for op in ("encode", "decode")
+        for what in (f"ms {BEFORE}", "ms now", f"GB/s {BEFORE}", "GB/s now", f"CPU GB/s {BEFORE}", "CPU GB/s now",
+                     "CPU speed-up")]
     table = []
-    for n in args.rows:
-        rows = torch.randn(n, WIDTH, generator=torch.Generator().manual_seed(0))
+    for n64, width in itertools.product(args.rows, WIDTHS):
+        n = n64 * 64 // width
+        generator = torch.Generator().manual_seed(0)
+        rows, many = torch.randn(n, width, generator=generator), torch.randn(2 * n, width, generator=generator)
+        index = torch.randperm(2 * n, generator=generator)[:n].sort().values  # ascending, as a plan's send_index
         gigabytes = rows.numel() * 4 / 1e9
-        for precision in PRECISIONS:
-            t = measure(codecs, rows, precision, args.reps)
-            line = [n, precision]
+        for precision, gathered in CASES:
+            t = measure(codecs, many, precision, args.reps, index) if gathered else \
+                measure(codecs, rows, precision, args.reps)
+            line = [n, width, precision + (" + gather" if gathered else "")]
             for op in ("encode", "decode"):
                 before, now = t[(BEFORE, op, "wall")], t[("now", op, "wall")]
                 cpu_before, cpu_now = t[(BEFORE, op, "cpu")], t[("now", op, "cpu")]
@@ -173,11 +195,12 @@ def main() -> None:
     load = max(load, os.getloadavg()[0])
     print_table(headers, table)
     print(f"load average (1 min, highest of start and end): {load:.2f}")
-    notes = (f"\n{WIDTH} float32 values per row, median of {args.reps} repetitions, 1 torch thread, timed "
-             f"alternately with the codec of {BEFORE}; ms and GB/s (float32 rows per second): medians of the "
-             f"wall time; CPU GB/s and speed-up: of the thread's CPU time, which the machine's other load "
-             f"inflates less.  Load average "
-             f"(1 min) during the run: {load:.2f} on {os.cpu_count()} cores.")
+    notes = (f"\nfloat32 rows, median of {args.reps} repetitions, 1 torch thread, timed alternately with the codec "
+             f"of {BEFORE} (the torch ops); '+ gather': encoding rows picked by an index from twice as many "
+             f"(a random half, ascending; now in the encoding pass, before index_select first); ms and GB/s "
+             f"(float32 rows coded per second): medians of the wall time; CPU GB/s and speed-up: of the "
+             f"thread's CPU time, which the machine's other load inflates less.  Load average (1 min) during "
+             f"the run: {load:.2f} on {os.cpu_count()} cores.")
     write_table_section("halo_codec", "Halo codec speed (issues #16, #24)", "halo_codec.py", notes, headers, table)
 
 

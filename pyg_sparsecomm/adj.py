@@ -69,6 +69,11 @@ def coo_to_csr(row: Tensor, col: Tensor, value: Tensor, shape: tuple[int, int], 
 
 
 class HaloAdj:
+    #: the form the script gave the graph in (:func:`~pyg_sparsecomm.inputs.graph_form`):
+    #: ``"edge_index"``, ``"torch.sparse"`` or ``"SparseTensor"`` (an ``adj_t``); PyG's layers treat
+    #: existing self-loops and values differently in each, and distributed layers follow it
+    given_as: str = "edge_index"
+
     def __init__(self, rowptr: Tensor, col: Tensor, value: Tensor | None, plan: RankPlan) -> None:
         self.rowptr, self.col, self.value, self.plan = rowptr, col, value, plan
         self._cache: dict[tuple[str, torch.dtype], Tensor] = {}
@@ -131,6 +136,7 @@ class HaloAdj:
                              f"or batch.adj's for a mini-batch)")
         out = self._like(self.rowptr, self.col, value, self.plan)
         out._structure = self._structure
+        out.given_as = self.given_as
         return out
 
     def _like(self, rowptr: Tensor, col: Tensor, value: Tensor | None, plan: RankPlan) -> "HaloAdj":
@@ -157,6 +163,7 @@ class HaloAdj:
         twin = ref() if ref is not None else None
         out = (twin.with_value(value) if twin is not None
                else self._like(move(self.rowptr), move(self.col), value, self.plan.to(device)))
+        out.given_as = self.given_as
         self._structure[f"moved_to:{target}"] = weakref.ref(out)
         self._moved = (torch.device(device), weakref.ref(out))
         return out

@@ -4,6 +4,7 @@ Each accessor reads one private attribute and fails loudly, naming it, when a re
 library changed it (``tests/test_compat.py`` calls every one of them), so an upgrade shows here
 first instead of as a wrong result somewhere else.
 """
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -36,6 +37,25 @@ def edge_update_arguments(conv: Any) -> list[str]:
         raise _missing("torch_geometric MessagePassing._edge_user_args", e) from e
 
 
+def pyg_propagate(conv: Any) -> Any:
+    """The ``propagate`` PyG itself runs for ``conv``, bound to it: the class's generated one, or its
+    generic ``MessagePassing.propagate`` (``_orig_propagate``) in explain mode or with
+    ``decomposed_layers > 1``, as PyG's setters of those choose."""
+    cls = type(conv)
+    try:
+        generic = conv.explain or conv.decomposed_layers > 1
+    except AttributeError as e:
+        raise _missing("torch_geometric MessagePassing.explain / decomposed_layers", e) from e
+    if generic and hasattr(cls, "_orig_propagate"):
+        return cls._orig_propagate.__get__(conv)
+    return cls.propagate.__get__(conv)
+
+
+def pyg_edge_updater(conv: Any) -> Any:
+    """The class's ``edge_updater`` (PyG's generated one, if any), bound to ``conv``."""
+    return type(conv).edge_updater.__get__(conv)
+
+
 def trim_to_layer_module() -> type:
     """PyG's ``TrimToLayer`` module class (``BasicGNN`` holds one), from a private module."""
     try:
@@ -63,6 +83,32 @@ def will_engine_execute_node(node: Any) -> bool:
     return bool(fn(node))
 
 
+def queue_backward_callback(callback: Callable[[], None]) -> None:
+    """Runs ``callback`` at the end of the running backward call
+    (``torch.autograd.Variable._execution_engine.queue_callback``; only valid inside one)."""
+    try:
+        queue = torch.autograd.Variable._execution_engine.queue_callback
+    except AttributeError as e:
+        raise _missing("torch.autograd.Variable._execution_engine.queue_callback", e) from e
+    queue(callback)
+
+
+def is_registered_group(group: Any) -> bool:
+    """Whether ``group`` is one of the live process groups of ``torch.distributed`` (not destroyed
+    by ``destroy_process_group``; ``torch.distributed.distributed_c10d._world.pg_map``)."""
+    try:
+        return group in torch.distributed.distributed_c10d._world.pg_map
+    except AttributeError as e:
+        raise _missing("torch.distributed.distributed_c10d._world.pg_map", e) from e
+
+
+def symmetric_memory_module() -> Any:
+    """``torch.distributed._symmetric_memory`` (symmetric-memory allocation and rendezvous, CUDA);
+    ``ImportError`` when this PyTorch build has none."""
+    import importlib
+    return importlib.import_module("torch.distributed._symmetric_memory")
+
+
 def process_group_timeout(group: Any, device: torch.device) -> Any:
     """The timeout ``group`` was created with (``ProcessGroup._get_backend(device).options._timeout``),
     or ``None`` when the backend does not expose it (a backend without options)."""
@@ -72,3 +118,35 @@ def process_group_timeout(group: Any, device: torch.device) -> Any:
         return None
     except AttributeError as e:
         raise _missing("ProcessGroup._get_backend(device).options._timeout", e) from e
+
+
+def _pymetis_internal() -> Any:
+    import pymetis  # noqa: F401  (ImportError when pymetis is not installed: the caller names the extra)
+    try:
+        import pymetis._internal as internal
+    except ImportError as e:
+        raise _missing("pymetis._internal (the compiled extension module)", e) from e
+    return internal
+
+
+def metis_library_path() -> str:
+    """The file of ``pymetis``'s compiled extension module (``pymetis._internal.__file__``), which
+    exports METIS's C functions (``METIS_PartGraphKway``) for ``ctypes``; ``ImportError`` without pymetis."""
+    return str(_pymetis_internal().__file__)
+
+
+def metis_idx_type_width() -> int | None:
+    """Bits of METIS's ``idx_t`` in that library (``pymetis._internal._idx_type_width()``, pymetis
+    >= 2025.2.1), or ``None`` when this pymetis does not report it (the ABI probe decides then)."""
+    width = getattr(_pymetis_internal(), "_idx_type_width", None)
+    return None if width is None else int(width())
+
+
+def metis_option_slot(name: str) -> int:
+    """The index of ``METIS_OPTION_<name>`` (e.g. ``"SEED"``, ``"OBJTYPE"``) in METIS's options array,
+    from the ``metis.h`` pymetis was built with (``pymetis._internal.options_indices``: METIS 5.1
+    and 5.2 number the slots differently)."""
+    try:
+        return int(getattr(_pymetis_internal().options_indices, name))
+    except AttributeError as e:
+        raise _missing(f"pymetis._internal.options_indices.{name}", e) from e

@@ -41,7 +41,7 @@ import torch
 import torch.distributed as dist
 
 from .adj import make_csr
-from .comm.collectives import ring_allreduce_nbytes
+from .comm.collectives import all_reduce_value, ring_allreduce_nbytes
 from .comm.device_check import check_devices
 from .comm.group import collective_device, is_distributed
 from .comm.halo_options import HaloOptions
@@ -202,9 +202,7 @@ def _agreed(value: float, op: "dist.ReduceOp.RedOpType", group: dist.ProcessGrou
             device: torch.device) -> float:
     """``value`` reduced with ``op`` over ``group``: one number for every rank."""
     t = torch.tensor([value], dtype=torch.float64, device=device)
-    check_devices("CostModel.calibrate", group, t)
-    dist.all_reduce(t, op=op, group=group)
-    return float(t)
+    return float(all_reduce_value(t, op, group, "CostModel.calibrate"))
 
 
 def spmm_seconds_per_entry(nnz: int = 1 << 18, repeats: int = 10, device: torch.device | None = None,

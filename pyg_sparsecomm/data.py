@@ -11,7 +11,7 @@ from .adj import HaloAdj
 from .comm.group import rank as group_rank
 from .comm.group import world_size as group_world_size
 from .grid import ProcessGrid
-from .inputs import with_edge_index
+from .inputs import FORM_KEY, with_edge_index
 from .plan import CommPattern, comm_pattern, local_edges, rank_plan
 
 # Attributes a shard rebuilds itself (adjacency, weights, ids) or that describe the whole partition.
@@ -162,6 +162,7 @@ def attach_adjacency(local: Data, adj: HaloAdj, e_id: Tensor) -> Data:
     """Sets the fields every shard carries besides its node attributes (one place for
     ``shard`` and ``load_shard``)."""
     plan = adj.plan
+    adj.given_as = local[FORM_KEY] if FORM_KEY in local else "edge_index"  # the script's form of the graph
     local.n_id = plan.n_id
     local.adj = adj
     local.edge_weight = adj.value

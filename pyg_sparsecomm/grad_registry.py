@@ -3,8 +3,9 @@ each other, without importing each other: which parameters are summed over ranks
 and which backward calls started from a loss normalised by the global row count."""
 import weakref
 
-import torch
 from torch import Tensor
+
+from .compat import current_graph_task_id
 
 #: ``id(parameter) -> (weakref to it, weakref to the object summing its gradient)``
 _SYNCED: dict[int, tuple[weakref.ref, weakref.ref]] = {}
@@ -33,7 +34,7 @@ def mark_normalised(loss: Tensor) -> Tensor:
 
 
 def _record_normalised(grad_outputs):
-    _NORMALISED_TASKS.add(torch._C._current_graph_task_id())
+    _NORMALISED_TASKS.add(current_graph_task_id())
 
 
 def take_normalised(task: int) -> bool:

@@ -100,6 +100,26 @@ def _expand(ptr: Tensor, n: int) -> Tensor:
     return torch.repeat_interleave(torch.arange(n, device=ptr.device), (ptr[1:] - ptr[:-1]).to(torch.long))
 
 
+#: graph-level attribute of a graph converted from ``adj_t`` (and of its shards): its :func:`graph_form`
+FORM_KEY = "graph_form"
+
+
+def graph_form(graph: Any) -> str:
+    """The form of a graph argument: ``"SparseTensor"`` (a ``torch_sparse.SparseTensor``),
+    ``"torch.sparse"`` (a torch sparse tensor) or ``"edge_index"``.
+
+    PyG's layers differ between the three on graphs with self-loops or weights, e.g. ``gcn_norm``
+    adds the missing self-loops to an ``edge_index`` (an existing loop keeps its weight), a loop on
+    top of every node's to a torch sparse ``adj_t``, and replaces the diagonal of a
+    ``SparseTensor``.  The shard records the form (``HaloAdj.given_as``) and distributed layers
+    follow it, so they equal the single-process script whichever form it used."""
+    if isinstance(graph, SparseTensor):
+        return "SparseTensor"
+    if isinstance(graph, Tensor) and graph.layout in _SPARSE_LAYOUTS:
+        return "torch.sparse"
+    return "edge_index"
+
+
 def with_edge_index(data: Any, who: str) -> Data:
     """``data`` itself when it holds ``edge_index``; for a graph given as ``adj_t``, a shallow copy
     holding the equivalent ``edge_index`` (and ``edge_weight``) instead of ``adj_t``.
@@ -121,6 +141,7 @@ def with_edge_index(data: Any, who: str) -> Data:
     out = copy.copy(data)
     del out.adj_t
     out.edge_index = edge_index
+    out[FORM_KEY] = graph_form(adj_t)
     if weight is not None:
         if data.edge_weight is not None and not torch.equal(data.edge_weight, weight):
             raise ValueError("data holds both edge_weight and an adj_t with other values: delete one of them")

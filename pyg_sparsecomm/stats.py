@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .algorithms import algorithm_class
 from .comm.halo_options import HaloOptions
 from .cost import CostModel, volumes_of_all_ranks
 from .grid import check_grid
@@ -107,10 +106,11 @@ class CommStats:
             ValueError: for an unknown name (listing the valid ones), a 1D algorithm with
                 ``replication > 1``, or an algorithm without a prediction.
         """
+        # imported here: the partitioner builds CommStats and must not load the algorithms (and their comm/)
+        from .algorithms import algorithm_class, check_settings
+        check_settings(algorithm, replication, unit_grid=True, allow_auto=False)
         cls = algorithm_class(algorithm)
         check_grid(self.num_parts * replication, replication)
-        if replication > 1 and not cls.replicated:
-            raise ValueError(f"algorithm={algorithm!r} is a 1D algorithm but replication={replication}")
         ranks = volumes_of_all_ranks(self.volume, self.part_sizes, replication, self.spans)
         return int(cls.predict_epoch(ranks, widths, CostModel(), element_size, options)[1].sum())
 

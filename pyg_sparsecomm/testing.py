@@ -26,6 +26,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from . import _EXPORTS
+
 
 def _dumps(obj: Any) -> bytes:
     buf = io.BytesIO()
@@ -52,7 +54,8 @@ def _worker(fn, rank, world_size, store_path, args, results, threads, pg_timeout
             dist.destroy_process_group()
 
 
-_PRELOAD = ["torch", "torch_geometric", "pyg_sparsecomm"]
+# the package's public names load lazily: preload the modules behind them, as a worker would import them
+_PRELOAD = ["torch", "torch_geometric", "pyg_sparsecomm", *sorted({f"pyg_sparsecomm{m}" for m in _EXPORTS.values()})]
 
 
 def _context():

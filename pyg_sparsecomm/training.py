@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from .comm.collectives import all_reduce_value
 from .comm.device_check import check_devices
 from .comm.group import collective_device, global_rank, host_all_reduce, is_distributed
 from .grad_registry import is_synced, mark_normalised
@@ -31,13 +32,7 @@ from .grad_registry import is_synced, mark_normalised
 def global_sum(value, group: dist.ProcessGroup | None = None) -> Tensor:
     """Sum of a (detached) scalar or tensor over all ranks (returned on the input's device)."""
     t = torch.as_tensor(value.detach() if isinstance(value, Tensor) else value).clone()
-    if is_distributed(group):
-        device = collective_device(group) or t.device
-        reduced = t.to(device)
-        check_devices("global_sum", group, reduced)
-        dist.all_reduce(reduced, op=dist.ReduceOp.SUM, group=group)
-        t = reduced.to(t.device)
-    return t
+    return all_reduce_value(t, dist.ReduceOp.SUM, group, "global_sum")
 
 
 def global_count(mask_or_count, group: dist.ProcessGroup | None = None) -> int:

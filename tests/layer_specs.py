@@ -180,31 +180,16 @@ NOT_BUILT_HERE = {
 EMPTY_GRAPH_FAILS_IN_PYG = {"FeaStConv"}
 
 
+#: README rows not derived from a class's rule
+TABLE_NOTES = {**NOT_BUILT_HERE,
+               "AntiSymmetricConv": "exact; its `phi` layer (a `GCNConv` by default) aggregates as one distributed "
+                                    "SpMM (`algorithm=` applies)"}
+
+
 def layer_table() -> str:
-    """The README's table: every entry of ``torch_geometric.nn.conv.__all__`` and what distribute() does."""
-    from pyg_sparsecomm.nn import refusal
-    from pyg_sparsecomm.nn.linear_aggregation import edge_weighted_arg, linear_weight_arg
-    table = specs()
-    rows = ["| layer | under `distribute()` |", "|---|---|"]
-    for name in c.__all__:
-        if name in table:
-            torch.manual_seed(0)
-            built = table[name].build()
-            convs = [m for m in built.modules() if isinstance(m, MessagePassing)]
-            if any(linear_weight_arg(m) is not None for m in convs):
-                how = "exact; aggregation as one distributed SpMM (`algorithm=` applies)"
-            elif any(edge_weighted_arg(m) is not None for m in convs):
-                how = ("exact; source tensors exchanged after the layer's transform, aggregation as one "
-                       "CSR SpMM per head")
-            else:
-                how = "exact; source tensors exchanged after the layer's transform"
-        elif name in NOT_BUILT_HERE:
-            how = NOT_BUILT_HERE[name]
-        else:
-            cls = getattr(c, name)
-            how = f"refused: it {refusal(cls.__new__(cls))}"
-        rows.append(f"| `{name}` | {how} |")
-    return "\n".join(rows)
+    """The README's table, rendered from the rule registry (:func:`pyg_sparsecomm.nn.layer_table`)."""
+    from pyg_sparsecomm.nn import layer_table as render
+    return render(notes=TABLE_NOTES)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import torch
 import torch_geometric.transforms as T
 from graphs import NUM_FEATURES as F
 from graphs import OUT, make_cases
-from torch_geometric.nn import APPNP, ChebConv, EGConv, GCN2Conv, GCNConv, GraphConv, SAGEConv, SGConv
+from torch_geometric.nn import APPNP, ChebConv, EGConv, GCN2Conv, GCNConv, GINConv, GraphConv, SAGEConv, SGConv
 from torch_geometric.nn.models import GCN
 
 from pyg_sparsecomm import distribute, shard
@@ -19,9 +19,11 @@ from pyg_sparsecomm.inputs import adj_t_to_edge_index
 from pyg_sparsecomm.testing import launch
 
 #: name -> (build, call(layer, x, adj, edge_weight), how PyG's reference is called)
-#: "adj_t": with the weighted adj_t; "edge_weight": with edge_index and edge_weight (ChebConv takes no
-#: adj_t; normalising layers on graphs with self-loops, where PyG's adj_t and edge_index paths differ);
-#: "unweighted": PyG's adj_t path drops the values (a SparseTensor's; see nn/adjacency_values.py)
+#: "adj_t": with the weighted adj_t; "normalising": with the weighted adj_t too, on graphs with
+#: self-loops where PyG's adj_t path adds loops unlike its edge_index path (HaloAdj.self_loops);
+#: "edge_weight": with edge_index and edge_weight (ChebConv takes no adj_t);
+#: SAGEConv/GINConv: PyG drops a SparseTensor's values but aggregates w_ji x_j over a torch sparse
+#: adj_t (spmm(adj_t, x, reduce=aggr)), the form T.ToSparseTensor() makes without torch_sparse
 LAYERS = {
     "GCN2Conv(normalize=False)": (lambda: GCN2Conv(F, alpha=0.1, theta=0.5, layer=1, normalize=False),
                                   lambda m, x, a, w=None: m(x, 0.5 * x, a, w), "adj_t"),
@@ -37,7 +39,10 @@ LAYERS = {
     "ChebConv": (lambda: ChebConv(F, OUT, K=2), lambda m, x, a, w=None: m(x, a, w), "edge_weight"),
     "GCN (BasicGNN)": (lambda: GCN(F, 8, 2, OUT, normalize=False), lambda m, x, a, w=None: m(x, a, edge_weight=w),
                        "adj_t"),
-    "SAGEConv": (lambda: SAGEConv(F, OUT), lambda m, x, a, w=None: m(x, a), "unweighted"),
+    "SAGEConv": (lambda: SAGEConv(F, OUT), lambda m, x, a, w=None: m(x, a), "adj_t"),
+    "SAGEConv(sum)": (lambda: SAGEConv(F, OUT, aggr="sum"), lambda m, x, a, w=None: m(x, a), "adj_t"),
+    "GINConv": (lambda: GINConv(torch.nn.Sequential(torch.nn.Linear(F, 16), torch.nn.ReLU(), torch.nn.Linear(16, OUT))),
+                lambda m, x, a, w=None: m(x, a), "adj_t"),
 }
 
 
@@ -94,11 +99,8 @@ def reference(name, data):
     """Single-process PyG on the whole graph, called as LAYERS says."""
     how = LAYERS[name][2]
     edge_index, weight = adj_t_to_edge_index(data.adj_t, data.num_nodes)
-    has_loops = bool((edge_index[0] == edge_index[1]).any())
-    if how == "adj_t" or (how == "normalising" and not has_loops):
+    if how in ("adj_t", "normalising"):
         return _run(name, data.x, data.adj_t, data.num_nodes)
-    if how == "unweighted":
-        return _run(name, data.x, edge_index, data.num_nodes)
     return _run(name, data.x, edge_index, data.num_nodes, weight)
 
 
@@ -134,6 +136,19 @@ def _egconv_worker(rank, world_size):
         unweighted = layer(local.x, local.adj.with_value(None))
         return str(e), tuple(unweighted.shape)
     return None, None
+
+
+def _sage_max_worker(rank, world_size):
+    local = shard(weighted_adj_t_cases(world_size)["weighted"])
+    layer = distribute(SAGEConv(F, OUT, aggr="max"))
+    with pytest.raises(ValueError, match=r"SAGEConv .* uses its aggregation 'max' of the weighted messages"):
+        layer(local.x, local.adj)
+    return tuple(layer(local.x, local.adj.with_value(None)).shape)
+
+
+def test_weighted_torch_sparse_adj_t_with_a_max_aggregation_raises():
+    """PyG's torch sparse adj_t path takes the max of w_ji x_j, which the exchange path cannot."""
+    assert all(shape[1] == OUT for shape in launch(_sage_max_worker, 2))
 
 
 def test_layer_that_cannot_take_the_values_raises_naming_why():

@@ -8,16 +8,18 @@ import torch.distributed as dist
 from torch import Tensor
 
 from ..adj import HaloAdj
+from ..comm.exchanger import HaloExchanger
 from ..comm.group import check_plan_matches_group
-from ..comm.halo_options import EXACT, ExchangeSlots, HaloOptions
-from ..comm.wire import halo_exchange_with
+from ..comm.halo_options import HaloOptions
 from ..cost import wire_row_bytes
+from .settings import ALGORITHMS, check_options, check_settings
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..cost import CostModel, Prediction, RankVolumes, RowBytes
     from ..grid import ProcessGrid
 
-ALGORITHMS: dict[str, type["SpMMAlgorithm"]] = {}
+__all__ = ["ALGORITHMS", "SpMMAlgorithm", "check_options", "supports", "auto_candidates", "algorithm_class",
+           "make_algorithm"]
 
 
 class SpMMAlgorithm(ABC):
@@ -29,12 +31,21 @@ class SpMMAlgorithm(ABC):
     by defining ``name``; adding an algorithm touches only its own file (and the
     import in ``algorithms/__init__.py``).
 
-    1D algorithms run over ``group`` and the adjacency of a partition into P
-    parts.  *Replicated* (1.5D) algorithms run on a
-    :class:`~pyg_sparsecomm.grid.ProcessGrid`: the adjacency is the block row of a
-    partition into ``P / c`` parts, exchanged within the grid's column group
-    (whose ranks hold one block row each, so the plan's ranks are column-group
-    ranks) and summed within its row group.
+    An algorithm exchanges through a :class:`~pyg_sparsecomm.comm.exchanger.HaloExchanger`
+    (plan, process group, halo options, the layer's slots).  1D algorithms run over the
+    exchanger's group and the adjacency of a partition into P parts.  *Replicated* (1.5D)
+    algorithms run on a :class:`~pyg_sparsecomm.grid.ProcessGrid`: the adjacency is the block
+    row of a partition into ``P / c`` parts, exchanged within the grid's column group (whose
+    ranks hold one block row each, so the plan's ranks are column-group ranks; the exchanger
+    is rebound to that group) and summed within its row group.
+
+    Args:
+        adj (HaloAdj): this rank's (normalised) block row.
+        exchanger (HaloExchanger, optional): how halo rows travel; rebound to ``adj.plan``
+            (and, 1.5D, to the grid's column group). (default: :obj:`None`, exact exchanges
+            over the default group)
+        grid (ProcessGrid, optional): the 1.5D grid (required by replicated algorithms).
+            (default: :obj:`None`)
     """
     name: ClassVar[str]
     #: whether gradients reach learnable edge weights (adjacency values that require grad)
@@ -58,27 +69,35 @@ class SpMMAlgorithm(ABC):
         if getattr(cls, "name", None):
             ALGORITHMS[cls.name] = cls
 
-    def __init__(self, adj: HaloAdj, group: dist.ProcessGroup | None = None,
-                 grid: Optional["ProcessGrid"] = None, options: HaloOptions | None = None,
-                 slots: ExchangeSlots | None = None) -> None:
-        self.options, self.slots = options or EXACT, slots
-        check_options(self.name, self.options)
+    def __init__(self, adj: HaloAdj, exchanger: HaloExchanger | None = None,
+                 grid: Optional["ProcessGrid"] = None) -> None:
+        exchanger = (exchanger or HaloExchanger(adj.plan)).bind(plan=adj.plan)
+        if self.replicated and grid is None:
+            raise ValueError(f"algorithm={self.name!r} runs on a process grid: pass replication=c "
+                             f"(DistributedGCNConv) or grid=ProcessGrid(c)")
+        check_settings(self.name, grid.replication if grid is not None else 1, options=exchanger.options,
+                       unit_grid=True)
         if self.replicated:
-            if grid is None:
-                raise ValueError(f"algorithm={self.name!r} runs on a process grid: pass replication=c "
-                                 f"(DistributedGCNConv) or grid=ProcessGrid(c)")
-            group = grid.col_group
-        elif grid is not None and grid.replication > 1:
-            raise ValueError(f"algorithm={self.name!r} is a 1D algorithm but replication={grid.replication}: "
-                             f"use a 1.5D algorithm ({sorted(n for n, a in ALGORITHMS.items() if a.replicated)})")
-        check_plan_matches_group(adj.plan.world_size, adj.plan.rank, group)
+            assert grid is not None
+            exchanger = exchanger.bind(group=grid.col_group)
+        check_plan_matches_group(adj.plan.world_size, adj.plan.rank, exchanger.group)
         if adj.is_minibatch and not self.supports_minibatches:
             raise ValueError(f"algorithm={self.name!r} does not run on mini-batches (its setup is per graph, and "
                              f"every batch is another graph); use algorithm='1d', '1d_overlap' or '1d_overlap_p2p'")
         if not self.differentiates_edge_weights and adj.value is not None and adj.value.requires_grad:
             raise NotImplementedError(f"algorithm={self.name!r} does not differentiate edge weights; "
                                       f"use algorithm='1d' or '1.5d' for learnable edge weights")
-        self.adj, self.group, self.grid = adj, group, grid
+        self.adj, self.exchanger, self.grid = adj, exchanger, grid
+
+    @property
+    def group(self) -> dist.ProcessGroup | None:
+        """The process group of this algorithm's exchanges (1.5D: the grid's column group)."""
+        return self.exchanger.group
+
+    @property
+    def options(self) -> HaloOptions:
+        """The layer's halo options (the exchanger's)."""
+        return self.exchanger.options
 
     @abstractmethod
     def __call__(self, x: Tensor) -> Tensor:
@@ -86,7 +105,7 @@ class SpMMAlgorithm(ABC):
 
     def exchange(self, x: Tensor, key: str = "x") -> Tensor:
         """The halo rows of ``x`` this block row reads, under the layer's :class:`HaloOptions`."""
-        return halo_exchange_with(x, self.adj.plan, self.group, self.options, self.slots, key)
+        return self.exchanger.exchange(x, key)
 
     @classmethod
     def predict(cls, volumes: "RankVolumes", model: "CostModel",
@@ -156,20 +175,6 @@ class SpMMAlgorithm(ABC):
         return wire_row_bytes(width, cls.wire_element_size or int(element_size), options)
 
 
-def check_options(name: str, options: HaloOptions) -> None:
-    """Refuses, by name, halo options the algorithm ``name`` cannot honour."""
-    cls = ALGORITHMS.get(name)
-    if cls is None:
-        return
-    if options.compressed and not cls.supports_precision:
-        raise ValueError(f"algorithm={name!r} does not support halo_precision / halo_grad_precision "
-                         f"({options.describe()}); use one of "
-                         f"{sorted(n for n, a in ALGORITHMS.items() if a.supports_precision)} or exact halos")
-    if options.staleness and not cls.supports_staleness:
-        raise ValueError(f"algorithm={name!r} does not support staleness={options.staleness}; use one of "
-                         f"{sorted(n for n, a in ALGORITHMS.items() if a.supports_staleness)} or staleness=0")
-
-
 def supports(name: str, options: HaloOptions | None) -> bool:
     """Whether the algorithm ``name`` honours ``options`` (:func:`check_options` would pass)."""
     cls = ALGORITHMS[name]
@@ -191,7 +196,8 @@ def algorithm_class(name: str) -> type[SpMMAlgorithm]:
     return ALGORITHMS[name]
 
 
-def make_algorithm(name: str, adj: HaloAdj, group: dist.ProcessGroup | None = None,
-                   grid: Optional["ProcessGrid"] = None, options: HaloOptions | None = None,
-                   slots: ExchangeSlots | None = None) -> SpMMAlgorithm:
-    return algorithm_class(name)(adj, group, grid, options, slots)
+def make_algorithm(name: str, adj: HaloAdj, exchanger: HaloExchanger | None = None,
+                   grid: Optional["ProcessGrid"] = None) -> SpMMAlgorithm:
+    """The algorithm ``name`` bound to ``adj``, exchanging through ``exchanger`` (on ``grid`` for
+    1.5D algorithms); see :class:`SpMMAlgorithm` for the arguments."""
+    return algorithm_class(name)(adj, exchanger, grid)

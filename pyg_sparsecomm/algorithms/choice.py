@@ -1,4 +1,4 @@
-"""``algorithm="auto"``: the SpMM algorithm with the lowest predicted time, and the layout check."""
+"""``algorithm="auto"``: the SpMM algorithm with the lowest predicted time (layout checks: :mod:`.settings`)."""
 
 from dataclasses import replace
 
@@ -7,8 +7,9 @@ import torch.distributed as dist
 
 from ..adj import HaloAdj
 from ..comm.device_check import check_devices
-from ..comm.group import check_plan_matches_group, collective_device, is_distributed
-from ..comm.halo_options import EXACT, HaloOptions
+from ..comm.exchanger import HaloExchanger
+from ..comm.group import collective_device, is_distributed
+from ..comm.halo_options import HaloOptions
 from ..comm.quantize import payload_row_bytes
 from ..cost import CostModel, Prediction, RankVolumes
 from ..grid import ProcessGrid
@@ -18,21 +19,31 @@ from .base import ALGORITHMS, auto_candidates
 CostRow = tuple[str, float, int]
 
 
-def choose_algorithm(adj: HaloAdj, grid: ProcessGrid | None, width: int, element_size: int, learnable: bool,
-                     cost_model: CostModel, group: dist.ProcessGroup | None = None,
-                     options: HaloOptions | None = None) -> tuple[str, list[CostRow], list[CostRow], list[CostRow]]:
+def choose_algorithm(adj: HaloAdj, exchanger: HaloExchanger, grid: ProcessGrid | None, width: int,
+                     element_size: int, learnable: bool,
+                     cost_model: CostModel) -> tuple[str, list[CostRow], list[CostRow], list[CostRow]]:
     """The candidate with the lowest predicted SpMM time (forward + backward), max over ranks.
 
     Every rank takes the same decision: the per-algorithm predictions are all-reduced with
-    ``MAX`` (a collective over ``group``, or the default group under a grid).  With
+    ``MAX`` (a collective over the exchanger's group, or the default group under a grid).  With
     ``learnable`` edge weights, algorithms that would refuse them are never candidates, nor
-    are those that do not honour ``options``.  An SpMM of ``width`` columns of ``element_size``
-    bytes is priced as it runs (:meth:`~pyg_sparsecomm.algorithms.SpMMAlgorithm.predict_as_run`:
-    compressed bytes; with ``staleness=1`` the exposed time).  Returns the chosen name, that
-    report, the same with exact (uncompressed) rows, and the same bytes exchanged synchronously
-    (equal to the first without staleness), so :func:`explain_table` can show both trades.
+    are those that do not honour the exchanger's options.  An SpMM of ``width`` columns of
+    ``element_size`` bytes is priced as it runs
+    (:meth:`~pyg_sparsecomm.algorithms.SpMMAlgorithm.predict_as_run`: compressed bytes; with
+    ``staleness=1`` the exposed time).  Returns the chosen name, that report, the same with exact
+    (uncompressed) rows, and the same bytes exchanged synchronously (equal to the first without
+    staleness), so :func:`explain_table` can show both trades.
+
+    Args:
+        adj (HaloAdj): the layer's block row (its plan and stored entries are priced).
+        exchanger (HaloExchanger): the layer's exchanger (process group and halo options).
+        grid (ProcessGrid, optional): the 1.5D grid (``None``: a 1D layout).
+        width (int): columns of the SpMM.
+        element_size (int): bytes per element of the exchanged rows.
+        learnable (bool): whether the adjacency's values need gradients.
+        cost_model (CostModel): α, β and γ.
     """
-    plan, options = adj.plan, options or EXACT
+    plan, options = adj.plan, exchanger.options
     volumes = RankVolumes.from_counts(plan.send_counts, plan.recv_counts, plan.part_sizes, plan.rank,
                                       grid.col if grid else 0, grid.replication if grid else 1,
                                       nnz=local_spmm_nnz(adj, grid))
@@ -43,7 +54,7 @@ def choose_algorithm(adj: HaloAdj, grid: ProcessGrid | None, width: int, element
     worst = torch.tensor([[getattr(p, field) for p in _predictions(names, volumes, cost_model, width, element_size,
                                                                    pricing)]
                           for pricing in pricings for field in ("seconds", "bytes_sent")], dtype=torch.float64)
-    reduce_group = None if grid is not None else group
+    reduce_group = None if grid is not None else exchanger.group
     if is_distributed(reduce_group):
         device = collective_device(reduce_group) or worst.device
         reduced = worst.to(device)
@@ -116,19 +127,3 @@ def compression_note(width: int, element_size: int, options: HaloOptions) -> str
     line = f"width {width}: " + "; ".join(parts)
     return f"{line}\n{stale}" if options.staleness else line
 
-
-def exchange_group(adj: HaloAdj, grid: ProcessGrid | None,
-                   group: dist.ProcessGroup | None) -> dist.ProcessGroup | None:
-    """The group of the halo exchanges (1.5D: the grid's column group), after checking that the
-    shard was made for this layout."""
-    if grid is None:
-        check_plan_matches_group(adj.plan.world_size, adj.plan.rank, group)
-        return group
-    if adj.plan.world_size != grid.num_block_rows or adj.plan.rank != grid.row:
-        raise ValueError(
-            f"replication={grid.replication} on {grid.world_size} ranks needs the block row {grid.row} of a "
-            f"partition into P/c={grid.num_block_rows} parts (SparsityAwarePartitioner(num_parts="
-            f"{grid.num_block_rows}) and shard(data, grid=ProcessGrid({grid.replication}))), but this shard "
-            f"is part {adj.plan.rank} of {adj.plan.world_size}")
-    check_plan_matches_group(adj.plan.world_size, adj.plan.rank, grid.col_group)
-    return grid.col_group

@@ -2,12 +2,11 @@
 from typing import TYPE_CHECKING, Optional
 
 import torch
-import torch.distributed as dist
 from torch import Tensor
 
 from ..adj import HaloAdj, coo_to_csr, csr_mm, spmm, spmm_dtypes
 from ..comm.collectives import broadcast_rows, reduce_rows
-from ..comm.halo_options import ExchangeSlots, HaloOptions
+from ..comm.exchanger import HaloExchanger
 from ..cost import CostModel, Prediction, RankVolumes, RowBytes
 from .base import SpMMAlgorithm
 
@@ -63,10 +62,9 @@ class Oblivious1D(SpMMAlgorithm):
     auto_candidate = True
     differentiates_edge_weights = False
 
-    def __init__(self, adj: HaloAdj, group: dist.ProcessGroup | None = None,
-                 grid: Optional["ProcessGrid"] = None,
-                 options: HaloOptions | None = None, slots: ExchangeSlots | None = None) -> None:
-        super().__init__(adj, group, grid, options, slots)
+    def __init__(self, adj: HaloAdj, exchanger: HaloExchanger | None = None,
+                 grid: Optional["ProcessGrid"] = None) -> None:
+        super().__init__(adj, exchanger, grid)
         plan = adj.plan
         #: the block rows broadcast, in stage order (all of them in 1D; the grid column's stage blocks in 1.5D)
         self.stage_ranks: list[int] = (grid.stage_blocks() if grid is not None and self.replicated

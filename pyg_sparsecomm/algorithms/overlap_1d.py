@@ -2,15 +2,14 @@
 from typing import TYPE_CHECKING, Optional
 
 import torch
-import torch.distributed as dist
 from torch import Tensor
 
 from ..adj import HaloAdj, coo_to_csr, csr_mm, spmm, spmm_dtypes
 from ..comm.counters import comm_counter
+from ..comm.exchanger import HaloExchanger
 from ..comm.halo import encode_together, start_all_to_all_rows, start_p2p_rows
-from ..comm.halo_options import ExchangeSlots, HaloOptions
 from ..comm.quantize import decode_rows
-from ..comm.stale import is_training, stale_halo_exchange
+from ..comm.stale import stale_halo_exchange
 from ..cost import CostModel, Prediction, RankVolumes, RowBytes
 from .base import SpMMAlgorithm
 from .sparse_1d import exchange_prediction
@@ -25,7 +24,7 @@ class _OverlappedSpMM(torch.autograd.Function):
         ctx.algo, ctx.x_dtype = algo, x.dtype
         plan, precision = algo.adj.plan, algo.options.precision
         compute, result = spmm_dtypes(algo.value_dtype, x.dtype)
-        send = encode_together(x.index_select(0, plan.send_index), precision, algo.group)
+        send = encode_together(x, precision, algo.group, plan.send_index)
         with comm_counter().timed(x.device):  # posting is communication time too (p2p posts one op per peer)
             recv, work = algo.start_exchange(send, plan.send_counts, plan.recv_counts, algo.group, "halo")
         out = csr_mm(algo.block("own", compute), x, result)  # while the halo rows travel
@@ -71,10 +70,9 @@ class Overlap1D(SpMMAlgorithm):
     #: how the exchange is started: one non-blocking all-to-allv with split sizes
     start_exchange = staticmethod(start_all_to_all_rows)
 
-    def __init__(self, adj: HaloAdj, group: dist.ProcessGroup | None = None,
-                 grid: Optional["ProcessGrid"] = None,
-                 options: HaloOptions | None = None, slots: ExchangeSlots | None = None) -> None:
-        super().__init__(adj, group, grid, options, slots)
+    def __init__(self, adj: HaloAdj, exchanger: HaloExchanger | None = None,
+                 grid: Optional["ProcessGrid"] = None) -> None:
+        super().__init__(adj, exchanger, grid)
         row, col = adj.coo()
         n = adj.num_owned
         own = col < n
@@ -97,11 +95,10 @@ class Overlap1D(SpMMAlgorithm):
     def __call__(self, x: Tensor) -> Tensor:
         if self.adj.plan.world_size == 1:
             return spmm(self.adj, x)
-        if self.options.staleness and is_training(self.slots):
+        if self.options.staleness and self.exchanger.training:
             # the previous step's halo rows are at hand: nothing to overlap within this step,
             # this step's rows travel (started the same way) while the rest of the step computes
-            halo = stale_halo_exchange(x, self.adj.plan, self.group, self.options, self.slots, "x",
-                                       self.start_exchange)
+            halo = stale_halo_exchange(x, self.exchanger, "x", self.start_exchange)
             return spmm(self.adj, torch.cat([x, halo], dim=0))
         return _OverlappedSpMM.apply(x, self)
 

@@ -3,9 +3,10 @@
 The backend follows the adjacency's device (:func:`pyg_sparsecomm.rdma.make_backend`):
 on CPU the MPI one-sided backend, which needs ``mpiexec`` *and* ``torch.distributed``
 initialised with the same ranks (the layer's group); on CUDA PyTorch symmetric memory
-over the default ``torch.distributed`` group (written to the API, not run here: no GPU).  The name is registered
-when :mod:`pyg_sparsecomm.algorithms` is imported (it imports this module), so
-``DistributedGCNConv(algorithm="rdma")`` works without importing anything else.
+over the default ``torch.distributed`` group (written to the API, not run here: no GPU).  The name is declared
+when :mod:`pyg_sparsecomm.algorithms` is imported and this module (with the engine) imported at the
+first lookup of the class, so ``DistributedGCNConv(algorithm="rdma")`` works without importing
+anything else and code that never uses it never loads the engine.
 
 The tiled adjacency (the *engine*) is built collectively, shared between layers with
 identical adjacencies and freed collectively by :mod:`pyg_sparsecomm.rdma.engine_cache`
@@ -31,7 +32,7 @@ from torch import Tensor
 
 from ..adj import HaloAdj
 from ..comm.counters import comm_counter
-from ..comm.halo_options import ExchangeSlots, HaloOptions
+from ..comm.exchanger import HaloExchanger
 from ..cost import CostModel, Prediction, RankVolumes, RowBytes
 from ..rdma import engine_cache
 from ..rdma.engine_cache import MAX_IDLE_ENGINES, Lease, collect, free_engines, set_backend
@@ -268,9 +269,8 @@ class RDMAStationaryC(SpMMAlgorithm):
     differentiates_edge_weights = False
     wire_element_size = 8  # H travels as float64 whatever the layer's dtype
 
-    def __init__(self, adj: HaloAdj, group: dist.ProcessGroup | None = None, grid: Any = None,
-                 options: HaloOptions | None = None, slots: ExchangeSlots | None = None) -> None:
-        super().__init__(adj, group, grid, options, slots)
+    def __init__(self, adj: HaloAdj, exchanger: HaloExchanger | None = None, grid: Any = None) -> None:
+        super().__init__(adj, exchanger, grid)
         be = engine_cache.backend(adj.rowptr.device)
         if (be.world_size, be.rank) != (adj.plan.world_size, adj.plan.rank):
             raise RuntimeError(f"algorithm='rdma' needs MPI ranks equal to the shard's ranks: MPI rank "

@@ -2,12 +2,11 @@
 
 import numpy as np
 import torch
-import torch.distributed as dist
 from torch import Tensor
 
 from ..adj import HaloAdj
 from ..comm.collectives import ring_allreduce_nbytes, row_all_reduce
-from ..comm.halo_options import ExchangeSlots, HaloOptions
+from ..comm.exchanger import HaloExchanger
 from ..cost import CostModel, Prediction, RankVolumes, RowBytes
 from ..grid import ProcessGrid
 from ..plan import RankPlan, restrict_counts
@@ -78,12 +77,11 @@ class SparseAware15D(SpMMAlgorithm):
     supports_staleness = True  # stale halos of the column group; row sums stay synchronous
     grid: ProcessGrid  # SpMMAlgorithm.__init__ refuses a replicated algorithm without one
 
-    def __init__(self, adj: HaloAdj, group: dist.ProcessGroup | None = None,
-                 grid: ProcessGrid | None = None,
-                 options: HaloOptions | None = None, slots: ExchangeSlots | None = None) -> None:
-        super().__init__(adj, group, grid, options, slots)
-        self.partial = SparseAware1D(restrict_to_blocks(adj, self.grid.stage_blocks()), self.grid.col_group,
-                                     options=self.options, slots=self.slots)
+    def __init__(self, adj: HaloAdj, exchanger: HaloExchanger | None = None,
+                 grid: ProcessGrid | None = None) -> None:
+        super().__init__(adj, exchanger, grid)
+        # the stage's restricted plan, over the column group this exchanger was rebound to
+        self.partial = SparseAware1D(restrict_to_blocks(adj, self.grid.stage_blocks()), self.exchanger)
 
     def __call__(self, x: Tensor) -> Tensor:
         return row_all_reduce(self.partial(x), self.grid.row_group)

@@ -1,5 +1,6 @@
 """Counted collectives: block-row broadcast and reduce (the oblivious CAGNET baseline) and the
-differentiable row-group all-reduce of the 1.5D algorithms."""
+differentiable row-group all-reduce of the 1.5D algorithms; and the all-reduce of a small value
+(a loss, a count, a calibration figure) that the rest of the package agrees on."""
 
 import torch
 import torch.distributed as dist
@@ -7,7 +8,7 @@ from torch import Tensor
 
 from .counters import comm_counter, row_nbytes
 from .device_check import check_devices
-from .group import global_rank, rank, world_size
+from .group import collective_device, global_rank, is_distributed, rank, world_size
 
 
 def broadcast_rows(buf: Tensor, src: int, group: dist.ProcessGroup | None = None) -> Tensor:
@@ -36,6 +37,23 @@ def reduce_rows(buf: Tensor, dst: int, group: dist.ProcessGroup | None = None) -
     recv = [nbytes if (me == dst and p != dst) else 0 for p in range(P)]
     counter.record("reduce", sent, recv, group)
     return buf
+
+
+def all_reduce_value(value: Tensor, op: dist.ReduceOp.RedOpType = dist.ReduceOp.SUM,
+                     group: dist.ProcessGroup | None = None, what: str = "all_reduce_value") -> Tensor:
+    """``value`` (a small detached tensor) reduced with ``op`` over ``group``'s ranks, returned on
+    ``value``'s device: one uncounted all-reduce on the group's collective device (``value`` itself
+    without ``torch.distributed``).  ``what`` names the caller in the device check's error.
+
+    Shapes:
+        value: any; the result has its shape, dtype and device.
+    """
+    if not is_distributed(group):
+        return value
+    reduced = value.to(collective_device(group) or value.device, copy=True)
+    check_devices(what, group, reduced)
+    dist.all_reduce(reduced, op=op, group=group)
+    return reduced.to(value.device)
 
 
 def ring_allreduce_nbytes(nbytes: int, group_size: int) -> int:

@@ -6,6 +6,8 @@ from typing import TypeVar
 import torch
 import torch.distributed as dist
 
+from ..compat import is_registered_group, process_group_timeout
+
 
 def is_distributed(group: dist.ProcessGroup | None = None) -> bool:
     return dist.is_available() and dist.is_initialized()
@@ -28,7 +30,7 @@ def is_alive(group: dist.ProcessGroup | None = None) -> bool:
     is initialised and the group was not destroyed (e.g. by a job's teardown)."""
     if not is_distributed(group):
         return False
-    return group is None or group in dist.distributed_c10d._world.pg_map
+    return group is None or is_registered_group(group)
 
 
 #: groups whose first operation was a collective every member joined (see :func:`join_all`)
@@ -47,7 +49,8 @@ def join_all(group: dist.ProcessGroup | None = None) -> None:
     """
     if not is_distributed(group):
         return
-    key = group if group is not None else dist.distributed_c10d._get_default_group()
+    key = group if group is not None else dist.group.WORLD
+    assert key is not None  # initialised: is_distributed
     if key in _JOINED:
         return
     dist.all_reduce(torch.zeros(1, device=collective_device(group)), group=group)
@@ -74,10 +77,7 @@ def twin_group(group: dist.ProcessGroup | None = None, backend: str | None = Non
     assert parent is not None  # initialised: new_group needs it
     parent_backend = dist.get_backend(parent)
     device = torch.device("cuda" if parent_backend == "nccl" else "cpu")
-    try:  # the parent's timeout, so a dead peer surfaces as fast on the twin
-        timeout = parent._get_backend(device).options._timeout
-    except (AttributeError, RuntimeError):
-        timeout = None
+    timeout = process_group_timeout(parent, device)  # so a dead peer surfaces as fast on the twin
     backend = backend or parent_backend
     created = dist.new_group(dist.get_process_group_ranks(parent), timeout=timeout, backend=backend,
                              use_local_synchronization=True)
@@ -96,7 +96,7 @@ def dedicated_group(group: dist.ProcessGroup | None, purpose: str, backend: str 
     connection to every peer).  Collective over ``group``'s ranks at the first call.  ``backend``:
     as :func:`twin_group`'s (``"gloo"``: CPU collectives beside an NCCL group).
     """
-    default = dist.distributed_c10d._get_default_group()
+    default = dist.group.WORLD
     ranks = tuple(dist.get_process_group_ranks(group)) if group is not None else tuple(range(dist.get_world_size()))
     cached = _DEDICATED.get((purpose, ranks))
     if cached is not None and cached[0] is default:

@@ -12,15 +12,19 @@ Rows and gradients may travel compressed (``halo_precision``, AdaQP): each row i
 counter records the payload, scale and offset included.  The backward passes gradients
 straight through the rounding (unbiased: exact in expectation).
 """
+from typing import TYPE_CHECKING
+
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from ..plan import RankPlan
 from .counters import comm_counter, row_nbytes
 from .device_check import check_devices
 from .group import join_all, raise_together
 from .quantize import decode_rows, encode_rows
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .exchanger import HaloExchanger
 
 
 def start_all_to_all_rows(send: Tensor, send_counts: list[int], recv_counts: list[int],
@@ -95,26 +99,29 @@ def all_to_all_rows(send: Tensor, send_counts: list[int], recv_counts: list[int]
     return recv
 
 
-def encode_together(rows: Tensor, precision: str | None, group) -> Tensor:
-    """``rows`` in their wire format; a compressed encoding that fails on one rank (a non-finite value,
-    fp16's range) raises its message on every rank, which agree with one one-element all-reduce (only
-    on compressed exchanges), instead of leaving the peers waiting in the exchange."""
+def encode_together(rows: Tensor, precision: str | None, group, index: Tensor | None = None) -> Tensor:
+    """``rows`` (``rows[index]``, gathered while encoding) in their wire format; a compressed encoding
+    that fails on one rank (a non-finite value, fp16's range) raises its message on every rank, which
+    agree with one one-element all-reduce (only on compressed exchanges), instead of leaving the peers
+    waiting in the exchange."""
     if precision is None:
-        return encode_rows(rows, precision)
-    return raise_together(lambda: encode_rows(rows, precision), f"the {precision} halo exchange", group,
+        return encode_rows(rows, precision, index)
+    return raise_together(lambda: encode_rows(rows, precision, index), f"the {precision} halo exchange", group,
                           flag_first=True)
 
 
-def _to_halo(x: Tensor, plan: RankPlan, group, precision: str | None = None) -> Tensor:
+def _to_halo(x: Tensor, exchanger: "HaloExchanger", precision: str | None = None) -> Tensor:
     """The forward exchange: the rows of ``x`` every peer needs, received as this rank's halo
     (travelling in ``precision``, :mod:`~pyg_sparsecomm.comm.quantize`; ``None``: exact)."""
-    send = encode_together(x.index_select(0, plan.send_index), precision, group)
+    plan, group = exchanger.plan, exchanger.group
+    send = encode_together(x, precision, group, plan.send_index)
     return decode_rows(all_to_all_rows(send, plan.send_counts, plan.recv_counts, group, "halo"), x, precision)
 
 
-def _to_owners(halo: Tensor, into: Tensor, plan: RankPlan, group, precision: str | None = None) -> Tensor:
+def _to_owners(halo: Tensor, into: Tensor, exchanger: "HaloExchanger", precision: str | None = None) -> Tensor:
     """The reverse exchange: halo rows travel back to their owners (in ``precision``) and are
     summed into ``into``."""
+    plan, group = exchanger.plan, exchanger.group
     payload = encode_together(halo, precision, group)
     back = all_to_all_rows(payload, plan.recv_counts, plan.send_counts, group, "halo_grad")
     return into.index_add_(0, plan.send_index, decode_rows(back, halo, precision))
@@ -122,34 +129,45 @@ def _to_owners(halo: Tensor, into: Tensor, plan: RankPlan, group, precision: str
 
 class _HaloExchange(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x: Tensor, plan: RankPlan, group, precision: str | None, grad_precision: str | None) -> Tensor:
-        ctx.plan, ctx.group, ctx.num_owned, ctx.grad_precision = plan, group, x.size(0), grad_precision
-        return _to_halo(x, plan, group, precision)
+    def forward(ctx, x: Tensor, exchanger: "HaloExchanger", precision: str | None,
+                grad_precision: str | None) -> Tensor:
+        ctx.exchanger, ctx.num_owned, ctx.grad_precision = exchanger, x.size(0), grad_precision
+        return _to_halo(x, exchanger, precision)
 
     @staticmethod
     def backward(ctx, grad_halo: Tensor):
         # the rounding of the forward is passed straight through (its expectation is the identity)
         zeros = grad_halo.new_zeros((ctx.num_owned,) + tuple(grad_halo.shape[1:]))
-        return _to_owners(grad_halo, zeros, ctx.plan, ctx.group, ctx.grad_precision), None, None, None, None
+        return _to_owners(grad_halo, zeros, ctx.exchanger, ctx.grad_precision), None, None, None
 
 
-def halo_exchange(x: Tensor, plan: RankPlan, group: dist.ProcessGroup | None = None,
-                  precision: str | None = None, grad_precision: str | None = None) -> Tensor:
+def halo_exchange(x: Tensor, exchanger: "HaloExchanger", precision: str | None = None,
+                  grad_precision: str | None = None) -> Tensor:
     """Returns the ``[halo_size, ...]`` rows of ``x`` that this rank's adjacency needs.
 
     ``x`` holds this rank's owned rows.  Differentiable: gradients flow back to
     the owners' rows.  Without peers (world size 1) no collective is issued.
     ``precision`` / ``grad_precision``: the wire format of the rows and of their gradients
     (:mod:`~pyg_sparsecomm.comm.quantize`; ``None``: exact).  Tensors that are not floating
-    point (ids, masks) always travel exactly.
+    point (ids, masks) always travel exactly.  Layers call it through
+    :meth:`HaloExchanger.exchange <pyg_sparsecomm.comm.exchanger.HaloExchanger.exchange>`,
+    which picks the precisions (and staleness) from the layer's options.
+
+    Args:
+        x (torch.Tensor): ``[num_owned, *]`` owned rows.
+        exchanger (HaloExchanger): the plan and process group of the exchange (its options
+            are not read here).
+        precision (str, optional): wire format of the rows. (default: :obj:`None`)
+        grad_precision (str, optional): wire format of their gradients. (default: :obj:`None`)
     """
+    plan = exchanger.plan
     if x.size(0) != plan.num_owned:
         raise ValueError(f"halo_exchange: x has {x.size(0)} rows but this rank owns {plan.num_owned}")
     if plan.world_size == 1:
         return x.new_empty((0,) + tuple(x.shape[1:]))
     if not x.is_floating_point():
         precision = grad_precision = None
-    return _HaloExchange.apply(x, plan, group, precision, grad_precision)
+    return _HaloExchange.apply(x, exchanger, precision, grad_precision)
 
 
 class _HaloReduce(torch.autograd.Function):
@@ -158,16 +176,16 @@ class _HaloReduce(torch.autograd.Function):
     the reverse direction, although it runs in the forward pass.)"""
 
     @staticmethod
-    def forward(ctx, owned: Tensor, halo: Tensor, plan: RankPlan, group) -> Tensor:
-        ctx.plan, ctx.group = plan, group
-        return _to_owners(halo, owned.clone(), plan, group)
+    def forward(ctx, owned: Tensor, halo: Tensor, exchanger: "HaloExchanger") -> Tensor:
+        ctx.exchanger = exchanger
+        return _to_owners(halo, owned.clone(), exchanger)
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        return grad, _to_halo(grad, ctx.plan, ctx.group), None, None
+        return grad, _to_halo(grad, ctx.exchanger), None
 
 
-def halo_reduce(x_ext: Tensor, plan: RankPlan, group: dist.ProcessGroup | None = None) -> Tensor:
+def halo_reduce(x_ext: Tensor, exchanger: "HaloExchanger") -> Tensor:
     r"""Folds values over ``[owned | halo]`` columns into the owners' rows.
 
     Row ``c`` of the result is ``x_ext[c]`` plus every peer's ``x_ext`` row of the halo
@@ -175,10 +193,11 @@ def halo_reduce(x_ext: Tensor, plan: RankPlan, group: dist.ProcessGroup | None =
     (e.g. a node's out-degree, whose edges live on the ranks owning their targets).
     Differentiable; the adjoint of :func:`halo_exchange`.
     """
+    plan = exchanger.plan
     if x_ext.size(0) != plan.num_owned + plan.halo_size:
         raise ValueError(f"halo_reduce: x has {x_ext.size(0)} rows, expected owned + halo = "
                          f"{plan.num_owned + plan.halo_size}")
     owned, halo = x_ext[:plan.num_owned], x_ext[plan.num_owned:]
     if plan.world_size == 1:
         return owned
-    return _HaloReduce.apply(owned, halo, plan, group)
+    return _HaloReduce.apply(owned, halo, exchanger)

@@ -50,9 +50,13 @@ default generator: a model trained with ``halo_precision="int8"`` sees the same 
 parameters and dropout masks as the same model trained exactly after the same
 ``torch.manual_seed``.
 
-**Speed.** On CPU the encoder quantizes blocks of :data:`BLOCK_ELEMENTS` values (subtract, scale,
-add the draws, clamp, cast), so its temporaries stay in the cache and the allocator's free lists;
-on CUDA, with Triton installed, one kernel per direction (:mod:`~pyg_sparsecomm.comm.quantize_triton`).
+**Speed.** On CPU, ``float32`` rows (and ``float16``/``bfloat16`` ones, cast exactly) are coded by
+one compiled pass per direction (:mod:`~pyg_sparsecomm.comm.quantize_cpu`, built on first use),
+which also gathers the rows to send (``index``); on CUDA, with Triton installed, one kernel per
+direction (:mod:`~pyg_sparsecomm.comm.quantize_triton`).  Both give bitwise the payload of the torch
+ops below, which code the rest (and everything where no compiler is found, after a warning): the
+encoder quantizes blocks of :data:`BLOCK_ELEMENTS` values (subtract, scale, add the draws, clamp,
+cast), so its temporaries stay in the cache and the allocator's free lists.
 """
 import importlib.util
 import math
@@ -61,6 +65,7 @@ import sys
 import torch
 from torch import Tensor
 
+from . import quantize_cpu
 from .finite_check import require
 from .halo_options import PRECISIONS
 from .rounding import rounding_generator
@@ -103,30 +108,34 @@ def payload_row_bytes(width: int, precision: str | None, element_size: int = 4) 
     return values + HEADER_BYTES
 
 
-def encode(rows: Tensor, precision: str, generator: torch.Generator | None = None) -> Tensor:
+def encode(rows: Tensor, precision: str, generator: torch.Generator | None = None,
+           index: Tensor | None = None) -> Tensor:
     r"""Encodes ``[n, f]`` floating-point rows into a ``[n, payload_row_bytes(f, precision)]``
     ``uint8`` payload.
 
     Args:
-        rows: ``[n, f]`` finite floating-point values.
+        rows: ``[N, f]`` finite floating-point values.
         precision: one of :data:`PRECISIONS`.
         generator: the random numbers of stochastic rounding (integer formats); default: the
             dedicated rounding generator of ``rows.device``
             (:func:`~pyg_sparsecomm.comm.rounding.rounding_generator`), never torch's default one.
+        index: encode the ``n`` rows ``rows[index]`` (bitwise the payload of
+            ``encode(rows[index], ...)``; on CPU the gather happens in the encoding pass); default:
+            all rows, ``n = N``.
     """
     check_precision(precision)
     if precision is None:
         raise ValueError("encode: precision=None is the exact exchange, there is nothing to encode")
     if rows.dim() != 2 or not rows.is_floating_point():
         raise ValueError(f"encode: expected [n, f] floating-point rows, got {tuple(rows.shape)} {rows.dtype}")
-    n, width = rows.shape
+    n, width = rows.size(0) if index is None else index.numel(), rows.size(1)
     if n == 0 or width == 0:
         return rows.new_empty((n, payload_row_bytes(width, precision)), dtype=torch.uint8)
     if precision in _FLOAT_DTYPES:
-        return _encode_float(rows, precision)
+        return _encode_float(rows if index is None else rows.index_select(0, index), precision)
     if generator is None:
         generator = rounding_generator(rows.device)
-    return _encode_int(rows, _INT_BITS[precision], generator)
+    return _encode_int(rows, _INT_BITS[precision], generator, index)
 
 
 def decode(payload: Tensor, width: int, precision: str, dtype: torch.dtype = torch.float32) -> Tensor:
@@ -143,7 +152,10 @@ def decode(payload: Tensor, width: int, precision: str, dtype: torch.dtype = tor
         return payload.new_empty((n, width), dtype=dtype)
     if precision in _FLOAT_DTYPES:
         return bytes_as(payload, _FLOAT_DTYPES[precision]).to(dtype)
-    if dtype == torch.float32 and _fused(payload.new_empty(0, dtype=dtype), width):
+    like = payload.new_empty(0, dtype=dtype)
+    if dtype == torch.float32 and quantize_cpu.usable(like):
+        return quantize_cpu.decode_int(payload, width, _INT_BITS[precision])
+    if dtype == torch.float32 and _fused(like, width):
         from .quantize_triton import decode_int
         return decode_int(payload, width, _INT_BITS[precision])
     offset, scale = bytes_as(payload[:, :HEADER_BYTES], torch.bfloat16).to(dtype).unbind(1)
@@ -164,10 +176,16 @@ def _encode_float(rows: Tensor, precision: str) -> Tensor:
     return out
 
 
-def _encode_int(rows: Tensor, bits: int, generator: torch.Generator) -> Tensor:
-    n, width = rows.shape
+def _encode_int(rows: Tensor, bits: int, generator: torch.Generator, index: Tensor | None) -> Tensor:
+    n, width = rows.size(0) if index is None else index.numel(), rows.size(1)
     out = torch.empty((n, HEADER_BYTES + _packed_width(width, bits)), dtype=torch.uint8, device=rows.device)
     row_draws, column_draws = random_int16((n, 1), generator), random_int16((1, width), generator)
+    if quantize_cpu.usable(rows):
+        if not quantize_cpu.encode_int(rows, bits, row_draws.view(-1), column_draws.view(-1), out, index):
+            raise non_finite_error(bits, torch.float32)
+        return out
+    if index is not None:
+        rows = rows.index_select(0, index)
     if _fused(rows, width):
         from .quantize_triton import encode_int
         finite = encode_int(rows, bits, row_draws.view(-1), column_draws.view(-1), out)
@@ -264,7 +282,8 @@ def row_grid(rows: Tensor, bits: int) -> tuple[Tensor, Tensor]:
     ``offset + scale * {0, ..., 2^bits - 1}`` covers the row; ValueError for non-finite rows."""
     low, high = rows.amin(dim=1), rows.amax(dim=1)
     work = torch.promote_types(rows.dtype, torch.float32)
-    low, high = low.to(work), high.to(work)
+    # + 0: a zero extreme is +0 whichever zero the reduction picked (the compiled codec agrees)
+    low, high = low.to(work) + 0.0, high.to(work) + 0.0
     require(torch.isfinite(high - low).all(), str(non_finite_error(bits, work)))
     offset = _round_bf16(low, down=True)
     scale = _round_bf16((high - offset.to(work)) / ((1 << bits) - 1), down=False)
@@ -332,11 +351,12 @@ def _unpack(packed: Tensor, width: int, bits: int) -> Tensor:
     return word.view(torch.uint8)[:, :width]
 
 
-def encode_rows(rows: Tensor, precision: str | None) -> Tensor:
-    """``[n, ...]`` rows as the ``[n, B]`` payload that goes on the wire (``None``: the rows themselves)."""
+def encode_rows(rows: Tensor, precision: str | None, index: Tensor | None = None) -> Tensor:
+    """``[N, ...]`` rows (``rows[index]``: ``[n, ...]``, gathered while encoding) as the ``[n, B]``
+    payload that goes on the wire (``None``: the rows themselves)."""
     if precision is None:
-        return rows.contiguous()
-    return encode(rows.reshape(rows.size(0), math.prod(rows.shape[1:])), precision)
+        return rows.contiguous() if index is None else rows.index_select(0, index)
+    return encode(rows.reshape(rows.size(0), math.prod(rows.shape[1:])), precision, index=index)
 
 
 def decode_rows(payload: Tensor, like: Tensor, precision: str | None) -> Tensor:

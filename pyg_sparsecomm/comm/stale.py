@@ -30,7 +30,7 @@ and leaves the pipeline alone.  The payload passes through a :class:`RowCodec` (
 a compressed wire format plugs in there).
 """
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -41,6 +41,9 @@ from .counters import Stopwatch, comm_counter
 from .group import dedicated_group
 from .halo import halo_exchange, start_all_to_all_rows
 from .quantize import decode_rows, encode_rows
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .exchanger import HaloExchanger
 
 #: starts a non-blocking row exchange: ``(send, send_counts, recv_counts, group, kind) -> (recv, work)``
 StartExchange = Callable[..., tuple[Tensor, Any]]
@@ -133,31 +136,30 @@ class _Pipe:
     Step 0 exchanges synchronously and its result serves steps 0 and 1.
     """
 
-    def __init__(self, codec: RowCodec, gamma: float, kind: str, start: StartExchange) -> None:
-        self.codec, self.gamma, self.kind, self.start = codec, gamma, kind, start
+    def __init__(self, codec: RowCodec, gamma: float, kind: str, start: StartExchange,
+                 pipe_group: dist.ProcessGroup) -> None:
+        self.codec, self.gamma, self.kind, self.start, self.pipe_group = codec, gamma, kind, start, pipe_group
         self.value: Tensor | None = None
         self.pending: _Pending | None = None
         self.steps = 0
 
-    def step(self, rows: Tensor, send_counts: list[int], recv_counts: list[int],
-             group: dist.ProcessGroup) -> Tensor:
+    def step(self, rows: Tensor, send_counts: list[int], recv_counts: list[int]) -> Tensor:
         """Sends ``rows`` (this step's); returns the (smoothed) rows received for this step."""
         if self.steps == 0:
-            self.value = self._received(self._start(rows, send_counts, recv_counts, group))
+            self.value = self._received(self._start(rows, send_counts, recv_counts))
         else:
             if self.pending is not None:
                 self.value = _smooth(self.value, self._received(self.pending), self.gamma)
-            self.pending = self._start(rows, send_counts, recv_counts, group)
+            self.pending = self._start(rows, send_counts, recv_counts)
         self.steps += 1
         assert self.value is not None
         return self.value
 
-    def _start(self, rows: Tensor, send_counts: list[int], recv_counts: list[int],
-               group: dist.ProcessGroup) -> _Pending:
+    def _start(self, rows: Tensor, send_counts: list[int], recv_counts: list[int]) -> _Pending:
         # posting is communication time the step cannot hide
         with PIPELINE_SECONDS.posting.measure(rows.device), comm_counter().timed(rows.device):
             recv, work = self.start(self.codec.encode(rows.contiguous()), send_counts, recv_counts,
-                                    group, self.kind)
+                                    self.pipe_group, self.kind)
         return _Pending(recv, work, rows.new_empty((0,) + tuple(rows.shape[1:])))
 
     def _received(self, pending: _Pending) -> Tensor:
@@ -175,26 +177,26 @@ class StaleHalo:
     of the previous training step, and the exchanges of this step in flight.
 
     Args:
-        plan: the rank's plan (every later call must use the same one).
-        group: the exchange's process group (pipelined exchanges run on :func:`pipeline_group`).
-        smoothing: ``γ`` of the exponential smoothing (``None``: 0, no smoothing).
-        codec, grad_codec: payload formats of the halo rows and of the halo gradients.
-        start: how exchanges are started (one all-to-allv, or point-to-point to the peers with rows).
+        exchanger (HaloExchanger): the plan, process group and options of the call site (every
+            later call must use the same plan and group; pipelined exchanges run on
+            :func:`pipeline_group` over the group's ranks; ``options.stale_smoothing`` is
+            ``γ``, ``options.precision`` / ``grad_precision`` the payload formats).
+        start (callable, optional): how exchanges are started (one all-to-allv, or
+            point-to-point to the peers with rows). (default: :func:`start_all_to_all_rows`)
     """
 
-    def __init__(self, plan: RankPlan, group: dist.ProcessGroup | None, smoothing: float | None = None,
-                 codec: RowCodec = IDENTITY, grad_codec: RowCodec = IDENTITY,
-                 start: StartExchange = start_all_to_all_rows) -> None:
-        self.plan, self.group, self.start = plan, group, start
-        self.pipe_group = pipeline_group(group)
-        gamma = float(smoothing or 0.0)
-        self.rows = _Pipe(codec, gamma, "halo", start)
-        self.grads = _Pipe(grad_codec, gamma, "halo_grad", start)
+    def __init__(self, exchanger: "HaloExchanger", start: StartExchange = start_all_to_all_rows) -> None:
+        self.plan, self.group, self.start = exchanger.plan, exchanger.group, start
+        self.pipe_group = pipeline_group(self.group)
+        codec, grad_codec = payload_codecs(exchanger.options)
+        gamma = float(exchanger.options.stale_smoothing or 0.0)
+        self.rows = _Pipe(codec, gamma, "halo", start, self.pipe_group)
+        self.grads = _Pipe(grad_codec, gamma, "halo_grad", start, self.pipe_group)
         self.row_shape: tuple[tuple[int, ...], torch.dtype] | None = None
 
-    def check(self, x: Tensor, plan: RankPlan, group: dist.ProcessGroup | None,
-              start: StartExchange = start_all_to_all_rows) -> None:
-        """Raises unless ``x``, ``plan``, ``group`` and ``start`` are those of the previous steps."""
+    def check(self, x: Tensor, exchanger: "HaloExchanger", start: StartExchange = start_all_to_all_rows) -> None:
+        """Raises unless ``x``, the exchanger's plan and group and ``start`` are those of the previous steps."""
+        plan, group = exchanger.plan, exchanger.group
         if plan is not self.plan and not same_plan(plan, self.plan):
             raise ValueError("staleness needs full-graph training on the same shard: this exchange got a "
                              "different plan (another graph, or a mini-batch) than at its first step; use "
@@ -213,12 +215,11 @@ class StaleHalo:
     def forward_step(self, x: Tensor) -> Tensor:
         """This step's halo rows (the previous step's, smoothed); starts sending ``x``'s."""
         send = x.detach().index_select(0, self.plan.send_index)
-        return self.rows.step(send, self.plan.send_counts, self.plan.recv_counts, self.pipe_group).clone()
+        return self.rows.step(send, self.plan.send_counts, self.plan.recv_counts).clone()
 
     def backward_step(self, grad_halo: Tensor) -> Tensor:
         """The owned rows' halo gradient of the previous step (smoothed); starts sending ``grad_halo``."""
-        back = self.grads.step(grad_halo.contiguous(), self.plan.recv_counts, self.plan.send_counts,
-                               self.pipe_group)
+        back = self.grads.step(grad_halo.contiguous(), self.plan.recv_counts, self.plan.send_counts)
         grad = back.new_zeros((self.plan.num_owned,) + tuple(back.shape[1:]))
         return grad.index_add_(0, self.plan.send_index, back)
 
@@ -252,44 +253,47 @@ def is_training(slots: Any) -> bool:
     return torch.is_grad_enabled() and bool(getattr(slots, "training", True))
 
 
-def stale_halo_exchange(x: Tensor, plan: RankPlan, group: dist.ProcessGroup | None, options: Any,
-                        slots: Any, key: str = "x", start: StartExchange = start_all_to_all_rows) -> Tensor:
+def stale_halo_exchange(x: Tensor, exchanger: "HaloExchanger", key: str = "x",
+                        start: StartExchange = start_all_to_all_rows) -> Tensor:
     r"""The halo rows of ``x`` under ``staleness=1`` (see the module docstring for the math).
 
     In a training step, returns the halo rows of the previous step's ``x`` (step 0: of ``x``)
     and starts sending ``x``'s rows for the next step; in backward, the owned rows receive the
     previous step's halo gradients and this step's are sent.  In evaluation (``slots.training``
     false or gradients disabled) the exchange is exact and synchronous and the pipeline is left
-    as it was.
+    as it was.  Layers reach it through
+    :meth:`HaloExchanger.exchange <pyg_sparsecomm.comm.exchanger.HaloExchanger.exchange>`.
 
     Args:
-        x: ``[num_owned, ...]`` owned rows.
-        plan: this rank's plan; the same (or an equal) plan at every step.
-        group: the exchange's process group.
-        options: the layer's ``HaloOptions`` (``staleness``, ``stale_smoothing``, precisions).
-        slots: the layer's ``ExchangeSlots``; the pipeline lives in ``slots[key]``.
-        key: the call site's name within the layer (numbered per call by ``slots.call_site``).
-        start: how an exchange is started (``start_all_to_all_rows`` or ``start_p2p_rows``).
+        x (torch.Tensor): owned rows.
+        exchanger (HaloExchanger): the plan (the same, or an equal, one at every step), process
+            group, options (``stale_smoothing``, precisions) and slots (the pipeline lives in
+            ``slots[key]``) of the call site.
+        key (str, optional): the call site's name within the layer (numbered per call by
+            ``slots.call_site``). (default: ``"x"``)
+        start (callable, optional): how an exchange is started (``start_all_to_all_rows`` or
+            ``start_p2p_rows``). (default: :func:`start_all_to_all_rows`)
 
-    Returns:
-        ``[halo_size, ...]`` halo rows; differentiable in ``x`` through the stale backward.
+    Shapes:
+        - **input:** ``[num_owned, *]``
+        - **output:** ``[halo_size, *]``; differentiable in ``x`` through the stale backward
     """
+    plan, slots = exchanger.plan, exchanger.slots
     if plan.minibatch:
         raise ValueError("staleness needs full-graph training on the same shard: this plan is a mini-batch's "
                          "(another graph every step); use staleness=0 with mini-batch loaders")
     if x.size(0) != plan.num_owned:
         raise ValueError(f"stale_halo_exchange: x has {x.size(0)} rows but this rank owns {plan.num_owned}")
     if plan.world_size == 1 or not is_training(slots):
-        return halo_exchange(x, plan, group)
+        return halo_exchange(x, exchanger)
     if slots is None:
         raise ValueError("staleness needs the layer's ExchangeSlots (the previous step's halos live there)")
     key = slots.call_site(key) if hasattr(slots, "call_site") else key
     state = slots.get(key)
     if state is None:
-        codec, grad_codec = payload_codecs(options)
-        state = StaleHalo(plan, group, options.stale_smoothing, codec, grad_codec, start)
+        state = StaleHalo(exchanger, start)
         slots[key] = state
-    state.check(x, plan, group, start)
+    state.check(x, exchanger, start)
     return _StaleExchange.apply(x, state)
 
 

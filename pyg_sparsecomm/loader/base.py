@@ -18,11 +18,10 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from ..adj import HaloAdj
-from ..comm.device_check import check_devices
-from ..comm.group import collective_device, raise_together, twin_group, world_size
+from ..comm.group import host_all_reduce, raise_together, twin_group, world_size
+from ..sampling.rules import NeighborSampling, NodeSubsetSampling
 from .prefetch import PrefetchedBatches
 from .pyg_options import prefetch_depth
-from .sampling import NeighborSampling, NodeSubsetSampling
 from .seeds import global_seed_ids, owned_seed_mask, seeds_per_batch
 
 
@@ -72,11 +71,8 @@ class DistributedLoader:
         if world_size(self.group) == 1:
             return
         code = zlib.crc32(f"{self.sampling!r}; prefetching={bool(self.prefetch)}".encode())
-        both = torch.tensor([code, -code], dtype=torch.long)
-        both = both.to(collective_device(self.group) or both.device)
-        check_devices("sampling check", self.group, both)
-        dist.all_reduce(both, op=dist.ReduceOp.MAX, group=self.group)
-        if int(both[0]) != -int(both[1]):
+        largest, minus_smallest = host_all_reduce([code, -code], dist.ReduceOp.MAX, self.group)
+        if largest != -minus_smallest:
             raise ValueError(f"the ranks built {type(self).__name__} with different sampling arguments (this rank: "
                              f"{self.sampling}, prefetch={self.prefetch}); every rank must pass the same "
                              f"num_neighbors, batch_size, shuffle and seed, or they would sample different batches, "

@@ -3,7 +3,7 @@ r"""A rank's part of one sampled mini-batch, as a PyG ``Data`` the distributed l
 Input: what this rank sampled -- the hop of each of its rows in the batch (``-1``: not in
 it) and the in-edges it kept (positions in its shard's CSR, with the hop each was sampled
 at) -- and the requests its peers sent for its rows (``(peer, row, hop)``).  Output: the
-batch's rows and edges relabelled to a :class:`~.sampled_adj.SampledAdj` whose plan moves
+batch's rows and edges relabelled to a :class:`~pyg_sparsecomm.sampling.SampledAdj` whose plan moves
 exactly the rows the batch's edges read, so one layer's exchange is the batch's column-net
 connectivity-1 volume.  Requests name rows in the owner's shard, so the owner needs no id
 lookup; one reply tells each requester where its halo rows sit in the owner's batch (the
@@ -19,7 +19,7 @@ from torch_geometric.data import Data
 from ..adj import HaloAdj, csr_order
 from ..comm.ids import exchange_ids
 from ..plan import RankPlan
-from .sampled_adj import SampledAdj
+from ..sampling.sampled_adj import SampledAdj
 
 # Gathers use ``index_select``: on the CPU, ``t[index]`` with an int64 tensor is several times
 # slower in torch 2.13 (x[rows] of a 262k x 64 float matrix: 109 vs 19 ms for 47k random rows).
@@ -143,7 +143,7 @@ def batch_attributes(local: Data, rows: Tensor, edge_pos: Tensor, adj: SampledAd
     """The batch's ``Data``: node-level attributes of the shard at ``rows``, edge-level ones at
     ``edge_pos`` (in ``adj``'s edge order), graph-level ones unchanged, and
 
-    * ``adj``: the batch's :class:`~.sampled_adj.SampledAdj` (pass it where the model takes ``edge_index``),
+    * ``adj``: the batch's :class:`~pyg_sparsecomm.sampling.SampledAdj` (pass it where the model takes ``edge_index``),
       also ``edge_index`` (where PyG's ``NeighborLoader`` batch holds its graph, so
       ``model(batch.x, batch.edge_index)`` runs on a ``distribute()``d model) and any other key
       of the shard that holds its :class:`~pyg_sparsecomm.adj.HaloAdj` (e.g. ``adj_t``);

@@ -8,9 +8,9 @@ import torch.distributed as dist
 from torch import Tensor
 from torch_geometric.data import Data
 
+from ..sampling.rules import NeighborSampling
 from .base import DistributedLoader
 from .batch import Requests, Sampled, build_batch, request_halo
-from .sampling import NeighborSampling
 
 
 class DistributedNeighborLoader(DistributedLoader):

@@ -7,9 +7,9 @@ import torch.distributed as dist
 from torch import Tensor
 from torch_geometric.data import Data
 
+from ..sampling.rules import NodeSubsetSampling
 from .base import DistributedLoader
 from .batch import Sampled, build_batch, request_halo
-from .sampling import NodeSubsetSampling
 
 
 class DistributedNodeSubsetLoader(DistributedLoader):

@@ -24,8 +24,8 @@ import torch.distributed as dist
 from torch import Tensor
 
 from ..comm.group import world_size
+from ..sampling.rules import NeighborSampling, NodeSubsetSampling
 from ..training import global_count
-from .sampling import NeighborSampling, NodeSubsetSampling
 
 _CHUNK = 1 << 20  # ids hashed at a time when every node is a seed (bounds the temporary arrays)
 

@@ -14,7 +14,10 @@ normalisation of ``gcn_norm``): exactly what the layer computes from an ``edge_i
 * PyG's ``adj_t`` path drops the values (``SAGEConv``, ``GINConv``, ``MFConv``, ``RGCNConv``
   strip a ``SparseTensor``'s values, ``ClusterGCNConv`` replaces them by its own normalisation,
   and layers without a fused ``message_and_aggregate`` read them only under the names
-  ``edge_weight``/``edge_type``): the values are not used, as in PyG;
+  ``edge_weight``/``edge_type``): the values are not used, as in PyG -- except that a *torch
+  sparse* ``adj_t`` keeps them in ``spmm(adj_t, x, reduce=aggr)``, so ``SAGEConv``/``GINConv``
+  given one aggregate :math:`w_{ji} x_j` by the distributed SpMM (:func:`torch_sparse_weights`;
+  an aggregation other than sum or mean raises);
 * anything else (a fused ``message_and_aggregate`` that uses the values but no ``edge_weight``
   argument to pass them through, e.g. ``EGConv`` with ``"symnorm"``, ``PDNConv``, or a message
   reading ``edge_weight`` that ``forward`` does not take) raises ``ValueError`` naming why.
@@ -24,37 +27,43 @@ A layer that a distributed layer calls with the same local ``edge_index`` (``Ant
 
 Self-loops: PyG's own paths disagree on a graph that already has them (``gcn_norm`` adds the
 missing loops to an ``edge_index``, adds a loop to every node of a torch sparse ``adj_t`` and
-replaces the diagonal of a ``SparseTensor``); distributed layers follow the ``edge_index`` path.
+replaces the diagonal of a ``SparseTensor``); distributed layers follow the form the script gave
+the graph in, recorded by the shard (``HaloAdj.given_as``, :func:`~pyg_sparsecomm.inputs.graph_form`).
 """
 from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
+from ..adj import HaloAdj
+from ..compat import message_arguments
 from .layer_adapters import forward_signature
-
-#: layers whose ``adj_t`` path drops the adjacency's values (see the module doc), by class name
-VALUES_DROPPED = ("SAGEConv", "GINConv", "MFConv", "RGCNConv", "ClusterGCNConv")
+from .layer_rules import layer_rule
+from .linear_aggregation import linear_weight_arg
 
 
 def _drops_values(conv: MessagePassing) -> bool:
-    names = {cls.__name__ for cls in type(conv).__mro__}
-    if names & set(VALUES_DROPPED):
+    """Whether PyG's ``adj_t`` path of ``conv`` ignores the adjacency's values: its rule says so
+    (``LayerRule.drops_adj_values``), or nothing of it reads them."""
+    from torch_geometric.nn import EGConv
+    if layer_rule(type(conv)).drops_adj_values:
         return True
-    if "EGConv" in names:  # only its "symnorm" aggregator reads the values (through gcn_norm)
+    if isinstance(conv, EGConv):  # only its "symnorm" aggregator reads the values (through gcn_norm)
         return "symnorm" not in getattr(conv, "aggregators", ())
     fused = type(conv).message_and_aggregate is not MessagePassing.message_and_aggregate
-    reads = {"edge_weight", "edge_type"} & set(conv._user_args)
+    reads = {"edge_weight", "edge_type"} & set(message_arguments(conv))
     return not fused and not reads
 
 
-def with_adjacency_values(conv: MessagePassing, args: tuple, kwargs: dict, value: Tensor | None) -> tuple:
-    """``(args, kwargs)`` of a call of ``conv`` on an adjacency with per-edge ``value`` (``None``:
-    unweighted), the values passed as PyG's ``adj_t`` path would use them (see the module doc).
+def with_adjacency_values(conv: MessagePassing, args: tuple, kwargs: dict, adj: HaloAdj) -> tuple:
+    """``(args, kwargs)`` of a call of ``conv`` on ``adj``, its values (``None``: unweighted)
+    passed as PyG's ``adj_t`` path would use them (see the module doc).
 
     Args:
-        conv: the layer, called with the local ``edge_index`` in place of the ``HaloAdj``.
-        args, kwargs: the call's arguments.
-        value: ``[nnz]`` values of the ``HaloAdj``, in its edge order (the local ``edge_index``'s).
+        conv (MessagePassing): the layer, called with the local ``edge_index`` in place of ``adj``.
+        args (tuple), kwargs (dict): the call's arguments.
+        adj (HaloAdj): the adjacency the layer was called with; its ``[nnz]`` values are in its
+            edge order (the local ``edge_index``'s).
     """
+    value = adj.value
     if value is None:
         return args, kwargs
     signature = forward_signature(type(conv))
@@ -65,8 +74,32 @@ def with_adjacency_values(conv: MessagePassing, args: tuple, kwargs: dict, value
             return bound.args[1:], bound.kwargs  # without self
         return args, kwargs
     if _drops_values(conv):
+        if adj.given_as == "torch.sparse" and layer_rule(type(conv)).drops_adj_values \
+                and linear_weight_arg(conv) is None:
+            raise ValueError(_unsupported_values(conv, "its aggregation "
+                                                 f"{getattr(conv, 'aggr', None)!r} of the weighted messages"))
         return args, kwargs
+    raise ValueError(_unsupported_values(conv, "the values in a way distribute() cannot pass to it on a local "
+                                         "edge_index"))
+
+
+def torch_sparse_weights(conv: MessagePassing, edge_index: Tensor, adj: HaloAdj) -> Tensor | None:
+    """The message weights of an unweighted-message layer (``SAGEConv``, ``GINConv``) called with a
+    weighted torch sparse ``adj_t``: PyG's ``spmm(adj_t, x, reduce=aggr)`` aggregates
+    :math:`w_{ji} x_j` (only a ``SparseTensor``'s values are dropped), so its SpMM uses them.
+    ``None`` for other forms, unweighted adjacencies and layers whose rule keeps the values."""
+    if adj.value is None or adj.given_as != "torch.sparse" or not layer_rule(type(conv)).drops_adj_values:
+        return None
+    if edge_index.size(1) != adj.nnz:
+        raise ValueError(_unsupported_values(conv, "the values of a graph it changed before aggregating"))
+    return adj.value
+
+
+def _unsupported_values(conv: MessagePassing, what: str) -> str:
     name = type(conv).__name__
+    return (f"{name} got an adjacency carrying edge weights (local.adj holds the graph's edge_weight or adj_t "
+            f"values), but PyG's sparse adj_t path of {name} uses {what}, which distribute() cannot run on a "
+            f"local edge_index: pass local.adj.with_value(None) for the unweighted graph")
     raise ValueError(f"{name} got an adjacency carrying edge weights (local.adj holds the graph's edge_weight or "
                      f"adj_t values), but {name} takes no edge_weight argument and PyG's sparse adj_t path of "
                      f"{name} uses the values in a way distribute() cannot pass to it on a local edge_index: pass "

@@ -9,11 +9,12 @@ gradients of both uses and sends them back in one reverse exchange.
 ``heads``), its ``propagate`` reads :math:`x^{src}_j` (width ``heads * C``), and
 :math:`\alpha^{src} = \langle x^{src}, a^{src} \rangle` is computed from :math:`x^{src}` before
 either runs, so :math:`x^{src}` exists when ``edge_updater`` is called but is not one of its
-arguments.  :func:`fused_source_module` declares where it comes from (the output of the layer's
-``lin_src``, else ``lin``); a forward hook on that module (:class:`RecordFirstOutput`) keeps its
-first output of the call, ``edge_updater`` exchanges ``[alpha_src | x_src]`` rows in ONE
-all-to-allv (one row header when compressed: ``heads * C + heads + 4`` bytes per int8 row instead
-of ``heads * C + heads + 8``), and ``propagate`` reuses the kept halo when its source is that
+arguments.  The layer's rule declares where it comes from
+(:attr:`~pyg_sparsecomm.nn.layer_rules.LayerRule.fused_source`: the output of ``lin_src``, else
+``lin``); a forward hook on that module (:class:`RecordFirstOutput`) keeps its first output of
+the call, ``edge_updater`` exchanges ``[alpha_src | x_src]`` rows in ONE all-to-allv (one row
+header when compressed: ``heads * C + heads + 4`` bytes per int8 row instead of
+``heads * C + heads + 8``), and ``propagate`` reuses the kept halo when its source is that
 output (a view of the same memory at the same version).  Anything else, e.g. a subclass editing
 ``x_src`` before ``propagate``, misses and is exchanged as usual: the reuse is exact or not taken.
 A layer whose fused rows went unused in a call stops fusing (the first call sent them for nothing).
@@ -24,14 +25,13 @@ import torch
 from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
+from .layer_rules import layer_rule
+
 
 def fused_source_module(conv: MessagePassing) -> str | None:
     """The submodule whose output ``conv``'s ``propagate`` reads at sources, when it is known to
     exist before ``edge_updater`` runs (``GATConv``: ``lin_src``, else ``lin``), or ``None``."""
-    from torch_geometric.nn import GATConv
-    if not isinstance(conv, GATConv):
-        return None
-    for name in ("lin_src", "lin"):
+    for name in layer_rule(type(conv)).fused_source:
         if isinstance(getattr(conv, name, None), torch.nn.Module):
             return name
     return None

@@ -8,9 +8,9 @@ sources whose out-edges live on other ranks.  The versions here compute the same
 quantities exactly:
 
 * in-degrees (``gcn_norm``): local to the target's owner; halo values fetched with one
-  one-column :func:`~pyg_sparsecomm.comm.halo.halo_exchange`;
+  one-column exact :meth:`~pyg_sparsecomm.comm.exchanger.HaloExchanger.exchange`;
 * out-degrees (``get_laplacian``): per-column partial sums folded into the owners
-  (:func:`~pyg_sparsecomm.comm.halo.halo_reduce`), then fetched for the halo.
+  (:meth:`~pyg_sparsecomm.comm.exchanger.HaloExchanger.reduce`), then fetched for the halo.
 
 :func:`install` swaps the module-level names PyG's conv modules call for dispatchers
 that use these versions only while a distributed layer runs (a shard context is
@@ -25,7 +25,6 @@ import torch
 from torch import Tensor
 from torch_geometric.utils import add_remaining_self_loops, add_self_loops, remove_self_loops, scatter
 
-from ..comm.halo import halo_exchange, halo_reduce
 from .shard_context import ShardContext, current
 
 _PATCHED = "_pyg_sparsecomm_original"
@@ -38,7 +37,7 @@ def _inv_sqrt(deg: Tensor) -> Tensor:
 
 def _with_halo(owned: Tensor, context: ShardContext) -> Tensor:
     """``[owned | halo]`` values of a per-node quantity known on the owners."""
-    return torch.cat([owned, halo_exchange(owned.view(-1, 1), context.plan, context.group).view(-1)])
+    return torch.cat([owned, context.exchanger.exact.exchange(owned.view(-1, 1)).view(-1)])
 
 
 def _check_num_nodes(name: str, num_nodes: int | None, context: ShardContext) -> int:
@@ -58,13 +57,26 @@ def gcn_norm(context: ShardContext, edge_index: Tensor, edge_weight: Tensor | No
         raise ValueError("gcn_norm with flow='target_to_source' cannot run distributed")
     n = _check_num_nodes("gcn_norm", num_nodes, context)
     if add_self_loops:
-        edge_index, edge_weight = add_remaining_self_loops(edge_index, edge_weight, 2.0 if improved else 1.0, n)
+        edge_index, edge_weight = _with_self_loops(context.adj.given_as, edge_index, edge_weight,
+                                                   2.0 if improved else 1.0, n)
     if edge_weight is None:
         edge_weight = torch.ones(edge_index.size(1), dtype=dtype, device=edge_index.device)
     row, col = edge_index[0], edge_index[1]
     deg_inv_sqrt = _inv_sqrt(scatter(edge_weight, col, dim=0, dim_size=n, reduce="sum"))
     ext = _with_halo(deg_inv_sqrt, context)
     return edge_index, ext[row] * edge_weight * deg_inv_sqrt[col]
+
+
+def _with_self_loops(form: str, edge_index: Tensor, edge_weight: Tensor | None, fill: float, n: int):
+    """Self-loops as PyG's ``gcn_norm`` adds them to the form the script gave the graph in
+    (:func:`~pyg_sparsecomm.inputs.graph_form`; duplicate entries sum, as a coalesced sparse
+    tensor's do)."""
+    if form == "torch.sparse":  # add_self_loops: a loop on every node, on top of an existing one
+        return add_self_loops(edge_index, edge_weight, fill, n)
+    if form == "SparseTensor":  # fill_diag: the diagonal becomes fill
+        edge_index, edge_weight = remove_self_loops(edge_index, edge_weight)
+        return add_self_loops(edge_index, edge_weight, fill, n)
+    return add_remaining_self_loops(edge_index, edge_weight, fill, n)
 
 
 def get_laplacian(context: ShardContext, edge_index: Tensor, edge_weight: Tensor | None = None,
@@ -91,7 +103,7 @@ def _laplacian(context: ShardContext, edge_index: Tensor, edge_weight: Tensor | 
         edge_weight = torch.ones(edge_index.size(1), dtype=dtype, device=edge_index.device)
     row, col = edge_index[0], edge_index[1]
     partial = scatter(edge_weight, row, 0, dim_size=context.num_cols, reduce="sum")
-    deg = halo_reduce(partial.view(-1, 1), context.plan, context.group).view(-1)
+    deg = context.exchanger.exact.reduce(partial.view(-1, 1)).view(-1)
     if normalization is None:  # L = D - A
         edge_index, _ = add_self_loops(edge_index, num_nodes=n)
         return edge_index, torch.cat([-edge_weight, deg], dim=0)

@@ -1,71 +1,54 @@
-"""``distribute(model)``: any module of PyG layers, trained full-graph across processes."""
+r"""``distribute(model)``: any module of PyG layers, trained full-graph across processes.
+
+What happens to the model's modules, in place (classes of layers, parameters and ``state_dict``
+keys stay, as with ``torch.nn.SyncBatchNorm.convert_sync_batchnorm``):
+
+* every module is judged by its class's :class:`~pyg_sparsecomm.nn.layer_rules.LayerRule`
+  (found through the MRO): a refused one raises ``NotImplementedError`` naming it and why;
+* every ``MessagePassing`` layer keeps its class and code and gets hooks and two instance-level
+  overrides (:mod:`.distributed_layer`): on a shard it propagates over a local ``edge_index`` whose
+  sources are ``[owned | halo]`` columns, the tensors its messages read at sources completed with
+  halo rows after the layer's own transform, and an ``"spmm"`` aggregation runs as one distributed
+  SpMM by ``algorithm``.  The degree normalisations its PyG module calls (``gcn_norm``,
+  ``get_laplacian``) use global degrees (:mod:`.degree_norm`);
+* norms with whole-graph statistics (``torch.nn.BatchNorm1d``, PyG's ``InstanceNorm``,
+  ``GraphNorm``, ``LayerNorm``) get their rule's distributed class (``module.__class__`` is
+  swapped; parameters and buffers stay) and reduce their statistics over all ranks;
+* PyG's ``TrimToLayer`` modules also trim mini-batch adjacencies (:mod:`.trim`);
+* the model's parameters get the gradient synchronisation of :mod:`.gradient_sync`.
+
+Called without a ``HaloAdj``, and without a process group of more than one rank, every layer is
+plain PyG.
+"""
 
 import torch
 import torch.distributed as dist
 from torch_geometric.nn import MessagePassing
 
-from ..algorithms import ALGORITHMS
-from ..algorithms.base import check_options
 from ..algorithms.choice import compression_note, explain_table
+from ..algorithms.settings import check_settings
 from ..comm.halo_options import HaloOptions
+from ..compat import edge_update_arguments, message_arguments
 from ..cost import CostModel
 from . import degree_norm, gradient_sync, trim
 from .distributed_layer import DistributedSettings, attach
-from .norms import convert_norm, refused_norm
+from .layer_rules import layer_rule
+from .norms import convert_norm
 
-#: layers that cannot be exact on a partitioned graph, by class name, with the reason
-REFUSED: dict[str, str] = {
-    "DynamicEdgeConv": "builds a k-nearest-neighbour graph from the features of all nodes",
-    "GravNetConv": "builds a k-nearest-neighbour graph from the features of all nodes",
-    "XConv": "builds a k-nearest-neighbour graph from the positions of all nodes",
-    "DirGNNConv": "also propagates along reversed edges (flow='target_to_source'), whose messages the "
-                  "owner of the target does not hold",
-    "GPSConv": "runs global attention over all nodes of the graph",
-    "HypergraphConv": "propagates over a node-hyperedge incidence, not a graph's edge_index",
-    "HeteroConv": "takes heterogeneous graphs (dicts of node and edge types)",
-    "HGTConv": "takes heterogeneous graphs (dicts of node and edge types)",
-    "HANConv": "takes heterogeneous graphs (dicts of node and edge types)",
-    "SignedConv": "takes two adjacencies (positive and negative edges)",
-    "SuperGATConv": "samples negative edges over the whole graph while training",
-    "WLConv": "numbers colours in the order it meets them, which differs between ranks",
-    "PANConv": "builds powers of the whole adjacency matrix (a torch_sparse path integral)",
-    "MeshCNNConv": "reads each mesh edge's four neighbours by their position in the global edge_index",
-    "CuGraphSAGEConv": "runs in cugraph-ops on the whole graph (CUDA only)",
-    "CuGraphGATConv": "runs in cugraph-ops on the whole graph (CUDA only)",
-    "CuGraphRGCNConv": "runs in cugraph-ops on the whole graph (CUDA only)",
-    "FusedGATConv": "runs in dgNN's fused CUDA kernel on the whole graph",
-}
 
-#: models and modules (not ``torch_geometric.nn.conv`` layers) that compute over all nodes, by class name
-REFUSED_MODULES: dict[str, str] = {
-    "SGFormer": "mixes every node with all nodes of the graph in its global attention (SGFormerAttention)",
-    "SGFormerAttention": "attends from every node to all nodes of the graph",
-    "Polynormer": "mixes every node with all nodes of the graph in its global attention (PolynormerAttention)",
-    "PolynormerAttention": "attends from every node to all nodes of the graph",
-    "PerformerAttention": "attends from every node to all nodes of the graph (kernelised attention)",
-    "TopKPooling": "keeps the top-scoring ratio of all nodes of the graph",
-    "SAGPooling": "keeps the top-scoring ratio of all nodes of the graph",
-    "ASAPooling": "keeps the top-scoring ratio of all nodes of the graph",
-    "PANPooling": "keeps the top-scoring ratio of all nodes of the graph",
-    "EdgePooling": "contracts edges chosen greedily over the whole graph",
-    "ClusterPooling": "contracts edges chosen over the whole graph",
-    "MemPooling": "soft-assigns all nodes of the graph to clusters",
-    "DMoNPooling": "soft-assigns all nodes of a dense graph to clusters",
-}
-
-#: modules that compute over all nodes unless a message passing layer holds them as its own
-#: aggregation: ``torch_geometric.nn.aggr.*`` (global pooling), ``torch.nn.MultiheadAttention``
-WHOLE_GRAPH_CHILDREN: dict[str, str] = {
-    "Aggregation": "pools over all nodes of the graph (global pooling: each rank would pool its own rows only)",
-    "MultiheadAttention": "attends from every node to all nodes of the graph",
-}
+def whole_graph_children() -> dict[type, str]:
+    """Modules that compute over all nodes unless a message passing layer holds them as its own
+    aggregation: ``torch_geometric.nn.aggr.*`` (global pooling), ``torch.nn.MultiheadAttention``."""
+    from torch_geometric.nn.aggr import Aggregation
+    return {Aggregation: "pools over all nodes of the graph (global pooling: each rank would pool its own rows only)",
+            torch.nn.MultiheadAttention: "attends from every node to all nodes of the graph"}
 
 
 def _whole_graph_child(module: torch.nn.Module) -> str | None:
     """Why a submodule of ``module`` computes over all nodes, or ``None``: an aggregation or
     attention module held (directly or through ``ModuleList``/``ModuleDict``/``Sequential``
     containers, which are judged with their holder) by a module that is neither a message passing
-    layer nor an aggregation."""
+    layer nor an aggregation (:func:`whole_graph_children`)."""
     from torch_geometric.nn.aggr import Aggregation
     containers = (torch.nn.ModuleList, torch.nn.ModuleDict, torch.nn.Sequential)
     if isinstance(module, (MessagePassing, Aggregation, *containers)):
@@ -76,33 +59,33 @@ def _whole_graph_child(module: torch.nn.Module) -> str | None:
         if isinstance(child, containers):
             children.extend((f"{name}.{key}", grandchild) for key, grandchild in child.named_children())
             continue
-        for cls in type(child).__mro__:
-            if cls.__name__ in WHOLE_GRAPH_CHILDREN:
-                return f"holds {type(child).__name__} ({name!r}), which {WHOLE_GRAPH_CHILDREN[cls.__name__]}"
+        for cls, reason in whole_graph_children().items():
+            if isinstance(child, cls):
+                return f"holds {type(child).__name__} ({name!r}), which {reason}"
     return None
 
 
 def refusal(module: torch.nn.Module) -> str | None:
-    """Why ``module`` cannot run exactly on a partitioned graph, or ``None``: a class named in
-    :data:`REFUSED` or :data:`REFUSED_MODULES` (or a subclass of one), a whole-graph norm
-    ``distribute`` does not reduce, a module holding a global pooling or attention module outside a
-    message passing layer (:data:`WHOLE_GRAPH_CHILDREN`), or a ``MessagePassing`` layer whose
-    messages flow ``target_to_source``.
+    """Why ``module`` cannot run exactly on a partitioned graph, or ``None``: its class's
+    :class:`~pyg_sparsecomm.nn.layer_rules.LayerRule` refuses it (a refused PyG class or a subclass
+    of one; a user's class of the same name is not), it holds a global pooling or attention module
+    outside a message passing layer (:func:`whole_graph_children`), or it is a ``MessagePassing``
+    layer whose messages flow ``target_to_source`` or that reads a source tensor both whole and at
+    sources.
+
+    Args:
+        module (torch.nn.Module): any module of the model.
 
     A functional global pooling inside a ``forward`` (``global_mean_pool(x, batch)``) cannot be
     seen here: under ``distribute()`` it pools each rank's rows only."""
-    for cls in type(module).__mro__:
-        reason = REFUSED.get(cls.__name__) or REFUSED_MODULES.get(cls.__name__)
-        if reason:
-            return reason
-    reason = refused_norm(module) or _whole_graph_child(module)
+    reason = layer_rule(type(module)).refused or _whole_graph_child(module)
     if reason:
         return reason
     if isinstance(module, MessagePassing) and module.flow != "source_to_target":
         return (f"has flow={module.flow!r}; a rank holds the in-edges of its nodes, so only "
                 f"flow='source_to_target' can run distributed")
     if isinstance(module, MessagePassing):
-        for args in (module._user_args, module._edge_user_args):
+        for args in (message_arguments(module), edge_update_arguments(module)):
             both = sorted({a[:-2] for a in args if a.endswith("_j")} & set(args))
             if both:
                 return (f"reads {both[0]!r} both whole and at sources ('{both[0]}_j') in its message functions; "
@@ -111,84 +94,61 @@ def refusal(module: torch.nn.Module) -> str | None:
     return None
 
 
+def _settings(algorithm: str, group: dist.ProcessGroup | None, replication: int, cost_model: CostModel | None,
+              halo_precision: str | None, halo_grad_precision: str | None, staleness: int,
+              stale_smoothing: float | None) -> DistributedSettings:
+    """The checked arguments of :func:`distribute`."""
+    options = HaloOptions.from_arguments(halo_precision, halo_grad_precision, staleness, stale_smoothing)
+    check_settings(algorithm, replication, group, options.compression_only)
+    return DistributedSettings(algorithm, group, replication, cost_model or CostModel(), options)
+
+
 def distribute(module: torch.nn.Module, algorithm: str = "1d", group: dist.ProcessGroup | None = None,
                replication: int = 1, cost_model: CostModel | None = None, halo_precision: str | None = None,
                halo_grad_precision: str | None = "same", staleness: int = 0,
                stale_smoothing: float | None = None, broadcast: bool = True,
                sync_gradients: bool = True) -> torch.nn.Module:
-    r"""Makes every PyG layer in ``module`` train full-graph on a rank's shard; returns ``module``.
+    r"""Makes every PyG layer in ``module`` train full-graph on a rank's shard, in place
+    (see the module doc for what happens to each class); returns ``module``.
 
-    Works in place, as ``torch.nn.SyncBatchNorm.convert_sync_batchnorm`` does: classes,
-    parameters and ``state_dict`` keys are unchanged, so a single-process checkpoint loads
-    before or after.  Call the model as before, with the shard's ``local.adj`` where it took
-    ``edge_index`` (and ``local.edge_weight`` / ``local.edge_attr``, which are in ``adj``'s
-    edge order, where it took those)::
+    Call the model as before, with the shard's ``local.adj`` where it took ``edge_index``
+    (``local.edge_weight`` / ``local.edge_attr`` are in ``adj``'s edge order); a mini-batch of
+    :class:`~pyg_sparsecomm.loader.DistributedNeighborLoader` likewise (``batch.adj``)::
 
         model = distribute(GraphSAGE(in_channels, 64, num_layers=2, out_channels=c))
         out = model(local.x, local.adj)
 
-    Every ``MessagePassing`` layer computes its owned rows exactly as on the whole graph:
-    the layer transforms its inputs first, then the tensors its messages read at sources
-    (``x_j``, ``alpha_j``, ...) are completed with halo rows in one all-to-allv (backward:
-    the reverse exchange), so bytes per row are the transformed widths.  A linear
-    aggregation (:math:`\sum_j w_{ji} x_j`, sum or mean) runs as one distributed SpMM by
-    ``algorithm``.  Degree normalisations (``gcn_norm``, ``get_laplacian``) use global
-    degrees.  Norms with whole-graph statistics (``BatchNorm``, graph-mode ``LayerNorm``,
-    ``GraphNorm``, ``InstanceNorm``) reduce them over all ranks.  Layers that cannot be
-    exact raise ``NotImplementedError`` here, naming the layer and the reason.  Without a
-    process group, or with one rank, and without a ``HaloAdj``, every layer is plain PyG.
-
-    Mini-batches of :class:`~pyg_sparsecomm.loader.DistributedNeighborLoader` run the same way
-    (``model(batch.x, batch.adj)``); a ``BasicGNN`` given ``num_sampled_nodes_per_hop=
-    batch.num_sampled_nodes, num_sampled_edges_per_hop=batch.num_sampled_edges`` trims each
-    layer to the hops it needs, its exchanges included (:func:`pyg_sparsecomm.loader.trim_to_layer`).
+    Every rank calls it on the same model in the same order (it runs collectives).
 
     Args:
-        module: a PyG layer, a ``BasicGNN`` (``GCN``, ``GraphSAGE``, ``GIN``, ``GAT``, ...),
-            ``torch_geometric.nn.Sequential`` or any module holding them.
-        algorithm: SpMM algorithm of the linear aggregations (``"1d"``, ``"1d_overlap"``,
-            ``"1d_overlap_p2p"``, ``"oblivious"``, ``"auto"``, or with ``replication > 1``
-            ``"1.5d"`` / ``"1.5d_oblivious"``); other messages always use the 1D exchange.
-        group: process group of the 1D exchanges (default: the default group).
-        replication: ``c`` of the 1.5D layout (``shard(data, grid=process_grid(c))``).
-        cost_model: α and β for ``algorithm="auto"``.
-        halo_precision: wire format of every layer's halo rows: ``None`` (exact, the default),
-            ``"bf16"``, ``"fp16"``, ``"int8"`` or ``"int4"`` (see
-            :class:`~pyg_sparsecomm.comm.halo_options.HaloOptions`).
-        halo_grad_precision: wire format of the backward's halo gradients (``"same"``:
-            ``halo_precision``; ``None``: exact).
-        staleness: ``0`` (exact) or ``1``: every layer uses the previous training step's halo
-            rows and halo gradients, exchanged while this step computes (PipeGCN).
-        stale_smoothing: ``γ`` of the exponential smoothing of stale halos (``None``: off).
-        broadcast: copy rank 0's parameters and buffers to every rank now, as
-            ``DistributedDataParallel`` does, so ranks start identical without a seed.
-        sync_gradients: after every backward, ``p.grad`` holds the sum of the ranks' shares
-            (:mod:`~pyg_sparsecomm.nn.gradient_sync`: bucketed all-reduces overlapped with
-            backward, on a process group of their own); with the loss rule of
-            :func:`~pyg_sparsecomm.distributed_loss` that is the single-process gradient, and a
-            backward from a loss that did not go through it warns
-            (:class:`~pyg_sparsecomm.nn.gradient_sync.LossNormalisationWarning`).  Calling
-            :func:`~pyg_sparsecomm.sync_gradients` as well is harmless (it skips these
-            parameters).  ``False`` if another wrapper (``DistributedDataParallel``)
-            synchronises them; wrapping without it raises.
+        module (torch.nn.Module): a PyG layer, a ``BasicGNN``, a ``torch_geometric.nn.Sequential``
+            or any module holding them.
+        algorithm (str, optional): SpMM algorithm of the ``"spmm"`` aggregations: ``"1d"``,
+            ``"1d_overlap"``, ``"1d_overlap_p2p"``, ``"oblivious"``, ``"auto"``, or with
+            ``replication > 1`` ``"1.5d"``/``"1.5d_oblivious"``. (default: ``"1d"``)
+        group (ProcessGroup, optional): group of the 1D exchanges. (default: the default group)
+        replication (int, optional): ``c`` of the 1.5D layout. (default: ``1``)
+        cost_model (CostModel, optional): α and β for ``algorithm="auto"``. (default: ``CostModel()``)
+        halo_precision (str, optional): wire format of the halo rows: ``None`` (exact),
+            ``"bf16"``, ``"fp16"``, ``"int8"`` or ``"int4"``. (default: ``None``)
+        halo_grad_precision (str, optional): wire format of the halo gradients (``"same"``:
+            ``halo_precision``; ``None``: exact). (default: ``"same"``)
+        staleness (int, optional): ``0`` (exact) or ``1``: the previous step's halo rows and
+            gradients, exchanged while this step computes. (default: ``0``)
+        stale_smoothing (float, optional): ``γ`` of the smoothing of stale halos. (default: ``None``)
+        broadcast (bool, optional): copy rank 0's parameters and buffers now. (default: ``True``)
+        sync_gradients (bool, optional): after every backward ``p.grad`` holds the sum of the
+            ranks' shares (the single-process gradient with
+            :func:`~pyg_sparsecomm.distributed_loss`); ``False`` if another wrapper
+            (``DistributedDataParallel``) synchronises them. (default: ``True``)
 
-    With a process group of more than one rank, every rank must call ``distribute`` on the same
-    model in the same order (the broadcast and the gradient synchronisation's process group are
-    collectives), after ``init_process_group`` (under ``torchrun`` it joins the job itself if the
-    script did not, :func:`~pyg_sparsecomm.runtime.join_job`).
+    Shapes:
+        - **input:** the model's own inputs: node tensors with the shard's ``local.num_owned``
+          rows, ``local.adj`` in place of ``edge_index``
+        - **output:** the model's own outputs, for the owned rows
     """
-    if algorithm != "auto" and algorithm not in ALGORITHMS:
-        raise ValueError(f"unknown algorithm {algorithm!r}; choose one of {sorted(ALGORITHMS) + ['auto']}")
-    if not isinstance(replication, int) or replication < 1:
-        raise ValueError(f"replication must be a positive integer, got {replication!r}")
-    if algorithm != "auto" and ALGORITHMS[algorithm].replicated != (replication > 1):
-        raise ValueError(f"algorithm={algorithm!r} needs replication "
-                         f"{'> 1' if ALGORITHMS[algorithm].replicated else '= 1'}, got {replication}")
-    if replication > 1 and group is not None:
-        raise ValueError("1.5D layouts run on the ProcessGrid of the default group; do not pass group=")
-    options = HaloOptions.from_arguments(halo_precision, halo_grad_precision, staleness, stale_smoothing)
-    check_options(algorithm, options.compression_only)
-    settings = DistributedSettings(algorithm, group, replication, cost_model or CostModel(), options)
+    settings = _settings(algorithm, group, replication, cost_model, halo_precision, halo_grad_precision, staleness,
+                         stale_smoothing)
     for name, child in module.named_modules():
         reason = refusal(child)
         if reason:

@@ -6,9 +6,10 @@ from torch import Tensor
 from torch_geometric.nn import GCNConv, MessagePassing
 
 from ..adj import HaloAdj
-from ..algorithms import ALGORITHMS, SpMMAlgorithm, auto_candidates, make_algorithm
-from ..algorithms.base import check_options
-from ..algorithms.choice import choose_algorithm, compression_note, exchange_group, explain_table
+from ..algorithms import SpMMAlgorithm, make_algorithm
+from ..algorithms.choice import choose_algorithm, compression_note, explain_table
+from ..algorithms.settings import check_settings, exchange_group
+from ..comm.exchanger import HaloExchanger
 from ..comm.group import world_size
 from ..comm.halo_options import ExchangeSlots, HaloOptions
 from ..cost import CostModel
@@ -84,23 +85,13 @@ class DistributedGCNConv(GCNConv):
                  replication: int = 1, cost_model: CostModel | None = None,
                  halo_precision: str | None = None, halo_grad_precision: str | None = "same",
                  staleness: int = 0, stale_smoothing: float | None = None, **kwargs) -> None:
-        if algorithm != "auto" and algorithm not in ALGORITHMS:
-            raise ValueError(f"unknown algorithm {algorithm!r}; choose one of {sorted(ALGORITHMS) + ['auto']}")
-        if not isinstance(replication, int) or replication < 1:
-            raise ValueError(f"replication must be a positive integer, got {replication!r}")
-        replicated = replication > 1 or (algorithm != "auto" and ALGORITHMS[algorithm].replicated)
-        if algorithm != "auto" and replication > 1 and not ALGORITHMS[algorithm].replicated:
-            raise ValueError(f"algorithm={algorithm!r} is a 1D algorithm; replication={replication} needs one of "
-                             f"{auto_candidates(True)} or 'auto'")
-        if replicated and group is not None:
-            raise ValueError("1.5D algorithms run on the ProcessGrid of the default group; do not pass group=")
-        self.algorithm, self.group, self.replication = algorithm, group, replication
         self.halo_options = HaloOptions.from_arguments(halo_precision, halo_grad_precision, staleness,
                                                        stale_smoothing)
-        # compression refused now rather than at the first forward
-        check_options(algorithm, self.halo_options.compression_only)
+        # compression refused now rather than at the first forward; a 1.5D algorithm may run on c = 1
+        self.replicated = check_settings(algorithm, replication, group, self.halo_options.compression_only,
+                                         unit_grid=True)
+        self.algorithm, self.group, self.replication = algorithm, group, replication
         self.exchange_slots = ExchangeSlots()
-        self.replicated = replicated
         self.cost_model = cost_model or CostModel()
         self.chosen_algorithm: str | None = None if algorithm == "auto" else algorithm
         self.cost_report: list[tuple[str, float, int]] = []
@@ -154,7 +145,8 @@ class DistributedGCNConv(GCNConv):
                 f"edges of the whole graph; the distributed SpMM of a shard cannot apply that mask: "
                 f"explain on one process with the plain edge_index (or adj_t) of the whole graph")
         grid = process_grid(self.replication) if self.replicated else None
-        exchange = exchange_group(adj, grid, self.group)
+        exchanger = HaloExchanger(adj.plan, exchange_group(adj, grid, self.group), self.halo_options,
+                                  self.exchange_slots)
         if x.dim() != 2 or x.size(0) != adj.num_owned:
             raise ValueError(f"x has shape {list(x.shape)} but this rank owns {adj.num_owned} rows: "
                              f"pass the shard's own x (local.x)")
@@ -165,9 +157,9 @@ class DistributedGCNConv(GCNConv):
         spmm = self._cached_spmm
         if spmm is None:
             if self.chosen_algorithm is None:
-                self.chosen_algorithm = self._choose(adj, grid, x.dtype, edge_weight)
-            spmm = make_algorithm(self.chosen_algorithm, self._adjacency(adj, edge_weight, x, exchange),
-                                  self.group, grid, self.halo_options, self.exchange_slots)
+                self.chosen_algorithm = self._choose(adj, exchanger, grid, x.dtype, edge_weight)
+            spmm = make_algorithm(self.chosen_algorithm, self._adjacency(adj, edge_weight, x, exchanger.group),
+                                  exchanger, grid)
             if self.cached:
                 self._cached_spmm = spmm
         return spmm(self.lin(x))
@@ -178,14 +170,14 @@ class DistributedGCNConv(GCNConv):
             return distributed_gcn_norm(adj, edge_weight, self.improved, self.add_self_loops, x.dtype, group)
         return adj if edge_weight is None else adj.with_value(edge_weight)
 
-    def _choose(self, adj: HaloAdj, grid: ProcessGrid | None, dtype: torch.dtype,
+    def _choose(self, adj: HaloAdj, exchanger: HaloExchanger, grid: ProcessGrid | None, dtype: torch.dtype,
                 edge_weight: Tensor | None = None) -> str:
         """``algorithm="auto"``: the candidate with the lowest predicted time, max over ranks."""
         element_size = torch.empty((), dtype=dtype).element_size()
         learnable = (edge_weight is not None and edge_weight.requires_grad) or \
             (adj.value is not None and adj.value.requires_grad)
         name, self.cost_report, self.exact_cost_report, self.sync_cost_report = choose_algorithm(
-            adj, grid, self.out_channels, element_size, learnable, self.cost_model, self.group, self.halo_options)
+            adj, exchanger, grid, self.out_channels, element_size, learnable, self.cost_model)
         return name
 
     def explain_algorithm(self) -> str:

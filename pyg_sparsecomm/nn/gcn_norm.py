@@ -5,6 +5,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from ..adj import HaloAdj
+from ..comm.exchanger import HaloExchanger
 from . import degree_norm
 from .shard_context import ShardContext
 
@@ -18,9 +19,10 @@ def distributed_gcn_norm(adj: HaloAdj, edge_weight: Tensor | None = None, improv
     ``source_to_target``) exactly, through :func:`~pyg_sparsecomm.nn.degree_norm.gcn_norm`
     (the version ``distribute()`` gives PyG's layers):
 
-    * self-loops (``add_remaining_self_loops``): an existing self-loop keeps its
-      weight, other nodes get ``2`` if ``improved`` else ``1``; with no edge
-      weights at all every node gets one loop of weight ``1`` (as PyG does);
+    * self-loops of weight ``2`` if ``improved`` else ``1``, added as PyG adds them to the
+      form the script gave the graph in (``adj.given_as``): to the nodes without one for an
+      ``edge_index`` (an existing loop keeps its weight), on top of an existing one for a torch
+      sparse ``adj_t``, in place of it for a ``torch_sparse.SparseTensor``;
     * :math:`\hat d_i = \sum_{j \to i} w_{ji}` is the weighted in-degree, local to
       the owner of ``i``; the source factor :math:`\hat d_j^{-1/2}` of a halo
       column is fetched from its owner with one halo exchange of one column.
@@ -31,7 +33,7 @@ def distributed_gcn_norm(adj: HaloAdj, edge_weight: Tensor | None = None, improv
         raise ValueError(f"edge_weight has shape {list(edge_weight.shape)} but the local adjacency has "
                          f"{adj.nnz} edges (pass weights in local.adj's edge order, e.g. local.edge_weight)")
     weight = edge_weight if edge_weight is not None else adj.value
-    context = ShardContext(adj, group, adj.edge_index())
+    context = ShardContext(adj, HaloExchanger(adj.plan, group), adj.edge_index())
     edge_index, value = degree_norm.gcn_norm(context, context.edge_index,
                                              None if weight is None else weight.to(dtype),
                                              adj.num_owned, improved, add_self_loops, dtype=dtype)

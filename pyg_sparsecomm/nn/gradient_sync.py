@@ -40,6 +40,7 @@ from torch.nn.parameter import is_lazy
 
 from ..comm.group import collective_device, dedicated_group, global_rank, host_all_reduce
 from ..comm.group import world_size as group_world_size
+from ..compat import current_graph_task_id, queue_backward_callback, will_engine_execute_node
 from ..grad_registry import is_synced, register_synced, take_normalised
 from ..runtime import join_job
 
@@ -122,19 +123,19 @@ class GradientSync:
         ``torch.autograd.grad`` calls get this rank's share, untouched."""
         if not self._accumulates(index):
             return grad
-        task = torch._C._current_graph_task_id()
+        task = current_graph_task_id()
         if task != self.task:  # the first gradient of a backward
             self.task, self.shares, self.works = task, {}, []
             if self.buckets is None:
                 self.buckets = _buckets(self.params)
-            torch.autograd.Variable._execution_engine.queue_callback(self._finish)
+            queue_backward_callback(self._finish)
         self.shares[index] = grad
         self._launch(complete_only=True)
         return torch.zeros_like(grad)
 
     def _accumulates(self, index: int) -> bool:
         try:
-            return torch._C._will_engine_execute_node(self.accumulators[index])
+            return will_engine_execute_node(self.accumulators[index])
         except RuntimeError:  # autograd.grad(): the gradient goes to the caller, not to p.grad
             return False
 

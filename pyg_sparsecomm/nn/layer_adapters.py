@@ -2,14 +2,14 @@
 
 Most layers reach the graph only through ``propagate``/``edge_updater`` and the degree
 normalisations, which :mod:`.distributed_layer` and :mod:`.degree_norm` make exact.  A layer
-that also reduces over *all* edges in its forward gets an adapter here, run by the forward
+that also reduces over *all* edges in its forward gets an adapter here (its
+:class:`~pyg_sparsecomm.nn.layer_rules.LayerRule`'s ``adapter``), run by the forward
 pre-hook on the call's bound arguments, that passes the whole-graph value explicitly:
 
 * ``ChebConv`` with ``lambda_max=None`` scales by :math:`2 \\max_e L_e`, the largest
   Laplacian weight of the whole graph: the maximum over ranks is passed as ``lambda_max``.
 """
 import inspect
-from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
@@ -19,6 +19,7 @@ from torch_geometric.nn import ChebConv, MessagePassing
 from ..comm.device_check import check_devices
 from ..comm.group import collective_device, is_distributed
 from . import degree_norm
+from .layer_rules import layer_rule
 from .shard_context import ShardContext
 
 _SIGNATURES: dict[type[torch.nn.Module], inspect.Signature] = {}
@@ -44,7 +45,14 @@ def global_max(value: Tensor, group: dist.ProcessGroup | None) -> Tensor:
     return torch.where(local == reduced, local, reduced)
 
 
-def _cheb_lambda_max(conv: ChebConv, bound: inspect.BoundArguments, context: ShardContext) -> None:
+def cheb_lambda_max(conv: ChebConv, bound: inspect.BoundArguments, context: ShardContext) -> None:
+    r"""``ChebConv``'s adapter: ``lambda_max=None`` becomes :math:`2 \max_e L_e` over all ranks.
+
+    Args:
+        conv (ChebConv): the layer.
+        bound (inspect.BoundArguments): its ``forward`` arguments (edited in place).
+        context (ShardContext): the shard the call runs on.
+    """
     args = bound.arguments
     if args.get("lambda_max") is not None:
         return
@@ -57,14 +65,9 @@ def _cheb_lambda_max(conv: ChebConv, bound: inspect.BoundArguments, context: Sha
     args["lambda_max"] = 2.0 * global_max(weight, context.group)
 
 
-ADAPTERS: dict[type, Callable[[MessagePassing, inspect.BoundArguments, ShardContext], None]] = {
-    ChebConv: _cheb_lambda_max,
-}
-
-
 def adapt(conv: MessagePassing, args: tuple, kwargs: dict, context: ShardContext):
     """``(args, kwargs)`` with the whole-graph arguments ``conv``'s adapter supplies (if any)."""
-    adapter = next((a for cls, a in ADAPTERS.items() if isinstance(conv, cls)), None)
+    adapter = layer_rule(type(conv)).adapter
     if adapter is None:
         return args, kwargs
     bound = forward_signature(type(conv)).bind(conv, *args, **kwargs)

@@ -5,8 +5,9 @@ by ``"sum"``/``"add"``/``"mean"``, propagation is :math:`\mathrm{out} = A x` wit
 :math:`A_{ij} = w_{ji}` (divided by the in-degree for ``"mean"``): exactly the SpMM the
 package's algorithms distribute (``"1d"``, ``"1d_overlap"``, ``"oblivious"``, ``"1.5d"``,
 ``"auto"``, ...), computed as one compact CSR SpMM over ``[owned | halo]`` columns instead
-of a scatter over edges.  Layers are recognised by their ``message`` *function* (a
-subclass that overrides ``message`` is not), listed in :func:`linear_messages`.
+of a scatter over edges.  Which layers qualify, and with which weight argument, their
+:class:`~pyg_sparsecomm.nn.layer_rules.LayerRule` says (``aggregation="spmm"``; a subclass that
+overrides ``message`` does not inherit it).
 
 Where the layer applies a linear map *after* the aggregation (``SAGEConv``'s ``lin_l``,
 ``GraphConv``'s ``lin_rel``) and it narrows the rows, the map moves before it
@@ -20,10 +21,9 @@ layer runs (:func:`narrowing_input_linear`).
 Attention layers whose message is :math:`\alpha_{ji} x_j` per head (``GATConv``,
 ``GATv2Conv``) aggregate linearly in :math:`x` once :math:`\alpha` is computed: their
 propagation is one CSR SpMM per head with the (learnable) :math:`\alpha` as values
-(:func:`edge_weighted_arg`), instead of a gather of :math:`x_j` over edges, a product and a
+(``aggregation="attention"``, :func:`edge_weighted_arg`), instead of a gather of :math:`x_j` over edges, a product and a
 scatter; :math:`\partial \alpha_e = \langle \partial \mathrm{out}_i, x_j \rangle`.
 """
-import functools
 import math
 
 import torch
@@ -32,36 +32,15 @@ from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
 from ..adj import HaloAdj, csr_order
+from .layer_rules import layer_rule
 
 LINEAR_AGGRS = ("add", "sum", "mean")
-_NO_WEIGHT = ""
-
-
-@functools.lru_cache(maxsize=1)
-def linear_messages() -> dict[object, str]:
-    """``message`` functions of PyG layers that are :math:`w_{ji} x_j`, mapped to the name of
-    the weight argument (``""``: unweighted)."""
-    from torch_geometric.nn import conv as c
-    weighted = [c.GCNConv, c.GraphConv, c.SGConv, c.APPNP, c.TAGConv, c.ARMAConv, c.GCN2Conv, c.SSGConv,
-                c.LGConv, c.MixHopConv, c.SimpleConv, c.ClusterGCNConv, c.GatedGraphConv, c.PDNConv]
-    table = {cls.message: "edge_weight" for cls in weighted}
-    table[c.ChebConv.message] = "norm"
-    for cls in (c.SAGEConv, c.GINConv, c.MFConv):
-        table[cls.message] = _NO_WEIGHT
-    return table
-
-
-@functools.lru_cache(maxsize=1)
-def edge_weighted_messages() -> dict[object, str]:
-    """``message`` functions :math:`\alpha_{ji} x_j` with ``alpha`` of shape ``[E, heads]`` and
-    ``x`` of shape ``[N, heads, C]``, mapped to the name of ``alpha``."""
-    from torch_geometric.nn import conv as c
-    return {c.GATConv.message: "alpha", c.GATv2Conv.message: "alpha"}
 
 
 def _plain_aggregation(conv: MessagePassing) -> bool:
-    """PyG's own ``update``, one decomposed layer, no explanation, a sum or mean aggregation."""
-    if type(conv).update is not MessagePassing.update or getattr(conv, "decomposed_layers", 1) != 1:
+    """PyG's own ``update``, no explanation, a sum or mean aggregation.  ``decomposed_layers``
+    does not matter: a linear aggregation of feature chunks, concatenated, is the aggregation."""
+    if type(conv).update is not MessagePassing.update:
         return False
     return isinstance(conv.aggr, str) and conv.aggr in LINEAR_AGGRS and not getattr(conv, "explain", False)
 
@@ -69,13 +48,15 @@ def _plain_aggregation(conv: MessagePassing) -> bool:
 def linear_weight_arg(conv: MessagePassing) -> str | None:
     """The weight argument of ``conv``'s linear message (``""`` if unweighted), or ``None`` if
     its propagation is not a linear aggregation of source rows."""
-    return linear_messages().get(type(conv).message) if _plain_aggregation(conv) else None
+    rule = layer_rule(type(conv))
+    return rule.weight if rule.aggregation == "spmm" and _plain_aggregation(conv) else None
 
 
 def edge_weighted_arg(conv: MessagePassing) -> str | None:
     """The per-edge, per-head weight argument of ``conv``'s message :math:`\alpha_{ji} x_j`, or
     ``None`` if its message is not of that form."""
-    return edge_weighted_messages().get(type(conv).message) if _plain_aggregation(conv) else None
+    rule = layer_rule(type(conv))
+    return rule.weight if rule.aggregation == "attention" and _plain_aggregation(conv) else None
 
 
 class AdjacencyCache:
@@ -154,18 +135,10 @@ def from_node_rows(rows: Tensor, moved_shape: tuple[int, ...], node_dim: int) ->
     return rows.reshape((rows.size(0),) + moved_shape[1:]).movedim(0, node_dim)
 
 
-@functools.lru_cache(maxsize=1)
-def post_linear_layers() -> dict[object, str]:
-    """``forward`` functions of layers that apply a ``Linear`` right after a linear aggregation,
-    mapped to the attribute name of that ``Linear``."""
-    from torch_geometric.nn import conv as c
-    return {c.SAGEConv.forward: "lin_l", c.GraphConv.forward: "lin_rel"}
-
-
 def narrowing_linear(conv: MessagePassing) -> str | None:
     """The name of ``conv``'s post-aggregation ``Linear`` if applying it first narrows the
     exchanged rows, else ``None``."""
-    name = post_linear_layers().get(type(conv).forward)
+    name = layer_rule(type(conv)).post_linear
     if name is None or linear_weight_arg(conv) is None:
         return None
     lin = getattr(conv, name, None)
@@ -186,14 +159,6 @@ class AppliedLinear(torch.nn.Module):
         if not isinstance(bias, Tensor):  # a Linear without bias
             return x
         return x + bias.to(x.dtype)  # in x's dtype, as the Linear returns it (under autocast: 16-bit)
-
-
-@functools.lru_cache(maxsize=1)
-def input_linear_layers() -> dict[object, str]:
-    r"""``forward`` functions of layers computing :math:`\mathrm{nn}((1 + \epsilon) x + A x)`,
-    mapped to the attribute name of ``nn``."""
-    from torch_geometric.nn import conv as c
-    return {c.GINConv.forward: "nn"}
 
 
 def _first_linear(nn: torch.nn.Module) -> tuple[torch.nn.Module, str] | None:
@@ -218,7 +183,7 @@ def _first_linear(nn: torch.nn.Module) -> tuple[torch.nn.Module, str] | None:
 def narrowing_input_linear(conv: MessagePassing) -> tuple[torch.nn.Module, str] | None:
     """``(container, key)`` of the ``Linear`` that ``conv``'s ``nn`` applies first to the
     aggregation, if applying it to ``x`` before the layer narrows the exchanged rows."""
-    name = input_linear_layers().get(type(conv).forward)
+    name = layer_rule(type(conv)).input_linear
     if name is None or linear_weight_arg(conv) is None:
         return None
     found = _first_linear(getattr(conv, name))

@@ -24,6 +24,7 @@ from ..comm.collectives import row_all_reduce
 from ..comm.group import world_size
 from ..grid import process_grid
 from ..training import global_count
+from .layer_rules import layer_rule
 
 
 class _GlobalStatistics:
@@ -133,31 +134,10 @@ def _refuse_batch(module, batch: Tensor | None) -> None:
                                   f"graphs may span ranks; call it with batch=None (one graph)")
 
 
-_CONVERSIONS = {
-    torch.nn.BatchNorm1d: DistributedBatchNorm,
-    pyg_norm.InstanceNorm: DistributedInstanceNorm,
-    pyg_norm.GraphNorm: DistributedGraphNorm,
-    pyg_norm.LayerNorm: DistributedLayerNorm,
-}
-
-_REFUSED = {
-    "PairNorm": "normalises with whole-graph statistics that distribute() does not reduce",
-    "MeanSubtractionNorm": "subtracts a whole-graph mean that distribute() does not reduce",
-    "HeteroBatchNorm": "normalises per node type of a heterogeneous graph, which is not supported",
-    "HeteroLayerNorm": "normalises per node type of a heterogeneous graph, which is not supported",
-    "SyncBatchNorm": "is torch's CUDA-only synchronised BatchNorm; use torch.nn.BatchNorm1d, which "
-                     "distribute() synchronises on every backend",
-}
-
-
-def refused_norm(module: torch.nn.Module) -> str | None:
-    """Why ``module`` cannot be made distributed, or ``None``."""
-    return _REFUSED.get(type(module).__name__)
-
-
 def convert_norm(module: torch.nn.Module, settings) -> None:
-    """Swaps the class of a whole-graph norm in place (idempotent); other modules are left alone."""
-    target = _CONVERSIONS.get(type(module))
+    """Swaps the class of a whole-graph norm for its rule's ``distributed_class`` in place
+    (idempotent); other modules are left alone."""
+    target = layer_rule(type(module)).distributed_class
     if target is not None:
         module.__class__ = target
     if isinstance(module, _GlobalStatistics):

@@ -16,8 +16,8 @@ import torch.distributed as dist
 from torch import Tensor
 
 from ..adj import HaloAdj
+from ..comm.exchanger import HaloExchanger
 from ..comm.group import host_all_reduce
-from ..comm.halo import halo_exchange
 
 
 @dataclass
@@ -26,18 +26,21 @@ class ShardContext:
 
     Attributes:
         adj: the block row the layer was called with.
-        group: process group of the halo exchanges (1.5D: the grid's column group).
+        exchanger: the shard's exact :class:`~pyg_sparsecomm.comm.exchanger.HaloExchanger` (its
+            plan and the group of the halo exchanges, 1.5D: the grid's column group); a layer
+            binds its own options and slots to it.
         edge_index: ``adj`` as a local ``[2, nnz]`` edge index (sources first), in ``adj``'s edge order.
         memo: per-call results keyed by the identity of their (live) inputs.
     """
     adj: HaloAdj
-    group: dist.ProcessGroup | None
+    exchanger: HaloExchanger
     edge_index: Tensor
     #: results of whole-graph computations within this call (e.g. a Laplacian needed twice)
     memo: dict[tuple, object] = field(default_factory=dict)
 
     # the adjacency's shape, for the layers' checks
     plan = property(lambda self: self.adj.plan, doc="The shard's :class:`RankPlan`.")
+    group = property(lambda self: self.exchanger.group, doc="Process group of the halo exchanges.")
     num_owned = property(lambda self: self.adj.num_owned, doc="Rows this rank owns (targets).")
     num_cols = property(lambda self: self.adj.num_cols, doc="Owned plus halo columns (sources).")
 
@@ -109,7 +112,7 @@ class StaticHalo:
         if entry is not None and _all_ranks(hit, context.group):  # no entry: every rank misses
             assert entry is not None  # every rank hit, this one included
             return entry[2]
-        halo = halo_exchange(rows, context.plan, context.group)
+        halo = context.exchanger.exact.exchange(rows)
         self.entries[key] = ([(weakref.ref(t), t._version) for t in tensors], context.plan, halo)
         return halo
 

@@ -5,15 +5,17 @@ anything else exactly as before."""
 from typing import Any
 
 import torch
-from torch_geometric.utils._trim_to_layer import TrimToLayer
 
-from ..loader.sampled_adj import SampledAdj, trim_to_layer
+from ..compat import trim_to_layer_module
+from ..sampling.sampled_adj import SampledAdj, trim_to_layer
+
+TrimToLayer = trim_to_layer_module()
 
 
 class _DistributedTrim:
     """The ``forward`` of a distributed ``TrimToLayer`` (a picklable bound call)."""
 
-    def __init__(self, module: TrimToLayer) -> None:
+    def __init__(self, module: torch.nn.Module) -> None:
         self.module = module
 
     def __call__(self, layer: int, num_sampled_nodes_per_hop: Any, num_sampled_edges_per_hop: Any,

@@ -15,6 +15,8 @@ from torch import Tensor
 
 PartitionMethod = Callable[..., Tensor]
 METHODS: dict[str, PartitionMethod] = {}
+#: what to install for METIS (``method="metis"`` and the multi-constraint balancing)
+METIS_INSTALL_HINT = 'pip install "pyg_sparsecomm[metis]"'
 # Arguments every method takes; the rest of a method's signature are its options.
 _FIXED_PARAMS = ("edge_index", "num_nodes", "num_parts", "seed")
 
@@ -92,8 +94,8 @@ def metis_partition(edge_index: Tensor, num_nodes: int, num_parts: int, seed: in
     """
     try:
         import pymetis
-    except ImportError as e:  # pragma: no cover - pymetis is a core dependency
-        raise ImportError("method='metis' needs pymetis: pip install pymetis") from e
+    except ImportError as e:
+        raise ImportError(f"method='metis' needs pymetis: {METIS_INSTALL_HINT}") from e
     if num_parts == 1:
         return torch.zeros(num_nodes, dtype=torch.long)
     xadj, adjncy = symmetric_csr(edge_index, num_nodes)

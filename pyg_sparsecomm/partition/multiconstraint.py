@@ -7,7 +7,9 @@ restarts of the balancing (:func:`.balance.balance_max_send`) need two
 module exports it).  The option slots come from ``pymetis`` (compiled from the
 ``metis.h`` it was built with: METIS 5.1 and 5.2 number them differently), and
 the library is checked once against the ABI the calls assume
-(:func:`_check_abi`).
+(:func:`_check_abi`).  The private names of pymetis this reads are accessors of
+:mod:`pyg_sparsecomm.compat`; without pymetis, the first call raises an
+``ImportError`` naming the ``metis`` extra.
 """
 from __future__ import annotations
 
@@ -15,6 +17,9 @@ import ctypes
 from collections.abc import Sequence
 
 import numpy as np
+
+from ..compat import metis_idx_type_width, metis_library_path, metis_option_slot
+from .methods import METIS_INSTALL_HINT
 
 # the ABI of the METIS pymetis builds (64-bit idx_t, 32-bit real_t); checked by _check_abi on first use
 _IDX, _REAL = np.int64, np.float32
@@ -31,19 +36,15 @@ def _metis():
     global _LIB
     if _LIB is None:
         try:
-            import pymetis._internal as internal
-        except ImportError as e:  # pragma: no cover - pymetis is a core dependency
-            raise ImportError("multi-constraint METIS needs pymetis: pip install pymetis") from e
-        lib = ctypes.CDLL(internal.__file__)
+            path = metis_library_path()
+        except ImportError as e:
+            raise ImportError(f"multi-constraint METIS ('+vb' balancing) needs pymetis: {METIS_INSTALL_HINT}") from e
+        lib = ctypes.CDLL(path)
         lib.METIS_PartGraphKway.restype = ctypes.c_int
-        _check_abi(lib, internal.__file__, getattr(internal, "_idx_type_width", None))
+        width = metis_idx_type_width()
+        _check_abi(lib, path, None if width is None else lambda: width)
         _LIB = lib
     return _LIB
-
-
-def _option_slot(name: str) -> int:
-    from pymetis._internal import options_indices  # type: ignore[attr-defined]  # the compiled module's table
-    return int(getattr(options_indices, name))
 
 
 def _part_graph_kway(lib, xadj, adjncy, vwgt, ncon, nparts, ubvec, options):
@@ -110,8 +111,8 @@ def metis_multiconstraint(xadj: np.ndarray, adjncy: np.ndarray, vertex_weights: 
     xadj_, adjncy_, vwgt_ = (np.ascontiguousarray(a, dtype=_IDX) for a in (xadj, adjncy, vertex_weights.reshape(-1)))
     options = np.full(_METIS_NOPTIONS, -1, dtype=_IDX)
     if seed != 0:
-        options[_option_slot("SEED")] = seed
-    options[_option_slot("OBJTYPE")] = {"cut": 0, "vol": 1}[objective]
+        options[metis_option_slot("SEED")] = seed
+    options[metis_option_slot("OBJTYPE")] = {"cut": 0, "vol": 1}[objective]
     status, _, part = _part_graph_kway(lib, xadj_, adjncy_, vwgt_, ncon, num_parts, np.asarray(tolerances, dtype=_REAL),
                                        options)
     return part.astype(np.int64) if status == _METIS_OK else None

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..loader.sampling import NeighborSampling, NodeSubsetSampling, global_batches
+from ..sampling.rules import NeighborSampling, NodeSubsetSampling, global_batches
 from .hypergraph import column_net_pins, drop_single_pin_nets, km1, merge_identical_nets, run_backend
 from .methods import register, row_nnz
 

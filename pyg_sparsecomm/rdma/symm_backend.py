@@ -31,13 +31,13 @@ algorithm of :mod:`pyg_sparsecomm.rdma` checked against ``torch.sparse``.
 """
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 import torch
 
 from ..comm.device_check import check_devices
 from ..comm.group import is_alive
+from ..compat import symmetric_memory_module
 from .atomics import fetch_add as atomic_fetch_add
 from .backend import Future, Region, RMABackend, as_dtype
 
@@ -51,7 +51,7 @@ def check_symmetric_memory_available(device: Any) -> None:
         raise RuntimeError("SymmetricMemoryBackend needs CUDA, but torch.cuda.is_available() is False "
                            "(CPU-only build or no GPU); use make_backend('cpu') for the MPI backend")
     try:
-        importlib.import_module("torch.distributed._symmetric_memory")
+        symmetric_memory_module()
     except ImportError as exc:
         raise RuntimeError("this PyTorch build has no torch.distributed._symmetric_memory") from exc
     if not dist.is_initialized():
@@ -100,7 +100,7 @@ class SymmetricMemoryBackend(RMABackend):
         import torch.distributed as dist
         if symm_mem is None:
             check_symmetric_memory_available(device)
-            import torch.distributed._symmetric_memory as symm_mem
+            symm_mem = symmetric_memory_module()
         self.dist = dist
         self.symm_mem: Any = symm_mem  # the module, or a stand-in with its API
         self.device = torch.device(device)

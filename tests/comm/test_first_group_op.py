@@ -12,6 +12,7 @@ import torch.distributed as dist
 from graphs import make_cases
 
 from pyg_sparsecomm import shard
+from pyg_sparsecomm.comm.exchanger import HaloExchanger
 from pyg_sparsecomm.comm.halo import start_p2p_rows
 from pyg_sparsecomm.comm.halo_options import ExchangeSlots, HaloOptions
 from pyg_sparsecomm.comm.stale import stale_halo_exchange
@@ -55,7 +56,7 @@ def _stale_p2p_steps(rank: int, world_size: int) -> dict:
     slots, options = ExchangeSlots(), HaloOptions(staleness=1)
     for step in range(3):
         x = (local.x + step).requires_grad_()
-        halo = stale_halo_exchange(x, plan, None, options, slots, "x", start_p2p_rows)
+        halo = stale_halo_exchange(x, HaloExchanger(plan, None, options, slots), "x", start_p2p_rows)
         (halo.sum() + x.sum()).backward()
     pipeline = [stale.pipeline_group(None)]  # the cached group the steps used
     return {"pipeline": [first.get(g) for g in pipeline],

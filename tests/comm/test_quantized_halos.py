@@ -18,6 +18,7 @@ from graphs import make_cases
 from pyg_sparsecomm import CommStats, comm_counter, comm_pattern, shard
 from pyg_sparsecomm.adj import spmm
 from pyg_sparsecomm.algorithms import ALGORITHMS, make_algorithm
+from pyg_sparsecomm.comm.exchanger import HaloExchanger
 from pyg_sparsecomm.comm.halo_options import HaloOptions
 from pyg_sparsecomm.comm.quantize import decode, encode, row_grid
 from pyg_sparsecomm.cost import CostModel, volumes_of_all_ranks
@@ -48,7 +49,7 @@ def _counted(counter) -> dict:
 
 def _run(name, local, grid, volumes, options, H, up):
     counter = comm_counter()
-    algorithm = make_algorithm(name, local.adj, None, grid, HaloOptions(*options))
+    algorithm = make_algorithm(name, local.adj, HaloExchanger(local.adj.plan, options=HaloOptions(*options)), grid)
     counter.reset()
     x = H[local.n_id].clone().requires_grad_()
     y = algorithm(x)
@@ -209,7 +210,8 @@ def _means(precision):
     local = shard(data)
     H, up = features(data.num_nodes), upstream(data.num_nodes)
     runs = [_run("1d", local, None, None, options, H, up) for options in [(None, None)]]
-    algorithm = make_algorithm("1d", local.adj, None, None, HaloOptions(precision, precision))
+    exchanger = HaloExchanger(local.adj.plan, options=HaloOptions(precision, precision))
+    algorithm = make_algorithm("1d", local.adj, exchanger)
     total_y, total_gx, first = 0, 0, None
     for _ in range(STEPS):
         x = H[local.n_id].clone().requires_grad_()

@@ -13,6 +13,7 @@ import torch.distributed as dist
 from graphs import make_cases
 
 from pyg_sparsecomm import comm_counter, comm_pattern, shard
+from pyg_sparsecomm.comm.exchanger import HaloExchanger
 from pyg_sparsecomm.comm.halo_options import ExchangeSlots, HaloOptions
 from pyg_sparsecomm.comm.stale import IDENTITY, stale_halo_exchange
 from pyg_sparsecomm.plan import rank_plan
@@ -65,7 +66,7 @@ def _train_steps(rank, world_size, case, gamma):
     for t in range(STEPS):
         counter.reset()
         x = ref.x[t][plan.n_id].clone().requires_grad_()
-        halo = stale_halo_exchange(x, plan, None, options, slots, "x")
+        halo = stale_halo_exchange(x, HaloExchanger(plan, None, options, slots), "x")
         flag = torch.ones(1)
         dist.all_reduce(flag)  # a default-group collective while the pipelined exchange is in flight
         ((halo * ref.halo_up[t][rank]).sum() + (x * ref.local_up[t][plan.n_id]).sum()).backward()
@@ -87,9 +88,9 @@ def _evaluate(ref, plan, options, slots, rank):
     """Evaluation between training steps: exact under no_grad and with ``slots.training`` false."""
     x = (ref.x[0][plan.n_id] * 7).requires_grad_()
     with torch.no_grad():
-        no_grad = stale_halo_exchange(x, plan, None, options, slots, "x")
+        no_grad = stale_halo_exchange(x, HaloExchanger(plan, None, options, slots), "x")
     slots.training = False
-    halo = stale_halo_exchange(x, plan, None, options, slots, "x")
+    halo = stale_halo_exchange(x, HaloExchanger(plan, None, options, slots), "x")
     (halo * ref.halo_up[0][rank]).sum().backward()
     slots.training = True
     return {"no_grad": no_grad, "eval": halo.detach(), "expected": ref.halo(0, rank) * 7,
@@ -122,15 +123,15 @@ def _misuse(rank, world_size):
     local, other = shard(cases["directed"]), shard(cases["undirected"])
     options, slots = HaloOptions(staleness=1), ExchangeSlots()
     x = torch.randn(local.num_nodes, WIDTH, requires_grad=True)
-    stale_halo_exchange(x, local.adj.plan, None, options, slots, "x").sum().backward()
+    stale_halo_exchange(x, HaloExchanger(local.adj.plan, None, options, slots), "x").sum().backward()
     errors = {}
     for name, call in {
-        "plan": lambda: stale_halo_exchange(torch.randn(other.num_nodes, WIDTH), other.adj.plan, None,
-                                            options, slots, "x"),
-        "width": lambda: stale_halo_exchange(torch.randn(local.num_nodes, WIDTH + 1), local.adj.plan, None,
-                                             options, slots, "x"),
-        "rows": lambda: stale_halo_exchange(torch.randn(local.num_nodes + 1, WIDTH), local.adj.plan, None,
-                                            options, slots, "x"),
+        "plan": lambda: stale_halo_exchange(torch.randn(other.num_nodes, WIDTH),
+                                            HaloExchanger(other.adj.plan, None, options, slots), "x"),
+        "width": lambda: stale_halo_exchange(torch.randn(local.num_nodes, WIDTH + 1),
+                                             HaloExchanger(local.adj.plan, None, options, slots), "x"),
+        "rows": lambda: stale_halo_exchange(torch.randn(local.num_nodes + 1, WIDTH),
+                                            HaloExchanger(local.adj.plan, None, options, slots), "x"),
     }.items():
         try:
             call()
@@ -145,8 +146,8 @@ def test_staleness_refuses_mini_batch_plans_and_composes_with_compressed_payload
     from pyg_sparsecomm.comm.stale import payload_codecs
     local = shard(make_cases(1)["directed"])
     with pytest.raises(ValueError, match="staleness needs full-graph training on the same shard"):
-        stale_halo_exchange(local.x, replace(local.adj.plan, minibatch=True), None, HaloOptions(staleness=1),
-                            ExchangeSlots())
+        stale_halo_exchange(local.x, HaloExchanger(replace(local.adj.plan, minibatch=True), None,
+                                                  HaloOptions(staleness=1), ExchangeSlots()))
     rows, grads = payload_codecs(HaloOptions(precision="int8", grad_precision=None, staleness=1))
     assert getattr(rows, "precision", None) == "int8" and grads is IDENTITY
 
@@ -169,7 +170,7 @@ def _dropped_pipelines(rank, world_size):
         slots = ExchangeSlots()  # a new model: a new pipeline on the same dedicated group
         for t in range(2):
             x = (ref.x[t][plan.n_id] + round_).requires_grad_()
-            halo = stale_halo_exchange(x, plan, None, options, slots, "x", start_p2p_rows)
+            halo = stale_halo_exchange(x, HaloExchanger(plan, None, options, slots), "x", start_p2p_rows)
             (halo * ref.halo_up[t][rank]).sum().backward()
             halos.append((halo.detach(), ref.halo(0, rank) + round_))
         del slots, x, halo  # dropped with both exchanges of its last step in flight

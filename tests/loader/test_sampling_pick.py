@@ -1,8 +1,8 @@
 """NeighborSampling.pick's selection without a sort keeps exactly the in-edges the sort keeps."""
 import numpy as np
 
-from pyg_sparsecomm.loader.randomness import stream_key, uniform
-from pyg_sparsecomm.loader.sampling import NeighborSampling, _smallest_by_sorting, _smallest_in_runs
+from pyg_sparsecomm.sampling.randomness import stream_key, uniform
+from pyg_sparsecomm.sampling.rules import NeighborSampling, _smallest_by_sorting, _smallest_in_runs
 
 
 def test_selection_equals_sorting_with_ties_and_unsorted_targets():

@@ -141,7 +141,7 @@ def test_layers_options_off_are_bitwise_and_on_move_the_codec_bytes():
         assert not torch.equal(default[0], int8[0])
         torch.testing.assert_close(int8[0], default[0], atol=0.1, rtol=0.05)
         assert "halo rows int8" in int8[3] and "halo rows" not in default[3]
-        for name in ["gat", "edge"]:  # the generic exchange (halo_exchange_many), bf16 rows
+        for name in ["gat", "edge"]:  # the generic exchange (HaloExchanger.exchange_many), bf16 rows
             (exact, exact_bytes), (bf16, bf16_bytes) = res[(name, None)], res[(name, "bf16")]
             assert bf16_bytes * 2 == exact_bytes, name
             torch.testing.assert_close(bf16, exact, atol=0.05, rtol=0.02)

@@ -1,0 +1,105 @@
+"""The :class:`~pyg_sparsecomm.nn.layer_rules.LayerRule` of every PyG (and torch) class
+``distribute`` treats specially, by class name in the module that defines it (names a PyG version
+lacks are skipped).  Classes not listed run the default exchange (see :mod:`.layer_rules`)."""
+from typing import Any
+
+import torch
+
+from .layer_rules import LayerRule
+
+_KNN = "builds a k-nearest-neighbour graph from the features of all nodes"
+_HETERO = "takes heterogeneous graphs (dicts of node and edge types)"
+_CUGRAPH = "runs in cugraph-ops on the whole graph (CUDA only)"
+_TOP_K = "keeps the top-scoring ratio of all nodes of the graph"
+_ATTENDS = "attends from every node to all nodes of the graph"
+
+
+def _weighted(weight: str = "edge_weight", **kwargs: Any) -> LayerRule:
+    return LayerRule(aggregation="spmm", weight=weight, **kwargs)
+
+
+def conv_rules() -> dict[str, LayerRule]:
+    """``torch_geometric.nn.conv``: linear aggregations, attention, adapters, refusals."""
+    from .layer_adapters import cheb_lambda_max
+    rules = {name: _weighted() for name in (
+        "GCNConv", "SGConv", "APPNP", "TAGConv", "ARMAConv", "GCN2Conv", "SSGConv", "LGConv", "MixHopConv",
+        "SimpleConv", "GatedGraphConv", "PDNConv")}
+    rules.update({
+        "GraphConv": _weighted(post_linear="lin_rel"),
+        "ClusterGCNConv": _weighted(drops_adj_values=True),
+        "ChebConv": _weighted("norm", adapter=cheb_lambda_max),
+        "SAGEConv": _weighted("", post_linear="lin_l", drops_adj_values=True),
+        "GINConv": _weighted("", input_linear="nn", drops_adj_values=True),
+        "MFConv": _weighted("", drops_adj_values=True),
+        "RGCNConv": LayerRule(drops_adj_values=True),
+        "GATConv": LayerRule(aggregation="attention", weight="alpha", fused_source=("lin_src", "lin")),
+        "GATv2Conv": LayerRule(aggregation="attention", weight="alpha"),
+    })
+    refused = {
+        "DynamicEdgeConv": _KNN, "GravNetConv": _KNN,
+        "XConv": "builds a k-nearest-neighbour graph from the positions of all nodes",
+        "DirGNNConv": "also propagates along reversed edges (flow='target_to_source'), whose messages the "
+                      "owner of the target does not hold",
+        "GPSConv": "runs global attention over all nodes of the graph",
+        "HypergraphConv": "propagates over a node-hyperedge incidence, not a graph's edge_index",
+        "HeteroConv": _HETERO, "HGTConv": _HETERO, "HANConv": _HETERO,
+        "SignedConv": "takes two adjacencies (positive and negative edges)",
+        "SuperGATConv": "samples negative edges over the whole graph while training",
+        "WLConv": "numbers colours in the order it meets them, which differs between ranks",
+        "PANConv": "builds powers of the whole adjacency matrix (a torch_sparse path integral)",
+        "MeshCNNConv": "reads each mesh edge's four neighbours by their position in the global edge_index",
+        "CuGraphSAGEConv": _CUGRAPH, "CuGraphGATConv": _CUGRAPH, "CuGraphRGCNConv": _CUGRAPH,
+        "FusedGATConv": "runs in dgNN's fused CUDA kernel on the whole graph",
+    }
+    rules.update({name: LayerRule(refused=reason) for name, reason in refused.items()})
+    return rules
+
+
+def module_rules() -> dict[str, LayerRule]:
+    """Models, attention and pooling modules of ``torch_geometric.nn`` computing over all nodes."""
+    refused = {
+        "SGFormer": "mixes every node with all nodes of the graph in its global attention (SGFormerAttention)",
+        "SGFormerAttention": _ATTENDS,
+        "Polynormer": "mixes every node with all nodes of the graph in its global attention (PolynormerAttention)",
+        "PolynormerAttention": _ATTENDS,
+        "PerformerAttention": "attends from every node to all nodes of the graph (kernelised attention)",
+        "TopKPooling": _TOP_K, "SAGPooling": _TOP_K, "ASAPooling": _TOP_K, "PANPooling": _TOP_K,
+        "EdgePooling": "contracts edges chosen greedily over the whole graph",
+        "ClusterPooling": "contracts edges chosen over the whole graph",
+        "MemPooling": "soft-assigns all nodes of the graph to clusters",
+        "DMoNPooling": "soft-assigns all nodes of a dense graph to clusters",
+    }
+    return {name: LayerRule(refused=reason) for name, reason in refused.items()}
+
+
+def norm_rules() -> dict[str, LayerRule]:
+    """``torch_geometric.nn.norm``: norms reduced over all ranks, norms refused."""
+    from . import norms
+    unreduced = "normalises with whole-graph statistics that distribute() does not reduce"
+    hetero = "normalises per node type of a heterogeneous graph, which is not supported"
+    return {
+        "InstanceNorm": LayerRule(distributed_class=norms.DistributedInstanceNorm),
+        "GraphNorm": LayerRule(distributed_class=norms.DistributedGraphNorm),
+        "LayerNorm": LayerRule(distributed_class=norms.DistributedLayerNorm),
+        "PairNorm": LayerRule(refused=unreduced),
+        "MeanSubtractionNorm": LayerRule(refused="subtracts a whole-graph mean that distribute() does not reduce"),
+        "HeteroBatchNorm": LayerRule(refused=hetero),
+        "HeteroLayerNorm": LayerRule(refused=hetero),
+    }
+
+
+def torch_rules() -> dict[str, LayerRule]:
+    """``torch.nn``: ``BatchNorm1d`` reduced over all ranks, ``SyncBatchNorm`` refused."""
+    from . import norms
+    return {
+        "BatchNorm1d": LayerRule(distributed_class=norms.DistributedBatchNorm),
+        "SyncBatchNorm": LayerRule(refused="is torch's CUDA-only synchronised BatchNorm; use torch.nn.BatchNorm1d, "
+                                           "which distribute() synchronises on every backend"),
+    }
+
+
+def pyg_rules() -> list[tuple[Any, dict[str, LayerRule]]]:
+    """``[(module, {class name: rule})]`` of the built-in rules."""
+    import torch_geometric.nn as pyg_nn
+    from torch_geometric.nn import conv, norm
+    return [(conv, conv_rules()), (pyg_nn, module_rules()), (norm, norm_rules()), (torch.nn, torch_rules())]

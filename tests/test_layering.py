@@ -1,0 +1,206 @@
+"""The package's import structure: no import cycle, ``nn/`` does not import ``loader/``, the
+partitioner loads neither the SpMM algorithms nor the RDMA engine, every public name is still
+importable, and a missing optional dependency names the extra that installs it.
+
+The import graph is static (the AST of every module: imports at module level, relative ones
+resolved, ``if TYPE_CHECKING:`` blocks left out); what a process really loads is checked in a
+fresh interpreter, since this one has imported everything already.
+"""
+import ast
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+import pyg_sparsecomm
+
+PACKAGE = pathlib.Path(pyg_sparsecomm.__file__).parent
+NAME = "pyg_sparsecomm"
+
+
+def _modules() -> dict[str, pathlib.Path]:
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = [NAME, *path.relative_to(PACKAGE).with_suffix("").parts]
+        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def _module_level(body: list[ast.stmt]):
+    """The import statements a module runs when imported (not those in functions or TYPE_CHECKING)."""
+    for node in body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        elif isinstance(node, ast.If):
+            if "TYPE_CHECKING" not in ast.unparse(node.test):
+                yield from _module_level(node.body)
+            yield from _module_level(node.orelse)
+        elif isinstance(node, ast.Try):
+            for block in (node.body, *(h.body for h in node.handlers), node.orelse, node.finalbody):
+                yield from _module_level(block)
+        elif isinstance(node, ast.With):
+            yield from _module_level(node.body)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the package's modules it imports at module level (``from .x import y`` imports
+    ``x.y`` when ``y`` is a module, else ``x``)."""
+    modules = _modules()
+    graph = {}
+    for module, path in modules.items():
+        package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+        targets = set()
+        for node in _module_level(ast.parse(path.read_text()).body):
+            if isinstance(node, ast.Import):
+                targets |= {a.name for a in node.names}
+                continue
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package[:len(package) - node.level + 1] + ([node.module] if node.module else []))
+            submodules = {f"{base}.{a.name}" for a in node.names} & modules.keys()
+            targets |= submodules if len(submodules) == len(node.names) else submodules | {base}
+        graph[module] = {t for t in targets if t in modules and t != module}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of ``graph`` (its modules in order, the first repeated at the end), or ``None``."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for target in sorted(graph[node]):
+            if state.get(target) == 1:
+                return path[path.index(target):] + [target]
+            if target not in state:
+                found = visit(target)
+                if found:
+                    return found
+        state[node] = 2
+        path.pop()
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def test_import_graph_has_no_cycle():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_cycle_finder_finds_one():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
+
+
+def test_graph_resolves_relative_imports():
+    graph = import_graph()
+    assert f"{NAME}.sampling.sampled_adj" in graph[f"{NAME}.nn.trim"]
+    assert f"{NAME}.partition.hypergraph" in graph[f"{NAME}.partition"]  # from . import hypergraph
+    assert f"{NAME}.adj" in graph[f"{NAME}.sampling.sampled_adj"]
+
+
+def test_nn_imports_nothing_from_loader():
+    graph = import_graph()
+    found = sorted(f"{m} imports {t}" for m, targets in graph.items() if m.startswith(f"{NAME}.nn")
+                   for t in targets if t == f"{NAME}.loader" or t.startswith(f"{NAME}.loader."))
+    assert not found, found
+
+
+def _loaded_after(code: str) -> list[str]:
+    """The package's modules a fresh interpreter has loaded after running ``code``."""
+    script = f"import sys, json\n{code}\nprint(json.dumps(sorted(m for m in sys.modules if m.startswith('{NAME}'))))"
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True)
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("code", ["import pyg_sparsecomm.partition",
+                                  "from pyg_sparsecomm import SparsityAwarePartitioner"])
+def test_partitioner_loads_neither_algorithms_nor_rdma(code):
+    loaded = _loaded_after(code)
+    assert f"{NAME}.partition.partitioner" in loaded
+    heavy = [m for m in loaded if m.startswith((f"{NAME}.algorithms", f"{NAME}.rdma", f"{NAME}.nn"))]
+    assert not heavy, heavy
+
+
+def test_every_public_name_importable_and_rdma_listed_not_loaded():
+    import pyg_sparsecomm.loader as loader
+    import pyg_sparsecomm.sampling as sampling
+    for name in pyg_sparsecomm.__all__:
+        assert getattr(pyg_sparsecomm, name) is not None, name
+    assert set(pyg_sparsecomm.__all__) <= set(dir(pyg_sparsecomm))
+    for name in ("SampledAdj", "trim_to_layer", "NeighborSampling", "NodeSubsetSampling", "global_batches"):
+        assert getattr(loader, name) is getattr(sampling, name), name
+    assert pyg_sparsecomm.nn.distribute is pyg_sparsecomm.distribute  # subpackages as attributes
+    with pytest.raises(AttributeError, match="no attribute 'not_a_name'"):
+        pyg_sparsecomm.not_a_name  # noqa: B018
+    # every public name, and the algorithms' listing, without the RDMA engine
+    code = """
+from pyg_sparsecomm import *
+from pyg_sparsecomm.algorithms import ALGORITHMS
+assert "rdma" in ALGORITHMS and "rdma" in sorted(ALGORITHMS) and not ALGORITHMS.is_loaded("rdma")
+"""
+    loaded = _loaded_after(code)
+    assert f"{NAME}.nn" in loaded and not any(m.startswith(f"{NAME}.rdma") for m in loaded)
+    used = _loaded_after("from pyg_sparsecomm.algorithms import ALGORITHMS, algorithm_class\n"
+                         "assert algorithm_class('rdma').name == 'rdma' and ALGORITHMS.is_loaded('rdma')")
+    assert f"{NAME}.algorithms.rdma" in used and f"{NAME}.rdma.engine_cache" in used
+    from pyg_sparsecomm.algorithms import ALGORITHMS, RDMAStationaryC
+    assert ALGORITHMS["rdma"] is RDMAStationaryC
+
+
+def _errors_without(modules: list[str], snippets: list[str]) -> list[str]:
+    """The ImportError message of each snippet, in one fresh interpreter where ``modules`` are missing."""
+    blocked = "".join(f"sys.modules[{m!r}] = None\n" for m in modules)
+    runs = "".join(f"try:\n    {code}\nexcept ImportError as e:\n    print('ImportError:', e)\n"
+                   f"else:\n    print('no error')\n" for code in snippets)
+    out = subprocess.run([sys.executable, "-c", f"import sys\n{blocked}{runs}"], capture_output=True, text=True,
+                         timeout=300, check=True)
+    return out.stdout.strip().splitlines()
+
+
+def test_missing_extras_are_named():
+    multiconstraint = ("import numpy as np; from pyg_sparsecomm.partition.multiconstraint import metis_multiconstraint;"
+                       " metis_multiconstraint(np.array([0, 1, 2]), np.array([1, 0]), np.ones((2, 2), dtype=int), 2,"
+                       " (1.1, 1.1))")
+    metis = ("import torch; from pyg_sparsecomm import SparsityAwarePartitioner as S; from torch_geometric.data import "
+             "Data; S(2, method='metis')(Data(edge_index=torch.tensor([[0, 1], [1, 0]]), num_nodes=4))")
+    mpi = "import pyg_sparsecomm.rdma as r; r.MPIBackend()"
+    messages = _errors_without(["pymetis", "pymetis._internal", "mpi4py", "mpi4py.MPI"], [multiconstraint, metis, mpi])
+    assert len(messages) == 3, messages
+    for message, extra in zip(messages, ["metis", "metis", "mpi"], strict=True):
+        assert message.startswith("ImportError:") and f'pip install "pyg_sparsecomm[{extra}]"' in message, message
+
+
+def test_lazy_registry_loads_declared_names_on_lookup(tmp_path, monkeypatch):
+    from pyg_sparsecomm.algorithms.registry import LazyRegistry
+    registry: LazyRegistry[int] = LazyRegistry("thing")
+    (tmp_path / "declares_one.py").write_text("import registry_under_test\nregistry_under_test.REGISTRY['one'] = 1\n")
+    (tmp_path / "declares_none.py").write_text("")
+    module = type(sys)("registry_under_test")
+    module.REGISTRY = registry
+    monkeypatch.setitem(sys.modules, "registry_under_test", module)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry["zero"] = 0
+    registry.declare("one", "declares_one")
+    registry.declare("two", "declares_none")
+    registry.declare("three", "no_such_module")
+    assert sorted(registry) == ["one", "three", "two", "zero"] and len(registry) == 4 and "one" in registry
+    assert not registry.is_loaded("one") and "declares_one" not in sys.modules
+    assert registry["one"] == 1 and registry.is_loaded("one")
+    with pytest.raises(RuntimeError, match="importing declares_none did not register the thing 'two'"):
+        registry["two"]  # noqa: B018
+    with pytest.raises(ModuleNotFoundError):
+        registry["three"]  # noqa: B018
+    assert "three" in registry  # still declared: the error repeats at the next lookup
+    del registry["three"], registry["two"]
+    assert dict(registry) == {"zero": 0, "one": 1}
