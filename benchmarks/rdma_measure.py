@@ -1,7 +1,7 @@
 """Measurements of the ICS'24 paper: Table 2 breakdowns, Figure 1 load imbalance, a roofline.
 
 Benchmark code, kept out of the library (was ``pyg_sparsecomm.rdma.measure``): used by
-``benchmarks/rdma_spmm.py`` and tested by ``tests/test_rdma.py``.
+``benchmarks/rdma_spmm.py`` and tested by ``tests/rdma/test_rdma.py``.
 
 * :func:`breakdown_row` — one Table 2 row from every rank's breakdown: the
   **mean over ranks** of the seconds of compute, communication, accumulation,

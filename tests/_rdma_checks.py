@@ -1,6 +1,6 @@
 """Backend-independent checks of :mod:`pyg_sparsecomm.rdma`, shared by the MPI worker
 (``tests/_rdma_worker.py`` under ``mpiexec``) and the emulated symmetric-memory backend
-(``tests/test_symm_backend.py``).  Every check takes the backend and asserts on every rank.
+(``tests/rdma/test_symm_backend.py``).  Every check takes the backend and asserts on every rank.
 """
 import time
 from collections import Counter

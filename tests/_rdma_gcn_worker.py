@@ -1,4 +1,4 @@
-"""``DistributedGCNConv(algorithm="rdma")`` == PyG ``GCNConv`` under ``mpiexec -n P`` (run by test_rdma.py).
+"""``DistributedGCNConv(algorithm="rdma")`` == PyG ``GCNConv`` under ``mpiexec -n P`` (run by tests/rdma/test_rdma.py).
 
 ``python _rdma_gcn_worker.py STORE RESULTS``: torch.distributed (gloo, file store
 ``STORE``) is initialised with the MPI ranks.  Once every check held on every rank,

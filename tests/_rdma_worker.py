@@ -1,4 +1,4 @@
-"""Checks of :mod:`pyg_sparsecomm.rdma` run under ``mpiexec -n P`` by tests/test_rdma.py.
+"""Checks of :mod:`pyg_sparsecomm.rdma` run under ``mpiexec -n P`` by tests/rdma/test_rdma.py.
 
 ``python _rdma_worker.py RESULTS [check ...]``: every check asserts on every rank and
 returns what it reports; once all of them held on all ranks, rank 0 writes
@@ -21,7 +21,7 @@ from _rdma_checks import (  # tests/ is sys.path[0] when this file runs as a scr
     ragged,
 )
 from mpi4py import MPI
-from rdma_measure import measure_get_bandwidth  # benchmarks/ is on PYTHONPATH (tests/test_rdma.py)
+from rdma_measure import measure_get_bandwidth  # benchmarks/ is on PYTHONPATH (tests/rdma/test_rdma.py)
 
 from pyg_sparsecomm.rdma import DenseTiledMatrix, SparseTiledMatrix, TileProcessGrid, spgemm, spmm
 from pyg_sparsecomm.rdma.mpi_backend import MPIBackend

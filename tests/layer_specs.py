@@ -1,6 +1,6 @@
 """Every layer of ``torch_geometric.nn.conv``: how to build and call it, or why it is refused.
 
-One table serves the equivalence test (tests/test_distribute_layers.py), the refusal test and
+One table serves the equivalence test (tests/nn/test_distribute_layers.py), the refusal test and
 the README's layer table (``python tests/layer_specs.py`` prints it).  A spec builds the
 layer (seeded, so every rank and the reference get the same parameters) and calls it on
 ``Inputs``: whole-graph tensors on one process, the shard's tensors (``edge_index`` is then

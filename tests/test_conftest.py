@@ -10,7 +10,7 @@ TESTS = Path(__file__).resolve().parent
 
 def test_dataset_tests_skip_with_the_reason_without_the_shared_data(tmp_path):
     env = {**os.environ, "PLANETOID_RAW": str(tmp_path / "nowhere")}
-    test = "test_balance.py::test_send_balanced_restarts_reach_far_lower_max_send_on_cora"
+    test = "partition/test_balance.py::test_send_balanced_restarts_reach_far_lower_max_send_on_cora"
     report = tmp_path / "report.xml"
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
                            test], cwd=TESTS, env=env, capture_output=True, text=True, timeout=300)

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from configs_per_launch import by_world_size, run_each
 from graphs import NUM_FEATURES, make_cases
 from torch_geometric.data import Data
 from torch_geometric.utils import grid as grid_graph
@@ -16,7 +17,11 @@ from pyg_sparsecomm.testing import launch
 OUT = 5
 
 
-def _bytes_worker(rank, world_size, c, case):
+def _bytes_worker(rank, world_size, configs):
+    return run_each(lambda P, c, case: _bytes_of(rank, P, c, case), configs)
+
+
+def _bytes_of(rank, world_size, c, case):
     data = make_cases(world_size // c)[case]
     grid = process_grid(c) if c > 1 else None
     local = shard(data, grid=grid) if grid else shard(data)
@@ -54,10 +59,19 @@ def _halo_rows_from_first_principles(data, row, col, c):
     return received, sent
 
 
-@pytest.mark.parametrize("world_size,c,case", [(4, 2, "directed"), (8, 2, "empty_part"), (4, 1, "isolated"),
-                                               (4, 2, "isolated")])
-def test_measured_bytes_equal_predicted(world_size, c, case):
-    per_rank = launch(_bytes_worker, world_size, c, case)
+#: (world size, replication, graph): one launch per world size checks all of its configurations
+BYTES_CONFIGS = by_world_size([(4, 2, "directed"), (8, 2, "empty_part"), (4, 1, "isolated"), (4, 2, "isolated")])
+
+
+@pytest.mark.parametrize("world_size", sorted(BYTES_CONFIGS))
+def test_measured_bytes_equal_predicted(world_size, subtests):
+    per_config = launch(_bytes_worker, world_size, BYTES_CONFIGS[world_size])
+    for config in BYTES_CONFIGS[world_size]:
+        with subtests.test(config=config):
+            _check_bytes([r[config] for r in per_config], *config)
+
+
+def _check_bytes(per_rank, world_size, c, case):
     data = make_cases(world_size // c)[case]
     for algorithm in [a for a in per_rank[0] if a != "grid"]:
         sent = [r[algorithm][0] for r in per_rank]

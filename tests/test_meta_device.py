@@ -3,7 +3,7 @@
 On the CPU, ``x.to("cpu")`` returns ``x``: a tensor an object forgets to move is invisible until
 the first GPU run mixes it with a moved one.  The ``meta`` device makes it visible here: every
 object is moved to ``meta`` and :func:`device_walk.tensors_not_on` lists what stayed behind.
-(``SampledAdj`` and the loader's batches: ``tests/test_loader*.py``.)
+(``SampledAdj`` and the loader's batches: ``tests/loader/test_loader*.py``.)
 """
 import pytest
 import torch

@@ -77,11 +77,24 @@ def _pair_params():
             for name in sorted(PAIRS) for world_size in (2, 4)]
 
 
+@pytest.fixture(scope="module")
+def single_process_run(planetoid_root, tmp_path_factory):
+    """``single_process_run(name)``: the PyG script's output and final parameters, run once per script
+    (the runs at P = 2 and 4 compare with the same one)."""
+    runs = {}
+
+    def run(name):
+        if name not in runs:
+            root = fresh_root(planetoid_root, tmp_path_factory.mktemp(name), "single")
+            runs[name] = run_script(str(PORTING / f"{name}.py"), ["--root", root, *PAIRS[name]], 0)
+        return runs[name]
+    return run
+
+
 @pytest.mark.parametrize("name,world_size", _pair_params())
-def test_port_trains_as_single_process(planetoid_root, tmp_path, name, world_size):
+def test_port_trains_as_single_process(planetoid_root, single_process_run, tmp_path, name, world_size):
     argv = PAIRS[name]
-    ref_out, ref_state = run_script(str(PORTING / f"{name}.py"),
-                                    ["--root", fresh_root(planetoid_root, tmp_path, "single"), *argv], 0)
+    ref_out, ref_state = single_process_run(name)
     per_rank = launch(_worker, world_size, str(PORTING / f"{name}_distributed.py"),
                       ["--root", fresh_root(planetoid_root, tmp_path, "distributed"), *argv], timeout=900)
     ref_loss = losses(ref_out)

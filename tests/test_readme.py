@@ -46,7 +46,7 @@ SKIPPED = {
     "pip install torch==2.13.0": "set-up: installs torch (the tests run in the installed environment)",
     "pip install -e .": "set-up: installs the package",
     "pip install -e .[test]": "set-up: installs the package and the test extras",
-    "python -m pytest -q tests": "the test suite itself",
+    "python -m pytest -q --durations=25 tests": "the test suite itself (with its 25 slowest tests)",
     "bash benchmarks/fetch_meshes.sh": "downloads the libmetis meshes (apt-get download)",
     "python -m pyg_sparsecomm partition-stats --graph benchmarks/graphs/4elt.graph --parts 4,16,64,256 "
     "--methods random,contiguous,metis,hypergraph": "needs the meshes of benchmarks/fetch_meshes.sh",
@@ -296,5 +296,5 @@ def test_readme_command_runs_on_a_fresh_clone_offline(command, fresh_clone, tmp_
 def test_readme_commands_are_found():
     commands = readme_commands()
     assert "torchrun --standalone --nproc-per-node 4 examples/train_gcn.py" in commands
-    assert "pip install -e .[test]" in commands and "python -m pytest -q tests" in commands
+    assert "pip install -e .[test]" in commands and "python -m pytest -q --durations=25 tests" in commands
     assert not [c for c in commands if "#" in c or "\\" in c or "&&" in c], commands

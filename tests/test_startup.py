@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch_geometric.transforms as T
+from configs_per_launch import run_each
 from test_distribute_layers import make_graph
 from torch_geometric.datasets import Planetoid
 
@@ -80,10 +81,20 @@ def _shard_worker(rank, world_size, sparse, pre_partitioned):
     return local.n_id, aliased, local.adj.nnz, full, everywhere
 
 
+def _shard_worker_both_forms(rank, world_size):
+    return run_each(lambda sparse: _shard_worker(rank, world_size, sparse, False), [(False,), (True,)])
+
+
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
-@pytest.mark.parametrize("sparse", [False, True])
-def test_partition_and_shard_and_gather_nodes(world_size, sparse):
-    results = launch(_shard_worker, world_size, sparse, False)
+def test_partition_and_shard_and_gather_nodes(world_size, subtests):
+    """The graph as ``edge_index`` and as a sparse ``adj_t``, both in one launch."""
+    per_form = launch(_shard_worker_both_forms, world_size)
+    for sparse in (False, True):
+        with subtests.test(sparse=sparse):
+            _check_shards([r[(sparse,)] for r in per_form], world_size, sparse)
+
+
+def _check_shards(results, world_size, sparse):
     data = graph(world_size, sparse)
     expected = SparsityAwarePartitioner(world_size)(data)
     num_edges = with_edge_index(data, "test").edge_index.size(1)

@@ -114,7 +114,7 @@ class SpMMAlgorithm(ABC):
         (``None``: the algorithm has no cost model and ``algorithm="auto"`` never picks it).
 
         ``bytes_sent`` is exactly what the rank's exchanges record as sent in
-        :func:`~pyg_sparsecomm.comm.counters.comm_counter` (``tests/test_counted_equals_predicted.py``);
+        :func:`~pyg_sparsecomm.comm.counters.comm_counter` (``tests/algorithms/test_counted_equals_predicted.py``);
         ``row_bytes`` is :meth:`row_bytes` of the SpMM's width (a
         :class:`~pyg_sparsecomm.cost.RowBytes` when halos are compressed); ``pipelined`` is the part of
         ``seconds`` that ``staleness=1`` moves off the critical path (:meth:`predict_as_run`)."""

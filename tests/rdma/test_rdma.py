@@ -22,13 +22,13 @@ from pyg_sparsecomm.datasets import rmat_graph
 from pyg_sparsecomm.rdma import TileGrid, TileProcessGrid, make_backend
 from pyg_sparsecomm.rdma.mpi_backend import SymmetricHeap, find_mpiexec
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BENCHMARKS = ROOT / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 from rdma_measure import roofline_svg, stage_load_imbalance  # noqa: E402 -- benchmark code, after sys.path
 
-WORKER = Path(__file__).resolve().parent / "_rdma_worker.py"
-GCN_WORKER = Path(__file__).resolve().parent / "_rdma_gcn_worker.py"
+WORKER = ROOT / "tests" / "_rdma_worker.py"
+GCN_WORKER = ROOT / "tests" / "_rdma_gcn_worker.py"
 SIZES = (1, 2, 3, 4)
 CHECKS = ("spmm_equals_torch", "spgemm_equals_torch", "work_stealing_each_product_once",
           "queue_loses_no_update", "errors_and_measure", "heap_fallback")

@@ -13,7 +13,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 
 SCRIPT = textwrap.dedent("""
     import sys

@@ -12,6 +12,7 @@
 import numpy as np
 import pytest
 import torch
+from configs_per_launch import by_world_size, run_each
 from graphs import make_cases
 
 from pyg_sparsecomm import CommStats, comm_counter, comm_pattern, shard
@@ -86,7 +87,11 @@ def _error_scales(local, H, up, precision, grad_precision):
     return out
 
 
-def _worker(rank, world_size, case, c):
+def _worker(rank, world_size, configs):
+    return run_each(lambda P, c, case: _runs_of(rank, P, case, c), configs)
+
+
+def _runs_of(rank, world_size, case, c):
     data = make_cases(world_size // c)[case]
     grid = process_grid(c) if c > 1 else None
     local = shard(data, grid=grid) if grid else shard(data)
@@ -101,7 +106,9 @@ def _worker(rank, world_size, case, c):
             "scales": scales}
 
 
-CASES = [(2, 1, "weighted"), (3, 1, "directed"), (4, 1, "empty_part"), (3, 1, "isolated"), (4, 2, "directed")]
+#: (world size, replication, graph): one launch per world size checks all of its configurations
+CASES = by_world_size([(2, 1, "weighted"), (3, 1, "directed"), (4, 1, "empty_part"), (3, 1, "isolated"),
+                       (4, 2, "directed")])
 
 
 def _assemble_gradient(per_rank, options, num_nodes):
@@ -162,9 +169,15 @@ def _check_bytes(per_rank, name, options, world_size, c, case):
     return total
 
 
-@pytest.mark.parametrize("world_size,c,case", CASES)
-def test_compressed_halos_match_their_reference_and_counted_equals_predicted(world_size, c, case):
-    per_rank = launch(_worker, world_size, case, c, timeout=600)
+@pytest.mark.parametrize("world_size", sorted(CASES))
+def test_compressed_halos_match_their_reference_and_counted_equals_predicted(world_size, subtests):
+    per_config = launch(_worker, world_size, CASES[world_size], timeout=600)
+    for config in CASES[world_size]:
+        with subtests.test(config=config):
+            _check_config([r[config] for r in per_config], *config)
+
+
+def _check_config(per_rank, world_size, c, case):
     for name in {n for n, _ in per_rank[0]["runs"]}:
         totals = {}
         for options in OPTIONS:
@@ -182,13 +195,18 @@ def test_compressed_halos_match_their_reference_and_counted_equals_predicted(wor
 
 
 STEPS = 400
+MEAN_WORLD_SIZE = 3
 
 
-def _mean_worker(rank, world_size, precision):
+def _mean_worker(rank, world_size, precisions):
+    return run_each(_means, [(precision,) for precision in precisions])
+
+
+def _means(precision):
     """Means over ``STEPS`` int-rounded steps of "1d"'s output and input gradient, the exact ones and
     the standard deviations the rounding allows (forward ``sqrt(sum_j A_ij^2 s_j^2 / 4)``; backward:
     the halo-gradient scales, summed at their owners in the test)."""
-    data = make_cases(world_size)["weighted"]
+    data = make_cases(MEAN_WORLD_SIZE)["weighted"]
     local = shard(data)
     H, up = features(data.num_nodes), upstream(data.num_nodes)
     runs = [_run("1d", local, None, None, options, H, up) for options in [(None, None)]]
@@ -210,11 +228,17 @@ def _mean_worker(rank, world_size, precision):
             "grad_scale": scales["grad_scale"]}
 
 
-@pytest.mark.parametrize("precision", ["int8", "int4"])
-def test_integer_halos_are_unbiased_over_many_steps(precision):
+def test_integer_halos_are_unbiased_over_many_steps(subtests):
     """The mean over STEPS steps is within 6 standard errors of exact, everywhere; and it is much
-    closer than one step (so the criterion is not vacuous)."""
-    per_rank = launch(_mean_worker, 3, precision, timeout=600)
+    closer than one step (so the criterion is not vacuous).  int8 and int4 in one launch."""
+    precisions = ["int8", "int4"]
+    per_config = launch(_mean_worker, MEAN_WORLD_SIZE, precisions, timeout=600)
+    for precision in precisions:
+        with subtests.test(precision=precision):
+            _check_unbiased([r[(precision,)] for r in per_config])
+
+
+def _check_unbiased(per_rank):
     num_nodes = sum(res["n_id"].numel() for res in per_rank)
     gx_mean, gx_exact, gx_first = (torch.zeros(num_nodes, WIDTH) for _ in range(3))
     gx_var = torch.zeros(num_nodes)

@@ -7,6 +7,7 @@ model's step; step 0 is exact (bitwise, for ``"1d"``); evaluation is exact.
 import pytest
 import torch
 import torch.nn.functional as Fn
+from configs_per_launch import by_world_size, run_each
 from graphs import NUM_FEATURES, make_cases
 from stale_reference import StaleHalos
 from torch_geometric.nn import GCNConv
@@ -81,7 +82,11 @@ def _evaluate(model, twin, local, edge_weight):
         return model(local.x, local.adj, *edge_weight), twin(local.x, local.adj, *edge_weight)
 
 
-def _worker(rank, world_size, model_kind, case, algorithm, gamma, c):
+def _worker(rank, world_size, configs):
+    return run_each(_runs, configs)
+
+
+def _runs(world_size, c, model_kind, case, algorithm, gamma):
     data = _graph(world_size, c, case)
     local = shard(data, grid=process_grid(c)) if c > 1 else shard(data)
     edge_weight = (local.edge_weight,) if model_kind == "gcn" and "edge_weight" in local else ()
@@ -155,25 +160,27 @@ def _check(per_rank, ref, where, bitwise_step0):
     assert max(later) > 1e-6, f"{where}: the stale run equals the exact one (the test could not fail)"
 
 
-GCN_CASES = [(2, 1, "isolated", "1d", None), (2, 1, "weighted", "1d", 0.5), (3, 1, "empty_part", "1d_overlap", None),
-             (3, 1, "directed", "1d_overlap_p2p", 0.5), (4, 2, "directed", "1.5d", None)]
+#: (world size, replication, model: "gcn" or GraphSAGE's aggregation, graph, algorithm, stale_smoothing)
+CASES = by_world_size([
+    (2, 1, "gcn", "isolated", "1d", None), (2, 1, "gcn", "weighted", "1d", 0.5),
+    (3, 1, "gcn", "empty_part", "1d_overlap", None), (3, 1, "gcn", "directed", "1d_overlap_p2p", 0.5),
+    (4, 2, "gcn", "directed", "1.5d", None),
+    (2, 1, "mean", "directed", "1d", None), (3, 1, "max", "empty_part", "1d", None),
+    (3, 1, "mean", "isolated", "1d_overlap", None),
+])
 
 
-@pytest.mark.parametrize("world_size,c,case,algorithm,gamma", GCN_CASES)
-def test_stale_gcn_equals_the_reference_fed_previous_halos(world_size, c, case, algorithm, gamma):
-    per_rank = launch(_worker, world_size, "gcn", case, algorithm, gamma, c, timeout=600)
-    ref = _reference("gcn", _graph(world_size, c, case), world_size // c, gamma)
-    _check(per_rank, ref, f"GCN {algorithm} P={world_size} c={c} {case} γ={gamma}", algorithm == "1d")
-
-
-SAGE_CASES = [(2, "directed", "mean", "1d"), (3, "empty_part", "max", "1d"), (3, "isolated", "mean", "1d_overlap")]
-
-
-@pytest.mark.parametrize("world_size,case,aggr,algorithm", SAGE_CASES)
-def test_stale_distributed_graphsage_equals_the_reference_fed_previous_halos(world_size, case, aggr, algorithm):
-    per_rank = launch(_worker, world_size, aggr, case, algorithm, None, 1, timeout=600)
-    ref = _reference(aggr, _graph(world_size, 1, case), world_size, None)
-    _check(per_rank, ref, f"GraphSAGE({aggr}) {algorithm} P={world_size} {case}", False)
+@pytest.mark.parametrize("world_size", sorted(CASES))
+def test_stale_gcn_and_graphsage_equal_the_reference_fed_previous_halos(world_size, subtests):
+    """DistributedGCNConv and distribute(GraphSAGE): every configuration of a world size in one launch."""
+    per_config = launch(_worker, world_size, CASES[world_size], timeout=600)
+    for config in CASES[world_size]:
+        P, c, model_kind, case, algorithm, gamma = config
+        with subtests.test(config=config):
+            ref = _reference(model_kind, _graph(P, c, case), P // c, gamma)
+            where = (f"GCN {algorithm} P={P} c={c} {case} γ={gamma}" if model_kind == "gcn"
+                     else f"GraphSAGE({model_kind}) {algorithm} P={P} {case}")
+            _check([r[config] for r in per_config], ref, where, model_kind == "gcn" and algorithm == "1d")
 
 
 @pytest.mark.parametrize("name", ["oblivious", "1.5d_oblivious", "rdma"])

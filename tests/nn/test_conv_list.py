@@ -13,7 +13,7 @@ from torch_geometric.nn.norm import BatchNorm, MeanSubtractionNorm, PairNorm
 from pyg_sparsecomm import distribute
 from pyg_sparsecomm.nn import layer_rule, refusal
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 #: the classes of torch_geometric.nn.conv the rule registry refuses, with the reason
 REFUSED = {name: layer_rule(getattr(c, name)).refused for name in c.__all__ if layer_rule(getattr(c, name)).refused}
 
