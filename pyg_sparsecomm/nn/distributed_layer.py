@@ -53,8 +53,8 @@ from .first_use import CheckedPlan, check_edge_arguments, check_first_call
 from .layer_adapters import adapt, forward_signature
 from .linear_aggregation import (
     AdjacencyCache,
-    CachedSpMM,
     AppliedLinear,
+    CachedSpMM,
     linear_inputs,
     linear_weight,
     narrowing_input_linear,

@@ -125,23 +125,24 @@ class CachedSpMM:
         self._key: tuple = ()
         self._refs: list[Callable[[], Any]] = []
 
-    def _key_of(self, edge_index: Tensor, weight: Tensor | None, like: HaloAdj, dtype: torch.dtype,
-                algorithm: str) -> tuple:
-        version = None if weight is None else weight._version
-        return (like.plan, dtype, algorithm, edge_index._version, version)
+    @staticmethod
+    def _key_of(edge_index: Tensor, weight: Tensor | None, dtype: torch.dtype, algorithm: str) -> tuple:
+        return (dtype, algorithm, edge_index._version, None if weight is None else weight._version)
 
     def get(self, edge_index: Tensor, weight: Tensor | None, like: HaloAdj, dtype: torch.dtype,
             algorithm: str) -> Any:
         """The kept algorithm if it was built on these inputs, else ``None``."""
-        same = bool(self._refs) and all(r() is t for r, t in zip(self._refs, (edge_index, weight), strict=True))
-        return self.spmm if same and self._key == self._key_of(edge_index, weight, like, dtype, algorithm) else None
+        inputs = (edge_index, weight, like.plan)
+        same = bool(self._refs) and all(r() is t for r, t in zip(self._refs, inputs, strict=True))
+        return self.spmm if same and self._key == self._key_of(edge_index, weight, dtype, algorithm) else None
 
     def keep(self, spmm: Any, edge_index: Tensor, weight: Tensor | None, like: HaloAdj, dtype: torch.dtype,
              algorithm: str) -> None:
         if weight is not None and weight.requires_grad:
             return
-        self.spmm, self._key = spmm, self._key_of(edge_index, weight, like, dtype, algorithm)
-        self._refs = [weakref.ref(edge_index), (lambda: None) if weight is None else weakref.ref(weight)]
+        self.spmm, self._key = spmm, self._key_of(edge_index, weight, dtype, algorithm)
+        self._refs = [weakref.ref(edge_index), (lambda: None) if weight is None else weakref.ref(weight),
+                      weakref.ref(like.plan)]
 
     def __getstate__(self) -> dict:
         return {"spmm": None, "_key": (), "_refs": []}  # a cache: a copy builds its own
