@@ -59,3 +59,13 @@ def test_the_thin_class_has_no_forward_or_propagate_of_its_own():
     conv = DistributedGCNConv(NUM_FEATURES, OUT, algorithm="auto", staleness=1)
     assert conv.algorithm == "auto" and conv.chosen_algorithm is None and conv.halo_options.staleness == 1
     assert hasattr(conv, "_sparsecomm")
+
+
+def test_distribute_keeps_the_layers_own_settings():
+    """A ``distribute()``d model holding the layer (for its gradient synchronisation) does not
+    replace the algorithm and halo options the layer was built with."""
+    model = torch.nn.ModuleList([DistributedGCNConv(NUM_FEATURES, OUT, algorithm="oblivious"),
+                                 GCNConv(NUM_FEATURES, OUT)])
+    distribute(model, algorithm="1d_overlap", halo_precision="bf16")
+    assert model[0].algorithm == "oblivious" and model[0].halo_options.exact
+    assert model[1]._sparsecomm.settings.algorithm == "1d_overlap"

@@ -91,6 +91,7 @@ class LayerState:
 
     def __init__(self, conv: MessagePassing, settings: DistributedSettings) -> None:
         self.settings = settings
+        self.own_settings = False  # set by the layer's own constructor: distribute() keeps them
         self.entered: list[bool] = []
         self.applied_first: str | None = None  # post-aggregation Linear moved before the exchange
         self.swapped: list[tuple[torch.nn.Module, str]] = []  # modules replaced by AppliedLinear this call
@@ -129,12 +130,16 @@ class LayerState:
         return context.exchanger.bind(options=self.settings.halo_options, slots=self.exchange_slots)
 
 
-def attach(conv: MessagePassing, settings: DistributedSettings) -> None:
-    """Makes ``conv`` run distributed when called with a ``HaloAdj`` (idempotent)."""
+def attach(conv: MessagePassing, settings: DistributedSettings, own: bool = False) -> None:
+    """Makes ``conv`` run distributed when called with a ``HaloAdj`` (idempotent: a second call
+    replaces the settings, unless the first was ``own``: a layer built distributed, like
+    ``DistributedGCNConv``, keeps its constructor's settings inside a ``distribute()``d model)."""
     if hasattr(conv, "_sparsecomm"):
-        conv._sparsecomm.settings = settings
+        if not conv._sparsecomm.own_settings:
+            conv._sparsecomm.settings = settings
         return
     conv._sparsecomm = LayerState(conv, settings)
+    conv._sparsecomm.own_settings = own
     conv.register_forward_pre_hook(_enter, with_kwargs=True)
     conv.register_forward_hook(_leave, always_call=True)
     conv.register_propagate_forward_pre_hook(exchange_propagate_sources)

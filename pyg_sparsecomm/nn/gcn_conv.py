@@ -95,7 +95,7 @@ class DistributedGCNConv(GCNConv):
                          add_self_loops=add_self_loops, normalize=normalize, bias=bias, **kwargs)
         degree_norm.install(type(self))
         attach(self, DistributedSettings(algorithm, group, replication, cost_model or CostModel(), options,
-                                         unit_grid=replicated and replication == 1))
+                                         unit_grid=replicated and replication == 1), own=True)
 
     # the distributed settings and what the layer found out, as attributes of the layer
     _state = property(lambda self: self._sparsecomm)
