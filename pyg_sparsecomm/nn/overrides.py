@@ -149,7 +149,8 @@ def _spmm(conv: MessagePassing, state: "LayerState", context: shard_context.Shar
         learnable = adj.value is not None and adj.value.requires_grad
         # priced on the shard's block row, as CommStats and predict_layouts price it
         state.chosen_algorithm, state.cost_report, state.exact_cost_report, state.sync_cost_report = \
-            choose_algorithm(context.adj, exchanger, grid, rows.size(1), rows.element_size(), learnable, settings.cost_model)
+            choose_algorithm(context.adj, exchanger, grid, rows.size(1), rows.element_size(), learnable,
+                             settings.cost_model)
     spmm = make_algorithm(state.chosen_algorithm, adj, exchanger, grid)
     if cached:
         state.cached_spmm.keep(spmm, edge_index, weight, context.adj, rows.dtype, state.chosen_algorithm)
