@@ -135,12 +135,15 @@ def _dispatcher(original: Callable[..., Any], distributed: Callable[..., Any]) -
 
 
 def install(conv_class: type) -> None:
-    """Makes the degree normalisations ``conv_class``'s module calls shard-aware (idempotent)."""
-    module = sys.modules[conv_class.__module__]
-    for name, distributed in _REPLACEMENTS.items():
-        original = getattr(module, name, None)
-        if callable(original) and not hasattr(original, _PATCHED):
-            setattr(module, name, _dispatcher(original, distributed))
+    """Makes the degree normalisations shard-aware in the modules of ``conv_class`` and of its
+    base classes (a subclass of ``GCNConv`` runs ``GCNConv.forward``, which calls the ``gcn_norm``
+    of PyG's module; idempotent)."""
+    for cls in conv_class.__mro__:
+        module = sys.modules.get(cls.__module__)
+        for name, distributed in _REPLACEMENTS.items():
+            original = getattr(module, name, None)
+            if callable(original) and not hasattr(original, _PATCHED):
+                setattr(module, name, _dispatcher(original, distributed))
 
 
 def uses_degree_norm(conv_class: type) -> bool:

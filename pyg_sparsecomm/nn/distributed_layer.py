@@ -44,7 +44,7 @@ from ..comm.exchanger import HaloExchanger
 from ..comm.group import world_size
 from ..comm.halo_options import EXACT, ExchangeSlots, HaloOptions
 from ..cost import CostModel
-from ..grid import process_grid
+from ..grid import ProcessGrid, process_grid
 from ..sampling.sampled_adj import SampledAdj
 from . import shard_context
 from .adjacency_values import with_adjacency_values
@@ -54,6 +54,7 @@ from .layer_adapters import adapt, forward_signature
 from .linear_aggregation import (
     AdjacencyCache,
     AppliedLinear,
+    CachedSpMM,
     linear_inputs,
     linear_weight,
     narrowing_input_linear,
@@ -71,6 +72,17 @@ class DistributedSettings:
     replication: int = 1
     cost_model: CostModel = field(default_factory=CostModel)
     halo_options: HaloOptions = EXACT
+    #: a 1.5D algorithm on the ``P x 1`` grid (``replication=1``), which ``DistributedGCNConv`` allows
+    unit_grid: bool = False
+
+    @property
+    def replicated(self) -> bool:
+        """Whether the layout is 1.5D: the SpMM runs on a :class:`~pyg_sparsecomm.grid.ProcessGrid`."""
+        return self.replication > 1 or self.unit_grid
+
+    def grid(self) -> ProcessGrid | None:
+        """The process grid of a 1.5D layout (``None``: 1D)."""
+        return process_grid(self.replication) if self.replicated else None
 
 
 class LayerState:
@@ -79,10 +91,12 @@ class LayerState:
 
     def __init__(self, conv: MessagePassing, settings: DistributedSettings) -> None:
         self.settings = settings
+        self.own_settings = False  # set by the layer's own constructor: distribute() keeps them
         self.entered: list[bool] = []
         self.applied_first: str | None = None  # post-aggregation Linear moved before the exchange
         self.swapped: list[tuple[torch.nn.Module, str]] = []  # modules replaced by AppliedLinear this call
         self.adjacency = AdjacencyCache()
+        self.cached_spmm = CachedSpMM()  # the SpMM a cached=True layer built on its first call
         self.static_halo = shard_context.StaticHalo()
         self.call_halos = CallHalos()  # halos already fetched in this call (see call_halos)
         self.exchange_slots = ExchangeSlots()  # state of stateful (stale) exchanges across calls
@@ -99,17 +113,33 @@ class LayerState:
     def active(self) -> bool:
         return bool(self.entered) and self.entered[-1]
 
+    def forget(self) -> None:
+        """Drops every tensor the layer kept across calls (a move to another device, a reset of its
+        parameters): the next call builds them again."""
+        self.adjacency = AdjacencyCache()
+        self.cached_spmm = CachedSpMM()
+        self.static_halo = shard_context.StaticHalo()
+        self.exchange_slots.clear()
+
+    def forget_spmm(self) -> None:
+        """Drops the SpMM a ``cached=True`` layer keeps (it releases an ``"rdma"`` engine's lease)."""
+        self.cached_spmm = CachedSpMM()
+
     def exchanger(self, context: shard_context.ShardContext) -> HaloExchanger:
         """The shard's exchanger under this layer's halo options and slots."""
         return context.exchanger.bind(options=self.settings.halo_options, slots=self.exchange_slots)
 
 
-def attach(conv: MessagePassing, settings: DistributedSettings) -> None:
-    """Makes ``conv`` run distributed when called with a ``HaloAdj`` (idempotent)."""
+def attach(conv: MessagePassing, settings: DistributedSettings, own: bool = False) -> None:
+    """Makes ``conv`` run distributed when called with a ``HaloAdj`` (idempotent: a second call
+    replaces the settings, unless the first was ``own``: a layer built distributed, like
+    ``DistributedGCNConv``, keeps its constructor's settings inside a ``distribute()``d model)."""
     if hasattr(conv, "_sparsecomm"):
-        conv._sparsecomm.settings = settings
+        if not conv._sparsecomm.own_settings:
+            conv._sparsecomm.settings = settings
         return
     conv._sparsecomm = LayerState(conv, settings)
+    conv._sparsecomm.own_settings = own
     conv.register_forward_pre_hook(_enter, with_kwargs=True)
     conv.register_forward_hook(_leave, always_call=True)
     conv.register_propagate_forward_pre_hook(exchange_propagate_sources)
@@ -146,8 +176,7 @@ def _enter(conv: MessagePassing, args: tuple, kwargs: dict):
     adj: HaloAdj = args[adj_at[0]] if isinstance(adj_at[0], int) else kwargs[adj_at[0]]
     _check_call(conv, state, args, kwargs, adj)
     settings = state.settings
-    grid = process_grid(settings.replication) if settings.replication > 1 else None
-    exchanger = HaloExchanger(adj.plan, exchange_group(adj, grid, settings.group))
+    exchanger = HaloExchanger(adj.plan, exchange_group(adj, settings.grid(), settings.group))
     context = shard_context.ShardContext(adj, exchanger, adj.edge_index())
     _begin(state, conv, context)
     if isinstance(adj_at[0], int):
@@ -191,7 +220,7 @@ def _check_call(conv: MessagePassing, state: LayerState, args: tuple, kwargs: di
                          f"cover the whole graph's edges; a shard's layer cannot apply them: explain on one process "
                          f"with the whole graph, or set conv.explain = False")
     # checked on every rank at once (a new shard: one all-gather; else two flags agreed on the host)
-    one_d = state.settings.replication == 1  # 1.5D block rows: exchange_group checks them
+    one_d = not state.settings.replicated  # 1.5D block rows: exchange_group checks them
     state.cached_key = check_call(conv, args, kwargs, adj, state.checked_plan, state.cached_key,
                                   state.settings.group, one_d)
     check_not_cached(conv, adj)

@@ -94,8 +94,9 @@ def check_edge_arguments(conv: MessagePassing, args: tuple, kwargs: dict, adj: H
     for name in _EDGE_ARGUMENTS:
         value = bound.get(name)
         if isinstance(value, Tensor) and value.dim() > 0 and value.size(0) != adj.nnz:
-            raise ValueError(f"{type(conv).__name__}: {name} has {value.size(0)} rows but this rank's adjacency "
-                             f"has {adj.nnz} edges: pass the shard's local.{name} (in local.adj's edge order)")
+            raise ValueError(f"{type(conv).__name__}: {name} has shape {list(value.shape)}: {value.size(0)} rows but "
+                             f"this rank's adjacency has {adj.nnz} edges: pass the shard's local.{name} (in "
+                             f"local.adj's edge order)")
 
 
 def check_rows(conv: MessagePassing, x: Any, adj: HaloAdj) -> None:

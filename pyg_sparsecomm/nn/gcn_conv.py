@@ -1,82 +1,85 @@
-"""``DistributedGCNConv``: ``GCNConv`` over a partitioned graph."""
+"""``DistributedGCNConv``: ``GCNConv`` over a partitioned graph, on :func:`~pyg_sparsecomm.distribute`'s runtime."""
+from dataclasses import replace
 
-import torch
 import torch.distributed as dist
 from torch import Tensor
 from torch_geometric.nn import GCNConv, MessagePassing
 
-from ..adj import HaloAdj
-from ..algorithms import SpMMAlgorithm, make_algorithm
-from ..algorithms.choice import choose_algorithm, compression_note, explain_table
-from ..algorithms.settings import check_settings, exchange_group
-from ..comm.exchanger import HaloExchanger
-from ..comm.group import world_size
+from ..algorithms.choice import compression_note, explain_table
+from ..algorithms.settings import check_settings
 from ..comm.halo_options import ExchangeSlots, HaloOptions
 from ..cost import CostModel
-from ..grid import ProcessGrid, process_grid
-from .distributed_layer import check_full_graph, check_not_cached
-from .first_use import CheckedPlan, check_call
-from .gcn_norm import distributed_gcn_norm
+from . import degree_norm
+from .distributed_layer import DistributedSettings, LayerState, attach
+from .layer_rules import layer_rule, register_layer_rule
 
 
 class DistributedGCNConv(GCNConv):
     r"""The graph convolution of Kipf & Welling, trained full-graph across processes.
 
     .. math::
-        X' = \hat D^{-1/2} \hat A \hat D^{-1/2} X \Theta + b
+        \mathbf{X}' = \hat{\mathbf{D}}^{-1/2} \hat{\mathbf{A}} \hat{\mathbf{D}}^{-1/2}
+        \mathbf{X} \mathbf{\Theta} + \mathbf{b}
 
-    Each rank holds the rows of :math:`X` and of the normalised adjacency it owns
-    (see :func:`~pyg_sparsecomm.shard`) and computes its rows of
-    :math:`Z = A^T H W` (ICPP'24 eq. (1), Algorithm 1): the linear map runs first
-    on owned rows, then the SpMM ``algorithm`` fetches the rows of other ranks
-    that the block row needs.  Forward, input gradients and parameter gradients
-    equal single-process ``GCNConv`` on the whole graph.
+    A ``GCNConv`` (same arguments, defaults, parameter names and ``state_dict`` keys) that runs
+    distributed when called with a shard's :class:`~pyg_sparsecomm.adj.HaloAdj`, through the
+    runtime :func:`~pyg_sparsecomm.distribute` gives ``GCNConv``
+    (:mod:`~pyg_sparsecomm.nn.distributed_layer`): ``GCNConv.forward`` runs on a local
+    ``edge_index``; its ``gcn_norm`` uses global degrees (the halo's with one exchange of one
+    column, :mod:`~pyg_sparsecomm.nn.degree_norm`); its linear map runs first on the owned rows and
+    the aggregation :math:`\hat A (X \Theta)` is one distributed SpMM by ``algorithm`` (ICPP'24
+    eq. (1), Algorithm 1), which fetches the rows of other ranks that the block row needs.  With
+    ``cached=True`` the normalisation and the SpMM built on it are kept.  Forward, input gradients
+    and parameter gradients equal single-process ``GCNConv`` on the whole graph.  Unlike
+    ``distribute(GCNConv(...))`` it accepts a 1.5D algorithm with ``replication=1`` (the ``P x 1``
+    grid) and does not synchronise parameter gradients (a model holding it does, e.g. through
+    ``distribute(model)`` or ``DistributedDataParallel``).
 
-    The constructor takes ``GCNConv``'s arguments with the same meaning and
-    defaults, and the parameters carry the same names, so state dicts move
-    between the two layers.  Extra arguments:
+    Called with a plain ``edge_index``/sparse tensor it is ``GCNConv`` when no process group with
+    more than one rank is active, and raises otherwise (partition and shard the graph first).
 
     Args:
-        algorithm: ``"1d"`` (sparsity-aware, one all-to-allv per SpMM),
-            ``"1d_overlap"`` (the same, overlapped with the owned-column SpMM),
-            ``"1d_overlap_p2p"`` (overlapped, posted as point-to-point messages to
-            the peers that have rows only), ``"oblivious"`` (CAGNET's block-row
-            broadcasts, for comparison), ``"rdma"`` (the one-sided stationary-C
-            engine of :mod:`pyg_sparsecomm.rdma`, under ``mpiexec``),
-            ``"1.5d"`` / ``"1.5d_oblivious"`` (replicated block rows on a
-            :math:`(P/c) \times c` grid, ICPP'24 Algorithm 2; need
-            ``replication=c`` and ``shard(data, grid=ProcessGrid(c))`` of a
-            partition into ``P / c`` parts), or ``"auto"``: at the first call
-            the α-β model of ``cost_model`` predicts, from this layer's width
-            and every rank's plan, the communication time of the algorithms
-            that fit the shard's layout (1D: ``"1d"``/``"oblivious"``; 1.5D:
-            ``"1.5d"``/``"1.5d_oblivious"``) and the cheapest is used for good
-            (see :meth:`explain_algorithm`; to also choose ``c``, use
-            :func:`pyg_sparsecomm.layout.predict_layouts` before partitioning).
-        replication: ``c``, the number of replicas of each block row (1: 1D).
-        cost_model: α and β for ``"auto"`` (default: :class:`~pyg_sparsecomm.cost.CostModel`
-            defaults; ``CostModel.calibrate()`` measures the running backend).
-        group: process group of the 1D algorithms (default: the default group;
-            1.5D algorithms run on the grid of the default group).
-        halo_precision: wire format of the halo rows: ``None`` (exact, the default),
-            ``"bf16"``, ``"fp16"``, ``"int8"`` or ``"int4"`` (see
-            :class:`~pyg_sparsecomm.comm.halo_options.HaloOptions`).
-        halo_grad_precision: wire format of the backward's halo gradients (``"same"``:
-            ``halo_precision``; ``None``: exact).
-        staleness: ``0`` (exact) or ``1``: use the previous training step's halo rows and
-            halo gradients, exchanged while this step computes (PipeGCN).
-        stale_smoothing: ``γ`` of the exponential smoothing of stale halos (``None``: off).
+        in_channels (int): size of each input sample (``-1``: lazy).
+        out_channels (int): size of each output sample.
+        improved, cached, add_self_loops, normalize, bias: as in ``GCNConv``.
+        algorithm (str, optional): the SpMM algorithm: ``"1d"`` (sparsity-aware, one all-to-allv
+            per SpMM), ``"1d_overlap"`` (overlapped with the owned-column SpMM),
+            ``"1d_overlap_p2p"`` (overlapped, point-to-point messages to the peers that have
+            rows only), ``"oblivious"`` (CAGNET's block-row broadcasts), ``"rdma"`` (the one-sided
+            engine of :mod:`pyg_sparsecomm.rdma`, under ``mpiexec``), ``"1.5d"`` /
+            ``"1.5d_oblivious"`` (replicated block rows on a :math:`(P/c) \times c` grid, ICPP'24
+            Algorithm 2, with ``shard(data, grid=ProcessGrid(c))`` of a partition into
+            :math:`P/c` parts), or ``"auto"``: at the first call the α-β model of ``cost_model``
+            predicts the communication time of the algorithms that fit the shard's layout and the
+            cheapest is used for good (:meth:`explain_algorithm`). (default: ``"1d"``)
+        group (ProcessGroup, optional): group of the 1D algorithms (1.5D algorithms run on the
+            grid of the default group). (default: the default group)
+        replication (int, optional): ``c``, the replicas of each block row (1: 1D). (default: ``1``)
+        cost_model (CostModel, optional): α and β for ``"auto"``
+            (``CostModel.calibrate()`` measures the running backend). (default: ``CostModel()``)
+        halo_precision (str, optional): wire format of the halo rows: ``None`` (exact), ``"bf16"``,
+            ``"fp16"``, ``"int8"`` or ``"int4"``
+            (:class:`~pyg_sparsecomm.comm.halo_options.HaloOptions`). (default: ``None``)
+        halo_grad_precision (str, optional): wire format of the halo gradients (``"same"``:
+            ``halo_precision``; ``None``: exact). (default: ``"same"``)
+        staleness (int, optional): ``0`` (exact) or ``1``: the previous training step's halo rows
+            and gradients, exchanged while this step computes (PipeGCN). (default: ``0``)
+        stale_smoothing (float, optional): ``γ`` of the exponential smoothing of stale halos
+            (``None``: off). (default: ``None``)
+        **kwargs (optional): additional arguments of ``MessagePassing``.
 
-    Called with a :class:`~pyg_sparsecomm.adj.HaloAdj` it runs distributed;
-    called with a plain ``edge_index``/sparse tensor it behaves exactly like
-    ``GCNConv`` when no process group with more than one rank is active, and
-    raises otherwise (the graph must be partitioned and sharded first).
+    Shapes:
+        - **input:** node features :math:`(|\mathcal{V}_r|, F_{in})` (the shard's ``local.x``),
+          ``local.adj`` (a :class:`~pyg_sparsecomm.adj.HaloAdj`), edge weights
+          :math:`(|\mathcal{E}_r|)` *(optional, in* ``local.adj`` *'s edge order; default: its
+          values)*
+        - **output:** node features :math:`(|\mathcal{V}_r|, F_{out})` of the owned rows
     """
 
-    # PyG compiles ``propagate`` per class from a template (no explain mode, no
-    # ``decomposed_layers``) and keeps the class's previous ``propagate`` as the generic
-    # fallback those modes switch to.  Inherited, that previous one would be GCNConv's
-    # compiled version once a GCNConv exists: start from MessagePassing's generic one.
+    # PyG compiles ``propagate`` per class from a template and keeps the class's previous
+    # ``propagate`` as the generic one its ``explain``/``decomposed_layers`` modes switch to
+    # (``_orig_propagate``).  Inherited, that previous one would be GCNConv's compiled version
+    # once a GCNConv exists, which supports neither mode: start from MessagePassing's generic one.
     propagate = MessagePassing.propagate
 
     def __init__(self, in_channels: int, out_channels: int, improved: bool = False,
@@ -85,99 +88,58 @@ class DistributedGCNConv(GCNConv):
                  replication: int = 1, cost_model: CostModel | None = None,
                  halo_precision: str | None = None, halo_grad_precision: str | None = "same",
                  staleness: int = 0, stale_smoothing: float | None = None, **kwargs) -> None:
-        self.halo_options = HaloOptions.from_arguments(halo_precision, halo_grad_precision, staleness,
-                                                       stale_smoothing)
+        options = HaloOptions.from_arguments(halo_precision, halo_grad_precision, staleness, stale_smoothing)
         # compression refused now rather than at the first forward; a 1.5D algorithm may run on c = 1
-        self.replicated = check_settings(algorithm, replication, group, self.halo_options.compression_only,
-                                         unit_grid=True)
-        self.algorithm, self.group, self.replication = algorithm, group, replication
-        self.exchange_slots = ExchangeSlots()
-        self.cost_model = cost_model or CostModel()
-        self.chosen_algorithm: str | None = None if algorithm == "auto" else algorithm
-        self.cost_report: list[tuple[str, float, int]] = []
-        self.exact_cost_report: list[tuple[str, float, int]] = []  # the same with exact halos
-        self.sync_cost_report: list[tuple[str, float, int]] = []  # the same bytes, not pipelined
-        self._element_size = 4  # of the rows exchanged (set by each forward; for explain_algorithm)
-        self._checked_plan = CheckedPlan()  # the shard the first-use check passed on (nn.first_use)
-        self._cached_key: tuple | None = None  # the shard _cached_spmm was built on
+        replicated = check_settings(algorithm, replication, group, options.compression_only, unit_grid=True)
         super().__init__(in_channels, out_channels, improved=improved, cached=cached,
                          add_self_loops=add_self_loops, normalize=normalize, bias=bias, **kwargs)
+        degree_norm.install(type(self))
+        attach(self, DistributedSettings(algorithm, group, replication, cost_model or CostModel(), options,
+                                         unit_grid=replicated and replication == 1), own=True)
+
+    # the distributed settings and what the layer found out, as attributes of the layer
+    _state = property(lambda self: self._sparsecomm)
+    algorithm = property(lambda self: self._state.settings.algorithm, doc="The ``algorithm`` argument.")
+    group = property(lambda self: self._state.settings.group, doc="The ``group`` argument.")
+    replication = property(lambda self: self._state.settings.replication, doc="The ``replication`` argument.")
+    cost_model = property(lambda self: self._state.settings.cost_model, doc="α and β of ``\"auto\"``.")
+    halo_options = property(lambda self: self._state.settings.halo_options, doc="The halo's wire format and staleness.")
+    chosen_algorithm = property(lambda self: self._state.chosen_algorithm,
+                                doc="The algorithm in use (``\"auto\"``: ``None`` until the first call).")
+    cost_report = property(lambda self: self._state.cost_report, doc="``\"auto\"``'s predictions.")
+    exact_cost_report = property(lambda self: self._state.exact_cost_report, doc="The same with exact halos.")
+    sync_cost_report = property(lambda self: self._state.sync_cost_report, doc="The same bytes, not pipelined.")
+
+    @property
+    def exchange_slots(self) -> ExchangeSlots:
+        """State of the stale exchanges across calls."""
+        return self._state.exchange_slots
+
+    @property
+    def _cached_spmm(self):
+        """The SpMM algorithm a ``cached=True`` layer keeps (``None`` before its first call)."""
+        return self._state.cached_spmm.spmm
+
+    @_cached_spmm.setter
+    def _cached_spmm(self, value) -> None:
+        if value is not None:
+            raise ValueError("_cached_spmm can only be dropped (set to None)")
+        self._state.forget_spmm()
 
     def reset_parameters(self) -> None:
-        super().reset_parameters()
-        self._cached_spmm: SpMMAlgorithm | None = None
-        if hasattr(self, "exchange_slots"):  # a reset starts a new pipeline of stale halos
-            self.exchange_slots.clear()
+        super().reset_parameters()  # GCNConv's drops its cached normalisation
+        state: LayerState | None = getattr(self, "_sparsecomm", None)
+        if state is not None:  # a reset also starts a new pipeline of stale halos
+            state.forget()
 
     def _apply(self, fn, recurse: bool = True):
-        # a move (.to, .cuda, .double, ...) leaves the cached SpMM (built on the old device's
-        # adjacency) and the stale halos (old device and dtype) behind: the next forward rebuilds them
-        self._cached_spmm = None
-        if hasattr(self, "exchange_slots"):
-            self.exchange_slots.clear()
+        # GCNConv and the runtime keep tensors across calls that a move (.to, .cuda, .double, ...)
+        # would leave on the old device or dtype: dropped here, rebuilt by the next forward
+        self._cached_edge_index = self._cached_adj_t = None
+        state: LayerState | None = getattr(self, "_sparsecomm", None)
+        if state is not None:
+            state.forget()
         return super()._apply(fn, recurse)
-
-    def forward(self, x: Tensor, edge_index, edge_weight: Tensor | None = None) -> Tensor:
-        if not isinstance(edge_index, HaloAdj):
-            if world_size(self.group) > 1:
-                raise ValueError(
-                    f"{self.__class__.__name__} got a plain edge_index under a world size of "
-                    f"{world_size(self.group)}: partition the graph with SparsityAwarePartitioner("
-                    f"num_parts=world_size), call shard(data) and pass local.x, local.adj")
-            return super().forward(x, edge_index, edge_weight)
-        out = self._propagate_shard(x, edge_index, edge_weight)
-        if self.bias is not None:
-            out = out + self.bias
-        return out
-
-    @torch.compiler.disable  # the exchange and the CSR SpMM run eagerly (see distributed_layer)
-    def _propagate_shard(self, x: Tensor, adj: HaloAdj, edge_weight: Tensor | None) -> Tensor:
-        r"""This rank's rows of :math:`\hat A X \Theta` by the SpMM algorithm (without the bias)."""
-        # agreed on every rank (a new shard: one all-gather; else two flags on the host; nn.first_use)
-        self._cached_key = check_call(self, (x, adj, edge_weight), {}, adj, self._checked_plan, self._cached_key,
-                                      self.group, not self.replicated)
-        check_not_cached(self, adj)
-        check_full_graph(self.halo_options, adj)
-        if self.explain:
-            raise ValueError(
-                f"{self.__class__.__name__} is in explain mode (set by PyG's Explainer), which masks the "
-                f"edges of the whole graph; the distributed SpMM of a shard cannot apply that mask: "
-                f"explain on one process with the plain edge_index (or adj_t) of the whole graph")
-        grid = process_grid(self.replication) if self.replicated else None
-        exchanger = HaloExchanger(adj.plan, exchange_group(adj, grid, self.group), self.halo_options,
-                                  self.exchange_slots)
-        if x.dim() != 2 or x.size(0) != adj.num_owned:
-            raise ValueError(f"x has shape {list(x.shape)} but this rank owns {adj.num_owned} rows: "
-                             f"pass the shard's own x (local.x)")
-        if not x.is_floating_point():
-            raise ValueError(f"x must be a floating point tensor, got dtype {x.dtype}")
-        self._element_size = x.element_size()
-        self.exchange_slots.begin_call(self.training)
-        spmm = self._cached_spmm
-        if spmm is None:
-            if self.chosen_algorithm is None:
-                self.chosen_algorithm = self._choose(adj, exchanger, grid, x.dtype, edge_weight)
-            spmm = make_algorithm(self.chosen_algorithm, self._adjacency(adj, edge_weight, x, exchanger.group),
-                                  exchanger, grid)
-            if self.cached:
-                self._cached_spmm = spmm
-        return spmm(self.lin(x))
-
-    def _adjacency(self, adj: HaloAdj, edge_weight: Tensor | None, x: Tensor,
-                   group: dist.ProcessGroup | None) -> HaloAdj:
-        if self.normalize:
-            return distributed_gcn_norm(adj, edge_weight, self.improved, self.add_self_loops, x.dtype, group)
-        return adj if edge_weight is None else adj.with_value(edge_weight)
-
-    def _choose(self, adj: HaloAdj, exchanger: HaloExchanger, grid: ProcessGrid | None, dtype: torch.dtype,
-                edge_weight: Tensor | None = None) -> str:
-        """``algorithm="auto"``: the candidate with the lowest predicted time, max over ranks."""
-        element_size = torch.empty((), dtype=dtype).element_size()
-        learnable = (edge_weight is not None and edge_weight.requires_grad) or \
-            (adj.value is not None and adj.value.requires_grad)
-        name, self.cost_report, self.exact_cost_report, self.sync_cost_report = choose_algorithm(
-            adj, exchanger, grid, self.out_channels, element_size, learnable, self.cost_model)
-        return name
 
     def explain_algorithm(self) -> str:
         """Why ``algorithm="auto"`` chose what it chose (available after the first call).
@@ -185,14 +147,16 @@ class DistributedGCNConv(GCNConv):
         Not named ``explain``: that is :class:`~torch_geometric.nn.conv.MessagePassing`'s
         explainability flag, set by PyG's :class:`~torch_geometric.explain.Explainer`.
         """
-        note = compression_note(self.out_channels, self._element_size, self.halo_options)
-        if not self.cost_report:
+        state: LayerState = self._state
+        element_size = state.exchanged_width[1] if state.exchanged_width else 4
+        note = compression_note(self.out_channels, element_size, self.halo_options)
+        if not state.cost_report:
             return "\n".join(filter(None, [f"algorithm={self.algorithm!r} (nothing was chosen automatically)",
                                             note]))
         header = (f"this layer's SpMM (width {self.out_channels}), forward + backward, i.e. its communication "
                   f"per training step; slowest rank:")
-        table = explain_table(self.cost_report, self.chosen_algorithm, header, self.cost_model,
-                              self.exact_cost_report, self.sync_cost_report if self.halo_options.staleness else None)
+        table = explain_table(state.cost_report, state.chosen_algorithm, header, self.cost_model,
+                              state.exact_cost_report, state.sync_cost_report if self.halo_options.staleness else None)
         return "\n".join(filter(None, [table, note]))
 
     def __repr__(self) -> str:
@@ -201,3 +165,13 @@ class DistributedGCNConv(GCNConv):
             extra += f", {self.halo_options.describe()}"
         return (f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, "
                 f"algorithm={self.algorithm!r}{extra})")
+
+
+def _floating_features(conv: MessagePassing, bound, context) -> None:
+    """The rule's adapter: on a shard, ``x`` must be floating point (the SpMM multiplies it)."""
+    x = bound.arguments.get("x")
+    if isinstance(x, Tensor) and not x.is_floating_point():
+        raise ValueError(f"x must be a floating point tensor, got dtype {x.dtype}")
+
+
+register_layer_rule(DistributedGCNConv, replace(layer_rule(GCNConv), adapter=_floating_features))

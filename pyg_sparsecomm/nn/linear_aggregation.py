@@ -25,6 +25,9 @@ propagation is one CSR SpMM per head with the (learnable) :math:`\alpha` as valu
 scatter; :math:`\partial \alpha_e = \langle \partial \mathrm{out}_i, x_j \rangle`.
 """
 import math
+import weakref
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -105,6 +108,44 @@ class AdjacencyCache:
             value = aggregation_weights(edge_index, None, aggr, like.num_owned, dtype)
             self.unweighted[aggr, dtype] = self.adjacency(edge_index, value, like)
         return self.unweighted[aggr, dtype]
+
+
+class CachedSpMM:
+    """The SpMM algorithm a ``cached=True`` layer built over its cached normalised adjacency.
+
+    PyG's ``cached=True`` layers (``GCNConv``) compute their normalisation once and then
+    propagate over the same ``edge_index`` and weights every call; the algorithm built on them
+    (with its CSR, its transpose and, for ``"rdma"``, its engine lease) is kept too.  It is reused
+    while the call's local edge index and weights are the same tensors (at the same version) on
+    the same plan and dtype; weights that need a gradient are never kept (their autograd graph is
+    per step)."""
+
+    def __init__(self) -> None:
+        self.spmm: Any = None
+        self._key: tuple = ()
+        self._refs: list[Callable[[], Any]] = []
+
+    @staticmethod
+    def _key_of(edge_index: Tensor, weight: Tensor | None, dtype: torch.dtype, algorithm: str) -> tuple:
+        return (dtype, algorithm, edge_index._version, None if weight is None else weight._version)
+
+    def get(self, edge_index: Tensor, weight: Tensor | None, like: HaloAdj, dtype: torch.dtype,
+            algorithm: str) -> Any:
+        """The kept algorithm if it was built on these inputs, else ``None``."""
+        inputs = (edge_index, weight, like.plan)
+        same = bool(self._refs) and all(r() is t for r, t in zip(self._refs, inputs, strict=True))
+        return self.spmm if same and self._key == self._key_of(edge_index, weight, dtype, algorithm) else None
+
+    def keep(self, spmm: Any, edge_index: Tensor, weight: Tensor | None, like: HaloAdj, dtype: torch.dtype,
+             algorithm: str) -> None:
+        if weight is not None and weight.requires_grad:
+            return
+        self.spmm, self._key = spmm, self._key_of(edge_index, weight, dtype, algorithm)
+        self._refs = [weakref.ref(edge_index), (lambda: None) if weight is None else weakref.ref(weight),
+                      weakref.ref(like.plan)]
+
+    def __getstate__(self) -> dict:
+        return {"spmm": None, "_key": (), "_refs": []}  # a cache: a copy builds its own
 
 
 def aggregation_weights(edge_index: Tensor, weight: Tensor | None, aggr: str, num_owned: int,

@@ -25,10 +25,9 @@ from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
 from ..adj import spmm
-from ..algorithms import SparseAware1D, make_algorithm
+from ..algorithms import SparseAware1D, SpMMAlgorithm, make_algorithm
 from ..algorithms.choice import choose_algorithm
 from ..compat import pyg_edge_updater, pyg_propagate
-from ..grid import process_grid
 from . import shard_context
 from .adjacency_values import torch_sparse_weights
 from .linear_aggregation import (
@@ -124,22 +123,39 @@ def _linear_propagate(conv: MessagePassing, state: "LayerState", context: shard_
         rows, depends_on = F.linear(rows, lin_weight), (lin_weight,)
         moved = tuple(rows.shape)
     weight = kwargs.get(weight_arg) if weight_arg else torch_sparse_weights(conv, edge_index, context.adj)
-    adj = state.adjacency.aggregation(edge_index, weight, conv.aggr, context.adj, rows.dtype)
-    settings = state.settings
-    grid = process_grid(settings.replication) if settings.replication > 1 else None
-    exchanger = state.exchanger(context)
-    if state.chosen_algorithm is None:
-        learnable = adj.value is not None and adj.value.requires_grad
-        state.chosen_algorithm, state.cost_report, state.exact_cost_report, state.sync_cost_report = \
-            choose_algorithm(adj, exchanger, grid, rows.size(1), rows.element_size(), learnable, settings.cost_model)
     state.exchanged_width = (rows.size(1), rows.element_size())
-    spmm = make_algorithm(state.chosen_algorithm, adj, exchanger, grid)
+    spmm = _spmm(conv, state, context, edge_index, weight, rows)
     rows = rows.contiguous()
     if type(spmm) is SparseAware1D and not rows.requires_grad:  # e.g. the input features: fetched once
         out = spmm.multiply(rows, state.static_halo.fetch("x", src, rows, context, depends_on))
     else:
         out = spmm(rows)
     return from_node_rows(out, moved, conv.node_dim)
+
+
+def _spmm(conv: MessagePassing, state: "LayerState", context: shard_context.ShardContext, edge_index: Tensor,
+          weight: Tensor | None, rows: Tensor) -> SpMMAlgorithm:
+    """The SpMM algorithm of this call (``algorithm="auto"`` chooses at the first); a ``cached=True``
+    layer keeps it while its cached adjacency stays (:class:`~.linear_aggregation.CachedSpMM`)."""
+    cached = bool(getattr(conv, "cached", False))
+    if cached and state.chosen_algorithm is not None:
+        kept = state.cached_spmm.get(edge_index, weight, context.adj, rows.dtype, state.chosen_algorithm)
+        if kept is not None:
+            return kept
+    adj = state.adjacency.aggregation(edge_index, weight, conv.aggr, context.adj, rows.dtype)
+    settings = state.settings
+    grid = settings.grid()
+    exchanger = state.exchanger(context)
+    if state.chosen_algorithm is None:
+        learnable = adj.value is not None and adj.value.requires_grad
+        # priced on the shard's block row, as CommStats and predict_layouts price it
+        state.chosen_algorithm, state.cost_report, state.exact_cost_report, state.sync_cost_report = \
+            choose_algorithm(context.adj, exchanger, grid, rows.size(1), rows.element_size(), learnable,
+                             settings.cost_model)
+    spmm = make_algorithm(state.chosen_algorithm, adj, exchanger, grid)
+    if cached:
+        state.cached_spmm.keep(spmm, edge_index, weight, context.adj, rows.dtype, state.chosen_algorithm)
+    return spmm
 
 
 def _edge_weighted_propagate(conv: MessagePassing, state: "LayerState", context: shard_context.ShardContext,
