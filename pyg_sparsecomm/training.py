@@ -45,7 +45,13 @@ class _WholeGraphValue(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, share: Tensor, group: dist.ProcessGroup | None) -> Tensor:
-        return all_reduce_value(share.detach().clone(), dist.ReduceOp.SUM, group, "distributed_loss")
+        whole = share.detach().clone()
+        if is_distributed(group):
+            reduced = whole.to(collective_device(group) or whole.device)
+            check_devices("distributed_loss", group, reduced)
+            dist.all_reduce(reduced, op=dist.ReduceOp.SUM, group=group)
+            whole = reduced.to(share.device)
+        return whole
 
     @staticmethod
     def backward(ctx, grad: Tensor):
