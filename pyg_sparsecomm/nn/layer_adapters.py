@@ -16,8 +16,8 @@ import torch.distributed as dist
 from torch import Tensor
 from torch_geometric.nn import ChebConv, MessagePassing
 
-from ..comm.device_check import check_devices
-from ..comm.group import collective_device, is_distributed
+from ..comm.collectives import all_reduce_value
+from ..comm.group import is_distributed
 from . import degree_norm
 from .layer_rules import layer_rule
 from .shard_context import ShardContext
@@ -38,10 +38,7 @@ def global_max(value: Tensor, group: dist.ProcessGroup | None) -> Tensor:
     local = value.max() if value.numel() else value.new_tensor(float("-inf"))
     if not is_distributed(group):
         return local
-    reduced = local.detach().clone().to(collective_device(group) or local.device)
-    check_devices("global_max", group, reduced)
-    dist.all_reduce(reduced, op=dist.ReduceOp.MAX, group=group)
-    reduced = reduced.to(local.device)
+    reduced = all_reduce_value(local.detach(), dist.ReduceOp.MAX, group, "global_max")
     return torch.where(local == reduced, local, reduced)
 
 
