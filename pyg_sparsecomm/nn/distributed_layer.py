@@ -9,8 +9,8 @@ torch's own extension points:
    passed as PyG's ``adj_t`` path uses them, :mod:`.adjacency_values`), makes the shard current,
    moves the rule's narrowing ``Linear`` before the aggregation, gives the layer the degree
    normalisation with global degrees (:mod:`.layer_normalisation`) and runs the rule's adapter
-   (:mod:`.layer_rules`); a forward hook that always runs (:func:`_leave`) undoes it.  The first call on a shard checks all ranks at once
-   (:mod:`.first_use`);
+   (:mod:`.layer_rules`); a forward hook that always runs (:func:`_leave`) undoes it.  The first
+   call on a shard checks all ranks at once (:mod:`.first_use`);
 2. PyG's propagate pre-hook, which completes every tensor the messages read at sources with
    halo rows (:mod:`.source_exchange`);
 3. two overrides where no hook can do the job (:mod:`.overrides`): an instance-level
