@@ -5,18 +5,20 @@ plain PyG, and two distributed instances of one class with different ``improved`
 ``add_self_loops`` / ``cached`` / ``normalize`` settings each equal single-process PyG (outputs,
 input and parameter gradients, a first and a second call) in real gloo runs at P = 1, 2, 3 (P = 3:
 an empty part), with ``normalize`` and PyG's caches as PyG leaves them after every call, also
-after a forward that raised.
+after a forward that raised; a user's layer normalising like ``GCNConv`` does with a rule saying so.
 """
 import sys
 
 import pytest
 import torch
-from layer_specs import D, F, OUT, Inputs
+from layer_specs import OUT, D, F, Inputs
 from test_distribute_layers import inputs, make_graph, upstream
-from torch_geometric.nn import LabelPropagation
+from torch_geometric.nn import LabelPropagation, MessagePassing
 from torch_geometric.nn import conv as c
+from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
 from pyg_sparsecomm import DistributedGCNConv, distribute, shard, sync_gradients
+from pyg_sparsecomm.nn import GcnNormalisation, LayerRule, register_layer_rule
 from pyg_sparsecomm.testing import launch
 
 #: the functions PyG's layers normalise with, by the name their modules call them
@@ -59,6 +61,27 @@ def _label_propagation(m, i):
     return m(i.x.softmax(-1), i.edge_index)
 
 
+class UsersNormalisedConv(MessagePassing):
+    """A user's layer normalising as ``GCNConv`` does (``normalize`` flag, ``gcn_norm`` in its
+    forward), with a rule saying so."""
+
+    def __init__(self, add_self_loops: bool = True) -> None:
+        super().__init__(aggr="add")
+        self.normalize, self.add_self_loops = True, add_self_loops
+        self.lin = torch.nn.Linear(F, OUT)
+
+    def forward(self, x, edge_index, edge_weight=None):
+        if self.normalize:
+            edge_index, edge_weight = gcn_norm(edge_index, edge_weight, x.size(0), False, self.add_self_loops,
+                                               self.flow, x.dtype)
+        return self.propagate(edge_index, x=self.lin(x), edge_weight=edge_weight)
+
+    def message(self, x_j, edge_weight):
+        return edge_weight.view(-1, 1) * x_j
+
+
+register_layer_rule(UsersNormalisedConv, LayerRule(normalisation=GcnNormalisation("arguments")))
+
 CASES = {  # name -> builder of a Pair
     "GCNConv": lambda: Pair(c.GCNConv(F, OUT, improved=True, cached=True), c.GCNConv(F, OUT, add_self_loops=False)),
     "GCNConv[normalize=False]": lambda: Pair(c.GCNConv(F, OUT, normalize=False), c.GCNConv(F, OUT, improved=True)),
@@ -91,6 +114,7 @@ CASES = {  # name -> builder of a Pair
     "LabelPropagation": lambda: Pair(LabelPropagation(num_layers=2, alpha=0.9),
                                      LabelPropagation(num_layers=1, alpha=0.5), _label_propagation,
                                      lambda m, i: m(i.x.softmax(-1), i.edge_index, edge_weight=i.edge_weight)),
+    "UsersNormalisedConv (user-defined rule)": lambda: Pair(UsersNormalisedConv(), UsersNormalisedConv(False)),
 }
 
 CALLS = 2  # the second call of a cached=True layer reuses its cache
