@@ -85,7 +85,7 @@ class DistributedPairs:
                              f"{self.plan.num_owned} nodes: pass the encoder's output on this rank's shard, "
                              f"model(local.x, local.adj)")
         halo = halo_exchange(z, HaloExchanger(self.plan, self.group))
-        rows = torch.cat([z, halo]) if halo.size(0) else z
+        rows = torch.cat([z, halo])  # also when empty: the halo's backward is a collective every rank joins
         index = self.index.to(z.device)
         return rows.index_select(0, index[0]), rows.index_select(0, index[1])
 
@@ -95,9 +95,9 @@ class DistributedPairs:
         return self.plan.predicted_bytes(num_columns, element_size)
 
     def to(self, device) -> "DistributedPairs":
-        move = lambda t: None if t is None else t.to(device)  # noqa: E731
-        return replace(self, edge_label_index=move(self.edge_label_index), edge_label=move(self.edge_label),
-                       pair_id=move(self.pair_id), index=move(self.index), plan=self.plan.to(device))
+        return replace(self, edge_label_index=self.edge_label_index.to(device), pair_id=self.pair_id.to(device),
+                       edge_label=None if self.edge_label is None else self.edge_label.to(device),
+                       index=self.index.to(device), plan=self.plan.to(device))
 
 
 def distribute_pairs(edge_label_index: Tensor, edge_label: Tensor | None = None, part=None,
