@@ -18,6 +18,7 @@ AUC and Hits@K are computed over all ranks' pairs.  The lines that differ from a
 PyG script are marked ``# <- distributed``.  Without torchrun it runs on one process.
 """
 import argparse
+import random
 
 import torch
 import torch.nn.functional as F
@@ -40,8 +41,10 @@ CPU = torch.device("cpu")
 
 
 def split(data: Data, seed: int):
-    """PyG's ``RandomLinkSplit`` of the whole graph (the same on every rank: same seed)."""
+    """PyG's ``RandomLinkSplit`` of the whole graph, the same on every rank: it permutes the edges with
+    torch's generator and draws the validation and test negatives with Python's ``random``; both seeded."""
     torch.manual_seed(seed)
+    random.seed(seed)
     transform = T.RandomLinkSplit(num_val=0.05, num_test=0.1, is_undirected=True,
                                   add_negative_train_samples=False)
     return transform(Data(x=data.x, edge_index=data.edge_index, num_nodes=data.num_nodes))

@@ -9,6 +9,8 @@ the same scores; the negatives are the same pairs whatever P and the partition; 
 edge reaches the shards' message passing.
 """
 import random
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -20,6 +22,7 @@ from torch_geometric.utils import coalesce
 from torch_geometric.utils import negative_sampling as pyg_negative_sampling
 
 from pyg_sparsecomm import comm_counter, distribute, distributed_loss, shard
+from pyg_sparsecomm.datasets import load_dataset
 from pyg_sparsecomm.link import (
     distribute_pairs,
     global_auc,
@@ -29,6 +32,9 @@ from pyg_sparsecomm.link import (
     structured_negative_sampling,
 )
 from pyg_sparsecomm.testing import launch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+import train_link  # noqa: E402
 
 N, FEATURES, HIDDEN, OUT, LR = 60, 6, 16, 8, 0.02
 FIXED_EPOCHS, FRESH_EPOCHS, HITS_K = 4, 4, 5
@@ -241,7 +247,7 @@ def test_negative_sampling_follows_pyg_distribution():
     n, k, draws = 6, 5, 1000
     non_edges = n * (n - 1) - 6  # 6 distinct edges i != j
     ours, pyg = torch.zeros(n * n), torch.zeros(n * n)
-    torch.manual_seed(0)
+    random.seed(0)
     for epoch in range(draws):
         neg = negative_sampling(edge_index, n, k, seed=1, epoch=epoch)
         assert neg.size(1) == k and torch.unique(neg[0] * n + neg[1]).numel() == k
@@ -286,3 +292,46 @@ def test_dense_rows_and_errors():
         global_auc(torch.randn(3), torch.ones(3))
     with pytest.raises(ValueError, match="labels must be 0"):
         global_auc(torch.randn(3), torch.tensor([0.0, 2.0, 1.0]))
+
+
+def _run_example(rank, world_size, argv):
+    return train_link.run(train_link.parse_args(argv), rank, world_size, verbose=False)
+
+
+def _example_reference(args):
+    """``examples/train_link.py`` written as a single-process PyG script (same split, model, negatives)."""
+    train, val, _ = train_link.split(load_dataset(args.dataset, args.root, args.seed), args.seed)
+    torch.manual_seed(args.seed)
+    model = GraphSAGE(train.num_features, args.hidden, num_layers=2, out_channels=args.out)
+    opt = torch.optim.Adam(model.parameters(), lr=args.lr)
+    losses, val_auc = [], []
+    for epoch in range(1, args.epochs + 1):
+        neg = negative_sampling(train.edge_index, train.num_nodes, num_neg_samples=train.edge_label_index.size(1),
+                                seed=args.seed, epoch=epoch)
+        pairs = torch.cat([train.edge_label_index, neg], dim=1)
+        label = torch.cat([train.edge_label, torch.zeros(neg.size(1))])
+        model.train()
+        opt.zero_grad()
+        z = model(train.x, train.edge_index)
+        loss = F.binary_cross_entropy_with_logits(train_link.decode(z[pairs[0]], z[pairs[1]]), label)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+        model.eval()
+        with torch.no_grad():
+            z = model(train.x, train.edge_index)
+        val_auc.append(_brute_auc(train_link.decode(z[val.edge_label_index[0]], z[val.edge_label_index[1]]),
+                                  val.edge_label))
+    return losses, val_auc
+
+
+def test_example_on_cora_equals_single_process(planetoid_root):
+    """``examples/train_link.py`` on Cora at P = 3 (METIS): the loss and validation AUC curves of the
+    single-process script; the pairs' exchange moves the predicted bytes."""
+    argv = ["--dataset", "Cora", "--root", planetoid_root, "--epochs", "3", "--hidden", "32", "--out", "16"]
+    ref_losses, ref_auc = _example_reference(train_link.parse_args(argv))
+    hist = launch(_run_example, 3, argv)
+    torch.testing.assert_close(torch.tensor(hist[0]["loss"]), torch.tensor(ref_losses), rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(torch.tensor(hist[0]["val_auc"]), torch.tensor(ref_auc), rtol=0, atol=1e-4)
+    assert hist[0]["pair_bytes"] == hist[0]["pair_bytes_predicted"] and min(hist[0]["pair_bytes"]) > 0
+    assert ref_losses[-1] < ref_losses[0]
