@@ -283,6 +283,10 @@ def test_dense_rows_and_errors():
         structured_negative_sampling(full, 5, contains_neg_self_loops=False)
     with pytest.raises(ValueError, match="world size is 1"):
         distribute_pairs(some, part=torch.tensor([0, 1, 0, 1, 0]))
+    with pytest.raises(ValueError, match="num_parts=2 but the world size is 1"):
+        distribute_pairs(some, part=Data(edge_index=some, part=torch.zeros(5, dtype=torch.long), num_parts=2))
+    with pytest.raises(ValueError, match="1.5D grid"):
+        distribute_pairs(some, part=Data(n_id=torch.arange(5), global_num_nodes=5, replication=2))
     with pytest.raises(ValueError, match=r"ids must lie in \[0, 4\]"):
         distribute_pairs(torch.tensor([[0], [7]]), part=torch.zeros(5, dtype=torch.long))
     pairs = distribute_pairs(some, torch.ones(some.size(1)), torch.zeros(5, dtype=torch.long))

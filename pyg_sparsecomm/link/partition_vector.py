@@ -28,7 +28,14 @@ def partition_vector(part, group: dist.ProcessGroup | None = None, check_world_s
         raise ValueError(f"the pairs' functions need the partition: {_FORMS}")
     P = group_world_size(group)
     if isinstance(part, Data):
+        if "replication" in part and int(part.replication) > 1:
+            raise ValueError("the pairs' exchange runs on a 1D partition (one part per rank); this shard is a "
+                             "1.5D grid's replicated block row: shard the graph without a grid for link prediction")
         if "part" in part:
+            if "num_parts" in part and int(part.num_parts) != P and check_world_size:
+                raise ValueError(f"the graph was partitioned into num_parts={int(part.num_parts)} but the world size "
+                                 f"is {P}: the pairs' exchange needs one part per rank (SparsityAwarePartitioner("
+                                 f"num_parts=world_size))")
             part = part.part
         elif "n_id" in part and "global_num_nodes" in part:
             return _gathered(part.n_id, int(part.global_num_nodes), group)
@@ -53,6 +60,9 @@ def _gathered(n_id: Tensor, num_nodes: int, group: dist.ProcessGroup | None) -> 
         dist.all_gather_object(pieces, n_id.detach().cpu(), group=group)
     part = np.full(num_nodes, -1, dtype=np.int64)
     for r, ids in enumerate(pieces):
+        if (part[ids.numpy()] >= 0).any():
+            raise ValueError(f"rank {r}'s shard holds nodes another rank holds too: the pairs' exchange needs a 1D "
+                             f"partition (one part per rank, no replicated block rows)")
         part[ids.numpy()] = r
     if (part < 0).any():
         raise ValueError(f"the shards' n_id cover {int((part >= 0).sum())} of the graph's {num_nodes} nodes: every "
