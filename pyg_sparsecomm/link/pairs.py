@@ -168,27 +168,42 @@ def pair_plan(edge_label_index: Tensor, part: np.ndarray, group: dist.ProcessGro
         ``[owned | halo]`` of every pair's source and target.
     """
     rank, P = group_rank(group), group_world_size(group)
-    N = part.size
     part_sizes, local_index = owner_rows(part, P)
     if part_sizes.size > P:
         raise ValueError(f"the partition has {part_sizes.size} parts but the world size is {P}: partition into "
                          f"num_parts={P}")
     ends = edge_label_index.cpu().numpy().reshape(-1).astype(np.int64)
-    owner = part[ends]
+    n_id = torch.from_numpy(np.flatnonzero(part == rank))
+    plan, column = endpoint_plan(ends, part[ends], local_index[ends], n_id, part.size, part_sizes.tolist(), group)
+    return plan, column.view(2, -1)
+
+
+def endpoint_plan(ends: np.ndarray, owner: np.ndarray, row: np.ndarray, n_id: Tensor, num_nodes: int,
+                  part_sizes: list[int], group: dist.ProcessGroup | None = None) -> tuple[RankPlan, Tensor]:
+    """The exchange bringing the rows of the endpoints ``ends`` (global ids) this rank does not own.
+
+    Args:
+        ends: ``[k]`` global ids; ``owner[i]`` holds ``ends[i]`` at row ``row[i]`` of its ``z``.
+        n_id: ``[num_owned]`` global ids of this rank's rows of ``z``.
+        num_nodes, part_sizes: the graph's nodes and every rank's rows (recorded in the plan).
+
+    Returns:
+        ``(plan, column)``: the plan and the ``[k]`` row of every endpoint in ``[z | halo]``.
+    """
+    rank, P, N = group_rank(group), group_world_size(group), num_nodes
     remote = owner != rank
     halo_key = np.unique(owner[remote] * N + ends[remote])  # (owner, id) order
     halo_n_id, halo_owner = halo_key % N, halo_key // N
-    column = local_index[ends]
-    column[remote] = int(part_sizes[rank]) + np.searchsorted(halo_key, owner[remote] * N + ends[remote])
+    halo_row = np.zeros(halo_key.size, dtype=np.int64)
+    halo_row[np.searchsorted(halo_key, owner[remote] * N + ends[remote])] = row[remote]
+    column = row.copy()
+    column[remote] = n_id.numel() + np.searchsorted(halo_key, owner[remote] * N + ends[remote])
 
     t = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))  # noqa: E731
     recv_counts = np.bincount(halo_owner, minlength=P).tolist()
-    halo_remote_index = t(local_index[halo_n_id])
     # every owner gets the rows each rank asks for, in that rank's halo order: its send lists
-    send_index, send_counts = exchange_ids(halo_remote_index, recv_counts, group, "pair_plan")
-    plan = RankPlan(rank=rank, world_size=P, num_nodes=N, n_id=t(np.flatnonzero(part == rank)),
-                    halo_n_id=t(halo_n_id), halo_owner=t(halo_owner), halo_remote_index=halo_remote_index,
-                    send_index=send_index.clone(), send_counts=list(send_counts), recv_counts=recv_counts,
-                    part_sizes=part_sizes.tolist())
-    return plan, t(column).view(2, -1)
-
+    send_index, send_counts = exchange_ids(t(halo_row), recv_counts, group, "pair_plan")
+    plan = RankPlan(rank=rank, world_size=P, num_nodes=N, n_id=n_id, halo_n_id=t(halo_n_id),
+                    halo_owner=t(halo_owner), halo_remote_index=t(halo_row), send_index=send_index.clone(),
+                    send_counts=list(send_counts), recv_counts=recv_counts, part_sizes=list(part_sizes))
+    return plan, t(column)
