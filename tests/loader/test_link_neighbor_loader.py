@@ -1,0 +1,101 @@
+"""``DistributedLinkNeighborLoader``: its batches at P = 1..4 are the single-process reference's
+(global ids): the same pairs and negatives whatever P and the partition, the sampled neighbourhood
+of their endpoints that the node loader's reference (``_neighbor_batch``) draws from them as seeds,
+and ``batch.pairs.gather`` returns both endpoints' rows; on a directed graph with isolated nodes
+(P = 3: an empty part)."""
+import numpy as np
+import torch
+from torch_geometric.data import Data
+
+from pyg_sparsecomm import shard
+from pyg_sparsecomm.loader import DistributedLinkNeighborLoader, NeighborSampling
+from pyg_sparsecomm.sampling.rules import _neighbor_batch
+from pyg_sparsecomm.testing import launch
+
+N, FANOUT, SEED, PAIRS, BATCH = 50, (3, 2), 7, 30, 8
+
+
+def _graph():
+    gen = torch.Generator().manual_seed(2)
+    edge_index = torch.randint(10, N, (2, 200), generator=gen)  # nodes 0..9 isolated
+    x = torch.arange(N, dtype=torch.float).view(-1, 1) * torch.tensor([[1.0, -2.0]])  # row v: (v, -2v)
+    pairs = torch.randint(0, N, (2, PAIRS), generator=gen)
+    return Data(x=x, edge_index=edge_index, num_nodes=N), pairs, torch.rand(PAIRS, generator=gen).round()
+
+
+def _partition(P):
+    return torch.arange(N) % 2 if P == 3 else torch.randint(0, P, (N,), generator=torch.Generator().manual_seed(P))
+
+
+def _worker(rank, P, data, pairs, label, part):
+    data = data.clone()
+    data.part, data.num_parts = part, P
+    local = shard(data)
+    out = {}
+    for neg_sampling in ("binary", "triplet"):
+        given = label if neg_sampling == "binary" else None  # PyG refuses labels with triplets
+        loader = DistributedLinkNeighborLoader(local, list(FANOUT), pairs, given, neg_sampling=neg_sampling,
+                                               batch_size=BATCH, shuffle=True, seed=SEED)
+        batches = []
+        for epoch in range(2):
+            assert loader.epoch == epoch
+            for batch in loader:
+                z_src, z_dst = batch.pairs.gather(batch.x)
+                batches.append({"epoch": epoch, "b": batch.batch_index, "n_id": batch.n_id,
+                                "hops": batch.num_sampled_nodes, "e_id": batch.e_id, "pairs": batch.edge_label_index,
+                                "label": getattr(batch, "edge_label", None), "z_src": z_src, "z_dst": z_dst,
+                                "num_pairs": batch.pairs.num_pairs,
+                                "reference": loader.batch_pairs(epoch, batch.batch_index)})
+        out[neg_sampling] = batches
+    return out
+
+
+def _reference_neighbourhood(data, epoch, b, seeds):
+    sampling = NeighborSampling(batch_size=1, seed=SEED, num_neighbors=FANOUT)
+    src, dst = data.edge_index.numpy()
+    in_order = np.argsort(dst, kind="stable")
+    in_ptr = np.concatenate([[0], np.cumsum(np.bincount(dst, minlength=N))])
+    return _neighbor_batch(sampling, epoch, b, seeds, src, in_order, in_ptr, N)
+
+
+def _keys(pairs):
+    return sorted((pairs[0] * N + pairs[1]).tolist())
+
+
+def test_link_batches_equal_single_process_reference():
+    data, pairs, label = _graph()
+    single = {}
+    for P in (1, 2, 3, 4):
+        outs = launch(_worker, P, data, pairs, label, _partition(P))
+        for neg_sampling in ("binary", "triplet"):
+            per_rank = [o[neg_sampling] for o in outs]
+            drawn = []
+            for position in range(len(per_rank[0])):
+                ranks = [batches[position] for batches in per_rank]
+                epoch, b = ranks[0]["epoch"], ranks[0]["b"]
+                assert all((r["epoch"], r["b"]) == (epoch, b) for r in ranks)  # the same batches on every rank
+                all_pairs, all_label, pair_id, num_positive = ranks[0]["reference"]
+                assert _keys(torch.cat([r["pairs"] for r in ranks], dim=1)) == _keys(all_pairs)  # each pair once
+                assert all(r["num_pairs"] == all_pairs.size(1) for r in ranks)
+                assert torch.equal(pair_id[:num_positive], torch.sort(pair_id[:num_positive]).values)
+                assert torch.equal(all_pairs[:, :num_positive], pairs[:, pair_id[:num_positive]])
+                if neg_sampling == "binary":  # PyG's labels: given labels + 1 for positives, 0 for negatives
+                    assert all_pairs.size(1) == 2 * num_positive
+                    assert torch.equal(all_label, torch.cat([label[pair_id[:num_positive]] + 1,
+                                                             torch.zeros(num_positive)]))
+                    assert sorted(torch.cat([r["label"] for r in ranks]).tolist()) == sorted(all_label.tolist())
+                else:  # one negative target per positive, same source
+                    assert all_pairs.size(1) == 2 * num_positive
+                    assert torch.equal(all_pairs[0, num_positive:], all_pairs[0, :num_positive])
+                ref = _reference_neighbourhood(data, epoch, b, torch.unique(all_pairs.reshape(-1)).numpy())
+                assert sorted(torch.cat([r["n_id"] for r in ranks]).tolist()) == sorted(ref.n_id.tolist())
+                assert [sum(h) for h in zip(*[r["hops"] for r in ranks], strict=True)] == ref.num_sampled_nodes
+                assert sorted(torch.cat([r["e_id"] for r in ranks]).tolist()) == sorted(ref.e_id.tolist())
+                for r in ranks:  # both endpoints' rows arrive, wherever they live
+                    assert torch.equal(r["z_src"], data.x[r["pairs"][0]])
+                    assert torch.equal(r["z_dst"], data.x[r["pairs"][1]])
+                drawn.append((epoch, b, _keys(all_pairs)))
+            positives = sorted(k for e, _, keys in drawn if e == 0 for k in keys)
+            assert set(_keys(pairs)) <= set(positives)  # every positive pair drawn in epoch 0
+            single.setdefault(neg_sampling, drawn)
+            assert drawn == single[neg_sampling]  # the same batches whatever P and the partition
