@@ -25,6 +25,7 @@ with ``"triplet"`` the pairs are the positives, then every positive's ``amount``
 (``batch.num_positive_pairs`` positives on this rank).
 """
 import math
+import zlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -35,6 +36,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from .._validate import check_edge_index
+from ..comm.group import host_all_reduce
 from ..comm.group import rank as group_rank
 from ..comm.group import world_size as group_world_size
 from ..link.pairs import DistributedPairs, endpoint_plan
@@ -56,7 +58,8 @@ class DistributedLinkNeighborLoader:
         edge_label_index (torch.Tensor): ``[2, m]`` the whole graph's supervision pairs (global ids),
             the same on every rank.
         edge_label (torch.Tensor, optional): ``[m]`` their labels.
-        neg_sampling (str, optional): ``None``, ``"binary"`` or ``"triplet"``.
+        neg_sampling (str or NegativeSampling, optional): ``None``, ``"binary"`` or ``"triplet"`` (or PyG's
+            ``NegativeSampling(mode, amount)``, without weights).
         neg_sampling_ratio / amount (float, optional): negatives per positive (default 1).
         batch_size (int): pairs per batch, on average.
         shuffle (bool): new batches every epoch.
@@ -65,9 +68,16 @@ class DistributedLinkNeighborLoader:
     """
 
     def __init__(self, local: Data, num_neighbors: Sequence[int], edge_label_index: Tensor,
-                 edge_label: Tensor | None = None, neg_sampling: str | None = None, batch_size: int = 1,
+                 edge_label: Tensor | None = None, neg_sampling: Any = None, batch_size: int = 1,
                  shuffle: bool = False, seed: int = 0, group: dist.ProcessGroup | None = None,
                  neg_sampling_ratio: float | None = None, amount: float | None = None) -> None:
+        if hasattr(neg_sampling, "mode"):  # PyG's NegativeSampling(mode, amount, src_weight, dst_weight)
+            if getattr(neg_sampling, "src_weight", None) is not None or \
+                    getattr(neg_sampling, "dst_weight", None) is not None:
+                raise ValueError("NegativeSampling with src_weight / dst_weight is not supported here: negatives are "
+                                 "drawn uniformly over the nodes")
+            amount = neg_sampling.amount if amount is None else amount
+            neg_sampling = getattr(neg_sampling.mode, "value", neg_sampling.mode)
         if neg_sampling not in (None, "binary", "triplet"):
             raise ValueError(f"neg_sampling must be None, 'binary' or 'triplet' (as PyG's LinkNeighborLoader), "
                              f"got {neg_sampling!r}")
@@ -91,6 +101,19 @@ class DistributedLinkNeighborLoader:
         self.num_batches = max(1, math.ceil(m / batch_size))
         self.part = self._partition()
         self.epoch = 0
+        self._check_same_pairs()
+
+    def _check_same_pairs(self) -> None:
+        """Ranks given different pairs or negative settings would draw different batches and wait for
+        each other in an exchange; one all-reduce here turns that into an error."""
+        if group_world_size(self.group) == 1:
+            return
+        text = f"{self.neg_sampling};{self.amount};{self.batch_size};{self.shuffle};{self.seed}".encode()
+        code = zlib.crc32(self.edge_label_index.numpy().tobytes(), zlib.crc32(text))
+        largest, minus_smallest = host_all_reduce([code, -code], dist.ReduceOp.MAX, self.group)
+        if largest != -minus_smallest:
+            raise ValueError("the ranks built DistributedLinkNeighborLoader with different edge_label_index or "
+                             "negative-sampling / batch arguments: every rank passes the whole graph's same pairs")
 
     def _partition(self) -> np.ndarray:
         """The owner of every node (gathered from the shards' ``n_id``, once)."""

@@ -6,6 +6,7 @@ and ``batch.pairs.gather`` returns both endpoints' rows; on a directed graph wit
 import numpy as np
 import torch
 from torch_geometric.data import Data
+from torch_geometric.sampler import NegativeSampling
 
 from pyg_sparsecomm import shard
 from pyg_sparsecomm.loader import DistributedLinkNeighborLoader, NeighborSampling
@@ -99,3 +100,36 @@ def test_link_batches_equal_single_process_reference():
             assert set(_keys(pairs)) <= set(positives)  # every positive pair drawn in epoch 0
             single.setdefault(neg_sampling, drawn)
             assert drawn == single[neg_sampling]  # the same batches whatever P and the partition
+
+
+def _errors(rank, P, data, pairs):
+    data = data.clone()
+    data.part, data.num_parts = torch.arange(N) % P, P
+    local = shard(data)
+    messages = []
+    for kwargs in ({"neg_sampling": "exact"}, {"neg_sampling": "triplet", "edge_label": torch.ones(PAIRS)},
+                   {"neg_sampling": NegativeSampling("binary", src_weight=torch.ones(N))}):
+        try:
+            DistributedLinkNeighborLoader(local, [2], pairs, **kwargs)
+        except ValueError as e:
+            messages.append(str(e))
+    loader = DistributedLinkNeighborLoader(local, [2], pairs, neg_sampling=NegativeSampling("triplet", 2),
+                                           batch_size=100)
+    batch = next(iter(loader))
+    mine = pairs[:, :PAIRS - 1] if rank == 1 else pairs  # rank 1 passes other pairs
+    try:
+        DistributedLinkNeighborLoader(local, [2], mine)
+    except ValueError as e:
+        messages.append(str(e))
+    return messages, batch.pairs.num_pairs
+
+
+def test_link_loader_errors_and_pyg_negative_sampling():
+    data, pairs, _ = _graph()
+    for messages, num_pairs in launch(_errors, 2, data, pairs):
+        assert num_pairs == 3 * PAIRS  # NegativeSampling("triplet", amount=2): two negatives per pair
+        assert len(messages) == 4
+        assert "neg_sampling must be None, 'binary' or 'triplet'" in messages[0]
+        assert "edge_label must be None for neg_sampling='triplet'" in messages[1]
+        assert "src_weight / dst_weight is not supported" in messages[2]
+        assert "different edge_label_index" in messages[3]
