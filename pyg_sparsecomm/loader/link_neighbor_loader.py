@@ -9,7 +9,7 @@ the same global pairs), by hashes of global ids, so it is the same for any parti
 * ``neg_sampling="binary"``: :math:`\lceil \text{amount} \cdot m_b \rceil` negatives per batch, source
   and target uniform over the nodes (as PyG's loaders draw them, without rejecting edges), node
   :math:`t` of negative :math:`j` being :math:`\lfloor u(s, e, b, j) N \rfloor`; labels as PyG's: 1 for
-  the positives (``edge_label + 1`` when labels are given), 0 for the negatives;
+  the positives (given labels, plus 1 if they hold a 0), 0 for the negatives;
 * ``neg_sampling="triplet"``: ``amount`` negative targets per positive pair, uniform over the nodes;
 * the batch's seeds are every endpoint of its pairs, sampled from as
   :class:`~pyg_sparsecomm.loader.DistributedNeighborLoader` samples from its seeds (the same
@@ -89,6 +89,8 @@ class DistributedLinkNeighborLoader:
         if edge_label is not None and edge_label.size(0) != m:
             raise ValueError(f"edge_label must hold one label per pair ({m}), got {edge_label.size(0)}")
         self.edge_label = None if edge_label is None else edge_label.cpu()
+        if neg_sampling == "binary" and self.edge_label is not None and m and self.edge_label.min() == 0:
+            self.edge_label = self.edge_label + 1  # as PyG: 0 now marks the negatives
         self.neg_sampling = neg_sampling
         self.amount = float(amount if amount is not None else neg_sampling_ratio if neg_sampling_ratio is not None
                             else 1.0)
@@ -138,8 +140,8 @@ class DistributedLinkNeighborLoader:
         if self.neg_sampling == "binary":
             num = math.ceil(self.amount * pos.size(1))
             src, dst = self._uniform_nodes(epoch, b, 0, num), self._uniform_nodes(epoch, b, 1, num)
-            ones = torch.ones(pos.size(1)) if label is None else label + 1
-            label = torch.cat([ones, torch.zeros(num, dtype=ones.dtype)])
+            positive = torch.ones(pos.size(1)) if label is None else label
+            label = torch.cat([positive, positive.new_zeros((num,) + tuple(positive.shape[1:]))])
         else:
             per = int(self.amount)
             src = pos[0].repeat_interleave(per)

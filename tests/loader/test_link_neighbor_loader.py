@@ -80,7 +80,7 @@ def test_link_batches_equal_single_process_reference():
                 assert all(r["num_pairs"] == all_pairs.size(1) for r in ranks)
                 assert torch.equal(pair_id[:num_positive], torch.sort(pair_id[:num_positive]).values)
                 assert torch.equal(all_pairs[:, :num_positive], pairs[:, pair_id[:num_positive]])
-                if neg_sampling == "binary":  # PyG's labels: given labels + 1 for positives, 0 for negatives
+                if neg_sampling == "binary":  # PyG's labels: given labels + 1 (they hold a 0) for positives, 0 else
                     assert all_pairs.size(1) == 2 * num_positive
                     assert torch.equal(all_label, torch.cat([label[pair_id[:num_positive]] + 1,
                                                              torch.zeros(num_positive)]))
