@@ -3,6 +3,7 @@
 
     torchrun --standalone --nproc-per-node 2 examples/train_link.py
     torchrun --standalone --nproc-per-node 4 examples/train_link.py --dataset Cora --root data/
+    torchrun --standalone --nproc-per-node 2 examples/train_link.py --loader link-neighbor --batch-size 512
 
 The order of the steps:
 
@@ -14,8 +15,11 @@ The order of the steps:
 4. every epoch draws fresh negatives by hashes of global ids (the same pairs on any number of
    ranks), each rank those whose source it owns, and builds their plan (``local_pairs``).
 
-AUC and Hits@K are computed over all ranks' pairs.  The lines that differ from a single-process
-PyG script are marked ``# <- distributed``.  Without torchrun it runs on one process.
+With ``--loader link-neighbor`` the training steps are mini-batches of PyG's ``LinkNeighborLoader``
+(``DistributedLinkNeighborLoader``: pairs and binary negatives drawn by hashes, the endpoints'
+sampled neighbourhoods; evaluation stays full-graph).  AUC and Hits@K are computed over all ranks'
+pairs.  The lines that differ from a single-process PyG script are marked ``# <- distributed``.
+Without torchrun it runs on one process.
 """
 import argparse
 import random
@@ -35,6 +39,7 @@ from pyg_sparsecomm.link import (  # <- distributed
     local_pairs,
     negative_sampling,
 )
+from pyg_sparsecomm.loader import DistributedLinkNeighborLoader
 from pyg_sparsecomm.runtime import device_clock, run_job
 
 CPU = torch.device("cpu")
@@ -54,6 +59,46 @@ def decode(z_src: torch.Tensor, z_dst: torch.Tensor) -> torch.Tensor:
     return (z_src * z_dst).sum(dim=-1)
 
 
+def full_graph_step(args, model, optimizer, local, train_data, positives, epoch: int):
+    """One full-graph step on fresh negatives; returns the loss and the pairs' bytes sent (counted, predicted)."""
+    neg = negative_sampling(train_data.edge_index, train_data.num_nodes,                                # <- dist.
+                            num_neg_samples=train_data.edge_label_index.size(1), seed=args.seed, epoch=epoch,
+                            part=train_data)
+    negatives = local_pairs(neg, train_data).to(local.x.device)                                         # <- dist.
+    model.train()
+    optimizer.zero_grad()
+    z = model(local.x, local.adj)                                                                       # <- adj
+    before = comm_counter().bytes_sent("halo")
+    score = torch.cat([decode(*positives.gather(z)), decode(*negatives.gather(z))])                      # <- dist.
+    pair_bytes = comm_counter().bytes_sent("halo") - before
+    label = torch.cat([positives.edge_label, torch.zeros(len(negatives), device=z.device)])
+    loss = distributed_loss(F.binary_cross_entropy_with_logits, score, label)                           # <- dist.
+    loss.backward()
+    optimizer.step()
+    predicted = sum(p.predicted_bytes(z.size(1), z.element_size())["sent"] for p in (positives, negatives))
+    return float(loss.detach()), pair_bytes, predicted
+
+
+def minibatch_epoch(model, optimizer, loader, device):
+    """One epoch of ``DistributedLinkNeighborLoader`` batches; returns the mean batch loss and the pairs'
+    bytes sent (counted, predicted)."""
+    model.train()
+    losses, pair_bytes, predicted = [], 0, 0
+    for batch in loader:                        # rows on the shard's device; the pairs' plan on the CPU
+        pairs = batch.pairs.to(device)
+        optimizer.zero_grad()
+        z = model(batch.x, batch.adj)
+        before = comm_counter().bytes_sent("halo")
+        score = decode(*pairs.gather(z))                                                                # <- dist.
+        pair_bytes += comm_counter().bytes_sent("halo") - before
+        predicted += pairs.predicted_bytes(z.size(1), z.element_size())["sent"]
+        loss = distributed_loss(F.binary_cross_entropy_with_logits, score, pairs.edge_label.to(z.dtype))
+        loss.backward()
+        optimizer.step()
+        losses.append(float(loss.detach()))
+    return sum(losses) / max(len(losses), 1), pair_bytes, predicted
+
+
 def run(args, rank: int, world_size: int, device: torch.device = CPU, verbose: bool = True) -> dict:
     data = load_dataset(args.dataset, args.root, args.seed)
     if args.dataset == "SBM":  # its features are noisy centroids of norm ~50: unit rows keep the logits sane
@@ -71,24 +116,19 @@ def run(args, rank: int, world_size: int, device: torch.device = CPU, verbose: b
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     history: dict[str, list] = {k: [] for k in ("loss", "val_auc", "test_auc", "test_hits", "epoch_s",
                                                 "pair_bytes", "pair_bytes_predicted")}
+    loader = None
+    if args.loader == "link-neighbor":                                                                  # <- dist.
+        loader = DistributedLinkNeighborLoader(local, args.num_neighbors, train_data.edge_label_index,
+                                               train_data.edge_label, neg_sampling="binary",
+                                               batch_size=args.batch_size, shuffle=True, seed=args.seed)
     for epoch in range(1, args.epochs + 1):
         t0 = device_clock(device)
-        neg = negative_sampling(train_data.edge_index, train_data.num_nodes,                            # <- dist.
-                                num_neg_samples=train_data.edge_label_index.size(1), seed=args.seed, epoch=epoch,
-                                part=train_data)
-        negatives = local_pairs(neg, train_data).to(device)                                             # <- dist.
-        model.train()
-        optimizer.zero_grad()
-        z = model(local.x, local.adj)                                                                   # <- adj
         comm_counter().reset()
-        score = torch.cat([decode(*positives.gather(z)), decode(*negatives.gather(z))])                  # <- dist.
-        pair_bytes = comm_counter().bytes_sent("halo")
-        label = torch.cat([positives.edge_label, torch.zeros(len(negatives), device=device)])
-        loss = distributed_loss(F.binary_cross_entropy_with_logits, score, label)                       # <- dist.
-        loss.backward()
-        optimizer.step()
+        if loader is None:
+            loss, pair_bytes, predicted = full_graph_step(args, model, optimizer, local, train_data, positives, epoch)
+        else:
+            loss, pair_bytes, predicted = minibatch_epoch(model, optimizer, loader, device)
         epoch_s = device_clock(device) - t0
-        predicted = sum(p.predicted_bytes(z.size(1), z.element_size())["sent"] for p in (positives, negatives))
 
         model.eval()
         with torch.no_grad():
@@ -98,7 +138,7 @@ def run(args, rank: int, world_size: int, device: torch.device = CPU, verbose: b
             test_auc = global_auc(test_score, test.edge_label)
             positive = test.edge_label.bool()
             hits = global_hits_at_k(test_score[positive], test_score[~positive], args.hits_k)
-        values = [float(loss.detach()), val_auc, test_auc, hits, epoch_s, int(global_sum(torch.tensor(pair_bytes))),
+        values = [loss, val_auc, test_auc, hits, epoch_s, int(global_sum(torch.tensor(pair_bytes))),
                   int(global_sum(torch.tensor(predicted)))]
         for key, value in zip(history, values, strict=True):
             history[key].append(value)
@@ -121,6 +161,10 @@ def parse_args(argv=None):
     p.add_argument("--out", type=int, default=64)
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--hits-k", type=int, default=20)
+    p.add_argument("--loader", default="full", choices=["full", "link-neighbor"],
+                   help="full-graph steps, or mini-batches of DistributedLinkNeighborLoader")
+    p.add_argument("--num-neighbors", type=int, nargs="+", default=[10, 5])
+    p.add_argument("--batch-size", type=int, default=512, help="pairs per mini-batch (on average)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-every", type=int, default=10)
     return p.parse_args(argv)
