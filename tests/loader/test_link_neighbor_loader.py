@@ -5,21 +5,23 @@ and ``batch.pairs.gather`` returns both endpoints' rows; on a directed graph wit
 (P = 3: an empty part)."""
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch_geometric.data import Data
+from torch_geometric.nn.models import GraphSAGE
 from torch_geometric.sampler import NegativeSampling
 
-from pyg_sparsecomm import shard
+from pyg_sparsecomm import distribute, distributed_loss, shard
 from pyg_sparsecomm.loader import DistributedLinkNeighborLoader, NeighborSampling
 from pyg_sparsecomm.sampling.rules import _neighbor_batch
 from pyg_sparsecomm.testing import launch
 
-N, FANOUT, SEED, PAIRS, BATCH = 50, (3, 2), 7, 30, 8
+N, FANOUT, SEED, PAIRS, BATCH, FEATURES = 50, (3, 2), 7, 30, 8, 4
 
 
 def _graph():
     gen = torch.Generator().manual_seed(2)
     edge_index = torch.randint(10, N, (2, 200), generator=gen)  # nodes 0..9 isolated
-    x = torch.arange(N, dtype=torch.float).view(-1, 1) * torch.tensor([[1.0, -2.0]])  # row v: (v, -2v)
+    x = torch.randn(N, FEATURES, generator=gen)
     pairs = torch.randint(0, N, (2, PAIRS), generator=gen)
     return Data(x=x, edge_index=edge_index, num_nodes=N), pairs, torch.rand(PAIRS, generator=gen).round()
 
@@ -38,10 +40,20 @@ def _worker(rank, P, data, pairs, label, part):
         loader = DistributedLinkNeighborLoader(local, list(FANOUT), pairs, given, neg_sampling=neg_sampling,
                                                batch_size=BATCH, shuffle=True, seed=SEED)
         batches = []
+        model = distribute(_model())
+        opt = torch.optim.Adam(model.parameters(), lr=0.05)
         for epoch in range(2):
             assert loader.epoch == epoch
             for batch in loader:
                 z_src, z_dst = batch.pairs.gather(batch.x)
+                if neg_sampling == "binary":  # a training step on the batch
+                    opt.zero_grad()
+                    score = _decode(*batch.pairs.gather(model(batch.x, batch.adj)))
+                    target = (batch.edge_label > 0).float()
+                    loss = distributed_loss(F.binary_cross_entropy_with_logits, score, target)
+                    loss.backward()
+                    opt.step()
+                    out.setdefault("losses", []).append(float(loss.detach()))
                 batches.append({"epoch": epoch, "b": batch.batch_index, "n_id": batch.n_id,
                                 "hops": batch.num_sampled_nodes, "e_id": batch.e_id, "pairs": batch.edge_label_index,
                                 "label": getattr(batch, "edge_label", None), "z_src": z_src, "z_dst": z_dst,
@@ -49,6 +61,35 @@ def _worker(rank, P, data, pairs, label, part):
                                 "reference": loader.batch_pairs(epoch, batch.batch_index)})
         out[neg_sampling] = batches
     return out
+
+
+def _model():
+    torch.manual_seed(0)
+    return GraphSAGE(FEATURES, 8, num_layers=2, out_channels=8)
+
+
+def _decode(z_src, z_dst):
+    return (z_src * z_dst).sum(-1)
+
+
+def _reference_training(data, batches):
+    """Single-process PyG on the same batches: the model on each batch's subgraph (global ids relabelled
+    to batch positions), BCE over the batch's pairs."""
+    model = _model()
+    opt = torch.optim.Adam(model.parameters(), lr=0.05)
+    losses = []
+    for epoch, b, (pairs, label, _, _) in batches:
+        ref = _reference_neighbourhood(data, epoch, b, torch.unique(pairs.reshape(-1)).numpy())
+        position = torch.full((N,), -1, dtype=torch.long)
+        position[ref.n_id] = torch.arange(ref.n_id.numel())
+        opt.zero_grad()
+        z = model(data.x[ref.n_id], position[data.edge_index[:, ref.e_id]])
+        z_pairs = position[pairs]
+        loss = F.binary_cross_entropy_with_logits(_decode(z[z_pairs[0]], z[z_pairs[1]]), (label > 0).float())
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    return losses
 
 
 def _reference_neighbourhood(data, epoch, b, seeds):
@@ -100,6 +141,13 @@ def test_link_batches_equal_single_process_reference():
             assert set(_keys(pairs)) <= set(positives)  # every positive pair drawn in epoch 0
             single.setdefault(neg_sampling, drawn)
             assert drawn == single[neg_sampling]  # the same batches whatever P and the partition
+        if "reference_losses" not in single:
+            batches = [(r["epoch"], r["b"], r["reference"]) for r in outs[0]["binary"]]
+            single["reference_losses"] = _reference_training(data, batches)
+            assert len(set(single["reference_losses"])) == len(batches) > 4
+        for o in outs:  # mini-batch training equals single-process PyG on the same batches
+            torch.testing.assert_close(torch.tensor(o["losses"]), torch.tensor(single["reference_losses"]),
+                                       rtol=1e-5, atol=1e-6)
 
 
 def _errors(rank, P, data, pairs):
