@@ -38,6 +38,7 @@ from ..comm.group import world_size as group_world_size
 from ..comm.halo import halo_exchange
 from ..comm.ids import exchange_ids
 from ..plan import RankPlan, owner_rows
+from ..training import global_count
 from .partition_vector import partition_vector
 
 
@@ -141,11 +142,7 @@ def local_pairs(edge_label_index: Tensor, part, edge_label: Tensor | None = None
     part_np = partition_vector(part, group)
     check_edge_index(edge_label_index, part_np.size)
     plan, index = pair_plan(edge_label_index, part_np, group)
-    num_pairs = int(edge_label_index.size(1))
-    if group_world_size(group) > 1:
-        total = torch.tensor([num_pairs])
-        dist.all_reduce(total, group=group)
-        num_pairs = int(total)
+    num_pairs = global_count(int(edge_label_index.size(1)), group)  # a host integer (any backend)
     return DistributedPairs(edge_label_index, edge_label, torch.full((edge_label_index.size(1),), -1),
                             index, plan, num_pairs, group)
 
