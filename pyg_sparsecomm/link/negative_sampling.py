@@ -77,6 +77,8 @@ def negative_sampling(edge_index: Tensor, num_nodes: int | None = None, num_neg_
         force_undirected (bool, optional): pairs :math:`i < j`, returned in both directions.
         seed, epoch (int, optional): the random stream; a new ``epoch`` gives fresh negatives.
         part: the partition (see :func:`~pyg_sparsecomm.link.distribute_pairs`); ``None``: every pair.
+            ``data.part`` (or the partitioned ``Data``) draws without any communication; a shard
+            gathers every rank's ``n_id`` first (a collective).
         group (torch.distributed.ProcessGroup, optional): the ranks (only read for this rank's id,
             and to gather a shard's partition).
         rank (int, optional): draw this rank's share instead (no process group needed: tests,
