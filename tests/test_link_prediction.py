@@ -134,6 +134,11 @@ def _worker(rank, P, train, val, part):
     out["negatives"] = [_fresh_negatives(train, 1, part), negative_sampling(
         train.edge_index, N, 0.5, force_undirected=True, seed=4, part=part)]
     out["structured"] = structured_negative_sampling(train.edge_index, N, False, seed=5, part=part)
+    bad = torch.tensor([[0], [N]]) if rank == P - 1 else torch.zeros(2, 0, dtype=torch.long)
+    try:  # one rank's bad pair raises on every rank, not a hang in the plan's exchange
+        local_pairs(bad, part)
+    except ValueError as e:
+        out["bad_pair_error"] = str(e)
     columns = torch.cat([local.n_id, local.adj.plan.halo_n_id])
     out["mp_edges"] = torch.stack([columns[local.adj.col], local.n_id[local.adj.row()]])
     return out
@@ -197,6 +202,7 @@ def test_link_prediction_equals_single_process():
         if P == 3:
             assert outs[2]["n_id"].numel() == 0  # the empty part took part in every exchange
         for out in outs:
+            assert f"rank {P - 1}: ValueError: edge_index holds node ids in [0, {N}]" in out["bad_pair_error"]
             torch.testing.assert_close(torch.tensor(out["losses"]), torch.tensor(ref_losses), rtol=1e-5, atol=1e-6)
             assert out["val_auc"] == outs[0]["val_auc"] and out["given_auc"] == outs[0]["given_auc"]
             assert out["given_auc"] == pytest.approx(_brute_auc(given, label), abs=1e-12)

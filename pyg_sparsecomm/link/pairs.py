@@ -33,6 +33,7 @@ from torch import Tensor
 
 from .._validate import check_edge_index
 from ..comm.exchanger import HaloExchanger
+from ..comm.group import raise_together
 from ..comm.group import rank as group_rank
 from ..comm.group import world_size as group_world_size
 from ..comm.halo import halo_exchange
@@ -140,7 +141,8 @@ def local_pairs(edge_label_index: Tensor, part, edge_label: Tensor | None = None
     negatives it drew, :func:`~pyg_sparsecomm.link.negative_sampling`).  A collective: every rank
     calls it with its own pairs (possibly none)."""
     part_np = partition_vector(part, group)
-    check_edge_index(edge_label_index, part_np.size)
+    # this rank's own pairs: a bad one raises on every rank (its peers would wait in the plan's exchange)
+    raise_together(lambda: check_edge_index(edge_label_index, part_np.size), "local_pairs", group, flag_first=True)
     plan, index = pair_plan(edge_label_index, part_np, group)
     num_pairs = global_count(int(edge_label_index.size(1)), group)  # a host integer (any backend)
     return DistributedPairs(edge_label_index, edge_label, torch.full((edge_label_index.size(1),), -1),
