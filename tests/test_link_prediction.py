@@ -139,6 +139,12 @@ def _worker(rank, P, train, val, part):
         local_pairs(bad, part)
     except ValueError as e:
         out["bad_pair_error"] = str(e)
+    if P > 1:  # ranks holding different lists (RandomLinkSplit with Python's random unseeded): an error
+        theirs = val.edge_label_index if rank else val.edge_label_index.flip(1)
+        try:
+            distribute_pairs(theirs, None, part)
+        except ValueError as e:
+            out["different_pairs_error"] = str(e)
     columns = torch.cat([local.n_id, local.adj.plan.halo_n_id])
     out["mp_edges"] = torch.stack([columns[local.adj.col], local.n_id[local.adj.row()]])
     return out
@@ -203,6 +209,7 @@ def test_link_prediction_equals_single_process():
             assert outs[2]["n_id"].numel() == 0  # the empty part took part in every exchange
         for out in outs:
             assert f"rank {P - 1}: ValueError: edge_index holds node ids in [0, {N}]" in out["bad_pair_error"]
+            assert P == 1 or "ranks passed different edge_label_index" in out["different_pairs_error"]
             torch.testing.assert_close(torch.tensor(out["losses"]), torch.tensor(ref_losses), rtol=1e-5, atol=1e-6)
             assert out["val_auc"] == outs[0]["val_auc"] and out["given_auc"] == outs[0]["given_auc"]
             assert out["given_auc"] == pytest.approx(_brute_auc(given, label), abs=1e-12)

@@ -41,6 +41,7 @@ from ..comm.ids import exchange_ids
 from ..plan import RankPlan, owner_rows
 from ..training import global_count
 from .partition_vector import partition_vector
+from .same_pairs import check_same_pairs
 
 
 @dataclass
@@ -108,7 +109,8 @@ def distribute_pairs(edge_label_index: Tensor, edge_label: Tensor | None = None,
 
     Every rank passes the same global ``edge_label_index`` (e.g. from PyG's ``RandomLinkSplit`` run
     on the whole graph); rank :math:`r` keeps pair :math:`k` iff :math:`\mathrm{part}(s_k) = r`, so
-    every pair is scored exactly once over the ranks.  A collective (the plan's two exchanges).
+    every pair is scored exactly once over the ranks.  A collective (the plan's two exchanges, and
+    one small all-reduce checking that every rank passed the same pairs).
 
     Args:
         edge_label_index (torch.Tensor): ``[2, num_pairs]`` global (source, target) ids.
@@ -128,6 +130,7 @@ def distribute_pairs(edge_label_index: Tensor, edge_label: Tensor | None = None,
     if edge_label is not None and (edge_label.dim() < 1 or edge_label.size(0) != m):
         raise ValueError(f"edge_label must hold one entry per pair ({m}, edge_label_index.size(1)), got shape "
                          f"{list(edge_label.shape)}")
+    check_same_pairs(edge_label_index, "distribute_pairs", group)
     rank = group_rank(group)
     mine = torch.from_numpy(np.flatnonzero(part_np[edge_label_index[0].cpu().numpy()] == rank))
     pairs = local_pairs(edge_label_index[:, mine.to(edge_label_index.device)], part_np,

@@ -25,7 +25,6 @@ with ``"triplet"`` the pairs are the positives, then every positive's ``amount``
 (``batch.num_positive_pairs`` positives on this rank).
 """
 import math
-import zlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -36,11 +35,11 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from .._validate import check_edge_index
-from ..comm.group import host_all_reduce
 from ..comm.group import rank as group_rank
 from ..comm.group import world_size as group_world_size
 from ..link.pairs import DistributedPairs, endpoint_plan
 from ..link.partition_vector import partition_vector
+from ..link.same_pairs import check_same_pairs
 from ..plan import owner_rows
 from ..sampling.randomness import bucket, stream_key, uniform
 from .neighbor_loader import DistributedNeighborLoader
@@ -103,19 +102,8 @@ class DistributedLinkNeighborLoader:
         self.num_batches = max(1, math.ceil(m / batch_size))
         self.part = self._partition()
         self.epoch = 0
-        self._check_same_pairs()
-
-    def _check_same_pairs(self) -> None:
-        """Ranks given different pairs or negative settings would draw different batches and wait for
-        each other in an exchange; one all-reduce here turns that into an error."""
-        if group_world_size(self.group) == 1:
-            return
-        text = f"{self.neg_sampling};{self.amount};{self.batch_size};{self.shuffle};{self.seed}".encode()
-        code = zlib.crc32(self.edge_label_index.numpy().tobytes(), zlib.crc32(text))
-        largest, minus_smallest = host_all_reduce([code, -code], dist.ReduceOp.MAX, self.group)
-        if largest != -minus_smallest:
-            raise ValueError("the ranks built DistributedLinkNeighborLoader with different edge_label_index or "
-                             "negative-sampling / batch arguments: every rank passes the whole graph's same pairs")
+        check_same_pairs(self.edge_label_index, type(self).__name__, group,
+                         f"{self.neg_sampling};{self.amount};{self.batch_size};{self.shuffle};{self.seed}")
 
     def _partition(self) -> np.ndarray:
         """The owner of every node (gathered from the shards' ``n_id``, once)."""
