@@ -74,6 +74,17 @@ class CommPattern:
         return flat.reshape(P, P)
 
 
+def owner_rows(part: np.ndarray, num_parts: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(part_sizes, local_index)``: the nodes every rank owns and the row of every node on its
+    owner (ascending global id within a rank: a shard's ``n_id`` order)."""
+    part_sizes = np.bincount(part, minlength=num_parts)
+    order = np.argsort(part, kind="stable")  # groups nodes by part, ascending id within
+    starts = np.concatenate([[0], np.cumsum(part_sizes)[:-1]])
+    local_index = np.empty(part.size, dtype=np.int64)
+    local_index[order] = np.arange(part.size, dtype=np.int64) - starts[part[order]]
+    return part_sizes, local_index
+
+
 def comm_pattern(edge_index, part, num_nodes: int, num_parts: int) -> CommPattern:
     """Computes the global communication pattern of ``part`` (vectorised, O(E log E))."""
     if isinstance(edge_index, Tensor):
@@ -84,11 +95,7 @@ def comm_pattern(edge_index, part, num_nodes: int, num_parts: int) -> CommPatter
     part = _numpy_long(part)
     P, N = int(num_parts), int(num_nodes)
 
-    part_sizes = np.bincount(part, minlength=P)
-    order = np.argsort(part, kind="stable")  # groups nodes by part, ascending id within
-    starts = np.concatenate([[0], np.cumsum(part_sizes)[:-1]])
-    local_index = np.empty(N, dtype=np.int64)
-    local_index[order] = np.arange(N, dtype=np.int64) - starts[part[order]]
+    part_sizes, local_index = owner_rows(part, P)
 
     src_part, dst_part = part[src], part[dst]
     block_nnz = np.bincount(dst_part * P + src_part, minlength=P * P).reshape(P, P)
