@@ -19,8 +19,10 @@ A yielded batch is this rank's :class:`~pyg_sparsecomm.loader.DistributedNeighbo
 seeds (its rows: the seeds it owns first, by global id) plus ``batch.pairs``, the
 :class:`~pyg_sparsecomm.link.DistributedPairs` this rank holds -- the pairs whose source it owns,
 with their plan over the batch's rows -- so ``batch.pairs.gather(model(batch.x, batch.adj))`` gives
-both endpoints' embeddings.  ``batch.edge_label_index`` holds those pairs' global ids (PyG's holds
-batch positions: an endpoint may sit on another rank here) and ``batch.edge_label`` their labels;
+both endpoints' embeddings.  ``batch.edge_label_index_global`` holds those pairs' global ids and
+``batch.edge_label`` their labels.  A batch has no ``edge_label_index``: PyG's holds batch positions,
+which do not exist here (an endpoint may sit on another rank), and global ids under PyG's name would
+index ``z[batch.edge_label_index[0]]`` silently wrong, so reading it raises naming ``pairs.gather``;
 with ``"triplet"`` the pairs are the positives, then every positive's ``amount`` negatives
 (``batch.num_positive_pairs`` positives on this rank).
 """
@@ -45,6 +47,19 @@ from ..sampling.randomness import bucket, stream_key, uniform
 from .neighbor_loader import DistributedNeighborLoader
 
 _PAIR_BATCHES, _NEGATIVES = 21, 22  # stream names
+
+
+class LinkBatch(Data):
+    """A batch of :class:`DistributedLinkNeighborLoader`: a ``Data`` whose ``edge_label_index``
+    (PyG's batch positions of the pairs' endpoints) raises naming what replaces it."""
+
+    def __getattr__(self, key: str) -> Any:
+        if key == "edge_label_index":
+            raise AttributeError(
+                "a DistributedLinkNeighborLoader batch has no edge_label_index: its pairs' endpoints may live on "
+                "other ranks, so they have no batch positions; use z_src, z_dst = batch.pairs.gather(z) for the "
+                "endpoints' embeddings (batch.edge_label_index_global: the pairs' global ids)")
+        return super().__getattr__(key)
 
 
 class DistributedLinkNeighborLoader:
@@ -170,9 +185,10 @@ class DistributedLinkNeighborLoader:
         edge_label = None if label is None else label[torch.from_numpy(held)]
         num_pairs = int(pairs.size(1))
         held_t = torch.from_numpy(held)
+        batch = LinkBatch.from_dict(batch.to_dict())
         batch.pairs = DistributedPairs(pairs[:, held_t], edge_label, pair_id[held_t], index, plan, num_pairs,
                                        self.group)
-        batch.edge_label_index = pairs[:, held_t]
+        batch.edge_label_index_global = pairs[:, held_t]
         batch.edge_label = edge_label
         batch.num_positive_pairs = int((held < num_positive).sum())
         batch.batch_index = b

@@ -55,7 +55,7 @@ def _worker(rank, P, data, pairs, label, part):
                     opt.step()
                     out.setdefault("losses", []).append(float(loss.detach()))
                 batches.append({"epoch": epoch, "b": batch.batch_index, "n_id": batch.n_id,
-                                "hops": batch.num_sampled_nodes, "e_id": batch.e_id, "pairs": batch.edge_label_index,
+                                "hops": batch.num_sampled_nodes, "e_id": batch.e_id, "pairs": batch.edge_label_index_global,
                                 "label": getattr(batch, "edge_label", None), "z_src": z_src, "z_dst": z_dst,
                                 "num_pairs": batch.pairs.num_pairs,
                                 "reference": loader.batch_pairs(epoch, batch.batch_index)})
@@ -164,17 +164,22 @@ def _errors(rank, P, data, pairs):
     loader = DistributedLinkNeighborLoader(local, [2], pairs, neg_sampling=NegativeSampling("triplet", 2),
                                            batch_size=100)
     batch = next(iter(loader))
+    try:  # PyG's habit z[batch.edge_label_index[0]] would index batch rows with global ids
+        batch.edge_label_index
+    except AttributeError as e:
+        no_positions = str(e)
     mine = pairs[:, :PAIRS - 1] if rank == 1 else pairs  # rank 1 passes other pairs
     try:
         DistributedLinkNeighborLoader(local, [2], mine)
     except ValueError as e:
         messages.append(str(e))
-    return messages, batch.pairs.num_pairs
+    return messages, batch.pairs.num_pairs, no_positions, hasattr(batch, "edge_label_index")
 
 
 def test_link_loader_errors_and_pyg_negative_sampling():
     data, pairs, _ = _graph()
-    for messages, num_pairs in launch(_errors, 2, data, pairs):
+    for messages, num_pairs, no_positions, has_positions in launch(_errors, 2, data, pairs):
+        assert "use z_src, z_dst = batch.pairs.gather(z)" in no_positions and not has_positions
         assert num_pairs == 3 * PAIRS  # NegativeSampling("triplet", amount=2): two negatives per pair
         assert len(messages) == 4
         assert "neg_sampling must be None, 'binary' or 'triplet'" in messages[0]
