@@ -115,7 +115,7 @@ def save(directory: str | Path, step: int, *, model: torch.nn.Module, shard: Dat
     if optimizer_state is not None:
         state["optimizer"] = optimizer_state
     partial = layout.partial_directory(directory, step)
-    dcp.save(state, checkpoint_id=partial)
+    dcp.save(state, checkpoint_id=partial, no_dist=not is_distributed(None))
     info = {"format_version": FORMAT_VERSION, "step": int(step), "world_size": _world_size(),
             "partition_fingerprints": fingerprints, "optimizer": optimizer is not None}
     return layout.publish(partial, step, info, keep)
@@ -166,7 +166,7 @@ def load(directory: str | Path, *, model: torch.nn.Module, shard: Data,
         state["optimizer"] = optimizer_state
     if same:
         state[f"rank_state/{_rank()}"] = b""
-    dcp.load(state, checkpoint_id=path)
+    dcp.load(state, checkpoint_id=path, no_dist=not is_distributed(None))
     set_state_dict(model, [] if optimizer is None else optimizer, model_state_dict=state["model"],
                    optim_state_dict=state.get("optimizer", {}))
     replicated = _unpack(state["replicated"])
