@@ -14,6 +14,9 @@ and ``checkpoint.json`` (:mod:`.directory`): step, world size and every rank's
 :func:`~.rank_state.partition_fingerprint`.
 """
 import io
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,6 +61,15 @@ def _rank() -> int:
 
 def _world_size() -> int:
     return dist.get_world_size() if is_distributed(None) else 1
+
+
+@contextmanager
+def _single_process_quietly() -> Iterator[None]:
+    """DCP warns on every call without a process group ("assuming the intent is to save in a single
+    process"): that is the intent here (a script run without torchrun)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
+        yield
 
 
 def _pack(value: Any) -> bytes:
@@ -115,7 +127,8 @@ def save(directory: str | Path, step: int, *, model: torch.nn.Module, shard: Dat
     if optimizer_state is not None:
         state["optimizer"] = optimizer_state
     partial = layout.partial_directory(directory, step)
-    dcp.save(state, checkpoint_id=partial, no_dist=not is_distributed(None))
+    with _single_process_quietly():
+        dcp.save(state, checkpoint_id=partial, no_dist=not is_distributed(None))
     info = {"format_version": FORMAT_VERSION, "step": int(step), "world_size": _world_size(),
             "partition_fingerprints": fingerprints, "optimizer": optimizer is not None}
     return layout.publish(partial, step, info, keep)
@@ -166,7 +179,8 @@ def load(directory: str | Path, *, model: torch.nn.Module, shard: Data,
         state["optimizer"] = optimizer_state
     if same:
         state[f"rank_state/{_rank()}"] = b""
-    dcp.load(state, checkpoint_id=path, no_dist=not is_distributed(None))
+    with _single_process_quietly():
+        dcp.load(state, checkpoint_id=path, no_dist=not is_distributed(None))
     set_state_dict(model, [] if optimizer is None else optimizer, model_state_dict=state["model"],
                    optim_state_dict=state.get("optimizer", {}))
     replicated = _unpack(state["replicated"])

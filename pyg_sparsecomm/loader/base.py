@@ -118,9 +118,11 @@ class DistributedLoader:
         """Where the loader stands: the epoch being iterated and the batches of it taken so far
         (between epochs: the next epoch and ``0``).  The same on every rank, and whatever the
         number of ranks (the batches are those of the whole graph, :mod:`~pyg_sparsecomm.sampling`)."""
-        if self._iterating is None:
-            return {"epoch": self.epoch, "position": 0}
-        return {"epoch": self._iterating, "position": self._taken}
+        if self._iterating is not None:
+            return {"epoch": self._iterating, "position": self._taken}
+        if self._resume is not None:  # loaded, not iterated yet: where the next iteration starts
+            return {"epoch": self._resume[0], "position": self._resume[1]}
+        return {"epoch": self.epoch, "position": 0}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         """Continues where :meth:`state_dict` stood: the next iteration draws the saved epoch from
