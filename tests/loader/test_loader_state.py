@@ -2,7 +2,6 @@
 an epoch yields the rest of that epoch's batches, then the next epochs, as the loader it was
 saved from; ``len`` counts what is left; saving again before iterating keeps the position."""
 import pytest
-import torch
 from test_loader import make_graph
 
 from pyg_sparsecomm import shard
