@@ -116,6 +116,10 @@ def test_single_process_save_load_refusals_and_pruning(tmp_path):
     other = shard(_graph(2))  # another graph: another partition fingerprint
     with pytest.raises(ValueError, match="saved on another partition"):
         checkpoint.load(tmp_path, model=model, shard=other, optimizer=optimizer)
+    bare = tmp_path / "bare"
+    checkpoint.save(bare, 1, model=model, shard=local)  # no optimizer
+    with pytest.raises(ValueError, match="holds no optimizer state"):
+        checkpoint.load(bare, model=model, shard=local, optimizer=optimizer)
     with pytest.raises(ValueError, match="a loader was passed to load"):
         checkpoint.load(tmp_path, model=model, shard=local, loader=torch.nn.Identity())
     checkpoint.save(tmp_path, 3, model=model, shard=local, optimizer=optimizer, keep=None)  # the same step again
