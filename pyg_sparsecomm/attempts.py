@@ -30,7 +30,7 @@ from datetime import timedelta
 import torch.distributed as dist
 
 _ROOT = "pyg_sparsecomm/attempts/"
-_POLL_SECONDS = 0.01
+_POLL_SECONDS, _MAX_POLL_SECONDS = 0.01, 0.5
 
 
 def attempt_number(store: dist.Store, rank: int, world_size: int, timeout: timedelta) -> int:
@@ -60,7 +60,7 @@ def _acknowledge(store: dist.Store, generation: int, world_size: int, timeout: t
     """Rank 0: answers every rank's latest join with ``generation`` until each confirmed it."""
     pending = set(range(1, world_size))
     answered: set[tuple[int, int]] = set()
-    deadline = time.monotonic() + timeout.total_seconds()
+    deadline, pause = time.monotonic() + timeout.total_seconds(), _POLL_SECONDS
     while pending:
         for rank in sorted(pending):
             joined = store.add(f"{_ROOT}joins/{rank}", 0)
@@ -73,8 +73,9 @@ def _acknowledge(store: dist.Store, generation: int, world_size: int, timeout: t
             missing = sorted(pending)
             raise RuntimeError(f"rank 0: ranks {missing[:10]}{'...' if len(missing) > 10 else ''} of {world_size} "
                                f"did not join this attempt of the job within {timeout}")
-        if pending:
-            time.sleep(_POLL_SECONDS)
+        if pending:  # ranks still starting (importing torch takes seconds): poll less and less often
+            time.sleep(pause)
+            pause = min(2 * pause, _MAX_POLL_SECONDS)
 
 
 def attempt_store(store: dist.Store, rank: int, world_size: int, timeout: timedelta) -> dist.Store:

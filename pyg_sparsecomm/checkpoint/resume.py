@@ -46,6 +46,7 @@ class ResumePoint:
         repartitioned: loaded on another partition (``allow_repartition=True``): parameters,
             optimizer, scheduler, loader position and ``extra`` are those saved; the ranks' own
             state (random streams, rounding streams, stale pipelines) starts anew.
+        info: its ``checkpoint.json`` (step, world size, every rank's partition fingerprint).
     """
     step: int
     extra: Any = None
