@@ -14,7 +14,7 @@ On the second attempt every configuration resumes from the newest complete check
 writes ``OUT/<config>.json``: the reference losses, the resumed run's losses (those before the
 resume point come from the checkpoint's ``extra``), the step resumed from, and
 ``OUT/<config>-final.pt``: the final parameters and optimizer state.  Mini-batch steps are batches
-(7 per epoch): the kill falls in the middle of the second epoch.
+(8 per epoch): the kill falls in the middle of the second epoch.
 """
 import json
 import os
