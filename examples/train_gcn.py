@@ -3,6 +3,9 @@
     torchrun --standalone --nproc-per-node 4 examples/train_gcn.py
     torchrun --standalone --nproc-per-node 4 examples/train_gcn.py --dataset Cora --root data/
 
+With ``--checkpoint-dir DIR`` it saves a checkpoint every ``--checkpoint-every`` epochs and resumes
+from the newest one in DIR, so under ``torchrun --max-restarts N`` a job whose rank died continues.
+
 Compared with a single-process PyG script only three things differ (marked
 "# <- distributed"): the conv class, the partition/shard lines, and the loss
 reduction plus gradient sync.  Runs on CPU with gloo; with CUDA available each
@@ -23,6 +26,7 @@ from pyg_sparsecomm import (  # <- dist.
     DistributedGCNConv,
     NodeDropout,
     SparsityAwarePartitioner,
+    checkpoint,
     comm_counter,
     distributed_loss,
     global_accuracy,
@@ -130,8 +134,12 @@ def run(args, rank: int, world_size: int, device: torch.device = CPU, verbose: b
         print(f"  {stats}")
 
     history = {k: [] for k in ("loss", "train_acc", "val_acc", "test_acc", "epoch_s", "comm_s", "bytes")}
+    saved = {"model": model, "shard": local, "optimizer": optimizer}  # what a checkpoint holds
+    point = resume(args, saved, rank, verbose)  # the newest checkpoint in --checkpoint-dir, if any
+    start = 1 if point is None else point.step + 1
+    history = history if point is None else point.extra
     counter = comm_counter()
-    bar = tqdm(range(1, args.epochs + 1), disable=not (verbose and rank == 0 and args.progress),
+    bar = tqdm(range(start, args.epochs + 1), disable=not (verbose and rank == 0 and args.progress),
                desc="epochs", leave=False)
     for epoch in bar:
         counter.reset()
@@ -163,7 +171,21 @@ def run(args, rank: int, world_size: int, device: torch.device = CPU, verbose: b
             tqdm.write(f"epoch {epoch:4d} loss {total_loss:.4f} train {accs[0]:.3f} val {accs[1]:.3f} "
                        f"test {accs[2]:.3f} | {epoch_s * 1e3:.1f} ms/epoch (comm {comm_s * 1e3:.1f} ms, "
                        f"compute {(epoch_s - comm_s) * 1e3:.1f} ms) | {total_bytes / 1e6:.3f} MB sent")
+        if args.checkpoint_dir and (epoch % args.checkpoint_every == 0 or epoch == args.epochs):
+            checkpoint.save(args.checkpoint_dir, epoch, extra=history, **saved)
     return history
+
+
+def resume(args, saved: dict, rank: int, verbose: bool = True) -> checkpoint.ResumePoint | None:
+    """Restores the newest checkpoint in ``--checkpoint-dir`` into ``saved``'s objects; where it stood
+    (``None``: no checkpoint option or none saved yet, a fresh start)."""
+    if not args.checkpoint_dir:
+        return None
+    point = checkpoint.load(args.checkpoint_dir, allow_repartition=args.allow_repartition, **saved)
+    if point is not None and verbose and rank == 0:
+        how = f", re-partitioned from {point.world_size} ranks" if point.repartitioned else ""
+        print(f"resumed from {point.path} (step {point.step}{how})")
+    return point
 
 
 def parse_args(argv=None):
@@ -191,7 +213,18 @@ def parse_args(argv=None):
                                            "made the same way (else an error names what differs)")
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--no-progress", dest="progress", action="store_false")
+    add_checkpoint_args(p, "epochs")
     return p.parse_args(argv)
+
+
+def add_checkpoint_args(p: argparse.ArgumentParser, unit: str) -> None:
+    p.add_argument("--checkpoint-dir", help="save checkpoints into DIR and resume from the newest one there "
+                                            "(under torchrun --max-restarts, a restarted job continues)")
+    p.add_argument("--checkpoint-every", type=int, default=10,
+                   help=f"{unit} between checkpoints (default: %(default)s)")
+    p.add_argument("--allow-repartition", action="store_true",
+                   help="resume a checkpoint saved on another partition (another number of ranks): parameters and "
+                        "optimizer state carry over, the ranks' own state (stale halos, random streams) starts anew")
 
 
 def main(argv=None) -> None:

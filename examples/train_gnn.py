@@ -6,7 +6,8 @@
 The model is PyG's own (``torch_geometric.nn.models``), built exactly as in a
 single-process script; ``distribute(model)`` makes it run on this rank's shard.
 The lines that differ from a single-process PyG script are marked ``# <- distributed``.
-Without torchrun it runs on one process.
+Without torchrun it runs on one process.  ``--checkpoint-dir DIR`` saves checkpoints and resumes
+from the newest one (as ``train_gcn.py``).
 """
 import argparse
 
@@ -15,9 +16,11 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch_geometric.nn.models import GAT, GCN, GIN, GraphSAGE
+from train_gcn import add_checkpoint_args, resume  # --checkpoint-dir: save, and resume after a restart
 
 from pyg_sparsecomm import (  # <- distributed
     SparsityAwarePartitioner,
+    checkpoint,
     comm_counter,
     distribute,
     distributed_loss,
@@ -62,7 +65,11 @@ def run(args, rank: int, world_size: int, device: torch.device = CPU, verbose: b
         step_model = DistributedDataParallel(model, process_group=dist.new_group(backend=dist.get_backend()))
         loss_scale = float(world_size)
     history = {k: [] for k in ("loss", "train_acc", "val_acc", "test_acc", "epoch_s", "bytes")}
-    for epoch in range(1, args.epochs + 1):
+    saved = {"model": model, "shard": local, "optimizer": optimizer}  # what a checkpoint holds
+    point = resume(args, saved, rank, verbose)                # the newest checkpoint in --checkpoint-dir, if any
+    start = 1 if point is None else point.step + 1
+    history = history if point is None else point.extra
+    for epoch in range(start, args.epochs + 1):
         comm_counter().reset()
         t0 = device_clock(device)
         model.train()
@@ -83,6 +90,8 @@ def run(args, rank: int, world_size: int, device: torch.device = CPU, verbose: b
         if verbose and rank == 0 and (epoch % args.log_every == 0 or epoch == args.epochs):
             print(f"epoch {epoch:4d} loss {history['loss'][-1]:.4f} train {accs[0]:.3f} val {accs[1]:.3f} "
                   f"test {accs[2]:.3f} | {epoch_s * 1e3:.1f} ms | {sent / 1e6:.3f} MB sent")
+        if args.checkpoint_dir and (epoch % args.checkpoint_every == 0 or epoch == args.epochs):
+            checkpoint.save(args.checkpoint_dir, epoch, extra=history, **saved)
     return history
 
 
@@ -105,6 +114,7 @@ def parse_args(argv=None):
     p.add_argument("--dropout", type=float, default=0.5)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-every", type=int, default=10)
+    add_checkpoint_args(p, "epochs")
     return p.parse_args(argv)
 
 

@@ -12,17 +12,21 @@ loader together; a batch holds this rank's rows of it, seeds first, so the loss 
 ``out[:batch.batch_size]`` (``batch.global_batch_size`` seed rows over all ranks).  The batches
 are the same whatever the number of processes.  Evaluation is full-graph inference on the
 shard.  The lines that differ from a single-process PyG script are marked ``# <- distributed``.
-Without torchrun it runs on one process.
+Without torchrun it runs on one process.  ``--checkpoint-dir DIR`` saves a checkpoint every
+``--checkpoint-every`` batches and at every epoch's end, and resumes from the newest one, within
+an epoch at the batch after the last one trained (the loader's position is in the checkpoint).
 """
 import argparse
 import time
 
 import torch
 import torch.nn.functional as F
+from train_gcn import add_checkpoint_args, resume  # --checkpoint-dir: save, and resume after a restart
 from train_gnn import MODELS, build_model  # the same models as full-graph training
 
 from pyg_sparsecomm import (  # <- distributed
     SparsityAwarePartitioner,
+    checkpoint,
     comm_counter,
     distribute,
     distributed_loss,
@@ -95,11 +99,18 @@ def run(args, rank: int, world_size: int, device: torch.device = CPU, verbose: b
     keys = ("loss", "batch_loss", "train_acc", "val_acc", "test_acc", "epoch_s", "sample_s", "batches",
             "halo_bytes", "sample_bytes")
     history: dict[str, list] = {k: [] for k in keys}
+    saved = {"model": model, "shard": local, "optimizer": optimizer, "loader": loader}  # what a checkpoint holds
+    step, epoch_so_far = 0, {"losses": [], "seeds": []}      # batches trained; the epoch's (if resumed mid-epoch)
+    point = resume(args, saved, rank, verbose)                # the loader stands where the checkpoint was saved
+    if point is not None:
+        step, (history, epoch_so_far) = point.step, point.extra
     counter = comm_counter()
-    for epoch in range(1, args.epochs + 1):
+    for epoch in range(loader.epoch + 1, args.epochs + 1):
         counter.reset()
         model.train()
-        losses, seeds, sample_s = [], [], 0.0
+        losses = [torch.tensor(v, device=device) for v in epoch_so_far["losses"]]
+        seeds, sample_s = list(epoch_so_far["seeds"]), 0.0
+        epoch_so_far = {"losses": [], "seeds": []}
         t0 = t_prev = device_clock(device)
         for batch in loader:                                   # collective: every rank iterates together
             sample_s += time.perf_counter() - t_prev           # sampling + the batch's plan
@@ -114,6 +125,10 @@ def run(args, rank: int, world_size: int, device: torch.device = CPU, verbose: b
             optimizer.step()
             losses.append(loss.detach())                       # the batch's mean loss over all its seeds
             seeds.append(batch.global_batch_size)
+            step += 1
+            if args.checkpoint_dir and args.checkpoint_every and step % args.checkpoint_every == 0:
+                so_far = {"losses": [float(v) for v in losses], "seeds": seeds}   # mid-epoch: the loader's position
+                checkpoint.save(args.checkpoint_dir, step, extra=(history, so_far), **saved)
             t_prev = time.perf_counter()
         epoch_s = device_clock(device) - t0
         batch_loss = torch.stack(losses).tolist()              # one read of the device at the epoch's end
@@ -134,6 +149,8 @@ def run(args, rank: int, world_size: int, device: torch.device = CPU, verbose: b
                   f"test {accs[2]:.3f} | {epoch_s:.2f} s ({len(seeds)} batches, sampling+plan {sample_s:.2f} s) "
                   f"| per batch: {halo / len(seeds) / 1e3:.1f} kB halo, {sampled / len(seeds) / 1e3:.1f} kB "
                   f"sampling/plan ids")
+        if args.checkpoint_dir:                                # every epoch's end, too
+            checkpoint.save(args.checkpoint_dir, step, extra=(history, {"losses": [], "seeds": []}), **saved)
     return history
 
 
@@ -164,6 +181,7 @@ def parse_args(argv=None):
     p.add_argument("--dropout", type=float, default=0.5)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-every", type=int, default=1)
+    add_checkpoint_args(p, "batches (and every epoch's end)")
     args = p.parse_args(argv)
     if args.batch_size is None:
         args.batch_size = 32 if args.loader == "neighbor" else 800

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from .attempts import attempt_store
 from .comm.group import release_groups
 
 #: how long a collective waits for a stalled or dead peer before raising (gloo's default is 30 min)
@@ -58,7 +59,9 @@ def init_distributed(backend: str | None = None,
     (:func:`~pyg_sparsecomm.comm.group.release_groups`): left to the interpreter's teardown, gloo's
     worker threads abort the process ("terminate called without an active exception").
     In a process that joined a job already (a launcher, a notebook, a test harness), it returns
-    that job's rank, size and device.
+    that job's rank, size and device.  Under ``torchrun --max-restarts N`` (and elastic
+    ``--nnodes MIN:MAX`` membership changes) every attempt of the job creates its group on keys of
+    its own (:mod:`~pyg_sparsecomm.attempts`), so a restarted job connects again.
     """
     if dist.is_initialized():
         nccl = dist.get_backend() == "nccl"
@@ -75,9 +78,22 @@ def init_distributed(backend: str | None = None,
     if backend == "nccl":
         for name, value in nccl_failure_env(timeout).items():
             os.environ.setdefault(name, value)  # the user's own settings win
-    dist.init_process_group(backend, timeout=timeout)
+    _init_process_group(backend, timeout)
     atexit.register(_destroy_process_group)
     return dist.get_rank(), dist.get_world_size(), device
+
+
+def _init_process_group(backend: str, timeout: timedelta) -> None:
+    """``init_process_group``; under ``torchrun`` on the key space of this attempt of the job
+    (:mod:`~pyg_sparsecomm.attempts`), so a job restarted by ``--max-restarts`` or an elastic
+    membership change connects again instead of reading the dead attempt's addresses."""
+    if "TORCHELASTIC_RUN_ID" not in os.environ:
+        dist.init_process_group(backend, timeout=timeout)
+        return
+    store, rank, world_size = next(dist.rendezvous("env://", timeout=timeout))
+    store.set_timeout(timeout)
+    dist.init_process_group(backend, store=attempt_store(store, rank, world_size, timeout), rank=rank,
+                            world_size=world_size, timeout=timeout)
 
 
 #: collective clean-ups to run while the job's process group is still alive (see :func:`before_teardown`)

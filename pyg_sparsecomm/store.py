@@ -46,7 +46,8 @@ def _hash_tensor(h: Any, name: str, value: torch.Tensor) -> None:
     value = value.detach().cpu()
     value = (value.to_dense() if value.layout != torch.strided else value).contiguous().reshape(-1)
     h.update(f"{name}:{value.dtype}:{value.numel()}:".encode())
-    h.update(value.view(torch.uint8).numpy())
+    if value.numel():  # an empty tensor cannot be viewed as bytes (and has none)
+        h.update(value.view(torch.uint8).numpy())
 
 
 def graph_fingerprint(data: Data) -> str:

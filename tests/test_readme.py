@@ -246,6 +246,8 @@ def _torchrun(words: list[str]) -> tuple[int, list[str]]:
             if not value:
                 i, value = i + 1, words[i + 1]
             nproc = int(value)
+        elif option in ("--max-restarts", "--max_restarts"):  # restarts only after a failure: runs once here
+            i += 0 if value else 1
         elif option != "--standalone":
             raise AssertionError(f"torchrun option {words[i]} in the README: teach tests/test_readme.py to run it")
         i += 1

@@ -108,6 +108,7 @@ class ExchangeSlots:
         self.slots: dict[str, Any] = {}
         self.training = True
         self._calls: dict[str, int] | None = None  # None: no begin_call yet, keys are used as given
+        self._restored: dict[str, dict] = {}  # states loaded before their slot exists (see load_state_dict)
 
     def begin_call(self, training: bool) -> None:
         """A new forward of the owning layer (``training``: its ``self.training``)."""
@@ -125,6 +126,8 @@ class ExchangeSlots:
         return self.slots.get(key, default)
 
     def __setitem__(self, key: str, value: Any) -> None:
+        if key in self._restored:
+            value.load_state_dict(self._restored.pop(key))
         self.slots[key] = value
 
     def __getitem__(self, key: str) -> Any:
@@ -134,7 +137,21 @@ class ExchangeSlots:
         return key in self.slots
 
     def clear(self) -> None:
+        """Drops the slots (a move to another device); states loaded but not taken yet stay."""
         self.slots.clear()
 
+    def state_dict(self) -> dict[str, dict]:
+        """The state of every slot that keeps one across steps (the stale pipelines,
+        :meth:`StaleHalo.state_dict <pyg_sparsecomm.comm.stale.StaleHalo.state_dict>`), by call site."""
+        return {key: value.state_dict() for key, value in self.slots.items() if hasattr(value, "state_dict")}
+
+    def load_state_dict(self, state: dict[str, dict]) -> None:
+        """Continues the slots :meth:`state_dict` saved.  A slot made at the first training call
+        (a new model's) takes its state when it is made."""
+        self._restored = dict(state)
+        for key in list(self._restored):
+            if key in self.slots:
+                self.slots[key].load_state_dict(self._restored.pop(key))
+
     def __getstate__(self) -> dict:
-        return {"slots": {}, "training": self.training, "_calls": None}
+        return {"slots": {}, "training": self.training, "_calls": None, "_restored": {}}

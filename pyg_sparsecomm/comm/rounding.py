@@ -22,6 +22,9 @@ on the calling thread), which is deterministic.
 Seeding the same ``s`` twice *in one process* does not change ``torch.initial_seed()``, so the
 stream would continue; call :func:`seed_rounding` (after ``torch.manual_seed(s)``) to restart
 it.  :func:`seed_rounding` with an explicit ``seed`` pins the base until the next call.
+
+**Restarts.** :func:`state_dict` / :func:`load_state_dict` carry the streams over a restart (a
+checkpoint, :mod:`~pyg_sparsecomm.checkpoint`): re-seeding would draw the first step's numbers again.
 """
 import hashlib
 
@@ -72,3 +75,22 @@ def seed_rounding(seed: int | None = None) -> None:
         raise TypeError(f"seed_rounding: seed must be an int or None, got {type(seed).__name__}")
     _PINNED_BASE[0] = seed
     _GENERATORS.clear()
+
+
+def state_dict() -> dict:
+    """This process's rounding streams, to continue them after a restart (:mod:`~pyg_sparsecomm.checkpoint`):
+    the pinned base and, per device, the generator's state and the ``(base, rank)`` it was seeded from."""
+    generators = {str(device): (generator.get_state(), key) for device, (generator, key) in _GENERATORS.items()}
+    return {"pinned_base": _PINNED_BASE[0], "generators": generators}
+
+
+def load_state_dict(state: dict) -> None:
+    """Continues the rounding streams :func:`state_dict` saved (in a new process: the draws go on where
+    they stopped, as long as ``torch.initial_seed()`` and the rank are those the streams were seeded from,
+    else :func:`rounding_generator` re-seeds them as usual)."""
+    _PINNED_BASE[0] = state["pinned_base"]
+    _GENERATORS.clear()
+    for name, (generator_state, key) in state["generators"].items():
+        generator = torch.Generator(device=name)
+        generator.set_state(generator_state)
+        _GENERATORS[torch.device(name)] = (generator, tuple(key))

@@ -180,6 +180,16 @@ class _Pipe:
             pending, self.pending = self.pending, None
             self.value = _smooth(self.value, self._received(pending), self.gamma)
 
+    def state_dict(self) -> dict:
+        """The rows of the next step (after :meth:`drain`: nothing stays in flight) and the step count."""
+        self.drain()
+        return {"value": None if self.value is None else self.value.cpu(), "steps": self.steps}
+
+    def load_state_dict(self, state: dict, device: torch.device) -> None:
+        value = state["value"]
+        self.value = None if value is None else value.to(device)
+        self.steps, self.pending = int(state["steps"]), None
+
 
 class StaleHalo:
     """The pipeline of one call site: the halo rows (forward) and halo gradients (backward)
@@ -236,6 +246,20 @@ class StaleHalo:
         """Waits for both exchanges in flight (e.g. before saving or timing); the pipeline goes on."""
         self.rows.drain()
         self.grads.drain()
+
+    def state_dict(self) -> dict:
+        """The pipeline between two steps: the previous step's halo rows and gradients (both
+        exchanges in flight are waited for first, :meth:`drain`, which changes nothing the next step
+        computes) and the step count.  Only valid for the same plan (the same partition)."""
+        return {"rows": self.rows.state_dict(), "grads": self.grads.state_dict(), "row_shape": self.row_shape}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Continues the pipeline :meth:`state_dict` saved: the next step uses the saved halos, as the
+        uninterrupted run would have."""
+        device = self.plan.send_index.device
+        self.rows.load_state_dict(state["rows"], device)
+        self.grads.load_state_dict(state["grads"], device)
+        self.row_shape = state["row_shape"]
 
 
 def same_plan(a: RankPlan, b: RankPlan) -> bool:

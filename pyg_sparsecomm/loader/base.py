@@ -64,6 +64,8 @@ class DistributedLoader:
         self._running: PrefetchedBatches | None = None
         self._counts: tuple[int, Tensor] | None = None  # (epoch key, seeds per batch), cached
         self._iterating: int | None = None  # the epoch being iterated
+        self._taken = 0  # batches of that epoch the caller took (with those skipped on resuming)
+        self._resume: tuple[int, int] | None = None  # (epoch, batches to skip) of load_state_dict
 
     def _check_same_sampling(self) -> None:
         """Ranks that drew batches by different rules would wait for each other forever in the
@@ -97,16 +99,48 @@ class DistributedLoader:
                                                  self.num_batches))
         return self._counts[1]
 
+    def _epoch_batches(self, epoch: int) -> Tensor:
+        """:meth:`seeds_per_batch` of ``epoch`` with the batches a resumed epoch skips set to 0."""
+        counts = self.seeds_per_batch(epoch)
+        if self._resume is None or self._resume[0] != epoch or self._resume[1] == 0:
+            return counts
+        skipped = torch.nonzero(counts).view(-1)[:self._resume[1]]
+        return counts.clone().index_fill_(0, skipped, 0)
+
     def __len__(self) -> int:
         """Batches of the epoch being iterated (else of the next one): those with a seed on some
-        rank, at most ``ceil(len(dataset) / batch_size)``; the same on every rank."""
+        rank, at most ``ceil(len(dataset) / batch_size)`` (in an epoch resumed from a checkpoint,
+        those left); the same on every rank."""
         epoch = self.epoch if self._iterating is None else self._iterating
-        return int(torch.count_nonzero(self.seeds_per_batch(epoch)))
+        return int(torch.count_nonzero(self._epoch_batches(epoch)))
+
+    def state_dict(self) -> dict[str, int]:
+        """Where the loader stands: the epoch being iterated and the batches of it taken so far
+        (between epochs: the next epoch and ``0``).  The same on every rank, and whatever the
+        number of ranks (the batches are those of the whole graph, :mod:`~pyg_sparsecomm.sampling`)."""
+        if self._iterating is not None:
+            return {"epoch": self._iterating, "position": self._taken}
+        if self._resume is not None:  # loaded, not iterated yet: where the next iteration starts
+            return {"epoch": self._resume[0], "position": self._resume[1]}
+        return {"epoch": self.epoch, "position": 0}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        """Continues where :meth:`state_dict` stood: the next iteration draws the saved epoch from
+        the batch after the last one taken (the batches before it are skipped without sampling:
+        every batch is drawn from its epoch and index alone); later epochs as usual."""
+        epoch, position = int(state["epoch"]), int(state["position"])
+        if epoch < 0 or position < 0:
+            raise ValueError(f"{type(self).__name__}.load_state_dict: epoch and position must be >= 0, got {state}")
+        self.epoch, self._resume = epoch, (epoch, position)
 
     def __iter__(self) -> Iterator[Data]:
         epoch = self.epoch
         self.epoch += 1
-        batches: Iterator[Data] = self._batches(epoch, self.seeds_per_batch(epoch))
+        if self._resume is not None and self._resume[0] != epoch:
+            self._resume = None  # another epoch was asked for (set_epoch): the resume point is gone
+        counts = self._epoch_batches(epoch)
+        self._taken = 0 if self._resume is None else self._resume[1]
+        batches: Iterator[Data] = self._batches(epoch, counts)
         if self.prefetch:
             if self._running is not None:  # an epoch left early: its thread stops before this one samples
                 self._running.close()
@@ -117,10 +151,13 @@ class DistributedLoader:
     def _epoch(self, epoch: int, batches: Iterator[Data]) -> Iterator[Data]:
         try:
             for batch in batches:
+                self._taken += 1
                 yield batch if self.transform is None else self.transform(batch)
         finally:
             if self._iterating == epoch:
                 self._iterating = None
+            if self._resume is not None and self._resume[0] == epoch:
+                self._resume = None  # resumed once; iterating this epoch again draws all of it
 
     def _batches(self, epoch: int, global_seeds: Tensor) -> Iterator[Data]:
         """The batches of ``epoch`` whose ``global_seeds`` (per batch) are not 0, in order; collective."""

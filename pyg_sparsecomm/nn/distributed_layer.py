@@ -29,6 +29,7 @@ nor asynchronous collectives.  The layer's own dense code (its ``Linear``, atten
 coefficients, bias, activations between layers) compiles; each of these calls is one graph
 break, at the same place in every step, so a model compiles once.
 """
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -130,6 +131,15 @@ class LayerState:
     def exchanger(self, context: shard_context.ShardContext) -> HaloExchanger:
         """The shard's exchanger under this layer's halo options and slots."""
         return context.exchanger.bind(options=self.settings.halo_options, slots=self.exchange_slots)
+
+
+def distributed_layers(module: torch.nn.Module) -> Iterator[tuple[str, LayerState]]:
+    """``(name, state)`` of every distributed layer in ``module`` (made by ``distribute()`` or
+    built distributed, as ``DistributedGCNConv``), in ``named_modules()`` order."""
+    for name, child in module.named_modules():
+        state = getattr(child, "_sparsecomm", None)
+        if isinstance(state, LayerState):
+            yield name, state
 
 
 def attach(conv: MessagePassing, settings: DistributedSettings, own: bool = False) -> None:

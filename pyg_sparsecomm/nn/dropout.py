@@ -41,7 +41,8 @@ class NodeDropout(torch.nn.Module):
 
     Call as ``dropout(x, n_id)`` with the global ids of ``x``'s rows (``local.n_id``
     on a shard, ``None`` on the whole graph).  Every training call advances an
-    internal step, so masks change between epochs but agree across ranks.
+    internal step, so masks change between epochs but agree across ranks; the step is part
+    of the module's ``state_dict`` (a resumed run continues the masks).
     """
 
     def __init__(self, p: float = 0.5, seed: int = 0) -> None:
@@ -52,6 +53,15 @@ class NodeDropout(torch.nn.Module):
         if self.training and self.p > 0:
             self.step += 1
         return node_dropout(x, self.p, n_id, self.seed, self.step, self.training)
+
+    def get_extra_state(self) -> dict:
+        """The step counter, in the module's ``state_dict`` (``"<name>._extra_state"``): a model
+        loaded from a checkpoint draws the masks the uninterrupted run would (a counter starting
+        at 0 again would repeat the first epochs' masks)."""
+        return {"step": self.step}
+
+    def set_extra_state(self, state: dict) -> None:
+        self.step = int(state["step"])
 
     def extra_repr(self) -> str:
         return f"p={self.p}, seed={self.seed}"

@@ -1,0 +1,25 @@
+r"""Checkpoint and resume: long runs survive failures under ``torchrun --max-restarts``.
+
+::
+
+    point = checkpoint.load(ckpt_dir, model=model, shard=local, optimizer=optimizer, loader=loader)
+    start = 1 if point is None else point.step + 1
+    for epoch in range(start, epochs + 1):
+        ...                                                   # one training step
+        if epoch % every == 0:
+            checkpoint.save(ckpt_dir, epoch, model=model, shard=local, optimizer=optimizer, loader=loader)
+
+:func:`save` writes, through ``torch.distributed.checkpoint``, the model, optimizer, LR scheduler,
+the loader's epoch and position in it, the caller's ``extra``, every rank's random streams and the
+package's own state (rounding streams of compressed halos, stale pipelines of ``staleness=1``
+layers, ``NodeDropout`` steps) and the partition's fingerprint, atomically (:mod:`.directory`).
+:func:`load` restores the newest complete one: on the same partition, training continues bitwise
+as if never interrupted; on another partition (``allow_repartition=True``, e.g. another number of
+ranks) from the same parameters, optimizer state and loader position, with the ranks' own state
+started anew (:class:`ResumePoint`).
+"""
+from .directory import complete_checkpoints, latest_checkpoint
+from .rank_state import partition_fingerprint
+from .resume import ResumePoint, load, save
+
+__all__ = ["save", "load", "ResumePoint", "latest_checkpoint", "complete_checkpoints", "partition_fingerprint"]
