@@ -29,7 +29,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 import torch
 
@@ -68,7 +68,7 @@ def save_hashed(obj: Any, path: Path) -> str:
     the bytes written."""
     with open(path, "xb") as f:
         writer = HashingWriter(f)
-        torch.save(obj, writer)
+        torch.save(obj, cast(IO[bytes], writer))  # only write() and flush() are called
         f.flush()
         os.fsync(f.fileno())
     return writer.hexdigest()

@@ -21,7 +21,7 @@ import hashlib
 import json
 import re
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -167,7 +167,7 @@ def _is_partition_file(name: str) -> bool:
     return name == "manifest.json" or re.fullmatch(r"part-\d+\.pt", name) is not None
 
 
-def write_partition(root: str | Path, source: dict, records: Iterable[dict]) -> Path:
+def write_partition(root: str | Path, source: Mapping | Callable[[], Mapping], records: Iterable[dict]) -> Path:
     """Writes part records (rank order, one at a time) and the manifest as one atomic directory.
 
     The one writer of partition directories (:func:`save_partition` and
@@ -175,7 +175,8 @@ def write_partition(root: str | Path, source: dict, records: Iterable[dict]) -> 
     renamed into place at the end (:func:`~pyg_sparsecomm.atomic_dir.atomic_directory`), every
     file hashed as it is written.  A random ``write_id`` in the manifest and in every record
     ties the files of one write together.  An existing ``root`` may hold an older partition
-    (it is replaced), nothing else.
+    (it is replaced), nothing else.  ``source`` is the manifest's description, or a callable
+    giving it once the records are written (when writing them computes part of it).
 
     Raises:
         DirectoryLockedError: another process is writing ``root``.
@@ -183,10 +184,13 @@ def write_partition(root: str | Path, source: dict, records: Iterable[dict]) -> 
     """
     write_id = uuid.uuid4().hex
     with atomic_directory(root, replaceable=_is_partition_file) as tmp:
-        files = {}
-        for r, record in enumerate(records):
-            files[f"part-{r}.pt"] = save_hashed({**record, "write_id": write_id}, tmp / f"part-{r}.pt")
-        manifest = {"format_version": FORMAT_VERSION, "source": source, "files": files, "write_id": write_id}
+        files: dict[str, str] = {}
+        for record in records:  # no enumerate(): its reused tuple would keep the last record alive
+            name = f"part-{len(files)}.pt"
+            files[name] = save_hashed({**record, "write_id": write_id}, tmp / name)
+            del record  # one part in memory at a time
+        described = dict(source() if callable(source) else source)
+        manifest = {"format_version": FORMAT_VERSION, "source": described, "files": files, "write_id": write_id}
         write_text_synced(json.dumps(manifest, indent=1, sort_keys=True), tmp / "manifest.json")
     return Path(root) / "manifest.json"
 
