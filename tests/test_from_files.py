@@ -5,9 +5,8 @@ import pytest
 import torch
 from torch_geometric.data import Data
 
-from pyg_sparsecomm import SparsityAwarePartitioner, load_shard, save_partition
+from pyg_sparsecomm import SparsityAwarePartitioner, load_shard, partition_files, save_partition
 from pyg_sparsecomm.cli import main as cli_main
-from pyg_sparsecomm.from_files import partition_files
 from pyg_sparsecomm.plan import RankPlan
 from pyg_sparsecomm.store import partition_source, read_manifest
 
