@@ -21,6 +21,10 @@ loads anything (Python, torch, PyG, gloo: the baseline):
 * activations: :math:`4\\,(n + h)(H + C)` for the ``[owned | halo]`` operands and
   :math:`24\\,n\\,(H + C)` for the layers' outputs, aggregations and their gradients.
 
+The ``+loaded``, ``+conv1``, ``+conv2``, ``+backward`` columns are the rank's resident memory
+above its baseline after loading (and touching ``x``), after each layer's first forward and after
+the first backward: where the memory beyond the ideal goes.
+
 The writer's ideal is its baseline plus the ``int64`` topology (``16 E``), one chunk of feature
 rows and the largest part's rows; the whole feature matrix is printed for comparison.
 """
@@ -105,9 +109,12 @@ def _rank_worker(rank: int, world_size: int, root: str, epochs: int) -> dict:
     from pyg_sparsecomm.memory import peak_memory_bytes
 
     base = rss_now()
+    stages = {}  # resident memory above the baseline after each step of the first epoch
     t0 = time.perf_counter()
     local = load_shard(root)
     load_s = time.perf_counter() - t0
+    float(local.x.sum())  # a memory-mapped part file: its pages become resident when first used
+    stages["loaded"] = rss_now() - base
     adj, plan = local.adj, local.adj.plan
     shard = sum(_nbytes(v) for k, v in local.items() if k not in ("adj", "edge_weight")) + sum(
         _nbytes(t) for t in (adj.rowptr, adj.col, adj.value, plan.halo_n_id, plan.halo_owner,
@@ -118,13 +125,20 @@ def _rank_worker(rank: int, world_size: int, root: str, epochs: int) -> dict:
     params = [*conv1.parameters(), *conv2.parameters()]
     optimizer = torch.optim.Adam(params, lr=0.01)
     times = []
-    for _ in range(epochs):
+    for epoch in range(epochs):
         t1 = time.perf_counter()
         optimizer.zero_grad()
-        out = conv2(conv1(local.x, adj).relu(), adj)
+        hidden = conv1(local.x, adj).relu()
+        if epoch == 0:
+            stages["conv1"] = rss_now() - base
+        out = conv2(hidden, adj)
+        if epoch == 0:
+            stages["conv2"] = rss_now() - base
         mask = local.train_mask
         loss = distributed_loss(F.cross_entropy, out[mask], local.y[mask])
         loss.backward()
+        if epoch == 0:
+            stages["backward"] = rss_now() - base
         sync_gradients(torch.nn.ModuleList([conv1, conv2]))
         optimizer.step()
         times.append(time.perf_counter() - t1)
@@ -132,7 +146,7 @@ def _rank_worker(rank: int, world_size: int, root: str, epochs: int) -> dict:
     width = HIDDEN + NUM_CLASSES
     model = 32 * (nnz + n) + 2 * 4 * h * width + 4 * (n + h) * width + 24 * n * width
     return {"rank": rank, "baseline": base, "peak": peak_memory_bytes(), "shard": shard, "model": model,
-            "rows": n, "halo": h, "nnz": nnz, "load_s": load_s, "epoch_s": float(np.median(times))}
+            "rows": n, "halo": h, "nnz": nnz, "load_s": load_s, "epoch_s": float(np.median(times)), **stages}
 
 
 # -- the table ------------------------------------------------------------------------------------
@@ -159,15 +173,17 @@ def measure(files: Path, graph: dict, parts: list[int], method: str, epochs: int
             rank_rows.append([P, r["rank"], r["rows"], r["halo"], r["nnz"], mb(r["baseline"]), mb(r["shard"]),
                               mb(r["model"]), mb(ideal), mb(r["peak"]), f"{r['peak'] / ideal:.2f}",
                               f"{(r['peak'] - r['baseline']) / (ideal - r['baseline']):.2f}",
-                              f"{r['load_s']:.2f}", f"{r['epoch_s'] * 1e3:.0f}"])
+                              *(mb(r[k]) for k in STAGES), f"{r['load_s']:.2f}", f"{r['epoch_s'] * 1e3:.0f}"])
         print(f"P={P} done: writer peak {mb(w['peak'])} MB, ranks {[mb(r['peak']) for r in per_rank]} MB", flush=True)
     return writer_rows, rank_rows
 
 
 WRITER_HEADERS = ["P", "method", "edges", "baseline MB", "topology 16E MB", "features MB", "peak MB",
                   "ideal MB", "peak/ideal", "seconds"]
+STAGES = ("loaded", "conv1", "conv2", "backward")
 RANK_HEADERS = ["P", "rank", "rows", "halo", "in-edges", "baseline MB", "shard MB", "model MB", "ideal MB",
-                "peak MB", "peak/ideal", "above baseline: peak/ideal", "load s", "epoch ms"]
+                "peak MB", "peak/ideal", "above baseline: peak/ideal", "+loaded", "+conv1", "+conv2",
+                "+backward", "load s", "epoch ms"]
 
 
 def run_graph(scale: int, edge_factor: int, features: int, parts: list[int], method: str, epochs: int) -> tuple:
