@@ -17,6 +17,7 @@ _EXPORTS = {
     "seed_rounding": ".comm.rounding",
     "CostModel": ".cost",
     "shard": ".data",
+    "partition_files": ".from_files",
     "ProcessGrid": ".grid", "process_grid": ".grid",
     "predict_layouts": ".layout",
     "DistributedNeighborLoader": ".loader", "DistributedNodeSubsetLoader": ".loader",
@@ -38,6 +39,7 @@ if TYPE_CHECKING:  # pragma: no cover  (what type checkers and IDEs see; _EXPORT
     from .comm.rounding import seed_rounding
     from .cost import CostModel
     from .data import shard
+    from .from_files import partition_files
     from .grid import ProcessGrid, process_grid
     from .layout import predict_layouts
     from .loader import DistributedNeighborLoader, DistributedNodeSubsetLoader
@@ -75,4 +77,5 @@ __all__ = [
     "ProcessGrid", "process_grid", "CostModel", "predict_layouts", "__version__",
     "init_distributed",
     "rank_zero_first", "partition_and_shard", "gather_nodes", "LossNormalisationWarning",
+    "partition_files",
 ]

@@ -290,7 +290,12 @@ def _plot(args: argparse.Namespace, stats: CommStats, out: "_Printer") -> None:
         out.note(f"wrote {path} ({what})")
 
 
-COMMANDS = {"partition-stats": partition_stats}
+def _partition(argv: list[str]) -> int:
+    from .cli_partition import partition  # out of core, from .npy files
+    return partition(argv)
+
+
+COMMANDS = {"partition-stats": partition_stats, "partition": _partition}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -159,10 +159,16 @@ def distributed_job(backend: str | None = None,
 def run_job(train: Callable[..., dict[str, list[float]]], args: Any) -> tuple[int, dict[str, list[float]]]:
     """Runs ``train(args, rank, world_size, device)`` inside :func:`distributed_job`; returns
     ``(rank, history)``, after printing the final test accuracy and the median epoch time on
-    rank 0 when ``history`` holds ``test_acc`` and ``epoch_s`` (the examples' training loops)."""
+    rank 0 when ``history`` holds ``test_acc`` and ``epoch_s`` (the examples' training loops),
+    and every rank's peak memory (:func:`~pyg_sparsecomm.memory.peak_memory_report`)."""
+    from .memory import peak_memory_report
+
     with distributed_job() as (rank, world_size, device):
         history = train(args, rank, world_size, device)
+        memory = peak_memory_report(device)  # collective: gathered while the group is up
     if rank == 0 and history.get("test_acc") and history.get("epoch_s"):
         ms = sorted(history["epoch_s"])[len(history["epoch_s"]) // 2] * 1e3
         print(f"final test accuracy {history['test_acc'][-1]:.4f}, median epoch {ms:.1f} ms")
+    if rank == 0:
+        print(memory)
     return rank, history

@@ -12,10 +12,16 @@ graphs that fit no single machine.  Files are loaded with
 ``torch.load(weights_only=True)`` (tensors, lists and numbers only: no code runs on
 load) and validated against the manifest; a cache made another way raises instead of
 being reused silently.
+
+Writing is atomic (:mod:`~pyg_sparsecomm.atomic_dir`): the files are written into a temporary
+sibling directory, hashed as they are written, and renamed into place under a lock, so a killed
+or concurrent writer never leaves a directory that loads; loading memory-maps the part file.
 """
 import hashlib
 import json
-from collections.abc import Mapping
+import re
+import uuid
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +30,7 @@ import torch.distributed as dist
 from torch_geometric.data import Data
 
 from .adj import HaloAdj
+from .atomic_dir import atomic_directory, save_hashed, unfinished_hint, write_text_synced
 from .comm.group import raise_together
 from .comm.group import rank as group_rank
 from .comm.group import world_size as group_world_size
@@ -151,19 +158,42 @@ def save_partition(data: Data, root: str | Path, source: Mapping | None = None) 
     if wrong:  # the description belongs to another graph or partition: recording it would lie
         raise ValueError(f"source does not describe data: {_fields([(k, a) for k, a, _ in wrong])} given, "
                          f"but data has {_fields([(k, b) for k, _, b in wrong])}")
-    root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
     num_parts = measured["num_parts"]
     pattern = comm_pattern(data.edge_index.cpu(), data.part.cpu(), data.num_nodes, num_parts)
-    files = {}
-    for r in range(num_parts):
-        path = root / f"part-{r}.pt"
-        torch.save(_to_record(shard_from_pattern(data, pattern, r)), path)
-        files[path.name] = _sha256(path)
-    manifest = {"format_version": FORMAT_VERSION, "source": {**described, **measured}, "files": files}
-    path = root / "manifest.json"
-    path.write_text(json.dumps(manifest, indent=1, sort_keys=True))
-    return path
+    records = (_to_record(shard_from_pattern(data, pattern, r)) for r in range(num_parts))
+    return write_partition(root, {**described, **measured}, records)
+
+
+def _is_partition_file(name: str) -> bool:
+    return name == "manifest.json" or re.fullmatch(r"part-\d+\.pt", name) is not None
+
+
+def write_partition(root: str | Path, source: Mapping | Callable[[], Mapping], records: Iterable[dict]) -> Path:
+    """Writes part records (rank order, one at a time) and the manifest as one atomic directory.
+
+    The one writer of partition directories (:func:`save_partition` and
+    :func:`~pyg_sparsecomm.from_files.partition_files`): under a lock, into a temporary sibling
+    renamed into place at the end (:func:`~pyg_sparsecomm.atomic_dir.atomic_directory`), every
+    file hashed as it is written.  A random ``write_id`` in the manifest and in every record
+    ties the files of one write together.  An existing ``root`` may hold an older partition
+    (it is replaced), nothing else.  ``source`` is the manifest's description, or a callable
+    giving it once the records are written (when writing them computes part of it).
+
+    Raises:
+        DirectoryLockedError: another process is writing ``root``.
+        FileExistsError: ``root`` holds files that belong to no partition.
+    """
+    write_id = uuid.uuid4().hex
+    with atomic_directory(root, replaceable=_is_partition_file) as tmp:
+        files: dict[str, str] = {}
+        for record in records:  # no enumerate(): its reused tuple would keep the last record alive
+            name = f"part-{len(files)}.pt"
+            files[name] = save_hashed({**record, "write_id": write_id}, tmp / name)
+            del record  # one part in memory at a time
+        described = dict(source() if callable(source) else source)
+        manifest = {"format_version": FORMAT_VERSION, "source": described, "files": files, "write_id": write_id}
+        write_text_synced(json.dumps(manifest, indent=1, sort_keys=True), tmp / "manifest.json")
+    return Path(root) / "manifest.json"
 
 
 def _json_type(value: Any) -> str:
@@ -185,7 +215,8 @@ def read_manifest(root: str | Path) -> dict:
     """The validated ``manifest.json`` under ``root``; ``ValueError`` naming the file and the problem."""
     path = Path(root) / "manifest.json"
     if not path.exists():
-        raise FileNotFoundError(f"no partition manifest at {path}: run save_partition first")
+        raise FileNotFoundError(f"no partition manifest at {path}{unfinished_hint(Path(root))}: "
+                                f"run save_partition first")
     try:
         manifest = json.loads(path.read_text())
     except json.JSONDecodeError as e:
@@ -273,7 +304,10 @@ def _load_shard(root: str | Path, group: dist.ProcessGroup | None, rank: int | N
     if _sha256(path) != manifest["files"].get(path.name):
         raise ValueError(f"checksum mismatch for {path}: the file is corrupt or not from this partition: "
                          f"re-run save_partition")
-    rec = torch.load(path, weights_only=True)
+    rec = torch.load(path, weights_only=True, mmap=True)  # tensors stay in the page cache until used
+    if rec.get("write_id") != manifest.get("write_id"):  # replaced between reading the manifest and here
+        raise ValueError(f"{path} is not from the write {root}/manifest.json describes (the partition was "
+                         f"replaced while loading): load again")
     if rec["rank"] != rank or rec["world_size"] != world_size:
         raise ValueError(f"{path} holds rank {rec['rank']} of {rec['world_size']}, expected {rank} of {world_size}")
     plan = RankPlan(rank=rank, world_size=world_size, num_nodes=rec["num_nodes"],

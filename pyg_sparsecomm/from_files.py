@@ -1,0 +1,264 @@
+"""Out-of-core partitioning: from ``.npy`` files to one part file per rank.
+
+For graphs whose features fit no single process, :func:`partition_files` (and
+``python -m pyg_sparsecomm partition``) reads the graph from files and writes the directory that
+:func:`~pyg_sparsecomm.save_partition` would write for the same graph in memory, so every rank
+then calls :func:`~pyg_sparsecomm.load_shard` as before.  Only the topology is held whole:
+
+* the edges (``[2, E]`` ``.npy``, or several such chunks) become one ``int64`` ``edge_index``
+  (:math:`16E` bytes), partitioned and planned exactly as in memory;
+* every node attribute (``x``, ``y``, masks: ``.npy`` with one row per node) is read once in
+  chunks of ``chunk_bytes``: each chunk is hashed (for the manifest's fingerprint) and its rows
+  scattered into a scratch file ordered by (part, node); each part file then takes its rows from
+  there, one part at a time.
+
+Peak memory is the topology with the partitioner's and the plan's working arrays, plus one part's
+rows of the node attributes (what that rank holds anyway), plus one chunk; never the feature
+matrix.  The files are read with plain reads (no memory map: mapped pages would count towards
+the writer's resident memory until unmapped).
+"""
+import hashlib
+import os
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch_geometric.data import Data
+
+from .data import shard_from_pattern
+from .partition import SparsityAwarePartitioner
+from .plan import CommPattern, comm_pattern
+from .store import _hash_tensor, _to_record, partition_source, write_partition
+
+PathLike = str | os.PathLike
+#: default bytes of one chunk of node-attribute rows (a chunk is read, hashed and scattered at once)
+CHUNK_BYTES = 64 << 20
+
+
+@dataclass
+class NpyFile:
+    """Where the C-ordered array of a ``.npy`` file lies: ``shape``, ``dtype``, data ``offset``."""
+    path: Path
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    offset: int
+
+    @classmethod
+    def open(cls, path: PathLike, what: str) -> "NpyFile":
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"{what} file {path} not found")
+        with open(path, "rb") as f:
+            try:
+                version = np.lib.format.read_magic(f)
+                read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                               else np.lib.format.read_array_header_2_0)
+                shape, fortran_order, dtype = read_header(f)
+            except ValueError as e:
+                raise ValueError(f"{what} file {path} is no .npy array ({e}): save it with numpy.save") from None
+            offset = f.tell()
+        if fortran_order and len(shape) > 1:
+            raise ValueError(f"{what} file {path} is stored in Fortran order: save it C-ordered "
+                             f"(numpy.save(path, numpy.ascontiguousarray(a)))")
+        if dtype.hasobject:
+            raise ValueError(f"{what} file {path} holds Python objects ({dtype}): save a numeric array")
+        npy = cls(path, tuple(shape), dtype, offset)
+        expected = offset + npy.row_bytes * (shape[0] if shape else 1)
+        if path.stat().st_size < expected:
+            raise ValueError(f"{what} file {path} is truncated: {path.stat().st_size} bytes, its header "
+                             f"announces {expected}: write it again")
+        return npy
+
+    @property
+    def row_bytes(self) -> int:
+        return int(np.prod(self.shape[1:], dtype=np.int64)) * self.dtype.itemsize
+
+    def read(self, f: Any, start: int, count: int) -> np.ndarray:
+        """``count`` rows (elements for 1-D) from ``start`` on, through the open file ``f``."""
+        f.seek(self.offset + start * self.row_bytes)
+        per_row = self.row_bytes // self.dtype.itemsize if self.dtype.itemsize else 0
+        out = np.fromfile(f, dtype=self.dtype, count=count * per_row)
+        return out.reshape((count, *self.shape[1:]))
+
+
+def _torch_dtype(npy: NpyFile, what: str) -> torch.dtype:
+    try:
+        return torch.from_numpy(np.empty(0, dtype=npy.dtype)).dtype
+    except TypeError:
+        raise ValueError(f"{what} file {npy.path} has dtype {npy.dtype}, which torch cannot hold") from None
+
+
+def read_edges(edges: PathLike | Sequence[PathLike], num_nodes: int | None,
+               chunk_bytes: int = CHUNK_BYTES) -> tuple[Tensor, int]:
+    """``(edge_index, num_nodes)``: the ``int64`` ``[2, E]`` edges of one ``.npy`` file or of
+    several (concatenated in order), read in chunks; ``num_nodes`` defaults to the largest id + 1.
+
+    Raises ``ValueError`` for a file that is not an integer ``[2, E]`` array or holds ids outside
+    ``[0, num_nodes)``."""
+    paths = [edges] if isinstance(edges, (str, os.PathLike)) else list(edges)
+    if not paths:
+        raise ValueError("no edge files given")
+    files = [NpyFile.open(p, "edge") for p in paths]
+    for npy in files:
+        if len(npy.shape) != 2 or npy.shape[0] != 2 or npy.dtype.kind not in "iu":
+            raise ValueError(f"edge file {npy.path} holds a {npy.dtype} array of shape {list(npy.shape)}: "
+                             f"expected integer ids of shape [2, num_edges] (row 0 sources, row 1 targets)")
+    edge_index = torch.empty(2, sum(npy.shape[1] for npy in files), dtype=torch.long)
+    out, step, lo, hi = edge_index.numpy(), max(1, chunk_bytes // 16), 0, -1
+    start = 0
+    for npy in files:
+        E = npy.shape[1]
+        with open(npy.path, "rb") as f:
+            for row in range(2):
+                for a in range(0, E, step):
+                    b = min(E, a + step)
+                    f.seek(npy.offset + (row * E + a) * npy.dtype.itemsize)
+                    block = np.fromfile(f, dtype=npy.dtype, count=b - a)
+                    out[row, start + a:start + b] = block
+                    if block.size:
+                        lo, hi = min(lo, int(block.min())), max(hi, int(block.max()))
+        start += E
+    if lo < 0 or (num_nodes is not None and hi >= num_nodes):
+        bad = lo if lo < 0 else hi
+        raise ValueError(f"edge files {[str(p) for p in paths]} hold node id {bad}, outside [0, {num_nodes}) "
+                         f"(num_nodes from the node attribute files or num_nodes=)")
+    return edge_index, hi + 1 if num_nodes is None else num_nodes
+
+
+def _node_files(node_attrs: Mapping[str, PathLike], num_nodes: int | None) -> tuple[dict[str, NpyFile], int | None]:
+    files = {key: NpyFile.open(path, f"node attribute {key!r}") for key, path in node_attrs.items()}
+    rows = {key: npy.shape[0] if npy.shape else None for key, npy in files.items()}
+    sizes = set(rows.values()) | ({num_nodes} if num_nodes is not None else set())
+    if len(sizes) > 1 or None in sizes:
+        raise ValueError(f"node attribute files must have one row per node"
+                         f"{'' if num_nodes is None else f' ({num_nodes})'}; their first dimensions: {rows}")
+    for key, npy in files.items():
+        _torch_dtype(npy, f"node attribute {key!r}")
+    return files, (sizes.pop() if sizes else None)
+
+
+def _hash_scatter(h: Any, key: str, npy: NpyFile, pattern: CommPattern, scratch: Path, chunk_bytes: int) -> None:
+    """One pass over a node attribute: hashed as :func:`~pyg_sparsecomm.graph_fingerprint` hashes
+    it, and its rows written to ``scratch`` in (part, node) order: part ``r``'s rows from row
+    ``sum(part_sizes[:r])`` on, in ``n_id`` order."""
+    N, row_bytes = pattern.num_nodes, npy.row_bytes
+    numel = N * (row_bytes // npy.dtype.itemsize if npy.dtype.itemsize else 0)
+    h.update(f"{key}:{_torch_dtype(npy, key)}:{numel}:".encode())
+    first_row = np.concatenate([[0], np.cumsum(pattern.part_sizes)[:-1]])
+    step = max(1, chunk_bytes // max(row_bytes, 1))
+    with open(npy.path, "rb") as f, open(scratch, "wb") as out:
+        out.truncate(N * row_bytes)
+        for a in range(0, N, step):
+            b = min(N, a + step)
+            block = np.ascontiguousarray(npy.read(f, a, b - a))
+            h.update(block.data.cast("B"))
+            part = pattern.part[a:b]
+            order = np.argsort(part, kind="stable")  # by part, ascending node id within
+            ends = np.searchsorted(part[order], np.arange(pattern.num_parts + 1))
+            for r in np.flatnonzero(np.diff(ends)):
+                rows = order[ends[r]:ends[r + 1]]
+                dest = first_row[r] + pattern.local_index[a + rows[0]]  # the part's rows run on
+                os.pwrite(out.fileno(), block[rows].tobytes(), int(dest) * row_bytes)
+
+
+def _read_part(npy: NpyFile, scratch: Path, first: int, count: int) -> Tensor:
+    with open(scratch, "rb") as f:
+        f.seek(first * npy.row_bytes)
+        rows = np.fromfile(f, dtype=npy.dtype, count=count * (npy.row_bytes // npy.dtype.itemsize))
+    return torch.from_numpy(rows.reshape((count, *npy.shape[1:])))
+
+
+def _records(partitioner: SparsityAwarePartitioner, edge_index: Tensor, edge_weight: Tensor | None, N: int,
+             node_files: dict[str, NpyFile], out: Path, source: dict, chunk_bytes: int) -> Iterator[dict]:
+    """Partitions the graph, then yields the part records in rank order (one in memory at a time);
+    fills ``source["fingerprint"]``.  Runs while the store holds the directory's lock, so that a
+    second writer is refused before partitioning, not after."""
+    num_parts = partitioner.num_parts
+    part, _ = partitioner.partition(edge_index, N)
+    pattern = comm_pattern(edge_index, part, N, num_parts)
+    topology = Data(edge_index=edge_index, edge_weight=edge_weight, num_nodes=N)
+    tensors = {"edge_index": edge_index, "part": part, **({} if edge_weight is None else {"edge_weight": edge_weight})}
+    h = hashlib.sha256(f"num_nodes={N};".encode())
+    # A scratch name the store's next writer removes if this one is killed.
+    with tempfile.TemporaryDirectory(prefix=f".{out.name}.tmp-scratch-", dir=out.parent) as tmp:
+        scratch = {key: Path(tmp) / key for key in node_files}
+        for key in sorted([*tensors, *node_files, "num_parts"]):  # graph_fingerprint's order
+            if key == "num_parts":
+                h.update(f"num_parts={num_parts!r};".encode())
+            elif key in tensors:
+                _hash_tensor(h, key, tensors[key])
+            else:
+                _hash_scatter(h, key, node_files[key], pattern, scratch[key], chunk_bytes)
+        source["fingerprint"] = h.hexdigest()
+        first = np.concatenate([[0], np.cumsum(pattern.part_sizes)])
+        for r in range(num_parts):
+            local = shard_from_pattern(topology, pattern, r)
+            for key, npy in node_files.items():
+                local[key] = _read_part(npy, scratch[key], int(first[r]), int(pattern.part_sizes[r]))
+            record = _to_record(local)
+            del local
+            yield record
+            del record  # the store has written it: one part in memory at a time
+
+
+def partition_files(edges: PathLike | Sequence[PathLike], out: PathLike, num_parts: int,
+                    method: str = "metis", seed: int = 0, *, x: PathLike | None = None,
+                    y: PathLike | None = None, masks: Mapping[str, PathLike] | None = None,
+                    edge_weight: PathLike | None = None, num_nodes: int | None = None,
+                    dataset: str | None = None, chunk_bytes: int = CHUNK_BYTES, **options) -> Path:
+    r"""Partitions a graph stored as ``.npy`` files and writes one part file per rank under ``out``.
+
+    The result is the directory ``save_partition(SparsityAwarePartitioner(num_parts, method,
+    seed, **options)(data), out, source=partition_source(...))`` writes for the in-memory graph
+    ``data = Data(x=x, y=y, edge_index=edges, edge_weight=edge_weight, **masks)`` (the same
+    partition, records and manifest, fingerprint included), so every rank then loads its part
+    with ``load_shard(out, expected_source=...)``.  Peak memory: the ``int64`` topology
+    (:math:`16E` bytes plus the partitioner's and the plan's working arrays), one chunk, and one
+    part's rows of the node attributes; see :mod:`~pyg_sparsecomm.from_files`.
+
+    Args:
+        edges: ``.npy`` file of integer ids, shape ``[2, E]`` (row 0 sources, row 1 targets, as
+            PyG's ``edge_index``), or a list of such files (chunks, concatenated in order).
+        out: the partition directory (written atomically, see :func:`~pyg_sparsecomm.save_partition`).
+        num_parts: number of parts (the world size to train with).
+        method, seed, **options: the partitioning method, its seed and options, as for
+            :class:`~pyg_sparsecomm.SparsityAwarePartitioner` (``"metis+vb"`` etc. too).
+        x, y: ``.npy`` node features ``[N, F]`` and labels ``[N]`` (any dtype torch holds).
+        masks: ``{name: .npy path}`` of further node attributes, e.g. ``{"train_mask": ...}``.
+        edge_weight: ``.npy`` of ``[E]`` edge weights, in the order of ``edges``.
+        num_nodes: ``N``; default: the node attribute files' first dimension, else the largest
+            node id + 1.
+        dataset: the dataset name recorded in the manifest's ``source``.
+        chunk_bytes: bytes of node-attribute rows read at once.
+
+    Returns:
+        The path of the manifest.
+    """
+    partitioner = SparsityAwarePartitioner(num_parts, method, seed=seed, **options)
+    node_attrs = {k: v for k, v in (("x", x), ("y", y)) if v is not None} | dict(masks or {})
+    node_files, rows = _node_files(node_attrs, num_nodes)
+    edge_index, N = read_edges(edges, rows, chunk_bytes)
+    weight = None
+    if edge_weight is not None:
+        npy = NpyFile.open(edge_weight, "edge weight")
+        if npy.shape != (edge_index.size(1),):
+            raise ValueError(f"edge weight file {npy.path} has shape {list(npy.shape)}: expected "
+                             f"[{edge_index.size(1)}], one weight per edge")
+        with open(npy.path, "rb") as f:
+            weight = torch.from_numpy(npy.read(f, 0, edge_index.size(1)))
+    if num_parts > max(N, 1):
+        raise ValueError(f"cannot split {N} nodes into {num_parts} parts")
+    described = partition_source(partitioner, dataset)
+    x_file = node_files.get("x")
+    source = {**described, "num_parts": num_parts, "num_nodes": N, "num_edges": int(edge_index.size(1)),
+              "num_features": None if x_file is None else (x_file.shape[-1] if len(x_file.shape) > 1 else 1),
+              "x_dtype": None if x_file is None else str(_torch_dtype(x_file, "x")).replace("torch.", "")}
+    out = Path(out).absolute()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    records = _records(partitioner, edge_index, weight, N, node_files, out, source, chunk_bytes)
+    return write_partition(out, lambda: source, records)
