@@ -30,7 +30,7 @@ from ..algorithms.settings import check_settings
 from ..comm.halo_options import HaloOptions
 from ..compat import edge_update_arguments, message_arguments
 from ..cost import CostModel
-from . import degree_norm, gradient_sync, trim
+from . import degree_norm, gradient_sync, hetero, trim
 from .distributed_layer import DistributedSettings, attach
 from .layer_rules import layer_rule
 from .norms import convert_norm
@@ -155,6 +155,7 @@ def distribute(module: torch.nn.Module, algorithm: str = "1d", group: dist.Proce
             raise NotImplementedError(f"distribute(): {type(child).__name__} ({name or 'the module itself'}) cannot "
                                       f"be trained exactly on a partitioned graph: it {reason}")
     trim.install(module)
+    hetero.install_scope(module)
     for child in module.modules():
         if isinstance(child, MessagePassing):
             degree_norm.install(type(child))

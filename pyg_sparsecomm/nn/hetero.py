@@ -1,0 +1,142 @@
+r"""Layers of heterogeneous models on a rank's shard: one exchange per source node type.
+
+PyG's ``to_hetero`` and ``HeteroConv`` call one copy of a layer per relation :math:`(s, r, d)`
+with ``(x_src, x_dst)`` (``x`` when :math:`s = d`) and the relation's graph; on a shard that
+graph is a :class:`~pyg_sparsecomm.relation_adj.RelationAdj` whose columns are
+``[owned | halo]`` of the source type, the halo being the union over every relation reading
+:math:`s`.  The layer's forward pre-hook (:func:`enter_relation`) completes the source rows,
+
+.. math::
+    x_{src} \mapsto \begin{bmatrix} x_{src} \\ x_{src}[\mathrm{halo}(s)] \end{bmatrix},
+
+and hands the layer the local ``edge_index``; the layer then runs as plain PyG on the local
+bipartite graph (sources ``[owned | halo]``, targets the owned destination rows), which holds
+every in-edge of its targets, so its messages, softmaxes and aggregations are exact whatever
+the layer does to each source row.  The completed rows are kept for the rest of the model call
+(:class:`SourceHalos`, keyed by the tensor's identity and version and the source plan): every
+relation reading the same ``x_dict[s]`` reuses them, so a layer moves each source type's halo
+once, a row read by three relations once, and autograd sums the three relations' gradients of
+it into one reverse exchange.  The rows travel at the source tensor's width (a relation's own
+transform runs after the exchange, on the owned and halo rows alike): per-relation transforms
+differ, so exchanging after them would move the union once per relation.
+
+Covered layers (:data:`RELATION_LAYERS`) are those whose bipartite forward reads the graph
+only through ``propagate``/``edge_updater``; any other layer called on a relation is refused
+by name, as are halo compression, staleness, 1.5D and algorithms other than ``"1d"``.
+"""
+import threading
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+from torch_geometric.nn import MessagePassing
+
+from ..comm.exchanger import HaloExchanger
+from ..comm.group import check_plan_matches_group
+from ..plan import RankPlan
+from ..relation_adj import RelationAdj
+from .layer_adapters import forward_signature
+
+if TYPE_CHECKING:
+    from .distributed_layer import LayerState
+
+#: PyG layers checked against single-process PyG on relations of heterogeneous shards
+RELATION_LAYERS = ("SAGEConv", "GraphConv", "GATConv")
+
+
+class SourceHalos:
+    """The completed source rows ``cat[x_src, halo]`` of one model call, per source tensor and plan."""
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[Tensor, int, RankPlan, Tensor]] = []
+
+    def extended(self, x_src: Tensor, plan: RankPlan, exchanger: HaloExchanger) -> Tensor:
+        r"""``cat[x_src, halo]`` over ``plan``'s ``[owned | halo]`` columns, exchanged on the first
+        request of this ``x_src`` (same object, same version) in the call.  Every rank takes the
+        same decision: the model's code passes the same objects on every rank."""
+        for src, version, known, ext in self.entries:
+            if src is x_src and version == x_src._version and known is plan:
+                return ext
+        ext = torch.cat([x_src, exchanger.exchange(x_src)], dim=0)
+        self.entries.append((x_src, x_src._version, plan, ext))
+        return ext
+
+
+_local = threading.local()
+
+
+def _scopes() -> list[SourceHalos]:
+    if not hasattr(_local, "scopes"):
+        _local.scopes = []
+    return _local.scopes
+
+
+def _open(module: torch.nn.Module, args: tuple) -> None:
+    _scopes().append(SourceHalos())
+
+
+def _close(module: torch.nn.Module, args: tuple, output: Any) -> None:
+    scopes = _scopes()
+    if scopes:
+        scopes.pop()
+
+
+def install_scope(module: torch.nn.Module) -> None:
+    """Keeps completed source rows for the duration of each call of ``module`` (the model given
+    to ``distribute``); idempotent.  Without it every relation exchanges its own."""
+    if not getattr(module, "_sparsecomm_source_scope", False):
+        module.register_forward_pre_hook(_open)
+        module.register_forward_hook(_close, always_call=True)
+        module._sparsecomm_source_scope = True
+
+
+def refusal(conv: MessagePassing, state: "LayerState") -> str | None:
+    """Why ``conv`` cannot run on a relation of a heterogeneous shard, or ``None``."""
+    name = type(conv).__name__
+    if name not in RELATION_LAYERS or type(conv).__module__.split(".")[0] != "torch_geometric":
+        return (f"{name} on a relation of a heterogeneous graph is not supported yet (supported: "
+                f"{', '.join(RELATION_LAYERS)})")
+    settings = state.settings
+    if settings.algorithm != "1d" or settings.replicated:
+        return (f"heterogeneous graphs run the 1D exchange only (got algorithm={settings.algorithm!r}, "
+                f"replication={settings.replication}): use algorithm='1d'")
+    if not settings.halo_options.exact:
+        return "halo compression and staleness are not supported for heterogeneous graphs yet"
+    return None
+
+
+def enter_relation(conv: MessagePassing, state: "LayerState", args: tuple, kwargs: dict, at: Any,
+                   adj: RelationAdj) -> tuple[tuple, dict]:
+    """The forward pre-hook's work for a call on a relation (see the module doc): ``(args, kwargs)``
+    with ``x`` replaced by ``(cat[x_src, halo], x_dst)`` and ``adj`` by its local ``edge_index``."""
+    reason = refusal(conv, state)
+    if reason:
+        raise NotImplementedError(f"distribute(): {reason}")
+    plan = adj.plan
+    group = state.settings.group
+    check_plan_matches_group(plan.world_size, plan.rank, group)
+    if isinstance(at, int):
+        args = args[:at] + (adj.edge_index(),) + args[at + 1:]
+    else:
+        kwargs = {**kwargs, at: adj.edge_index()}
+    bound = forward_signature(type(conv)).bind(conv, *args, **kwargs)
+    x = bound.arguments.get("x")
+    x_src, x_dst = x if isinstance(x, (tuple, list)) else (x, x)
+    _check_rows(conv, adj, x_src, x_dst)
+    scopes = _scopes()
+    halos = scopes[-1] if scopes else SourceHalos()
+    bound.arguments["x"] = (halos.extended(x_src, plan, HaloExchanger(plan, group)), x_dst)
+    state.entered.append(False)  # the layer runs as plain PyG on the local bipartite graph
+    return bound.args[1:], bound.kwargs
+
+
+def _check_rows(conv: MessagePassing, adj: RelationAdj, x_src: Any, x_dst: Any) -> None:
+    src, _, dst = adj.edge_type
+    if not isinstance(x_src, Tensor) or x_src.size(0) != adj.num_owned:
+        got = f"{x_src.size(0)} rows" if isinstance(x_src, Tensor) else type(x_src).__name__
+        raise ValueError(f"{type(conv).__name__} on relation {adj.edge_type}: the source features have {got}, but "
+                         f"this rank owns {adj.num_owned} {src!r} nodes: pass local.x_dict (or an embedding of "
+                         f"local[{src!r}].n_id for a type without features)")
+    if isinstance(x_dst, Tensor) and x_dst.size(0) != adj.num_rows:
+        raise ValueError(f"{type(conv).__name__} on relation {adj.edge_type}: the destination features have "
+                         f"{x_dst.size(0)} rows, but this rank owns {adj.num_rows} {dst!r} nodes")
