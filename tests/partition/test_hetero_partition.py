@@ -76,6 +76,6 @@ def test_unsupported_settings_and_bad_graphs_are_refused_by_name():
         SparsityAwarePartitioner(2, method="random")(bad)
     sparse = HeteroData()
     sparse["a"].num_nodes = 3
-    sparse["a", "to", "a"].adj_t = torch.eye(3).to_sparse_csr()
+    sparse["a", "to", "a"].adj_t = torch.eye(3).to_sparse()
     with pytest.raises(ValueError, match=r"needs an edge_index .*adj_t is not supported for heterogeneous"):
         SparsityAwarePartitioner(2, method="random")(sparse)
