@@ -225,8 +225,8 @@ def igbh_like(num_papers: int = 1000, num_authors: int | None = None, num_instit
         data["paper"].x += 2.0 * torch.randn(num_classes, num_features, generator=gen)[y]
     data["paper"].y = y
     split = torch.randperm(num_papers, generator=gen)
-    for name, part in zip(("train_mask", "val_mask", "test_mask"), split.tensor_split([num_papers // 2,
-                                                                                       3 * num_papers // 4])):
+    cuts = [num_papers // 2, 3 * num_papers // 4]
+    for name, part in zip(("train_mask", "val_mask", "test_mask"), split.tensor_split(cuts), strict=True):
         data["paper"][name] = torch.zeros(num_papers, dtype=torch.bool).index_fill_(0, part, True)
     for src, rel, dst in IGBH_RELATIONS:
         edge_index = _power_law_edges(weights[src], weights[dst], int(avg_degree * sizes[src]), gen)

@@ -25,6 +25,7 @@ only through ``propagate``/``edge_updater``; any other layer called on a relatio
 by name, as are halo compression, staleness, 1.5D and algorithms other than ``"1d"``.
 """
 import threading
+import weakref
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -63,6 +64,8 @@ class SourceHalos:
 
 
 _local = threading.local()
+#: modules whose calls keep completed source rows (:func:`install_scope`)
+_SCOPED: "weakref.WeakSet[torch.nn.Module]" = weakref.WeakSet()
 
 
 def _scopes() -> list[SourceHalos]:
@@ -84,10 +87,10 @@ def _close(module: torch.nn.Module, args: tuple, output: Any) -> None:
 def install_scope(module: torch.nn.Module) -> None:
     """Keeps completed source rows for the duration of each call of ``module`` (the model given
     to ``distribute``); idempotent.  Without it every relation exchanges its own."""
-    if not getattr(module, "_sparsecomm_source_scope", False):
+    if module not in _SCOPED:
         module.register_forward_pre_hook(_open)
         module.register_forward_hook(_close, always_call=True)
-        module._sparsecomm_source_scope = True
+        _SCOPED.add(module)
 
 
 def refusal(conv: MessagePassing, state: "LayerState") -> str | None:
