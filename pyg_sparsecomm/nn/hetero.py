@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from .distributed_layer import LayerState
 
 #: PyG layers checked against single-process PyG on relations of heterogeneous shards
-RELATION_LAYERS = ("SAGEConv", "GraphConv", "GATConv")
+RELATION_LAYERS = ("SAGEConv", "GraphConv", "GATConv", "GATv2Conv", "GINConv", "TransformerConv")
 
 
 class SourceHalos:

@@ -9,7 +9,7 @@ import warnings
 import pytest
 import torch
 import torch.distributed as dist
-from torch_geometric.nn import GATConv, GraphConv, HeteroConv, SAGEConv, to_hetero
+from torch_geometric.nn import GATConv, GATv2Conv, GINConv, GraphConv, HeteroConv, SAGEConv, TransformerConv, to_hetero
 
 from pyg_sparsecomm import (
     LossNormalisationWarning,
@@ -24,7 +24,8 @@ from pyg_sparsecomm.testing import launch
 
 F, H, OUT = 8, 6, 4
 WORLD_SIZES = (1, 2, 3, 4)
-MODELS = ("to_hetero(SAGE, sum)", "to_hetero(SAGE, mean)", "to_hetero(GAT, sum)", "HeteroConv(GAT, SAGE, Graph)")
+MODELS = ("to_hetero(SAGE, sum)", "to_hetero(SAGE, mean)", "to_hetero(GAT, sum)", "HeteroConv(GAT, SAGE, Graph)",
+          "HeteroConv(GAT+loops, Transformer, GATv2, GIN)")
 
 
 def make_graph():
@@ -70,6 +71,29 @@ class Mixed(torch.nn.Module):
         return self.conv2(h, adj_dict)
 
 
+class Mixed2(torch.nn.Module):
+    """``HeteroConv``: on ``cites`` ``GATConv`` with its self-loops, then ``TransformerConv``;
+    ``GATv2Conv`` on the reverses, ``GINConv`` elsewhere; relations combined by max, then sum."""
+
+    def __init__(self, edge_types) -> None:
+        super().__init__()
+
+        def layer(i, o, aggr, first):
+            def conv(rel):
+                if rel == "cites":
+                    return GATConv(i, o) if first else TransformerConv(i, o, heads=2, concat=False)
+                if rel.startswith("rev_"):
+                    return GATv2Conv(i, o, add_self_loops=False)
+                mlp = torch.nn.Sequential(torch.nn.Linear(i, o), torch.nn.ReLU(), torch.nn.Linear(o, o))
+                return GINConv(mlp, train_eps=True)
+            return HeteroConv({et: conv(et[1]) for et in edge_types}, aggr=aggr)
+        self.conv1, self.conv2 = layer(F, H, "max", True), layer(H, OUT, "sum", False)
+
+    def forward(self, x_dict, adj_dict):
+        h = {k: v.relu() for k, v in self.conv1(x_dict, adj_dict).items()}
+        return self.conv2(h, adj_dict)
+
+
 class WithEmbedding(torch.nn.Module):
     """The featureless ``institute`` type gets ``Embedding(n_id)`` rows."""
 
@@ -87,7 +111,8 @@ def build(name, data):
     net = {"to_hetero(SAGE, sum)": lambda: to_hetero(SAGE(), metadata, aggr="sum"),
            "to_hetero(SAGE, mean)": lambda: to_hetero(SAGE(), metadata, aggr="mean"),
            "to_hetero(GAT, sum)": lambda: to_hetero(GAT(), metadata, aggr="sum"),
-           "HeteroConv(GAT, SAGE, Graph)": lambda: Mixed(data.edge_types)}[name]()
+           "HeteroConv(GAT, SAGE, Graph)": lambda: Mixed(data.edge_types),
+           "HeteroConv(GAT+loops, Transformer, GATv2, GIN)": lambda: Mixed2(data.edge_types)}[name]()
     return WithEmbedding(net, data["institute"].num_nodes)
 
 
