@@ -60,7 +60,7 @@ def measured(papers: int, P: int) -> list[str]:
     stats = results[0][2]
     counted = sum(r[0] for r in results)
     row_bytes = (WIDTH + HIDDEN) * 4
-    return [f"| P | counted halo bytes (forward, 2 layers) | predicted union | per relation | exchanges per rank |",
+    return ["| P | counted halo bytes (forward, 2 layers) | predicted union | per relation | exchanges per rank |",
             "|---|---|---|---|---|",
             f"| {P} | {counted} | {stats.total_rows * row_bytes} | {stats.relation_rows * row_bytes} | "
             f"{results[0][1]} (4 source types x 2 layers) |"]

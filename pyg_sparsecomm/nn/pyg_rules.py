@@ -9,7 +9,7 @@ from .layer_rules import LayerRule
 
 _KNN = "builds a k-nearest-neighbour graph from the features of all nodes"
 _HETERO = ("is a heterogeneous layer that distribute() does not cover yet (HeteroConv and to_hetero of SAGEConv, "
-           "GraphConv or GATConv run distributed)")
+           "GraphConv, GATConv, GATv2Conv, GINConv or TransformerConv run distributed)")
 _CUGRAPH = "runs in cugraph-ops on the whole graph (CUDA only)"
 _TOP_K = "keeps the top-scoring ratio of all nodes of the graph"
 _ATTENDS = "attends from every node to all nodes of the graph"
