@@ -22,6 +22,7 @@ every node type and the aggregation work are balanced at once.
 from __future__ import annotations
 
 import copy
+import copyreg
 from dataclasses import dataclass
 
 import numpy as np
@@ -137,6 +138,22 @@ class HeteroCommStats:
         per_type = ", ".join(f"{t}={s.total_rows}" for t, s in self.sources.items())
         return (f"HeteroCommStats(P={self.num_parts}, rows/layer={self.total_rows} (one exchange per source "
                 f"type: {per_type}; {self.relation_rows} with one per relation))")
+
+
+def _hetero_comm_stats(num_parts: int, relations: dict, sources: dict, part_sizes: dict) -> HeteroCommStats:
+    """Rebuilds a pickled :class:`HeteroCommStats` (its part sizes travel as tensors)."""
+    return HeteroCommStats(num_parts, relations, sources, {t: s.numpy() for t, s in part_sizes.items()})
+
+
+def _reduce_hetero_comm_stats(stats: HeteroCommStats):
+    sizes = {t: torch.from_numpy(np.ascontiguousarray(s)) for t, s in stats.part_sizes.items()}
+    return _hetero_comm_stats, (stats.num_parts, stats.relations, stats.sources, sizes)
+
+
+# as CommStats (partitioner.py): a HeteroData partitioned as a dataset's ``pre_transform`` loads
+# with ``torch.load(weights_only=True)``
+copyreg.pickle(HeteroCommStats, _reduce_hetero_comm_stats)
+torch.serialization.add_safe_globals([_hetero_comm_stats])
 
 
 def hetero_comm_stats(data: HeteroData, parts: dict[str, Tensor], num_parts: int) -> HeteroCommStats:

@@ -79,3 +79,14 @@ def test_unsupported_settings_and_bad_graphs_are_refused_by_name():
     sparse["a", "to", "a"].adj_t = torch.eye(3).to_sparse()
     with pytest.raises(ValueError, match=r"needs an edge_index .*adj_t is not supported for heterogeneous"):
         SparsityAwarePartitioner(2, method="random")(sparse)
+
+
+def test_comm_stats_load_with_weights_only_as_a_processed_dataset_would():
+    import io
+    data = SparsityAwarePartitioner(3, method="random")(igbh_like(60, seed=0))
+    buf = io.BytesIO()
+    torch.save({"comm_stats": data.comm_stats}, buf)
+    buf.seek(0)
+    stats = torch.load(buf, weights_only=True)["comm_stats"]
+    assert stats.total_rows == data.comm_stats.total_rows and stats.relation_rows == data.comm_stats.relation_rows
+    assert stats.part_sizes["paper"].tolist() == data.comm_stats.part_sizes["paper"].tolist()
