@@ -155,7 +155,8 @@ def distribute(module: torch.nn.Module, algorithm: str = "1d", group: dist.Proce
             raise NotImplementedError(f"distribute(): {type(child).__name__} ({name or 'the module itself'}) cannot "
                                       f"be trained exactly on a partitioned graph: it {reason}")
     trim.install(module)
-    hetero.install_scope(module)
+    if hetero.is_heterogeneous(module):  # homogeneous models get no hooks of it
+        hetero.install_scope(module)
     for child in module.modules():
         if isinstance(child, MessagePassing):
             degree_norm.install(type(child))

@@ -84,9 +84,19 @@ def _close(module: torch.nn.Module, args: tuple, output: Any) -> None:
         scopes.pop()
 
 
+def is_heterogeneous(module: torch.nn.Module) -> bool:
+    """Whether ``module`` holds per-relation layers: a ``HeteroConv``, or ``to_hetero``'s
+    ``ModuleDict`` of copies keyed ``src__rel__dst``."""
+    from torch_geometric.nn import HeteroConv
+    return any(isinstance(m, HeteroConv) or (isinstance(m, torch.nn.ModuleDict) and any("__" in k for k in m.keys()))
+               for m in module.modules())
+
+
 def install_scope(module: torch.nn.Module) -> None:
     """Keeps completed source rows for the duration of each call of ``module`` (the model given
-    to ``distribute``); idempotent.  Without it every relation exchanges its own."""
+    to ``distribute``, when :func:`is_heterogeneous`); idempotent.  Without it every relation
+    exchanges its source type's halo itself (exact, but the union moves once per relation): call
+    it on a heterogeneous model of your own structure."""
     if module not in _SCOPED:
         module.register_forward_pre_hook(_open)
         module.register_forward_hook(_close, always_call=True)
