@@ -29,13 +29,15 @@ import weakref
 from typing import TYPE_CHECKING, Any
 
 import torch
+import torch.distributed as dist
 from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
 from ..comm.exchanger import HaloExchanger
-from ..comm.group import check_plan_matches_group
+from ..comm.group import check_plan_matches_group, host_all_reduce, is_distributed, world_size
 from ..plan import RankPlan
 from ..relation_adj import RelationAdj
+from .first_use import check_first_use
 from .layer_adapters import forward_signature
 
 if TYPE_CHECKING:
@@ -135,12 +137,38 @@ def enter_relation(conv: MessagePassing, state: "LayerState", args: tuple, kwarg
     bound = forward_signature(type(conv)).bind(conv, *args, **kwargs)
     x = bound.arguments.get("x")
     x_src, x_dst = x if isinstance(x, (tuple, list)) else (x, x)
-    _check_rows(conv, adj, x_src, x_dst)
+    _check_agreed(conv, state, adj, x_src, x_dst, group)
     scopes = _scopes()
     halos = scopes[-1] if scopes else SourceHalos()
     bound.arguments["x"] = (halos.extended(x_src, plan, HaloExchanger(plan, group)), x_dst)
     state.entered.append(False)  # the layer runs as plain PyG on the local bipartite graph
     return bound.args[1:], bound.kwargs
+
+
+def _check_agreed(conv: MessagePassing, state: "LayerState", adj: RelationAdj, x_src: Any, x_dst: Any,
+                  group: dist.ProcessGroup | None) -> None:
+    """:func:`_check_rows` on every rank, agreed before the exchange (as :func:`~.first_use.check_call`
+    does for homogeneous layers): a layer's first call on a source plan checks every rank's plan and
+    features in one all-gather; later calls agree on one failure flag on the host, so a rank's bad
+    input is every rank's ``ValueError``, never a peer waiting in the exchange."""
+    who = f"{type(conv).__name__} on relation {adj.edge_type}"
+    error: ValueError | None = None
+    try:
+        _check_rows(conv, adj, x_src, x_dst)
+    except ValueError as e:
+        error = e
+
+    def local() -> None:
+        if error is not None:
+            raise error
+
+    new = not state.checked_plan.is_(adj.plan)
+    if not is_distributed(group) or world_size(group) == 1:
+        local()
+    elif any(host_all_reduce([int(new), int(error is not None)], dist.ReduceOp.MAX, group)):
+        check_first_use(who, adj, x_src if error is None else None, local, group)
+    if new:
+        state.checked_plan.set(adj.plan)
 
 
 def _check_rows(conv: MessagePassing, adj: RelationAdj, x_src: Any, x_dst: Any) -> None:

@@ -68,3 +68,24 @@ def test_what_the_heterogeneous_path_does_not_cover_is_refused_by_name():
     with pytest.raises(ValueError, match=r"relation \('paper', 'cites', 'paper'\): the source features have 3 rows, "
                                          r"but this rank owns 40 'paper' nodes"):
         sage({"paper": torch.randn(3, 8)}, local.adj_dict)
+
+
+def _one_rank_bad_rows(rank, world_size):
+    data = SparsityAwarePartitioner(world_size, method="random", seed=1)(make_graph())
+    local = shard(data)
+    model = distribute(build(data))
+    n_id = {t: local[t].n_id for t in local.node_types}
+    x_dict = dict(local.x_dict)
+    model(x_dict, local.adj_dict, n_id)  # the first call passes on every rank
+    if rank == 1:
+        x_dict["author"] = x_dict["author"][:-1]
+    try:
+        model(x_dict, local.adj_dict, n_id)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+def test_bad_rows_on_one_rank_raise_on_every_rank_instead_of_hanging():
+    for message in launch(_one_rank_bad_rows, 2, timeout=120):
+        assert message is not None and "rank 1:" in message and "this rank owns" in message, message
