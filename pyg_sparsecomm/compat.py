@@ -56,6 +56,22 @@ def pyg_edge_updater(conv: Any) -> Any:
     return type(conv).edge_updater.__get__(conv)
 
 
+def gcn_norm_cache(conv: Any) -> Any:
+    """The normalised graph a PyG layer keeps for ``cached=True`` (``_cached_edge_index``:
+    ``(edge_index, edge_weight)``, or ``None`` while empty); its ``forward`` uses it whenever it is
+    filled (``GCNConv``, ``GCN2Conv``, ``APPNP``, ``DNAConv``, ``FAConv``, ``EGConv``)."""
+    try:
+        return conv._cached_edge_index
+    except AttributeError as e:
+        raise _missing(f"torch_geometric {type(conv).__name__}._cached_edge_index", e) from e
+
+
+def set_gcn_norm_cache(conv: Any, graph: Any) -> None:
+    """Fills (or, with ``None``, empties) the cache :func:`gcn_norm_cache` reads."""
+    gcn_norm_cache(conv)  # fails loudly when the attribute is gone
+    conv._cached_edge_index = graph
+
+
 def trim_to_layer_module() -> type:
     """PyG's ``TrimToLayer`` module class (``BasicGNN`` holds one), from a private module."""
     try:

@@ -9,7 +9,7 @@ the block products, so ``c²`` must divide ``P``.
 
 import torch.distributed as dist
 
-from .comm.group import is_distributed
+from .comm.group import is_distributed, register_group_cache
 
 
 def check_grid(world_size: int, replication: int) -> None:
@@ -82,6 +82,7 @@ class ProcessGrid:
 
 
 _GRIDS: dict[tuple[int, int], ProcessGrid] = {}
+register_group_cache(_GRIDS.clear)
 
 
 def process_grid(replication: int) -> ProcessGrid:

@@ -74,6 +74,17 @@ class CommPattern:
         return flat.reshape(P, P)
 
 
+def owner_rows(part: np.ndarray, num_parts: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(part_sizes, local_index)``: the nodes every rank owns and the row of every node on its
+    owner (ascending global id within a rank: a shard's ``n_id`` order)."""
+    part_sizes = np.bincount(part, minlength=num_parts)
+    order = np.argsort(part, kind="stable")  # groups nodes by part, ascending id within
+    starts = np.concatenate([[0], np.cumsum(part_sizes)[:-1]])
+    local_index = np.empty(part.size, dtype=np.int64)
+    local_index[order] = np.arange(part.size, dtype=np.int64) - starts[part[order]]
+    return part_sizes, local_index
+
+
 def comm_pattern(edge_index, part, num_nodes: int, num_parts: int, target_part=None) -> CommPattern:
     """Computes the global communication pattern of ``part`` (vectorised, O(E log E)).
 
@@ -88,10 +99,9 @@ def comm_pattern(edge_index, part, num_nodes: int, num_parts: int, target_part=N
     part = _numpy_long(part)
     P, N = int(num_parts), int(num_nodes)
 
-    part_sizes = np.bincount(part, minlength=P)
-    local_index = local_rows(part, P)
+    part_sizes, local_index = owner_rows(part, P)
     owner = part if target_part is None else _numpy_long(target_part)
-    target_index = local_index if target_part is None else local_rows(owner, P)
+    target_index = local_index if target_part is None else owner_rows(owner, P)[1]
 
     src_part, dst_part = part[src], owner[dst]
     block_nnz = np.bincount(dst_part * P + src_part, minlength=P * P).reshape(P, P)
@@ -104,16 +114,6 @@ def comm_pattern(edge_index, part, num_nodes: int, num_parts: int, target_part=N
     spans = np.stack([row_spans(pair_dst, part[pair_node], local_index[pair_node], P),
                       row_spans(src_part[cut], dst_part[cut], target_index[dst[cut]], P)])
     return CommPattern(N, P, part, local_index, part_sizes, edge_nnz, pair_node, pair_dst, spans, block_nnz)
-
-
-def local_rows(part: np.ndarray, num_parts: int) -> np.ndarray:
-    """Row of every node on its owner: its rank among the owner's nodes in ascending id."""
-    part_sizes = np.bincount(part, minlength=num_parts)
-    order = np.argsort(part, kind="stable")  # groups nodes by part, ascending id within
-    starts = np.concatenate([[0], np.cumsum(part_sizes)[:-1]])
-    local_index = np.empty(part.size, dtype=np.int64)
-    local_index[order] = np.arange(part.size, dtype=np.int64) - starts[part[order]]
-    return local_index
 
 
 def row_spans(reader: np.ndarray, owner: np.ndarray, row: np.ndarray, num_parts: int) -> np.ndarray:
@@ -266,7 +266,7 @@ def local_edges(edge_index, pattern: CommPattern, plan: RankPlan, target_part=No
     owner = part if target_part is None else _numpy_long(target_part)
     edge_id = np.flatnonzero(owner[dst] == r)
     s, d = src[edge_id], dst[edge_id]
-    row = (pattern.local_index if target_part is None else local_rows(owner, pattern.num_parts))[d]
+    row = (pattern.local_index if target_part is None else owner_rows(owner, pattern.num_parts)[1])[d]
     col = pattern.local_index[s].copy()
     remote = part[s] != r
     if remote.any():

@@ -10,6 +10,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from .comm.group import release_groups
+
 #: how long a collective waits for a stalled or dead peer before raising (gloo's default is 30 min)
 DEFAULT_TIMEOUT = timedelta(seconds=120)
 
@@ -52,8 +54,9 @@ def init_distributed(backend: str | None = None,
     surfaces as an error instead of a hang: on gloo the waiting call raises ``RuntimeError``
     (``DistBackendError``); on NCCL the watchdog aborts the process (:func:`nccl_failure_env`,
     set unless the environment already sets them).  The process group is destroyed when the script
-    ends: left to the interpreter's teardown, gloo's threads can abort the process
-    ("terminate called without an active exception", seen once in CI after a script had finished).
+    ends, and the package's cached groups are released with it
+    (:func:`~pyg_sparsecomm.comm.group.release_groups`): left to the interpreter's teardown, gloo's
+    worker threads abort the process ("terminate called without an active exception").
     In a process that joined a job already (a launcher, a notebook, a test harness), it returns
     that job's rank, size and device.
     """
@@ -107,7 +110,12 @@ def _destroy_process_group() -> None:
         try:
             _run_teardown()
         finally:
-            dist.destroy_process_group()
+            _destroy_and_release()
+
+
+def _destroy_and_release() -> None:
+    dist.destroy_process_group()
+    release_groups()
 
 
 @contextmanager
@@ -129,7 +137,7 @@ def distributed_job(backend: str | None = None,
             try:
                 _run_teardown()
             finally:
-                dist.destroy_process_group()
+                _destroy_and_release()
 
 
 def run_job(train: Callable[..., dict[str, list[float]]], args: Any) -> tuple[int, dict[str, list[float]]]:

@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 
 from . import _EXPORTS
+from .comm.group import release_groups
 
 
 def _dumps(obj: Any) -> bytes:
@@ -52,6 +53,7 @@ def _worker(fn, rank, world_size, store_path, args, results, threads, pg_timeout
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+        release_groups()  # gloo's threads end before the interpreter does (see release_groups)
 
 
 # the package's public names load lazily: preload the modules behind them, as a worker would import them

@@ -45,13 +45,7 @@ class _WholeGraphValue(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, share: Tensor, group: dist.ProcessGroup | None) -> Tensor:
-        whole = share.detach().clone()
-        if is_distributed(group):
-            reduced = whole.to(collective_device(group) or whole.device)
-            check_devices("distributed_loss", group, reduced)
-            dist.all_reduce(reduced, op=dist.ReduceOp.SUM, group=group)
-            whole = reduced.to(share.device)
-        return whole
+        return all_reduce_value(share.detach().clone(), dist.ReduceOp.SUM, group, "distributed_loss")
 
     @staticmethod
     def backward(ctx, grad: Tensor):

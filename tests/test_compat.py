@@ -38,6 +38,33 @@ def test_missing_private_name_fails_loudly():
         compat.edge_update_arguments(object())
 
 
+def test_gcn_norm_cache_is_the_one_pyg_layers_fill_and_read():
+    """``cached=True`` fills it; a filled cache is used instead of normalising (so the weights
+    written here are the ones propagated); ``reset_parameters`` empties it; every class whose rule
+    says ``pyg_cache`` has it."""
+    from torch_geometric.nn import conv as c
+
+    from pyg_sparsecomm.nn.pyg_rules import normalisations
+    edge_index, x = torch.tensor([[0, 1, 2], [1, 2, 0]]), torch.randn(3, 4)
+    conv = GCNConv(4, 4, cached=True)
+    assert compat.gcn_norm_cache(conv) is None
+    conv(x, edge_index)
+    filled = compat.gcn_norm_cache(conv)
+    assert isinstance(filled, tuple) and filled[0].shape == (2, 6) and filled[1].shape == (6,)
+    compat.set_gcn_norm_cache(conv, (edge_index, torch.zeros(3)))
+    torch.testing.assert_close(conv(x, edge_index), conv.bias.expand(3, 4))
+    conv.reset_parameters()
+    assert compat.gcn_norm_cache(conv) is None
+    built = {"GCNConv": lambda: GCNConv(4, 4), "GCN2Conv": lambda: c.GCN2Conv(4, alpha=0.1),
+             "APPNP": lambda: c.APPNP(K=2, alpha=0.1), "DNAConv": lambda: c.DNAConv(4), "FAConv": lambda: c.FAConv(4),
+             "EGConv": lambda: c.EGConv(4, 8)}
+    assert set(built) == {name for name, use in normalisations().items() if use.pyg_cache}
+    for name, build in built.items():
+        assert compat.gcn_norm_cache(build()) is None, name
+    with pytest.raises(compat.PrivateAPIChanged, match="_cached_edge_index"):
+        compat.set_gcn_norm_cache(torch.nn.Linear(1, 1), None)
+
+
 def test_trim_to_layer_module_is_the_one_basic_gnn_holds():
     cls = compat.trim_to_layer_module()
     model = GraphSAGE(4, 8, num_layers=2)

@@ -6,9 +6,8 @@ import torch
 import torch.distributed as dist
 
 from ..adj import HaloAdj
-from ..comm.device_check import check_devices
+from ..comm.collectives import all_reduce_value
 from ..comm.exchanger import HaloExchanger
-from ..comm.group import collective_device, is_distributed
 from ..comm.halo_options import HaloOptions
 from ..comm.quantize import payload_row_bytes
 from ..cost import CostModel, Prediction, RankVolumes
@@ -55,12 +54,7 @@ def choose_algorithm(adj: HaloAdj, exchanger: HaloExchanger, grid: ProcessGrid |
                                                                    pricing)]
                           for pricing in pricings for field in ("seconds", "bytes_sent")], dtype=torch.float64)
     reduce_group = None if grid is not None else exchanger.group
-    if is_distributed(reduce_group):
-        device = collective_device(reduce_group) or worst.device
-        reduced = worst.to(device)
-        check_devices("choose_algorithm", reduce_group, reduced)
-        dist.all_reduce(reduced, op=dist.ReduceOp.MAX, group=reduce_group)
-        worst = reduced.cpu()
+    worst = all_reduce_value(worst, dist.ReduceOp.MAX, reduce_group, "choose_algorithm")
     report, exact, synchronous = ([(n, float(worst[2 * i, k]), int(worst[2 * i + 1, k])) for k, n in enumerate(names)]
                                   for i in range(3))
     return names[int(torch.argmin(worst[0]))], report, exact, synchronous

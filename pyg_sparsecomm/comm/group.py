@@ -1,4 +1,6 @@
 """Process-group helpers that also work when ``torch.distributed`` is not initialised."""
+import atexit
+import gc
 import weakref
 from collections.abc import Callable
 from typing import TypeVar
@@ -87,6 +89,35 @@ def twin_group(group: dist.ProcessGroup | None = None, backend: str | None = Non
 
 #: (purpose, ranks) -> (the default group it was made under, the dedicated group)
 _DEDICATED: dict[tuple[str, tuple[int, ...]], tuple[object, dist.ProcessGroup]] = {}
+#: clear-functions of the caches that hold process groups (this module's, the process grids')
+_GROUP_CACHES: list[Callable[[], None]] = [_DEDICATED.clear]
+
+
+def register_group_cache(clear: Callable[[], None]) -> None:
+    """Makes :func:`release_groups` call ``clear()``: for a module-level cache of process groups."""
+    if clear not in _GROUP_CACHES:
+        _GROUP_CACHES.append(clear)
+
+
+def release_groups() -> None:
+    """Drops the package's cached process groups once the job's groups are destroyed, so that
+    their C++ objects (and gloo's worker threads) end *now*, while the interpreter is alive.
+
+    Why: ``destroy_process_group`` unregisters the groups, but a group still referenced from Python
+    lives on with its worker threads until interpreter shutdown.  A worker that releases the last
+    collective's work (e.g. ``gather_nodes``'s gather) then needs the GIL of a finalising
+    interpreter, which ends the thread inside C++ code: ``terminate called without an active
+    exception`` (SIGABRT) after the script has finished.  Called by
+    :func:`~pyg_sparsecomm.runtime.init_distributed`'s exit handler and
+    :func:`~pyg_sparsecomm.runtime.distributed_job`, and at exit for scripts that call
+    ``dist.destroy_process_group()`` themselves; idempotent.
+    """
+    for clear in _GROUP_CACHES:
+        clear()
+    gc.collect()  # the groups may sit in reference cycles (layers, hooks) that only gc frees
+
+
+atexit.register(release_groups)
 
 
 def dedicated_group(group: dist.ProcessGroup | None, purpose: str, backend: str | None = None) -> dist.ProcessGroup:

@@ -2,8 +2,9 @@
 per-batch sparsity-aware exchange plan.  The batch rules and the batch adjacency they build
 live in :mod:`pyg_sparsecomm.sampling` (re-exported here)."""
 from ..sampling import GlobalBatch, NeighborSampling, NodeSubsetSampling, SampledAdj, global_batches, trim_to_layer
+from .link_neighbor_loader import DistributedLinkNeighborLoader
 from .neighbor_loader import DistributedNeighborLoader
 from .node_subset_loader import DistributedNodeSubsetLoader
 
-__all__ = ["DistributedNeighborLoader", "DistributedNodeSubsetLoader", "SampledAdj", "trim_to_layer",
-           "NeighborSampling", "NodeSubsetSampling", "GlobalBatch", "global_batches"]
+__all__ = ["DistributedNeighborLoader", "DistributedLinkNeighborLoader", "DistributedNodeSubsetLoader", "SampledAdj",
+           "trim_to_layer", "NeighborSampling", "NodeSubsetSampling", "GlobalBatch", "global_batches"]

@@ -12,22 +12,14 @@ quantities exactly:
 * out-degrees (``get_laplacian``): per-column partial sums folded into the owners
   (:meth:`~pyg_sparsecomm.comm.exchanger.HaloExchanger.reduce`), then fetched for the halo.
 
-:func:`install` swaps the module-level names PyG's conv modules call for dispatchers
-that use these versions only while a distributed layer runs (a shard context is
-active) and call PyG's own function otherwise, so single-process code is untouched.
+PyG's modules are left alone: :mod:`.layer_normalisation` gives these versions to each
+distributed layer through its rule, so a plain PyG layer in the same process is untouched.
 """
-import functools
-import sys
-from collections.abc import Callable
-from typing import Any
-
 import torch
 from torch import Tensor
 from torch_geometric.utils import add_remaining_self_loops, add_self_loops, remove_self_loops, scatter
 
-from .shard_context import ShardContext, current
-
-_PATCHED = "_pyg_sparsecomm_original"
+from .shard_context import ShardContext
 
 
 def _inv_sqrt(deg: Tensor) -> Tensor:
@@ -116,37 +108,19 @@ def _laplacian(context: ShardContext, edge_index: Tensor, edge_weight: Tensor | 
     return add_self_loops(edge_index, -edge_weight, fill_value=1.0, num_nodes=n)
 
 
-_REPLACEMENTS: dict[str, Callable[..., Any]] = {"gcn_norm": gcn_norm, "get_laplacian": get_laplacian}
-
-
-def _dispatcher(original: Callable[..., Any], distributed: Callable[..., Any]) -> Callable[..., Any]:
-    # eager under torch.compile: the shard context is per-thread state and the distributed
-    # version exchanges halo degrees (the normalisation is cached per shard where the layer caches)
-    @torch.compiler.disable
-    @functools.wraps(original)
-    def dispatch(edge_index, *args, **kwargs):
-        context = current()
-        if context is None or not isinstance(edge_index, Tensor) or edge_index.is_sparse \
-                or edge_index.layout != torch.strided:
-            return original(edge_index, *args, **kwargs)
-        return distributed(context, edge_index, *args, **kwargs)
-    setattr(dispatch, _PATCHED, original)
-    return dispatch
-
-
-def install(conv_class: type) -> None:
-    """Makes the degree normalisations shard-aware in the modules of ``conv_class`` and of its
-    base classes (a subclass of ``GCNConv`` runs ``GCNConv.forward``, which calls the ``gcn_norm``
-    of PyG's module; idempotent)."""
-    for cls in conv_class.__mro__:
-        module = sys.modules.get(cls.__module__)
-        for name, distributed in _REPLACEMENTS.items():
-            original = getattr(module, name, None)
-            if callable(original) and not hasattr(original, _PATCHED):
-                setattr(module, name, _dispatcher(original, distributed))
-
-
-def uses_degree_norm(conv_class: type) -> bool:
-    """Whether ``conv_class``'s module calls one of the normalisations handled here."""
-    module = sys.modules[conv_class.__module__]
-    return any(callable(getattr(module, name, None)) for name in _REPLACEMENTS)
+def scaled_laplacian(context: ShardContext, edge_index: Tensor, edge_weight: Tensor | None,
+                     normalization: str | None, lambda_max: Tensor | float, dtype: torch.dtype | None,
+                     batch: Tensor | None = None):
+    r"""``ChebConv.__norm__`` over a local edge index: :math:`\frac{2 L}{\lambda_{\max}} - I` with
+    :math:`L` from :func:`get_laplacian` (global degrees) and ``lambda_max`` as given (the
+    ``ChebConv`` adapter passes the maximum over all ranks); the steps after the Laplacian are PyG's."""
+    edge_index, edge_weight = get_laplacian(context, edge_index, edge_weight, normalization, dtype)
+    if not isinstance(lambda_max, Tensor):
+        lambda_max = torch.tensor(lambda_max, dtype=dtype, device=edge_index.device)
+    if batch is not None and lambda_max.numel() > 1:
+        lambda_max = lambda_max[batch[edge_index[0]]]
+    edge_weight = (2.0 * edge_weight) / lambda_max
+    edge_weight.masked_fill_(edge_weight == float("inf"), 0)
+    loop_mask = edge_index[0] == edge_index[1]
+    edge_weight[loop_mask] -= 1
+    return edge_index, edge_weight

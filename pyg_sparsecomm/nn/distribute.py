@@ -9,8 +9,9 @@ keys stay, as with ``torch.nn.SyncBatchNorm.convert_sync_batchnorm``):
   overrides (:mod:`.distributed_layer`): on a shard it propagates over a local ``edge_index`` whose
   sources are ``[owned | halo]`` columns, the tensors its messages read at sources completed with
   halo rows after the layer's own transform, and an ``"spmm"`` aggregation runs as one distributed
-  SpMM by ``algorithm``.  The degree normalisations its PyG module calls (``gcn_norm``,
-  ``get_laplacian``) use global degrees (:mod:`.degree_norm`);
+  SpMM by ``algorithm``.  A layer whose forward normalises with ``gcn_norm`` (``get_laplacian``:
+  ``ChebConv``) gets, per instance, the normalisation with global degrees its rule describes
+  (:mod:`.layer_normalisation`); PyG's modules are not touched;
 * norms with whole-graph statistics (``torch.nn.BatchNorm1d``, PyG's ``InstanceNorm``,
   ``GraphNorm``, ``LayerNorm``) get their rule's distributed class (``module.__class__`` is
   swapped; parameters and buffers stay) and reduce their statistics over all ranks;
@@ -30,7 +31,7 @@ from ..algorithms.settings import check_settings
 from ..comm.halo_options import HaloOptions
 from ..compat import edge_update_arguments, message_arguments
 from ..cost import CostModel
-from . import degree_norm, gradient_sync, hetero, trim
+from . import gradient_sync, hetero, trim
 from .distributed_layer import DistributedSettings, attach
 from .layer_rules import layer_rule
 from .norms import convert_norm
@@ -159,7 +160,6 @@ def distribute(module: torch.nn.Module, algorithm: str = "1d", group: dist.Proce
         hetero.install_scope(module)
     for child in module.modules():
         if isinstance(child, MessagePassing):
-            degree_norm.install(type(child))
             attach(child, settings)
         else:
             convert_norm(child, settings)

@@ -6,11 +6,11 @@ torch's own extension points:
 1. a forward pre-hook (:func:`_enter`) that swaps the shard's :class:`~pyg_sparsecomm.adj.HaloAdj`
    for a local ``edge_index`` (sources in ``[owned | halo]`` columns, targets the owned rows, in
    ``adj``'s edge order, so ``local.edge_weight``/``local.edge_attr`` line up; ``adj``'s values
-   passed as PyG's ``adj_t`` path uses them, :mod:`.adjacency_values`), makes the shard current
-   for the degree normalisations (:mod:`.degree_norm`), moves the rule's narrowing ``Linear``
-   before the aggregation and runs the rule's adapter (:mod:`.layer_rules`); a forward hook that
-   always runs (:func:`_leave`) undoes it.  The first call on a shard checks all ranks at once
-   (:mod:`.first_use`);
+   passed as PyG's ``adj_t`` path uses them, :mod:`.adjacency_values`), makes the shard current,
+   moves the rule's narrowing ``Linear`` before the aggregation, gives the layer the degree
+   normalisation with global degrees (:mod:`.layer_normalisation`) and runs the rule's adapter
+   (:mod:`.layer_rules`); a forward hook that always runs (:func:`_leave`) undoes it.  The first
+   call on a shard checks all ranks at once (:mod:`.first_use`);
 2. PyG's propagate pre-hook, which completes every tensor the messages read at sources with
    halo rows (:mod:`.source_exchange`);
 3. two overrides where no hook can do the job (:mod:`.overrides`): an instance-level
@@ -52,6 +52,7 @@ from .adjacency_values import with_adjacency_values
 from .call_halos import CallHalos, attach_recorder
 from .first_use import CheckedPlan, check_call
 from .layer_adapters import adapt, forward_signature
+from .layer_normalisation import CallNormalisation, end_call
 from .linear_aggregation import (
     AdjacencyCache,
     AppliedLinear,
@@ -109,6 +110,7 @@ class LayerState:
         self.exchanged_width: tuple[int, int] | None = None
         self.checked_plan = CheckedPlan()  # the plan the first-use check passed on (see first_use)
         self.cached_key: tuple | None = None  # the shard a cached=True layer filled its cache on
+        self.normalisation: CallNormalisation | None = None  # what this call's normalisation changed
 
     @property
     def active(self) -> bool:
@@ -205,8 +207,8 @@ def _enter_without_adjacency(conv: MessagePassing, state: LayerState, args: tupl
     if outer is not None:
         _begin(state, conv, outer)
         if any(v is outer.edge_index for v in list(args) + list(kwargs.values())):
-            return with_adjacency_values(conv, args, kwargs, outer.adj)
-        return None
+            args, kwargs = with_adjacency_values(conv, args, kwargs, outer.adj)
+        return adapt(conv, args, kwargs, outer)
     group = state.settings.group
     if world_size(group) > 1 and any(_is_graph_argument(v) for v in list(args) + list(kwargs.values())):
         raise ValueError(f"{type(conv).__name__} got a plain edge_index or sparse adjacency under a world size "
@@ -279,6 +281,7 @@ def _leave(conv: MessagePassing, args: tuple, output: Any) -> None:
         assert isinstance(applied, AppliedLinear)
         container._modules[key] = applied.linear
     state.applied_first = None
+    end_call(conv)
     if state.entered and state.entered.pop():
         state.call_halos.clear()
         shard_context.pop()

@@ -9,7 +9,6 @@ from ..algorithms.choice import compression_note, explain_table
 from ..algorithms.settings import check_settings
 from ..comm.halo_options import ExchangeSlots, HaloOptions
 from ..cost import CostModel
-from . import degree_norm
 from .distributed_layer import DistributedSettings, LayerState, attach
 from .layer_rules import layer_rule, register_layer_rule
 
@@ -25,8 +24,8 @@ class DistributedGCNConv(GCNConv):
     distributed when called with a shard's :class:`~pyg_sparsecomm.adj.HaloAdj`, through the
     runtime :func:`~pyg_sparsecomm.distribute` gives ``GCNConv``
     (:mod:`~pyg_sparsecomm.nn.distributed_layer`): ``GCNConv.forward`` runs on a local
-    ``edge_index``; its ``gcn_norm`` uses global degrees (the halo's with one exchange of one
-    column, :mod:`~pyg_sparsecomm.nn.degree_norm`); its linear map runs first on the owned rows and
+    ``edge_index``; it normalises with global degrees (the halo's with one exchange of one
+    column, :mod:`~pyg_sparsecomm.nn.layer_normalisation`); its linear map runs first on the owned rows and
     the aggregation :math:`\hat A (X \Theta)` is one distributed SpMM by ``algorithm`` (ICPP'24
     eq. (1), Algorithm 1), which fetches the rows of other ranks that the block row needs.  With
     ``cached=True`` the normalisation and the SpMM built on it are kept.  Forward, input gradients
@@ -93,7 +92,6 @@ class DistributedGCNConv(GCNConv):
         replicated = check_settings(algorithm, replication, group, options.compression_only, unit_grid=True)
         super().__init__(in_channels, out_channels, improved=improved, cached=cached,
                          add_self_loops=add_self_loops, normalize=normalize, bias=bias, **kwargs)
-        degree_norm.install(type(self))
         attach(self, DistributedSettings(algorithm, group, replication, cost_model or CostModel(), options,
                                          unit_grid=replicated and replication == 1), own=True)
 

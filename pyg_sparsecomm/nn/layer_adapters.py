@@ -1,13 +1,18 @@
-"""Whole-graph quantities a few PyG layers compute inside ``forward``, supplied globally.
+r"""Whole-graph quantities a few PyG layers compute inside ``forward``, supplied globally.
 
 Most layers reach the graph only through ``propagate``/``edge_updater`` and the degree
-normalisations, which :mod:`.distributed_layer` and :mod:`.degree_norm` make exact.  A layer
-that also reduces over *all* edges in its forward gets an adapter here (its
+normalisations, which :mod:`.distributed_layer` and :mod:`.layer_normalisation` make exact.  A
+layer that also reduces over *all* edges in its forward gets an adapter here (its
 :class:`~pyg_sparsecomm.nn.layer_rules.LayerRule`'s ``adapter``), run by the forward
 pre-hook on the call's bound arguments, that passes the whole-graph value explicitly:
 
-* ``ChebConv`` with ``lambda_max=None`` scales by :math:`2 \\max_e L_e`, the largest
-  Laplacian weight of the whole graph: the maximum over ranks is passed as ``lambda_max``.
+* ``ChebConv``: with ``lambda_max=None`` it scales by :math:`2 \\max_e L_e`, the largest
+  Laplacian weight of the whole graph: the maximum over ranks is passed as ``lambda_max``.  Its
+  Laplacian comes from ``ChebConv.__norm__``, a method of the class that calls PyG's
+  ``get_laplacian``: the adapter gives the forward an empty graph, which ``__norm__`` maps to
+  self-loops, and ``propagate`` the scaled Laplacian with global degrees
+  (:func:`~.degree_norm.scaled_laplacian`, the ``"placeholder"`` delivery of
+  :mod:`.layer_normalisation`).
 """
 import inspect
 
@@ -16,9 +21,10 @@ import torch.distributed as dist
 from torch import Tensor
 from torch_geometric.nn import ChebConv, MessagePassing
 
-from ..comm.device_check import check_devices
-from ..comm.group import collective_device, is_distributed
+from ..comm.collectives import all_reduce_value
+from ..comm.group import is_distributed
 from . import degree_norm
+from .layer_normalisation import normalise_call, replace_graph
 from .layer_rules import layer_rule
 from .shard_context import ShardContext
 
@@ -38,15 +44,13 @@ def global_max(value: Tensor, group: dist.ProcessGroup | None) -> Tensor:
     local = value.max() if value.numel() else value.new_tensor(float("-inf"))
     if not is_distributed(group):
         return local
-    reduced = local.detach().clone().to(collective_device(group) or local.device)
-    check_devices("global_max", group, reduced)
-    dist.all_reduce(reduced, op=dist.ReduceOp.MAX, group=group)
-    reduced = reduced.to(local.device)
+    reduced = all_reduce_value(local.detach(), dist.ReduceOp.MAX, group, "global_max")
     return torch.where(local == reduced, local, reduced)
 
 
-def cheb_lambda_max(conv: ChebConv, bound: inspect.BoundArguments, context: ShardContext) -> None:
-    r"""``ChebConv``'s adapter: ``lambda_max=None`` becomes :math:`2 \max_e L_e` over all ranks.
+def cheb_laplacian(conv: ChebConv, bound: inspect.BoundArguments, context: ShardContext) -> None:
+    r"""``ChebConv``'s adapter: ``lambda_max=None`` becomes :math:`2 \max_e L_e` over all ranks, and
+    ``propagate`` gets the scaled Laplacian with global degrees (see the module doc).
 
     Args:
         conv (ChebConv): the layer.
@@ -54,22 +58,31 @@ def cheb_lambda_max(conv: ChebConv, bound: inspect.BoundArguments, context: Shar
         context (ShardContext): the shard the call runs on.
     """
     args = bound.arguments
-    if args.get("lambda_max") is not None:
-        return
-    if args.get("batch") is not None:
-        raise NotImplementedError("ChebConv with a batch vector and lambda_max=None cannot run distributed: "
-                                  "pass lambda_max explicitly")
-    x = args["x"]
-    _, weight = degree_norm.get_laplacian(context, args["edge_index"], args.get("edge_weight"),
-                                          conv.normalization, x.dtype, x.size(conv.node_dim))
-    args["lambda_max"] = 2.0 * global_max(weight, context.group)
+    x, edge_index, edge_weight = args["x"], args["edge_index"], args.get("edge_weight")
+    if args.get("lambda_max") is None:
+        if args.get("batch") is not None:
+            raise NotImplementedError("ChebConv with a batch vector and lambda_max=None cannot run distributed: "
+                                      "pass lambda_max explicitly")
+        _, weight = degree_norm.get_laplacian(context, edge_index, edge_weight, conv.normalization, x.dtype,
+                                              x.size(conv.node_dim))
+        args["lambda_max"] = 2.0 * global_max(weight, context.group)
+    normalization, lambda_max, batch = conv.normalization, args["lambda_max"], args.get("batch")
+
+    def normalise(edge_index: Tensor, edge_weight: Tensor | None) -> tuple[Tensor, Tensor]:
+        return degree_norm.scaled_laplacian(context, edge_index, edge_weight, normalization, lambda_max, x.dtype,
+                                            batch)
+    replace_graph(conv, bound, normalise, "norm")
 
 
 def adapt(conv: MessagePassing, args: tuple, kwargs: dict, context: ShardContext):
-    """``(args, kwargs)`` with the whole-graph arguments ``conv``'s adapter supplies (if any)."""
-    adapter = layer_rule(type(conv)).adapter
-    if adapter is None:
+    """``(args, kwargs)`` with the normalisation and the whole-graph arguments of ``conv``'s rule
+    (:mod:`.layer_normalisation`, the rule's adapter), if it has any."""
+    rule = layer_rule(type(conv))
+    if rule.adapter is None and rule.normalisation is None:
         return args, kwargs
     bound = forward_signature(type(conv)).bind(conv, *args, **kwargs)
-    adapter(conv, bound, context)
+    if rule.normalisation is not None:
+        normalise_call(conv, rule.normalisation, bound, context)
+    if rule.adapter is not None:
+        rule.adapter(conv, bound, context)
     return bound.args[1:], bound.kwargs  # without self

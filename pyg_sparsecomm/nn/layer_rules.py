@@ -17,6 +17,10 @@ Aggregations (``aggregation``):
 * ``"attention"``: the message is :math:`\alpha_{ji} x_j` per head (``weight`` names
   :math:`\alpha`, shape ``[E, heads]``), aggregated as one CSR SpMM per head.
 
+A layer whose ``forward`` normalises with PyG's ``gcn_norm`` says how in its rule's
+``normalisation`` (:class:`GcnNormalisation`); :mod:`.layer_normalisation` gives it the
+normalisation with global degrees, per instance.
+
 A rule relies on the methods it names in ``relies_on`` (default ``("message",)``): its
 aggregation applies only while the class's methods are the rule owner's (a subclass overriding
 ``message`` gets the default exchange; its refusal, adapter and fused source still apply).  The
@@ -29,6 +33,51 @@ from typing import Any
 import torch
 
 AGGREGATIONS = ("exchange", "spmm", "attention")
+DELIVERIES = ("arguments", "propagate", "placeholder")
+
+
+@dataclass(frozen=True)
+class GcnNormalisation:
+    r"""How a layer's ``forward`` calls PyG's ``gcn_norm``, which on a shard needs global degrees
+    (:mod:`.layer_normalisation` says what each ``delivery`` does, and why).
+
+    PyG's layers call ``gcn_norm(edge_index, weight, x.size(node_dim), improved, add_self_loops,
+    flow, x.dtype)`` while their ``normalize`` attribute (if they have one) is ``True``.
+
+    Args:
+        delivery (str): ``"arguments"`` (the forward normalises its graph arguments first:
+            ``GCNConv``), ``"propagate"`` (it passes the graph it normalises on to ``propagate``
+            unchanged: ``PDNConv``) or ``"placeholder"`` (it normalises without a ``normalize``
+            flag: ``SGConv``).
+        weight (str, optional): the argument holding :math:`w` (the forward's; ``"propagate"``: the
+            ``propagate`` call's); ``None``: PyG normalises the unweighted graph, and a given
+            ``edge_weight`` leaves the call to PyG's own code (``FAConv`` refuses it,
+            ``LabelPropagation`` then does not normalise). (default: ``"edge_weight"``)
+        target (str, optional): the argument that receives the normalised weights (the forward's
+            for ``"arguments"``, ``propagate``'s otherwise). (default: ``"edge_weight"``)
+        improved (bool, optional): PyG passes ``conv.improved`` (else ``False``). (default: ``False``)
+        self_loops (bool, optional): PyG passes ``conv.add_self_loops`` (else ``False``).
+            (default: ``True``)
+        dtype_of (str, optional): the forward argument whose dtype PyG passes (``None``: none).
+            (default: ``"x"``)
+        pyg_cache (bool, optional): the forward uses PyG's normalisation cache whenever it is
+            filled, so a ``cached=True`` instance gets its normalisation there. (default: ``False``)
+        applies (callable, optional): ``applies(conv)``: whether this instance normalises at all
+            (beyond its ``normalize`` flag; ``EGConv``: with the ``"symnorm"`` aggregator).
+            (default: ``None``)
+    """
+    delivery: str
+    weight: str | None = "edge_weight"
+    target: str = "edge_weight"
+    improved: bool = False
+    self_loops: bool = True
+    dtype_of: str | None = "x"
+    pyg_cache: bool = False
+    applies: Callable[[Any], bool] | None = None
+
+    def __post_init__(self) -> None:
+        if self.delivery not in DELIVERIES:
+            raise ValueError(f"GcnNormalisation: delivery must be one of {DELIVERIES}, got {self.delivery!r}")
 
 
 @dataclass(frozen=True)
@@ -60,6 +109,8 @@ class LayerRule:
             in for the rule's class itself (not its subclasses). (default: ``None``)
         relies_on (tuple[str, ...], optional): the methods the aggregation relies on.
             (default: ``("message",)``)
+        normalisation (GcnNormalisation, optional): how the layer's ``forward`` calls PyG's
+            ``gcn_norm``. (default: ``None``)
     """
     aggregation: str = "exchange"
     weight: str | None = None
@@ -71,6 +122,7 @@ class LayerRule:
     drops_adj_values: bool = False
     distributed_class: type | None = None
     relies_on: tuple[str, ...] = ("message",)
+    normalisation: GcnNormalisation | None = None
 
     def __post_init__(self) -> None:
         if self.aggregation not in AGGREGATIONS:

@@ -1,7 +1,9 @@
 r"""The overrides of a distributed layer: ``propagate`` where the aggregation is an SpMM, and
 ``edge_updater``.
 
-A hook cannot replace what PyG's ``propagate`` computes, so a layer whose rule aggregates by
+A hook cannot replace what PyG's ``propagate`` computes (nor run before the SpMM path: the
+graph a layer's normalisation substitutes, :mod:`.layer_normalisation`, is put in here), so a layer
+whose rule aggregates by
 ``"spmm"`` or ``"attention"`` (:mod:`.layer_rules`) gets an instance-level ``propagate``
 (:class:`InstanceMethod`, as PyG itself shadows ``propagate`` per instance for explanations) that
 runs, on a shard, :math:`\mathrm{out} = A x` as one distributed SpMM by the ``algorithm`` of
@@ -30,6 +32,7 @@ from ..algorithms.choice import choose_algorithm
 from ..compat import pyg_edge_updater, pyg_propagate
 from . import shard_context
 from .adjacency_values import torch_sparse_weights
+from .layer_normalisation import propagated_graph
 from .linear_aggregation import (
     aggregation_weights,
     edge_weighted_arg,
@@ -66,7 +69,10 @@ def install_overrides(conv: MessagePassing) -> None:
 
 def propagate(conv: MessagePassing, edge_index: Any, size: Any = None, **kwargs: Any) -> Any:
     """The distributed SpMM of an ``"spmm"``/``"attention"`` rule on a shard, else PyG's ``propagate``
-    (its pre-hook completes the source tensors on a shard).
+    (its pre-hook completes the source tensors on a shard).  On a shard the graph is first replaced
+    by the call's normalised one where the layer's normalisation arranged it (the ``"propagate"`` and
+    ``"placeholder"`` deliveries of :mod:`.layer_normalisation`: a hook would run too late, after
+    the SpMM path has taken the graph).
 
     Args:
         conv (MessagePassing): the layer.
@@ -77,6 +83,7 @@ def propagate(conv: MessagePassing, edge_index: Any, size: Any = None, **kwargs:
     state: LayerState = conv._sparsecomm
     context = running(conv)
     if context is not None:
+        edge_index, kwargs = propagated_graph(conv, edge_index, kwargs)  # the call's normalised graph, if any
         weight_arg = linear_weight_arg(conv)
         if weight_arg is not None and isinstance(kwargs.get("x"), (Tensor, tuple, list)):
             check_call(conv, edge_index, size, context)

@@ -5,7 +5,7 @@ from typing import Any
 
 import torch
 
-from .layer_rules import LayerRule
+from .layer_rules import GcnNormalisation, LayerRule
 
 _KNN = "builds a k-nearest-neighbour graph from the features of all nodes"
 _HETERO = ("is a heterogeneous layer that distribute() does not cover yet (HeteroConv and to_hetero of SAGEConv, "
@@ -19,16 +19,42 @@ def _weighted(weight: str = "edge_weight", **kwargs: Any) -> LayerRule:
     return LayerRule(aggregation="spmm", weight=weight, **kwargs)
 
 
+def _symnorm(conv: Any) -> bool:
+    return "symnorm" in conv.aggregators
+
+
+def normalisations() -> dict[str, GcnNormalisation]:
+    """How each layer of ``torch_geometric.nn`` that calls ``gcn_norm`` in its forward calls it (see
+    :mod:`.layer_normalisation` for what each delivery does)."""
+    cached = GcnNormalisation("arguments", pyg_cache=True)
+    placeholder = GcnNormalisation("placeholder")
+    return {
+        "GCNConv": GcnNormalisation("arguments", improved=True, pyg_cache=True),
+        "GCN2Conv": cached, "APPNP": cached, "DNAConv": cached,
+        "FAConv": GcnNormalisation("arguments", weight=None, pyg_cache=True),
+        "TAGConv": GcnNormalisation("arguments", self_loops=False),
+        "LGConv": GcnNormalisation("arguments", self_loops=False),
+        "PDNConv": GcnNormalisation("propagate"),
+        "SGConv": placeholder, "SSGConv": placeholder, "MixHopConv": placeholder,
+        "ARMAConv": GcnNormalisation("placeholder", self_loops=False),
+        "EGConv": GcnNormalisation("placeholder", weight=None, target="symnorm_weight", pyg_cache=True,
+                                   applies=_symnorm),
+        "LabelPropagation": GcnNormalisation("placeholder", weight=None, self_loops=False, dtype_of=None),
+    }
+
+
 def conv_rules() -> dict[str, LayerRule]:
-    """``torch_geometric.nn.conv``: linear aggregations, attention, adapters, refusals."""
-    from .layer_adapters import cheb_lambda_max
-    rules = {name: _weighted() for name in (
+    """``torch_geometric.nn.conv``: linear aggregations, attention, adapters, normalisations, refusals."""
+    from .layer_adapters import cheb_laplacian
+    norm = normalisations()
+    rules = {name: _weighted(normalisation=norm.get(name)) for name in (
         "GCNConv", "SGConv", "APPNP", "TAGConv", "ARMAConv", "GCN2Conv", "SSGConv", "LGConv", "MixHopConv",
         "SimpleConv", "GatedGraphConv", "PDNConv")}
+    rules.update({name: LayerRule(normalisation=norm[name]) for name in ("DNAConv", "FAConv", "EGConv")})
     rules.update({
         "GraphConv": _weighted(post_linear="lin_rel"),
         "ClusterGCNConv": _weighted(drops_adj_values=True),
-        "ChebConv": _weighted("norm", adapter=cheb_lambda_max),
+        "ChebConv": _weighted("norm", adapter=cheb_laplacian),
         "SAGEConv": _weighted("", post_linear="lin_l", drops_adj_values=True),
         "GINConv": _weighted("", input_linear="nn", drops_adj_values=True),
         "MFConv": _weighted("", drops_adj_values=True),
@@ -57,7 +83,8 @@ def conv_rules() -> dict[str, LayerRule]:
 
 
 def module_rules() -> dict[str, LayerRule]:
-    """Models, attention and pooling modules of ``torch_geometric.nn`` computing over all nodes."""
+    """Models, attention and pooling modules of ``torch_geometric.nn`` computing over all nodes;
+    ``LabelPropagation``'s normalisation."""
     refused = {
         "SGFormer": "mixes every node with all nodes of the graph in its global attention (SGFormerAttention)",
         "SGFormerAttention": _ATTENDS,
@@ -70,7 +97,9 @@ def module_rules() -> dict[str, LayerRule]:
         "MemPooling": "soft-assigns all nodes of the graph to clusters",
         "DMoNPooling": "soft-assigns all nodes of a dense graph to clusters",
     }
-    return {name: LayerRule(refused=reason) for name, reason in refused.items()}
+    rules = {name: LayerRule(refused=reason) for name, reason in refused.items()}
+    rules["LabelPropagation"] = LayerRule(normalisation=normalisations()["LabelPropagation"])
+    return rules
 
 
 def norm_rules() -> dict[str, LayerRule]:

@@ -3,9 +3,10 @@
 A layer made distributed by :func:`~pyg_sparsecomm.distribute` receives the shard's
 :class:`~pyg_sparsecomm.adj.HaloAdj` and hands PyG's code a plain local ``edge_index``
 whose targets are the owned rows ``[0, num_owned)`` and whose sources are
-``[owned | halo]`` columns ``[0, num_owned + halo_size)``.  PyG functions that compute
-source-side degrees (``gcn_norm``, ``get_laplacian``) need the plan to fetch the halo's
-degrees; they find it here.  The stack is per thread and every entry is removed by a
+``[owned | halo]`` columns ``[0, num_owned + halo_size)``.  The degree normalisations with
+global degrees (:mod:`.layer_normalisation`) need the plan to fetch the halo's degrees, and a
+layer called inside another's forward (``AntiSymmetricConv``'s ``phi``) runs on its shard; they
+find it here.  The stack is per thread and every entry is removed by a
 forward hook that runs even when the forward raises.
 """
 import threading

@@ -1,0 +1,199 @@
+r"""``DistributedLinkNeighborLoader``: PyG's ``LinkNeighborLoader`` over a partitioned graph.
+
+A batch is drawn from the whole graph's supervision pairs ``edge_label_index`` (every rank passes
+the same global pairs), by hashes of global ids, so it is the same for any partition and any ``P``:
+
+* pair :math:`k` falls in batch :math:`\lfloor u(s, e, k) \cdot B \rfloor` of the
+  :math:`B = \lceil m / b \rceil` batches of an epoch (``b`` = ``batch_size``; ``e`` the epoch when
+  shuffling, else 0): ``batch_size`` pairs per batch on average;
+* ``neg_sampling="binary"``: :math:`\lceil \text{amount} \cdot m_b \rceil` negatives per batch, source
+  and target uniform over the nodes (as PyG's loaders draw them, without rejecting edges), node
+  :math:`t` of negative :math:`j` being :math:`\lfloor u(s, e, b, j) N \rfloor`; labels as PyG's: 1 for
+  the positives (given labels, plus 1 if they hold a 0), 0 for the negatives;
+* ``neg_sampling="triplet"``: ``amount`` negative targets per positive pair, uniform over the nodes;
+* the batch's seeds are every endpoint of its pairs, sampled from as
+  :class:`~pyg_sparsecomm.loader.DistributedNeighborLoader` samples from its seeds (the same
+  ``num_neighbors`` rule, the same ranks' exchanges).
+
+A yielded batch is this rank's :class:`~pyg_sparsecomm.loader.DistributedNeighborLoader` batch of those
+seeds (its rows: the seeds it owns first, by global id) plus ``batch.pairs``, the
+:class:`~pyg_sparsecomm.link.DistributedPairs` this rank holds -- the pairs whose source it owns,
+with their plan over the batch's rows -- so ``batch.pairs.gather(model(batch.x, batch.adj))`` gives
+both endpoints' embeddings.  ``batch.edge_label_index_global`` holds those pairs' global ids and
+``batch.edge_label`` their labels.  A batch has no ``edge_label_index``: PyG's holds batch positions,
+which do not exist here (an endpoint may sit on another rank), and global ids under PyG's name would
+index ``z[batch.edge_label_index[0]]`` silently wrong, so reading it raises naming ``pairs.gather``;
+with ``"triplet"`` the pairs are the positives, then every positive's ``amount`` negatives
+(``batch.num_positive_pairs`` positives on this rank).
+"""
+import math
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import Tensor
+from torch_geometric.data import Data
+
+from .._validate import check_edge_index
+from ..comm.group import rank as group_rank
+from ..comm.group import world_size as group_world_size
+from ..link.pairs import DistributedPairs, endpoint_plan
+from ..link.partition_vector import partition_vector
+from ..link.same_pairs import check_same_pairs
+from ..plan import owner_rows
+from ..sampling.randomness import bucket, stream_key, uniform
+from .neighbor_loader import DistributedNeighborLoader
+
+_PAIR_BATCHES, _NEGATIVES = 21, 22  # stream names
+
+
+class LinkBatch(Data):
+    """A batch of :class:`DistributedLinkNeighborLoader`: a ``Data`` whose ``edge_label_index``
+    (PyG's batch positions of the pairs' endpoints) raises naming what replaces it."""
+
+    def __getattr__(self, key: str) -> Any:
+        if key == "edge_label_index":
+            raise AttributeError(
+                "a DistributedLinkNeighborLoader batch has no edge_label_index: its pairs' endpoints may live on "
+                "other ranks, so they have no batch positions; use z_src, z_dst = batch.pairs.gather(z) for the "
+                "endpoints' embeddings (batch.edge_label_index_global: the pairs' global ids)")
+        return super().__getattr__(key)
+
+
+class DistributedLinkNeighborLoader:
+    r"""Mini-batches of supervision pairs and the sampled neighbourhoods of their endpoints (see the
+    module docstring); every rank iterates it together.
+
+    Args:
+        local: the rank's shard (``shard(data)``).
+        num_neighbors: fanout per hop (``-1``: all in-edges).
+        edge_label_index (torch.Tensor): ``[2, m]`` the whole graph's supervision pairs (global ids),
+            the same on every rank.
+        edge_label (torch.Tensor, optional): ``[m]`` their labels.
+        neg_sampling (str or NegativeSampling, optional): ``None``, ``"binary"`` or ``"triplet"`` (or PyG's
+            ``NegativeSampling(mode, amount)``, without weights).
+        neg_sampling_ratio / amount (float, optional): negatives per positive (default 1).
+        batch_size (int): pairs per batch, on average.
+        shuffle (bool): new batches every epoch.
+        seed (int): the random stream shared by all ranks.
+        group (torch.distributed.ProcessGroup, optional): the process group.
+    """
+
+    def __init__(self, local: Data, num_neighbors: Sequence[int], edge_label_index: Tensor,
+                 edge_label: Tensor | None = None, neg_sampling: Any = None, batch_size: int = 1,
+                 shuffle: bool = False, seed: int = 0, group: dist.ProcessGroup | None = None,
+                 neg_sampling_ratio: float | None = None, amount: float | None = None) -> None:
+        if hasattr(neg_sampling, "mode"):  # PyG's NegativeSampling(mode, amount, src_weight, dst_weight)
+            if getattr(neg_sampling, "src_weight", None) is not None or \
+                    getattr(neg_sampling, "dst_weight", None) is not None:
+                raise ValueError("NegativeSampling with src_weight / dst_weight is not supported here: negatives are "
+                                 "drawn uniformly over the nodes")
+            amount = neg_sampling.amount if amount is None else amount
+            neg_sampling = getattr(neg_sampling.mode, "value", neg_sampling.mode)
+        if neg_sampling not in (None, "binary", "triplet"):
+            raise ValueError(f"neg_sampling must be None, 'binary' or 'triplet' (as PyG's LinkNeighborLoader), "
+                             f"got {neg_sampling!r}")
+        self.nodes = DistributedNeighborLoader(local, num_neighbors, batch_size=1, seed=seed, group=group, prefetch=0)
+        self.num_nodes = self.nodes.num_nodes
+        check_edge_index(edge_label_index, self.num_nodes)
+        self.edge_label_index = edge_label_index.cpu()
+        m = self.edge_label_index.size(1)
+        if edge_label is not None and edge_label.size(0) != m:
+            raise ValueError(f"edge_label must hold one label per pair ({m}), got {edge_label.size(0)}")
+        self.edge_label = None if edge_label is None else edge_label.cpu()
+        if neg_sampling == "binary" and self.edge_label is not None and m and self.edge_label.min() == 0:
+            self.edge_label = self.edge_label + 1  # as PyG: 0 now marks the negatives
+        self.neg_sampling = neg_sampling
+        self.amount = float(amount if amount is not None else neg_sampling_ratio if neg_sampling_ratio is not None
+                            else 1.0)
+        if neg_sampling == "triplet" and edge_label is not None:
+            raise ValueError("edge_label must be None for neg_sampling='triplet' (as in PyG): the batch's pairs are "
+                             "its positives, then their negatives (batch.num_positive_pairs of this rank first)")
+        if neg_sampling == "triplet" and (self.amount < 1 or self.amount != int(self.amount)):
+            raise ValueError(f"triplet negative sampling draws a whole number of negatives per pair, got {self.amount}")
+        self.batch_size, self.shuffle, self.seed, self.group = batch_size, shuffle, seed, group
+        self.num_batches = max(1, math.ceil(m / batch_size))
+        self.part = self._partition()
+        self.epoch = 0
+        check_same_pairs(self.edge_label_index, type(self).__name__, group,
+                         f"{self.neg_sampling};{self.amount};{self.batch_size};{self.shuffle};{self.seed}")
+
+    def _partition(self) -> np.ndarray:
+        """The owner of every node (gathered from the shards' ``n_id``, once)."""
+        return partition_vector(self.nodes.local, self.group)
+
+    def __len__(self) -> int:
+        return int(np.count_nonzero(np.bincount(self.pair_batches(self.epoch), minlength=self.num_batches)))
+
+    def pair_batches(self, epoch: int) -> np.ndarray:
+        """``[m]`` the batch of every pair in ``epoch`` (no communication)."""
+        key = stream_key(self.seed, _PAIR_BATCHES, epoch if self.shuffle else 0)
+        return bucket(key, torch.arange(self.edge_label_index.size(1)), self.num_batches).numpy()
+
+    def batch_pairs(self, epoch: int, b: int) -> tuple[Tensor, Tensor | None, Tensor, int]:
+        """Batch ``b``'s pairs over all ranks: ``(pairs, labels, pair_id, num_positive)`` in global ids
+        (positives first; ``pair_id`` ``-1`` for negatives).  The same on every rank."""
+        pair_id = torch.from_numpy(np.flatnonzero(self.pair_batches(epoch) == b))
+        pos = self.edge_label_index[:, pair_id]
+        label = None if self.edge_label is None else self.edge_label[pair_id]
+        if self.neg_sampling is None:
+            return pos, label, pair_id, pos.size(1)
+        if self.neg_sampling == "binary":
+            num = math.ceil(self.amount * pos.size(1))
+            src, dst = self._uniform_nodes(epoch, b, 0, num), self._uniform_nodes(epoch, b, 1, num)
+            positive = torch.ones(pos.size(1)) if label is None else label
+            label = torch.cat([positive, positive.new_zeros((num,) + tuple(positive.shape[1:]))])
+        else:
+            per = int(self.amount)
+            src = pos[0].repeat_interleave(per)
+            dst = self._uniform_nodes(epoch, b, 1, pos.size(1) * per)
+        neg = torch.stack([src, dst])
+        return (torch.cat([pos, neg], dim=1), label, torch.cat([pair_id, torch.full((neg.size(1),), -1)]),
+                pos.size(1))
+
+    def _uniform_nodes(self, epoch: int, b: int, end: int, num: int) -> Tensor:
+        u = uniform(stream_key(self.seed, _NEGATIVES, epoch, b, end), np.arange(num, dtype=np.int64))
+        return torch.from_numpy(np.minimum((u * self.num_nodes).astype(np.int64), self.num_nodes - 1))
+
+    def __iter__(self) -> Iterator[Data]:
+        epoch = self.epoch
+        self.epoch += 1
+        counts = np.bincount(self.pair_batches(epoch), minlength=self.num_batches)
+        for b in range(self.num_batches):
+            if counts[b]:
+                yield self.sample(epoch, b)
+
+    def sample(self, epoch: int, b: int) -> Data:
+        """Batch ``b`` of ``epoch`` on this rank; collective."""
+        pairs, label, pair_id, num_positive = self.batch_pairs(epoch, b)
+        seeds = torch.unique(pairs.reshape(-1)).numpy()  # sorted global ids
+        rank, part = group_rank(self.group), self.part
+        n_id = self.nodes.adj.plan.n_id
+        mine = seeds[part[seeds] == rank]
+        batch = self.nodes.sample(epoch, b, torch.searchsorted(n_id, torch.from_numpy(mine)))
+        # every seed's row on its owner: its position among that owner's seeds (seeds come first, by id)
+        _, seed_row = owner_rows(part[seeds], group_world_size(self.group))
+        held = np.flatnonzero(part[pairs[0].numpy()] == rank)
+        ends = pairs[:, torch.from_numpy(held)].numpy().reshape(-1)
+        at = np.searchsorted(seeds, ends)
+        plan, column = endpoint_plan(ends, part[ends], seed_row[at], batch.n_id.cpu(), self.num_nodes,
+                                     np.bincount(part[seeds], minlength=group_world_size(self.group)).tolist(),
+                                     self.group)
+        index = column.view(2, -1)
+        edge_label = None if label is None else label[torch.from_numpy(held)]
+        num_pairs = int(pairs.size(1))
+        held_t = torch.from_numpy(held)
+        batch = LinkBatch.from_dict(batch.to_dict())
+        batch.pairs = DistributedPairs(pairs[:, held_t], edge_label, pair_id[held_t], index, plan, num_pairs,
+                                       self.group)
+        batch.edge_label_index_global = pairs[:, held_t]
+        batch.edge_label = edge_label
+        batch.num_positive_pairs = int((held < num_positive).sum())
+        batch.batch_index = b
+        return batch
+
+    def __repr__(self) -> str:
+        extra: dict[str, Any] = {"neg_sampling": self.neg_sampling, "batch_size": self.batch_size}
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in extra.items())})"

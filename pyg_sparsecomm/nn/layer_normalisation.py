@@ -1,0 +1,186 @@
+r"""The degree normalisation a PyG layer computes in its ``forward``, given to each distributed
+instance with global degrees.
+
+On a shard a layer's ``forward`` runs on a local ``edge_index`` whose sources are ``[owned |
+halo]`` columns.  PyG's ``gcn_norm`` there would scale by local degrees and index the halo
+sources past its ``num_nodes`` (the owned rows); :func:`~.degree_norm.gcn_norm` computes
+:math:`\hat D^{-1/2} \hat A \hat D^{-1/2}` with global degrees.  PyG's modules are not touched
+(a plain layer in the same process stays PyG's): each distributed instance gets the
+normalisation through its class's rule (:class:`~.layer_rules.GcnNormalisation`), by the first
+of these that fits how the class's ``forward`` reaches ``gcn_norm``:
+
+* ``pyg_cache`` with ``cached=True`` (``GCNConv``, ``GCN2Conv``, ``APPNP``, ``DNAConv``,
+  ``FAConv``, ``EGConv``): these forwards call ``gcn_norm`` only while PyG's normalisation cache
+  is empty and use the cache otherwise.  The forward pre-hook fills an empty cache with the
+  distributed normalisation of the call's graph, so PyG's own code caches as it does: once per
+  shard (the first-use check refuses another shard, :mod:`.first_use`), emptied by PyG's
+  ``reset_parameters``;
+* ``"arguments"`` (``GCNConv``, ``GCN2Conv``, ``APPNP``, ``DNAConv``, ``FAConv``, ``TAGConv``,
+  ``LGConv``; any ``cached``): the forward normalises its graph arguments before using them.
+  The pre-hook passes the normalised ``(edge_index, edge_weight)`` with ``normalize=False`` for
+  this call only (the forward hook, which runs also when the forward raises, restores it);
+* ``"propagate"`` (``PDNConv``, whose weights are ``mlp(edge_attr)``, computed in ``forward``):
+  ``normalize=False`` for the call, and the ``propagate`` override normalises the graph
+  ``propagate`` receives, which is the one ``gcn_norm`` would have received;
+* ``"placeholder"`` (``SGConv``, ``SSGConv``, ``ARMAConv``, ``MixHopConv``,
+  ``LabelPropagation``, ``EGConv`` uncached; and ``ChebConv``'s ``__norm__``, see
+  :func:`~.layer_adapters.cheb_laplacian`): these normalise without a flag to turn off.  The
+  forward gets an empty ``edge_index`` and no weight, which PyG's normalisation maps, harmlessly,
+  to self-loops of the owned rows at most, and the ``propagate`` override replaces the graph it
+  receives by the distributed normalisation of the call's real one.  These forwards use the
+  graph for nothing but ``propagate``.
+
+A call's ``"propagate"``/``"placeholder"`` normalisation is computed at its first
+``propagate`` and reused by the others (``TAGConv``'s and ``SGConv``'s hops); a cached
+``SGConv`` that reuses its output propagates, and so normalises, nothing.
+"""
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from inspect import BoundArguments
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch_geometric.nn import MessagePassing
+
+from ..compat import gcn_norm_cache, set_gcn_norm_cache
+from . import degree_norm
+from .layer_rules import GcnNormalisation
+from .shard_context import ShardContext
+
+Normalise = Callable[[Tensor, Tensor | None], tuple[Tensor, Tensor]]
+
+
+@dataclass
+class CallNormalisation:
+    """What one call of a distributed layer changed for its normalisation.
+
+    Attributes:
+        normalise: ``(edge_index, weight) -> (edge_index, weight)``, for ``propagate``'s graph
+            (``None``: ``propagate`` gets the graph as the forward passes it).
+        graph: the call's real ``(edge_index, weight)`` behind a placeholder (``None``: the graph
+            ``propagate`` receives is normalised).
+        target: the ``propagate`` argument receiving the normalised weights.
+        undo: what the forward hook restores.
+        memo: normalisations of this call, by the identity of their (kept alive) inputs.
+    """
+    normalise: Normalise | None = None
+    graph: tuple[Tensor, Tensor | None] | None = None
+    target: str = "edge_weight"
+    undo: list[Callable[[], None]] = field(default_factory=list)
+    memo: dict[tuple[int, int], tuple[Tensor, Tensor | None, tuple[Tensor, Tensor]]] = field(default_factory=dict)
+
+    def normalised(self, edge_index: Tensor, weight: Tensor | None) -> tuple[Tensor, Tensor]:
+        assert self.normalise is not None
+        key = (id(edge_index), id(weight))
+        if key not in self.memo:
+            self.memo[key] = (edge_index, weight, self.normalise(edge_index, weight))
+        return self.memo[key][2]
+
+
+def _call(conv: MessagePassing) -> CallNormalisation:
+    state = conv._sparsecomm
+    if state.normalisation is None:
+        state.normalisation = CallNormalisation()
+    return state.normalisation
+
+
+def _local(edge_index: Any) -> bool:
+    return isinstance(edge_index, Tensor) and edge_index.layout == torch.strided and edge_index.dim() == 2
+
+
+def _applies(conv: MessagePassing, use: GcnNormalisation, arguments: dict) -> bool:
+    if not getattr(conv, "normalize", True) or (use.applies is not None and not use.applies(conv)):
+        return False
+    if use.weight is None and arguments.get("edge_weight") is not None:
+        return False  # PyG's own code decides: FAConv asserts, LabelPropagation does not normalise
+    return _local(arguments.get("edge_index"))
+
+
+def _normaliser(conv: MessagePassing, use: GcnNormalisation, arguments: dict, context: ShardContext) -> Normalise:
+    """PyG's ``gcn_norm`` call of ``conv``'s forward, with global degrees."""
+    improved = bool(conv.improved) if use.improved else False
+    self_loops = bool(conv.add_self_loops) if use.self_loops else False
+    value = arguments.get(use.dtype_of) if use.dtype_of else None
+    dtype = value.dtype if isinstance(value, Tensor) else None
+
+    def normalise(edge_index: Tensor, weight: Tensor | None) -> tuple[Tensor, Tensor]:
+        return degree_norm.gcn_norm(context, edge_index, weight, None, improved, self_loops, conv.flow, dtype)
+    return normalise
+
+
+def normalise_call(conv: MessagePassing, use: GcnNormalisation, bound: BoundArguments, context: ShardContext) -> None:
+    """The forward pre-hook's part (see the module doc): edits ``bound`` (the call's ``forward``
+    arguments) in place.
+
+    Args:
+        conv (MessagePassing): the layer, on a shard.
+        use (GcnNormalisation): its rule's normalisation.
+        bound (inspect.BoundArguments): its ``forward`` arguments.
+        context (ShardContext): the shard.
+    """
+    args = bound.arguments
+    if not _applies(conv, use, args):
+        return
+    normalise = _normaliser(conv, use, args, context)
+    weight = args.get(use.weight) if use.weight else None
+    if use.pyg_cache and getattr(conv, "cached", False):
+        if gcn_norm_cache(conv) is None:
+            set_gcn_norm_cache(conv, normalise(args["edge_index"], weight))
+    elif use.delivery == "arguments":
+        args["edge_index"], args[use.target] = normalise(args["edge_index"], weight)
+        _switch_off(conv)
+    elif use.delivery == "propagate":
+        _switch_off(conv)
+        call = _call(conv)
+        call.normalise, call.target = normalise, use.target
+    else:
+        replace_graph(conv, bound, normalise, use.target, use.weight)
+
+
+def _switch_off(conv: MessagePassing) -> None:
+    """``normalize=False`` for this call; the forward hook puts back what it was."""
+    was = conv.normalize
+    conv.normalize = False
+    _call(conv).undo.append(lambda: setattr(conv, "normalize", was))
+
+
+def replace_graph(conv: MessagePassing, bound: BoundArguments, normalise: Normalise, target: str,
+                  weight: str | None = "edge_weight") -> None:
+    """Gives the forward an empty ``edge_index`` (and no ``weight``), and ``propagate`` the
+    normalisation of the call's real graph under ``target`` (the ``"placeholder"`` delivery).
+
+    Args:
+        conv (MessagePassing): the layer, on a shard.
+        bound (inspect.BoundArguments): its ``forward`` arguments (edited in place).
+        normalise (callable): ``(edge_index, weight) -> (edge_index, weight)`` with global degrees.
+        target (str): the ``propagate`` argument receiving the normalised weights.
+        weight (str, optional): the ``forward`` argument holding the weights (``None``: unweighted).
+    """
+    args = bound.arguments
+    edge_index = args["edge_index"]
+    call = _call(conv)
+    call.normalise, call.target = normalise, target
+    call.graph = (edge_index, args.get(weight) if weight else None)
+    args["edge_index"] = edge_index.new_empty((2, 0))
+    if weight and args.get(weight) is not None:
+        args[weight] = None
+
+
+def propagated_graph(conv: MessagePassing, edge_index: Any, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """The ``propagate`` override's part: ``(edge_index, kwargs)`` of a ``propagate`` call, with the
+    call's normalised graph where the forward pre-hook arranged one (see the module doc)."""
+    call = conv._sparsecomm.normalisation
+    if call is None or call.normalise is None:
+        return edge_index, kwargs
+    graph = call.graph if call.graph is not None else (edge_index, kwargs.get(call.target))
+    edge_index, weight = call.normalised(*graph)
+    return edge_index, {**kwargs, call.target: weight}
+
+
+def end_call(conv: MessagePassing) -> None:
+    """The forward hook's part: restores what :func:`normalise_call` changed, also after an error."""
+    call = conv._sparsecomm.normalisation
+    conv._sparsecomm.normalisation = None
+    while call is not None and call.undo:
+        call.undo.pop()()
