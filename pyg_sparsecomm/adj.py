@@ -97,6 +97,13 @@ class HaloAdj:
         return self.plan.num_owned
 
     @property
+    def num_rows(self) -> int:
+        """Rows of the block (targets): the owned rows, except in a bipartite relation of a
+        heterogeneous graph (:class:`~pyg_sparsecomm.relation_adj.RelationAdj`), whose rows are
+        the owned nodes of the destination type and whose columns those of the source type."""
+        return self.plan.num_owned
+
+    @property
     def halo_size(self) -> int:
         return self.plan.halo_size
 
@@ -116,7 +123,7 @@ class HaloAdj:
         """Local row of every stored entry (COO view of the CSR); cached."""
         if "row" not in self._structure:
             counts = self.rowptr[1:] - self.rowptr[:-1]
-            self._structure["row"] = torch.repeat_interleave(torch.arange(self.num_owned, device=self.device), counts)
+            self._structure["row"] = torch.repeat_interleave(torch.arange(self.num_rows, device=self.device), counts)
         return self._structure["row"]
 
     def coo(self) -> tuple[Tensor, Tensor]:
@@ -184,28 +191,28 @@ class HaloAdj:
         return self.value.to(dtype)
 
     def csr(self, dtype: torch.dtype = torch.float32) -> Tensor:
-        """``[num_owned, num_cols]`` torch CSR tensor of the (detached) values, cached."""
+        """``[num_rows, num_cols]`` torch CSR tensor of the (detached) values, cached."""
         key = ("csr", dtype)
         if key in self._cache:
             return self._cache[key]
-        csr = make_csr(self.rowptr, self.col, self.values(dtype).detach(), (self.num_owned, self.num_cols))
+        csr = make_csr(self.rowptr, self.col, self.values(dtype).detach(), (self.num_rows, self.num_cols))
         if self.value is None or not self.value.requires_grad:  # learnable values change every step
             self._cache[key] = csr
         return csr
 
     def csr_t(self, dtype: torch.dtype = torch.float32, value: Tensor | None = None) -> Tensor:
-        """The transpose ``[num_cols, num_owned]`` as CSR, for the backward SpMM.
+        """The transpose ``[num_cols, num_rows]`` as CSR, for the backward SpMM.
 
         The transposed structure is computed once; with ``value`` given (learnable
         weights) only the values are permuted again.
         """
         if "t_perm" not in self._structure:
             row, col = self.coo()
-            t_rowptr, t_perm = csr_order(col, row, self.num_cols, self.num_owned)
+            t_rowptr, t_perm = csr_order(col, row, self.num_cols, self.num_rows)
             assert t_perm is not None  # not is_sorted: always a permutation
             self._structure.update(t_rowptr=t_rowptr, t_col=row[t_perm], t_perm=t_perm)
         rowptr, t_col, perm = (self._structure[k] for k in ("t_rowptr", "t_col", "t_perm"))
-        shape = (self.num_cols, self.num_owned)
+        shape = (self.num_cols, self.num_rows)
         if value is not None:
             return make_csr(rowptr, t_col, value.detach().to(dtype)[perm], shape)
         key = ("csr_t", dtype)
@@ -269,7 +276,7 @@ class _CSRSpMM(torch.autograd.Function):
         if value is None:
             a = adj.csr(compute)
         else:
-            a = make_csr(adj.rowptr, adj.col, value.detach().to(compute), (adj.num_owned, adj.num_cols))
+            a = make_csr(adj.rowptr, adj.col, value.detach().to(compute), (adj.num_rows, adj.num_cols))
             ctx.save_for_backward(x, value)
         return csr_mm(a, x, result)
 
@@ -294,7 +301,7 @@ def sampled_dot(adj: HaloAdj, left: Tensor, right: Tensor) -> Tensor:
     (about 10x faster on CPU than indexing both sides)."""
     if left.dtype not in (torch.float32, torch.float64) or left.size(1) == 0:  # sampled_addmm needs these
         return (left.index_select(0, adj.row()) * right.index_select(0, adj.col)).sum(dim=-1)
-    pattern = make_csr(adj.rowptr, adj.col, left.new_zeros(adj.nnz), (adj.num_owned, adj.num_cols))
+    pattern = make_csr(adj.rowptr, adj.col, left.new_zeros(adj.nnz), (adj.num_rows, adj.num_cols))
     return torch.sparse.sampled_addmm(pattern, left, right.t(), beta=0.0).values()
 
 

@@ -4,7 +4,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import Tensor
-from torch_geometric.data import Data
+from torch_geometric.data import Data, HeteroData
 
 from ._validate import check_edge_index, check_edge_weight, check_node_tensor, check_partition
 from .adj import HaloAdj
@@ -52,6 +52,9 @@ def shard(data: Data, group: dist.ProcessGroup | None = None, rank: int | None =
 
     ``local.to(device)`` (``cuda()``, ``cpu()``) moves ``adj`` and its plan with the tensors.
 
+    A partitioned ``HeteroData`` gives this rank's ``HeteroData`` (per node type the owned rows,
+    per relation a bipartite ``adj``; see :mod:`pyg_sparsecomm.data_hetero`).
+
     Args:
         data: a graph carrying ``part`` (see ``SparsityAwarePartitioner``), given as
             ``edge_index`` or ``adj_t`` (torch sparse CSR/CSC/COO or ``torch_sparse.SparseTensor``,
@@ -61,6 +64,12 @@ def shard(data: Data, group: dist.ProcessGroup | None = None, rank: int | None =
             group (tests, simulations); default: taken from ``group``.
         grid: the 1.5D process grid (``rank``/``world_size`` are then the grid's).
     """
+    if isinstance(data, HeteroData):
+        if grid is not None:
+            raise NotImplementedError("shard(HeteroData, grid=...): the 1.5D layout is not supported for "
+                                      "heterogeneous graphs yet; shard without a grid")
+        from .data_hetero import shard_hetero
+        return shard_hetero(data, group, rank, world_size)
     data = with_edge_index(data, "shard")
     part = getattr(data, "part", None)
     if part is None:

@@ -163,3 +163,92 @@ def _missing_files(name: str, raw_dir: Path, missing: list[str], reason: str) ->
     return (f"{name}: {which}; {reason}. To run offline, copy the {len(_PLANETOID_FILES)} raw files "
             f"ind.{name.lower()}.{{{','.join(_PLANETOID_FILES)}}} (from {_PLANETOID_URL}) into {raw_dir}/, "
             f"or pass a root that holds {name}/raw/ (root= here, --root in the examples)")
+
+
+#: the relations of :func:`igbh_like`, ``(source, relation, destination)``, before their reverses
+IGBH_RELATIONS = (("paper", "cites", "paper"), ("paper", "written_by", "author"),
+                  ("author", "affiliated_to", "institute"), ("paper", "topic", "fos"))
+
+
+def igbh_like(num_papers: int = 1000, num_authors: int | None = None, num_institutes: int | None = None,
+              num_fos: int | None = None, num_features: int = 32, num_classes: int = 8,
+              avg_degree: float = 4.0, exponent: float = 1.0, featureless: tuple[str, ...] = (),
+              isolated: float = 0.0, without_reverse: tuple[str, ...] = ("cites",), seed: int = 0):
+    r"""A synthetic graph shaped like IGB-Heterogeneous (MLPerf's RGAT benchmark), no download.
+
+    Node types ``paper``, ``author``, ``institute``, ``fos``; relations ``cites``
+    (paper -> paper), ``written_by`` (paper -> author), ``affiliated_to`` (author -> institute),
+    ``topic`` (paper -> fos) and the reverse ``rev_<relation>`` of every relation not named in
+    ``without_reverse`` (so by default ``cites`` stays directed, as in IGBH).  Each relation has
+    about ``avg_degree`` edges per source node; both endpoints are drawn with probability
+
+    .. math:: p_i \propto (1 + \pi(i))^{-\mathrm{exponent}}
+
+    for a random permutation :math:`\pi` of each node type, so degrees follow a power law
+    (duplicates removed, self-loops of ``cites`` kept).  Papers carry ``x`` (a class centroid plus
+    noise), ``y`` and ``train_mask``/``val_mask``/``test_mask`` (50/25/25 %); the other types carry
+    random ``x``, except those in ``featureless`` (``num_nodes`` only: give them a
+    ``torch.nn.Embedding``).  The same ``seed`` gives the same graph.
+
+    Args:
+        num_papers: papers; the other sizes default to ``num_papers`` authors,
+            ``max(2, num_papers // 50)`` institutes and ``max(2, num_papers // 10)`` fields of study.
+        num_features: width of every ``x``.
+        num_classes: paper classes.
+        avg_degree: edges per source node of every relation.
+        exponent: the power law's exponent (0: uniform).
+        featureless: node types without ``x``.
+        isolated: fraction of every node type's nodes without any edge.
+        without_reverse: relations added without their reverse (directed relations).
+        seed: the generator's seed.
+
+    Returns:
+        a :class:`~torch_geometric.data.HeteroData`.
+    """
+    from torch_geometric.data import HeteroData
+    sizes = {"paper": num_papers, "author": num_papers if num_authors is None else num_authors,
+             "institute": max(2, num_papers // 50) if num_institutes is None else num_institutes,
+             "fos": max(2, num_papers // 10) if num_fos is None else num_fos}
+    unknown = sorted(set(featureless) - set(sizes))
+    if unknown or not 0 <= isolated < 1:
+        raise ValueError(f"igbh_like: featureless must name node types of {sorted(sizes)} (got {unknown}) and "
+                         f"isolated must be in [0, 1) (got {isolated})")
+    gen = torch.Generator().manual_seed(seed)
+    weights = {t: _power_law_weights(n, exponent, isolated, gen) for t, n in sizes.items()}
+    data = HeteroData()
+    for node_type, n in sizes.items():
+        data[node_type].num_nodes = n
+        if node_type not in featureless:
+            data[node_type].x = torch.randn(n, num_features, generator=gen)
+    y = torch.randint(0, num_classes, (num_papers,), generator=gen)
+    if "paper" not in featureless:
+        data["paper"].x += 2.0 * torch.randn(num_classes, num_features, generator=gen)[y]
+    data["paper"].y = y
+    split = torch.randperm(num_papers, generator=gen)
+    cuts = [num_papers // 2, 3 * num_papers // 4]
+    for name, part in zip(("train_mask", "val_mask", "test_mask"), split.tensor_split(cuts), strict=True):
+        data["paper"][name] = torch.zeros(num_papers, dtype=torch.bool).index_fill_(0, part, True)
+    for src, rel, dst in IGBH_RELATIONS:
+        edge_index = _power_law_edges(weights[src], weights[dst], int(avg_degree * sizes[src]), gen)
+        data[src, rel, dst].edge_index = edge_index
+        if rel not in without_reverse:
+            data[dst, f"rev_{rel}", src].edge_index = edge_index.flip(0)
+    return data
+
+
+def _power_law_weights(n: int, exponent: float, isolated: float, gen: torch.Generator) -> torch.Tensor:
+    """Sampling weights ``(1 + rank)^-exponent`` in a random order; a fraction ``isolated`` is 0."""
+    w = torch.empty(n)
+    w[torch.randperm(n, generator=gen)] = (1.0 + torch.arange(n, dtype=torch.float)) ** -exponent
+    w[torch.randperm(n, generator=gen)[:int(isolated * n)]] = 0.0
+    return w
+
+
+def _power_law_edges(src_w: torch.Tensor, dst_w: torch.Tensor, num_edges: int, gen: torch.Generator) -> torch.Tensor:
+    """``num_edges`` draws of (source, destination) by their weights, duplicates removed, sorted."""
+    if num_edges == 0 or float(src_w.sum()) == 0 or float(dst_w.sum()) == 0:
+        return torch.empty(2, 0, dtype=torch.long)
+    src = torch.multinomial(src_w, num_edges, replacement=True, generator=gen)
+    dst = torch.multinomial(dst_w, num_edges, replacement=True, generator=gen)
+    key = torch.unique(src * dst_w.numel() + dst)
+    return torch.stack([key // dst_w.numel(), key % dst_w.numel()])

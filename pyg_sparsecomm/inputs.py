@@ -44,7 +44,8 @@ def check_homogeneous(data: Any, who: str) -> None:
         raise ValueError(
             f"{who} takes a homogeneous graph (torch_geometric.data.Data), got HeteroData with node types "
             f"{data.node_types} and edge types {data.edge_types}: convert it with data.to_homogeneous() "
-            f"(node_type and edge_type are kept as attributes and sharded like any other) and pass that")
+            f"(node_type and edge_type are kept as attributes and sharded like any other) and pass that; "
+            f"SparsityAwarePartitioner and shard() take HeteroData directly")
     if not isinstance(data, Data):
         raise ValueError(f"{who} takes a torch_geometric.data.Data, got {describe(data)}")
 

@@ -85,9 +85,13 @@ def owner_rows(part: np.ndarray, num_parts: int) -> tuple[np.ndarray, np.ndarray
     return part_sizes, local_index
 
 
-def comm_pattern(edge_index, part, num_nodes: int, num_parts: int) -> CommPattern:
-    """Computes the global communication pattern of ``part`` (vectorised, O(E log E))."""
-    if isinstance(edge_index, Tensor):
+def comm_pattern(edge_index, part, num_nodes: int, num_parts: int, target_part=None) -> CommPattern:
+    """Computes the global communication pattern of ``part`` (vectorised, O(E log E)).
+
+    With ``target_part`` the graph is bipartite (a relation of a heterogeneous graph): row 1 of
+    ``edge_index`` indexes another node set, whose owners ``target_part`` lists; the pattern is
+    that of the source nodes (``part``, ``num_nodes``) read by the targets' owners."""
+    if isinstance(edge_index, Tensor) and target_part is None:
         check_edge_index(edge_index, num_nodes)
     if isinstance(part, Tensor):
         check_partition(part, num_nodes, num_parts)
@@ -96,8 +100,10 @@ def comm_pattern(edge_index, part, num_nodes: int, num_parts: int) -> CommPatter
     P, N = int(num_parts), int(num_nodes)
 
     part_sizes, local_index = owner_rows(part, P)
+    owner = part if target_part is None else _numpy_long(target_part)
+    target_index = local_index if target_part is None else owner_rows(owner, P)[1]
 
-    src_part, dst_part = part[src], part[dst]
+    src_part, dst_part = part[src], owner[dst]
     block_nnz = np.bincount(dst_part * P + src_part, minlength=P * P).reshape(P, P)
     edge_nnz = block_nnz.sum(axis=1)
     cut = src_part != dst_part
@@ -106,7 +112,7 @@ def comm_pattern(edge_index, part, num_nodes: int, num_parts: int) -> CommPatter
     pair_node = key % N
     pair_dst = key // N // P
     spans = np.stack([row_spans(pair_dst, part[pair_node], local_index[pair_node], P),
-                      row_spans(src_part[cut], dst_part[cut], local_index[dst[cut]], P)])
+                      row_spans(src_part[cut], dst_part[cut], target_index[dst[cut]], P)])
     return CommPattern(N, P, part, local_index, part_sizes, edge_nnz, pair_node, pair_dst, spans, block_nnz)
 
 
@@ -247,18 +253,20 @@ def restrict_counts(send_counts: list[int], recv_counts: list[int], rank: int,
             [c if k in in_stage else 0 for k, c in enumerate(recv_counts)])
 
 
-def local_edges(edge_index, pattern: CommPattern, plan: RankPlan):
+def local_edges(edge_index, pattern: CommPattern, plan: RankPlan, target_part=None):
     """The edges whose target ``plan.rank`` owns, relabelled to local ids.
 
     Returns ``(row, col, edge_id)``: ``row`` indexes owned rows, ``col`` indexes
     ``[owned | halo]`` columns, ``edge_id`` the position in the global edge list
-    (to slice edge weights).  Sorted by (row, col): ready for CSR.
+    (to slice edge weights).  Sorted by (row, col): ready for CSR.  With ``target_part``
+    (a bipartite relation, see :func:`comm_pattern`) ``row`` indexes the owned targets.
     """
     src, dst = _numpy_long(edge_index)
     part, r = pattern.part, plan.rank
-    edge_id = np.flatnonzero(part[dst] == r)
+    owner = part if target_part is None else _numpy_long(target_part)
+    edge_id = np.flatnonzero(owner[dst] == r)
     s, d = src[edge_id], dst[edge_id]
-    row = pattern.local_index[d]
+    row = (pattern.local_index if target_part is None else owner_rows(owner, pattern.num_parts)[1])[d]
     col = pattern.local_index[s].copy()
     remote = part[s] != r
     if remote.any():

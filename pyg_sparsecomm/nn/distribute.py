@@ -31,7 +31,7 @@ from ..algorithms.settings import check_settings
 from ..comm.halo_options import HaloOptions
 from ..compat import edge_update_arguments, message_arguments
 from ..cost import CostModel
-from . import gradient_sync, trim
+from . import gradient_sync, hetero, trim
 from .distributed_layer import DistributedSettings, attach
 from .layer_rules import layer_rule
 from .norms import convert_norm
@@ -156,6 +156,8 @@ def distribute(module: torch.nn.Module, algorithm: str = "1d", group: dist.Proce
             raise NotImplementedError(f"distribute(): {type(child).__name__} ({name or 'the module itself'}) cannot "
                                       f"be trained exactly on a partitioned graph: it {reason}")
     trim.install(module)
+    if hetero.is_heterogeneous(module):  # homogeneous models get no hooks of it
+        hetero.install_scope(module)
     for child in module.modules():
         if isinstance(child, MessagePassing):
             attach(child, settings)

@@ -46,8 +46,9 @@ from ..comm.group import world_size
 from ..comm.halo_options import EXACT, ExchangeSlots, HaloOptions
 from ..cost import CostModel
 from ..grid import ProcessGrid, process_grid
+from ..relation_adj import RelationAdj
 from ..sampling.sampled_adj import SampledAdj
-from . import shard_context
+from . import hetero, shard_context
 from .adjacency_values import with_adjacency_values
 from .call_halos import CallHalos, attach_recorder
 from .first_use import CheckedPlan, check_call
@@ -186,6 +187,8 @@ def _enter(conv: MessagePassing, args: tuple, kwargs: dict):
         raise ValueError(f"{type(conv).__name__} got {len(adj_at)} HaloAdj arguments; distribute() runs layers "
                          f"over one adjacency")
     adj: HaloAdj = args[adj_at[0]] if isinstance(adj_at[0], int) else kwargs[adj_at[0]]
+    if isinstance(adj, RelationAdj):  # a relation of a heterogeneous graph: sources completed first
+        return hetero.enter_relation(conv, state, args, kwargs, adj_at[0], adj)
     _check_call(conv, state, args, kwargs, adj)
     settings = state.settings
     exchanger = HaloExchanger(adj.plan, exchange_group(adj, settings.grid(), settings.group))

@@ -8,7 +8,8 @@ import torch
 from .layer_rules import GcnNormalisation, LayerRule
 
 _KNN = "builds a k-nearest-neighbour graph from the features of all nodes"
-_HETERO = "takes heterogeneous graphs (dicts of node and edge types)"
+_HETERO = ("is a heterogeneous layer that distribute() does not cover yet (HeteroConv and to_hetero of SAGEConv, "
+           "GraphConv, GATConv, GATv2Conv, GINConv or TransformerConv run distributed)")
 _CUGRAPH = "runs in cugraph-ops on the whole graph (CUDA only)"
 _TOP_K = "keeps the top-scoring ratio of all nodes of the graph"
 _ATTENDS = "attends from every node to all nodes of the graph"
@@ -68,7 +69,7 @@ def conv_rules() -> dict[str, LayerRule]:
                       "owner of the target does not hold",
         "GPSConv": "runs global attention over all nodes of the graph",
         "HypergraphConv": "propagates over a node-hyperedge incidence, not a graph's edge_index",
-        "HeteroConv": _HETERO, "HGTConv": _HETERO, "HANConv": _HETERO,
+        "HGTConv": _HETERO, "HANConv": _HETERO,
         "SignedConv": "takes two adjacencies (positive and negative edges)",
         "SuperGATConv": "samples negative edges over the whole graph while training",
         "WLConv": "numbers colours in the order it meets them, which differs between ranks",

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 from torch import Tensor
-from torch_geometric.data import Data
+from torch_geometric.data import Data, HeteroData
 from torch_geometric.transforms import BaseTransform
 
 from .._validate import check_edge_index, check_node_tensor
@@ -36,8 +36,10 @@ class SparsityAwarePartitioner(BaseTransform):
     The graph is a homogeneous :class:`~torch_geometric.data.Data` given as ``edge_index``
     or as ``adj_t`` (torch sparse CSR/CSC/COO, or ``torch_sparse.SparseTensor``, e.g. from
     ``T.ToSparseTensor()``); an ``adj_t`` comes back as the equivalent ``edge_index``, its
-    values as ``edge_weight`` (see :mod:`pyg_sparsecomm.inputs`).  ``HeteroData`` is
-    refused: partition ``data.to_homogeneous()``.
+    values as ``edge_weight`` (see :mod:`pyg_sparsecomm.inputs`).  A ``HeteroData`` gets
+    ``data[node_type].part`` for every node type, balanced per type, and a
+    :class:`~pyg_sparsecomm.partition.hetero.HeteroCommStats` (methods ``"metis"``, ``"random"``,
+    ``"contiguous"``; see :mod:`pyg_sparsecomm.partition.hetero`).
 
     Partitioning (METIS, ...) is the expensive step, so compute it once: use the
     partitioner as the dataset's ``pre_transform`` (the partition is saved with the
@@ -109,6 +111,9 @@ class SparsityAwarePartitioner(BaseTransform):
         self._last: tuple[str, Tensor, CommStats] | None = None
 
     def forward(self, data: Data) -> Data:
+        if isinstance(data, HeteroData):
+            from .hetero import partition_hetero_data
+            return partition_hetero_data(self, data)
         data = with_edge_index(data, self.__class__.__name__)
         num_nodes = data.num_nodes
         if num_nodes is None:

@@ -1,0 +1,183 @@
+r"""Layers of heterogeneous models on a rank's shard: one exchange per source node type.
+
+PyG's ``to_hetero`` and ``HeteroConv`` call one copy of a layer per relation :math:`(s, r, d)`
+with ``(x_src, x_dst)`` (``x`` when :math:`s = d`) and the relation's graph; on a shard that
+graph is a :class:`~pyg_sparsecomm.relation_adj.RelationAdj` whose columns are
+``[owned | halo]`` of the source type, the halo being the union over every relation reading
+:math:`s`.  The layer's forward pre-hook (:func:`enter_relation`) completes the source rows,
+
+.. math::
+    x_{src} \mapsto \begin{bmatrix} x_{src} \\ x_{src}[\mathrm{halo}(s)] \end{bmatrix},
+
+and hands the layer the local ``edge_index``; the layer then runs as plain PyG on the local
+bipartite graph (sources ``[owned | halo]``, targets the owned destination rows), which holds
+every in-edge of its targets, so its messages, softmaxes and aggregations are exact whatever
+the layer does to each source row.  The completed rows are kept for the rest of the model call
+(:class:`SourceHalos`, keyed by the tensor's identity and version and the source plan): every
+relation reading the same ``x_dict[s]`` reuses them, so a layer moves each source type's halo
+once, a row read by three relations once, and autograd sums the three relations' gradients of
+it into one reverse exchange.  The rows travel at the source tensor's width (a relation's own
+transform runs after the exchange, on the owned and halo rows alike): per-relation transforms
+differ, so exchanging after them would move the union once per relation.
+
+Covered layers (:data:`RELATION_LAYERS`) are those whose bipartite forward reads the graph
+only through ``propagate``/``edge_updater``; any other layer called on a relation is refused
+by name, as are halo compression, staleness, 1.5D and algorithms other than ``"1d"``.
+"""
+import threading
+import weakref
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+from torch_geometric.nn import MessagePassing
+
+from ..comm.exchanger import HaloExchanger
+from ..comm.group import check_plan_matches_group, host_all_reduce, is_distributed, world_size
+from ..plan import RankPlan
+from ..relation_adj import RelationAdj
+from .first_use import check_first_use
+from .layer_adapters import forward_signature
+
+if TYPE_CHECKING:
+    from .distributed_layer import LayerState
+
+#: PyG layers checked against single-process PyG on relations of heterogeneous shards
+RELATION_LAYERS = ("SAGEConv", "GraphConv", "GATConv", "GATv2Conv", "GINConv", "TransformerConv")
+
+
+class SourceHalos:
+    """The completed source rows ``cat[x_src, halo]`` of one model call, per source tensor and plan."""
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[Tensor, int, RankPlan, Tensor]] = []
+
+    def extended(self, x_src: Tensor, plan: RankPlan, exchanger: HaloExchanger) -> Tensor:
+        r"""``cat[x_src, halo]`` over ``plan``'s ``[owned | halo]`` columns, exchanged on the first
+        request of this ``x_src`` (same object, same version) in the call.  Every rank takes the
+        same decision: the model's code passes the same objects on every rank."""
+        for src, version, known, ext in self.entries:
+            if src is x_src and version == x_src._version and known is plan:
+                return ext
+        ext = torch.cat([x_src, exchanger.exchange(x_src)], dim=0)
+        self.entries.append((x_src, x_src._version, plan, ext))
+        return ext
+
+
+_local = threading.local()
+#: modules whose calls keep completed source rows (:func:`install_scope`)
+_SCOPED: "weakref.WeakSet[torch.nn.Module]" = weakref.WeakSet()
+
+
+def _scopes() -> list[SourceHalos]:
+    if not hasattr(_local, "scopes"):
+        _local.scopes = []
+    return _local.scopes
+
+
+def _open(module: torch.nn.Module, args: tuple) -> None:
+    _scopes().append(SourceHalos())
+
+
+def _close(module: torch.nn.Module, args: tuple, output: Any) -> None:
+    scopes = _scopes()
+    if scopes:
+        scopes.pop()
+
+
+def is_heterogeneous(module: torch.nn.Module) -> bool:
+    """Whether ``module`` holds per-relation layers: a ``HeteroConv``, or ``to_hetero``'s
+    ``ModuleDict`` of copies keyed ``src__rel__dst``."""
+    from torch_geometric.nn import HeteroConv
+    return any(isinstance(m, HeteroConv) or (isinstance(m, torch.nn.ModuleDict) and any("__" in k for k in m.keys()))
+               for m in module.modules())
+
+
+def install_scope(module: torch.nn.Module) -> None:
+    """Keeps completed source rows for the duration of each call of ``module`` (the model given
+    to ``distribute``, when :func:`is_heterogeneous`); idempotent.  Without it every relation
+    exchanges its source type's halo itself (exact, but the union moves once per relation): call
+    it on a heterogeneous model of your own structure."""
+    if module not in _SCOPED:
+        module.register_forward_pre_hook(_open)
+        module.register_forward_hook(_close, always_call=True)
+        _SCOPED.add(module)
+
+
+def refusal(conv: MessagePassing, state: "LayerState") -> str | None:
+    """Why ``conv`` cannot run on a relation of a heterogeneous shard, or ``None``."""
+    name = type(conv).__name__
+    if name not in RELATION_LAYERS or type(conv).__module__.split(".")[0] != "torch_geometric":
+        return (f"{name} on a relation of a heterogeneous graph is not supported yet (supported: "
+                f"{', '.join(RELATION_LAYERS)})")
+    settings = state.settings
+    if settings.algorithm != "1d" or settings.replicated:
+        return (f"heterogeneous graphs run the 1D exchange only (got algorithm={settings.algorithm!r}, "
+                f"replication={settings.replication}): use algorithm='1d'")
+    if not settings.halo_options.exact:
+        return "halo compression and staleness are not supported for heterogeneous graphs yet"
+    return None
+
+
+def enter_relation(conv: MessagePassing, state: "LayerState", args: tuple, kwargs: dict, at: Any,
+                   adj: RelationAdj) -> tuple[tuple, dict]:
+    """The forward pre-hook's work for a call on a relation (see the module doc): ``(args, kwargs)``
+    with ``x`` replaced by ``(cat[x_src, halo], x_dst)`` and ``adj`` by its local ``edge_index``."""
+    reason = refusal(conv, state)
+    if reason:
+        raise NotImplementedError(f"distribute(): {reason}")
+    plan = adj.plan
+    group = state.settings.group
+    check_plan_matches_group(plan.world_size, plan.rank, group)
+    if isinstance(at, int):
+        args = args[:at] + (adj.edge_index(),) + args[at + 1:]
+    else:
+        kwargs = {**kwargs, at: adj.edge_index()}
+    bound = forward_signature(type(conv)).bind(conv, *args, **kwargs)
+    x = bound.arguments.get("x")
+    x_src, x_dst = x if isinstance(x, (tuple, list)) else (x, x)
+    _check_agreed(conv, state, adj, x_src, x_dst, group)
+    scopes = _scopes()
+    halos = scopes[-1] if scopes else SourceHalos()
+    bound.arguments["x"] = (halos.extended(x_src, plan, HaloExchanger(plan, group)), x_dst)
+    state.entered.append(False)  # the layer runs as plain PyG on the local bipartite graph
+    return bound.args[1:], bound.kwargs
+
+
+def _check_agreed(conv: MessagePassing, state: "LayerState", adj: RelationAdj, x_src: Any, x_dst: Any,
+                  group: dist.ProcessGroup | None) -> None:
+    """:func:`_check_rows` on every rank, agreed before the exchange (as :func:`~.first_use.check_call`
+    does for homogeneous layers): a layer's first call on a source plan checks every rank's plan and
+    features in one all-gather; later calls agree on one failure flag on the host, so a rank's bad
+    input is every rank's ``ValueError``, never a peer waiting in the exchange."""
+    who = f"{type(conv).__name__} on relation {adj.edge_type}"
+    error: ValueError | None = None
+    try:
+        _check_rows(conv, adj, x_src, x_dst)
+    except ValueError as e:
+        error = e
+
+    def local() -> None:
+        if error is not None:
+            raise error
+
+    new = not state.checked_plan.is_(adj.plan)
+    if not is_distributed(group) or world_size(group) == 1:
+        local()
+    elif any(host_all_reduce([int(new), int(error is not None)], dist.ReduceOp.MAX, group)):
+        check_first_use(who, adj, x_src if error is None else None, local, group)
+    if new:
+        state.checked_plan.set(adj.plan)
+
+
+def _check_rows(conv: MessagePassing, adj: RelationAdj, x_src: Any, x_dst: Any) -> None:
+    src, _, dst = adj.edge_type
+    if not isinstance(x_src, Tensor) or x_src.size(0) != adj.num_owned:
+        got = f"{x_src.size(0)} rows" if isinstance(x_src, Tensor) else type(x_src).__name__
+        raise ValueError(f"{type(conv).__name__} on relation {adj.edge_type}: the source features have {got}, but "
+                         f"this rank owns {adj.num_owned} {src!r} nodes: pass local.x_dict (or an embedding of "
+                         f"local[{src!r}].n_id for a type without features)")
+    if isinstance(x_dst, Tensor) and x_dst.size(0) != adj.num_rows:
+        raise ValueError(f"{type(conv).__name__} on relation {adj.edge_type}: the destination features have "
+                         f"{x_dst.size(0)} rows, but this rank owns {adj.num_rows} {dst!r} nodes")
