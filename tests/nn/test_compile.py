@@ -107,9 +107,8 @@ def failures_of(world_size, results):
             expected = dict(zip(("graphs", "breaks"), MODELS[name][3], strict=True))
             for step, (e, c) in enumerate(zip(eager, compiled, strict=True)):
                 (loss, o, gx, grads, _), (closs, co, cgx, cgrads, stats) = e, c
-                failures += [f"{where} step {step}: {what}" for what, ok in
-                             (("loss", close(closs, loss)), ("output", close(co, o)), ("input gradient", close(cgx, gx)))
-                             if not ok]
+                checks = {"loss": close(closs, loss), "output": close(co, o), "input gradient": close(cgx, gx)}
+                failures += [f"{where} step {step}: {what}" for what, ok in checks.items() if not ok]
                 failures += [f"{where} step {step}: grad {k}" for k in grads if not close(cgrads[k], grads[k])]
                 got = {k: stats[k] for k in expected}
                 if step == 0 and (got != expected or stats["recompiles"]):
