@@ -91,14 +91,18 @@ class Runner:
 
 def interleaved(runners: dict, warmup: int, steps: int) -> None:
     """Warm-up steps of each runner (compiling), then ``steps`` rounds of one timed step of each
-    in turn, so that the machine's slow phases fall on every mode alike; every other round runs
-    them in reverse order, so that no mode always follows the same one (what a step leaves
-    behind, e.g. a peer still finishing, lands on every mode alike)."""
+    in turn, so that the machine's slow phases fall on every mode alike; the order rotates every
+    two rounds and every other round runs in reverse, so that every mode takes every position and no
+    mode always follows the same one (what a step leaves behind, e.g. a peer still finishing, lands
+    on every mode alike)."""
     for runner in runners.values():
         for _ in range(warmup):
             runner.step(False)
     for round_ in range(steps):
-        for runner in (list(runners.values()) if round_ % 2 == 0 else list(runners.values())[::-1]):
+        order = list(runners.values())
+        shift = round_ // 2 % len(order)
+        order = order[shift:] + order[:shift]
+        for runner in (order if round_ % 2 == 0 else order[::-1]):
             runner.step(True)
 
 
