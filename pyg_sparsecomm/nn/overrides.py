@@ -81,8 +81,9 @@ class EagerCall:
 def install_overrides(conv: MessagePassing) -> None:
     """Sets ``conv.propagate`` and ``conv.edge_updater`` to the distributed versions unless they
     are (PyG's setters replace ``propagate``; idempotent), and :class:`EagerCall` unless a call
-    implementation is set (the user's ``conv.compile()``; ``Module.__getstate__`` drops it from
-    copies, whose first call sets it again)."""
+    implementation is set (the user's ``conv.compile()``).  ``Module.__getstate__`` drops it from
+    copies (``copy.deepcopy``, pickling), whose first call sets it again: a copy compiled before
+    any call traces into its layers as without it (the same results, more and smaller graphs)."""
     for name, function in (("propagate", propagate), ("edge_updater", edge_updater)):
         current = conv.__dict__.get(name)
         if not (isinstance(current, InstanceMethod) and current.conv is conv):
