@@ -22,12 +22,13 @@ torch's own extension points:
 Every layer whose forward reaches the graph only through these is exact: a target's messages,
 softmaxes and aggregations see exactly its in-edges, which its owner holds.
 
-Under ``torch.compile`` the hooks, ``propagate`` and ``edge_updater`` run eagerly
-(``torch.compiler.disable``): they hold the exchanges (collectives over per-shard plans,
-non-blocking on some algorithms) and torch's CSR SpMM, and dynamo traces neither sparse tensors
-nor asynchronous collectives.  The layer's own dense code (its ``Linear``, attention
-coefficients, bias, activations between layers) compiles; each of these calls is one graph
-break, at the same place in every step, so a model compiles once.
+Under ``torch.compile`` the whole layer call runs eagerly, as one graph break at the same place
+in every step (:class:`~.overrides.EagerCall`), so a model compiles once: the hooks hold per-call
+Python state and the exchanges (collectives over per-shard plans, non-blocking on some
+algorithms) and torch's CSR SpMM, which dynamo traces neither, and the layer's dense code between
+them compiled to graphs too small to repay their wrappers.  The model's code between its layers
+compiles.  The hooks, ``propagate`` and ``edge_updater`` are also ``torch.compiler.disable``d on
+their own, for a layer whose call implementation the user replaced (``conv.compile()``).
 """
 from collections.abc import Iterator
 from dataclasses import dataclass, field

@@ -17,7 +17,14 @@ else goes to PyG's own ``propagate``, whose pre-hook exchanges the source tensor
 runs its pre-hooks after gathering ``*_j``, so the override completes the sources first
 (:func:`~.source_exchange.exchange_edge_update_sources`).  Both overrides run eagerly
 (``torch.compiler.disable``): PyG's generated code skips its hooks while ``torch.compile`` traces
-it, and the exchanges are collectives (one graph break each, at the same place in every step).
+it, and the exchanges are collectives.
+
+Under ``torch.compile`` the whole call of a distributed layer runs eagerly, as one graph break
+(:class:`EagerCall`, ``conv._compiled_call_impl``): its hooks, checks, exchanges and SpMM are
+Python state and collectives dynamo cannot trace, and what it could trace between them (a
+``Linear``, a bias add) compiled to graphs of one op each whose AOTAutograd wrappers cost more
+than they saved (``benchmarks/RESULTS.md``, ``compile_vs_eager``).  The model's code around its
+layers (activations, dropout, norms, residuals) still compiles.
 """
 from typing import TYPE_CHECKING, Any
 
@@ -58,13 +65,34 @@ class InstanceMethod:
         return self.function(self.conv, edge_index, size, **kwargs)
 
 
+class EagerCall:
+    """``conv._compiled_call_impl`` of a distributed layer: what ``torch.nn.Module.__call__`` runs
+    in place of ``conv._call_impl`` when it is set (``Module.compile()`` sets it the same way), here
+    the same call with dynamo disabled, so that ``torch.compile`` of a model breaks its graph once
+    per distributed layer call and runs the layer eagerly (see the module doc).  Eager calls pay one
+    switch of the frame evaluation hook (microseconds)."""
+
+    def __init__(self, conv: MessagePassing) -> None:
+        self.conv = conv
+
+    @torch.compiler.disable(reason="a distributed layer runs eagerly: its hooks hold per-call Python state and "
+                                   "collectives (halo exchanges, first-use checks)")
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.conv._call_impl(*args, **kwargs)
+
+
 def install_overrides(conv: MessagePassing) -> None:
     """Sets ``conv.propagate`` and ``conv.edge_updater`` to the distributed versions unless they
-    are (PyG's setters replace ``propagate``; idempotent)."""
+    are (PyG's setters replace ``propagate``; idempotent), and :class:`EagerCall` unless a call
+    implementation is set (the user's ``conv.compile()``).  ``Module.__getstate__`` drops it from
+    copies (``copy.deepcopy``, pickling), whose first call sets it again: a copy compiled before
+    any call traces into its layers as without it (the same results, more and smaller graphs)."""
     for name, function in (("propagate", propagate), ("edge_updater", edge_updater)):
         current = conv.__dict__.get(name)
         if not (isinstance(current, InstanceMethod) and current.conv is conv):
             setattr(conv, name, InstanceMethod(conv, function))
+    if conv.__dict__.get("_compiled_call_impl") is None:
+        conv._compiled_call_impl = EagerCall(conv)
 
 
 def propagate(conv: MessagePassing, edge_index: Any, size: Any = None, **kwargs: Any) -> Any:
