@@ -72,6 +72,30 @@ def set_gcn_norm_cache(conv: Any, graph: Any) -> None:
     conv._cached_edge_index = graph
 
 
+def module_call(module: torch.nn.Module) -> Callable[..., Any]:
+    """What ``module(...)`` runs without compilation (``Module._call_impl``: hooks, then ``forward``),
+    bound to ``module``."""
+    try:
+        return module._call_impl
+    except AttributeError as e:
+        raise _missing("torch.nn.Module._call_impl", e) from e
+
+
+def compiled_call(module: torch.nn.Module) -> Any:
+    """The call implementation ``Module.__call__`` runs instead of :func:`module_call` when set
+    (``Module._compiled_call_impl``, which ``Module.compile()`` sets; ``None`` when unset)."""
+    if not hasattr(torch.nn.Module, "_compiled_call_impl"):  # a class attribute, None by default
+        raise PrivateAPIChanged("torch.nn.Module._compiled_call_impl is gone: torch changed how Module.__call__ "
+                                "dispatches to a compiled call; update pyg_sparsecomm.compat")
+    return module.__dict__.get("_compiled_call_impl")
+
+
+def set_compiled_call(module: torch.nn.Module, call: Callable[..., Any]) -> None:
+    """Makes ``module(...)`` run ``call`` (see :func:`compiled_call`)."""
+    compiled_call(module)  # fails loudly when the slot is gone
+    module._compiled_call_impl = call
+
+
 def trim_to_layer_module() -> type:
     """PyG's ``TrimToLayer`` module class (``BasicGNN`` holds one), from a private module."""
     try:

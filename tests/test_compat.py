@@ -65,6 +65,17 @@ def test_gcn_norm_cache_is_the_one_pyg_layers_fill_and_read():
         compat.set_gcn_norm_cache(torch.nn.Linear(1, 1), None)
 
 
+def test_compiled_call_is_the_slot_module_call_dispatches_to():
+    from pyg_sparsecomm.compat import compiled_call, module_call, set_compiled_call
+    lin = torch.nn.Linear(2, 2)
+    x = torch.randn(3, 2)
+    assert compiled_call(lin) is None and torch.equal(module_call(lin)(x), lin(x))
+    calls = []
+    set_compiled_call(lin, lambda *args: calls.append(args) or torch.zeros(1))
+    assert torch.equal(lin(x), torch.zeros(1)) and len(calls) == 1  # Module.__call__ ran the slot
+    assert torch.equal(module_call(lin)(x), x @ lin.weight.T + lin.bias)  # the plain call, still
+
+
 def test_trim_to_layer_module_is_the_one_basic_gnn_holds():
     cls = compat.trim_to_layer_module()
     model = GraphSAGE(4, 8, num_layers=2)

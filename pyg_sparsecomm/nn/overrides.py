@@ -36,7 +36,7 @@ from torch_geometric.nn import MessagePassing
 from ..adj import spmm
 from ..algorithms import SparseAware1D, SpMMAlgorithm, make_algorithm
 from ..algorithms.choice import choose_algorithm
-from ..compat import pyg_edge_updater, pyg_propagate
+from ..compat import compiled_call, module_call, pyg_edge_updater, pyg_propagate, set_compiled_call
 from . import shard_context
 from .adjacency_values import torch_sparse_weights
 from .layer_normalisation import propagated_graph
@@ -78,7 +78,7 @@ class EagerCall:
     @torch.compiler.disable(reason="a distributed layer runs eagerly: its hooks hold per-call Python state and "
                                    "collectives (halo exchanges, first-use checks)")
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.conv._call_impl(*args, **kwargs)
+        return module_call(self.conv)(*args, **kwargs)
 
 
 def install_overrides(conv: MessagePassing) -> None:
@@ -91,8 +91,8 @@ def install_overrides(conv: MessagePassing) -> None:
         current = conv.__dict__.get(name)
         if not (isinstance(current, InstanceMethod) and current.conv is conv):
             setattr(conv, name, InstanceMethod(conv, function))
-    if conv.__dict__.get("_compiled_call_impl") is None:
-        conv._compiled_call_impl = EagerCall(conv)
+    if compiled_call(conv) is None:
+        set_compiled_call(conv, EagerCall(conv))
 
 
 def propagate(conv: MessagePassing, edge_index: Any, size: Any = None, **kwargs: Any) -> Any:
