@@ -42,7 +42,7 @@ def kaminpar_available() -> bool:
 
 def kaminpar_partition_csr(ptr: np.ndarray, col: np.ndarray, num_nodes: int, num_parts: int, seed: int = 0,
                            vertex_weights: np.ndarray | None = None, preset: str = "default",
-                           epsilon: float = 0.03, threads: int = 1, compress: bool = False) -> np.ndarray:
+                           epsilon: float = 0.03, threads: int = 1, compress: bool | None = None) -> np.ndarray:
     r"""KaMinPar k-way partition of the symmetrised graph of a CSR topology.
 
     Minimises the edge cut of the symmetrised graph (self-loops and duplicates removed)
@@ -60,13 +60,14 @@ def kaminpar_partition_csr(ptr: np.ndarray, col: np.ndarray, num_nodes: int, num
         threads: KaMinPar's threads.  With one thread equal seeds give equal partitions; with
             more, its parallel label propagation and refinement depend on the threads' timing.
         compress: let KaMinPar compress the graph while loading it (TeraPart's graph compression:
-            less memory, somewhat slower).
+            less memory, somewhat slower).  ``None``: only for the ``"terapart*"`` presets, which
+            need it (KaMinPar 3.7 crashes the process on an uncompressed graph with them).
 
     Returns:
         ``int64[n]``, the part of every node.
     """
     kaminpar = import_kaminpar()
-    _check_settings(kaminpar, preset, epsilon, threads)
+    compress = _check_settings(kaminpar, preset, epsilon, threads, compress)
     if num_parts == 1 or num_nodes == 0:
         return np.zeros(num_nodes, dtype=np.int64)
     context = kaminpar.context_by_name(preset)
@@ -79,20 +80,26 @@ def kaminpar_partition_csr(ptr: np.ndarray, col: np.ndarray, num_nodes: int, num
     return np.asarray(part, dtype=np.int64)
 
 
-def _check_settings(kaminpar, preset: str, epsilon: float, threads: int) -> None:
+def _check_settings(kaminpar, preset: str, epsilon: float, threads: int, compress: bool | None) -> bool:
+    """Raises on settings KaMinPar would reject or crash on; returns ``compress`` resolved."""
     names = kaminpar.context_names()
     if preset not in names:
         raise ValueError(f"unknown KaMinPar preset {preset!r}; choose one of {sorted(names)}")
+    if preset.startswith("terapart") and compress is False:
+        raise ValueError(f"KaMinPar preset {preset!r} partitions compressed graphs only (on an "
+                         f"uncompressed one KaMinPar crashes the process): pass compress=True or leave "
+                         f"compress unset")
     if not epsilon > 0:
         raise ValueError(f"epsilon must be > 0 (allowed imbalance), got {epsilon!r}")
     if not isinstance(threads, int) or threads < 1:
         raise ValueError(f"threads must be a positive integer, got {threads!r}")
+    return preset.startswith("terapart") if compress is None else bool(compress)
 
 
 @register("kaminpar")
 def kaminpar_partition(edge_index: Tensor, num_nodes: int, num_parts: int, seed: int,
                        preset: str = "default", epsilon: float = 0.03, threads: int = 1,
-                       compress: bool = False) -> Tensor:
+                       compress: bool | None = None) -> Tensor:
     """KaMinPar k-way partition of the symmetrised graph, vertex weight = nonzeros of the row
     (in-degree + 1, as METIS gets), so parts get balanced compute; see :func:`kaminpar_partition_csr`
     for the options.  Equal seeds give equal partitions with ``threads=1`` (the default)."""

@@ -49,6 +49,18 @@ def transpose_csr(ptr: np.ndarray, col: np.ndarray, num_nodes: int) -> tuple[np.
     return sorted_by_row(col, row, num_nodes)
 
 
+def sorted_unique(values: np.ndarray) -> np.ndarray:
+    """``np.unique(values)`` for an array it may sort in place (numpy 2's ``unique`` hashes first:
+    several times slower on large integer arrays)."""
+    values.sort()
+    if len(values) < 2:
+        return values
+    keep = np.empty(len(values), dtype=bool)
+    keep[0] = True
+    np.not_equal(values[1:], values[:-1], out=keep[1:])
+    return values[keep]
+
+
 def _row_blocks(ptr: np.ndarray, tptr: np.ndarray, block_entries: int) -> np.ndarray:
     """Row boundaries ``[0, ..., n]`` of blocks holding about ``block_entries`` entries of both CSRs."""
     n = len(ptr) - 1
@@ -66,7 +78,7 @@ def _symmetric_block(ptr, col, tptr, tcol, r0: int, r1: int):
     nbr = np.concatenate([col[ptr[r0]:ptr[r1]], tcol[tptr[r0]:tptr[r1]]]).astype(np.int64)
     keep = nbr != local + r0
     n = len(ptr) - 1
-    key = np.unique(local[keep] * n + nbr[keep])  # sorted, so each row's neighbours come out ascending
+    key = sorted_unique(local[keep] * n + nbr[keep])  # each row's neighbours come out ascending
     return np.bincount(key // n, minlength=width)[:r1 - r0], key % n
 
 

@@ -75,6 +75,12 @@ def test_corner_cases_and_bad_options():
     assert empty.shape == (10,) and int(empty.max()) < 3
     with pytest.raises(ValueError, match="unknown KaMinPar preset 'best'"):
         METHODS["kaminpar"](edge_index, n, 2, 0, preset="best")
+    with pytest.raises(ValueError, match="compressed graphs only.*compress=True"):
+        METHODS["kaminpar"](edge_index, n, 2, 0, preset="terapart", compress=False)
+    for preset in ("terapart", "terapart-eco"):  # compressed by default: KaMinPar would crash otherwise
+        part = METHODS["kaminpar"](edge_index, n, 3, 0, preset=preset)
+        assert part.shape == (n,) and int(part.max()) < 3
+    assert int(METHODS["kaminpar"](edge_index, n, 3, 0, compress=True).max()) < 3
     with pytest.raises(ValueError, match="epsilon must be > 0"):
         METHODS["kaminpar"](edge_index, n, 2, 0, epsilon=0.0)
     with pytest.raises(ValueError, match="threads must be a positive integer"):
