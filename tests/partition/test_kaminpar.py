@@ -134,3 +134,20 @@ def test_shard_and_exchange_exact_on_a_kaminpar_partition():
         torch.testing.assert_close(gx, x.grad, atol=1e-5, rtol=1e-4, msg=f"{P} {case}")
     assert sorted(per_rank[0]) == [(P, c) for P in (2, 3, 4) for c in ("isolated", "self_loops_weighted",
                                                                          "weighted")]
+
+
+def test_auto_takes_kaminpar_above_the_size(monkeypatch):
+    from pyg_sparsecomm.partition import auto
+
+    data = rmat_graph(11, 8, seed=2)
+    ei, n = data.edge_index, data.num_nodes
+    below = SparsityAwarePartitioner(4, "auto", seed=2)(data).part
+    assert torch.equal(below, METHODS["metis"](ei, n, 4, 2))
+    monkeypatch.setattr(auto, "KAMINPAR_ABOVE_EDGES", ei.size(1) - 1)
+    assert auto.recommended_method(ei.size(1)) == "kaminpar"
+    above = SparsityAwarePartitioner(4, "auto", seed=2)(data).part
+    assert torch.equal(above, METHODS["kaminpar"](ei, n, 4, 2)) and not torch.equal(above, below)
+    monkeypatch.setitem(sys.modules, "kaminpar", None)
+    with pytest.warns(UserWarning, match=r"KaMinPar takes seconds: pip install \"pyg_sparsecomm\[kaminpar\]\""):
+        without = SparsityAwarePartitioner(4, "auto", seed=2)(data).part
+    assert torch.equal(without, below)
