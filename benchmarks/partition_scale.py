@@ -18,6 +18,7 @@ import argparse
 import ast
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -25,7 +26,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import median, print_table, write_table_section
+from _common import RESULTS, median, print_table, write_table_section
 
 HEADERS = ["scale", "N", "E", "method", "seconds", "CPU s", "peak MB", "peak/CSR", "total rows", "total/METIS",
            "node imb", "nnz imb"]
@@ -108,6 +109,22 @@ def quality(edge_index, num_nodes: int, part: np.ndarray, num_parts: int) -> dic
             "nnz_imb": float(stats.as_dict()["compute_imbalance"])}
 
 
+def merged(rows: list) -> list:
+    """``rows`` plus the RESULTS.md section's rows of other (scale, method) pairs, by scale then method
+    (the total/METIS column recomputed against the METIS row of the same scale)."""
+    text = RESULTS.read_text() if RESULTS.exists() else ""
+    section = re.search(r"<!-- BEGIN partition_scale -->(.*?)<!-- END partition_scale -->", text, re.S)
+    new = {(int(r[0]), r[3]) for r in rows}
+    for line in section.group(1).splitlines() if section else []:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == len(HEADERS) and cells[0].isdigit() and (int(cells[0]), cells[3]) not in new:
+            rows.append([int(cells[0]), int(cells[1]), int(cells[2]), *cells[3:8], int(cells[8]), *cells[9:]])
+    metis = {r[0]: r[8] for r in rows if r[3] == "metis"}
+    for r in rows:
+        r[9] = f"{r[8] / metis[r[0]]:.2f}" if r[0] in metis else "-"
+    return sorted(rows, key=lambda r: (r[0], r[3]))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scales", nargs="+", type=int, default=[18, 19, 20, 21])
@@ -118,6 +135,7 @@ def main() -> None:
     p.add_argument("--cache", type=Path, default=Path("/tmp/pyg_sparsecomm_rmat"))
     p.add_argument("--timeout", type=float, default=3600)
     p.add_argument("--write", action="store_true", help="write the RESULTS.md section")
+    p.add_argument("--merge", action="store_true", help="keep the section's rows of (scale, method) not rerun")
     p.add_argument("--child", nargs=6, metavar=("METHOD", "PATH", "N", "P", "SEED", "OUT"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
@@ -150,6 +168,8 @@ def main() -> None:
                          f"{r['total'] / metis:.2f}" if metis else "-", f"{r['node_imb']:.3f}",
                          f"{r['nnz_imb']:.3f}"])
         del edge_index
+    if args.merge:
+        rows = merged(rows)
     print_table(HEADERS, rows)
     if args.write:
         notes = (f"R-MAT (a, b, c = 0.57, 0.19, 0.19, edge factor {args.edge_factor}, duplicates and "

@@ -1,5 +1,8 @@
 """``method="kaminpar"``: KaMinPar (MIT, shared-memory multilevel graph partitioning).
 
+Unlike the other methods it is not guaranteed deterministic (see ``threads`` of
+:func:`kaminpar_partition_csr`): partition once and share the partition.
+
 KaMinPar partitions graphs of billions of edges on one machine in minutes
 (Sanders & Seemaier, ESA'21; TeraPart, 2024); on R-MAT scale 21 (32M edges)
 into 64 parts it is over an order of magnitude faster than METIS at a lower
@@ -53,12 +56,15 @@ def kaminpar_partition_csr(ptr: np.ndarray, col: np.ndarray, num_nodes: int, num
         num_nodes: :math:`n`.
         num_parts: :math:`k`.
         seed: KaMinPar's random seed (``kaminpar.reseed``).
-        vertex_weights: ``[n]`` positive integers (``None``: unit weights).
+        vertex_weights: ``[n]`` positive integers (``None``: unit weights); for balanced compute the
+            row nonzeros, ``np.diff(ptr) + 1`` for a CSR of in-edges (rows = targets).
         preset: KaMinPar's configuration: ``"default"``, ``"fast"``, ``"strong"``, ``"terapart"``
             (memory-efficient: with ``compress=True``), ... (``kaminpar.context_names()``).
         epsilon: allowed imbalance :math:`\epsilon` of the vertex weights.
-        threads: KaMinPar's threads.  With one thread equal seeds give equal partitions; with
-            more, its parallel label propagation and refinement depend on the threads' timing.
+        threads: KaMinPar's threads.  With one thread equal seeds gave equal partitions in 25 of
+            26 test processes (one unexplained mismatch); with more, its parallel label propagation and
+            refinement depend on the threads' timing.  Partition once and share the result
+            (``partition_and_shard`` does, on rank 0) rather than on every rank.
         compress: let KaMinPar compress the graph while loading it (TeraPart's graph compression:
             less memory, somewhat slower).  ``None``: only for the ``"terapart*"`` presets, which
             need it (KaMinPar 3.7 crashes the process on an uncompressed graph with them).
@@ -102,7 +108,7 @@ def kaminpar_partition(edge_index: Tensor, num_nodes: int, num_parts: int, seed:
                        compress: bool | None = None) -> Tensor:
     """KaMinPar k-way partition of the symmetrised graph, vertex weight = nonzeros of the row
     (in-degree + 1, as METIS gets), so parts get balanced compute; see :func:`kaminpar_partition_csr`
-    for the options.  Equal seeds give equal partitions with ``threads=1`` (the default)."""
+    for the options (and for how far equal seeds give equal partitions)."""
     import_kaminpar()
     src, dst = edge_index.numpy()
     small = np.int32 if num_nodes <= np.iinfo(np.int32).max else np.int64
