@@ -152,9 +152,9 @@ def main() -> None:
         csr_mb = 8 * (num_nodes + 1 + num_edges) / 1e6
         results = {}
         for method in args.methods:
-            runs = [run_child(method, path, num_nodes, args.parts, 1, args.cache / "part.npy", args.timeout)
-                    for _ in range(args.repeats)]
-            part = np.load(args.cache / "part.npy")
+            out = args.cache / f"part_{os.getpid()}.npy"  # one file per run: runs may go on side by side
+            runs = [run_child(method, path, num_nodes, args.parts, 1, out, args.timeout) for _ in range(args.repeats)]
+            part = np.load(out)
             results[method] = dict(quality(edge_index, num_nodes, part, args.parts),
                                    seconds=median([r["seconds"] for r in runs]),
                                    cpu=median([r["cpu"] for r in runs]),
@@ -168,23 +168,27 @@ def main() -> None:
                          f"{r['total'] / metis:.2f}" if metis else "-", f"{r['node_imb']:.3f}",
                          f"{r['nnz_imb']:.3f}"])
         del edge_index
-    if args.merge:
-        rows = merged(rows)
-    print_table(HEADERS, rows)
-    if args.write:
-        notes = (f"R-MAT (a, b, c = 0.57, 0.19, 0.19, edge factor {args.edge_factor}, duplicates and "
-                 f"self-loops removed) into P = {args.parts} parts, seed 1, {args.repeats} run(s) per method "
-                 f"(median); load average {load[0]:.1f} / {load[1]:.1f} at the start (the 2 cores are "
-                 f"shared). *seconds*: from the `edge_index` in memory to the partition, input "
-                 f"preparation included (*CPU s*: user + system time of all its threads, less sensitive to "
-                 f"the shared machine's load; METIS: symmetrisation; KaMinPar: symmetrisation streamed into a "
-                 f"ParHiP file, KaMinPar loading it). *peak MB*: the child's peak resident set during that "
-                 f"call above its resident set before it (interpreter, torch and the loaded `edge_index` "
-                 f"excluded); *peak/CSR*: that over the CSR topology's bytes 8 (N + 1 + E). *total rows*: "
-                 f"rows sent per SpMM (km1); *imb*: max/avg owned nodes and row nonzeros (in-degree + 1, "
-                 f"the vertex weight every method balances).")
-        write_table_section("partition_scale", "Partitioning at scale: KaMinPar vs METIS (R-MAT, P = "
-                            f"{args.parts})", "partition_scale.py", notes, HEADERS, rows)
+        table = merged(list(rows)) if args.merge else rows
+        print_table(HEADERS, table)
+        if args.write:  # after every scale, so a long run leaves what it measured
+            write(args, table, load)
+
+
+def write(args, rows: list, load: tuple) -> None:
+    """The RESULTS.md section of ``rows``."""
+    notes = (f"R-MAT (a, b, c = 0.57, 0.19, 0.19, edge factor {args.edge_factor}, duplicates and "
+             f"self-loops removed) into P = {args.parts} parts, seed 1, {args.repeats} run(s) per method "
+             f"(median); load average {load[0]:.1f} / {load[1]:.1f} at the start (the 2 cores are "
+             f"shared). *seconds*: from the `edge_index` in memory to the partition, input "
+             f"preparation included (*CPU s*: user + system time of all its threads, less sensitive to "
+             f"the shared machine's load; METIS: symmetrisation; KaMinPar: symmetrisation streamed into a "
+             f"ParHiP file, KaMinPar loading it). *peak MB*: the child's peak resident set during that "
+             f"call above its resident set before it (interpreter, torch and the loaded `edge_index` "
+             f"excluded); *peak/CSR*: that over the CSR topology's bytes 8 (N + 1 + E). *total rows*: "
+             f"rows sent per SpMM (km1); *imb*: max/avg owned nodes and row nonzeros (in-degree + 1, "
+             f"the vertex weight every method balances).")
+    write_table_section("partition_scale", "Partitioning at scale: KaMinPar vs METIS (R-MAT, P = "
+                        f"{args.parts})", "partition_scale.py", notes, HEADERS, rows)
 
 
 if __name__ == "__main__":
