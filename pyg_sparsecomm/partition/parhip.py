@@ -30,8 +30,10 @@ HEADER_BYTES = 24
 # bits of the version field (set = absent / 32-bit)
 _NO_EDGE_WEIGHTS, _NO_VERTEX_WEIGHTS, _EID32, _VID32, _VWGT32 = 1, 2, 4, 8, 16
 _U32_MAX = (1 << 32) - 1
-#: entries (both directions, before de-duplication) symmetrised per block
+#: entries (both directions, before de-duplication) symmetrised per block: at most this many, and at
+#: most 1/16 of the graph's (a block takes about 40 bytes per entry; the CSR, 8 to 16)
 BLOCK_ENTRIES = 1 << 23
+MIN_BLOCK_ENTRIES = 1 << 16
 
 
 def sorted_by_row(row: np.ndarray, col: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
@@ -83,7 +85,7 @@ def _symmetric_block(ptr, col, tptr, tcol, r0: int, r1: int):
 
 
 def write_parhip(path: str, ptr: np.ndarray, col: np.ndarray, num_nodes: int,
-                 vertex_weights: np.ndarray | None = None, block_entries: int = BLOCK_ENTRIES) -> int:
+                 vertex_weights: np.ndarray | None = None, block_entries: int | None = None) -> int:
     r"""Writes the symmetrised graph of the CSR ``(ptr, col)`` as a ParHiP binary file.
 
     Args:
@@ -93,7 +95,8 @@ def write_parhip(path: str, ptr: np.ndarray, col: np.ndarray, num_nodes: int,
             entries are dropped.
         num_nodes: :math:`n`.
         vertex_weights: ``[n]`` positive integer weights (``None``: unweighted).
-        block_entries: entries symmetrised at once (memory: about 40 bytes each).
+        block_entries: entries symmetrised at once (memory: about 40 bytes each); default
+            ``2 nnz / 16`` between :data:`MIN_BLOCK_ENTRIES` and :data:`BLOCK_ENTRIES`.
 
     Returns:
         :math:`m`, the entries of the symmetrised adjacency (twice its undirected edges).
@@ -125,6 +128,8 @@ def write_parhip(path: str, ptr: np.ndarray, col: np.ndarray, num_nodes: int,
     first = HEADER_BYTES + (n + 1) * eid
     with open(path, "wb") as f:
         f.seek(first)
+        if block_entries is None:
+            block_entries = min(max(2 * len(col) // 16, MIN_BLOCK_ENTRIES), BLOCK_ENTRIES)
         bounds = _row_blocks(ptr, tptr, block_entries).tolist()
         for r0, r1 in zip(bounds[:-1], bounds[1:], strict=True):
             degree[r0:r1], nbr = _symmetric_block(ptr, col, tptr, tcol, r0, r1)
