@@ -89,6 +89,41 @@ def child(method: str, path: str, num_nodes: int, num_parts: int, seed: int, out
     print(json.dumps({"seconds": seconds, "cpu": cpu, "rss_before_kb": before, "peak_kb": peak}))
 
 
+def stages(path: str, num_nodes: int, num_parts: int) -> None:
+    """Peak resident set above the input of every step of ``method="kaminpar"`` (MB): the CSR
+    of in-edges, the ParHiP file (transpose and symmetrised blocks), KaMinPar loading it
+    (uncompressed and compressed) and partitioning (per preset)."""
+    import kaminpar
+    import torch
+
+    from pyg_sparsecomm.partition.methods import row_nnz
+    from pyg_sparsecomm.partition.parhip import sorted_by_row, write_parhip
+
+    def step(name, fn):
+        Path("/proc/self/clear_refs").write_text("5")
+        before = _memory_kb("VmRSS")
+        out = fn()
+        print(f"{name}: peak {(_memory_kb('VmHWM') - before) / 1e3:.0f} MB, "
+              f"held after {(_memory_kb('VmRSS') - before) / 1e3:.0f} MB", flush=True)
+        return out
+
+    edge_index = torch.from_numpy(np.load(path))
+    src, dst = edge_index.numpy()
+    print(f"CSR topology 8 (N + 1 + E): {8 * (num_nodes + 1 + len(src)) / 1e6:.0f} MB")
+    ptr, col = step("CSR of in-edges", lambda: sorted_by_row(dst.astype(np.int32), src.astype(np.int32), num_nodes))
+    file = str(Path(path).with_suffix(".parhip"))
+    step("ParHiP file", lambda: write_parhip(file, ptr, col, num_nodes, row_nnz(edge_index, num_nodes)))
+    ptr = col = edge_index = src = dst = None  # free them before KaMinPar loads the file
+    for compress in (False, True):
+        graph = step(f"KaMinPar load (compress={compress})",
+                     lambda: kaminpar.load_graph(file, kaminpar.GraphFileFormat.PARHIP, compress=compress))
+        for preset in ("terapart",) if compress else ("default", "fast", "largek"):
+            step(f"KaMinPar partition ({preset})",
+                 lambda: kaminpar.KaMinPar(1, kaminpar.context_by_name(preset)).compute_partition(graph, num_parts))
+        graph = None
+    os.remove(file)
+
+
 def run_child(method: str, path: Path, num_nodes: int, num_parts: int, seed: int, out: Path, timeout: float) -> dict:
     cmd = [sys.executable, __file__, "--child", method, str(path), str(num_nodes), str(num_parts), str(seed), str(out)]
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2"))
@@ -136,12 +171,16 @@ def main() -> None:
     p.add_argument("--timeout", type=float, default=3600)
     p.add_argument("--write", action="store_true", help="write the RESULTS.md section")
     p.add_argument("--merge", action="store_true", help="keep the section's rows of (scale, method) not rerun")
+    p.add_argument("--stages", action="store_true",
+                   help="print the peak memory of every step of method='kaminpar' on the first scale")
     p.add_argument("--child", nargs=6, metavar=("METHOD", "PATH", "N", "P", "SEED", "OUT"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
         method, path, num_nodes, num_parts, seed, out = args.child
         return child(method, path, int(num_nodes), int(num_parts), int(seed), out)
 
+    if args.stages:
+        return stages(str(graph_file(args.cache, args.scales[0], args.edge_factor)), 1 << args.scales[0], args.parts)
     import torch
     rows = []
     load = os.getloadavg()

@@ -72,16 +72,22 @@ def kaminpar_partition_csr(ptr: np.ndarray, col: np.ndarray, num_nodes: int, num
     Returns:
         ``int64[n]``, the part of every node.
     """
-    kaminpar = import_kaminpar()
-    compress = _check_settings(kaminpar, preset, epsilon, threads, compress)
+    compress = _check_settings(import_kaminpar(), preset, epsilon, threads, compress)
     if num_parts == 1 or num_nodes == 0:
         return np.zeros(num_nodes, dtype=np.int64)
-    context = kaminpar.context_by_name(preset)
     with tempfile.TemporaryDirectory(prefix="pyg_sparsecomm_kaminpar_") as tmp:
         path = os.path.join(tmp, "graph.parhip")
         write_parhip(path, ptr, col, num_nodes, vertex_weights)
-        graph = kaminpar.load_graph(path, kaminpar.GraphFileFormat.PARHIP, compress=compress)
+        return partition_parhip_file(path, num_parts, seed, preset, epsilon, threads, compress)
+
+
+def partition_parhip_file(path: str, num_parts: int, seed: int, preset: str, epsilon: float, threads: int,
+                          compress: bool) -> np.ndarray:
+    """KaMinPar's partition (``int64[n]``) of the graph in the ParHiP file ``path`` (settings checked)."""
+    kaminpar = import_kaminpar()
+    graph = kaminpar.load_graph(path, kaminpar.GraphFileFormat.PARHIP, compress=compress)
     kaminpar.reseed(int(seed))
+    context = kaminpar.context_by_name(preset)
     part = kaminpar.KaMinPar(int(threads), context).compute_partition(graph, int(num_parts), float(epsilon))
     return np.asarray(part, dtype=np.int64)
 
@@ -109,11 +115,15 @@ def kaminpar_partition(edge_index: Tensor, num_nodes: int, num_parts: int, seed:
     """KaMinPar k-way partition of the symmetrised graph, vertex weight = nonzeros of the row
     (in-degree + 1, as METIS gets), so parts get balanced compute; see :func:`kaminpar_partition_csr`
     for the options (and for how far equal seeds give equal partitions)."""
-    import_kaminpar()
+    compress = _check_settings(import_kaminpar(), preset, epsilon, threads, compress)
+    if num_parts == 1 or num_nodes == 0:
+        return torch.zeros(num_nodes, dtype=torch.long)
     src, dst = edge_index.numpy()
     small = np.int32 if num_nodes <= np.iinfo(np.int32).max else np.int64
-    ptr, col = sorted_by_row(dst.astype(small), src.astype(small), num_nodes)  # rows = targets
-    weights = row_nnz(edge_index, num_nodes)
-    part = kaminpar_partition_csr(ptr, col, num_nodes, num_parts, seed, weights, preset, epsilon, threads,
-                                  compress)
+    with tempfile.TemporaryDirectory(prefix="pyg_sparsecomm_kaminpar_") as tmp:
+        path = os.path.join(tmp, "graph.parhip")
+        ptr, col = sorted_by_row(dst.astype(small), src.astype(small), num_nodes)  # rows = targets
+        write_parhip(path, ptr, col, num_nodes, row_nnz(edge_index, num_nodes))
+        del ptr, col  # KaMinPar holds its own copy: free ours before it loads the file
+        part = partition_parhip_file(path, num_parts, seed, preset, epsilon, threads, compress)
     return torch.from_numpy(part)

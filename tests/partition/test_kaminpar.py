@@ -12,6 +12,7 @@ from torch_geometric.nn import GCNConv
 
 from pyg_sparsecomm import DistributedGCNConv, SparsityAwarePartitioner, shard
 from pyg_sparsecomm.datasets import rmat_graph
+from pyg_sparsecomm.partition.kaminpar_backend import kaminpar_partition_csr
 from pyg_sparsecomm.partition.methods import METHODS, row_nnz, symmetric_csr
 from pyg_sparsecomm.partition.parhip import sorted_by_row, write_parhip
 from pyg_sparsecomm.testing import launch
@@ -70,6 +71,11 @@ def test_partition_is_valid_balanced_seeded_and_as_good_as_metis(P):
 
 def test_corner_cases_and_bad_options():
     edge_index, n = _with_self_loops_and_duplicates()
+    # the CSR entry point (the out-of-core pipeline's) partitions as the edge_index method does
+    src, dst = edge_index.numpy()
+    ptr, col = sorted_by_row(dst, src, n)
+    csr_part = kaminpar_partition_csr(ptr, col, n, 3, seed=4, vertex_weights=np.diff(ptr) + 1)
+    assert np.array_equal(csr_part, METHODS["kaminpar"](edge_index, n, 3, 4).numpy())
     assert torch.equal(METHODS["kaminpar"](edge_index, n, 1, 0), torch.zeros(n, dtype=torch.long))
     empty = METHODS["kaminpar"](torch.empty(2, 0, dtype=torch.long), 10, 3, 0)
     assert empty.shape == (10,) and int(empty.max()) < 3
