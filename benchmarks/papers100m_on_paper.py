@@ -20,6 +20,7 @@ from the measured per-node ratios.  What is measured and what is extrapolated is
     python benchmarks/papers100m_on_paper.py [--scale 24] [--parts 64 256 1024] [--write]
 """
 import argparse
+import json
 import os
 import re
 import sys
@@ -156,8 +157,7 @@ def main() -> None:
     load = os.getloadavg()
     measured, parts_of = [], {}
     for P in args.parts:
-        run = run_child(args.method, path, N, P, 1, args.cache / "papers_part.npy", args.timeout)
-        part = np.load(args.cache / "papers_part.npy")
+        run, part = partition(args, path, N, P)
         V, sizes, nnz = volumes(edges[0], edges[1], part, P)
         parts_of[P] = (V, sizes, nnz)
         row_nnz = nnz.sum(axis=1) + sizes
@@ -168,7 +168,18 @@ def main() -> None:
                          "nnz_imb": float(row_nnz.max() / row_nnz.mean()),
                          "max_rows": int(sizes.max()), "max_in_edges": int(nnz.sum(axis=1).max())})
         print(measured[-1], file=sys.stderr, flush=True)
-    report(args, N, E, measured, parts_of, model, load)
+        report(args, N, E, measured, parts_of, model, load)  # after every P: a long run leaves what it measured
+
+
+def partition(args, path: Path, num_nodes: int, num_parts: int) -> tuple[dict, np.ndarray]:
+    """The child's measurements and the partition into ``num_parts`` parts, kept in the cache
+    (``part_<scale>_<P>.npy`` and ``.json``) and re-used by later runs with the same method."""
+    stem = args.cache / f"papers_part_{args.scale}_{num_parts}"
+    if not (stem.with_suffix(".npy").exists() and stem.with_suffix(".json").exists()):
+        run = run_child(args.method, path, num_nodes, num_parts, 1, stem.with_suffix(".npy"), args.timeout)
+        stem.with_suffix(".json").write_text(json.dumps(dict(run, method=args.method)))
+    run = json.loads(stem.with_suffix(".json").read_text())
+    return run, np.load(stem.with_suffix(".npy"))
 
 
 def report(args, N, E, measured, parts_of, model, load) -> None:
