@@ -100,13 +100,14 @@ def predict(parts_of: dict, world_size: int, model: CostModel):
 
 
 def scaling_points(method: str) -> list[tuple[int, float, float]]:
-    """(edges, CPU seconds, peak MB) of ``method``'s rows in RESULTS.md's ``partition_scale`` section."""
+    """(edges, CPU seconds, peak MB) of ``method``'s rows (or its name's without options: CPU seconds
+    do not depend on the threads) in RESULTS.md's ``partition_scale`` section."""
     text = RESULTS.read_text() if RESULTS.exists() else ""
     section = re.search(r"<!-- BEGIN partition_scale -->(.*?)<!-- END partition_scale -->", text, re.S)
     points = []
     for line in (section.group(1).splitlines() if section else []):
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) > 6 and cells[3] == method and cells[0].isdigit():
+        if len(cells) > 6 and cells[3] in (method, method.split(":")[0]) and cells[0].isdigit():
             points.append((int(cells[2]), float(cells[5]), float(cells[6])))
     return points
 
@@ -209,11 +210,11 @@ def report(args, N, E, measured, parts_of, model, load) -> None:
                   f"wall time on an idle machine), peak ≈ {mem_a * Ep ** mem_b / 1e3:.0f} GB above the input "
                   f"edge list ({Ep * 8 / 1e9:.0f} GB as int32 pairs, {8 * (Np + Ep) / 1e9:.0f} GB as int64 CSR).")
     mem_rows = []
-    for m in measured:
+    for m, node_imb in ((row, imb) for row in measured for imb in (row["node_imb"], 1.0)):
         if m["P"] not in (64, 256):
             continue
         P = m["P"]
-        rows_p = Np / P * m["node_imb"]
+        rows_p = Np / P * node_imb
         in_p = Ep / P * m["max_in_edges"] / (E / P)
         halo_p = m["max_recv"] / N * Np
         gb = rank_memory_gb(rows_p, in_p, halo_p)
@@ -223,10 +224,10 @@ def report(args, N, E, measured, parts_of, model, load) -> None:
                       np.rint(nnz * Ep / E).astype(np.int64))}
         pred = predict(scaled, P, model)
         one_d = next(r for r in pred if r[0] == "1d")
-        mem_rows.append([P, f"{rows_p / 1e6:.2f}M", f"{in_p / 1e6:.0f}M", f"{halo_p / 1e6:.1f}M",
+        mem_rows.append([P, f"{node_imb:.2f}", f"{rows_p / 1e6:.2f}M", f"{in_p / 1e6:.0f}M", f"{halo_p / 1e6:.1f}M",
                          *(f"{gb[k]:.1f}" for k in ("features", "adjacency", "halo", "activations", "total")),
                          "yes" if gb["total"] < 80 else "no", f"{one_d[3] / 1e9:.2f}", f"{one_d[2] * 1e3:.0f}"])
-    mem_headers = ["P", "rows/rank", "in-edges/rank", "halo rows/rank", "features GB", "adjacency GB",
+    mem_headers = ["P", "node imb", "rows/rank", "in-edges/rank", "halo rows/rank", "features GB", "adjacency GB",
                    "halo GB", "activations GB", "total GB", "fits 80 GB", "1D GB sent/epoch (max rank)",
                    "1D ms/epoch (model)"]
     print(extrap)
@@ -245,7 +246,8 @@ def report(args, N, E, measured, parts_of, model, load) -> None:
             + markdown_table(headers, rows) + "\n\n" + extrap + "\n\n"
             f"**Extrapolated** per-rank memory of papers100M ({Np / 1e6:.0f}M nodes, {Ep / 1e9:.2f}B edges, "
             f"128 fp32 features, 3-layer width-256 GCN) from the R-MAT ratios at the same P: rows = N/P × "
-            f"node imbalance, in-edges = (E + N)/P × nonzero imbalance, halo = R-MAT's max received rows "
+            f"node imbalance (the measured one, and 1.00: what a partition balancing rows as well would "
+            f"give), in-edges = E/P × R-MAT's max/avg in-edges, halo = R-MAT's max received rows "
             f"per node × N; bytes as `rank_memory_gb` says (activations: input, XW and output of each "
             f"layer kept for the backward, and their gradients). Epoch communication: the R-MAT volume "
             f"matrix scaled by N_papers/N_rmat, priced by the same model. R-MAT (hubs, little locality) "
