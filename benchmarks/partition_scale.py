@@ -89,7 +89,7 @@ def child(method: str, path: str, num_nodes: int, num_parts: int, seed: int, out
     print(json.dumps({"seconds": seconds, "cpu": cpu, "rss_before_kb": before, "peak_kb": peak}))
 
 
-def stages(path: str, num_nodes: int, num_parts: int) -> None:
+def stages(path: str, num_nodes: int, num_parts: int) -> tuple[list, float]:
     """Peak resident set above the input of every step of ``method="kaminpar"`` (MB): the CSR
     of in-edges, the ParHiP file (transpose and symmetrised blocks), KaMinPar loading it
     (uncompressed and compressed) and partitioning (per preset)."""
@@ -99,17 +99,20 @@ def stages(path: str, num_nodes: int, num_parts: int) -> None:
     from pyg_sparsecomm.partition.methods import row_nnz
     from pyg_sparsecomm.partition.parhip import sorted_by_row, write_parhip
 
+    rows = []
+
     def step(name, fn):
         Path("/proc/self/clear_refs").write_text("5")
-        before = _memory_kb("VmRSS")
+        before, cpu0 = _memory_kb("VmRSS"), _cpu_seconds()
         out = fn()
-        print(f"{name}: peak {(_memory_kb('VmHWM') - before) / 1e3:.0f} MB, "
-              f"held after {(_memory_kb('VmRSS') - before) / 1e3:.0f} MB", flush=True)
+        rows.append([name, f"{(_memory_kb('VmHWM') - before) / 1e3:.0f}",
+                     f"{(_memory_kb('VmRSS') - before) / 1e3:.0f}", f"{_cpu_seconds() - cpu0:.1f}"])
+        print(*rows[-1], flush=True)
         return out
 
     edge_index = torch.from_numpy(np.load(path))
     src, dst = edge_index.numpy()
-    print(f"CSR topology 8 (N + 1 + E): {8 * (num_nodes + 1 + len(src)) / 1e6:.0f} MB")
+    csr_mb = 8 * (num_nodes + 1 + len(src)) / 1e6
     ptr, col = step("CSR of in-edges", lambda: sorted_by_row(dst.astype(np.int32), src.astype(np.int32), num_nodes))
     file = str(Path(path).with_suffix(".parhip"))
     step("ParHiP file", lambda: write_parhip(file, ptr, col, num_nodes, row_nnz(edge_index, num_nodes)))
@@ -122,6 +125,7 @@ def stages(path: str, num_nodes: int, num_parts: int) -> None:
                  lambda: kaminpar.KaMinPar(1, kaminpar.context_by_name(preset)).compute_partition(graph, num_parts))
         graph = None
     os.remove(file)
+    return rows, csr_mb
 
 
 def run_child(method: str, path: Path, num_nodes: int, num_parts: int, seed: int, out: Path, timeout: float) -> dict:
@@ -180,7 +184,18 @@ def main() -> None:
         return child(method, path, int(num_nodes), int(num_parts), int(seed), out)
 
     if args.stages:
-        return stages(str(graph_file(args.cache, args.scales[0], args.edge_factor)), 1 << args.scales[0], args.parts)
+        scale = args.scales[0]
+        steps, csr_mb = stages(str(graph_file(args.cache, scale, args.edge_factor)), 1 << scale, args.parts)
+        if args.write:
+            write_table_section("partition_scale_stages", f"Where KaMinPar's memory goes (R-MAT scale {scale}, "
+                                f"P = {args.parts})", f"partition_scale.py --stages --scales {scale}",
+                                f"Peak resident set of every step of `method=\"kaminpar\"` above the resident "
+                                f"set before it, run one after the other in one process, against the CSR "
+                                f"topology's {csr_mb:.0f} MB; load average {os.getloadavg()[0]:.1f}. The method "
+                                f"frees its CSR before KaMinPar loads the file, so its peak is about the "
+                                f"largest of: CSR + ParHiP step, and KaMinPar's load + partition.",
+                                ["step", "peak MB", "held after MB", "CPU s"], steps)
+        return None
     import torch
     rows = []
     load = os.getloadavg()
