@@ -154,6 +154,6 @@ def test_auto_takes_kaminpar_above_the_size(monkeypatch):
     above = SparsityAwarePartitioner(4, "auto", seed=2)(data).part
     assert torch.equal(above, METHODS["kaminpar"](ei, n, 4, 2)) and not torch.equal(above, below)
     monkeypatch.setitem(sys.modules, "kaminpar", None)
-    with pytest.warns(UserWarning, match=r"KaMinPar takes seconds: pip install \"pyg_sparsecomm\[kaminpar\]\""):
+    with pytest.warns(UserWarning, match=r"less memory: pip install \"pyg_sparsecomm\[kaminpar\]\""):
         without = SparsityAwarePartitioner(4, "auto", seed=2)(data).part
     assert torch.equal(without, below)
