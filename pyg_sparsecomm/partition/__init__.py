@@ -1,4 +1,4 @@
-from . import hypergraph, stochastic  # noqa: F401  (register 'hypergraph', 'stochastic_hypergraph')
+from . import auto, hypergraph, kaminpar_backend, stochastic  # noqa: F401  (register 'auto', 'hypergraph', ...)
 from .methods import METHODS, register
 from .partitioner import SparsityAwarePartitioner
 

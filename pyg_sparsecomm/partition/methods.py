@@ -3,7 +3,7 @@
 A method is a function ``(edge_index, num_nodes, num_parts, seed, **options) -> LongTensor``
 registered in :data:`METHODS` with ``@register(name)``; adding a method touches
 one file (and its import in ``partition/__init__.py``).  All
-methods are deterministic for a fixed seed, so every rank of a job computing
+methods but ``"kaminpar"`` are deterministic for a fixed seed, so every rank of a job computing
 the partition independently gets the same answer.
 """
 import inspect
