@@ -104,6 +104,15 @@ def _settings(algorithm: str, group: dist.ProcessGroup | None, replication: int,
     return DistributedSettings(algorithm, group, replication, cost_model or CostModel(), options)
 
 
+def _refuse_inexact(module: torch.nn.Module) -> None:
+    """Raises naming the first submodule whose rule refuses it (before anything is installed)."""
+    for name, child in module.named_modules():
+        reason = refusal(child)
+        if reason:
+            raise NotImplementedError(f"distribute(): {type(child).__name__} ({name or 'the module itself'}) cannot "
+                                      f"be trained exactly on a partitioned graph: it {reason}")
+
+
 def distribute(module: torch.nn.Module, algorithm: str = "1d", group: dist.ProcessGroup | None = None,
                replication: int = 1, cost_model: CostModel | None = None, halo_precision: str | None = None,
                halo_grad_precision: str | None = "same", staleness: int = 0,
@@ -150,11 +159,7 @@ def distribute(module: torch.nn.Module, algorithm: str = "1d", group: dist.Proce
     """
     settings = _settings(algorithm, group, replication, cost_model, halo_precision, halo_grad_precision, staleness,
                          stale_smoothing)
-    for name, child in module.named_modules():
-        reason = refusal(child)
-        if reason:
-            raise NotImplementedError(f"distribute(): {type(child).__name__} ({name or 'the module itself'}) cannot "
-                                      f"be trained exactly on a partitioned graph: it {reason}")
+    _refuse_inexact(module)
     trim.install(module)
     if hetero.is_heterogeneous(module):  # homogeneous models get no hooks of it
         hetero.install_scope(module)
