@@ -150,6 +150,16 @@ def _worker(rank, P, train, val, part):
     return out
 
 
+def _pyg_step(model, opt, train, pairs, label, decode) -> float:
+    """One single-process PyG training step on ``pairs``; its loss."""
+    opt.zero_grad()
+    z = model(train.x, train.edge_index)
+    loss = F.binary_cross_entropy_with_logits(decode(z[pairs[0]], z[pairs[1]]), label)
+    loss.backward()
+    opt.step()
+    return float(loss.detach())
+
+
 def _reference(train, val):
     """Single-process PyG: the same model, pairs and negatives; losses, val scores, z's gradient."""
     model = _model()
@@ -162,12 +172,7 @@ def _reference(train, val):
             neg = _fresh_negatives(train, epoch)
             pairs = torch.cat([_positives(train), neg], dim=1)
             label = torch.cat([torch.ones(_positives(train).size(1)), torch.zeros(neg.size(1))])
-        opt.zero_grad()
-        z = model(train.x, train.edge_index)
-        loss = F.binary_cross_entropy_with_logits(_decode(z[pairs[0]], z[pairs[1]]), label)
-        loss.backward()
-        opt.step()
-        losses.append(float(loss.detach()))
+        losses.append(_pyg_step(model, opt, train, pairs, label, _decode))
     model.eval()
     with torch.no_grad():
         z = model(train.x, train.edge_index)
@@ -328,12 +333,7 @@ def _example_reference(args):
         pairs = torch.cat([train.edge_label_index, neg], dim=1)
         label = torch.cat([train.edge_label, torch.zeros(neg.size(1))])
         model.train()
-        opt.zero_grad()
-        z = model(train.x, train.edge_index)
-        loss = F.binary_cross_entropy_with_logits(train_link.decode(z[pairs[0]], z[pairs[1]]), label)
-        loss.backward()
-        opt.step()
-        losses.append(float(loss.detach()))
+        losses.append(_pyg_step(model, opt, train, pairs, label, train_link.decode))
         model.eval()
         with torch.no_grad():
             z = model(train.x, train.edge_index)
