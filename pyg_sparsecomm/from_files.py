@@ -179,7 +179,7 @@ def _records(partitioner: SparsityAwarePartitioner, edge_index: Tensor, edge_wei
     fills ``source["fingerprint"]``.  Runs while the store holds the directory's lock, so that a
     second writer is refused before partitioning, not after."""
     num_parts = partitioner.num_parts
-    part, _ = partitioner.partition(edge_index, N)
+    part = partitioner.assign(edge_index, N)  # the pattern below is the only one built
     pattern = comm_pattern(edge_index, part, N, num_parts)
     topology = Data(edge_index=edge_index, edge_weight=edge_weight, num_nodes=N)
     tensors = {"edge_index": edge_index, "part": part, **({} if edge_weight is None else {"edge_weight": edge_weight})}

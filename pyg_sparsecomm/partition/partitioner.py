@@ -136,13 +136,18 @@ class SparsityAwarePartitioner(BaseTransform):
     def partition(self, edge_index: Tensor, num_nodes: int) -> tuple[Tensor, CommStats]:
         """The partition of a graph (``LongTensor[num_nodes]``) and its statistics, computed
         without the cache of :meth:`forward`."""
+        part = self.assign(edge_index, num_nodes)
+        return part, CommStats.from_pattern(comm_pattern(edge_index, part, num_nodes, self.num_parts))
+
+    def assign(self, edge_index: Tensor, num_nodes: int) -> Tensor:
+        """The partition alone (``LongTensor[num_nodes]``): the method, then the balancing; for a
+        caller that builds its own communication pattern from it (no statistics computed)."""
         part = METHODS[self.method](edge_index, num_nodes, self.num_parts, self.seed, **self.options)
         if self.balance == "max_send":
             part = balance_max_send(edge_index, num_nodes, part.to(torch.long), self.num_parts,
                                     epsilon=self.epsilon_balance, max_total_increase=self.max_total_increase,
                                     restarts=self.vb_restarts, seed=self.seed, objective=self.vb_objective)
-        part = part.to(torch.long)
-        return part, CommStats.from_pattern(comm_pattern(edge_index, part, num_nodes, self.num_parts))
+        return part.to(torch.long)
 
     def _settings(self) -> str:
         """Everything besides the graph that the partition depends on (method, seed, options, ...);
