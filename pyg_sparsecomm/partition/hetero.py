@@ -32,7 +32,7 @@ from torch_geometric.data import HeteroData
 
 from ..plan import CommPattern, comm_pattern
 from ..stats import CommStats
-from .methods import contiguous_partition, random_partition, symmetric_csr
+from .methods import contiguous_partition, random_partition, row_nnz, symmetric_csr
 from .multiconstraint import metis_multiconstraint
 
 NodeType = str
@@ -186,7 +186,7 @@ def metis_hetero(data: HeteroData, num_parts: int, seed: int = 0, objective: str
     weights = np.zeros((total, len(types) + 1), dtype=np.int64)
     for k, node_type in enumerate(types):
         weights[offsets[node_type]:offsets[node_type] + data[node_type].num_nodes, k] = 1
-    weights[:, -1] = np.bincount(edge_index[1].numpy(), minlength=total) + 1
+    weights[:, -1] = row_nnz(edge_index, total)  # in-edge work, as METIS gets for homogeneous graphs
     xadj, adjncy = symmetric_csr(edge_index, total)
     part = metis_multiconstraint(xadj, adjncy, weights, num_parts, [tolerance] * weights.shape[1], seed, objective)
     if part is None:
