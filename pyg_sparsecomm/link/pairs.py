@@ -194,12 +194,14 @@ def endpoint_plan(ends: np.ndarray, owner: np.ndarray, row: np.ndarray, n_id: Te
     """
     rank, P, N = group_rank(group), group_world_size(group), num_nodes
     remote = owner != rank
-    halo_key = np.unique(owner[remote] * N + ends[remote])  # (owner, id) order
+    key = owner[remote] * N + ends[remote]
+    halo_key = np.unique(key)  # (owner, id) order
     halo_n_id, halo_owner = halo_key % N, halo_key // N
+    at = np.searchsorted(halo_key, key)  # every remote endpoint's halo row
     halo_row = np.zeros(halo_key.size, dtype=np.int64)
-    halo_row[np.searchsorted(halo_key, owner[remote] * N + ends[remote])] = row[remote]
+    halo_row[at] = row[remote]
     column = row.copy()
-    column[remote] = n_id.numel() + np.searchsorted(halo_key, owner[remote] * N + ends[remote])
+    column[remote] = n_id.numel() + at
 
     t = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))  # noqa: E731
     recv_counts = np.bincount(halo_owner, minlength=P).tolist()
