@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 from torch import Tensor
-from torch_geometric.nn import MessagePassing
+from torch_geometric.nn import GATConv, GATv2Conv, GINConv, GraphConv, MessagePassing, SAGEConv, TransformerConv
 
 from ..comm.exchanger import HaloExchanger
 from ..comm.group import check_plan_matches_group, host_all_reduce, is_distributed, world_size
@@ -43,8 +43,9 @@ from .layer_adapters import forward_signature
 if TYPE_CHECKING:
     from .distributed_layer import LayerState
 
-#: PyG layers checked against single-process PyG on relations of heterogeneous shards
-RELATION_LAYERS = ("SAGEConv", "GraphConv", "GATConv", "GATv2Conv", "GINConv", "TransformerConv")
+#: PyG layers checked against single-process PyG on relations of heterogeneous shards (by type: a
+#: subclass may override what they rely on, and a user's class of the same name is another class)
+RELATION_LAYERS = (SAGEConv, GraphConv, GATConv, GATv2Conv, GINConv, TransformerConv)
 
 
 class SourceHalos:
@@ -107,10 +108,9 @@ def install_scope(module: torch.nn.Module) -> None:
 
 def refusal(conv: MessagePassing, state: "LayerState") -> str | None:
     """Why ``conv`` cannot run on a relation of a heterogeneous shard, or ``None``."""
-    name = type(conv).__name__
-    if name not in RELATION_LAYERS or type(conv).__module__.split(".")[0] != "torch_geometric":
-        return (f"{name} on a relation of a heterogeneous graph is not supported yet (supported: "
-                f"{', '.join(RELATION_LAYERS)})")
+    if type(conv) not in RELATION_LAYERS:
+        return (f"{type(conv).__name__} on a relation of a heterogeneous graph is not supported yet (supported: "
+                f"{', '.join(cls.__name__ for cls in RELATION_LAYERS)})")
     settings = state.settings
     if settings.algorithm != "1d" or settings.replicated:
         return (f"heterogeneous graphs run the 1D exchange only (got algorithm={settings.algorithm!r}, "
