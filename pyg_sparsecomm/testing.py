@@ -98,13 +98,17 @@ def launch(fn: Callable[..., Any], world_size: int, *args, timeout: float = 300.
     """
     for attempt in range(1, CONNECT_ATTEMPTS + 1):
         outputs, errors = _run_job(fn, world_size, args, timeout, threads, pg_timeout)
-        connect_failed = [r for r, (status, _) in errors.items() if status == _CONNECT]
-        if not connect_failed or len(connect_failed) < len(errors) or attempt == CONNECT_ATTEMPTS:
+        if not mesh_failed_to_connect(errors) or attempt == CONNECT_ATTEMPTS:
             break
     if errors:
         rank = min(errors)
         raise RuntimeError(f"rank {rank} of {world_size} failed:\n{errors[rank][1]}")
     return [outputs[r] for r in range(world_size)]
+
+
+def mesh_failed_to_connect(errors: dict[int, tuple[str, str]]) -> bool:
+    """Whether a job ended only by gloo's mesh failing to connect (no rank ran the function)."""
+    return bool(errors) and all(status == _CONNECT for status, _ in errors.values())
 
 
 def _run_job(fn: Callable[..., Any], world_size: int, args: tuple, timeout: float, threads: int,

@@ -1,0 +1,47 @@
+"""``pyg_sparsecomm.testing.launch``: what a worker inherits is out of the collector's reach, and
+only a job whose gloo mesh failed to connect is started again."""
+import gc
+import os
+import weakref
+
+import pytest
+
+from pyg_sparsecomm.testing import launch, mesh_failed_to_connect
+
+
+class _Cycle:
+    def __init__(self) -> None:
+        self.me = self
+
+
+def _frozen_and_collecting(rank, world_size):
+    cycle = _Cycle()
+    alive = weakref.ref(cycle)
+    del cycle
+    gc.collect()
+    return gc.get_freeze_count(), alive() is None
+
+
+def test_worker_freezes_what_it_inherited_and_still_collects_its_own_cycles():
+    for frozen, collected in launch(_frozen_and_collecting, 2):
+        assert frozen > 10_000  # torch, PyG and the package were imported before the fork
+        assert collected
+
+
+def _fails_in_the_function(rank, world_size, marker_dir):
+    with open(os.path.join(marker_dir, f"call-{rank}-{os.getpid()}"), "w"):
+        pass
+    raise RuntimeError("Gloo connectFullMesh failed (raised by the function, not by the mesh)")
+
+
+def test_a_failure_inside_the_function_is_not_retried(tmp_path):
+    with pytest.raises(RuntimeError, match="raised by the function"):
+        launch(_fails_in_the_function, 1, str(tmp_path))
+    assert len(os.listdir(tmp_path)) == 1
+
+
+def test_only_connect_failures_of_every_failed_rank_count_as_a_mesh_failure():
+    assert mesh_failed_to_connect({1: ("connect", "Connection closed by peer")})
+    assert not mesh_failed_to_connect({})
+    assert not mesh_failed_to_connect({0: ("failed", "Traceback ...")})
+    assert not mesh_failed_to_connect({0: ("connect", "..."), 1: ("failed", "...")})
