@@ -33,7 +33,7 @@ from ..compat import edge_update_arguments, message_arguments
 from ..cost import CostModel
 from . import gradient_sync, hetero, trim
 from .distributed_layer import DistributedSettings, attach
-from .layer_rules import layer_rule
+from .layer_rules import layer_rule, swap_class
 from .norms import convert_norm
 
 
@@ -165,6 +165,7 @@ def distribute(module: torch.nn.Module, algorithm: str = "1d", group: dist.Proce
         hetero.install_scope(module)
     for child in module.modules():
         if isinstance(child, MessagePassing):
+            swap_class(child)  # HGTConv, HANConv: their forward on a heterogeneous shard's adj_dict
             attach(child, settings)
         else:
             convert_norm(child, settings)
