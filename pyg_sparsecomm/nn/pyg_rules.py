@@ -45,7 +45,7 @@ def conv_rules() -> dict[str, LayerRule]:
     """``torch_geometric.nn.conv``: linear aggregations, attention, adapters, normalisations, refusals."""
     from .han_conv import DistributedHANConv
     from .hgt_conv import DistributedHGTConv
-    from .layer_adapters import cheb_laplacian
+    from .layer_adapters import cheb_laplacian, node_embedding_ids
     norm = normalisations()
     rules = {name: _weighted(normalisation=norm.get(name)) for name in (
         "GCNConv", "SGConv", "APPNP", "TAGConv", "ARMAConv", "GCN2Conv", "SSGConv", "LGConv", "MixHopConv",
@@ -58,7 +58,7 @@ def conv_rules() -> dict[str, LayerRule]:
         "SAGEConv": _weighted("", post_linear="lin_l", drops_adj_values=True),
         "GINConv": _weighted("", input_linear="nn", drops_adj_values=True),
         "MFConv": _weighted("", drops_adj_values=True),
-        "RGCNConv": LayerRule(drops_adj_values=True),
+        "RGCNConv": LayerRule(drops_adj_values=True, adapter=node_embedding_ids),
         "GATConv": LayerRule(aggregation="attention", weight="alpha", fused_source=("lin_src", "lin")),
         "GATv2Conv": LayerRule(aggregation="attention", weight="alpha"),
         # their forward on a heterogeneous shard's adj_dict: one exchange per source node type

@@ -2,7 +2,7 @@
 (on the shards of ``to_homogeneous()``, edge types carried) under ``distribute()`` equal single-process
 PyG (outputs, input gradients, parameter gradients) at P = 1..4 in one launch, on the graph of
 test_hetero_models: a directed relation with self-loops, a featureless type (an ``Embedding``; a
-``HeteroDictLinear`` projects HAN's inputs; RGCN's own node embedding with ``x = n_id``), isolated
+``HeteroDictLinear`` projects HAN's inputs; RGCN's own node embedding with ``x = n_id`` or ``None``), isolated
 nodes and, at P = 4, a part owning no ``institute``.  HGT and HAN exchange every source type once
 per layer: the counted bytes are the predicted union of the relations' halos at the width of the
 rows they exchange (HGT: keys and values; HAN: the projected rows)."""
@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from test_hetero_models import OUT, WORLD_SIZES, F, H, make_graph
-from torch_geometric.nn import FastRGCNConv, HANConv, HGTConv, RGATConv, RGCNConv
+from torch_geometric.nn import FastRGCNConv, HANConv, HeteroConv, HGTConv, RGATConv, RGCNConv
 from torch_geometric.nn.dense import HeteroDictLinear
 
 from pyg_sparsecomm import LossNormalisationWarning, SparsityAwarePartitioner, comm_counter, distribute, shard
@@ -20,7 +20,7 @@ from pyg_sparsecomm import sync_gradients as sync
 from pyg_sparsecomm.testing import launch
 
 HETERO = ("HGT", "HAN")
-HOMOGENEOUS = ("RGCN", "FastRGCN", "RGAT", "RGCN(x=n_id)")
+HOMOGENEOUS = ("RGCN", "FastRGCN", "RGAT", "RGCN(x=n_id)", "RGCN(x=None)")
 HEADS = 2
 
 
@@ -69,10 +69,11 @@ class Relational(torch.nn.Module):
             "FastRGCN": lambda: (FastRGCNConv(F, H, R), FastRGCNConv(H, OUT, R, num_blocks=2)),
             "RGAT": lambda: (RGATConv(F, H, R, heads=HEADS), RGATConv(HEADS * H, OUT, R)),
             "RGCN(x=n_id)": lambda: (RGCNConv(N, H, R), RGCNConv(H, OUT, R)),
+            "RGCN(x=None)": lambda: (RGCNConv(N, H, R), RGCNConv(H, OUT, R)),
         }[name]()
 
     def forward(self, x, adj, edge_type, node_type, n_id):
-        if x.is_floating_point():
+        if x is not None and x.is_floating_point():
             ids = (n_id - self.offset).clamp(0, self.emb.num_embeddings - 1)
             x = torch.where((node_type == self.institute).unsqueeze(-1), self.emb(ids), x)
         return self.conv2(self.conv1(x, adj, edge_type).relu(), adj, edge_type)
@@ -96,10 +97,10 @@ def run_hetero(model, x_dict, adj_dict, n_id, up):
 
 
 def run_homogeneous(name, model, homo, adj, n_id, up):
-    x = n_id if name == "RGCN(x=n_id)" else homo.x.clone().requires_grad_()
+    x = {"RGCN(x=n_id)": n_id, "RGCN(x=None)": None}.get(name, homo.x.clone().requires_grad_())
     out = model(x, adj, homo.edge_type, homo.node_type, n_id)
     (out * up["node"][n_id]).sum().backward()
-    return {"node": out.detach()}, {"node": x.grad}
+    return {"node": out.detach()}, {"node": None if x is None else x.grad}
 
 
 def run(name, model, graph, up, group=None, synchronise=False):
@@ -175,7 +176,7 @@ def test_layers_equal_single_process_pyg(distributed_results, subtests, name):
                     torch.testing.assert_close(d_out[t], out[t][n_id[t]], atol=1e-5, rtol=1e-4)
                 assert d_grad_x.keys() == grad_x.keys()
                 for t, g in grad_x.items():
-                    if g is not None:  # RGCN(x=n_id): ids
+                    if g is not None:  # RGCN(x=n_id), RGCN(x=None): no features
                         torch.testing.assert_close(d_grad_x[t], g[n_id[t]], atol=1e-5, rtol=1e-4)
                 for k in grad_p:
                     torch.testing.assert_close(d_grad_p[k], grad_p[k], atol=1e-5, rtol=1e-4, msg=k)
@@ -192,3 +193,33 @@ def test_one_exchange_per_source_type_moves_the_union(distributed_results, name,
         for kind in ("halo", "halo_grad"):
             assert sum(c[kind] for c in counted) == stats.total_rows * width * 4, (P, kind)
         assert all(distributed_results[r][P, name][5] == 2 * len(stats.sources) for r in range(P))
+
+
+class _OwnHGT(HGTConv):
+    """A user's subclass: its forward may differ from the one ``DistributedHGTConv`` distributes."""
+
+
+def test_what_cannot_run_exactly_is_refused_by_name():
+    data, homo = graphs()
+    local = shard(SparsityAwarePartitioner(1, method="random")(data), rank=0, world_size=1)
+    x_dict = {**local.x_dict, "institute": torch.randn(local["institute"].num_nodes, F)}
+    cites = ("paper", "cites", "paper")
+    rgcn = distribute(HeteroConv({cites: RGCNConv(F, OUT, 1)}))
+    with pytest.raises(NotImplementedError, match=r"RGCNConv takes edge_type over one homogeneous graph, not a "
+                                                  r"relation of a heterogeneous one: call it on data.to_homogeneous"):
+        rgcn(x_dict, local.adj_dict)
+    with pytest.raises(ValueError, match=r"cannot be made homogeneous .* call data.to_homogeneous\(\) on the whole"):
+        local.to_homogeneous()
+    with pytest.raises(NotImplementedError, match=r"_OwnHGT got a heterogeneous shard's adj_dict, which it cannot"):
+        distribute(_OwnHGT(F, OUT, data.metadata()))(x_dict, local.adj_dict)
+    hgt = distribute(HGTConv(F, OUT, data.metadata()), algorithm="oblivious")
+    with pytest.raises(NotImplementedError, match=r"1D exchange only \(got algorithm='oblivious'"):
+        hgt(x_dict, local.adj_dict)
+    han = distribute(HANConv(F, OUT, data.metadata()))
+    with pytest.raises(ValueError, match=r"HANConv on relation \('paper', 'written_by', 'author'\): the destination "
+                                         r"features have 3 rows, but this rank owns 30 'author' nodes"):
+        han({**x_dict, "author": torch.randn(3, F)}, local.adj_dict)
+    local_homo = shard(SparsityAwarePartitioner(1, method="random")(homo), rank=0, world_size=1)
+    fast = distribute(FastRGCNConv(homo.num_nodes, OUT, len(data.edge_types)))
+    with pytest.raises(NotImplementedError, match=r"FastRGCNConv without features cannot run on a shard: .*index"):
+        fast(None, local_homo.adj, local_homo.edge_type)
