@@ -12,6 +12,9 @@ keys stay, as with ``torch.nn.SyncBatchNorm.convert_sync_batchnorm``):
   SpMM by ``algorithm``.  A layer whose forward normalises with ``gcn_norm`` (``get_laplacian``:
   ``ChebConv``) gets, per instance, the normalisation with global degrees its rule describes
   (:mod:`.layer_normalisation`); PyG's modules are not touched;
+* ``HGTConv`` and ``HANConv`` take a whole heterogeneous graph: their rules swap in a subclass
+  (:mod:`.hgt_conv`, :mod:`.han_conv`) whose forward runs on a shard's ``local.adj_dict``,
+  exchanging each source node type once (:mod:`.relation_dict`);
 * norms with whole-graph statistics (``torch.nn.BatchNorm1d``, PyG's ``InstanceNorm``,
   ``GraphNorm``, ``LayerNorm``) get their rule's distributed class (``module.__class__`` is
   swapped; parameters and buffers stay) and reduce their statistics over all ranks;

@@ -20,6 +20,9 @@ it into one reverse exchange.  The rows travel at the source tensor's width (a r
 transform runs after the exchange, on the owned and halo rows alike): per-relation transforms
 differ, so exchanging after them would move the union once per relation.
 
+Layers that take the whole graph (``HGTConv``, ``HANConv``) complete their sources themselves,
+through :mod:`.relation_dict`, with :func:`check_relations` below.
+
 Covered layers (:data:`RELATION_LAYERS`) are those whose bipartite forward reads the graph
 only through ``propagate``/``edge_updater``; any other layer called on a relation is refused
 by name, as are halo compression, staleness, 1.5D and algorithms other than ``"1d"``.

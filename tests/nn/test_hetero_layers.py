@@ -128,15 +128,19 @@ def sizes(data, homo):
 
 
 def _worker(rank, world_size):
+    """Every configuration of this file and of test_hetero_models at P = 1..4, in one job."""
+    import test_hetero_models
     data, homo = graphs()
     up = upstream(sizes(data, homo))
     warnings.filterwarnings("ignore", category=LossNormalisationWarning)  # the loss is a plain sum here
-    groups = {P: dist.new_group(list(range(P))) for P in WORLD_SIZES}  # see test_hetero_models
+    # every rank joins every new_group call, in one order, before members make their own groups
+    groups = {P: dist.new_group(list(range(P))) for P in WORLD_SIZES}
     results = {}
     for P, group in groups.items():
         if rank >= P:
             continue
         local = shard(SparsityAwarePartitioner(P, method="random", seed=2)(data), group=group)
+        results.update(test_hetero_models.run_models(P, group, local, data))
         local_homo = shard(SparsityAwarePartitioner(P, method="random", seed=2)(homo), group=group)
         for name in HETERO + HOMOGENEOUS:
             model = distribute(build(name, data), group=group, sync_gradients=False)
@@ -148,9 +152,14 @@ def _worker(rank, world_size):
     return results
 
 
-@pytest.fixture(scope="module")
-def distributed_results():
+def launch_all():
+    """The heterogeneous tests' one launch (:func:`conftest.hetero_results`)."""
     return launch(_worker, max(WORLD_SIZES), timeout=600)
+
+
+@pytest.fixture(scope="module")
+def distributed_results(hetero_results):
+    return hetero_results
 
 
 def test_the_homogeneous_graph_keeps_every_corner():
