@@ -21,6 +21,11 @@ per source type for all relations reading it; the per-relation attention logits
 travel.  The semantic mean is a whole-graph statistic: the per-rank sums are all-reduced
 (differentiably: every rank's loss depends on :math:`\beta`) and divided by the global
 :math:`N_d`, so every rank combines its rows with the single-process :math:`\beta`.
+
+Why a forward and not hooks: PyG computes :math:`\beta` in ``han_conv.group``, a module-level
+function (no hook point, and the package does not patch PyG's modules).  The forward here is
+PyG's with the exchange after ``proj`` and :func:`semantic_attention` in place of ``group``; the
+per-relation attention runs in PyG's ``propagate``/``message``.
 """
 from typing import Any
 

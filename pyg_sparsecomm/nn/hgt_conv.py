@@ -19,6 +19,14 @@ reading :math:`s`, once, after ``kqv_lin`` and before the per-relation ``k_rel``
 ``x_s`` instead would move ``in_channels[s]`` columns and compute ``kqv_lin`` again on every
 halo row; the exchange after ``kqv_lin`` is PyG's own order of operations, each row's keys and
 values computed once, by its owner.  Queries never travel (targets are owned).
+
+Why a forward and not hooks: PyG's forward splits each type's ``kqv_lin`` output into keys,
+queries and values of the *same* rows and offsets both the sources and the targets by those row
+counts, so no hook can give the keys and values halo rows without giving the queries (and the
+outputs, and the skip's ``x``) the same rows.  The forward here is PyG's with the exchange
+between ``kqv_lin`` and ``k_rel``/``v_rel``; it calls PyG's own per-relation source
+construction (:func:`~pyg_sparsecomm.compat.hgt_source_rows`), ``construct_bipartite_edge_index``
+and ``propagate``/``message``.
 """
 from typing import Any
 
