@@ -72,6 +72,17 @@ def set_gcn_norm_cache(conv: Any, graph: Any) -> None:
     conv._cached_edge_index = graph
 
 
+def hgt_source_rows(conv: Any, k_dict: dict, v_dict: dict, edge_index_dict: dict) -> tuple:
+    """``HGTConv``'s per-relation source keys and values ``(k, v, src_offset)``: each relation's
+    ``k_dict[src]``/``v_dict[src]`` rows through its ``k_rel``/``v_rel`` head transforms, stacked in
+    ``edge_index_dict``'s order (``HGTConv._construct_src_node_feat``)."""
+    try:
+        construct = conv._construct_src_node_feat
+    except AttributeError as e:
+        raise _missing("torch_geometric HGTConv._construct_src_node_feat", e) from e
+    return construct(k_dict, v_dict, edge_index_dict)
+
+
 def module_call(module: torch.nn.Module) -> Callable[..., Any]:
     """What ``module(...)`` runs without compilation (``Module._call_impl``: hooks, then ``forward``),
     bound to ``module``."""

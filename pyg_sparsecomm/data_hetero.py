@@ -28,6 +28,17 @@ _EDGE_SKIP = {"edge_index", "adj_t", "edge_weight", "e_id"}
 _GLOBAL_SKIP = {"num_parts", "comm_stats"}
 
 
+class HeteroShard(HeteroData):
+    """The ``HeteroData`` :func:`shard_hetero` returns: PyG's, except :meth:`to_homogeneous`."""
+
+    def to_homogeneous(self, *args: Any, **kwargs: Any) -> Any:
+        """Refused: a shard's relations are ``RelationAdj`` blocks whose columns index each source
+        type's own ``[owned | halo]`` rows, which one homogeneous graph of the owned nodes cannot hold."""
+        raise ValueError("a shard of a HeteroData cannot be made homogeneous (each relation's columns are the halo of "
+                         "its source type): call data.to_homogeneous() on the whole graph, then partition and shard "
+                         "that Data (node_type and edge_type are sharded like any attribute)")
+
+
 def partition_of(data: HeteroData) -> tuple[dict[str, Tensor], int]:
     """``({node type: part}, num_parts)`` of a partitioned ``HeteroData`` (checked)."""
     missing = [t for t in data.node_types if data[t].get("part") is None]
@@ -59,7 +70,7 @@ def shard_hetero(data: HeteroData, group: dist.ProcessGroup | None = None, rank:
     if world_size != num_parts:
         raise ValueError(f"the graph was partitioned into num_parts={num_parts} but the world size is "
                          f"{world_size}: re-run SparsityAwarePartitioner(num_parts={world_size})")
-    local = HeteroData()
+    local = HeteroShard()
     for key, value in data._global_store.items():
         if key not in _GLOBAL_SKIP:
             local[key] = value

@@ -140,6 +140,23 @@ def test_process_group_timeout_and_registration():
     assert results[1][0] == timedelta(seconds=37)
 
 
+def test_hgt_source_rows_are_the_relations_transformed_keys_and_values():
+    """``HGTConv._construct_src_node_feat``: per relation of ``edge_index_dict`` (in its order) the
+    source type's rows through ``k_rel``/``v_rel``, at the offsets returned."""
+    from torch_geometric.nn import HGTConv
+    metadata = (["a", "b"], [("a", "to", "b"), ("b", "to", "a"), ("a", "self", "a")])
+    conv = HGTConv(4, 4, metadata, heads=2)
+    k_dict = {"a": torch.randn(3, 2, 2), "b": torch.randn(5, 2, 2)}
+    v_dict = {t: torch.randn_like(k) for t, k in k_dict.items()}
+    relations = {et: None for et in metadata[1]}
+    k, v, offset = compat.hgt_source_rows(conv, k_dict, v_dict, relations)
+    assert offset == {("a", "to", "b"): 0, ("b", "to", "a"): 3, ("a", "self", "a"): 8}
+    assert k.shape == v.shape == (11, 2, 2)
+    head = 1  # k_rel's type of head h, relation r: h * num_relations + r
+    expected = conv.k_rel(k_dict["b"][:, head], torch.full((5,), head * 3 + 1))
+    torch.testing.assert_close(k[3:8, head], expected)
+
+
 def test_metis_library_exports_part_graph_kway():
     lib = ctypes.CDLL(compat.metis_library_path())
     assert lib.METIS_PartGraphKway is not None

@@ -12,6 +12,9 @@ keys stay, as with ``torch.nn.SyncBatchNorm.convert_sync_batchnorm``):
   SpMM by ``algorithm``.  A layer whose forward normalises with ``gcn_norm`` (``get_laplacian``:
   ``ChebConv``) gets, per instance, the normalisation with global degrees its rule describes
   (:mod:`.layer_normalisation`); PyG's modules are not touched;
+* ``HGTConv`` and ``HANConv`` take a whole heterogeneous graph: their rules swap in a subclass
+  (:mod:`.hgt_conv`, :mod:`.han_conv`) whose forward runs on a shard's ``local.adj_dict``,
+  exchanging each source node type once (:mod:`.relation_dict`);
 * norms with whole-graph statistics (``torch.nn.BatchNorm1d``, PyG's ``InstanceNorm``,
   ``GraphNorm``, ``LayerNorm``) get their rule's distributed class (``module.__class__`` is
   swapped; parameters and buffers stay) and reduce their statistics over all ranks;
@@ -33,7 +36,7 @@ from ..compat import edge_update_arguments, message_arguments
 from ..cost import CostModel
 from . import gradient_sync, hetero, trim
 from .distributed_layer import DistributedSettings, attach
-from .layer_rules import layer_rule
+from .layer_rules import layer_rule, swap_class
 from .norms import convert_norm
 
 
@@ -165,6 +168,7 @@ def distribute(module: torch.nn.Module, algorithm: str = "1d", group: dist.Proce
         hetero.install_scope(module)
     for child in module.modules():
         if isinstance(child, MessagePassing):
+            swap_class(child)  # HGTConv, HANConv: their forward on a heterogeneous shard's adj_dict
             attach(child, settings)
         else:
             convert_norm(child, settings)

@@ -65,6 +65,7 @@ from .linear_aggregation import (
     narrowing_linear,
 )
 from .overrides import install_overrides
+from .relation_dict import RelationDictLayer, holds_relations
 from .source_exchange import exchange_propagate_sources
 
 
@@ -221,6 +222,10 @@ def _enter_without_adjacency(conv: MessagePassing, state: LayerState, args: tupl
             args, kwargs = with_adjacency_values(conv, args, kwargs, outer.adj)
         return adapt(conv, args, kwargs, outer)
     group = state.settings.group
+    if not isinstance(conv, RelationDictLayer) and any(holds_relations(v) for v in list(args) + list(kwargs.values())):
+        raise NotImplementedError(f"distribute(): {type(conv).__name__} got a heterogeneous shard's adj_dict, which it "
+                                  f"cannot read: heterogeneous layers that run on one are HGTConv and HANConv (PyG's "
+                                  f"own classes); others run per relation in HeteroConv or to_hetero")
     if world_size(group) > 1 and any(_is_graph_argument(v) for v in list(args) + list(kwargs.values())):
         raise ValueError(f"{type(conv).__name__} got a plain edge_index or sparse adjacency under a world size "
                          f"of {world_size(group)}: partition the graph with SparsityAwarePartitioner("

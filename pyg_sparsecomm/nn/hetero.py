@@ -20,6 +20,9 @@ it into one reverse exchange.  The rows travel at the source tensor's width (a r
 transform runs after the exchange, on the owned and halo rows alike): per-relation transforms
 differ, so exchanging after them would move the union once per relation.
 
+Layers that take the whole graph (``HGTConv``, ``HANConv``) complete their sources themselves,
+through :mod:`.relation_dict`, with :func:`check_relations` below.
+
 Covered layers (:data:`RELATION_LAYERS`) are those whose bipartite forward reads the graph
 only through ``propagate``/``edge_updater``; any other layer called on a relation is refused
 by name, as are halo compression, staleness, 1.5D and algorithms other than ``"1d"``.
@@ -31,7 +34,17 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.distributed as dist
 from torch import Tensor
-from torch_geometric.nn import GATConv, GATv2Conv, GINConv, GraphConv, MessagePassing, SAGEConv, TransformerConv
+from torch_geometric.nn import (
+    GATConv,
+    GATv2Conv,
+    GINConv,
+    GraphConv,
+    MessagePassing,
+    RGATConv,
+    RGCNConv,
+    SAGEConv,
+    TransformerConv,
+)
 
 from ..comm.exchanger import HaloExchanger
 from ..comm.group import check_plan_matches_group, host_all_reduce, is_distributed, world_size
@@ -106,11 +119,25 @@ def install_scope(module: torch.nn.Module) -> None:
         _SCOPED.add(module)
 
 
+#: PyG layers taking ``edge_type`` over one homogeneous graph (and their subclasses): refused on a relation, naming
+#: the route that runs them (``data.to_homogeneous()``, partitioned and sharded)
+RELATION_TYPED = (RGCNConv, RGATConv)  # FastRGCNConv is an RGCNConv
+
+
 def refusal(conv: MessagePassing, state: "LayerState") -> str | None:
     """Why ``conv`` cannot run on a relation of a heterogeneous shard, or ``None``."""
+    if isinstance(conv, RELATION_TYPED):
+        return (f"{type(conv).__name__} takes edge_type over one homogeneous graph, not a relation of a heterogeneous "
+                f"one: call it on data.to_homogeneous() partitioned and sharded (local.edge_type is in local.adj's "
+                f"edge order)")
     if type(conv) not in RELATION_LAYERS:
         return (f"{type(conv).__name__} on a relation of a heterogeneous graph is not supported yet (supported: "
                 f"{', '.join(cls.__name__ for cls in RELATION_LAYERS)})")
+    return settings_refusal(state)
+
+
+def settings_refusal(state: "LayerState") -> str | None:
+    """Why the settings of ``distribute`` cannot run a layer on a heterogeneous shard, or ``None``."""
     settings = state.settings
     if settings.algorithm != "1d" or settings.replicated:
         return (f"heterogeneous graphs run the 1D exchange only (got algorithm={settings.algorithm!r}, "
@@ -137,7 +164,7 @@ def enter_relation(conv: MessagePassing, state: "LayerState", args: tuple, kwarg
     bound = forward_signature(type(conv)).bind(conv, *args, **kwargs)
     x = bound.arguments.get("x")
     x_src, x_dst = x if isinstance(x, (tuple, list)) else (x, x)
-    _check_agreed(conv, state, adj, x_src, x_dst, group)
+    check_relations(conv, state, [(adj, x_src, x_dst)], group)
     scopes = _scopes()
     halos = scopes[-1] if scopes else SourceHalos()
     bound.arguments["x"] = (halos.extended(x_src, plan, HaloExchanger(plan, group)), x_dst)
@@ -145,30 +172,37 @@ def enter_relation(conv: MessagePassing, state: "LayerState", args: tuple, kwarg
     return bound.args[1:], bound.kwargs
 
 
-def _check_agreed(conv: MessagePassing, state: "LayerState", adj: RelationAdj, x_src: Any, x_dst: Any,
-                  group: dist.ProcessGroup | None) -> None:
-    """:func:`_check_rows` on every rank, agreed before the exchange (as :func:`~.first_use.check_call`
-    does for homogeneous layers): a layer's first call on a source plan checks every rank's plan and
-    features in one all-gather; later calls agree on one failure flag on the host, so a rank's bad
-    input is every rank's ``ValueError``, never a peer waiting in the exchange."""
-    who = f"{type(conv).__name__} on relation {adj.edge_type}"
+def check_relations(conv: MessagePassing, state: "LayerState", relations: list[tuple[RelationAdj, Any, Any]],
+                    group: dist.ProcessGroup | None) -> None:
+    """:func:`_check_rows` of every ``(adj, x_src, x_dst)`` on every rank, agreed before any exchange
+    (as :func:`~.first_use.check_call` does for homogeneous layers): a layer's first call on a shard
+    checks every rank's plans and features in one all-gather per source plan; later calls agree on
+    one failure flag on the host, so a rank's bad input is every rank's ``ValueError``, never a
+    peer waiting in the exchange."""
     error: ValueError | None = None
-    try:
-        _check_rows(conv, adj, x_src, x_dst)
-    except ValueError as e:
-        error = e
+    for adj, x_src, x_dst in relations:
+        try:
+            _check_rows(conv, adj, x_src, x_dst)
+        except ValueError as e:
+            error = error or e
 
     def local() -> None:
         if error is not None:
             raise error
 
-    new = not state.checked_plan.is_(adj.plan)
+    first = relations[0][0].plan  # a shard's relations are built together: its first plan names it
+    new = not state.checked_plan.is_(first)
     if not is_distributed(group) or world_size(group) == 1:
         local()
     elif any(host_all_reduce([int(new), int(error is not None)], dist.ReduceOp.MAX, group)):
-        check_first_use(who, adj, x_src if error is None else None, local, group)
+        checked: list[RankPlan] = []
+        for adj, x_src, _ in relations:
+            if not any(adj.plan is plan for plan in checked):
+                checked.append(adj.plan)
+                check_first_use(f"{type(conv).__name__} on relation {adj.edge_type}", adj,
+                                x_src if error is None else None, local, group)
     if new:
-        state.checked_plan.set(adj.plan)
+        state.checked_plan.set(first)
 
 
 def _check_rows(conv: MessagePassing, adj: RelationAdj, x_src: Any, x_dst: Any) -> None:

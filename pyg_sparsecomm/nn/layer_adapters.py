@@ -13,13 +13,17 @@ pre-hook on the call's bound arguments, that passes the whole-graph value explic
   self-loops, and ``propagate`` the scaled Laplacian with global degrees
   (:func:`~.degree_norm.scaled_laplacian`, the ``"placeholder"`` delivery of
   :mod:`.layer_normalisation`).
+* ``RGCNConv``: with ``x=None`` node :math:`i`'s features are row :math:`i` of the layer's
+  weights, ``x = arange(num_nodes)`` of the whole graph: the owned rows' global ids are passed
+  instead.  ``FastRGCNConv`` without features is refused: its message reads the embedding row at
+  the local source index ``edge_index_j``, which on a shard is not the node's id.
 """
 import inspect
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
-from torch_geometric.nn import ChebConv, MessagePassing
+from torch_geometric.nn import ChebConv, FastRGCNConv, MessagePassing, RGCNConv
 
 from ..comm.collectives import all_reduce_value
 from ..comm.group import is_distributed
@@ -72,6 +76,30 @@ def cheb_laplacian(conv: ChebConv, bound: inspect.BoundArguments, context: Shard
         return degree_norm.scaled_laplacian(context, edge_index, edge_weight, normalization, lambda_max, x.dtype,
                                             batch)
     replace_graph(conv, bound, normalise, "norm")
+
+
+def node_embedding_ids(conv: RGCNConv, bound: inspect.BoundArguments, context: ShardContext) -> None:
+    r"""``RGCNConv``'s adapter: without features (``x=None``) PyG takes node :math:`i`'s row :math:`i`
+    of its weights, ``x = arange(in_channels)`` over the whole graph; on a shard ``x`` becomes the
+    owned rows' global ids (``local.n_id``), the same rows of the owned nodes.  ``FastRGCNConv``
+    (a subclass) without float features is refused (see the module doc).
+
+    Args:
+        conv (RGCNConv): the layer.
+        bound (inspect.BoundArguments): its ``forward`` arguments (edited in place).
+        context (ShardContext): the shard the call runs on.
+    """
+    x = bound.arguments.get("x")
+    if isinstance(conv, FastRGCNConv) and not (isinstance(x, Tensor) and x.is_floating_point()):
+        raise NotImplementedError(f"distribute(): {type(conv).__name__} without features cannot run on a shard: its "
+                                  f"message looks node embeddings up by the local source index (edge_index_j), not by "
+                                  f"node id; use RGCNConv (the same parameters and results) or pass features")
+    if x is not None:
+        return
+    if context.adj.is_minibatch:
+        raise ValueError(f"{type(conv).__name__} with x=None numbers the nodes of the whole graph: on a mini-batch "
+                         f"pass the batch's global node ids as x (batch.n_id)")
+    bound.arguments["x"] = context.adj.plan.n_id.to(conv.weight.device)
 
 
 def adapt(conv: MessagePassing, args: tuple, kwargs: dict, context: ShardContext):

@@ -105,8 +105,10 @@ class LayerRule:
             "it ..."); ``distribute`` raises ``NotImplementedError`` with it. (default: ``None``)
         drops_adj_values (bool, optional): PyG's sparse ``adj_t`` path of the layer ignores the
             adjacency's values, so ``local.adj``'s values are not passed. (default: ``False``)
-        distributed_class (type, optional): a norm's class with whole-graph statistics, swapped
-            in for the rule's class itself (not its subclasses). (default: ``None``)
+        distributed_class (type, optional): a subclass swapped in for the rule's class itself (not
+            its subclasses) by :func:`swap_class`: a norm with whole-graph statistics, or a layer
+            whose forward runs on a heterogeneous shard's ``adj_dict`` (``HGTConv``,
+            ``HANConv``). (default: ``None``)
         relies_on (tuple[str, ...], optional): the methods the aggregation relies on.
             (default: ``("message",)``)
         normalisation (GcnNormalisation, optional): how the layer's ``forward`` calls PyG's
@@ -185,6 +187,14 @@ def layer_rule(cls: type) -> LayerRule:
         rule = DEFAULT_RULE if owner is None else _applied(_RULES[owner], owner, cls)
         _RESOLVED[cls] = rule
     return _RESOLVED[cls]
+
+
+def swap_class(module: torch.nn.Module) -> None:
+    """Swaps ``module``'s class for its rule's ``distributed_class`` in place (parameters, buffers
+    and ``state_dict`` keys stay; idempotent: the distributed class is a subclass, which has none)."""
+    target = layer_rule(type(module)).distributed_class
+    if target is not None:
+        module.__class__ = target
 
 
 def _same(cls: type, owner: type, method: str) -> bool:

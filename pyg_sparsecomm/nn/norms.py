@@ -24,7 +24,7 @@ from ..comm.collectives import row_all_reduce
 from ..comm.group import world_size
 from ..grid import process_grid
 from ..training import global_count
-from .layer_rules import layer_rule
+from .layer_rules import swap_class
 
 
 class _GlobalStatistics:
@@ -137,8 +137,6 @@ def _refuse_batch(module, batch: Tensor | None) -> None:
 def convert_norm(module: torch.nn.Module, settings) -> None:
     """Swaps the class of a whole-graph norm for its rule's ``distributed_class`` in place
     (idempotent); other modules are left alone."""
-    target = layer_rule(type(module)).distributed_class
-    if target is not None:
-        module.__class__ = target
+    swap_class(module)
     if isinstance(module, _GlobalStatistics):
         module._sparsecomm_settings = settings

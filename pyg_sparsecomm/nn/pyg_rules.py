@@ -8,8 +8,6 @@ import torch
 from .layer_rules import GcnNormalisation, LayerRule
 
 _KNN = "builds a k-nearest-neighbour graph from the features of all nodes"
-_HETERO = ("is a heterogeneous layer that distribute() does not cover yet (HeteroConv and to_hetero of SAGEConv, "
-           "GraphConv, GATConv, GATv2Conv, GINConv or TransformerConv run distributed)")
 _CUGRAPH = "runs in cugraph-ops on the whole graph (CUDA only)"
 _TOP_K = "keeps the top-scoring ratio of all nodes of the graph"
 _ATTENDS = "attends from every node to all nodes of the graph"
@@ -45,7 +43,9 @@ def normalisations() -> dict[str, GcnNormalisation]:
 
 def conv_rules() -> dict[str, LayerRule]:
     """``torch_geometric.nn.conv``: linear aggregations, attention, adapters, normalisations, refusals."""
-    from .layer_adapters import cheb_laplacian
+    from .han_conv import DistributedHANConv
+    from .hgt_conv import DistributedHGTConv
+    from .layer_adapters import cheb_laplacian, node_embedding_ids
     norm = normalisations()
     rules = {name: _weighted(normalisation=norm.get(name)) for name in (
         "GCNConv", "SGConv", "APPNP", "TAGConv", "ARMAConv", "GCN2Conv", "SSGConv", "LGConv", "MixHopConv",
@@ -58,9 +58,12 @@ def conv_rules() -> dict[str, LayerRule]:
         "SAGEConv": _weighted("", post_linear="lin_l", drops_adj_values=True),
         "GINConv": _weighted("", input_linear="nn", drops_adj_values=True),
         "MFConv": _weighted("", drops_adj_values=True),
-        "RGCNConv": LayerRule(drops_adj_values=True),
+        "RGCNConv": LayerRule(drops_adj_values=True, adapter=node_embedding_ids),
         "GATConv": LayerRule(aggregation="attention", weight="alpha", fused_source=("lin_src", "lin")),
         "GATv2Conv": LayerRule(aggregation="attention", weight="alpha"),
+        # their forward on a heterogeneous shard's adj_dict: one exchange per source node type
+        "HGTConv": LayerRule(distributed_class=DistributedHGTConv),
+        "HANConv": LayerRule(distributed_class=DistributedHANConv),
     })
     refused = {
         "DynamicEdgeConv": _KNN, "GravNetConv": _KNN,
@@ -69,7 +72,6 @@ def conv_rules() -> dict[str, LayerRule]:
                       "owner of the target does not hold",
         "GPSConv": "runs global attention over all nodes of the graph",
         "HypergraphConv": "propagates over a node-hyperedge incidence, not a graph's edge_index",
-        "HGTConv": _HETERO, "HANConv": _HETERO,
         "SignedConv": "takes two adjacencies (positive and negative edges)",
         "SuperGATConv": "samples negative edges over the whole graph while training",
         "WLConv": "numbers colours in the order it meets them, which differs between ranks",

@@ -4,23 +4,12 @@ launch, on an IGBH-like graph with a directed relation (``cites``, self-loops in
 type without features (an ``Embedding``), isolated nodes and, at P = 4, a part owning no
 ``institute``; every layer exchanges each source type once: the counted bytes are the predicted
 union of the relations' halos, below the per-relation sum."""
-import warnings
-
 import pytest
 import torch
-import torch.distributed as dist
 from torch_geometric.nn import GATConv, GATv2Conv, GINConv, GraphConv, HeteroConv, SAGEConv, TransformerConv, to_hetero
 
-from pyg_sparsecomm import (
-    LossNormalisationWarning,
-    SparsityAwarePartitioner,
-    comm_counter,
-    distribute,
-    shard,
-    sync_gradients,
-)
+from pyg_sparsecomm import SparsityAwarePartitioner, comm_counter, distribute, sync_gradients
 from pyg_sparsecomm.datasets import igbh_like
-from pyg_sparsecomm.testing import launch
 
 F, H, OUT = 8, 6, 4
 WORLD_SIZES = (1, 2, 3, 4)
@@ -131,34 +120,28 @@ def run(model, x_dict, adj_dict, n_id_dict, up, group=None, synchronise=False):
             {k: p.grad.clone() for k, p in model.named_parameters()})
 
 
-def _worker(rank, world_size):
-    data = make_graph()
+def run_models(P, group, local, data):
+    """This rank's ``{(P, name): results}`` of every model of ``MODELS`` on ``local``, its shard at
+    world size ``P`` (called by the heterogeneous tests' one launch, :func:`conftest.hetero_results`)."""
     up = upstream(data)
-    warnings.filterwarnings("ignore", category=LossNormalisationWarning)  # the loss is a plain sum here
-    # every rank joins every new_group call, in one order, before members make their own groups
-    groups = {P: dist.new_group(list(range(P))) for P in WORLD_SIZES}
+    n_id = {t: local[t].n_id for t in local.node_types}
     results = {}
-    for P, group in groups.items():
-        if rank >= P:
-            continue
-        local = shard(SparsityAwarePartitioner(P, method="random", seed=2)(data), group=group)
-        n_id = {t: local[t].n_id for t in local.node_types}
-        # distribute()'s own gradient synchronisation makes a process group of its members, which
-        # hangs in torch's new_group after the subgroups above: gradients are summed by sync_gradients
-        # here (test_hetero_training checks distribute()'s own)
-        for name in MODELS:
-            model = distribute(build(name, data), group=group, sync_gradients=False)
-            comm_counter().reset()
-            result = run(model, local.x_dict, local.adj_dict, n_id, up, group, synchronise=True)
-            counter = comm_counter()
-            results[P, name] = (n_id, *result, {k: counter.bytes_received(k) for k in ("halo", "halo_grad")},
-                                counter.calls["halo"])
+    # distribute()'s own gradient synchronisation makes a process group of its members, which
+    # hangs in torch's new_group after the launch's subgroups: gradients are summed by sync_gradients
+    # here (test_hetero_training checks distribute()'s own)
+    for name in MODELS:
+        model = distribute(build(name, data), group=group, sync_gradients=False)
+        comm_counter().reset()
+        result = run(model, local.x_dict, local.adj_dict, n_id, up, group, synchronise=True)
+        counter = comm_counter()
+        results[P, name] = (n_id, *result, {k: counter.bytes_received(k) for k in ("halo", "halo_grad")},
+                            counter.calls["halo"])
     return results
 
 
 @pytest.fixture(scope="module")
-def distributed_results():
-    return launch(_worker, max(WORLD_SIZES), timeout=600)
+def distributed_results(hetero_results):
+    return hetero_results
 
 
 def _reference(name):

@@ -1,9 +1,12 @@
 """Training a heterogeneous model on ``HeteroData`` shards: the loss curve of
-``distribute(to_hetero(...))`` with its own gradient synchronisation and ``distributed_loss`` equals
-single-process PyG's; what the heterogeneous path does not cover is refused by name."""
+``distribute(to_hetero(...))``, of ``HGTConv`` and of ``HANConv`` with ``distribute()``'s own gradient
+synchronisation and ``distributed_loss`` equals single-process PyG's; what the heterogeneous path does
+not cover is refused by name."""
 import pytest
 import torch
 import torch.nn.functional as F
+from test_hetero_layers import HETERO as HETERO_LAYERS
+from test_hetero_layers import build as build_layers
 from test_hetero_models import SAGE, WithEmbedding, make_graph
 from torch_geometric.nn import GCNConv, HeteroConv, SAGEConv, to_hetero
 
@@ -13,7 +16,12 @@ from pyg_sparsecomm.testing import launch
 EPOCHS = 4
 
 
-def build(data):
+MODELS = ("to_hetero(SAGE, mean)", "HGT", "HAN")
+
+
+def build(data, name="to_hetero(SAGE, mean)"):
+    if name in HETERO_LAYERS:
+        return build_layers(name, data)
     torch.manual_seed(0)
     return WithEmbedding(to_hetero(SAGE(), data.metadata(), aggr="mean"), data["institute"].num_nodes)
 
@@ -34,19 +42,28 @@ def train(model, x_dict, adj_dict, n_id, y, mask, loss_of):
 def _worker(rank, world_size):
     data = SparsityAwarePartitioner(world_size, method="metis", seed=1)(make_graph())
     local = shard(data)
-    model = distribute(build(data))  # distribute()'s own gradient synchronisation
     n_id = {t: local[t].n_id for t in local.node_types}
-    return train(model, local.x_dict, local.adj_dict, n_id, local["paper"].y, local["paper"].train_mask,
-                 lambda out, y: distributed_loss(F.cross_entropy, out, y))
+    losses = {}
+    for name in MODELS:
+        model = distribute(build(data, name))  # distribute()'s own gradient synchronisation
+        losses[name] = train(model, local.x_dict, local.adj_dict, n_id, local["paper"].y, local["paper"].train_mask,
+                             lambda out, y: distributed_loss(F.cross_entropy, out, y))
+    return losses
 
 
-def test_training_curve_equals_single_process_pyg():
+@pytest.fixture(scope="module")
+def distributed_losses():
+    return launch(_worker, 3)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_training_curve_equals_single_process_pyg(distributed_losses, name):
     data = make_graph()
     n_id = {t: torch.arange(data[t].num_nodes) for t in data.node_types}
-    reference = train(build(data), data.x_dict, data.edge_index_dict, n_id, data["paper"].y,
+    reference = train(build(data, name), data.x_dict, data.edge_index_dict, n_id, data["paper"].y,
                       data["paper"].train_mask, F.cross_entropy)
-    for losses in launch(_worker, 3):
-        assert losses == pytest.approx(reference, rel=1e-5, abs=1e-6)
+    for losses in distributed_losses:
+        assert losses[name] == pytest.approx(reference, rel=1e-5, abs=1e-6)
 
 
 def test_what_the_heterogeneous_path_does_not_cover_is_refused_by_name():
