@@ -162,7 +162,7 @@ def _check_agreed(conv: MessagePassing, state: "LayerState", adj: RelationAdj, x
         if error is not None:
             raise error
 
-    new = not state.checked_plan.is_(adj.plan)
+    new = not adj.is_minibatch and not state.checked_plan.is_(adj.plan)  # a batch's plan is new every step
     if not is_distributed(group) or world_size(group) == 1:
         local()
     elif any(host_all_reduce([int(new), int(error is not None)], dist.ReduceOp.MAX, group)):
