@@ -135,7 +135,9 @@ def relabel(row: Tensor, col: Tensor, is_halo: Tensor, planned: BatchPlan, src: 
     targets ``dst``; ``col``: shard columns of the sources ``src``, halo where ``is_halo``):
     ``(rowptr, col, perm)``, ``perm`` taking the given edges to CSR order."""
     # owned columns: their batch rows; halo columns: rows + their position in the batch's halo
-    new_col = src.batch_row.index_select(0, torch.where(is_halo, 0, col))
+    new_col = torch.empty_like(col)
+    owned = ~is_halo
+    new_col.masked_scatter_(owned, src.batch_row.index_select(0, col[owned]))  # (src may own no row)
     new_col.masked_scatter_(is_halo, src.rows.numel() + planned.halo_pos)
     new_row = dst.batch_row.index_select(0, row)
     rowptr, perm = csr_order(new_row, new_col, dst.rows.numel(), planned.plan.num_owned + planned.plan.halo_size)
