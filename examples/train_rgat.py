@@ -23,6 +23,7 @@ import time
 import torch
 import torch.nn.functional as F
 from torch_geometric.nn import GATConv, HeteroConv
+from train_minibatch import CPU, HALO_KINDS, SAMPLING_KINDS  # comm_counter() kinds: feature rows; sampling ids
 
 from pyg_sparsecomm import (  # <- distributed
     SparsityAwarePartitioner,
@@ -36,10 +37,6 @@ from pyg_sparsecomm import (  # <- distributed
 from pyg_sparsecomm.datasets import igbh_like
 from pyg_sparsecomm.loader import DistributedNeighborLoader  # <- distributed
 from pyg_sparsecomm.runtime import device_clock, run_job
-
-HALO_KINDS = ("halo", "halo_grad")
-SAMPLING_KINDS = ("sample", "sample_counts", "plan", "plan_counts")
-CPU = torch.device("cpu")
 
 
 class RGAT(torch.nn.Module):
