@@ -16,6 +16,7 @@ from torch import Tensor
 from torch_geometric.data import HeteroData
 
 from ..relation_adj import RelationAdj
+from ..sampling.sampled_relation_adj import SampledRelationAdj, SourceHops
 from .batch import BatchPlan, BatchRows, Requests, batch_plan, batch_rows, relabel, slice_attribute
 
 EdgeType = tuple[str, str, str]
@@ -48,7 +49,8 @@ def build_hetero_batch(local: HeteroData, adjs: dict[EdgeType, RelationAdj], sam
     batch_adjs, edge_pos = {}, {}
     # every relation reading a source type holds that type's one plan, on the shard's device
     device = {s: local[next(et for et in adjs if et[0] == s)].adj.device for s in planned}
-    plans = {s: next(iter(p.values())).plan.to(device[s]) for s, p in planned.items()}
+    sources = {s: _source_hops(next(iter(p.values())), rows[s], device[s]) for s, p in planned.items()}
+    edge_hops = {et: torch.bincount(sampled.edge_hop[et], minlength=num_hops + 1)[1:].tolist() for et in adjs}
     for et, adj in adjs.items():
         col, (src, _, dst) = cols[et], et
         is_halo = col >= adj.num_owned
@@ -57,12 +59,19 @@ def build_hetero_batch(local: HeteroData, adjs: dict[EdgeType, RelationAdj], sam
         edge_pos[et] = sampled.edge_pos[et].index_select(0, perm)
         value = None if adj.value is None else adj.value.index_select(0, edge_pos[et])
         where = device[src]
-        batch_adj = RelationAdj(rowptr.to(where), new_col.to(where), None if value is None else value.to(where),
-                                plans[src], et, rows[dst].rows.numel())
+        batch_adj = SampledRelationAdj(rowptr.to(where), new_col.to(where),
+                                       None if value is None else value.to(where), sources[src], et,
+                                       rows[dst].counts.tolist(), edge_hops[et])
         batch_adj.given_as = adj.given_as
         batch_adjs[et] = batch_adj
-    edge_hops = {et: torch.bincount(sampled.edge_hop[et], minlength=num_hops + 1)[1:].tolist() for et in adjs}
     return hetero_batch_attributes(local, rows, edge_pos, batch_adjs, edge_hops, input_type, sampled.num_seeds)
+
+
+def _source_hops(planned: BatchPlan, rows: BatchRows, device: torch.device) -> SourceHops:
+    """The source type's batch plan and hop bookkeeping on ``device``: one object every relation reading
+    the type holds (and trims once per hop)."""
+    return SourceHops(planned.plan.to(device), rows.counts.tolist(), planned.halo_hop.to(device),
+                      planned.send_hop.to(device), planned.part_rows.to(device))
 
 
 def _source_plan(src: str, adjs: dict[EdgeType, RelationAdj], cols: dict[EdgeType, Tensor], sampled: HeteroSampled,
@@ -81,13 +90,15 @@ def _source_plan(src: str, adjs: dict[EdgeType, RelationAdj], cols: dict[EdgeTyp
 
 
 def hetero_batch_attributes(local: HeteroData, rows: dict[str, BatchRows], edge_pos: dict[EdgeType, Tensor],
-                            adjs: dict[EdgeType, RelationAdj], edge_hops: dict[EdgeType, list[int]],
+                            adjs: dict[EdgeType, SampledRelationAdj], edge_hops: dict[EdgeType, list[int]],
                             input_type: str, num_seeds: int) -> HeteroData:
     """The batch's ``HeteroData``: per node type its node-level attributes at the batch's rows,
     ``n_id`` (global ids), ``num_nodes`` and ``num_sampled_nodes`` (rows per hop); per relation
-    ``adj`` (the :class:`~pyg_sparsecomm.relation_adj.RelationAdj`: ``batch.adj_dict`` is what the
-    model takes as ``edge_index_dict``), ``edge_weight`` (its values), ``e_id`` and the other edge-level
-    attributes in ``adj``'s edge order, and ``num_sampled_edges``; on the input type
+    ``adj`` (a :class:`~pyg_sparsecomm.sampling.sampled_relation_adj.SampledRelationAdj`:
+    ``batch.adj_dict`` is what the model takes as ``edge_index_dict``, and what
+    :func:`~pyg_sparsecomm.sampling.trim_to_layer` trims with ``batch.num_sampled_nodes_dict``),
+    ``edge_weight`` (its values), ``e_id`` and the other edge-level attributes in ``adj``'s edge
+    order, and ``num_sampled_edges``; on the input type
     ``batch_size`` (this rank's seeds, its first rows: score ``out[:batch_size]``) and ``seed_mask``."""
     batch = HeteroData()
     for key, value in local._global_store.items():

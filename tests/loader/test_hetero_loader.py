@@ -3,8 +3,9 @@ batches (``hetero_global_batches``), in one gloo launch per P = 1..4, on an IGBH
 directed relation (``cites``, self-loops), a node type without features (an ``Embedding``), isolated
 nodes and, at P = 4, parts owning no ``institute``: every batch's nodes and edges per type, a
 mini-batch RGAT training curve (``HeteroConv`` of ``GATConv`` per edge type, 2 layers with fanouts
-per edge type -- ``0`` and ``-1`` among them -- and 3 layers with one list for all), and every
-layer's halo bytes: one exchange per source type, the union of its relations' halos (below their sum)."""
+per edge type -- ``0`` and ``-1`` among them -- and 3 layers with one list for all, trimmed per layer by
+``trim_to_layer`` of the dicts, PyG's in the reference), and every trimmed layer's halo bytes: one
+exchange per source type, the union of its relations' halos (below their sum)."""
 import functools
 
 import pytest
@@ -14,14 +15,19 @@ from torch_geometric.nn import GATConv, HeteroConv
 
 from pyg_sparsecomm import SparsityAwarePartitioner, comm_counter, distribute, distributed_loss, shard
 from pyg_sparsecomm.datasets import igbh_like
-from pyg_sparsecomm.loader import DistributedNeighborLoader, HeteroNeighborSampling, hetero_global_batches
+from pyg_sparsecomm.loader import (
+    DistributedNeighborLoader,
+    HeteroNeighborSampling,
+    hetero_global_batches,
+    trim_to_layer,
+)
 from pyg_sparsecomm.testing import launch
 
 FEATURES, HIDDEN, HEADS, CLASSES, BATCH, SEED, EPOCHS = 6, 4, 2, 8, 8, 5, 2
 CONFIGS = {  # name: (layers, num_neighbors)
     "2 layers, per edge type": (2, {("paper", "cites", "paper"): [3, 2], ("paper", "written_by", "author"): [2, 0],
                                     ("author", "rev_written_by", "paper"): [-1, 2]}),
-    "3 layers, one list": (3, [3, 2, 2]),
+    "3 layers, one list, trimmed": (3, [3, 2, 2]),
 }
 
 
@@ -55,9 +61,12 @@ class RGAT(torch.nn.Module):
                        aggr="sum") for i in widths[:-1])
         self.head = torch.nn.Linear(HIDDEN * HEADS, CLASSES)
 
-    def forward(self, x_dict, edge_index_dict, n_id_dict):
+    def forward(self, x_dict, edge_index_dict, n_id_dict, num_sampled_nodes_dict=None, num_sampled_edges_dict=None):
         x_dict = {**x_dict, "institute": self.embedding(n_id_dict["institute"])}
-        for conv in self.convs:
+        for i, conv in enumerate(self.convs):
+            if num_sampled_nodes_dict is not None:  # PyG's trim_to_layer of dicts (the package's on a batch)
+                x_dict, edge_index_dict, _ = trim_to_layer(i, num_sampled_nodes_dict, num_sampled_edges_dict, x_dict,
+                                                           edge_index_dict)
             x_dict = {t: h.relu() for t, h in conv(x_dict, edge_index_dict).items()}
         return self.head(x_dict["paper"])
 
@@ -88,7 +97,8 @@ def _train(local, name):
                             {et: batch[et].e_id for et in batch.edge_types},
                             batch["paper"].batch_size))
             opt.zero_grad()
-            out = model(batch.x_dict, batch.adj_dict, batch.n_id_dict)
+            hops = (batch.num_sampled_nodes_dict, batch.num_sampled_edges_dict) if "trimmed" in name else ()
+            out = model(batch.x_dict, batch.adj_dict, batch.n_id_dict, *hops)
             size = batch["paper"].batch_size
             loss = distributed_loss(F.cross_entropy, out[:size], batch["paper"].y[:size])
             loss.backward()
@@ -98,7 +108,7 @@ def _train(local, name):
 
 
 def _bytes(local):
-    """Halo bytes of one forward per batch (2 layers, no sampling ahead: the counter sees the model only)."""
+    """Halo bytes of one trimmed forward per batch (2 layers, no sampling ahead: the counter sees the model only)."""
     layers, num_neighbors = CONFIGS["2 layers, per edge type"]
     loader = DistributedNeighborLoader(local, loader_fanouts(num_neighbors, local.edge_types), batch_size=BATCH,
                                        input_nodes=("paper", local["paper"].train_mask), shuffle=True, seed=SEED,
@@ -108,7 +118,8 @@ def _bytes(local):
     for batch in loader:
         comm_counter().reset()
         with torch.no_grad():
-            model(batch.x_dict, batch.adj_dict, batch.n_id_dict)
+            model(batch.x_dict, batch.adj_dict, batch.n_id_dict, batch.num_sampled_nodes_dict,
+                  batch.num_sampled_edges_dict)
         counted.append(comm_counter().bytes_sent("halo"))
     return counted
 
@@ -137,7 +148,8 @@ def reference_curve(name):
             x_dict = {t: data[t].x[batch.n_id[t]] for t in data.node_types if "x" in data[t]}
             edge_index_dict = {et: _local_edges(data, et, batch) for et in data.edge_types}
             opt.zero_grad()
-            out = model(x_dict, edge_index_dict, batch.n_id)
+            hops = (batch.num_sampled_nodes, batch.num_sampled_edges) if "trimmed" in name else ()
+            out = model(x_dict, edge_index_dict, batch.n_id, *hops)
             seeds = batch.n_id["paper"][:batch.num_seeds]
             loss = F.cross_entropy(out[:batch.num_seeds], data["paper"].y[seeds])
             loss.backward()
@@ -185,25 +197,26 @@ def test_minibatch_rgat_training_curve_equals_the_single_process_reference(world
 
 @pytest.mark.parametrize("world_size", [2, 4])
 def test_each_source_type_moves_the_union_of_its_relations_halos_once(world_size):
-    """Layer ``l`` moves, per source type, every (source node, destination part) pair of the batch's
-    cut edges of all relations reading it once, at that type's input width."""
+    """Layer ``l`` (trimmed: the edges of hops ``1 .. L - l``) moves, per source type, every (source
+    node, destination part) pair of those cut edges of all relations reading it once, at its input width."""
     per_rank = [r["bytes"] for r in run(world_size)]
     data = SparsityAwarePartitioner(world_size, method="random", seed=1)(make_graph())
     union_total = per_relation_total = 0
     for i, batch in enumerate(reference(data, "2 layers, per edge type", 0)):
-        union = {t: set() for t in data.node_types}
-        per_relation = 0
-        for (src, rel, dst), e_id in batch.e_id.items():
-            s, d = data[(src, rel, dst)].edge_index[:, e_id]
-            cut = data[src].part[s] != data[dst].part[d]
-            pairs = set(zip(s[cut].tolist(), data[dst].part[d[cut]].tolist(), strict=True))
-            union[src] |= pairs
-            per_relation += len(pairs)
-        rows = sum(len(p) for p in union.values())
-        expected = rows * (FEATURES + HIDDEN * HEADS) * 4  # layer 1 at the input width, layer 2 at the hidden one
+        expected = 0
+        for layer, width in enumerate((FEATURES, HIDDEN * HEADS)):
+            union = {t: set() for t in data.node_types}
+            for (src, rel, dst), e_id in batch.e_id.items():
+                kept = e_id[:sum(batch.num_sampled_edges[(src, rel, dst)][:2 - layer])]
+                s, d = data[(src, rel, dst)].edge_index[:, kept]
+                cut = data[src].part[s] != data[dst].part[d]
+                pairs = set(zip(s[cut].tolist(), data[dst].part[d[cut]].tolist(), strict=True))
+                union[src] |= pairs
+                per_relation_total += len(pairs)
+            rows = sum(len(p) for p in union.values())
+            expected += rows * width * 4
+            union_total += rows
         assert sum(r[i] for r in per_rank) == expected, i
-        union_total += rows
-        per_relation_total += per_relation
     assert 0 < union_total < per_relation_total
 
 
