@@ -1,11 +1,12 @@
 """Heterogeneous mini-batch training (issue 26, item 4): MLPerf-shaped RGAT (``examples/train_rgat.py``:
 ``HeteroConv`` of ``GATConv`` per edge type incl. reverses, 3 layers, hidden 64, 4 heads, fanouts
-15/10/5, 256 seed papers per batch, Adam) on ``igbh_like(--papers)`` (64 features), METIS partition.
+15/10/5, 256 seed papers per batch, trimmed per layer, Adam) on ``igbh_like(--papers)`` (64 features), METIS partition.
 
 Rows: ``DistributedNeighborLoader`` + ``distribute(RGAT)`` at P = 1, 2, 4 gloo ranks of one thread
 each (launched by ``pyg_sparsecomm.testing.launch``; P = 4 oversubscribes the 2 cores 2x), and the
 single-process reference on the same cores -- one process, ``torch.set_num_threads(2)``, the same
-model undistributed on the same batches (``hetero_global_batches``, sampled in the epoch: PyG's
+model undistributed on the same batches (``hetero_global_batches``, sampled in the epoch, trimmed by PyG's
+``trim_to_layer``: PyG's
 ``NeighborLoader`` needs pyg-lib, absent here).  Per epoch: the median of ``--epochs`` epochs after
 one warm-up (slowest rank), the halo bytes (``halo`` + ``halo_grad``, summed over ranks) and the id
 bytes of sampling and the batches' plans (``sample*``, ``plan*``).
@@ -54,7 +55,7 @@ def _worker(rank, world_size, papers, epochs):
         start = time.perf_counter()
         for batch in loader:
             optimizer.zero_grad()
-            out = model(batch.x_dict, batch.adj_dict)
+            out = model(batch.x_dict, batch.adj_dict, batch.num_sampled_nodes_dict, batch.num_sampled_edges_dict)
             s = batch["paper"].batch_size
             distributed_loss(F.cross_entropy, out[:s], batch["paper"].y[:s]).backward()
             optimizer.step()
@@ -92,7 +93,7 @@ def single_process(papers: int, epochs: int) -> float:
                 src, dst = data[(s, r, d)].edge_index[:, e_id]
                 edge_index_dict[(s, r, d)] = torch.stack([position[s][src], position[d][dst]])
             optimizer.zero_grad()
-            out = model(x_dict, edge_index_dict)
+            out = model(x_dict, edge_index_dict, batch.num_sampled_nodes, batch.num_sampled_edges)
             seeds = batch.n_id["paper"][:batch.num_seeds]
             F.cross_entropy(out[:batch.num_seeds], data["paper"].y[seeds]).backward()
             optimizer.step()
@@ -125,8 +126,8 @@ def main() -> None:
 average {load:.1f} at the start (a shared machine: other jobs ran; times are indicative).  MLPerf-shaped RGAT
 (`examples/train_rgat.py`: HeteroConv of GATConv per edge type incl. reverses, 3 layers, hidden 64, 4 heads),
 `igbh_like({args.papers})` (64 features), METIS, 256 seed papers per batch, median of {args.epochs} epochs after
-a warm-up.  Halo bytes: every layer moves each source type's rows once (the union over the relations reading it);
-no layer trimming (not implemented for heterogeneous batches yet: every layer runs on the whole batch).
+a warm-up; every layer trimmed to the hops it needs (`trim_to_layer`).  Halo bytes: every layer moves each source
+type's rows once (the union over the relations reading it).
 
 {table}
 """)

@@ -13,7 +13,8 @@ rank's ``HeteroData`` shard with one halo exchange per source node type and laye
 relation reading a type shares it).  With ``--minibatch``, ``DistributedNeighborLoader`` takes the
 place of PyG's ``NeighborLoader`` on the ``HeteroData`` (``num_neighbors`` per hop for every
 relation, ``input_nodes=("paper", train_mask)``); a batch's ``adj_dict`` is what the model takes
-as ``edge_index_dict`` and its seeds lead ``out[:batch["paper"].batch_size]``.  Evaluation is
+as ``edge_index_dict``, ``trim_to_layer`` trims it layer by layer (``--no-trim``: not), and its seeds
+lead ``out[:batch["paper"].batch_size]``.  Evaluation is
 full-graph inference on the shard.  Lines that differ from a single-process PyG script are
 marked ``# <- distributed``.  Without torchrun it runs on one process.
 """
@@ -35,7 +36,7 @@ from pyg_sparsecomm import (  # <- distributed
     shard,
 )
 from pyg_sparsecomm.datasets import igbh_like
-from pyg_sparsecomm.loader import DistributedNeighborLoader  # <- distributed
+from pyg_sparsecomm.loader import DistributedNeighborLoader, trim_to_layer  # <- distributed
 from pyg_sparsecomm.runtime import device_clock, run_job
 
 
@@ -53,8 +54,11 @@ class RGAT(torch.nn.Module):
                        aggr="sum") for i in widths[:-1])
         self.head = torch.nn.Linear(hidden, num_classes)
 
-    def forward(self, x_dict, edge_index_dict):
+    def forward(self, x_dict, edge_index_dict, num_sampled_nodes_dict=None, num_sampled_edges_dict=None):
         for i, conv in enumerate(self.convs):
+            if num_sampled_nodes_dict is not None:  # layer i needs the hops 0 .. L - i only (PyG's trim_to_layer)
+                x_dict, edge_index_dict, _ = trim_to_layer(i, num_sampled_nodes_dict, num_sampled_edges_dict,
+                                                           x_dict, edge_index_dict)
             x_dict = conv(x_dict, edge_index_dict)
             if i < len(self.convs) - 1:
                 x_dict = {t: h.relu() for t, h in x_dict.items()}
@@ -75,11 +79,12 @@ def train_full(model, optimizer, local) -> tuple[float, int]:
     return float(loss.detach()), 1
 
 
-def train_minibatch(model, optimizer, loader) -> tuple[float, int]:
+def train_minibatch(model, optimizer, loader, trim: bool) -> tuple[float, int]:
     total = seeds = batches = 0
     for batch in loader:                                       # collective: every rank iterates together
         optimizer.zero_grad()
-        out = model(batch.x_dict, batch.adj_dict)                                 # <- batch.adj_dict
+        hops = (batch.num_sampled_nodes_dict, batch.num_sampled_edges_dict) if trim else ()
+        out = model(batch.x_dict, batch.adj_dict, *hops)                          # <- batch.adj_dict
         s = batch["paper"].batch_size                          # this rank's seeds come first
         loss = distributed_loss(F.cross_entropy, out[:s], batch["paper"].y[:s])   # <- distributed
         loss.backward()
@@ -95,7 +100,8 @@ def run(args, rank: int, world_size: int, device: torch.device = CPU, verbose: b
     data = SparsityAwarePartitioner(world_size, method=args.method, seed=args.seed)(data)   # <- distributed
     local = shard(data).to(device)                                                         # <- distributed
     if verbose and rank == 0:
-        mode = f"mini-batch {args.fanouts} x {args.batch_size} seeds" if args.minibatch else "full graph"
+        mode = (f"mini-batch {args.fanouts} x {args.batch_size} seeds, trim={args.trim}" if args.minibatch
+                else "full graph")
         print(f"P={world_size} RGAT {args.layers} layers hidden {args.hidden} heads {args.heads}, {mode}, "
               f"igbh_like({args.papers}) method={args.method}\n  {data.comm_stats}")
     del data                                                   # keep only this rank's share
@@ -113,7 +119,10 @@ def run(args, rank: int, world_size: int, device: torch.device = CPU, verbose: b
         counter.reset()
         model.train()
         t0 = device_clock(device)
-        loss, batches = train_minibatch(model, optimizer, loader) if loader else train_full(model, optimizer, local)
+        if loader is not None:
+            loss, batches = train_minibatch(model, optimizer, loader, args.trim)
+        else:
+            loss, batches = train_full(model, optimizer, local)
         epoch_s = device_clock(device) - t0
         halo, sampled = (int(v) for v in global_sum(torch.tensor([sum(counter.bytes_sent(k) for k in kinds)
                                                                    for kinds in (HALO_KINDS, SAMPLING_KINDS)])))
@@ -136,6 +145,9 @@ def parse_args(argv=None):
     p.add_argument("--fanouts", type=int, nargs="+", default=[15, 10, 5],
                    help="neighbours sampled per hop for every relation (-1: all), with --minibatch")
     p.add_argument("--batch-size", type=int, default=256, help="seed papers per batch, with --minibatch")
+    p.add_argument("--trim", action=argparse.BooleanOptionalAction, default=True,
+                   help="with --minibatch: trim the batch layer by layer (trim_to_layer of x_dict and adj_dict); "
+                        "--no-trim runs every layer on the whole batch")
     p.add_argument("--papers", type=int, default=4000, help="papers of the generated graph (authors as many, "
                                                              "institutes papers/50, fields of study papers/10)")
     p.add_argument("--features", type=int, default=64)
