@@ -8,6 +8,7 @@ from ..sampling import (
     NeighborSampling,
     NodeSubsetSampling,
     SampledAdj,
+    SampledRelationAdj,
     global_batches,
     hetero_global_batches,
     trim_to_layer,
@@ -19,4 +20,5 @@ from .node_subset_loader import DistributedNodeSubsetLoader
 
 __all__ = ["DistributedNeighborLoader", "DistributedHeteroNeighborLoader", "DistributedLinkNeighborLoader",
            "DistributedNodeSubsetLoader", "SampledAdj", "trim_to_layer", "NeighborSampling", "NodeSubsetSampling",
-           "GlobalBatch", "global_batches", "HeteroNeighborSampling", "HeteroGlobalBatch", "hetero_global_batches"]
+           "GlobalBatch", "global_batches", "HeteroNeighborSampling", "HeteroGlobalBatch", "hetero_global_batches",
+           "SampledRelationAdj"]

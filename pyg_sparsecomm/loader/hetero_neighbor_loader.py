@@ -31,7 +31,10 @@ class DistributedHeteroNeighborLoader(DistributedNeighborLoader, heterogeneous=T
     ``batch.x_dict`` (rows of every type ordered by hop, the seeds first in ``input_type``) and
     ``batch.adj_dict``, which ``distribute(to_hetero(model))`` / ``distribute(HeteroConv(...))``
     take as ``edge_index_dict`` (one exchange per source type and layer); score
-    ``out[input_type][:batch[input_type].batch_size]``.
+    ``out[input_type][:batch[input_type].batch_size]``.  Before layer ``i``,
+    :func:`~pyg_sparsecomm.sampling.trim_to_layer` ``(i, batch.num_sampled_nodes_dict,
+    batch.num_sampled_edges_dict, x_dict, adj_dict)`` keeps the hops that layer needs (PyG's
+    heterogeneous ``trim_to_layer``), and its exchanges shrink with them.
 
     Args:
         local: the rank's heterogeneous shard (``shard(hetero_data)``).

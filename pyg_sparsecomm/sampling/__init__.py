@@ -8,6 +8,8 @@ It sits below :mod:`pyg_sparsecomm.loader`, :mod:`pyg_sparsecomm.nn` and
 from .hetero_rules import HeteroGlobalBatch, HeteroNeighborSampling, hetero_global_batches
 from .rules import GlobalBatch, NeighborSampling, NodeSubsetSampling, global_batches
 from .sampled_adj import SampledAdj, trim_to_layer
+from .sampled_relation_adj import SampledRelationAdj
 
 __all__ = ["SampledAdj", "trim_to_layer", "NeighborSampling", "NodeSubsetSampling", "GlobalBatch", "global_batches",
-           "HeteroNeighborSampling", "HeteroGlobalBatch", "hetero_global_batches"]
+           "HeteroNeighborSampling", "HeteroGlobalBatch", "hetero_global_batches",
+           "SampledRelationAdj"]
