@@ -4,7 +4,7 @@
 
 Rows: ``DistributedNeighborLoader`` + ``distribute(RGAT)`` at P = 1, 2, 4 gloo ranks of one thread
 each (launched by ``pyg_sparsecomm.testing.launch``; P = 4 oversubscribes the 2 cores 2x), and the
-single-process reference on the same cores -- one process, ``torch.set_num_threads(2)``, the same
+single-process reference on the same cores -- one process, ``torch.set_num_threads(2)`` (and 1), the same
 model undistributed on the same batches (``hetero_global_batches``, sampled in the epoch, trimmed by PyG's
 ``trim_to_layer``: PyG's
 ``NeighborLoader`` needs pyg-lib, absent here).  Per epoch: the median of ``--epochs`` epochs after
@@ -72,9 +72,9 @@ def distributed(papers: int, P: int, epochs: int) -> tuple[float, float, float]:
     return median(seconds), median(halo), median(ids)
 
 
-def single_process(papers: int, epochs: int) -> float:
-    """The same model and batches in one process of 2 threads (sampling included in the epoch)."""
-    torch.set_num_threads(2)
+def single_process(papers: int, epochs: int, threads: int) -> float:
+    """The same model and batches in one process of ``threads`` threads (sampling included in the epoch)."""
+    torch.set_num_threads(threads)
     data = graph(papers)
     model = model_for(data.edge_types)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.005)
@@ -109,8 +109,10 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true", help="print only (RESULTS.md unchanged)")
     args = parser.parse_args()
     load = os.getloadavg()[0]
-    reference = single_process(args.papers, args.epochs)
-    rows = [["single process (2 threads), same batches", f"{reference:.2f}", "1.00", "-", "-"]]
+    one_thread = single_process(args.papers, args.epochs, 1)
+    reference = single_process(args.papers, args.epochs, 2)
+    rows = [["single process (2 threads), same batches", f"{reference:.2f}", "1.00", "-", "-"],
+            ["single process (1 thread), same batches", f"{one_thread:.2f}", f"{one_thread / reference:.2f}", "-", "-"]]
     for P in args.parts:
         seconds, halo, ids = distributed(args.papers, P, args.epochs)
         rows.append([f"P = {P} (gloo, 1 thread/rank)", f"{seconds:.2f}", f"{seconds / reference:.2f}",
