@@ -34,25 +34,14 @@ class DistributedLoader:
     def __init__(self, local: Data, sampling: NeighborSampling | NodeSubsetSampling,
                  input_nodes: Tensor | None, group: dist.ProcessGroup | None,
                  transform: Callable[[Data], Data] | None, prefetch: int | None, pyg_options: dict[str, Any]) -> None:
-        adj = getattr(local, "adj", None)
-        if not isinstance(adj, HaloAdj) or getattr(local, "e_id", None) is None:
-            raise ValueError("the loader takes a rank's shard: local = shard(data) (or load_shard(...)), "
-                             "which carries adj and e_id")
-        if getattr(local, "replication", 1) > 1:
-            raise ValueError("this shard is a replicated 1.5D block row (shard(data, grid=...)); the mini-batch "
-                             "loaders run on 1D shards: partition into P parts and call shard(data)")
-        if adj.plan.world_size != world_size(group):
-            raise ValueError(f"the shard was made for {adj.plan.world_size} ranks but the process group has "
-                             f"{world_size(group)}")
+        self.seed_n_id, self.num_nodes = self._seed_rows(local, group)
+        n_id = self.seed_n_id
         self.local, self.sampling, self.group, self.transform = local, sampling, group, transform
-        self.adj = adj.cpu()  # batches are sampled and planned on the CPU
-        self.e_id = local.e_id.cpu()
         self.prefetch = prefetch_depth(prefetch, pyg_options, type(self).__name__)
-        self.num_nodes = int(adj.plan.num_nodes)
         # a bad input_nodes on one rank raises on every rank (its peers would wait in the next collective)
-        self.input_mask = raise_together(lambda: owned_seed_mask(input_nodes, adj.plan.n_id, self.num_nodes),
+        self.input_mask = raise_together(lambda: owned_seed_mask(input_nodes, n_id, self.num_nodes),
                                          f"{type(self).__name__}(input_nodes=...)", group)
-        self.global_seeds = global_seed_ids(self.input_mask, adj.plan.n_id, self.num_nodes, group)
+        self.global_seeds = global_seed_ids(self.input_mask, n_id, self.num_nodes, group)
         self.epoch = 0
         self._check_same_sampling()
         # The sampling thread's exchanges run on a CPU (gloo) group of their own: they never
@@ -66,6 +55,23 @@ class DistributedLoader:
         self._iterating: int | None = None  # the epoch being iterated
         self._taken = 0  # batches of that epoch the caller took (with those skipped on resuming)
         self._resume: tuple[int, int] | None = None  # (epoch, batches to skip) of load_state_dict
+
+    def _seed_rows(self, local: Data, group: dist.ProcessGroup | None) -> tuple[Tensor, int]:
+        """Checks the shard; returns the global ids of its rows the seeds are drawn from and their
+        global number (here: the shard's nodes); keeps its adjacency on the CPU as ``self.adj``."""
+        adj = getattr(local, "adj", None)
+        if not isinstance(adj, HaloAdj) or getattr(local, "e_id", None) is None:
+            raise ValueError("the loader takes a rank's shard: local = shard(data) (or load_shard(...)), "
+                             "which carries adj and e_id")
+        if getattr(local, "replication", 1) > 1:
+            raise ValueError("this shard is a replicated 1.5D block row (shard(data, grid=...)); the mini-batch "
+                             "loaders run on 1D shards: partition into P parts and call shard(data)")
+        if adj.plan.world_size != world_size(group):
+            raise ValueError(f"the shard was made for {adj.plan.world_size} ranks but the process group has "
+                             f"{world_size(group)}")
+        self.adj = adj.cpu()  # batches are sampled and planned on the CPU
+        self.e_id = local.e_id.cpu()
+        return adj.plan.n_id.cpu(), int(adj.plan.num_nodes)
 
     def _check_same_sampling(self) -> None:
         """Ranks that drew batches by different rules would wait for each other forever in the

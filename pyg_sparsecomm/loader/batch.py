@@ -64,51 +64,85 @@ def build_batch(local: Data, adj: HaloAdj, sampled: Sampled, requests: Requests,
         num_hops: hops of a trimmable neighbour batch; ``None`` for node subsets.
         group: the process group.
     """
-    n_local, P = adj.num_owned, adj.plan.world_size
     levels = (num_hops if num_hops is not None else 1) + 1  # hops 0 .. L
-    rows, batch_row = _batch_rows(sampled.row_hop)
-    row_counts = torch.bincount(sampled.row_hop.index_select(0, rows), minlength=levels)
+    rows = batch_rows(sampled.row_hop, levels)
     col = adj.col.index_select(0, sampled.edge_pos)
-    is_halo = col >= n_local
-    used_halo, halo_pos = torch.unique(col[is_halo] - n_local, return_inverse=True)  # (owner, id) order
-    halo_hop = torch.full((used_halo.numel(),), levels, dtype=torch.long)
-    halo_hop.scatter_reduce_(0, halo_pos, sampled.edge_hop[is_halo], "amin")  # first hop reading it
-
-    send_peer, send_index, send_hop = _send_lists(requests, batch_row, n_local)
-    send_counts = torch.bincount(send_peer, minlength=P).tolist()
-    halo_owner = adj.plan.halo_owner.index_select(0, used_halo)
-    recv_counts = torch.bincount(halo_owner, minlength=P).tolist()
-    remote_index, part_rows = _reply(send_index, send_counts, recv_counts, row_counts, group)
-    plan = RankPlan(rank=adj.plan.rank, world_size=P, num_nodes=adj.plan.num_nodes,
-                    n_id=adj.plan.n_id.index_select(0, rows), halo_n_id=adj.plan.halo_n_id.index_select(0, used_halo),
-                    halo_owner=halo_owner, halo_remote_index=remote_index, send_index=send_index,
-                    send_counts=send_counts, recv_counts=recv_counts, part_sizes=part_rows.sum(1).tolist(),
-                    minibatch=True)
-
-    # owned columns: their batch rows; halo columns: rows + their position among the used halo columns
-    new_col = batch_row.index_select(0, torch.where(is_halo, 0, col))
-    new_col.masked_scatter_(is_halo, rows.numel() + halo_pos)
-    new_row = batch_row.index_select(0, adj.row().index_select(0, sampled.edge_pos))
-    rowptr, perm = csr_order(new_row, new_col, rows.numel(), plan.num_owned + plan.halo_size)
-    assert perm is not None
+    is_halo = col >= adj.num_owned
+    planned = batch_plan(adj.plan, rows, col[is_halo] - adj.num_owned, sampled.edge_hop[is_halo], requests, group)
+    row = adj.row().index_select(0, sampled.edge_pos)
+    rowptr, new_col, perm = relabel(row, col, is_halo, planned, rows, rows)
     edge_pos = sampled.edge_pos.index_select(0, perm)
     value = None if adj.value is None else adj.value.index_select(0, edge_pos)
     trimmable = num_hops is not None
     edge_counts = torch.bincount(sampled.edge_hop, minlength=levels)[1:].tolist()
-    batch_adj = SampledAdj(rowptr, new_col.index_select(0, perm), value, plan,
-                           row_counts.tolist() if trimmable else None, edge_counts if trimmable else None,
-                           halo_hop, send_hop, part_rows if trimmable else None)
+    batch_adj = SampledAdj(rowptr, new_col, value, planned.plan, rows.counts.tolist() if trimmable else None,
+                           edge_counts if trimmable else None, planned.halo_hop, planned.send_hop,
+                           planned.part_rows if trimmable else None)
     batch_adj.given_as = adj.given_as  # the script's form of the graph, for the layers' self-loops and values
-    return batch_attributes(local, rows, edge_pos, batch_adj.to(local.adj.device), sampled.num_seeds)
+    return batch_attributes(local, rows.rows, edge_pos, batch_adj.to(local.adj.device), sampled.num_seeds)
 
 
-def _batch_rows(row_hop: Tensor) -> tuple[Tensor, Tensor]:
-    """The shard rows in the batch ordered by (hop, id), and every shard row's batch row (-1: absent)."""
+class BatchRows(NamedTuple):
+    """A rank's rows of one node set in a batch."""
+    rows: Tensor       # shard rows in the batch, ordered by (hop, id)
+    batch_row: Tensor  # [num_owned] batch row of every shard row (-1: absent)
+    counts: Tensor     # [hops + 1] rows per hop
+
+
+def batch_rows(row_hop: Tensor, levels: int) -> BatchRows:
+    """The shard rows in the batch (``row_hop >= 0``) ordered by (hop, id), every shard row's batch
+    row, and the rows per hop ``0 .. levels - 1``."""
     in_batch = torch.nonzero(row_hop >= 0).view(-1)
     rows = in_batch.index_select(0, torch.argsort(row_hop.index_select(0, in_batch) * row_hop.numel() + in_batch))
     batch_row = torch.full((row_hop.numel(),), -1, dtype=torch.long)
     batch_row.index_copy_(0, rows, torch.arange(rows.numel()))
-    return rows, batch_row
+    return BatchRows(rows, batch_row, torch.bincount(row_hop.index_select(0, rows), minlength=levels))
+
+
+class BatchPlan(NamedTuple):
+    """The plan of a batch's rows and what relabelling and trimming need of it."""
+    plan: RankPlan
+    halo_pos: Tensor   # position of every halo column read (as given to batch_plan) in the batch's halo
+    halo_hop: Tensor   # [halo_size] first hop an edge reads each halo entry at
+    send_hop: Tensor   # [len(send_index)] first hop a peer's edge reads each sent row at
+    part_rows: Tensor  # [P, hops + 1] every rank's rows per hop
+
+
+def batch_plan(plan: RankPlan, rows: BatchRows, halo_col: Tensor, edge_hop: Tensor, requests: Requests,
+               group: dist.ProcessGroup | None) -> BatchPlan:
+    """The batch's :class:`~pyg_sparsecomm.plan.RankPlan` over ``rows``: its halo is the shard halo
+    columns ``halo_col`` the batch's edges read (sampled at ``edge_hop``), its send lists the rows
+    peers ``requests``-ed; one reply exchange (:func:`_reply`)."""
+    P, levels = plan.world_size, rows.counts.numel()
+    used_halo, halo_pos = torch.unique(halo_col, return_inverse=True)  # (owner, id) order
+    halo_hop = torch.full((used_halo.numel(),), levels, dtype=torch.long)
+    halo_hop.scatter_reduce_(0, halo_pos, edge_hop, "amin")  # first hop reading it
+    send_peer, send_index, send_hop = _send_lists(requests, rows.batch_row, plan.num_owned)
+    send_counts = torch.bincount(send_peer, minlength=P).tolist()
+    halo_owner = plan.halo_owner.index_select(0, used_halo)
+    recv_counts = torch.bincount(halo_owner, minlength=P).tolist()
+    remote_index, part_rows = _reply(send_index, send_counts, recv_counts, rows.counts, group)
+    batch = RankPlan(rank=plan.rank, world_size=P, num_nodes=plan.num_nodes, n_id=plan.n_id.index_select(0, rows.rows),
+                     halo_n_id=plan.halo_n_id.index_select(0, used_halo), halo_owner=halo_owner,
+                     halo_remote_index=remote_index, send_index=send_index, send_counts=send_counts,
+                     recv_counts=recv_counts, part_sizes=part_rows.sum(1).tolist(), minibatch=True)
+    return BatchPlan(batch, halo_pos, halo_hop, send_hop, part_rows)
+
+
+def relabel(row: Tensor, col: Tensor, is_halo: Tensor, planned: BatchPlan, src: BatchRows,
+            dst: BatchRows) -> tuple[Tensor, Tensor, Tensor]:
+    """The batch's CSR of edges ``(row, col)`` given in shard numbering (``row``: shard rows of the
+    targets ``dst``; ``col``: shard columns of the sources ``src``, halo where ``is_halo``):
+    ``(rowptr, col, perm)``, ``perm`` taking the given edges to CSR order."""
+    # owned columns: their batch rows; halo columns: rows + their position in the batch's halo
+    new_col = torch.empty_like(col)
+    owned = ~is_halo
+    new_col.masked_scatter_(owned, src.batch_row.index_select(0, col[owned]))  # (src may own no row)
+    new_col.masked_scatter_(is_halo, src.rows.numel() + planned.halo_pos)
+    new_row = dst.batch_row.index_select(0, row)
+    rowptr, perm = csr_order(new_row, new_col, dst.rows.numel(), planned.plan.num_owned + planned.plan.halo_size)
+    assert perm is not None
+    return rowptr, new_col.index_select(0, perm), perm
 
 
 def _send_lists(requests: Requests, batch_row: Tensor, n_local: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -159,7 +193,8 @@ def batch_attributes(local: Data, rows: Tensor, edge_pos: Tensor, adj: SampledAd
     for key, value in local.items():
         if key in ("adj", "edge_weight", "num_nodes", "global_num_nodes"):  # edge_weight: adj's values
             continue
-        batch[key] = adj if isinstance(value, HaloAdj) else _slice(key, value, local.num_nodes, nnz, rows, edge_pos)
+        batch[key] = (adj if isinstance(value, HaloAdj)
+                      else slice_attribute(key, value, local.num_nodes, nnz, rows, edge_pos))
     batch.adj = batch.edge_index = adj
     batch.edge_weight = adj.value
     batch.num_nodes = rows.numel()
@@ -170,7 +205,7 @@ def batch_attributes(local: Data, rows: Tensor, edge_pos: Tensor, adj: SampledAd
     return batch
 
 
-def _slice(key: str, value: Any, num_nodes: int, nnz: int, rows: Tensor, edge_pos: Tensor) -> Any:
+def slice_attribute(key: str, value: Any, num_nodes: int, nnz: int, rows: Tensor, edge_pos: Tensor) -> Any:
     if not isinstance(value, Tensor) or value.dim() == 0:
         return value
     if (key in _EDGE_KEYS or "edge" in key) and value.size(0) == nnz:

@@ -6,7 +6,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch import Tensor
-from torch_geometric.data import Data
+from torch_geometric.data import Data, HeteroData
 
 from ..sampling.rules import NeighborSampling
 from .base import DistributedLoader
@@ -66,25 +66,43 @@ class DistributedNeighborLoader(DistributedLoader):
     """
 
     sampling: NeighborSampling
+    #: the subclass a heterogeneous shard gets (:mod:`.hetero_neighbor_loader` registers itself)
+    _heterogeneous: type["DistributedNeighborLoader"] | None = None
+
+    def __init_subclass__(cls, heterogeneous: bool = False, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if heterogeneous:
+            DistributedNeighborLoader._heterogeneous = cls
+
+    def __new__(cls, local: Any = None, *args: Any, **kwargs: Any) -> "DistributedNeighborLoader":
+        """A ``HeteroData`` shard gets the heterogeneous loader, as PyG's ``NeighborLoader`` takes both."""
+        if isinstance(local, HeteroData) and cls is DistributedNeighborLoader and cls._heterogeneous is not None:
+            return object.__new__(cls._heterogeneous)
+        return object.__new__(cls)
 
     def __init__(self, local: Data, num_neighbors: Sequence[int], batch_size: int = 1,
                  input_nodes: Tensor | None = None, shuffle: bool | None = False, seed: int = 0,
                  group: dist.ProcessGroup | None = None, transform: Callable[[Data], Data] | None = None,
                  prefetch: int | None = None, drop_last: bool = False, **pyg_options: Any) -> None:
-        if isinstance(num_neighbors, dict):
-            raise ValueError("num_neighbors is a dict (per edge type, heterogeneous graphs), which the distributed "
-                             "loaders do not support: pass one list of fanouts, one per hop")
-        if not isinstance(num_neighbors, Sequence) or isinstance(num_neighbors, str):
-            raise ValueError(f"num_neighbors must be a list of fanouts, one per hop (e.g. [10, 5]), "
-                             f"got {num_neighbors!r}")
-        sampling = NeighborSampling(batch_size=batch_size, shuffle=bool(shuffle), seed=seed,
-                                    num_neighbors=tuple(num_neighbors), drop_last=bool(drop_last))
+        sampling, input_nodes = self._rule(local, num_neighbors, input_nodes, batch_size=batch_size,
+                                           shuffle=bool(shuffle), seed=seed, drop_last=bool(drop_last))
         super().__init__(local, sampling, input_nodes, group, transform, prefetch, pyg_options)
         self.input_rows = torch.nonzero(self.input_mask).view(-1)
         self.num_batches = sampling.num_batches(len(self.dataset))
 
+    def _rule(self, local: Data, num_neighbors: Any, input_nodes: Any,
+              **batching: Any) -> tuple[NeighborSampling, Tensor | None]:
+        """The batch rule of the arguments, and the seed candidates as :mod:`~.seeds` reads them."""
+        if isinstance(num_neighbors, dict):
+            raise ValueError("num_neighbors is a dict (per edge type, heterogeneous graphs): pass a HeteroData shard "
+                             "(shard(hetero_data)), or one list of fanouts, one per hop")
+        if not isinstance(num_neighbors, Sequence) or isinstance(num_neighbors, str):
+            raise ValueError(f"num_neighbors must be a list of fanouts, one per hop (e.g. [10, 5]), "
+                             f"got {num_neighbors!r}")
+        return NeighborSampling(num_neighbors=tuple(num_neighbors), **batching), input_nodes
+
     def _batches(self, epoch: int, global_seeds: Tensor) -> Iterator[Data]:
-        n_id = self.adj.plan.n_id
+        n_id = self.seed_n_id
         seeds = torch.arange(self.num_nodes) if self.global_seeds is None else self.global_seeds
         seed_batch = self.sampling.batch_of(epoch, n_id[self.input_rows], self.num_batches, seeds)
         for b in range(self.num_batches):
@@ -121,12 +139,16 @@ class DistributedNeighborLoader(DistributedLoader):
 
     def _pick(self, epoch: int, b: int, hop: int, frontier: Tensor) -> Tensor:
         """CSR positions of the in-edges the ``frontier`` rows keep at ``hop``."""
-        rowptr = self.adj.rowptr
-        start = rowptr.index_select(0, frontier)
-        counts = rowptr.index_select(0, frontier + 1) - start
-        total = int(counts.sum())
-        # position of candidate k of frontier row i: start[i] + k
-        pos = torch.repeat_interleave(start - (torch.cumsum(counts, 0) - counts), counts) + torch.arange(total)
-        target = torch.repeat_interleave(frontier, counts).numpy()
-        keep = self.sampling.pick(epoch, b, hop, target, self.e_id.index_select(0, pos).numpy())
+        pos, target = in_edge_positions(self.adj.rowptr, frontier)
+        keep = self.sampling.pick(epoch, b, hop, target.numpy(), self.e_id.index_select(0, pos).numpy())
         return pos[torch.from_numpy(np.ascontiguousarray(keep))]
+
+
+def in_edge_positions(rowptr: Tensor, frontier: Tensor) -> tuple[Tensor, Tensor]:
+    """``(position, target)`` of every in-edge of the ``frontier`` rows in a CSR (grouped by row)."""
+    start = rowptr.index_select(0, frontier)
+    counts = rowptr.index_select(0, frontier + 1) - start
+    total = int(counts.sum())
+    # position of candidate k of frontier row i: start[i] + k
+    pos = torch.repeat_interleave(start - (torch.cumsum(counts, 0) - counts), counts) + torch.arange(total)
+    return pos, torch.repeat_interleave(frontier, counts)

@@ -190,8 +190,8 @@ def check_relations(conv: MessagePassing, state: "LayerState", relations: list[t
         if error is not None:
             raise error
 
-    first = relations[0][0].plan  # a shard's relations are built together: its first plan names it
-    new = not state.checked_plan.is_(first)
+    first = relations[0][0]  # a shard's relations are built together: its first plan names it
+    new = not first.is_minibatch and not state.checked_plan.is_(first.plan)  # a batch's plan is new every step
     if not is_distributed(group) or world_size(group) == 1:
         local()
     elif any(host_all_reduce([int(new), int(error is not None)], dist.ReduceOp.MAX, group)):
@@ -202,7 +202,7 @@ def check_relations(conv: MessagePassing, state: "LayerState", relations: list[t
                 check_first_use(f"{type(conv).__name__} on relation {adj.edge_type}", adj,
                                 x_src if error is None else None, local, group)
     if new:
-        state.checked_plan.set(first)
+        state.checked_plan.set(first.plan)
 
 
 def _check_rows(conv: MessagePassing, adj: RelationAdj, x_src: Any, x_dst: Any) -> None:

@@ -107,12 +107,19 @@ class NeighborSampling(_Batching):
     def pick(self, epoch: int, batch: int, hop: int, target: np.ndarray, edge_id: np.ndarray) -> np.ndarray:
         """Mask of the candidate in-edges kept at ``hop`` (1-based): per ``target``, the
         ``num_neighbors[hop - 1]`` of smallest priority (ties by edge id)."""
-        fanout = self.num_neighbors[hop - 1]
-        if fanout < 0 or target.size == 0:
-            return np.ones(target.size, dtype=bool)
-        priority = uniform(stream_key(self.seed, _EDGES, epoch, batch), edge_id)
-        keep = _smallest_in_runs(target, priority, fanout)
-        return keep if keep is not None else _smallest_by_sorting(target, priority, edge_id, fanout)
+        return keep_smallest(stream_key(self.seed, _EDGES, epoch, batch), self.num_neighbors[hop - 1], target, edge_id)
+
+
+def keep_smallest(key: np.uint64, fanout: int, target: np.ndarray, edge_id: np.ndarray) -> np.ndarray:
+    """Mask of the candidate in-edges ``edge_id`` kept per ``target``: the ``fanout`` of smallest
+    priority :math:`u(key, \\text{edge id})` (ties by edge id; ``-1``: all, ``0``: none)."""
+    if fanout < 0 or target.size == 0:
+        return np.ones(target.size, dtype=bool)
+    if fanout == 0:
+        return np.zeros(target.size, dtype=bool)
+    priority = uniform(key, edge_id)
+    keep = _smallest_in_runs(target, priority, fanout)
+    return keep if keep is not None else _smallest_by_sorting(target, priority, edge_id, fanout)
 
 
 def _is_integer(value: object) -> bool:
@@ -241,16 +248,22 @@ def _subset_batch(b: int, member_batch: np.ndarray, inputs: np.ndarray, src: np.
     return GlobalBatch(t(nodes), int(inputs[nodes].sum()), None, t(e_id), None)
 
 
+def in_edges(frontier: np.ndarray, in_order: np.ndarray, in_ptr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(target, position)`` of every in-edge of the ``frontier`` nodes: ``in_order[in_ptr[v]:in_ptr[v + 1]]``
+    per node ``v`` (positions into ``in_order``'s edge numbering), grouped by target in frontier order."""
+    counts = in_ptr[frontier + 1] - in_ptr[frontier]
+    starts = np.repeat(in_ptr[frontier], counts)
+    within = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+    return np.repeat(frontier, counts), in_order[starts + within]
+
+
 def _neighbor_batch(sampling: NeighborSampling, epoch: int, b: int, seeds: np.ndarray, src: np.ndarray,
                     in_order: np.ndarray, in_ptr: np.ndarray, num_nodes: int) -> GlobalBatch:
     hop = np.full(num_nodes, -1, dtype=np.int64)
     hop[seeds] = 0
     frontier, picked_edges, edge_counts = seeds, [], []
     for h in range(1, sampling.num_hops + 1):
-        counts = in_ptr[frontier + 1] - in_ptr[frontier]
-        starts = np.repeat(in_ptr[frontier], counts)
-        cand = in_order[starts + np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)]
-        target = np.repeat(frontier, counts)
+        target, cand = in_edges(frontier, in_order, in_ptr)
         keep = sampling.pick(epoch, b, h, target, cand)
         e = cand[keep]
         e = e[np.lexsort((src[e], target[keep]))]

@@ -7,11 +7,12 @@ edges are prefixes of the CSR; the halo and the send lists keep the entries some
 reads (each entry knows the first hop an edge read it at), so a trimmed layer also *moves*
 fewer rows.  Every rank trims the same hops, so the trimmed plans still pair up.
 """
-import torch
 from torch import Tensor
 
 from ..adj import HaloAdj
 from ..plan import RankPlan
+from .hops import check_hop_order, trim_columns, trim_plan
+from .sampled_relation_adj import SampledRelationAdj, trim_relations
 
 
 class SampledAdj(HaloAdj):
@@ -71,27 +72,11 @@ class SampledAdj(HaloAdj):
         assert self.num_sampled_nodes is not None and self.num_sampled_edges is not None
         assert self.part_sampled_nodes is not None
         hops = self.num_hops - 1  # hops kept
-        plan = self.plan
         rows, nnz = sum(self.num_sampled_nodes[:hops + 1]), sum(self.num_sampled_edges[:hops])
-        halo_keep, send_keep = self.halo_hop <= hops, self.send_hop <= hops
-        send_dst = torch.repeat_interleave(torch.arange(plan.world_size, device=plan.send_index.device),
-                                           torch.tensor(plan.send_counts, device=plan.send_index.device))
-        kept_owner, kept_dst = plan.halo_owner[halo_keep], send_dst[send_keep]
-        part = self.part_sampled_nodes[:, :hops + 1].sum(1)
-        trimmed = RankPlan(
-            rank=plan.rank, world_size=plan.world_size, num_nodes=plan.num_nodes, n_id=plan.n_id[:rows],
-            halo_n_id=plan.halo_n_id[halo_keep], halo_owner=kept_owner,
-            halo_remote_index=plan.halo_remote_index[halo_keep], send_index=plan.send_index[send_keep],
-            send_counts=torch.bincount(kept_dst, minlength=plan.world_size).tolist(),
-            recv_counts=torch.bincount(kept_owner, minlength=plan.world_size).tolist(),
-            part_sizes=part.tolist(), minibatch=True)
-        col = self.col[:nnz].clone()
-        halo_pos = torch.cumsum(halo_keep.long(), 0) - 1
-        is_halo = col >= plan.num_owned
-        col[is_halo] = rows + halo_pos[col[is_halo] - plan.num_owned]
-        inner_rows = sum(self.num_sampled_nodes[:hops])  # targets of the kept edges
-        if bool((~is_halo & (col >= rows)).any()) or int(self.rowptr[inner_rows]) != nnz:
-            raise RuntimeError("batch rows are not ordered by hop; rebuild the batch with the package's loader")
+        trimmed, halo_keep, send_keep = trim_plan(self.plan, rows, self.halo_hop, self.send_hop,
+                                                  self.part_sampled_nodes, hops)
+        check_hop_order(self.col[:nnz], self.plan.num_owned, rows, self.rowptr, sum(self.num_sampled_nodes[:hops]), nnz)
+        col = trim_columns(self.col[:nnz], self.plan.num_owned, rows, halo_keep)
         value = None if self.value is None else self.value[:nnz]
         # the rows of the new outermost hop keep no in-edge (theirs were sampled at the dropped hop)
         out = SampledAdj(self.rowptr[:rows + 1].clamp(max=nnz), col, value, trimmed, self.num_sampled_nodes[:hops + 1],
@@ -116,6 +101,10 @@ def trim_to_layer(layer: int, num_sampled_nodes_per_hop: list[int] | None,
     """PyG's :func:`torch_geometric.utils.trim_to_layer` for a :class:`SampledAdj` (and PyG's own for
     anything else): drops one more hop before layer ``layer > 0``; ``x`` and ``edge_attr`` keep their
     first rows, as the trimmed adjacency does.  Returns ``(x, adj, edge_attr)``."""
+    if isinstance(edge_index, dict) and any(isinstance(a, SampledRelationAdj) for a in edge_index.values()):
+        if layer <= 0 or num_sampled_nodes_per_hop is None:
+            return x, edge_index, edge_attr
+        return trim_relations(layer, num_sampled_nodes_per_hop, x, edge_index, edge_attr)
     if not isinstance(edge_index, SampledAdj):
         from torch_geometric.utils import trim_to_layer as pyg_trim_to_layer
         return pyg_trim_to_layer(layer, num_sampled_nodes_per_hop, num_sampled_edges_per_hop,

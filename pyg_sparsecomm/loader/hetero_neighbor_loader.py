@@ -1,0 +1,156 @@
+r"""``DistributedNeighborLoader`` on a heterogeneous shard: PyG's ``NeighborLoader`` on ``HeteroData``."""
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import Tensor
+from torch_geometric.data import HeteroData
+
+from ..comm.group import world_size
+from ..relation_adj import RelationAdj
+from ..sampling.hetero_rules import EdgeType, HeteroNeighborSampling
+from .batch import Requests, request_halo
+from .hetero_batch import HeteroSampled, build_hetero_batch
+from .neighbor_loader import DistributedNeighborLoader, in_edge_positions
+
+
+class DistributedHeteroNeighborLoader(DistributedNeighborLoader, heterogeneous=True):
+    r"""Mini-batches of sampled heterogeneous neighbourhoods, drawn by all ranks from their
+    ``HeteroData`` shards (``DistributedNeighborLoader(shard(hetero_data), ...)`` makes one).
+
+    The batches are those of :class:`~pyg_sparsecomm.sampling.hetero_rules.HeteroNeighborSampling`
+    on the whole graph, the same for any partition and ``P``: seeds of one node type, and at hop
+    ``h`` for every relation :math:`(s, r, d)` at most ``num_neighbors[(s, r, d)][h - 1]`` sampled
+    in-edges of that relation of every :math:`d` node first reached at hop ``h - 1``.  As in the
+    homogeneous loader each rank samples the in-edges of its own nodes and asks the owners of new
+    remote sources to sample theirs (one request exchange per source type and hop); then one
+    reply per source type fixes that type's batch plan, shared by every relation reading it.  A
+    yielded batch (:func:`~.hetero_batch.hetero_batch_attributes`) is this rank's ``HeteroData``:
+    ``batch.x_dict`` (rows of every type ordered by hop, the seeds first in ``input_type``) and
+    ``batch.adj_dict``, which ``distribute(to_hetero(model))`` / ``distribute(HeteroConv(...))``
+    take as ``edge_index_dict`` (one exchange per source type and layer); score
+    ``out[input_type][:batch[input_type].batch_size]``.  Before layer ``i``,
+    :func:`~pyg_sparsecomm.sampling.trim_to_layer` ``(i, batch.num_sampled_nodes_dict,
+    batch.num_sampled_edges_dict, x_dict, adj_dict)`` keeps the hops that layer needs (PyG's
+    heterogeneous ``trim_to_layer``), and its exchanges shrink with them.
+
+    Args:
+        local: the rank's heterogeneous shard (``shard(hetero_data)``).
+        num_neighbors: fanouts per hop, one list for every relation, or a dict
+            ``{edge type: list}`` naming every relation (``-1``: all in-edges, ``0``: none).
+        input_nodes: ``(node type, ids or mask)`` as PyG takes it (ids: global ids of that type;
+            masks over that type's nodes or the shard's rows of it; ``None``: every node), or a
+            node type alone.
+        batch_size, shuffle, seed, group, transform, prefetch, drop_last, **pyg_options: as
+            :class:`~.neighbor_loader.DistributedNeighborLoader`.
+    """
+
+    sampling: HeteroNeighborSampling
+
+    def _rule(self, local: Any, num_neighbors: Any, input_nodes: Any,
+              **batching: Any) -> tuple[HeteroNeighborSampling, Tensor | None]:
+        if not isinstance(local, HeteroData):
+            raise ValueError("DistributedHeteroNeighborLoader takes a heterogeneous shard: shard(hetero_data)")
+        if isinstance(input_nodes, str):
+            input_type, ids = input_nodes, None
+        elif isinstance(input_nodes, (tuple, list)) and len(input_nodes) == 2 and isinstance(input_nodes[0], str):
+            input_type, ids = input_nodes
+        else:
+            raise ValueError(f"input_nodes on a heterogeneous graph is (node type, ids or mask) or a node type, as "
+                             f"PyG's NeighborLoader takes it, e.g. ('paper', data['paper'].train_mask); got "
+                             f"{type(input_nodes).__name__}")
+        if input_type not in local.node_types:
+            raise ValueError(f"input_nodes names node type {input_type!r}, which the graph does not have "
+                             f"(node types: {local.node_types})")
+        relations = tuple((et, _fanouts(num_neighbors, et)) for et in local.edge_types)
+        if isinstance(num_neighbors, dict):
+            unknown = [et for et in num_neighbors if tuple(et) not in local.edge_types]
+            if unknown:
+                raise ValueError(f"num_neighbors names edge type(s) {unknown} the graph does not have "
+                                 f"(edge types: {local.edge_types})")
+        self.input_type = input_type
+        return HeteroNeighborSampling(input_type=input_type, relations=relations, **batching), ids
+
+    def _seed_rows(self, local: Any, group: dist.ProcessGroup | None) -> tuple[Tensor, int]:
+        """Checks the shard; keeps every relation's adjacency and edge ids on the CPU and every
+        source type's plan; returns the input type's global ids and number of nodes."""
+        adjs = {et: local[et].get("adj") for et in local.edge_types}
+        if any(not isinstance(a, RelationAdj) for a in adjs.values()) or any(
+                local[et].get("e_id") is None for et in adjs):
+            raise ValueError("the loader takes a rank's heterogeneous shard: local = shard(hetero_data), whose "
+                             "relations carry adj and e_id")
+        sizes = {a.plan.world_size for a in adjs.values()}
+        if sizes != {world_size(group)}:
+            raise ValueError(f"the shard was made for {sorted(sizes)} ranks but the process group has "
+                             f"{world_size(group)}")
+        self.adjs = {et: a.cpu() for et, a in adjs.items()}
+        self.e_ids = {et: local[et].e_id.cpu() for et in adjs}
+        self.plans = {et[0]: a.plan for et, a in self.adjs.items()}
+        self.num_owned = {t: int(local[t].num_nodes) for t in local.node_types}
+        store = local[self.input_type]
+        return store.n_id.cpu(), int(store.global_num_nodes)
+
+    def sample(self, epoch: int, b: int, seeds: Tensor) -> HeteroData:
+        """Batch ``b`` of ``epoch`` from this rank's ``seeds`` (rows of the input type); collective."""
+        row_hop = {t: torch.full((n,), -1, dtype=torch.long) for t, n in self.num_owned.items()}
+        row_hop[self.input_type].index_fill_(0, seeds, 0)
+        requested = {s: torch.zeros(p.halo_size, dtype=torch.bool) for s, p in self.plans.items()}
+        frontier = {t: torch.zeros(0, dtype=torch.long) for t in self.num_owned}
+        frontier[self.input_type] = seeds
+        edges: dict[EdgeType, list[Tensor]] = {et: [] for et in self.adjs}
+        hops: dict[EdgeType, list[Tensor]] = {et: [] for et in self.adjs}
+        received: dict[str, list[Requests]] = {s: [] for s in self.plans}
+        for h in range(1, self.sampling.num_hops + 1):
+            reached = self._hop(epoch, b, h, frontier, edges, hops, requested, received)
+            for t, found in reached.items():
+                new = torch.unique(torch.cat(found)) if found else torch.zeros(0, dtype=torch.long)
+                frontier[t] = new[row_hop[t].index_select(0, new) < 0]
+                row_hop[t].index_fill_(0, frontier[t], h)
+        requests = {s: Requests(*(torch.cat([getattr(r, f) for r in got]) for f in Requests._fields))
+                    for s, got in received.items()}
+        sampled = HeteroSampled(row_hop, {et: torch.cat(e) for et, e in edges.items()},
+                                {et: torch.cat(h) for et, h in hops.items()}, requests, int(seeds.numel()))
+        return build_hetero_batch(self.local, self.adjs, sampled, self.input_type, self.sampling.num_hops,
+                                  self.sample_group)
+
+    def _hop(self, epoch: int, b: int, h: int, frontier: dict[str, Tensor], edges: dict, hops: dict,
+             requested: dict[str, Tensor], received: dict[str, list[Requests]]) -> dict[str, list[Tensor]]:
+        """Hop ``h``: every relation's in-edges of the frontier, then one request exchange per source
+        type (in the graph's order, the same on every rank); returns the shard rows reached per type."""
+        reached: dict[str, list[Tensor]] = {t: [] for t in self.num_owned}
+        halo: dict[str, list[Tensor]] = {s: [] for s in self.plans}
+        for i, (et, adj) in enumerate(self.adjs.items()):
+            pos, target = in_edge_positions(adj.rowptr, frontier[et[2]])
+            keep = self.sampling.pick_relation(epoch, b, h, i, target.numpy(),
+                                               self.e_ids[et].index_select(0, pos).numpy())
+            pos = pos[torch.from_numpy(np.ascontiguousarray(keep))]
+            col = adj.col.index_select(0, pos)
+            edges[et].append(pos)
+            hops[et].append(torch.full_like(pos, h))
+            is_halo = col >= adj.num_owned
+            reached[et[0]].append(col[~is_halo])
+            halo[et[0]].append(col[is_halo] - adj.num_owned)
+        for s, plan in self.plans.items():
+            new = torch.unique(torch.cat(halo[s]))
+            new = new[~requested[s].index_select(0, new)]
+            requested[s].index_fill_(0, new, True)
+            got = request_halo(plan, new, torch.full_like(new, h), self.sample_group)
+            received[s].append(got)
+            reached[s].append(got.row)
+        return reached
+
+
+def _fanouts(num_neighbors: Any, edge_type: EdgeType) -> tuple[int, ...]:
+    """The fanouts of ``edge_type`` in PyG's ``num_neighbors`` (a list for all, or a dict per edge type)."""
+    if isinstance(num_neighbors, dict):
+        by_type = {tuple(k): v for k, v in num_neighbors.items()}
+        if edge_type not in by_type:
+            raise ValueError(f"num_neighbors has no fanouts for edge type {edge_type}: name every relation "
+                             f"(0: sample none of it), or pass one list for all")
+        num_neighbors = by_type[edge_type]
+    if not isinstance(num_neighbors, Sequence) or isinstance(num_neighbors, str):
+        raise ValueError(f"num_neighbors must be a list of fanouts per hop (e.g. [10, 5]) or a dict of such lists "
+                         f"per edge type, got {num_neighbors!r}")
+    return tuple(num_neighbors)
