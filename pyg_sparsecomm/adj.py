@@ -92,9 +92,10 @@ class HaloAdj:
         return self.plan.minibatch
 
     @classmethod
-    def from_coo(cls, row: Tensor, col: Tensor, value: Tensor | None, plan: RankPlan) -> "HaloAdj":
-        """Builds the CSR from (possibly unsorted) local ``row``/``col`` pairs."""
-        rowptr, col, value = sort_coo(row, col, value, plan.num_owned, plan.num_owned + plan.halo_size)
+    def from_coo(cls, row: Tensor, col: Tensor, value: Tensor | None, plan: RankPlan,
+                 is_sorted: bool = False) -> "HaloAdj":
+        """Builds the CSR from local ``row``/``col`` pairs (sorted by ``(row, col)`` if ``is_sorted``)."""
+        rowptr, col, value = sort_coo(row, col, value, plan.num_owned, plan.num_owned + plan.halo_size, is_sorted)
         return cls(rowptr, col, value, plan)
 
     @classmethod
