@@ -329,5 +329,7 @@ def local_edges(edge_index, pattern: CommPattern, plan: RankPlan, target_part=No
         col[remote] = plan.num_owned + np.searchsorted(halo_key, part[s] * N + s)
     del s, remote
     order = np.lexsort((col, row))
-    row, col, edge_id = row[order], col[order], edge_id[order]
+    row = row[order]  # one array at a time: the rank's edges are the writer's largest arrays
+    col = col[order]
+    edge_id = edge_id[order]
     return torch.from_numpy(row), torch.from_numpy(col), torch.from_numpy(edge_id)
