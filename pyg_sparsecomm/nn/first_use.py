@@ -67,7 +67,7 @@ class CheckedPlan:
 def _digest(t: Tensor) -> str:
     """The bytes of ``t`` hashed where they lie (no copy: a shard's column index is 8 B per edge)."""
     flat = t.detach().cpu().contiguous().reshape(-1).numpy()
-    return hashlib.blake2b(memoryview(flat.view(np.uint8)), digest_size=8).hexdigest()
+    return hashlib.blake2b(flat.view(np.uint8).data, digest_size=8).hexdigest()
 
 
 def _split_digests(ids: Tensor, counts: list[int]) -> list[str]:
