@@ -14,7 +14,8 @@ of these that fits how the class's ``forward`` reaches ``gcn_norm``:
   is empty and use the cache otherwise.  The forward pre-hook fills an empty cache with the
   distributed normalisation of the call's graph, so PyG's own code caches as it does: once per
   shard (the first-use check refuses another shard, :mod:`.first_use`), emptied by PyG's
-  ``reset_parameters``;
+  ``reset_parameters``.  The shard keeps one such normalisation per set of choices, which every
+  cached layer normalising alike shares (:mod:`.shared_adjacency`);
 * ``"arguments"`` (``GCNConv``, ``GCN2Conv``, ``APPNP``, ``DNAConv``, ``FAConv``, ``TAGConv``,
   ``LGConv``; any ``cached``): the forward normalises its graph arguments before using them.
   The pre-hook passes the normalised ``(edge_index, edge_weight)`` with ``normalize=False`` for

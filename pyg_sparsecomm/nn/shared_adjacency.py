@@ -39,6 +39,7 @@ class _Entry:
     inputs: list
     graph: tuple[Tensor, Tensor]
     csr: HaloAdj | None = None
+    versions: tuple[int, int] = (0, 0)  # of the graph's tensors when made
     aggregations: dict[tuple[str, torch.dtype], HaloAdj] = field(default_factory=dict)
 
     def alive(self) -> bool:
@@ -82,6 +83,7 @@ def shared_normalisation(adj: HaloAdj, choices: tuple, edge_index: Tensor, weigh
         value = entry.csr.value
         assert value is not None  # gcn_norm returns weights
         entry.graph = (entry.csr.edge_index(), value)
+        entry.versions = (entry.graph[0]._version, value._version)
         entries[("csr", id(entry.graph[0]), id(entry.graph[1]))] = entry
     entries[key] = entry
     return entry.graph
@@ -109,6 +111,8 @@ def shared_aggregation(adj: HaloAdj, edge_index: Tensor, weight: Tensor | None, 
     is not one.  Its CSR and transposed CSR are built once, for every layer that propagates over it."""
     entry = _entries(adj).get(("csr", id(edge_index), id(weight)))
     if entry is None or entry.csr is None or entry.graph[0] is not edge_index or entry.graph[1] is not weight:
+        return None
+    if (edge_index._version, weight._version) != entry.versions:  # written to in place: not the shared one
         return None
     if (aggr, dtype) not in entry.aggregations:
         value = aggregation_weights(edge_index, weight, aggr, adj.num_owned, dtype)
