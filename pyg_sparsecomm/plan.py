@@ -318,16 +318,15 @@ def local_edges(edge_index, pattern: CommPattern, plan: RankPlan, target_part=No
     step = max(1, chunk)
     edge_id = np.concatenate([np.empty(0, dtype=np.int64)] + [
         a + np.flatnonzero(owner[dst[a:a + step]] == r) for a in range(0, dst.size, step)])
-    s = src[edge_id]
-    row = (pattern.local_index if target_part is None else owner_rows(owner, pattern.num_parts)[1])[dst[edge_id]]
-    col = pattern.local_index[s]
-    remote = part[s] != r
-    if remote.any():
-        N = pattern.num_nodes
-        halo_key = part[plan.halo_n_id.numpy()] * N + plan.halo_n_id.numpy()  # sorted
-        s = s[remote]
-        col[remote] = plan.num_owned + np.searchsorted(halo_key, part[s] * N + s)
-    del s, remote
+    target_index = pattern.local_index if target_part is None else owner_rows(owner, pattern.num_parts)[1]
+    halo_key = part[plan.halo_n_id.numpy()] * pattern.num_nodes + plan.halo_n_id.numpy()  # sorted
+    row, col = np.empty_like(edge_id), np.empty_like(edge_id)
+    for a in range(0, edge_id.size, step):  # relabelled a chunk at a time
+        ids = edge_id[a:a + step]
+        row[a:a + step] = target_index[dst[ids]]
+        s = src[ids]
+        col[a:a + step] = np.where(part[s] == r, pattern.local_index[s],
+                                   plan.num_owned + np.searchsorted(halo_key, part[s] * pattern.num_nodes + s))
     order = np.lexsort((col, row))
     row = row[order]  # one array at a time: the rank's edges are the writer's largest arrays
     col = col[order]
