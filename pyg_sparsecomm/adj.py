@@ -23,6 +23,12 @@ def make_csr(rowptr: Tensor, col: Tensor, value: Tensor, shape) -> Tensor:
         return torch.sparse_csr_tensor(rowptr, col, value, shape, check_invariants=False)
 
 
+def compact_index_dtype(largest: int) -> torch.dtype:
+    """``int32`` for indices up to ``largest`` when they fit (half the bytes; torch's CSR kernels and
+    indexing take either), else ``int64``."""
+    return torch.int32 if largest < 2 ** 31 - 1 else torch.int64
+
+
 def csr_order(row: Tensor, col: Tensor, num_rows: int, num_cols: int,
               is_sorted: bool = False) -> tuple[Tensor, Tensor | None]:
     r"""The CSR order of COO entries: ``(rowptr, perm)``.
@@ -86,10 +92,20 @@ class HaloAdj:
         return self.plan.minibatch
 
     @classmethod
-    def from_coo(cls, row: Tensor, col: Tensor, value: Tensor | None, plan: RankPlan) -> "HaloAdj":
-        """Builds the CSR from (possibly unsorted) local ``row``/``col`` pairs."""
-        rowptr, col, value = sort_coo(row, col, value, plan.num_owned, plan.num_owned + plan.halo_size)
+    def from_coo(cls, row: Tensor, col: Tensor, value: Tensor | None, plan: RankPlan,
+                 is_sorted: bool = False) -> "HaloAdj":
+        """Builds the CSR from local ``row``/``col`` pairs (sorted by ``(row, col)`` if ``is_sorted``)."""
+        rowptr, col, value = sort_coo(row, col, value, plan.num_owned, plan.num_owned + plan.halo_size, is_sorted)
         return cls(rowptr, col, value, plan)
+
+    @classmethod
+    def from_ordered_edge_index(cls, rowptr: Tensor, edge_index: Tensor, value: Tensor | None,
+                                plan: RankPlan) -> "HaloAdj":
+        """The adjacency of a local ``[2, nnz]`` ``edge_index`` already in CSR order (``rowptr``
+        its row pointers): its columns and :meth:`edge_index` are ``edge_index``'s memory, not copies."""
+        out = cls(rowptr, edge_index[0], value, plan)
+        out._structure.update(row=edge_index[1], edge_index=edge_index)
+        return out
 
     # shape ---------------------------------------------------------------
     @property
@@ -131,10 +147,21 @@ class HaloAdj:
 
     def edge_index(self) -> Tensor:
         """``[2, nnz]`` local edge index in PyG's orientation (row 0: source column in
-        ``[owned | halo]``, row 1: target owned row), in this adjacency's edge order; cached."""
+        ``[owned | halo]``, row 1: target owned row), in this adjacency's edge order; cached.
+        :meth:`row` is then its row 1 (one copy of the rows, not two)."""
         if "edge_index" not in self._structure:
-            self._structure["edge_index"] = torch.stack([self.col, self.row()])
+            out = torch.empty((2, self.nnz), dtype=self.col.dtype, device=self.device)
+            out[0] = self.col
+            out[1] = self.row()
+            self._structure["row"] = out[1]
+            self._structure["edge_index"] = out
         return self._structure["edge_index"]
+
+    def shared(self) -> dict:
+        """A dictionary kept with this adjacency's structure, shared by its :meth:`with_value`
+        copies and dropped by a move or a copy: what layers compute once per shard and share
+        (:mod:`~pyg_sparsecomm.nn.shared_adjacency`)."""
+        return self._structure.setdefault("shared", {})
 
     def with_value(self, value: Tensor | None) -> "HaloAdj":
         if value is not None and value.numel() != self.nnz:
@@ -210,7 +237,9 @@ class HaloAdj:
             row, col = self.coo()
             t_rowptr, t_perm = csr_order(col, row, self.num_cols, self.num_rows)
             assert t_perm is not None  # not is_sorted: always a permutation
-            self._structure.update(t_rowptr=t_rowptr, t_col=row[t_perm], t_perm=t_perm)
+            index = compact_index_dtype(max(self.nnz, self.num_cols))
+            t_perm = t_perm.to(index)
+            self._structure.update(t_rowptr=t_rowptr.to(index), t_col=row[t_perm].to(index), t_perm=t_perm)
         rowptr, t_col, perm = (self._structure[k] for k in ("t_rowptr", "t_col", "t_perm"))
         shape = (self.num_cols, self.num_rows)
         if value is not None:

@@ -121,7 +121,7 @@ def shard_from_pattern(data: Data, pattern: CommPattern, rank: int) -> Data:
     plan = rank_plan(pattern, rank)
     row, col, edge_id = local_edges(edge_index, pattern, plan)
     value = None if weight is None else weight[edge_id.to(weight.device)]
-    adj = HaloAdj.from_coo(row, col, None if value is None else value.cpu(), plan)
+    adj = HaloAdj.from_coo(row, col, None if value is None else value.cpu(), plan, is_sorted=True)  # local_edges sorts
 
     local = Data()
     for key, value in data.items():

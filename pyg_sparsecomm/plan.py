@@ -85,8 +85,18 @@ def owner_rows(part: np.ndarray, num_parts: int) -> tuple[np.ndarray, np.ndarray
     return part_sizes, local_index
 
 
-def comm_pattern(edge_index, part, num_nodes: int, num_parts: int, target_part=None) -> CommPattern:
+#: edges per step of :func:`comm_pattern`'s and :func:`local_edges`' passes: their working arrays are
+#: about 80 bytes per edge of a step (40 MB) (plus the pairs found), not per edge of the graph
+EDGE_CHUNK = 1 << 19
+
+
+def comm_pattern(edge_index, part, num_nodes: int, num_parts: int, target_part=None,
+                 chunk: int = EDGE_CHUNK) -> CommPattern:
     """Computes the global communication pattern of ``part`` (vectorised, O(E log E)).
+
+    One pass over the edges, ``chunk`` at a time: the working memory is O(N + pairs + chunk), not
+    O(E) (the out-of-core writer's peak, :mod:`~pyg_sparsecomm.from_files`); the result does not
+    depend on ``chunk``.
 
     With ``target_part`` the graph is bipartite (a relation of a heterogeneous graph): row 1 of
     ``edge_index`` indexes another node set, whose owners ``target_part`` lists; the pattern is
@@ -95,7 +105,7 @@ def comm_pattern(edge_index, part, num_nodes: int, num_parts: int, target_part=N
         check_edge_index(edge_index, num_nodes)
     if isinstance(part, Tensor):
         check_partition(part, num_nodes, num_parts)
-    src, dst = _numpy_long(edge_index)
+    edges = _numpy_long(edge_index)
     part = _numpy_long(part)
     P, N = int(num_parts), int(num_nodes)
 
@@ -103,17 +113,61 @@ def comm_pattern(edge_index, part, num_nodes: int, num_parts: int, target_part=N
     owner = part if target_part is None else _numpy_long(target_part)
     target_index = local_index if target_part is None else owner_rows(owner, P)[1]
 
-    src_part, dst_part = part[src], owner[dst]
-    block_nnz = np.bincount(dst_part * P + src_part, minlength=P * P).reshape(P, P)
-    edge_nnz = block_nnz.sum(axis=1)
-    cut = src_part != dst_part
-    # One key per (destination, owner, node): sorting it gives the halo order.
-    key = np.unique((dst_part[cut] * P + src_part[cut]) * N + src[cut])
+    block_nnz = np.zeros(P * P, dtype=np.int64)
+    pairs = _SortedUnion()
+    lo, hi = _span_bounds(P)
+    step = max(1, chunk)
+    for a in range(0, edges.shape[1], step):
+        src, dst = edges[0, a:a + step], edges[1, a:a + step]
+        src_part, dst_part = part[src], owner[dst]
+        block_nnz += np.bincount(dst_part * P + src_part, minlength=P * P)
+        cut = src_part != dst_part
+        src, dst, src_part, dst_part = src[cut], dst[cut], src_part[cut], dst_part[cut]
+        # One key per (destination, owner, node): sorting them gives the halo order.
+        pairs.add(np.unique((dst_part * P + src_part) * N + src))
+        _widen_spans(lo, hi, src_part * P + dst_part, target_index[dst])
+    key = pairs.result()
     pair_node = key % N
     pair_dst = key // N // P
-    spans = np.stack([row_spans(pair_dst, part[pair_node], local_index[pair_node], P),
-                      row_spans(src_part[cut], dst_part[cut], target_index[dst[cut]], P)])
-    return CommPattern(N, P, part, local_index, part_sizes, edge_nnz, pair_node, pair_dst, spans, block_nnz)
+    blocks = block_nnz.reshape(P, P)
+    spans = np.stack([row_spans(pair_dst, part[pair_node], local_index[pair_node], P), _spans(lo, hi, P)])
+    return CommPattern(N, P, part, local_index, part_sizes, blocks.sum(axis=1), pair_node, pair_dst, spans, blocks)
+
+
+class _SortedUnion:
+    """The sorted distinct values of the arrays given to :meth:`add`, merged when the pending ones
+    outgrow the merged ones (O(result + one step) memory, O(n log n) time overall)."""
+
+    def __init__(self) -> None:
+        self.merged = np.empty(0, dtype=np.int64)
+        self.pending: list[np.ndarray] = []
+        self.pending_size = 0
+
+    def add(self, values: np.ndarray) -> None:
+        self.pending.append(values)
+        self.pending_size += values.size
+        if self.pending_size > self.merged.size:
+            self.result()
+
+    def result(self) -> np.ndarray:
+        if self.pending:
+            self.merged = np.unique(np.concatenate([self.merged, *self.pending]))
+            self.pending, self.pending_size = [], 0
+        return self.merged
+
+
+def _span_bounds(num_parts: int) -> tuple[np.ndarray, np.ndarray]:
+    return (np.full(num_parts * num_parts, np.iinfo(np.int64).max, dtype=np.int64),
+            np.full(num_parts * num_parts, -1, dtype=np.int64))
+
+
+def _widen_spans(lo: np.ndarray, hi: np.ndarray, key: np.ndarray, row: np.ndarray) -> None:
+    np.minimum.at(lo, key, row)
+    np.maximum.at(hi, key, row)
+
+
+def _spans(lo: np.ndarray, hi: np.ndarray, num_parts: int) -> np.ndarray:
+    return np.where(hi >= 0, hi - lo + 1, 0).reshape(num_parts, num_parts)
 
 
 def row_spans(reader: np.ndarray, owner: np.ndarray, row: np.ndarray, num_parts: int) -> np.ndarray:
@@ -133,13 +187,9 @@ def row_spans(reader: np.ndarray, owner: np.ndarray, row: np.ndarray, num_parts:
     Returns:
         ``[P, P]`` int64 matrix ``S``.
     """
-    P = num_parts
-    lo = np.full(P * P, np.iinfo(np.int64).max, dtype=np.int64)
-    hi = np.full(P * P, -1, dtype=np.int64)
-    key = reader * P + owner
-    np.minimum.at(lo, key, row)
-    np.maximum.at(hi, key, row)
-    return np.where(hi >= 0, hi - lo + 1, 0).reshape(P, P)
+    lo, hi = _span_bounds(num_parts)
+    _widen_spans(lo, hi, reader * num_parts + owner, row)
+    return _spans(lo, hi, num_parts)
 
 
 @dataclass
@@ -253,26 +303,32 @@ def restrict_counts(send_counts: list[int], recv_counts: list[int], rank: int,
             [c if k in in_stage else 0 for k, c in enumerate(recv_counts)])
 
 
-def local_edges(edge_index, pattern: CommPattern, plan: RankPlan, target_part=None):
+def local_edges(edge_index, pattern: CommPattern, plan: RankPlan, target_part=None, chunk: int = EDGE_CHUNK):
     """The edges whose target ``plan.rank`` owns, relabelled to local ids.
 
     Returns ``(row, col, edge_id)``: ``row`` indexes owned rows, ``col`` indexes
     ``[owned | halo]`` columns, ``edge_id`` the position in the global edge list
     (to slice edge weights).  Sorted by (row, col): ready for CSR.  With ``target_part``
     (a bipartite relation, see :func:`comm_pattern`) ``row`` indexes the owned targets.
+    The rank's edges are found ``chunk`` edges at a time (O(its edges + chunk) memory).
     """
     src, dst = _numpy_long(edge_index)
     part, r = pattern.part, plan.rank
     owner = part if target_part is None else _numpy_long(target_part)
-    edge_id = np.flatnonzero(owner[dst] == r)
-    s, d = src[edge_id], dst[edge_id]
-    row = (pattern.local_index if target_part is None else owner_rows(owner, pattern.num_parts)[1])[d]
-    col = pattern.local_index[s].copy()
-    remote = part[s] != r
-    if remote.any():
-        N = pattern.num_nodes
-        halo_key = part[plan.halo_n_id.numpy()] * N + plan.halo_n_id.numpy()  # sorted
-        col[remote] = plan.num_owned + np.searchsorted(halo_key, part[s[remote]] * N + s[remote])
+    step = max(1, chunk)
+    edge_id = np.concatenate([np.empty(0, dtype=np.int64)] + [
+        a + np.flatnonzero(owner[dst[a:a + step]] == r) for a in range(0, dst.size, step)])
+    target_index = pattern.local_index if target_part is None else owner_rows(owner, pattern.num_parts)[1]
+    halo_key = part[plan.halo_n_id.numpy()] * pattern.num_nodes + plan.halo_n_id.numpy()  # sorted
+    row, col = np.empty_like(edge_id), np.empty_like(edge_id)
+    for a in range(0, edge_id.size, step):  # relabelled a chunk at a time
+        ids = edge_id[a:a + step]
+        row[a:a + step] = target_index[dst[ids]]
+        s = src[ids]
+        col[a:a + step] = np.where(part[s] == r, pattern.local_index[s],
+                                   plan.num_owned + np.searchsorted(halo_key, part[s] * pattern.num_nodes + s))
     order = np.lexsort((col, row))
-    return (torch.from_numpy(row[order]), torch.from_numpy(col[order]),
-            torch.from_numpy(edge_id[order]))
+    row = row[order]  # one array at a time: the rank's edges are the writer's largest arrays
+    col = col[order]
+    edge_id = edge_id[order]
+    return torch.from_numpy(row), torch.from_numpy(col), torch.from_numpy(edge_id)

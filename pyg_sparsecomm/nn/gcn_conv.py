@@ -28,7 +28,9 @@ class DistributedGCNConv(GCNConv):
     column, :mod:`~pyg_sparsecomm.nn.layer_normalisation`); its linear map runs first on the owned rows and
     the aggregation :math:`\hat A (X \Theta)` is one distributed SpMM by ``algorithm`` (ICPP'24
     eq. (1), Algorithm 1), which fetches the rows of other ranks that the block row needs.  With
-    ``cached=True`` the normalisation and the SpMM built on it are kept.  Forward, input gradients
+    ``cached=True`` the normalisation and the SpMM built on it are kept, the normalised adjacency
+    once per shard for all the cached layers that normalise alike (:mod:`~.shared_adjacency`).
+    Forward, input gradients
     and parameter gradients equal single-process ``GCNConv`` on the whole graph.  Unlike
     ``distribute(GCNConv(...))`` it accepts a 1.5D algorithm with ``replication=1`` (the ``P x 1``
     grid) and does not synchronise parameter gradients (a model holding it does, e.g. through

@@ -14,7 +14,8 @@ of these that fits how the class's ``forward`` reaches ``gcn_norm``:
   is empty and use the cache otherwise.  The forward pre-hook fills an empty cache with the
   distributed normalisation of the call's graph, so PyG's own code caches as it does: once per
   shard (the first-use check refuses another shard, :mod:`.first_use`), emptied by PyG's
-  ``reset_parameters``;
+  ``reset_parameters``.  The shard keeps one such normalisation per set of choices, which every
+  cached layer normalising alike shares (:mod:`.shared_adjacency`);
 * ``"arguments"`` (``GCNConv``, ``GCN2Conv``, ``APPNP``, ``DNAConv``, ``FAConv``, ``TAGConv``,
   ``LGConv``; any ``cached``): the forward normalises its graph arguments before using them.
   The pre-hook passes the normalised ``(edge_index, edge_weight)`` with ``normalize=False`` for
@@ -46,7 +47,9 @@ from torch_geometric.nn import MessagePassing
 from ..compat import gcn_norm_cache, set_gcn_norm_cache
 from . import degree_norm
 from .layer_rules import GcnNormalisation
+from .linear_aggregation import linear_weight_arg
 from .shard_context import ShardContext
+from .shared_adjacency import shared_normalisation
 
 Normalise = Callable[[Tensor, Tensor | None], tuple[Tensor, Tensor]]
 
@@ -97,16 +100,19 @@ def _applies(conv: MessagePassing, use: GcnNormalisation, arguments: dict) -> bo
     return _local(arguments.get("edge_index"))
 
 
-def _normaliser(conv: MessagePassing, use: GcnNormalisation, arguments: dict, context: ShardContext) -> Normalise:
-    """PyG's ``gcn_norm`` call of ``conv``'s forward, with global degrees."""
+def _normaliser(conv: MessagePassing, use: GcnNormalisation, arguments: dict,
+                context: ShardContext) -> tuple[Normalise, tuple]:
+    """PyG's ``gcn_norm`` call of ``conv``'s forward, with global degrees, and the choices its
+    result depends on besides its inputs."""
     improved = bool(conv.improved) if use.improved else False
     self_loops = bool(conv.add_self_loops) if use.self_loops else False
     value = arguments.get(use.dtype_of) if use.dtype_of else None
     dtype = value.dtype if isinstance(value, Tensor) else None
+    flow = conv.flow
 
     def normalise(edge_index: Tensor, weight: Tensor | None) -> tuple[Tensor, Tensor]:
-        return degree_norm.gcn_norm(context, edge_index, weight, None, improved, self_loops, conv.flow, dtype)
-    return normalise
+        return degree_norm.gcn_norm(context, edge_index, weight, None, improved, self_loops, flow, dtype)
+    return normalise, ("gcn_norm", improved, self_loops, dtype, flow, context.adj.given_as)
 
 
 def normalise_call(conv: MessagePassing, use: GcnNormalisation, bound: BoundArguments, context: ShardContext) -> None:
@@ -122,11 +128,13 @@ def normalise_call(conv: MessagePassing, use: GcnNormalisation, bound: BoundArgu
     args = bound.arguments
     if not _applies(conv, use, args):
         return
-    normalise = _normaliser(conv, use, args, context)
+    normalise, choices = _normaliser(conv, use, args, context)
     weight = args.get(use.weight) if use.weight else None
     if use.pyg_cache and getattr(conv, "cached", False):
-        if gcn_norm_cache(conv) is None:
-            set_gcn_norm_cache(conv, normalise(args["edge_index"], weight))
+        if gcn_norm_cache(conv) is None:  # one normalised graph per shard and choices (shared_adjacency)
+            in_csr_order = linear_weight_arg(conv) is not None  # its propagation is the SpMM
+            set_gcn_norm_cache(conv, shared_normalisation(context.adj, choices, args["edge_index"], weight,
+                                                          normalise, in_csr_order))
     elif use.delivery == "arguments":
         args["edge_index"], args[use.target] = normalise(args["edge_index"], weight)
         _switch_off(conv)

@@ -48,6 +48,7 @@ from .linear_aggregation import (
     linear_weight_arg,
     node_rows,
 )
+from .shared_adjacency import shared_aggregation
 from .source_exchange import check_call, exchange_edge_update_sources, running, with_halo
 
 if TYPE_CHECKING:
@@ -177,7 +178,8 @@ def _spmm(conv: MessagePassing, state: "LayerState", context: shard_context.Shar
         kept = state.cached_spmm.get(edge_index, weight, context.adj, rows.dtype, state.chosen_algorithm)
         if kept is not None:
             return kept
-    adj = state.adjacency.aggregation(edge_index, weight, conv.aggr, context.adj, rows.dtype)
+    adj = (shared_aggregation(context.adj, edge_index, weight, conv.aggr, rows.dtype)  # a cached normalisation
+           or state.adjacency.aggregation(edge_index, weight, conv.aggr, context.adj, rows.dtype))
     settings = state.settings
     grid = settings.grid()
     exchanger = state.exchanger(context)
