@@ -1,10 +1,10 @@
 """Run by ``tests/test_elastic.py`` under an elastic ``torchrun --nnodes 1:2`` job of two agents
 ("nodes"), one worker each: ``python elastic_worker.py OUT [--allow-repartition]``.
 
-First attempt (2 ranks; if the first round of the rendezvous closed before node B joined, node A's
-1-rank worker waits until B's arrival restarts it): full-graph training (``checkpoint_drill.Net``, exact halos) for ``SAVED``
-steps with a checkpoint after each (``examples/train_gcn.py``'s ``resume`` and
-``checkpoint.save``); the worker of node A (``ELASTIC_NODE=a``) then writes ``OUT/at-save.pt`` (the
+First attempt (2 ranks; if the first round of the rendezvous closed before node B joined, node
+A's 1-rank worker waits until B's arrival restarts it): full-graph training
+(``checkpoint_drill.Net``, exact halos) for ``SAVED`` steps with a checkpoint after each
+(``examples/train_gcn.py``'s ``resume`` and ``checkpoint.save``); the worker of node A (``ELASTIC_NODE=a``) then writes ``OUT/at-save.pt`` (the
 parameters) and that of node B writes its pid into ``OUT/doomed`` and waits: the test kills it and
 its agent (a node lost).  A's worker's next collective fails, its agent restarts it, and
 torchrun's rendezvous completes without the lost node.

@@ -22,4 +22,5 @@ from .directory import complete_checkpoints, latest_checkpoint
 from .rank_state import partition_fingerprint
 from .resume import PartitionMismatchError, ResumePoint, load, save
 
-__all__ = ["save", "load", "ResumePoint", "PartitionMismatchError", "latest_checkpoint", "complete_checkpoints", "partition_fingerprint"]
+__all__ = ["save", "load", "ResumePoint", "PartitionMismatchError", "latest_checkpoint", "complete_checkpoints",
+           "partition_fingerprint"]
