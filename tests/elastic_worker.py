@@ -6,8 +6,9 @@ A's 1-rank worker waits until B's arrival restarts it): full-graph training
 (``checkpoint_drill.Net``, exact halos) for ``SAVED`` steps with a checkpoint after each
 (``examples/train_gcn.py``'s ``resume`` and ``checkpoint.save``); the worker of node A
 (``ELASTIC_NODE=a``) then writes ``OUT/at-save.pt`` (the parameters) and that of node B writes its
-pid into ``OUT/doomed`` and waits: the test kills it and its agent (a node lost).  A's worker's next collective fails, its agent restarts it, and
-torchrun's rendezvous completes without the lost node.
+pid into ``OUT/doomed`` and waits: the test kills it and its agent (a node lost).  A's worker's
+next collective fails, its agent restarts it, and torchrun's rendezvous completes without the lost
+node.
 
 Second attempt (1 rank): ``resume`` loads the 2-rank checkpoint (re-partitioned with
 ``--allow-repartition``; without it the example's error ends the job), checks the parameters are
