@@ -181,7 +181,10 @@ def resume(args, saved: dict, rank: int, verbose: bool = True) -> checkpoint.Res
     (``None``: no checkpoint option or none saved yet, a fresh start)."""
     if not args.checkpoint_dir:
         return None
-    point = checkpoint.load(args.checkpoint_dir, allow_repartition=args.allow_repartition, **saved)
+    try:
+        point = checkpoint.load(args.checkpoint_dir, allow_repartition=args.allow_repartition, **saved)
+    except checkpoint.PartitionMismatchError as error:  # e.g. an elastic job restarted with another P
+        raise SystemExit(f"{error}\nIn this example: pass --allow-repartition") from error
     if point is not None and verbose and rank == 0:
         how = f", re-partitioned from {point.world_size} ranks" if point.repartitioned else ""
         print(f"resumed from {point.path} (step {point.step}{how})")

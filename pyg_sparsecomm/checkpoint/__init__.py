@@ -20,6 +20,7 @@ started anew (:class:`ResumePoint`).
 """
 from .directory import complete_checkpoints, latest_checkpoint
 from .rank_state import partition_fingerprint
-from .resume import ResumePoint, load, save
+from .resume import PartitionMismatchError, ResumePoint, load, save
 
-__all__ = ["save", "load", "ResumePoint", "latest_checkpoint", "complete_checkpoints", "partition_fingerprint"]
+__all__ = ["save", "load", "ResumePoint", "PartitionMismatchError", "latest_checkpoint", "complete_checkpoints",
+           "partition_fingerprint"]

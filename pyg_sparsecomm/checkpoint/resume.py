@@ -34,6 +34,11 @@ from .rank_state import load_rank_state, partition_fingerprint, rank_state
 FORMAT_VERSION = 1
 
 
+class PartitionMismatchError(ValueError):
+    """:func:`load` of a checkpoint saved on another partition without ``allow_repartition=True``
+    (e.g. after an elastic membership change: another number of ranks)."""
+
+
 @dataclass
 class ResumePoint:
     """Where a loaded checkpoint stood.
@@ -159,7 +164,7 @@ def load(directory: str | Path, *, model: torch.nn.Module, shard: Data,
             parameters, optimizer, scheduler, loader position and ``extra`` are restored; the
             ranks' own state is not (random streams as seeded; stale pipelines start with one
             exact step, as at step 0; rounding streams as seeded).  Without it such a checkpoint
-            raises ``ValueError``. (default: ``False``)
+            raises :class:`PartitionMismatchError` (a ``ValueError``). (default: ``False``)
     """
     path = layout.latest_checkpoint(directory)
     if path is None:
@@ -167,11 +172,12 @@ def load(directory: str | Path, *, model: torch.nn.Module, shard: Data,
     info = layout.read_info(path)
     same = _same_partition(info, shard)
     if not same and not allow_repartition:
-        raise ValueError(f"checkpoint {path} was saved on another partition ({info['world_size']} ranks; this job "
-                         f"has {_world_size()}, or the shards differ: another graph, partitioning method or seed). "
-                         f"Its ranks' own state (stale pipelines, random and rounding streams) cannot continue "
-                         f"here; pass allow_repartition=True to resume its parameters, optimizer, scheduler and "
-                         f"loader position anyway, or resume on the partition it was saved on")
+        raise PartitionMismatchError(
+            f"checkpoint {path} was saved on another partition ({info['world_size']} ranks; this job has "
+            f"{_world_size()}, or the shards differ: another graph, partitioning method or seed). Its ranks' own "
+            f"state (stale pipelines, random and rounding streams) cannot continue here; pass "
+            f"allow_repartition=True to resume its parameters, optimizer, scheduler and loader position anyway, "
+            f"or resume on the partition it was saved on")
     model_state, optimizer_state = _model_and_optimizer(model, optimizer)
     state: dict[str, Any] = {"model": model_state, "replicated": b""}
     if optimizer is not None:
