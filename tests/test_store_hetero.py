@@ -30,7 +30,7 @@ def assert_same(a, b):
     if isinstance(a, torch.Tensor):
         assert isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
     elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b) and all(assert_same(x, y) is None for x, y in zip(a, b))
+        assert len(a) == len(b) and all(assert_same(x, y) is None for x, y in zip(a, b, strict=True))
     else:
         assert a == b
 
