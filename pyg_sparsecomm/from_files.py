@@ -33,7 +33,8 @@ from torch_geometric.data import Data
 from .data import shard_from_pattern
 from .partition import SparsityAwarePartitioner
 from .plan import CommPattern, comm_pattern
-from .store import _hash_tensor, _to_record, partition_source, write_partition
+from .store import _to_record, partition_source, write_partition
+from .store_format import hash_tensor
 
 PathLike = str | os.PathLike
 #: default bytes of one chunk of node-attribute rows (a chunk is read, hashed and scattered at once)
@@ -191,7 +192,7 @@ def _records(partitioner: SparsityAwarePartitioner, edge_index: Tensor, edge_wei
             if key == "num_parts":
                 h.update(f"num_parts={num_parts!r};".encode())
             elif key in tensors:
-                _hash_tensor(h, key, tensors[key])
+                hash_tensor(h, key, tensors[key])
             else:
                 _hash_scatter(h, key, node_files[key], pattern, scratch[key], chunk_bytes)
         source["fingerprint"] = h.hexdigest()

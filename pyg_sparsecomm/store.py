@@ -21,13 +21,13 @@ import hashlib
 import json
 import re
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch_geometric.data import Data
+from torch_geometric.data import Data, HeteroData
 
 from .adj import HaloAdj
 from .atomic_dir import atomic_directory, save_hashed, unfinished_hint, write_text_synced
@@ -38,23 +38,15 @@ from .data import attach_adjacency, replicate, shard_from_pattern
 from .grid import ProcessGrid
 from .inputs import with_edge_index
 from .partition.partitioner import option_value
-from .plan import RankPlan, comm_pattern
+from .plan import comm_pattern
+from .store_format import hash_tensor, plan_from_record, plan_record
+from .store_hetero import hetero_from_record, hetero_records, hetero_source
 
 # 2: the manifest holds a ``source`` description; part files hold sliced edge attributes.
 FORMAT_VERSION = 2
-_PLAN_TENSORS = ("n_id", "halo_n_id", "halo_owner", "halo_remote_index", "send_index")
-_PLAN_LISTS = ("send_counts", "recv_counts", "part_sizes")
 _MANIFEST_KEYS = {"format_version": int, "source": dict, "files": dict}
 _SOURCE_KEYS = {"num_parts": int, "num_nodes": int, "num_edges": int, "fingerprint": str}
 _NOT_RECORDED = "<not recorded>"
-
-
-def _hash_tensor(h: Any, name: str, value: torch.Tensor) -> None:
-    value = value.detach().cpu()
-    value = (value.to_dense() if value.layout != torch.strided else value).contiguous().reshape(-1)
-    h.update(f"{name}:{value.dtype}:{value.numel()}:".encode())
-    if value.numel():  # an empty tensor cannot be viewed as bytes (and has none)
-        h.update(value.view(torch.uint8).numpy())
 
 
 def graph_fingerprint(data: Data) -> str:
@@ -65,7 +57,7 @@ def graph_fingerprint(data: Data) -> str:
     for key in sorted(data.keys()):  # sorted: the same digest whatever the insertion order
         value = data[key]
         if isinstance(value, torch.Tensor):
-            _hash_tensor(h, key, value)
+            hash_tensor(h, key, value)
         elif isinstance(value, (bool, int, float, str)):
             h.update(f"{key}={value!r};".encode())
     return h.hexdigest()
@@ -127,13 +119,8 @@ def _sha256(path: Path) -> str:
 
 def _to_record(local: Data) -> dict:
     adj, plan = local.adj, local.adj.plan
-    record = {"rank": plan.rank, "world_size": plan.world_size, "num_nodes": plan.num_nodes,
-              "rowptr": adj.rowptr, "col": adj.col, "value": adj.value, "e_id": local.e_id,
-              "attrs": {}}
-    for name in _PLAN_TENSORS:
-        record[name] = getattr(plan, name)
-    for name in _PLAN_LISTS:
-        record[name] = list(getattr(plan, name))
+    record = {**plan_record(plan), "rowptr": adj.rowptr, "col": adj.col, "value": adj.value,
+              "e_id": local.e_id, "attrs": {}}
     skip = {"adj", "edge_weight", "e_id", "n_id", "num_nodes", "global_num_nodes"}
     for key, value in local.items():
         if key in skip:
@@ -142,26 +129,34 @@ def _to_record(local: Data) -> dict:
     return record
 
 
-def save_partition(data: Data, root: str | Path, source: Mapping | None = None) -> Path:
+def save_partition(data: Data | HeteroData, root: str | Path, source: Mapping | None = None) -> Path:
     """Writes every rank's shard of a partitioned ``data`` under ``root``; returns the manifest path.
 
     ``source`` (see :func:`partition_source`) describes how the partition was made; the manifest
     records it together with the graph's size, feature shape and :func:`graph_fingerprint`.
     The graph may be given as ``edge_index`` or ``adj_t``, as for :func:`~pyg_sparsecomm.shard`.
+    A partitioned ``HeteroData`` is written the same way, one file per rank holding what
+    ``shard(data)`` gives that rank (:mod:`~pyg_sparsecomm.store_hetero`).
     """
-    data = with_edge_index(data, "save_partition")
-    if getattr(data, "part", None) is None:
-        raise ValueError("data has no partition: apply SparsityAwarePartitioner first")
+    if isinstance(data, HeteroData):
+        measured = hetero_source(data)
+    else:
+        data = with_edge_index(data, "save_partition")
+        if getattr(data, "part", None) is None:
+            raise ValueError("data has no partition: apply SparsityAwarePartitioner first")
+        measured = _data_source(data)
     described = _canonical(dict(source or {}))
-    measured = _data_source(data)
     wrong = [(k, described[k], v) for k, v in measured.items() if k in described and described[k] != v]
     if wrong:  # the description belongs to another graph or partition: recording it would lie
         raise ValueError(f"source does not describe data: {_fields([(k, a) for k, a, _ in wrong])} given, "
                          f"but data has {_fields([(k, b) for k, _, b in wrong])}")
-    num_parts = measured["num_parts"]
-    pattern = comm_pattern(data.edge_index.cpu(), data.part.cpu(), data.num_nodes, num_parts)
-    records = (_to_record(shard_from_pattern(data, pattern, r)) for r in range(num_parts))
+    records = hetero_records(data) if isinstance(data, HeteroData) else _records(data, measured["num_parts"])
     return write_partition(root, {**described, **measured}, records)
+
+
+def _records(data: Data, num_parts: int) -> Iterator[dict]:
+    pattern = comm_pattern(data.edge_index.cpu(), data.part.cpu(), data.num_nodes, num_parts)
+    return (_to_record(shard_from_pattern(data, pattern, r)) for r in range(num_parts))
 
 
 def _is_partition_file(name: str) -> bool:
@@ -249,8 +244,9 @@ def check_source(root: str | Path, manifest: dict, expected_source: Mapping | No
 def load_shard(root: str | Path, group: dist.ProcessGroup | None = None,
                rank: int | None = None, world_size: int | None = None,
                expected_fingerprint: str | None = None, grid: ProcessGrid | None = None,
-               expected_source: Mapping | None = None) -> Data:
-    """Loads this rank's shard written by :func:`save_partition` (reads one part file only).
+               expected_source: Mapping | None = None) -> Data | HeteroData:
+    """Loads this rank's shard written by :func:`save_partition` (reads one part file only):
+    a ``HeteroData`` equal to ``shard(data)`` when a ``HeteroData`` was saved.
 
     With a 1.5D ``grid`` (a partition into ``P / c`` parts) it loads block row
     ``grid.row`` and returns the replicated view of :func:`~pyg_sparsecomm.shard`.
@@ -269,7 +265,7 @@ def load_shard(root: str | Path, group: dist.ProcessGroup | None = None,
     ``group``, the default group with a ``grid``), instead of one rank stopping while the
     others proceed into a collective it never joins.
     """
-    def load() -> Data:
+    def load() -> Data | HeteroData:
         return _load_shard(root, group, rank, world_size, expected_fingerprint, grid, expected_source)
 
     if rank is not None or world_size is not None:  # simulating a rank: no process group involved
@@ -279,11 +275,14 @@ def load_shard(root: str | Path, group: dist.ProcessGroup | None = None,
 
 def _load_shard(root: str | Path, group: dist.ProcessGroup | None, rank: int | None,
                 world_size: int | None, expected_fingerprint: str | None, grid: ProcessGrid | None,
-                expected_source: Mapping | None) -> Data:
+                expected_source: Mapping | None) -> Data | HeteroData:
     """:func:`load_shard` on this rank alone."""
     manifest = read_manifest(root)
     num_parts = manifest["source"]["num_parts"]
     if grid is not None:
+        if manifest["source"].get("kind") == "hetero":
+            raise ValueError(f"the partition in {root} is of a HeteroData, which has no 1.5D layout: load it "
+                             f"without grid=")
         if num_parts != grid.num_block_rows:
             raise ValueError(f"the partition in {root} has {num_parts} parts but a grid with c="
                              f"{grid.replication} on {grid.world_size} ranks needs P/c={grid.num_block_rows}")
@@ -310,7 +309,7 @@ def _load_shard(root: str | Path, group: dist.ProcessGroup | None, rank: int | N
                          f"replaced while loading): load again")
     if rec["rank"] != rank or rec["world_size"] != world_size:
         raise ValueError(f"{path} holds rank {rec['rank']} of {rec['world_size']}, expected {rank} of {world_size}")
-    plan = RankPlan(rank=rank, world_size=world_size, num_nodes=rec["num_nodes"],
-                    **{k: rec[k] for k in _PLAN_TENSORS}, **{k: rec[k] for k in _PLAN_LISTS})
-    adj = HaloAdj(rec["rowptr"], rec["col"], rec["value"], plan)
+    if rec.get("kind") == "hetero":
+        return hetero_from_record(rec)
+    adj = HaloAdj(rec["rowptr"], rec["col"], rec["value"], plan_from_record(rec))
     return attach_adjacency(Data(**rec["attrs"]), adj, rec["e_id"])
