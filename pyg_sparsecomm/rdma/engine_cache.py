@@ -25,6 +25,7 @@ goes with the process).
 from __future__ import annotations
 
 import atexit
+import gc
 import threading
 import weakref
 from collections import OrderedDict
@@ -144,9 +145,14 @@ def lease(fingerprint: str, build: Callable[[], Any]) -> Lease:
 
 
 def collect(keep: int = MAX_IDLE_ENGINES) -> None:
-    """Collective: frees the engines unreferenced on every rank, oldest first, keeping ``keep`` of them."""
+    """Collective: frees the engines unreferenced on every rank, oldest first, keeping ``keep`` of them.
+
+    Runs the garbage collector first: a lease held only by garbage in a reference cycle (a dropped
+    algorithm still linked to its layer's state) is released by the collector, not by reference
+    counting, and whether an automatic collection ran before this point depends on allocations."""
     if not _ENGINES and _BACKEND is None:
         return
+    gc.collect()
     gathered = backend().allgather(_idle())
     _evict(list(set.intersection(*(set(part) for part in gathered))), keep)
 
