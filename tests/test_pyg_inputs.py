@@ -153,14 +153,13 @@ def _hetero():
     return data
 
 
-@pytest.mark.parametrize("call", ["save_partition"])  # the partitioner and shard() take HeteroData
-def test_hetero_data_is_refused_with_what_is_supported(call, tmp_path):
+def test_unpartitioned_hetero_data_is_refused_naming_the_partitioner(tmp_path):
+    # a partitioned HeteroData saves (tests/test_store_hetero.py); an unpartitioned one names the fix
+    with pytest.raises(ValueError, match=r"node type\(s\) \['paper', 'author'\] have no partition: apply "
+                                         r"SparsityAwarePartitioner"):
+        save_partition(_hetero(), tmp_path)
     hetero = SparsityAwarePartitioner(2, "random")(_hetero())
-    run = {"save_partition": lambda d: save_partition(d, tmp_path)}[call]
-    with pytest.raises(ValueError, match=r"homogeneous graph .*got HeteroData with node types \['paper', "
-                                         r"'author'\].*data\.to_homogeneous\(\)"):
-        run(hetero)
-    # the advice works: the homogeneous graph partitions and shards, node_type and all
+    # to_homogeneous() of a partitioned HeteroData partitions and shards, node_type and all
     homogeneous = SparsityAwarePartitioner(2, "random")(hetero.to_homogeneous())
     local = shard(homogeneous, rank=0, world_size=2)
     assert torch.equal(local.node_type, homogeneous.node_type[local.n_id])
