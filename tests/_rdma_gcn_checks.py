@@ -1,5 +1,5 @@
 """``DistributedGCNConv(algorithm="rdma")`` == PyG ``GCNConv``: checks shared by the MPI worker
-(``tests/_rdma_gcn_worker.py``) and the emulated symmetric-memory backend (``tests/rdma/test_symm_backend.py``).
+(``tests/_rdma_worker.py --store``) and the emulated symmetric-memory backend (``tests/rdma/test_symm_backend.py``).
 
 * :func:`check` — output, input, weight and bias gradients for every graph case (including
   edge weights) and GCNConv option;

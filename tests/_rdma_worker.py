@@ -1,16 +1,30 @@
 """Checks of :mod:`pyg_sparsecomm.rdma` run under ``mpiexec -n P`` by tests/rdma/test_rdma.py.
 
-``python _rdma_worker.py RESULTS [check ...]``: every check asserts on every rank and
-returns what it reports; once all of them held on all ranks, rank 0 writes
+``python _rdma_worker.py [--store STORE] RESULTS [check ...]``: every check asserts on every
+rank and returns what it reports; once all of them held on all ranks, rank 0 writes
 ``{"passed": [names], "info": {...}}`` as JSON to ``RESULTS`` and the job exits 0.
 Any failure prints the traceback and aborts the whole MPI job with exit code 1 (so
 no peer hangs and the parent sees a failed job, not a missing line).
+
+With ``--store``, the same job then initialises torch.distributed (gloo, file store ``STORE``)
+with the MPI ranks and checks ``DistributedGCNConv(algorithm="rdma")`` against PyG's
+``GCNConv`` (``tests/_rdma_gcn_checks.py``):
+
+* ``gcn_rdma_equivalence`` — output, input, weight and bias gradients for every graph
+  case (including edge weights) and GCNConv option;
+* ``gcn_rdma_many_adjacencies`` — more adjacencies alive than the engine cache keeps
+  idle (cached=True layers with different edge weights), forward and backward on all
+  of them twice, then collective release and eviction.
+
+One job per ``P`` runs both (each MPI process pays the interpreter's start-up, about as much
+as all the checks of a small ``P``).
 """
 import faulthandler
 import json
 import os
 import sys
 import traceback
+from datetime import timedelta
 
 import numpy as np
 import scipy.sparse as sp
@@ -99,17 +113,39 @@ CHECKS = {"spmm": check_spmm, "stealing": check_stealing,
           "queue": check_queue, "errors": check_errors_and_measure,
           "heap": check_heap_fallback}
 
+def check_gcn_conv(store: str) -> dict:
+    """``DistributedGCNConv(algorithm="rdma")`` == ``GCNConv`` over a gloo group of the MPI ranks."""
+    import torch
+    import torch.distributed as dist
+    from _rdma_gcn_checks import check, check_many_adjacencies
+
+    import pyg_sparsecomm.algorithms.rdma as rdma_algorithm
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=RANK, world_size=P,
+                            timeout=timedelta(seconds=60))
+    check(RANK, P)
+    check_many_adjacencies(RANK, P)
+    rdma_algorithm.free_engines()
+    dist.barrier()
+    dist.destroy_process_group()
+    return {"gcn_rdma_equivalence": None, "gcn_rdma_many_adjacencies": None}
+
+
 if __name__ == "__main__":
     # a hung rank prints where it hangs before the test's subprocess timeout kills the job
     faulthandler.dump_traceback_later(float(os.environ.get("RDMA_TEST_DUMP_AFTER", "140")), exit=True)
     try:
+        args = sys.argv[1:]
+        store, args = (args[1], args[2:]) if args[:1] == ["--store"] else (None, args)
         results = {}
-        for name in sys.argv[2:] or CHECKS:
+        for name in args[1:] or CHECKS:
             results.update(CHECKS[name]())
             be.barrier()  # the check held on every rank
         be.close()  # collective: no window left in use when MPI finalises
+        if store is not None:
+            results.update(check_gcn_conv(store))
         if RANK == 0:
-            with open(sys.argv[1], "w") as fh:
+            with open(args[0], "w") as fh:
                 json.dump({"passed": list(results), "info": {k: v for k, v in results.items() if v}}, fh)
     except BaseException:  # noqa: BLE001 -- any failure must abort every rank, or peers hang
         traceback.print_exc()

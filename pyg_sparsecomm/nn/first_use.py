@@ -15,6 +15,9 @@ some ranks and a silently wrong result on others.  The first call of a layer on 
 and every rank derives the same verdict from the same gathered list, so every rank raises the
 same ``ValueError`` naming the problem, the ranks and the fix.  Rank ``s`` sends rank ``r`` exactly
 the rows ``r`` expects iff the digests of the ids ``s`` sends to ``r`` and ``r`` receives from ``s`` agree.
+The fingerprints travel first as a fixed number of integers (:func:`summary`, digests as ``int64``)
+in one host all-gather; only when those show a problem (:func:`agrees`) does every rank gather the
+whole entries (``all_gather_object``: two collectives and pickling) to word the message.
 
 Later calls (:func:`check_call`) run this rank's cheap checks (edge arguments, rows of ``x``) and
 agree on two flags with one host all-reduce (a few integers over gloo, no device wait): *some rank
@@ -35,7 +38,7 @@ from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
 from ..adj import HaloAdj
-from ..comm.group import host_all_reduce, is_distributed, raise_together, rank, world_size
+from ..comm.group import host_all_gather, host_all_reduce, is_distributed, raise_together, rank, world_size
 from ..plan import RankPlan
 from .layer_adapters import forward_signature
 
@@ -62,6 +65,47 @@ class CheckedPlan:
 
     def __getstate__(self) -> dict:
         return {"_ref": None}
+
+
+def _as_int64(value: int) -> int:
+    """``value`` modulo 2^64 as a signed ``int64``."""
+    value %= _WRAP
+    return value - _WRAP if value >= _WRAP // 2 else value
+
+
+def _text_digest(text: str) -> int:
+    return _as_int64(int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little"))
+
+
+def summary(entry: dict, size: int) -> list[int]:
+    """``entry`` (a :func:`fingerprint`) as ``10 + 2 * size`` integers (``size``: the group's world
+    size): rank, world size, nodes, owned rows, the two id sums, error?, features?, the features'
+    digest, group size, then the digests sent to and received from each peer."""
+    def per_peer(digests: list[str]) -> list[int]:
+        ints = [_as_int64(int(d, 16)) for d in digests[:size]]
+        return ints + [0] * (size - len(ints))
+    features = entry["features"]
+    return [entry["rank"], entry["world_size"], entry["num_nodes"], entry["num_owned"],
+            *(_as_int64(v) for v in entry["id_sums"]), int(entry["error"] is not None), int(features is not None),
+            _text_digest(repr(features)), entry["group_size"], *per_peer(entry["sent"]), *per_peer(entry["received"])]
+
+
+def agrees(rows: list[list[int]]) -> bool:
+    """Whether the gathered :func:`summary` rows show nothing :func:`verdict` would report: no
+    error, shards of one partition of one graph for this group, node features alike (``True``
+    implies that :func:`verdict` finds nothing, barring a collision of 64-bit digests)."""
+    size = len(rows)
+    if any(row[6] or row[1] != size or row[0] != r or row[9] != size for r, row in enumerate(rows)):
+        return False
+    n = rows[0][2]
+    if any(row[2] != n for row in rows):
+        return False
+    covered = (sum(row[3] for row in rows), sum(row[4] for row in rows) % _WRAP, sum(row[5] for row in rows) % _WRAP)
+    if covered != (n, n * (n - 1) // 2 % _WRAP, (n - 1) * n * (2 * n - 1) // 6 % _WRAP):
+        return False
+    if any(rows[s][10 + r] != rows[r][10 + size + s] for s in range(size) for r in range(size) if s != r):
+        return False
+    return not all(row[7] for row in rows) or len({row[8] for row in rows}) == 1
 
 
 def _digest(t: Tensor) -> str:
@@ -207,8 +251,11 @@ def check_first_use(who: str, adj: HaloAdj, x: Any, local_checks: Callable[[], N
         if error:
             raise ValueError(error)
         return
-    entries: list[Any] = [None] * world_size(group)
-    dist.all_gather_object(entries, fingerprint(adj.plan, x, error, group), group=group)
+    entry = fingerprint(adj.plan, x, error, group)
+    if agrees(host_all_gather(summary(entry, world_size(group)), group)):
+        return
+    entries: list[Any] = [None] * world_size(group)  # every rank is here: word the problem from the whole entries
+    dist.all_gather_object(entries, entry, group=group)
     message = verdict(entries, who)
     if message:
         raise ValueError(f"{who} (first call on this shard; every rank raises this error):\n{message}")

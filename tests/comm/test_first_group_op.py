@@ -19,7 +19,7 @@ from pyg_sparsecomm.comm.stale import stale_halo_exchange
 from pyg_sparsecomm.testing import launch
 
 #: torch.distributed calls recorded: name -> how to find the group among the arguments
-_RECORDED = ("all_reduce", "all_to_all_single", "broadcast", "barrier", "all_gather_object", "reduce")
+_RECORDED = ("all_reduce", "all_to_all_single", "broadcast", "barrier", "all_gather", "all_gather_object", "reduce")
 
 
 def _record_first_ops(first: dict) -> None:

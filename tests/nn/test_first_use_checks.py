@@ -111,11 +111,15 @@ def test_every_rank_raises_the_same_clear_error(name):
 
 def _consistent(rank, world_size):
     """Consistent shards: the check passes, a cached layer on its own shard (called again, and with
-    the shard re-built) keeps working, and the check runs once per layer and shard."""
+    the shard re-built) keeps working, and the check runs once per layer and shard: one fixed-size
+    all-gather each time, never the whole entries' (``all_gather_object``: only to word a problem)."""
     import torch.distributed as dist
-    calls = []
-    original = dist.all_gather_object
-    dist.all_gather_object = lambda *a, **k: (calls.append(1), original(*a, **k))[1]
+
+    import pyg_sparsecomm.nn.first_use as first_use
+    calls, objects = [], []
+    original, original_objects = first_use.host_all_gather, dist.all_gather_object
+    first_use.host_all_gather = lambda *a, **k: (calls.append(1), original(*a, **k))[1]
+    dist.all_gather_object = lambda *a, **k: (objects.append(1), original_objects(*a, **k))[1]
     try:
         data = graph(partition_a())
         local = shard(data)
@@ -124,10 +128,47 @@ def _consistent(rank, world_size):
         again = _call(layer, local)
         rebuilt = _call(layer, shard(data))
     finally:
-        dist.all_gather_object = original
-    return len(calls), bool(torch.equal(first, again) and torch.equal(first, rebuilt))
+        first_use.host_all_gather, dist.all_gather_object = original, original_objects
+    return len(calls), len(objects), bool(torch.equal(first, again) and torch.equal(first, rebuilt))
 
 
 def test_consistent_shards_pass_and_are_checked_once_per_shard():
-    for checks, same in launch(_consistent, 2):
-        assert checks == 2 and same  # the first call and the re-built shard's
+    for checks, whole_entries, same in launch(_consistent, 2):
+        assert checks == 2 and whole_entries == 0 and same  # the first call and the re-built shard's
+
+
+def test_the_gathered_integers_agree_exactly_when_the_verdict_finds_nothing():
+    """``agrees`` (the first, fixed-size all-gather) must flag every problem ``verdict`` words: a
+    summary that agrees where the whole entries disagree would let a wrong shard through."""
+    from pyg_sparsecomm.nn.first_use import agrees, fingerprint, summary, verdict
+
+    def entries(parts, shards=None, x=None, errors=None):
+        out = []
+        for r in range(3):
+            local = shards[r] if shards and r in shards else shard(graph(parts), rank=r, world_size=3)
+            features = (x or {}).get(r, local.x)
+            entry = fingerprint(local.adj.plan, features, (errors or {}).get(r), None)
+            out.append({**entry, "group_rank": r, "group_size": 3})
+        return out
+
+    three = torch.arange(N) % 3
+    other = torch.randperm(N, generator=torch.Generator().manual_seed(1)) % 3
+    two = torch.arange(N) % 2
+    cases = {
+        "consistent": entries(three),
+        "one rank without x": entries(three, x={1: None}),
+        "another partition on rank 1": entries(three, shards={1: shard(graph(other), rank=1, world_size=3)}),
+        "the shard of rank 0 on rank 2": entries(three, shards={2: shard(graph(three), rank=0, world_size=3)}),
+        "a two-part shard on rank 1": entries(three, shards={1: shard(graph(two), rank=1, world_size=2)}),
+        "another graph on rank 0": entries(three, shards={0: shard(Data(x=torch.randn(N + 3, F),
+                                           edge_index=torch.tensor([[0, 1], [1, 2]]), num_nodes=N + 3,
+                                           part=torch.arange(N + 3) % 3, num_parts=3), rank=0, world_size=3)}),
+        "feature width": entries(three, x={2: torch.randn(20, F + 1)}),
+        "feature dtype": entries(three, x={0: torch.randn(20, F, dtype=torch.float64)}),
+        "an error on rank 1": entries(three, errors={1: "x has 3 rows"}),
+    }
+    for name, gathered in cases.items():
+        rows = [summary(e, 3) for e in gathered]
+        assert all(len(row) == len(rows[0]) for row in rows), name
+        assert agrees(rows) == (verdict(gathered, "SAGEConv") is None), name
+        assert agrees(rows) == (name in ("consistent", "one rank without x")), name

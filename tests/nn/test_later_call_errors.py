@@ -82,19 +82,22 @@ def test_every_rank_raises_the_original_error_at_a_later_step(name):
 def _later_calls(rank, world_size):
     """Consistent later calls: one host all-reduce of two flags each, the all-gather only once per shard."""
     import torch.distributed as dist
-    gathers = []
-    original = dist.all_gather_object
-    dist.all_gather_object = lambda *a, **k: (gathers.append(1), original(*a, **k))[1]
+
+    import pyg_sparsecomm.nn.first_use as first_use
+    gathers, objects = [], []
+    original, original_objects = first_use.host_all_gather, dist.all_gather_object
+    first_use.host_all_gather = lambda *a, **k: (gathers.append(1), original(*a, **k))[1]
+    dist.all_gather_object = lambda *a, **k: (objects.append(1), original_objects(*a, **k))[1]
     try:
         local = shard(graph(partition_a()))
         torch.manual_seed(0)
         layer = distribute(SAGEConv(F, OUT))
         outs = [layer(local.x, local.adj) for _ in range(GOOD_STEPS)]
     finally:
-        dist.all_gather_object = original
-    return len(gathers), all(torch.equal(outs[0], o) for o in outs)
+        first_use.host_all_gather, dist.all_gather_object = original, original_objects
+    return len(gathers), len(objects), all(torch.equal(outs[0], o) for o in outs)
 
 
 def test_consistent_later_calls_gather_nothing():
-    for gathers, same in launch(_later_calls, 2):
-        assert gathers == 1 and same
+    for gathers, whole_entries, same in launch(_later_calls, 2):
+        assert gathers == 1 and whole_entries == 0 and same

@@ -258,7 +258,7 @@ def test_restart_objective(monkeypatch):
     mesh_edges += [(i * 30 + j, (i + 1) * 30 + j) for i in range(29) for j in range(30)]
     mesh = torch.tensor(mesh_edges).t()
     mesh = Data(edge_index=torch.cat([mesh, mesh.flip(0)], 1), num_nodes=900)  # a 30 x 30 grid
-    hubs = _skewed(n=3000, m=40000, seed=7, directed=False)
+    hubs = _skewed(n=800, m=8000, seed=7, directed=False)
     for data, expected in ((mesh, "vol"), (hubs, "cut")):
         xadj, _ = symmetric_csr(data.edge_index, data.num_nodes)
         assert balance.restart_objective(xadj) == expected

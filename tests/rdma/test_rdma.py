@@ -1,8 +1,9 @@
 """Tests of the one-sided RDMA engine :mod:`pyg_sparsecomm.rdma` (issue #5, part 2).
 
 The distributed checks live in ``tests/_rdma_worker.py`` and run under
-``mpiexec -n P`` for P = 1, 2, 3, 4 (one launch per P, all checks batched, with a
-timeout so a dead or hung peer fails the test instead of hanging it).  A job passes
+``mpiexec -n P`` for P = 1, 2, 3, 4 (one launch per P, all checks batched, the engine's and
+``DistributedGCNConv(algorithm="rdma")``'s, with a timeout so a dead or hung peer fails the
+test instead of hanging it).  A job passes
 when it exits 0 and its rank 0 wrote the JSON results file listing every check (any
 failed assertion aborts the job with exit code 1).  mpi4py and mpiexec are required:
 CI installs them via the ``test`` extra, and a missing one is a failure, not a skip.
@@ -28,13 +29,12 @@ sys.path.insert(0, str(BENCHMARKS))
 from rdma_measure import roofline_svg, stage_load_imbalance  # noqa: E402 -- benchmark code, after sys.path
 
 WORKER = ROOT / "tests" / "_rdma_worker.py"
-GCN_WORKER = ROOT / "tests" / "_rdma_gcn_worker.py"
 SIZES = (1, 2, 3, 4)
 CHECKS = ("spmm_equals_torch", "spgemm_equals_torch", "work_stealing_each_product_once",
           "queue_loses_no_update", "errors_and_measure", "heap_fallback")
 
 
-def mpiexec(P: int, *args: str, timeout: float = 150) -> subprocess.CompletedProcess:
+def mpiexec(P: int, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     """``mpiexec -n P python *args`` with one thread per process; a timeout fails the test."""
     try:
         exe = find_mpiexec()
@@ -52,20 +52,20 @@ def mpiexec(P: int, *args: str, timeout: float = 150) -> subprocess.CompletedPro
 
 @pytest.fixture(scope="module")
 def mpi_job(tmp_path_factory):
-    """``mpi_job(P, worker, store=False)``: the results a worker wrote after a successful ``mpiexec -n P``
-    run (each job runs once per module; ``store``: pass it a torch.distributed file store first).  Fails
-    the test unless the job exited 0 and wrote its results file."""
+    """``mpi_job(P)``: the results ``tests/_rdma_worker.py`` wrote after a successful ``mpiexec -n P``
+    run of every check (each ``P`` runs once per module; the worker gets a torch.distributed file
+    store for its ``DistributedGCNConv`` checks).  Fails the test unless the job exited 0 and wrote
+    its results file."""
     done = {}
 
-    def run(P: int, worker: Path, store: bool = False) -> dict:
-        if (P, worker) not in done:
-            workdir = tmp_path_factory.mktemp(f"{worker.stem}{P}")
-            args = [str(workdir / "store")] if store else []  # the gloo file store of torch.distributed
-            done[P, worker] = (mpiexec(P, str(worker), *args, str(workdir / "results.json")),
-                               workdir / "results.json")
-        proc, results = done[P, worker]
+    def run(P: int) -> dict:
+        if P not in done:
+            workdir = tmp_path_factory.mktemp(f"rdma{P}")
+            done[P] = (mpiexec(P, str(WORKER), "--store", str(workdir / "store"), str(workdir / "results.json")),
+                       workdir / "results.json")
+        proc, results = done[P]
         assert proc.returncode == 0 and results.is_file(), (
-            f"mpiexec -n {P} {worker.name} failed (rc={proc.returncode})\n"
+            f"mpiexec -n {P} {WORKER.name} failed (rc={proc.returncode})\n"
             f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}")
         return json.loads(results.read_text())
     return run
@@ -78,14 +78,14 @@ def test_rdma_under_mpiexec(check, P, mpi_job):
     """SpMM/SpGEMM of every algorithm == torch.sparse (ragged tiles, empty tiles, R-MAT skew);
     work stealing reserves every product exactly once; the remote queue loses no update under
     concurrent pushes; bad tile/process grids raise ValueError under MPI."""
-    assert check in mpi_job(P, WORKER)["passed"]
+    assert check in mpi_job(P)["passed"]
 
 
 @pytest.mark.mpi
 def test_work_stealing_really_steals_from_a_slow_rank(mpi_job):
     """The stealing check is only meaningful if stealing happens: at P=2 the held-back rank loses work
     (deterministic: it waits before its first product until a thief has reserved one of its products)."""
-    stolen = mpi_job(2, WORKER)["info"]["work_stealing_each_product_once"]["stolen"]
+    stolen = mpi_job(2)["info"]["work_stealing_each_product_once"]["stolen"]
     assert set(stolen) == {"random", "locality"} and all(s > 0 for s in stolen.values()), stolen
 
 
@@ -97,7 +97,7 @@ def test_gcn_conv_rdma_matches_gcnconv(check, P, mpi_job):
     output, input/weight/bias gradients for undirected/directed/isolated/weighted/self-loop graphs, an empty
     part and every GCNConv option; and more adjacencies alive than the engine cache keeps idle (cached
     layers, forward + backward on all of them twice), no engine freed while in use."""
-    assert check in mpi_job(P, GCN_WORKER, store=True)["passed"]
+    assert check in mpi_job(P)["passed"]
 
 
 @pytest.mark.parametrize("shape,tile", [((10, 10), (0, 3)), ((10, 10), (3, -2)), ((0, 5), (2, 2)),
