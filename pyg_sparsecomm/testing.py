@@ -7,8 +7,9 @@ rank.  A failing rank's traceback is raised as ``RuntimeError`` in the caller;
 a job that does not finish within ``timeout`` seconds is killed and reported,
 so a hang can never stall a test suite.
 
-Processes are forked from a ``forkserver`` that imported torch, PyG and this package once
-(where the platform has one; else they are spawned): a spawned process spends seconds
+Processes are forked from a ``forkserver`` that imported torch, PyG and this package once and
+built one instance of each PyG conv class (:mod:`~pyg_sparsecomm.testing_warm`; where the platform
+has a fork server; else they are spawned): a spawned process spends seconds
 importing torch before it runs anything (measured here: 34 s to start 4 ranks on a loaded
 2-core machine, 0.3 s from the warm fork server), which dominated multi-process test time.
 """
@@ -73,8 +74,10 @@ def _worker(fn, rank, world_size, store_path, args, results, threads, pg_timeout
         release_groups()  # gloo's threads end before the interpreter does (see release_groups)
 
 
-# the package's public names load lazily: preload the modules behind them, as a worker would import them
-_PRELOAD = ["torch", "torch_geometric", "pyg_sparsecomm", *sorted({f"pyg_sparsecomm{m}" for m in _EXPORTS.values()})]
+# the package's public names load lazily: preload the modules behind them, as a worker would import them; then
+# PyG's per-class generated code (testing_warm: 0.1 s per conv class and process otherwise)
+_PRELOAD = ["torch", "torch_geometric", "pyg_sparsecomm", *sorted({f"pyg_sparsecomm{m}" for m in _EXPORTS.values()}),
+            "pyg_sparsecomm.testing_warm"]
 
 
 def _context():
