@@ -75,9 +75,9 @@ def _worker(fn, rank, world_size, store_path, args, results, threads, pg_timeout
 
 
 # the package's public names load lazily: preload the modules behind them, as a worker would import them; then
-# PyG's per-class generated code (testing_warm: 0.1 s per conv class and process otherwise)
+# PyG's per-class generated code (testing_warm: 0.1 s per conv class and process otherwise) and METIS's binding
 _PRELOAD = ["torch", "torch_geometric", "pyg_sparsecomm", *sorted({f"pyg_sparsecomm{m}" for m in _EXPORTS.values()}),
-            "pyg_sparsecomm.testing_warm"]
+            "pyg_sparsecomm.testing_warm", "pymetis"]
 
 
 def _context():

@@ -1,5 +1,6 @@
 """Imported by :func:`pyg_sparsecomm.testing.launch`'s fork server only: builds one instance of each
-of PyG's conv classes there, so that PyG's per-class code generation runs once in the server.
+of PyG's conv classes (and ``DistributedGCNConv``) there, so that PyG's per-class code generation
+runs once in the server.
 
 PyG renders a Jinja template into a temporary module for each ``MessagePassing`` class the first
 time a process builds one (``MessagePassing._set_jittable_templates``): about 0.1 s per class and
@@ -14,6 +15,8 @@ import warnings
 import torch
 import torch_geometric.nn.conv as pyg_conv
 from torch_geometric.nn import MessagePassing
+
+from .nn.gcn_conv import DistributedGCNConv
 
 #: constructor arguments tried in turn (the first that builds counts; a class none fits is skipped)
 _ATTEMPTS = ((4, 4), (4, 4, 1), (torch.nn.Linear(4, 4),), (4, 4, 1, 1), (4,), (), ((4, 4), 4), (8, 8),
@@ -36,6 +39,8 @@ def warm_pyg_templates() -> list[str]:
                 if inspect.isclass(cls) and issubclass(cls, MessagePassing) and cls is not MessagePassing:
                     if _build_one(cls):
                         built.append(name)
+            DistributedGCNConv(4, 4)  # a MessagePassing subclass of its own
+            built.append(DistributedGCNConv.__name__)
     finally:
         torch.set_rng_state(state)
     return built
