@@ -1,12 +1,15 @@
 """The examples' ``--checkpoint-dir``: a run stopped after a checkpoint and started again continues
 as the uninterrupted run, bitwise (losses and accuracies), at P = 2 in one launch: train_gcn.py
 (``NodeDropout``), train_gnn.py (GraphSAGE with torch dropout) and train_minibatch.py resumed in
-the middle of an epoch.  (Restarts by torchrun itself: tests/test_checkpoint.py.)"""
+the middle of an epoch; a checkpoint of that 2-rank run is refused at P = 1 without
+``--allow-repartition``, naming the option.  (Restarts by torchrun itself: tests/test_checkpoint.py;
+an elastic job resuming at another world size with the option: tests/test_elastic.py.)"""
 import copy
 import functools
 import sys
 from pathlib import Path
 
+import pytest
 import torch.distributed as dist
 
 from pyg_sparsecomm import checkpoint
@@ -67,3 +70,10 @@ def test_examples_resume_bitwise(tmp_path):
     first, second = reference["batches"]
     assert first < left < first + second, (left, reference["batches"])   # a checkpoint within epoch 2
     assert resumed == reference
+    with pytest.raises(RuntimeError, match=r"(?s)saved on another partition.*pass --allow-repartition"):
+        launch(_resume_at_one_rank, 1, str(tmp_path / "gcn"))
+
+
+def _resume_at_one_rank(rank, world_size, directory):
+    example, argv = FULL_GRAPH["gcn"]
+    return _run(example, [*argv, "--epochs", "5", "--checkpoint-dir", directory], rank, world_size)
