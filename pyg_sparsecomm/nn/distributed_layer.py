@@ -174,6 +174,9 @@ def _enter(conv: MessagePassing, args: tuple, kwargs: dict):
     """The forward pre-hook (``with_kwargs=True``): on a shard, the call's ``(args, kwargs)`` with the
     local ``edge_index`` for the ``HaloAdj``, ``adj``'s values, the rule's narrowing ``Linear``
     applied first and the rule's adapter run (see the module doc); ``None`` for a plain PyG call.
+    A :class:`~pyg_sparsecomm.relation_adj.RelationAdj` goes to :func:`.hetero.enter_relation`,
+    except a relation within one node type under a layer of :data:`.hetero.SAME_TYPE_LAYERS`
+    (``GCNConv``), which runs this path over the relation's block without its stored values.
 
     Args:
         conv (MessagePassing): the layer.
@@ -189,8 +192,9 @@ def _enter(conv: MessagePassing, args: tuple, kwargs: dict):
         raise ValueError(f"{type(conv).__name__} got {len(adj_at)} HaloAdj arguments; distribute() runs layers "
                          f"over one adjacency")
     adj: HaloAdj = args[adj_at[0]] if isinstance(adj_at[0], int) else kwargs[adj_at[0]]
-    if isinstance(adj, RelationAdj):  # a relation of a heterogeneous graph: sources completed first
-        return hetero.enter_relation(conv, state, args, kwargs, adj_at[0], adj)
+    relation = isinstance(adj, RelationAdj)
+    if isinstance(adj, RelationAdj) and not hetero.enter_own_type(conv, state, args, kwargs, adj):
+        return hetero.enter_relation(conv, state, args, kwargs, adj_at[0], adj)  # sources completed first
     _check_call(conv, state, args, kwargs, adj)
     settings = state.settings
     exchanger = HaloExchanger(adj.plan, exchange_group(adj, settings.grid(), settings.group))
@@ -200,7 +204,8 @@ def _enter(conv: MessagePassing, args: tuple, kwargs: dict):
         args = args[:adj_at[0]] + (context.edge_index,) + args[adj_at[0] + 1:]
     else:
         kwargs = {**kwargs, adj_at[0]: context.edge_index}
-    args, kwargs = with_adjacency_values(conv, args, kwargs, adj)
+    if not relation:  # a relation's stored weights apply when passed, as PyG's edge_index_dict call
+        args, kwargs = with_adjacency_values(conv, args, kwargs, adj)
     args, kwargs = _move_linears_first(conv, state, args, kwargs)
     return adapt(conv, args, kwargs, context)
 
