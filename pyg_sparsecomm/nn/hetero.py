@@ -188,6 +188,8 @@ def enter_own_type(conv: MessagePassing, state: "LayerState", args: tuple, kwarg
                          f"relation from {src!r} to {dst!r}): use it on relations between nodes of one type, or "
                          f"try other layers such as 'SAGEConv' or 'GraphConv' instead")
     reason = settings_refusal(state)
+    if adj.is_minibatch or adj.num_rows != adj.num_owned:  # a block over the source plan's rows only
+        reason = f"{type(conv).__name__} on a relation of a heterogeneous mini-batch is not supported yet"
     if reason:
         raise NotImplementedError(f"distribute(): {reason}")
     return True

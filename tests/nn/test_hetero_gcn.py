@@ -17,6 +17,7 @@ from torch_geometric.nn import ChebConv, GATConv, GCNConv, HeteroConv, SAGEConv,
 
 from pyg_sparsecomm import SparsityAwarePartitioner, comm_counter, distribute, shard
 from pyg_sparsecomm import sync_gradients as sync
+from pyg_sparsecomm.loader import DistributedNeighborLoader
 
 CITES, COAUTHORS, MENTORS, PARTNERS = (("paper", "cites", "paper"), ("author", "coauthors", "author"),
                                        ("author", "mentors", "author"), ("institute", "partners", "institute"))
@@ -204,6 +205,10 @@ def test_gcn_norm_layers_between_two_types_raise_as_pyg():
     oblivious = distribute(HeteroConv({CITES: GCNConv(F, OUT)}), algorithm="oblivious")
     with pytest.raises(NotImplementedError, match=r"1D exchange only \(got algorithm='oblivious'"):
         oblivious(x_dict, local.adj_dict)
+    batch = next(iter(DistributedNeighborLoader(local, num_neighbors=[3], input_nodes="paper", batch_size=8)))
+    with pytest.raises(NotImplementedError, match=r"GCNConv on a relation of a heterogeneous mini-batch is not "
+                                                  r"supported yet"):
+        distribute(HeteroConv({CITES: GCNConv(F, OUT)}))(batch.x_dict, batch.adj_dict)
     cheb = distribute(HeteroConv({CITES: ChebConv(F, OUT, K=2)}))
     with pytest.raises(NotImplementedError, match=r"ChebConv on a relation of a heterogeneous graph is not supported "
                                                   r"yet .*; on relations between nodes of one type also GCNConv, "
