@@ -37,11 +37,16 @@ the weighted in-degree :math:`\hat d_i` counted within the relation, from its ``
 only, as PyG's edge-index call), and the layer runs as on a homogeneous shard
 (:mod:`.distributed_layer`): :math:`\hat d_i` is local to the owner of :math:`i`, the halo's
 :math:`\hat d_j^{-1/2}` come in one one-column exchange (once, with ``cached=True``), and the
-propagation is the distributed SpMM of the *transformed* rows :math:`x W^\top` (``out_channels``
-wide; ``TAGConv``/``SGConv``: one exchange per hop at their width).  That exchange is the
+propagation is the distributed SpMM of the rows the layer propagates: ``GCNConv``'s *transformed*
+rows :math:`x W^\top` (``out_channels`` wide); ``SGConv``/``TAGConv`` propagate :math:`x` itself
+:math:`K` times, one exchange per hop at the width of ``x``.  That exchange is the
 relation's own, over its source type's halo: the union over every relation reading :math:`s`
 (exact; rows no edge of this relation reads travel too), not shared with the input-width
-exchange of the other relations of the layer.  The stored ``local[edge_type].edge_weight`` is
+exchange of the other relations of the layer.  For ``GCNConv``, taking the shared input-width rows instead would
+move nothing more only where another relation of the layer reads :math:`s`, and otherwise
+``in_channels`` columns where ``out_channels`` (usually fewer) suffice, with ``x W^\top``
+computed again on every halo row; the homogeneous path also keeps its SpMM, its global degree
+normalisation and PyG's cache untouched.  The stored ``local[edge_type].edge_weight`` is
 not applied unless passed (``edge_weight_dict`` of ``HeteroConv``, ``to_hetero``'s
 ``edge_weight`` argument), as PyG applies no weight it is not given.
 """
