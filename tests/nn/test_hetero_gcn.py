@@ -10,13 +10,12 @@ are called twice.  A ``gcn_norm`` layer on a relation between two types raises P
 import copy
 
 import pytest
+import test_hetero_models
 import torch
 from test_hetero_models import OUT, WORLD_SIZES, F, H, make_graph
-from test_hetero_models import upstream as upstream_of
 from torch_geometric.nn import ChebConv, GATConv, GCNConv, HeteroConv, SAGEConv, SGConv, TAGConv, to_hetero
 
-from pyg_sparsecomm import SparsityAwarePartitioner, comm_counter, distribute, shard
-from pyg_sparsecomm import sync_gradients as sync
+from pyg_sparsecomm import SparsityAwarePartitioner, distribute, shard
 from pyg_sparsecomm.loader import DistributedNeighborLoader
 
 CITES, COAUTHORS, MENTORS, PARTNERS = (("paper", "cites", "paper"), ("author", "coauthors", "author"),
@@ -91,16 +90,18 @@ class Mixed(torch.nn.Module):
 
 
 class Embedded(torch.nn.Module):
-    """``institute`` rows from an ``Embedding``; ``weights`` passes ``edge_weight_dict`` on."""
+    """``institute`` rows from an ``Embedding``; ``edge_weight_dict`` (set per graph by :func:`weighted`)
+    passed on where ``weights``."""
 
     def __init__(self, net, num_institutes, weights) -> None:
         super().__init__()
         self.emb, self.net, self.weights = torch.nn.Embedding(num_institutes, F), net, weights
+        self.edge_weight_dict: dict = {}
 
-    def forward(self, x_dict, adj_dict, n_id_dict, edge_weight_dict):
+    def forward(self, x_dict, adj_dict, n_id_dict):
         x_dict = {**x_dict, "institute": self.emb(n_id_dict["institute"])}
         if self.weights:
-            return self.net(x_dict, adj_dict, edge_weight_dict)
+            return self.net(x_dict, adj_dict, self.edge_weight_dict)
         return self.net(x_dict, adj_dict)
 
 
@@ -114,31 +115,18 @@ def build(name, data):
     return Embedded(net, data["institute"].num_nodes, weights)
 
 
-def run(model, graph, n_id, adj_dict, up, group=None, synchronise=False):
-    x_dict = {t: x.clone().requires_grad_() for t, x in graph.x_dict.items()}
-    weights = {et: graph[et].edge_weight for et in WEIGHTED}
-    out = model(x_dict, adj_dict, n_id, weights)
-    sum((out[t] * up[t][n_id[t]]).sum() for t in out).backward()
-    if synchronise:
-        sync(model, group)
-    return ({t: o.detach() for t, o in out.items()}, {t: x.grad for t, x in x_dict.items()},
-            {k: p.grad.clone() for k, p in model.named_parameters()})
+def weighted(model, graph):
+    """``model`` weighting ``WEIGHTED`` by ``graph``'s ``edge_weight`` (the whole graph's or a shard's)."""
+    model.edge_weight_dict = {et: graph[et].edge_weight for et in WEIGHTED}
+    return model
 
 
 def run_models(P, group):
     """This rank's ``{(P, name): results}`` of every model of ``MODELS`` (see the module doc)."""
     data = make_same_type_graph()
     local = shard(SparsityAwarePartitioner(P, method="random", seed=2)(data), group=group)
-    up = upstream_of(data)
-    n_id = {t: local[t].n_id for t in local.node_types}
-    results = {}
-    for name in MODELS:
-        model = distribute(build(name, data), group=group, sync_gradients=False)
-        comm_counter().reset()
-        result = run(model, local, n_id, local.adj_dict, up, group, synchronise=True)
-        counter = comm_counter()
-        results[P, name] = (n_id, *result, {k: counter.bytes_received(k) for k in ("halo", "halo_grad")})
-    return results
+    return test_hetero_models.run_models(P, group, local, data, MODELS,
+                                         lambda name, data: weighted(build(name, data), local))
 
 
 @pytest.fixture(scope="module")
@@ -150,12 +138,13 @@ def distributed_results(hetero_results):
 def test_same_type_gcn_layers_equal_single_process_pyg(distributed_results, subtests, name):
     data = make_same_type_graph()
     n_id = {t: torch.arange(data[t].num_nodes) for t in data.node_types}
-    out, grad_x, grad_p = run(build(name, data), data, n_id, data.edge_index_dict, upstream_of(data))
+    out, grad_x, grad_p = test_hetero_models.run(weighted(build(name, data), data), data.x_dict,
+                                                 data.edge_index_dict, n_id, test_hetero_models.upstream(data))
     assert out.keys() >= {"paper", "author", "institute"}
     for P in WORLD_SIZES:
         for rank in range(P):
             with subtests.test(P=P, rank=rank):
-                d_n_id, d_out, d_grad_x, d_grad_p, _ = distributed_results[rank][P, name]
+                d_n_id, d_out, d_grad_x, d_grad_p, _, _ = distributed_results[rank][P, name]
                 assert d_out.keys() == out.keys() and d_grad_p.keys() == grad_p.keys()
                 for t in out:
                     torch.testing.assert_close(d_out[t], out[t][d_n_id[t]], atol=1e-5, rtol=1e-4)
