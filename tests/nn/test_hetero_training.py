@@ -1,10 +1,11 @@
 """Training a heterogeneous model on ``HeteroData`` shards: the loss curve of
-``distribute(to_hetero(...))``, of ``HGTConv`` and of ``HANConv`` with ``distribute()``'s own gradient
-synchronisation and ``distributed_loss`` equals single-process PyG's; what the heterogeneous path does
-not cover is refused by name."""
+``distribute(to_hetero(...))`` (of ``SAGEConv``, and of ``GCNConv`` on ``cites``), of ``HGTConv`` and
+of ``HANConv`` with ``distribute()``'s own gradient synchronisation and ``distributed_loss`` equals
+single-process PyG's; what the heterogeneous path does not cover is refused by name."""
 import pytest
 import torch
 import torch.nn.functional as F
+from test_hetero_gcn import GCN
 from test_hetero_layers import HETERO as HETERO_LAYERS
 from test_hetero_layers import build as build_layers
 from test_hetero_models import SAGE, WithEmbedding, make_graph
@@ -16,13 +17,15 @@ from pyg_sparsecomm.testing import launch
 EPOCHS = 4
 
 
-MODELS = ("to_hetero(SAGE, mean)", "HGT", "HAN")
+MODELS = ("to_hetero(SAGE, mean)", "HGT", "HAN", "to_hetero(GCN) on cites")
 
 
 def build(data, name="to_hetero(SAGE, mean)"):
     if name in HETERO_LAYERS:
         return build_layers(name, data)
     torch.manual_seed(0)
+    if name == "to_hetero(GCN) on cites":  # GCNConv on the relation within paper (test_hetero_gcn)
+        return WithEmbedding(to_hetero(GCN(), (["paper"], [("paper", "cites", "paper")])), data["institute"].num_nodes)
     return WithEmbedding(to_hetero(SAGE(), data.metadata(), aggr="mean"), data["institute"].num_nodes)
 
 
