@@ -134,6 +134,19 @@ def distributed_results(hetero_results):
     return hetero_results
 
 
+def test_the_same_type_relations_have_every_corner():
+    data = make_same_type_graph()
+    for edge_type in SAME_TYPE:
+        src, dst = data[edge_type].edge_index
+        assert bool((src == dst).any()), f"no self-loop in {edge_type}"
+        pairs = set(zip(src.tolist(), dst.tolist(), strict=True))
+        assert any((d, s) not in pairs for s, d in pairs), f"{edge_type} is symmetric"
+        received = torch.zeros(data[edge_type[0]].num_nodes, dtype=torch.bool).index_fill_(0, dst, True)
+        assert not bool(received.all()), f"every node receives in {edge_type}"
+    part = SparsityAwarePartitioner(4, method="random", seed=2)(data)["institute"].part
+    assert part.bincount(minlength=4).min() == 0  # at P = 4 a part owns no institute (and no partners edge)
+
+
 @pytest.mark.parametrize("name", MODELS)
 def test_same_type_gcn_layers_equal_single_process_pyg(distributed_results, subtests, name):
     data = make_same_type_graph()
