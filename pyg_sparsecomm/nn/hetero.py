@@ -27,27 +27,29 @@ Covered layers (:data:`RELATION_LAYERS`) are those whose bipartite forward reads
 only through ``propagate``/``edge_updater``; any other layer called on a relation is refused
 by name, as are halo compression, staleness, 1.5D and algorithms other than ``"1d"``.
 
-Layers of PyG's ``gcn_norm`` family (:data:`SAME_TYPE_LAYERS`: ``GCNConv``, ``SGConv``,
-``TAGConv``) take one node set: PyG calls them only on relations :math:`(s, r, s)`, with
-``x_dict[s]``, and raises ``ValueError`` (``"does not support bipartite message passing"``) for
-the ``(x_src, x_dst)`` pair of a relation between two types; so does :func:`enter_own_type`,
-naming the relation.  On a relation :math:`(s, r, s)` the block is square over the owned rows
-of :math:`s` (:math:`\hat D^{-1/2} \hat A \hat D^{-1/2}` of that relation alone: self-loops and
-the weighted in-degree :math:`\hat d_i` counted within the relation, from its ``edge_weight``
-only, as PyG's edge-index call), and the layer runs as on a homogeneous shard
-(:mod:`.distributed_layer`): :math:`\hat d_i` is local to the owner of :math:`i`, the halo's
-:math:`\hat d_j^{-1/2}` come in one one-column exchange (once, with ``cached=True``), and the
-propagation is the distributed SpMM of the rows the layer propagates: ``GCNConv``'s *transformed*
-rows :math:`x W^\top` (``out_channels`` wide); ``SGConv``/``TAGConv`` propagate :math:`x` itself
-:math:`K` times, one exchange per hop at the width of ``x``.  That exchange is the
-relation's own, over its source type's halo: the union over every relation reading :math:`s`
-(exact; rows no edge of this relation reads travel too), not shared with the input-width
-exchange of the other relations of the layer.  For ``GCNConv``, taking the shared input-width rows instead would
-move nothing more only where another relation of the layer reads :math:`s`, and otherwise
-``in_channels`` columns where ``out_channels`` (usually fewer) suffice, with ``x W^\top``
-computed again on every halo row; the homogeneous path also keeps its SpMM, its global degree
-normalisation and PyG's cache untouched.  The stored ``local[edge_type].edge_weight`` is
-not applied unless passed (``edge_weight_dict`` of ``HeteroConv``, ``to_hetero``'s
+Layers of PyG's degree-normalised family (:data:`SAME_TYPE_LAYERS`: ``GCNConv``, ``SGConv``,
+``TAGConv``, ``SSGConv``, ``ARMAConv`` with ``gcn_norm``, ``ChebConv`` with its Laplacian) take one
+node set: PyG calls them only on relations :math:`(s, r, s)`, with ``x_dict[s]``, and raises
+``ValueError`` (``"does not support bipartite message passing"``) for the ``(x_src, x_dst)`` pair of
+a relation between two types; so does :func:`enter_own_type`, naming the relation. On a relation
+:math:`(s, r, s)` the block is square over the owned rows of :math:`s` (:math:`\hat D^{-1/2} \hat A
+\hat D^{-1/2}` of that relation alone: self-loops and the weighted in-degree :math:`\hat d_i`
+counted within the relation, from its ``edge_weight`` only, as PyG's edge-index call; ``ChebConv``:
+the relation's Laplacian), and the layer runs as on a homogeneous shard (:mod:`.distributed_layer`,
+:mod:`.degree_norm`): :math:`\hat d_i` is local to the owner of :math:`i`, the halo's :math:`\hat
+d_j^{-1/2}` come in one one-column exchange (once, with ``cached=True``; ``ChebConv``'s out-degrees
+are folded into their owners first), and the propagation is the distributed SpMM of the rows the
+layer propagates: ``GCNConv``'s *transformed* rows :math:`x W^\top` (``out_channels`` wide); the
+others propagate what their own forward propagates (``SGConv``/``TAGConv``/``SSGConv``/``ChebConv``:
+:math:`x` itself, one exchange per hop at the width of ``x``; ``ARMAConv``: its transformed stacks).
+That exchange is the relation's own, over its source type's halo: the union over every relation
+reading :math:`s` (exact; rows no edge of this relation reads travel too), not shared with the
+input-width exchange of the other relations of the layer. For ``GCNConv``, taking the shared
+input-width rows instead would move nothing more only where another relation of the layer reads
+:math:`s`, and otherwise ``in_channels`` columns where ``out_channels`` (usually fewer) suffice,
+with ``x W^\top`` computed again on every halo row; the homogeneous path also keeps its SpMM, its
+global degree normalisation and PyG's cache untouched. The stored ``local[edge_type].edge_weight``
+is not applied unless passed (``edge_weight_dict`` of ``HeteroConv``, ``to_hetero``'s
 ``edge_weight`` argument), as PyG applies no weight it is not given.
 """
 import threading
@@ -58,6 +60,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 from torch_geometric.nn import (
+    ARMAConv,
+    ChebConv,
     GATConv,
     GATv2Conv,
     GCNConv,
@@ -68,6 +72,7 @@ from torch_geometric.nn import (
     RGCNConv,
     SAGEConv,
     SGConv,
+    SSGConv,
     TAGConv,
     TransformerConv,
 )
@@ -87,7 +92,7 @@ if TYPE_CHECKING:
 RELATION_LAYERS = (SAGEConv, GraphConv, GATConv, GATv2Conv, GINConv, TransformerConv)
 #: PyG layers of one node set (``gcn_norm``'s family) checked against single-process PyG on relations
 #: whose source and destination types are the same (by type, as :data:`RELATION_LAYERS`)
-SAME_TYPE_LAYERS = (GCNConv, SGConv, TAGConv)
+SAME_TYPE_LAYERS = (GCNConv, SGConv, TAGConv, ChebConv, ARMAConv, SSGConv)
 
 
 class SourceHalos:

@@ -1,19 +1,32 @@
-"""``GCNConv``, ``SGConv`` and ``TAGConv`` on relations between nodes of one type of ``HeteroData``
-shards (``to_hetero`` of a GCN, sum and mean; ``HeteroConv`` mixing them with ``SAGEConv`` and
-``GATConv`` on the relations between two types) under ``distribute()`` equal single-process PyG
-(outputs, input gradients, parameter gradients) at P = 1..4, in the heterogeneous tests' one launch
-(:func:`conftest.hetero_results`).  The graph is test_hetero_models' (a featureless ``institute``
-embedded, isolated nodes, at P = 4 a part owning no ``institute``) with relations within ``author``
-(two: ``to_hetero``'s ``aggr`` combines them) and within ``institute``, directed with self-loops,
-weighted (``edge_weight`` stored on the shards, applied only where passed); ``cached=True`` layers
-are called twice.  A ``gcn_norm`` layer on a relation between two types raises PyG's ``ValueError``."""
+"""``GCNConv``, ``SGConv``, ``TAGConv``, ``ChebConv``, ``ARMAConv`` and ``SSGConv`` on relations
+between nodes of one type of ``HeteroData`` shards (``to_hetero`` of a GCN, sum and mean;
+``HeteroConv`` mixing them with ``SAGEConv`` and ``GATConv`` on the relations between two types)
+under ``distribute()`` equal single-process PyG (outputs, input gradients, parameter gradients) at P
+= 1..4, in the heterogeneous tests' one launch (:func:`conftest.hetero_results`). The graph is
+test_hetero_models' (a featureless ``institute`` embedded, isolated nodes, at P = 4 a part owning no
+``institute``) with relations within ``author`` (two: ``to_hetero``'s ``aggr`` combines them) and
+within ``institute``, directed with self-loops, weighted (``edge_weight`` stored on the shards,
+applied only where passed); ``cached=True`` layers are called twice. A ``gcn_norm`` layer on a
+relation between two types raises PyG's ``ValueError``."""
 import copy
 
 import pytest
 import test_hetero_models
 import torch
 from test_hetero_models import OUT, WORLD_SIZES, F, H, make_graph
-from torch_geometric.nn import ChebConv, GATConv, GCNConv, HeteroConv, SAGEConv, SGConv, TAGConv, to_hetero
+from torch_geometric.nn import (
+    ARMAConv,
+    ChebConv,
+    GATConv,
+    GCN2Conv,
+    GCNConv,
+    HeteroConv,
+    SAGEConv,
+    SGConv,
+    SSGConv,
+    TAGConv,
+    to_hetero,
+)
 
 from pyg_sparsecomm import SparsityAwarePartitioner, distribute, shard
 from pyg_sparsecomm.loader import DistributedNeighborLoader
@@ -22,7 +35,8 @@ CITES, COAUTHORS, MENTORS, PARTNERS = (("paper", "cites", "paper"), ("author", "
                                        ("author", "mentors", "author"), ("institute", "partners", "institute"))
 SAME_TYPE = [CITES, COAUTHORS, MENTORS, PARTNERS]
 WEIGHTED = (CITES, COAUTHORS, PARTNERS)
-MODELS = ("to_hetero(GCN, sum)", "to_hetero(GCN weighted cached, mean)", "HeteroConv(GCN, SG, TAG, SAGE, GAT)")
+MODELS = ("to_hetero(GCN, sum)", "to_hetero(GCN weighted cached, mean)",
+          "HeteroConv(GCN, SG, TAG, Cheb, ARMA, SSG, SAGE, GAT)")
 
 
 def make_same_type_graph():
@@ -71,8 +85,8 @@ def mixed_layer(edge_types, i, o, aggr, first):
     """``HeteroConv``: the ``gcn_norm`` family within a type, ``SAGEConv``/``GATConv`` between types."""
     within = {CITES: GCNConv(i, o) if first else TAGConv(i, o, K=2),
               COAUTHORS: SGConv(i, o, K=2) if first else GCNConv(i, o),
-              MENTORS: TAGConv(i, o, K=2) if first else SGConv(i, o, K=1),
-              PARTNERS: GCNConv(i, o, improved=True) if first else SGConv(i, o, K=2)}
+              MENTORS: TAGConv(i, o, K=2) if first else ChebConv(i, o, K=2),
+              PARTNERS: ARMAConv(i, o, num_layers=2) if first else SSGConv(i, o, alpha=0.1, K=2)}
     return HeteroConv({et: within.get(et) or (SAGEConv((i, i), o) if et[1].startswith("rev_")
                                               else GATConv((i, i), o, add_self_loops=False))
                        for et in edge_types}, aggr=aggr)
@@ -111,7 +125,7 @@ def build(name, data):
     net, weights = {
         "to_hetero(GCN, sum)": lambda: (to_hetero(GCN(), metadata, aggr="sum"), False),
         "to_hetero(GCN weighted cached, mean)": lambda: (to_hetero(WeightedGCN(), metadata, aggr="mean"), True),
-        "HeteroConv(GCN, SG, TAG, SAGE, GAT)": lambda: (Mixed(data.edge_types), True)}[name]()
+        "HeteroConv(GCN, SG, TAG, Cheb, ARMA, SSG, SAGE, GAT)": lambda: (Mixed(data.edge_types), True)}[name]()
     return Embedded(net, data["institute"].num_nodes, weights)
 
 
@@ -194,7 +208,7 @@ def test_gcn_norm_layers_between_two_types_raise_as_pyg():
     with pytest.raises(ValueError, match="does not support bipartite message passing"):  # PyG's own, when called
         single(data.x_dict, data.edge_index_dict)
     # PyG's SGConv, TAGConv fail on x.size() of the tuple
-    for conv in (GCNConv(F, OUT, add_self_loops=False), SGConv(F, OUT, add_self_loops=False), TAGConv(F, OUT)):
+    for conv in (GCNConv(F, OUT, add_self_loops=False), SGConv(F, OUT, add_self_loops=False), ChebConv(F, OUT, K=2)):
         name = type(conv).__name__
         with pytest.raises(ValueError, match=rf"{name} on relation \('paper', 'written_by', 'author'\): '{name}' "
                                              r"received a tuple .* does not support bipartite message passing"):
@@ -211,8 +225,8 @@ def test_gcn_norm_layers_between_two_types_raise_as_pyg():
     with pytest.raises(NotImplementedError, match=r"GCNConv on a relation of a heterogeneous mini-batch is not "
                                                   r"supported yet"):
         distribute(HeteroConv({CITES: GCNConv(F, OUT)}))(batch.x_dict, batch.adj_dict)
-    cheb = distribute(HeteroConv({CITES: ChebConv(F, OUT, K=2)}))
-    with pytest.raises(NotImplementedError, match=r"ChebConv on a relation of a heterogeneous graph is not supported "
+    gcn2 = distribute(HeteroConv({CITES: GCN2Conv(F, alpha=0.1)}))
+    with pytest.raises(NotImplementedError, match=r"GCN2Conv on a relation of a heterogeneous graph is not supported "
                                                   r"yet .*; on relations between nodes of one type also GCNConv, "
-                                                  r"SGConv, TAGConv\)"):
-        cheb(x_dict, local.adj_dict)
+                                                  r"SGConv, TAGConv, ChebConv, ARMAConv, SSGConv\)"):
+        gcn2(x_dict, local.adj_dict)

@@ -9,7 +9,7 @@ from test_hetero_gcn import GCN
 from test_hetero_layers import HETERO as HETERO_LAYERS
 from test_hetero_layers import build as build_layers
 from test_hetero_models import SAGE, WithEmbedding, make_graph
-from torch_geometric.nn import ChebConv, HeteroConv, SAGEConv, to_hetero
+from torch_geometric.nn import GCN2Conv, HeteroConv, SAGEConv, to_hetero
 
 from pyg_sparsecomm import SparsityAwarePartitioner, distribute, distributed_loss, shard
 from pyg_sparsecomm.testing import launch
@@ -74,12 +74,12 @@ def test_what_the_heterogeneous_path_does_not_cover_is_refused_by_name():
     local = shard(SparsityAwarePartitioner(1, method="random")(data), rank=0, world_size=1)
     x_dict = {**local.x_dict, "institute": torch.randn(local["institute"].num_nodes, 8)}
     cites = ("paper", "cites", "paper")
-    cheb = distribute(HeteroConv({cites: ChebConv(8, 4, K=2)}))
+    gcn2 = distribute(HeteroConv({cites: GCN2Conv(8, alpha=0.1)}))
     supported = (r"SAGEConv, GraphConv, GATConv, GATv2Conv, GINConv, TransformerConv; on relations between nodes of "
-                 r"one type also GCNConv, SGConv, TAGConv")
-    with pytest.raises(NotImplementedError, match=r"ChebConv on a relation of a heterogeneous graph is not supported "
+                 r"one type also GCNConv, SGConv, TAGConv, ChebConv, ARMAConv, SSGConv")
+    with pytest.raises(NotImplementedError, match=r"GCN2Conv on a relation of a heterogeneous graph is not supported "
                                                   rf"yet \(supported: {supported}\)"):
-        cheb(x_dict, local.adj_dict)
+        gcn2(x_dict, local.adj_dict)
     for kwargs, match in ((dict(halo_precision="bf16"), "halo compression and staleness are not supported"),
                           (dict(algorithm="oblivious"), r"1D exchange only \(got algorithm='oblivious'")):
         sage = distribute(HeteroConv({cites: SAGEConv(8, 4)}), **kwargs)
