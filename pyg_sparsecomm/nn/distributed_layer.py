@@ -52,7 +52,7 @@ from ..sampling.sampled_adj import SampledAdj
 from . import hetero, shard_context
 from .adjacency_values import with_adjacency_values
 from .call_halos import CallHalos, attach_recorder
-from .first_use import CheckedPlan, check_call
+from .first_use import CACHE_ATTRIBUTES, CheckedPlan, check_call
 from .layer_adapters import adapt, forward_signature
 from .layer_normalisation import CallNormalisation, end_call
 from .linear_aggregation import (
@@ -148,13 +148,18 @@ def distributed_layers(module: torch.nn.Module) -> Iterator[tuple[str, LayerStat
 def attach(conv: MessagePassing, settings: DistributedSettings, own: bool = False) -> None:
     """Makes ``conv`` run distributed when called with a ``HaloAdj`` (idempotent: a second call
     replaces the settings, unless the first was ``own``: a layer built distributed, like
-    ``DistributedGCNConv``, keeps its constructor's settings inside a ``distribute()``d model)."""
+    ``DistributedGCNConv``, keeps its constructor's settings inside a ``distribute()``d model).  The
+    first empties what PyG's ``cached=True`` layers keep (``_cached_edge_index``, ...): a call before
+    ``distribute()`` filled it from the graph of that call, not from the shard the layer runs on."""
     if hasattr(conv, "_sparsecomm"):
         if not conv._sparsecomm.own_settings:
             conv._sparsecomm.settings = settings
         return
     conv._sparsecomm = LayerState(conv, settings)
     conv._sparsecomm.own_settings = own
+    for name in CACHE_ATTRIBUTES:  # a cached=True layer called before (on a whole graph): its shard's comes next
+        if getattr(conv, name, None) is not None:
+            setattr(conv, name, None)
     conv.register_forward_pre_hook(_enter, with_kwargs=True)
     conv.register_forward_hook(_leave, always_call=True)
     conv.register_propagate_forward_pre_hook(exchange_propagate_sources)

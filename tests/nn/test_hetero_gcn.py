@@ -6,7 +6,8 @@ under ``distribute()`` equal single-process PyG (outputs, input gradients, param
 test_hetero_models' (a featureless ``institute`` embedded, isolated nodes, at P = 4 a part owning no
 ``institute``) with relations within ``author`` (two: ``to_hetero``'s ``aggr`` combines them) and
 within ``institute``, directed with self-loops, weighted (``edge_weight`` stored on the shards,
-applied only where passed); ``cached=True`` layers are called twice. A ``gcn_norm`` layer on a
+applied only where passed); ``cached=True`` layers are called twice, and every model is first tried
+on the whole graph in one process (filling those layers' PyG caches) before ``distribute()``. A ``gcn_norm`` layer on a
 relation between two types raises PyG's ``ValueError``."""
 import copy
 
@@ -135,12 +136,22 @@ def weighted(model, graph):
     return model
 
 
+def tried_first(model, data):
+    """``model`` called once on the whole graph, as a user trying it in one process before
+    ``distribute()`` would: its ``cached=True`` layers' PyG caches hold the whole graph's
+    normalisation, which ``distribute()`` must not reuse on a shard."""
+    with torch.no_grad():
+        weighted(model, data)(data.x_dict, data.edge_index_dict,
+                              {t: torch.arange(data[t].num_nodes) for t in data.node_types})
+    return model
+
+
 def run_models(P, group):
     """This rank's ``{(P, name): results}`` of every model of ``MODELS`` (see the module doc)."""
     data = make_same_type_graph()
     local = shard(SparsityAwarePartitioner(P, method="random", seed=2)(data), group=group)
     return test_hetero_models.run_models(P, group, local, data, MODELS,
-                                         lambda name, data: weighted(build(name, data), local))
+                                         lambda name, data: weighted(tried_first(build(name, data), data), local))
 
 
 @pytest.fixture(scope="module")
