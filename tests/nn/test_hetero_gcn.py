@@ -229,6 +229,12 @@ def test_gcn_norm_layers_between_two_types_raise_as_pyg():
         copy.deepcopy(full)({**data.x_dict, "institute": x_dict["institute"]}, data.edge_index_dict)
     with pytest.raises(ValueError, match=r"GCNConv on relation .*: 'GCNConv' received a tuple"):
         distribute(full)(x_dict, local.adj_dict)
+    gcn = distribute(HeteroConv({CITES: GCNConv(F, OUT)}))
+    with pytest.raises(ValueError, match=r"GCNConv: x has 3 rows but this rank owns 40 rows"):
+        gcn({"paper": torch.randn(3, F)}, local.adj_dict)
+    with pytest.raises(ValueError, match=r"GCNConv: edge_weight has shape \[2\]: 2 rows but this rank's adjacency "
+                                         rf"has {local[CITES].num_edges} edges"):
+        gcn(x_dict, local.adj_dict, edge_weight_dict={CITES: torch.ones(2)})
     oblivious = distribute(HeteroConv({CITES: GCNConv(F, OUT)}), algorithm="oblivious")
     with pytest.raises(NotImplementedError, match=r"1D exchange only \(got algorithm='oblivious'"):
         oblivious(x_dict, local.adj_dict)
