@@ -36,8 +36,8 @@ def pytest_collection_modifyitems(items):
 
 @pytest.fixture(scope="session")
 def hetero_results():
-    """Per rank, ``{(P, configuration): results}`` of tests/nn's test_hetero_models and
-    test_hetero_layers: one launch of four ranks runs every configuration of both at P = 1..4 (a
+    """Per rank, ``{(P, configuration): results}`` of tests/nn's test_hetero_models, test_hetero_gcn and
+    test_hetero_layers: one launch of four ranks runs every configuration of the three at P = 1..4 (a
     launch's start-up on two cores costs more than all their configurations)."""
     from test_hetero_layers import launch_all
     return launch_all()

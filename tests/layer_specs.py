@@ -172,8 +172,9 @@ NOT_BUILT_HERE = {
                       "(see the user-defined layer in the tests)",
     "SplineConv": "not tested: needs pyg-lib or torch-spline-conv, which have no wheel for this torch",
     "HeteroConv": "exact on heterogeneous shards with `SAGEConv`, `GraphConv`, `GATConv`, `GATv2Conv`, `GINConv` or "
-                  "`TransformerConv` per relation, each source type exchanged once per layer (see Heterogeneous "
-                  "graphs); other layers refused by name",
+                  "`TransformerConv` per relation, each source type exchanged once per layer, and `GCNConv`, "
+                  "`SGConv`, `TAGConv`, `ChebConv`, `ARMAConv`, `SSGConv` on relations within one node type (see "
+                  "Heterogeneous graphs); other layers refused by name",
     "HGTConv": "exact on heterogeneous shards (`local.adj_dict`): each source type's keys and values exchanged once "
                "per layer, after `kqv_lin` (see Heterogeneous graphs; tested in test_hetero_layers)",
     "HANConv": "exact on heterogeneous shards (`local.adj_dict`): each source type's projected rows exchanged once per "

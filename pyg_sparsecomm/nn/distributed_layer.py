@@ -52,7 +52,7 @@ from ..sampling.sampled_adj import SampledAdj
 from . import hetero, shard_context
 from .adjacency_values import with_adjacency_values
 from .call_halos import CallHalos, attach_recorder
-from .first_use import CheckedPlan, check_call
+from .first_use import CACHE_ATTRIBUTES, CheckedPlan, check_call
 from .layer_adapters import adapt, forward_signature
 from .layer_normalisation import CallNormalisation, end_call
 from .linear_aggregation import (
@@ -148,13 +148,18 @@ def distributed_layers(module: torch.nn.Module) -> Iterator[tuple[str, LayerStat
 def attach(conv: MessagePassing, settings: DistributedSettings, own: bool = False) -> None:
     """Makes ``conv`` run distributed when called with a ``HaloAdj`` (idempotent: a second call
     replaces the settings, unless the first was ``own``: a layer built distributed, like
-    ``DistributedGCNConv``, keeps its constructor's settings inside a ``distribute()``d model)."""
+    ``DistributedGCNConv``, keeps its constructor's settings inside a ``distribute()``d model).  The
+    first empties what PyG's ``cached=True`` layers keep (``_cached_edge_index``, ...): a call before
+    ``distribute()`` filled it from the graph of that call, not from the shard the layer runs on."""
     if hasattr(conv, "_sparsecomm"):
         if not conv._sparsecomm.own_settings:
             conv._sparsecomm.settings = settings
         return
     conv._sparsecomm = LayerState(conv, settings)
     conv._sparsecomm.own_settings = own
+    for name in CACHE_ATTRIBUTES:  # a cached=True layer called before (on a whole graph): its shard's comes next
+        if getattr(conv, name, None) is not None:
+            setattr(conv, name, None)
     conv.register_forward_pre_hook(_enter, with_kwargs=True)
     conv.register_forward_hook(_leave, always_call=True)
     conv.register_propagate_forward_pre_hook(exchange_propagate_sources)
@@ -174,6 +179,9 @@ def _enter(conv: MessagePassing, args: tuple, kwargs: dict):
     """The forward pre-hook (``with_kwargs=True``): on a shard, the call's ``(args, kwargs)`` with the
     local ``edge_index`` for the ``HaloAdj``, ``adj``'s values, the rule's narrowing ``Linear``
     applied first and the rule's adapter run (see the module doc); ``None`` for a plain PyG call.
+    A :class:`~pyg_sparsecomm.relation_adj.RelationAdj` goes to :func:`.hetero.enter_relation`,
+    except a relation within one node type under a layer of :data:`.hetero.SAME_TYPE_LAYERS`
+    (``GCNConv``), which runs this path over the relation's block without its stored values.
 
     Args:
         conv (MessagePassing): the layer.
@@ -189,8 +197,9 @@ def _enter(conv: MessagePassing, args: tuple, kwargs: dict):
         raise ValueError(f"{type(conv).__name__} got {len(adj_at)} HaloAdj arguments; distribute() runs layers "
                          f"over one adjacency")
     adj: HaloAdj = args[adj_at[0]] if isinstance(adj_at[0], int) else kwargs[adj_at[0]]
-    if isinstance(adj, RelationAdj):  # a relation of a heterogeneous graph: sources completed first
-        return hetero.enter_relation(conv, state, args, kwargs, adj_at[0], adj)
+    relation = isinstance(adj, RelationAdj)
+    if isinstance(adj, RelationAdj) and not hetero.enter_own_type(conv, state, args, kwargs, adj):
+        return hetero.enter_relation(conv, state, args, kwargs, adj_at[0], adj)  # sources completed first
     _check_call(conv, state, args, kwargs, adj)
     settings = state.settings
     exchanger = HaloExchanger(adj.plan, exchange_group(adj, settings.grid(), settings.group))
@@ -200,7 +209,8 @@ def _enter(conv: MessagePassing, args: tuple, kwargs: dict):
         args = args[:adj_at[0]] + (context.edge_index,) + args[adj_at[0] + 1:]
     else:
         kwargs = {**kwargs, adj_at[0]: context.edge_index}
-    args, kwargs = with_adjacency_values(conv, args, kwargs, adj)
+    if not relation:  # a relation's stored weights apply when passed, as PyG's edge_index_dict call
+        args, kwargs = with_adjacency_values(conv, args, kwargs, adj)
     args, kwargs = _move_linears_first(conv, state, args, kwargs)
     return adapt(conv, args, kwargs, context)
 

@@ -26,6 +26,31 @@ through :mod:`.relation_dict`, with :func:`check_relations` below.
 Covered layers (:data:`RELATION_LAYERS`) are those whose bipartite forward reads the graph
 only through ``propagate``/``edge_updater``; any other layer called on a relation is refused
 by name, as are halo compression, staleness, 1.5D and algorithms other than ``"1d"``.
+
+Layers of PyG's degree-normalised family (:data:`SAME_TYPE_LAYERS`: ``GCNConv``, ``SGConv``,
+``TAGConv``, ``SSGConv``, ``ARMAConv`` with ``gcn_norm``, ``ChebConv`` with its Laplacian) take one
+node set: PyG calls them only on relations :math:`(s, r, s)`, with ``x_dict[s]``, and raises
+``ValueError`` (``"does not support bipartite message passing"``) for the ``(x_src, x_dst)`` pair of
+a relation between two types; so does :func:`enter_own_type`, naming the relation. On a relation
+:math:`(s, r, s)` the block is square over the owned rows of :math:`s` (:math:`\hat D^{-1/2} \hat A
+\hat D^{-1/2}` of that relation alone: self-loops and the weighted in-degree :math:`\hat d_i`
+counted within the relation, from its ``edge_weight`` only, as PyG's edge-index call; ``ChebConv``:
+the relation's Laplacian), and the layer runs as on a homogeneous shard (:mod:`.distributed_layer`,
+:mod:`.degree_norm`): :math:`\hat d_i` is local to the owner of :math:`i`, the halo's :math:`\hat
+d_j^{-1/2}` come in one one-column exchange (once, with ``cached=True``; ``ChebConv``'s out-degrees
+are folded into their owners first), and the propagation is the distributed SpMM of the rows the
+layer propagates: ``GCNConv``'s *transformed* rows :math:`x W^\top` (``out_channels`` wide); the
+others propagate what their own forward propagates (``SGConv``/``TAGConv``/``SSGConv``/``ChebConv``:
+:math:`x` itself, one exchange per hop at the width of ``x``; ``ARMAConv``: its transformed stacks).
+That exchange is the relation's own, over its source type's halo: the union over every relation
+reading :math:`s` (exact; rows no edge of this relation reads travel too), not shared with the
+input-width exchange of the other relations of the layer. For ``GCNConv``, taking the shared
+input-width rows instead would move nothing more only where another relation of the layer reads
+:math:`s`, and otherwise ``in_channels`` columns where ``out_channels`` (usually fewer) suffice,
+with ``x W^\top`` computed again on every halo row; the homogeneous path also keeps its SpMM, its
+global degree normalisation and PyG's cache untouched. The stored ``local[edge_type].edge_weight``
+is not applied unless passed (``edge_weight_dict`` of ``HeteroConv``, ``to_hetero``'s
+``edge_weight`` argument), as PyG applies no weight it is not given.
 """
 import threading
 import weakref
@@ -35,14 +60,20 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 from torch_geometric.nn import (
+    ARMAConv,
+    ChebConv,
     GATConv,
     GATv2Conv,
+    GCNConv,
     GINConv,
     GraphConv,
     MessagePassing,
     RGATConv,
     RGCNConv,
     SAGEConv,
+    SGConv,
+    SSGConv,
+    TAGConv,
     TransformerConv,
 )
 
@@ -59,6 +90,9 @@ if TYPE_CHECKING:
 #: PyG layers checked against single-process PyG on relations of heterogeneous shards (by type: a
 #: subclass may override what they rely on, and a user's class of the same name is another class)
 RELATION_LAYERS = (SAGEConv, GraphConv, GATConv, GATv2Conv, GINConv, TransformerConv)
+#: PyG layers of one node set (``gcn_norm``'s family) checked against single-process PyG on relations
+#: whose source and destination types are the same (by type, as :data:`RELATION_LAYERS`)
+SAME_TYPE_LAYERS = (GCNConv, SGConv, TAGConv, ChebConv, ARMAConv, SSGConv)
 
 
 class SourceHalos:
@@ -132,7 +166,8 @@ def refusal(conv: MessagePassing, state: "LayerState") -> str | None:
                 f"edge order)")
     if type(conv) not in RELATION_LAYERS:
         return (f"{type(conv).__name__} on a relation of a heterogeneous graph is not supported yet (supported: "
-                f"{', '.join(cls.__name__ for cls in RELATION_LAYERS)})")
+                f"{', '.join(cls.__name__ for cls in RELATION_LAYERS)}; on relations between nodes of one type "
+                f"also {', '.join(cls.__name__ for cls in SAME_TYPE_LAYERS)})")
     return settings_refusal(state)
 
 
@@ -145,6 +180,29 @@ def settings_refusal(state: "LayerState") -> str | None:
     if not settings.halo_options.exact:
         return "halo compression and staleness are not supported for heterogeneous graphs yet"
     return None
+
+
+def enter_own_type(conv: MessagePassing, state: "LayerState", args: tuple, kwargs: dict, adj: RelationAdj) -> bool:
+    """Whether ``conv`` runs on the relation ``adj`` as on a homogeneous shard (a layer of
+    :data:`SAME_TYPE_LAYERS`; see the module doc), after checking the call: ``ValueError`` as PyG's
+    for a relation between two node types or a pair ``(x_src, x_dst)``, ``NotImplementedError`` for
+    settings the heterogeneous path does not run.  ``False``: :func:`enter_relation` takes the call."""
+    if type(conv) not in SAME_TYPE_LAYERS:
+        return False
+    src, _, dst = adj.edge_type
+    x = forward_signature(type(conv)).bind(conv, *args, **kwargs).arguments.get("x")
+    if src != dst or isinstance(x, (tuple, list)):
+        name = type(conv).__name__
+        raise ValueError(f"{name} on relation {adj.edge_type}: '{name}' received a tuple of node features as input "
+                         f"while this layer does not support bipartite message passing (PyG's ValueError for a "
+                         f"relation from {src!r} to {dst!r}): use it on relations between nodes of one type, or "
+                         f"try other layers such as 'SAGEConv' or 'GraphConv' instead")
+    reason = settings_refusal(state)
+    if adj.is_minibatch or adj.num_rows != adj.num_owned:  # a block over the source plan's rows only
+        reason = f"{type(conv).__name__} on a relation of a heterogeneous mini-batch is not supported yet"
+    if reason:
+        raise NotImplementedError(f"distribute(): {reason}")
+    return True
 
 
 def enter_relation(conv: MessagePassing, state: "LayerState", args: tuple, kwargs: dict, at: Any,

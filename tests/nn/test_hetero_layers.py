@@ -128,7 +128,8 @@ def sizes(data, homo):
 
 
 def _worker(rank, world_size):
-    """Every configuration of this file and of test_hetero_models at P = 1..4, in one job."""
+    """Every configuration of this file, test_hetero_models and test_hetero_gcn at P = 1..4, in one job."""
+    import test_hetero_gcn
     import test_hetero_models
     data, homo = graphs()
     up = upstream(sizes(data, homo))
@@ -141,6 +142,7 @@ def _worker(rank, world_size):
             continue
         local = shard(SparsityAwarePartitioner(P, method="random", seed=2)(data), group=group)
         results.update(test_hetero_models.run_models(P, group, local, data))
+        results.update(test_hetero_gcn.run_models(P, group))
         local_homo = shard(SparsityAwarePartitioner(P, method="random", seed=2)(homo), group=group)
         for name in HETERO + HOMOGENEOUS:
             model = distribute(build(name, data), group=group, sync_gradients=False)

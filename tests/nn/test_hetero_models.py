@@ -120,16 +120,17 @@ def run(model, x_dict, adj_dict, n_id_dict, up, group=None, synchronise=False):
             {k: p.grad.clone() for k, p in model.named_parameters()})
 
 
-def run_models(P, group, local, data):
-    """This rank's ``{(P, name): results}`` of every model of ``MODELS`` on ``local``, its shard at
-    world size ``P`` (called by the heterogeneous tests' one launch, :func:`conftest.hetero_results`)."""
+def run_models(P, group, local, data, names=MODELS, build=build):
+    """This rank's ``{(P, name): results}`` of every model of ``names`` (made by ``build(name, data)``)
+    on ``local``, its shard at world size ``P`` (called by the heterogeneous tests' one launch,
+    :func:`conftest.hetero_results`)."""
     up = upstream(data)
     n_id = {t: local[t].n_id for t in local.node_types}
     results = {}
     # distribute()'s own gradient synchronisation makes a process group of its members, which
     # hangs in torch's new_group after the launch's subgroups: gradients are summed by sync_gradients
     # here (test_hetero_training checks distribute()'s own)
-    for name in MODELS:
+    for name in names:
         model = distribute(build(name, data), group=group, sync_gradients=False)
         comm_counter().reset()
         result = run(model, local.x_dict, local.adj_dict, n_id, up, group, synchronise=True)

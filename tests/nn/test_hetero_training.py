@@ -1,14 +1,15 @@
 """Training a heterogeneous model on ``HeteroData`` shards: the loss curve of
-``distribute(to_hetero(...))``, of ``HGTConv`` and of ``HANConv`` with ``distribute()``'s own gradient
-synchronisation and ``distributed_loss`` equals single-process PyG's; what the heterogeneous path does
-not cover is refused by name."""
+``distribute(to_hetero(...))`` (of ``SAGEConv``, and of ``GCNConv`` on ``cites``), of ``HGTConv`` and
+of ``HANConv`` with ``distribute()``'s own gradient synchronisation and ``distributed_loss`` equals
+single-process PyG's; what the heterogeneous path does not cover is refused by name."""
 import pytest
 import torch
 import torch.nn.functional as F
+from test_hetero_gcn import GCN
 from test_hetero_layers import HETERO as HETERO_LAYERS
 from test_hetero_layers import build as build_layers
 from test_hetero_models import SAGE, WithEmbedding, make_graph
-from torch_geometric.nn import GCNConv, HeteroConv, SAGEConv, to_hetero
+from torch_geometric.nn import GCN2Conv, HeteroConv, SAGEConv, to_hetero
 
 from pyg_sparsecomm import SparsityAwarePartitioner, distribute, distributed_loss, shard
 from pyg_sparsecomm.testing import launch
@@ -16,13 +17,15 @@ from pyg_sparsecomm.testing import launch
 EPOCHS = 4
 
 
-MODELS = ("to_hetero(SAGE, mean)", "HGT", "HAN")
+MODELS = ("to_hetero(SAGE, mean)", "HGT", "HAN", "to_hetero(GCN) on cites")
 
 
 def build(data, name="to_hetero(SAGE, mean)"):
     if name in HETERO_LAYERS:
         return build_layers(name, data)
     torch.manual_seed(0)
+    if name == "to_hetero(GCN) on cites":  # GCNConv on the relation within paper (test_hetero_gcn)
+        return WithEmbedding(to_hetero(GCN(), (["paper"], [("paper", "cites", "paper")])), data["institute"].num_nodes)
     return WithEmbedding(to_hetero(SAGE(), data.metadata(), aggr="mean"), data["institute"].num_nodes)
 
 
@@ -71,11 +74,12 @@ def test_what_the_heterogeneous_path_does_not_cover_is_refused_by_name():
     local = shard(SparsityAwarePartitioner(1, method="random")(data), rank=0, world_size=1)
     x_dict = {**local.x_dict, "institute": torch.randn(local["institute"].num_nodes, 8)}
     cites = ("paper", "cites", "paper")
-    gcn = distribute(HeteroConv({cites: GCNConv(8, 4)}))
-    supported = r"SAGEConv, GraphConv, GATConv, GATv2Conv, GINConv, TransformerConv"
-    with pytest.raises(NotImplementedError, match=r"GCNConv on a relation of a heterogeneous graph is not supported "
+    gcn2 = distribute(HeteroConv({cites: GCN2Conv(8, alpha=0.1)}))
+    supported = (r"SAGEConv, GraphConv, GATConv, GATv2Conv, GINConv, TransformerConv; on relations between nodes of "
+                 r"one type also GCNConv, SGConv, TAGConv, ChebConv, ARMAConv, SSGConv")
+    with pytest.raises(NotImplementedError, match=r"GCN2Conv on a relation of a heterogeneous graph is not supported "
                                                   rf"yet \(supported: {supported}\)"):
-        gcn(x_dict, local.adj_dict)
+        gcn2(x_dict, local.adj_dict)
     for kwargs, match in ((dict(halo_precision="bf16"), "halo compression and staleness are not supported"),
                           (dict(algorithm="oblivious"), r"1D exchange only \(got algorithm='oblivious'")):
         sage = distribute(HeteroConv({cites: SAGEConv(8, 4)}), **kwargs)
