@@ -1,13 +1,13 @@
 """``benchmarks/gpu_smoke.py`` (the first run on GPUs) stays runnable: its ``--device cpu`` dry run
-at P = 2 under ``torchrun`` (gloo) exits 0 and prints a table with one row per check, each with
-a numeric max difference within its tolerance (skipped rows say why)."""
-import os
+at P = 2 with torchrun's environment (gloo; :func:`torchrun_job.launch_as_torchrun`) exits 0 and
+prints a table with one row per check, each with a numeric max difference within its tolerance
+(skipped rows say why)."""
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import torch
+from torchrun_job import launch_as_torchrun
 
 ROOT = Path(__file__).resolve().parents[1]
 ROW = re.compile(r"^\s*(?P<name>\S.*?)\s{2,}(?P<diff>\S+)\s{2,}(?P<tol>\S+)\s{2,}(?P<ms>\S+)\s{2,}(?P<result>\S.*)$")
@@ -22,13 +22,9 @@ def _check_names() -> list[str]:
         sys.path.remove(str(ROOT / "benchmarks"))
 
 
-def test_gpu_smoke_dry_run_on_cpu():
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                           str(ROOT / "benchmarks" / "gpu_smoke.py"), "--device", "cpu", "--nodes", "200"],
-                          env=env, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
-    lines = done.stdout.splitlines()
+def test_gpu_smoke_dry_run_on_cpu(tmp_path):
+    printed = launch_as_torchrun(2, "benchmarks/gpu_smoke.py", ["--device", "cpu", "--nodes", "200"], ROOT, tmp_path)
+    lines = printed[0].splitlines()  # rank 0 reports
     header = next(i for i, line in enumerate(lines) if line.split()[:3] == ["check", "max", "diff"])
     rows = {m["name"]: m for m in map(ROW.match, lines[header + 1:]) if m}
     names = _check_names()

@@ -2,8 +2,9 @@
 
 * Python blocks: every block compiles and every name it imports from ``pyg_sparsecomm`` or
   ``torch_geometric`` exists (fragments too, so a renamed API is caught). A block whose
-  introducing paragraph calls it a "whole script" is saved as ``train.py`` and run under the
-  real ``torchrun`` at P = 2, exactly as written, with the Planetoid raw files in ``data/``.
+  introducing paragraph calls it a "whole script" is saved as ``train.py`` and run at P = 2 as
+  ``torchrun --standalone --nproc-per-node 2 train.py`` runs it, exactly as written, with the
+  Planetoid raw files in ``data/``.
 * Bash blocks: every command (lines joined at ``\\``, comments dropped, ``&&`` chains split)
   runs in a copy of the repository's files (what a clone holds: no ``benchmarks/graphs/``, no
   data but the Planetoid raw files copied into ``data/``), with ``PYG_SPARSECOMM_OFFLINE=1`` so
@@ -13,32 +14,27 @@
 ``torchrun ... SCRIPT ARGS`` runs SCRIPT with ARGS on as many processes with torchrun's
 environment (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ...), forked from the tests' warm fork
 server instead of spawned by torchrun (a spawned rank spends seconds importing torch and PyG;
-the whole scripts cover the real launcher). Scripts that take ``--epochs`` run ``EPOCHS``
-epochs: the one change to the commands as written, so that each training command costs its
-set-up and a few steps.
+the real launcher runs the README's main job in tests/test_training.py and restarts jobs in
+tests/test_attempts.py, tests/test_checkpoint.py and tests/test_elastic.py). Scripts that take
+``--epochs`` run ``EPOCHS`` epochs: the one change to the commands as written, so that each
+training command costs its set-up and a few steps.
 """
 import ast
 import importlib
 import os
 import re
-import runpy
 import shlex
 import shutil
-import socket
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import torch.distributed as dist
 from conftest import SHARED
-
-from pyg_sparsecomm.testing import launch
+from torchrun_job import OFFLINE, launch_as_torchrun, torchrun_words
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
-OFFLINE = {"PYG_SPARSECOMM_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
 EPOCHS = ["--epochs", "2"]
 
 #: README commands not run here, with the reason (the key is the command as the shell splits it)
@@ -138,17 +134,13 @@ def test_readme_python_block_compiles_and_its_imports_exist(block):
             importlib.import_module(f"{module}.{name}")  # a submodule, or ImportError naming it
 
 
-def run_under_torchrun(script_text: str, planetoid_root: str, tmp_path: Path) -> subprocess.CompletedProcess:
-    """Saves the script as train.py beside data/{Cora,CiteSeer}/raw copies and runs it on 2 torchrun processes."""
-    script = tmp_path / "train.py"
-    script.write_text(script_text)
+def run_as_script(script_text: str, planetoid_root: str, tmp_path: Path) -> str:
+    """Saves the script as train.py beside data/{Cora,CiteSeer}/raw copies, runs it on 2 processes with
+    torchrun's environment (:func:`torchrun_job.launch_as_torchrun`); what every rank printed, joined."""
+    (tmp_path / "train.py").write_text(script_text)
     for dataset in ("Cora", "CiteSeer"):  # no download
         shutil.copytree(Path(planetoid_root) / dataset / "raw", tmp_path / "data" / dataset / "raw")
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                           str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, **OFFLINE))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc
+    return "\n".join(launch_as_torchrun(2, "train.py", [], tmp_path, tmp_path / "logs"))
 
 
 def _check_cora_gcn(stdout: str) -> None:
@@ -173,8 +165,8 @@ SCRIPT_CHECKS = {"## Using it": _check_cora_gcn, "## Mini-batch training": _chec
 
 @pytest.mark.parametrize("block", whole_scripts(), ids=lambda b: b.heading.lstrip("# ") or f"line{b.line}")
 def test_readme_whole_script_runs_under_torchrun(block, planetoid_root, tmp_path):
-    proc = run_under_torchrun(block.code, planetoid_root, tmp_path)
-    SCRIPT_CHECKS.get(block.heading, lambda stdout: None)(proc.stdout)
+    stdout = run_as_script(block.code, planetoid_root, tmp_path)
+    SCRIPT_CHECKS.get(block.heading, lambda stdout: None)(stdout)
 
 
 def test_readme_has_the_scripts_the_checks_name():
@@ -205,79 +197,21 @@ def fresh_clone(tmp_path_factory):
     return clone
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _run_python(rank, world_size, target, args, cwd, env, log_dir):
-    """One process of a command: ``python [-m] TARGET ARGS`` with ``env``, output to a log file."""
-    dist.barrier()  # every rank has connected launch()'s group before any rank closes it
-    dist.destroy_process_group()  # the script makes its own, as under torchrun
-    os.chdir(cwd)
-    os.environ.update({k: v.replace("{rank}", str(rank)) for k, v in env.items()})
-    sys.argv = [target, *args]
-    log = open(Path(log_dir) / f"rank{rank}.log", "w")  # open to the end: fds 1 and 2 point at it
-    for stream in (sys.stdout, sys.stderr):
-        stream.flush()
-        os.dup2(log.fileno(), stream.fileno())
-    try:
-        if target.endswith(".py"):
-            sys.path.insert(0, str(Path(target).resolve().parent))
-            runpy.run_path(target, run_name="__main__")
-        else:
-            sys.path.insert(0, cwd)
-            runpy.run_module(target, run_name="__main__", alter_sys=True)
-    except SystemExit as e:
-        if e.code not in (0, None):
-            raise RuntimeError(f"SystemExit: {e.code}") from None
-    finally:
-        for stream in (sys.stdout, sys.stderr):
-            stream.flush()
-
-
-def _torchrun(words: list[str]) -> tuple[int, list[str]]:
-    """``torchrun [--standalone] --nproc-per-node N SCRIPT ARGS`` -> (N, [SCRIPT, *ARGS])."""
-    nproc, i = 1, 1
-    while i < len(words) and words[i].startswith("-"):
-        option, _, value = words[i].partition("=")
-        if option in ("--nproc-per-node", "--nproc_per_node"):
-            if not value:
-                i, value = i + 1, words[i + 1]
-            nproc = int(value)
-        elif option in ("--max-restarts", "--max_restarts"):  # restarts only after a failure: runs once here
-            i += 0 if value else 1
-        elif option != "--standalone":
-            raise AssertionError(f"torchrun option {words[i]} in the README: teach tests/test_readme.py to run it")
-        i += 1
-    return nproc, words[i:]
-
-
 def run_command(command: str, clone: Path, log_dir: Path) -> str:
     """Runs a README command in ``clone``; returns what rank 0 printed."""
     words = shlex.split(command)
-    env = dict(OFFLINE, PYTHONPATH=str(clone))
-    if words[0] == "torchrun":
-        nproc, (script, *args) = _torchrun(words)
-        port = str(_free_port())
-        env.update(RANK="{rank}", LOCAL_RANK="{rank}", WORLD_SIZE=str(nproc), LOCAL_WORLD_SIZE=str(nproc),
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
-    elif words[0] == "python":
-        nproc, (script, *args) = 1, (words[2:] if words[1] == "-m" else words[1:])
-    else:  # anything else as the shell runs it
+    if words[0] not in ("torchrun", "python"):  # anything else as the shell runs it
         proc = subprocess.run(command, shell=True, cwd=clone, capture_output=True, text=True, timeout=600,
-                              env=dict(os.environ, **env))
+                              env=dict(os.environ, **OFFLINE, PYTHONPATH=str(clone)))
         assert proc.returncode == 0, f"{command}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
         return proc.stdout
+    if words[0] == "torchrun":
+        nproc, (script, *args) = torchrun_words(words)
+    else:
+        nproc, (script, *args) = 1, (words[2:] if words[1] == "-m" else words[1:])
     if script.endswith(".py") and "--epochs" in (clone / script).read_text():
         args = [*args, *EPOCHS]
-    try:
-        launch(_run_python, nproc, script, args, str(clone), env, str(log_dir), timeout=600)
-    except RuntimeError as e:
-        logs = "\n".join(f"--- rank {p.stem}:\n{p.read_text()[-3000:]}" for p in sorted(log_dir.glob("rank*.log")))
-        raise AssertionError(f"{command}\n{logs}\n{e}") from None
-    return (log_dir / "rank0.log").read_text()
+    return launch_as_torchrun(nproc, script, args, clone, log_dir, torchrun=words[0] == "torchrun")[0]
 
 
 @pytest.mark.parametrize("command", [pytest.param(c, marks=[pytest.mark.slow] if c in SLOW else [])
