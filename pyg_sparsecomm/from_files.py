@@ -177,6 +177,7 @@ def _part_record(topology: Data, pattern: CommPattern, rank: int, node_files: di
     in-edges sorted into scratch files and every O(part) array :class:`Streamed` from a file."""
     plan = rank_plan(pattern, rank)
     edges = sort_in_edges(topology.edge_index, pattern, plan, tmp, chunk_bytes)
+    release_free_heap()  # the sort's freed blocks, before the file is written a chunk at a time
     stream = partial(file_chunks, chunk_bytes=chunk_bytes)
     weight = topology.edge_weight
     value = None if weight is None else Streamed(weight.dtype, (edges.num_edges,), partial(
@@ -219,10 +220,10 @@ def _records(partitioner: SparsityAwarePartitioner, edge_index: Tensor, edge_wei
                 hash_tensor(h, key, tensors[key])
             else:
                 _hash_scatter(h, key, node_files[key], pattern, scratch[key], chunk_bytes)
+                release_free_heap()
         source["fingerprint"] = h.hexdigest()
         for r in range(num_parts):
             yield _part_record(topology, pattern, r, node_files, scratch, Path(tmp), chunk_bytes)
-            release_free_heap()
 
 
 def partition_files(edges: PathLike | Sequence[PathLike], out: PathLike, num_parts: int,
