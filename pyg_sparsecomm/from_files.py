@@ -9,12 +9,15 @@ then calls :func:`~pyg_sparsecomm.load_shard` as before.  Only the topology is h
   (:math:`16E` bytes), partitioned and planned exactly as in memory;
 * every node attribute (``x``, ``y``, masks: ``.npy`` with one row per node) is read once in
   chunks of ``chunk_bytes``: each chunk is hashed (for the manifest's fingerprint) and its rows
-  scattered into a scratch file ordered by (part, node); each part file then takes its rows from
-  there, one part at a time.
+  scattered into a scratch file ordered by (part, node);
+* every part file is then written in pieces (:func:`~pyg_sparsecomm.streamed_save.save_streamed`):
+  its in-edges sorted into CSR order through scratch files
+  (:func:`~pyg_sparsecomm.part_in_edges.sort_in_edges`), its columns, edge ids, weights and
+  node-attribute rows copied into the file a chunk at a time.
 
-Peak memory is the topology with the partitioner's and the plan's working arrays, plus one part's
-rows of the node attributes (what that rank holds anyway), plus one chunk; never the feature
-matrix.  The files are read with plain reads (no memory map: mapped pages would count towards
+Peak memory is the topology with the partition's node arrays (owner and row of every node, the
+halo pairs, one part's plan), plus one chunk; never the feature matrix, nor one part's rows or
+in-edges.  The files are read with plain reads (no memory map: mapped pages would count towards
 the writer's resident memory until unmapped).
 """
 import hashlib
@@ -238,8 +241,9 @@ def partition_files(edges: PathLike | Sequence[PathLike], out: PathLike, num_par
     ``data = Data(x=x, y=y, edge_index=edges, edge_weight=edge_weight, **masks)`` (the same
     partition, records and manifest, fingerprint included), so every rank then loads its part
     with ``load_shard(out, expected_source=...)``.  Peak memory: the ``int64`` topology
-    (:math:`16E` bytes plus the partitioner's and the plan's working arrays), one chunk, and one
-    part's rows of the node attributes; see :mod:`~pyg_sparsecomm.from_files`.
+    (:math:`16E` bytes plus the partitioner's working arrays and the partition's node arrays)
+    and one chunk; see :mod:`~pyg_sparsecomm.from_files`.  Scratch files next to ``out`` take
+    one copy of the node attributes and 24 bytes per in-edge of the part being written.
 
     Args:
         edges: ``.npy`` file of integer ids, shape ``[2, E]`` (row 0 sources, row 1 targets, as
@@ -254,7 +258,9 @@ def partition_files(edges: PathLike | Sequence[PathLike], out: PathLike, num_par
         num_nodes: ``N``; default: the node attribute files' first dimension, else the largest
             node id + 1.
         dataset: the dataset name recorded in the manifest's ``source``.
-        chunk_bytes: bytes of node-attribute rows read at once.
+        chunk_bytes: the working memory of every streamed pass: bytes of node-attribute rows
+            read at once, of the in-edges sorted at once (``chunk_bytes / 64`` edges), of a
+            part file's record copied at once.
 
     Returns:
         The path of the manifest.
