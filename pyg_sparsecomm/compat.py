@@ -4,6 +4,7 @@ Each accessor reads one private attribute and fails loudly, naming it, when a re
 library changed it (``tests/test_compat.py`` calls every one of them), so an upgrade shows here
 first instead of as a wrong result somewhere else.
 """
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -201,3 +202,23 @@ def metis_option_slot(name: str) -> int:
         return int(getattr(_pymetis_internal().options_indices, name))
     except AttributeError as e:
         raise _missing(f"pymetis._internal.options_indices.{name}", e) from e
+
+
+def tensor_rebuilder() -> Callable[..., Any]:
+    """``torch._utils._rebuild_tensor_v2``: the function ``torch.save``'s pickle calls to rebuild a
+    dense tensor from its storage (what ``torch.load(weights_only=True)`` allows)."""
+    try:
+        return torch._utils._rebuild_tensor_v2
+    except AttributeError as e:
+        raise _missing("torch._utils._rebuild_tensor_v2", e) from e
+
+
+def storage_type(dtype: torch.dtype) -> Any:
+    """The legacy storage class ``torch.save``'s pickle names for ``dtype`` (``torch.LongStorage``
+    for ``torch.int64``: ``TypedStorage._pickle_storage_type``)."""
+    try:
+        with warnings.catch_warnings():  # TypedStorage's deprecation: torch.save names these classes still
+            warnings.simplefilter("ignore", UserWarning)
+            return getattr(torch, torch.TypedStorage(dtype=dtype, device="cpu")._pickle_storage_type())
+    except (AttributeError, KeyError) as e:
+        raise _missing("torch.TypedStorage._pickle_storage_type", e) from e

@@ -9,12 +9,15 @@ then calls :func:`~pyg_sparsecomm.load_shard` as before.  Only the topology is h
   (:math:`16E` bytes), partitioned and planned exactly as in memory;
 * every node attribute (``x``, ``y``, masks: ``.npy`` with one row per node) is read once in
   chunks of ``chunk_bytes``: each chunk is hashed (for the manifest's fingerprint) and its rows
-  scattered into a scratch file ordered by (part, node); each part file then takes its rows from
-  there, one part at a time.
+  scattered into a scratch file ordered by (part, node);
+* every part file is then written in pieces (:func:`~pyg_sparsecomm.streamed_save.save_streamed`):
+  its in-edges sorted into CSR order through scratch files
+  (:func:`~pyg_sparsecomm.part_in_edges.sort_in_edges`), its columns, edge ids, weights and
+  node-attribute rows copied into the file a chunk at a time.
 
-Peak memory is the topology with the partitioner's and the plan's working arrays, plus one part's
-rows of the node attributes (what that rank holds anyway), plus one chunk; never the feature
-matrix.  The files are read with plain reads (no memory map: mapped pages would count towards
+Peak memory is the topology with the partition's node arrays (owner and row of every node, the
+halo pairs, one part's plan), plus one chunk; never the feature matrix, nor one part's rows or
+in-edges.  The files are read with plain reads (no memory map: mapped pages would count towards
 the writer's resident memory until unmapped).
 """
 import hashlib
@@ -22,6 +25,7 @@ import os
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +34,13 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
-from .data import shard_from_pattern
+from .memory import release_free_heap
+from .part_in_edges import sort_in_edges
 from .partition import SparsityAwarePartitioner
-from .plan import CommPattern, comm_pattern
-from .store import _to_record, partition_source, write_partition
-from .store_format import hash_tensor
+from .plan import EDGE_CHUNK, CommPattern, comm_pattern, rank_plan
+from .store import partition_source, write_partition
+from .store_format import hash_tensor, plan_record
+from .streamed_save import Streamed, file_chunks
 
 PathLike = str | os.PathLike
 #: default bytes of one chunk of node-attribute rows (a chunk is read, hashed and scattered at once)
@@ -164,24 +170,46 @@ def _hash_scatter(h: Any, key: str, npy: NpyFile, pattern: CommPattern, scratch:
             for r in np.flatnonzero(np.diff(ends)):
                 rows = order[ends[r]:ends[r + 1]]
                 dest = first_row[r] + pattern.local_index[a + rows[0]]  # the part's rows run on
-                os.pwrite(out.fileno(), block[rows].tobytes(), int(dest) * row_bytes)
+                os.pwrite(out.fileno(), block[rows].data, int(dest) * row_bytes)  # no bytes copy
+            del block  # before the next chunk is read: one chunk at a time
 
 
-def _read_part(npy: NpyFile, scratch: Path, first: int, count: int) -> Tensor:
-    with open(scratch, "rb") as f:
-        f.seek(first * npy.row_bytes)
-        rows = np.fromfile(f, dtype=npy.dtype, count=count * (npy.row_bytes // npy.dtype.itemsize))
-    return torch.from_numpy(rows.reshape((count, *npy.shape[1:])))
+def _part_record(topology: Data, pattern: CommPattern, rank: int, node_files: dict[str, NpyFile],
+                 scratch: dict[str, Path], tmp: Path, chunk_bytes: int) -> dict:
+    """Part ``rank``'s record as :func:`~pyg_sparsecomm.store.save_partition` writes it, its
+    in-edges sorted into scratch files and every O(part) array :class:`Streamed` from a file."""
+    plan = rank_plan(pattern, rank)
+    edges = sort_in_edges(topology.edge_index, pattern, plan, tmp, chunk_bytes)
+    release_free_heap()  # the sort's freed blocks, before the file is written a chunk at a time
+    stream = partial(file_chunks, chunk_bytes=chunk_bytes)
+    weight = topology.edge_weight
+    value = None if weight is None else Streamed(weight.dtype, (edges.num_edges,), partial(
+        _gathered, weight.numpy(), edges.files["e_id"], edges.num_edges, chunk_bytes))
+    first = int(np.sum(pattern.part_sizes[:rank])) if rank else 0
+    count = int(pattern.part_sizes[rank])
+    attrs = {key: Streamed(_torch_dtype(npy, key), (count, *npy.shape[1:]),
+                           partial(stream, scratch[key], first * npy.row_bytes, count * npy.row_bytes))
+             for key, npy in node_files.items()}
+    col, e_id = (Streamed(torch.long, (edges.num_edges,), partial(stream, edges.files[k], 0, 8 * edges.num_edges))
+                 for k in ("col", "e_id"))
+    return {**plan_record(plan), "rowptr": edges.rowptr, "col": col, "value": value, "e_id": e_id, "attrs": attrs}
+
+
+def _gathered(weight: np.ndarray, e_id: Path, num_edges: int, chunk_bytes: int) -> Iterator[np.ndarray]:
+    for chunk in file_chunks(e_id, 0, 8 * num_edges, max(8, chunk_bytes // 16 * 8)):  # ids and their weights
+        yield weight[np.frombuffer(chunk, dtype=np.int64)]
 
 
 def _records(partitioner: SparsityAwarePartitioner, edge_index: Tensor, edge_weight: Tensor | None, N: int,
              node_files: dict[str, NpyFile], out: Path, source: dict, chunk_bytes: int) -> Iterator[dict]:
-    """Partitions the graph, then yields the part records in rank order (one in memory at a time);
-    fills ``source["fingerprint"]``.  Runs while the store holds the directory's lock, so that a
-    second writer is refused before partitioning, not after."""
+    """Partitions the graph, then yields the part records in rank order (one at a time, each
+    streamed from scratch files while it is written); fills ``source["fingerprint"]``.  Runs
+    while the store holds the directory's lock, so that a second writer is refused before
+    partitioning, not after."""
     num_parts = partitioner.num_parts
     part = partitioner.assign(edge_index, N)  # the pattern below is the only one built
-    pattern = comm_pattern(edge_index, part, N, num_parts)
+    pattern = comm_pattern(edge_index, part, N, num_parts, chunk=min(EDGE_CHUNK, max(1, chunk_bytes // 80)))
+    release_free_heap()  # the pattern's merges leave freed heap behind: give it back before the parts
     topology = Data(edge_index=edge_index, edge_weight=edge_weight, num_nodes=N)
     tensors = {"edge_index": edge_index, "part": part, **({} if edge_weight is None else {"edge_weight": edge_weight})}
     h = hashlib.sha256(f"num_nodes={N};".encode())
@@ -195,16 +223,10 @@ def _records(partitioner: SparsityAwarePartitioner, edge_index: Tensor, edge_wei
                 hash_tensor(h, key, tensors[key])
             else:
                 _hash_scatter(h, key, node_files[key], pattern, scratch[key], chunk_bytes)
+                release_free_heap()
         source["fingerprint"] = h.hexdigest()
-        first = np.concatenate([[0], np.cumsum(pattern.part_sizes)])
         for r in range(num_parts):
-            local = shard_from_pattern(topology, pattern, r)
-            for key, npy in node_files.items():
-                local[key] = _read_part(npy, scratch[key], int(first[r]), int(pattern.part_sizes[r]))
-            record = _to_record(local)
-            del local
-            yield record
-            del record  # the store has written it: one part in memory at a time
+            yield _part_record(topology, pattern, r, node_files, scratch, Path(tmp), chunk_bytes)
 
 
 def partition_files(edges: PathLike | Sequence[PathLike], out: PathLike, num_parts: int,
@@ -219,8 +241,9 @@ def partition_files(edges: PathLike | Sequence[PathLike], out: PathLike, num_par
     ``data = Data(x=x, y=y, edge_index=edges, edge_weight=edge_weight, **masks)`` (the same
     partition, records and manifest, fingerprint included), so every rank then loads its part
     with ``load_shard(out, expected_source=...)``.  Peak memory: the ``int64`` topology
-    (:math:`16E` bytes plus the partitioner's and the plan's working arrays), one chunk, and one
-    part's rows of the node attributes; see :mod:`~pyg_sparsecomm.from_files`.
+    (:math:`16E` bytes plus the partitioner's working arrays and the partition's node arrays)
+    and one chunk; see :mod:`~pyg_sparsecomm.from_files`.  Scratch files next to ``out`` take
+    one copy of the node attributes and 24 bytes per in-edge of the part being written.
 
     Args:
         edges: ``.npy`` file of integer ids, shape ``[2, E]`` (row 0 sources, row 1 targets, as
@@ -235,7 +258,9 @@ def partition_files(edges: PathLike | Sequence[PathLike], out: PathLike, num_par
         num_nodes: ``N``; default: the node attribute files' first dimension, else the largest
             node id + 1.
         dataset: the dataset name recorded in the manifest's ``source``.
-        chunk_bytes: bytes of node-attribute rows read at once.
+        chunk_bytes: the working memory of every streamed pass: bytes of node-attribute rows
+            read at once, of the in-edges sorted at once (``chunk_bytes / 64`` edges), of a
+            part file's record copied at once.
 
     Returns:
         The path of the manifest.

@@ -4,11 +4,25 @@ Host memory is the peak resident set size (``getrusage``'s ``ru_maxrss``: every 
 ever had resident at once, its Python, torch and CUDA libraries included); on a GPU also
 ``torch.cuda.max_memory_allocated`` (the tensors' peak, not the caching allocator's reserve).
 """
+import ctypes
+import ctypes.util
 import resource
 import sys
 
 import torch
 import torch.distributed as dist
+
+
+def release_free_heap() -> None:
+    """Returns the C heap's free pages to the system (glibc ``malloc_trim(0)``; a no-op elsewhere).
+
+    numpy arrays below glibc's mmap threshold (up to 32 MiB) live on the heap, whose freed
+    pages stay resident until trimmed: a long out-of-core pass (merges, sorts) leaves them
+    behind, counted in the resident set as if still used."""
+    libc = ctypes.util.find_library("c")
+    trim = getattr(ctypes.CDLL(libc), "malloc_trim", None) if libc and sys.platform.startswith("linux") else None
+    if trim is not None:
+        trim(0)
 
 
 def peak_memory_bytes() -> int:

@@ -303,6 +303,26 @@ def restrict_counts(send_counts: list[int], recv_counts: list[int], rank: int,
             [c if k in in_stage else 0 for k, c in enumerate(recv_counts)])
 
 
+class InEdgeRelabel:
+    """Local ids of the edges into ``plan.rank``: ``(row, col)`` of global edges ``ids``, ``row``
+    the target's owned row, ``col`` its source's column in ``[owned | halo]`` (see
+    :func:`local_edges`; ``target_part`` for a bipartite relation)."""
+
+    def __init__(self, pattern: CommPattern, plan: RankPlan, target_part=None) -> None:
+        self.pattern, self.plan = pattern, plan
+        self.target_index = (pattern.local_index if target_part is None
+                             else owner_rows(_numpy_long(target_part), pattern.num_parts)[1])
+        halo = plan.halo_n_id.numpy()
+        self.halo_key = pattern.part[halo] * pattern.num_nodes + halo  # sorted: pairs are (dst, owner, node)
+
+    def __call__(self, src: np.ndarray, dst: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        pattern, part, r = self.pattern, self.pattern.part, self.plan.rank
+        s = src[ids]
+        col = np.where(part[s] == r, pattern.local_index[s],
+                       self.plan.num_owned + np.searchsorted(self.halo_key, part[s] * pattern.num_nodes + s))
+        return self.target_index[dst[ids]], col
+
+
 def local_edges(edge_index, pattern: CommPattern, plan: RankPlan, target_part=None, chunk: int = EDGE_CHUNK):
     """The edges whose target ``plan.rank`` owns, relabelled to local ids.
 
@@ -313,20 +333,14 @@ def local_edges(edge_index, pattern: CommPattern, plan: RankPlan, target_part=No
     The rank's edges are found ``chunk`` edges at a time (O(its edges + chunk) memory).
     """
     src, dst = _numpy_long(edge_index)
-    part, r = pattern.part, plan.rank
-    owner = part if target_part is None else _numpy_long(target_part)
+    owner = pattern.part if target_part is None else _numpy_long(target_part)
     step = max(1, chunk)
     edge_id = np.concatenate([np.empty(0, dtype=np.int64)] + [
-        a + np.flatnonzero(owner[dst[a:a + step]] == r) for a in range(0, dst.size, step)])
-    target_index = pattern.local_index if target_part is None else owner_rows(owner, pattern.num_parts)[1]
-    halo_key = part[plan.halo_n_id.numpy()] * pattern.num_nodes + plan.halo_n_id.numpy()  # sorted
+        a + np.flatnonzero(owner[dst[a:a + step]] == plan.rank) for a in range(0, dst.size, step)])
+    relabel = InEdgeRelabel(pattern, plan, target_part)
     row, col = np.empty_like(edge_id), np.empty_like(edge_id)
     for a in range(0, edge_id.size, step):  # relabelled a chunk at a time
-        ids = edge_id[a:a + step]
-        row[a:a + step] = target_index[dst[ids]]
-        s = src[ids]
-        col[a:a + step] = np.where(part[s] == r, pattern.local_index[s],
-                                   plan.num_owned + np.searchsorted(halo_key, part[s] * pattern.num_nodes + s))
+        row[a:a + step], col[a:a + step] = relabel(src, dst, edge_id[a:a + step])
     order = np.lexsort((col, row))
     row = row[order]  # one array at a time: the rank's edges are the writer's largest arrays
     col = col[order]

@@ -41,6 +41,7 @@ from .partition.partitioner import option_value
 from .plan import comm_pattern
 from .store_format import hash_tensor, plan_from_record, plan_record
 from .store_hetero import hetero_from_record, hetero_records, hetero_source
+from .streamed_save import has_streamed, save_streamed
 
 # 2: the manifest holds a ``source`` description; part files hold sliced edge attributes.
 FORMAT_VERSION = 2
@@ -183,7 +184,8 @@ def write_partition(root: str | Path, source: Mapping | Callable[[], Mapping], r
         files: dict[str, str] = {}
         for record in records:  # no enumerate(): its reused tuple would keep the last record alive
             name = f"part-{len(files)}.pt"
-            files[name] = save_hashed({**record, "write_id": write_id}, tmp / name)
+            save = save_streamed if has_streamed(record) else save_hashed  # records written in pieces
+            files[name] = save({**record, "write_id": write_id}, tmp / name)
             del record  # one part in memory at a time
         described = dict(source() if callable(source) else source)
         manifest = {"format_version": FORMAT_VERSION, "source": described, "files": files, "write_id": write_id}

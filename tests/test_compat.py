@@ -265,3 +265,19 @@ def test_the_scan_finds_what_it_looks_for():
     tree = ast.parse(source)
     lines = [line for line, _ in _private_reads(tree, _library_aliases(tree), _dependency_private_names())]
     assert sorted(set(lines)) == [3, 4, 5, 6, 9, 10]
+
+
+def test_tensor_rebuilder_and_storage_type_are_what_torch_save_pickles():
+    """``save_streamed`` pickles tensors with these two names: the ones ``torch.save`` writes."""
+    import io
+    import pickletools
+    import zipfile
+
+    buffer = io.BytesIO()
+    torch.save({"t": torch.arange(3)}, buffer)
+    pickled = zipfile.ZipFile(buffer).read("archive/data.pkl")
+    names = [arg for op, arg, _ in pickletools.genops(pickled) if op.name == "GLOBAL"]
+    rebuild = compat.tensor_rebuilder()
+    assert f"{rebuild.__module__} {rebuild.__name__}" in names
+    assert compat.storage_type(torch.int64) is torch.LongStorage and "torch LongStorage" in names
+    assert compat.storage_type(torch.bool) is torch.BoolStorage
