@@ -265,3 +265,14 @@ def test_the_scan_finds_what_it_looks_for():
     tree = ast.parse(source)
     lines = [line for line, _ in _private_reads(tree, _library_aliases(tree), _dependency_private_names())]
     assert sorted(set(lines)) == [3, 4, 5, 6, 9, 10]
+
+
+def test_tensor_version_counts_in_place_writes_and_never_matches_an_inference_tensor():
+    t = torch.zeros(3)
+    before = compat.tensor_version(t)
+    assert compat.tensor_version(t) == before
+    t.add_(1)
+    assert compat.tensor_version(t) != before
+    with torch.inference_mode():
+        u = torch.zeros(3)
+    assert compat.tensor_version(u) != compat.tensor_version(u)  # no counter: a cache keyed by it misses
