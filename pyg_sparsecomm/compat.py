@@ -125,6 +125,18 @@ def current_graph_task_id() -> int:
         raise _missing("torch._C._current_graph_task_id", e) from e
 
 
+def tensor_version(t: torch.Tensor) -> object:
+    """``t._version``, the counter every in-place write bumps, which the package's caches key on.
+    A tensor made under ``torch.inference_mode()`` has none: a fresh ``object()`` then, equal to
+    no other, so a cache keyed by it misses (recomputes) instead of raising."""
+    if t.is_inference():
+        return object()
+    try:
+        return t._version
+    except AttributeError as e:
+        raise _missing("torch.Tensor._version", e) from e
+
+
 def will_engine_execute_node(node: Any) -> bool:
     """Whether the running backward call reaches autograd ``node`` (``torch._C._will_engine_execute_node``);
     raises ``RuntimeError`` from torch under ``torch.autograd.grad`` with inputs."""

@@ -19,11 +19,12 @@ from torch_geometric.nn import MessagePassing
 from .nn.gcn_conv import DistributedGCNConv
 
 #: constructor arguments tried in turn (the first that builds counts; a class none fits is skipped)
-_ATTEMPTS = ((4, 4), (4, 4, 1), (torch.nn.Linear(4, 4),), (4, 4, 1, 1), (4,), (), ((4, 4), 4), (8, 8),
-             (torch.nn.Linear(8, 4), 2), (4, 4, 2, 2, 2))
-_KEYWORDS = ({}, {"K": 1, "alpha": 0.1}, {"metadata": (["a"], [("a", "to", "a")])},
-             {"aggregators": ["mean"], "scalers": ["identity"], "deg": torch.tensor([1])},
-             {"num_node_types": 1, "num_edge_types": 1, "edge_type_emb_dim": 2, "edge_dim": 2, "edge_attr_emb_dim": 2})
+_ATTEMPTS: tuple[tuple, ...] = ((4, 4), (4, 4, 1), (torch.nn.Linear(4, 4),), (4, 4, 1, 1), (4,), (), ((4, 4), 4),
+                                (8, 8), (torch.nn.Linear(8, 4), 2), (4, 4, 2, 2, 2))
+_KEYWORDS: tuple[dict, ...] = (
+    {}, {"K": 1, "alpha": 0.1}, {"metadata": (["a"], [("a", "to", "a")])},
+    {"aggregators": ["mean"], "scalers": ["identity"], "deg": torch.tensor([1])},
+    {"num_node_types": 1, "num_edge_types": 1, "edge_type_emb_dim": 2, "edge_dim": 2, "edge_attr_emb_dim": 2})
 
 
 def warm_pyg_templates() -> list[str]:

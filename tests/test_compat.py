@@ -281,3 +281,14 @@ def test_tensor_rebuilder_and_storage_type_are_what_torch_save_pickles():
     assert f"{rebuild.__module__} {rebuild.__name__}" in names
     assert compat.storage_type(torch.int64) is torch.LongStorage and "torch LongStorage" in names
     assert compat.storage_type(torch.bool) is torch.BoolStorage
+
+
+def test_tensor_version_counts_in_place_writes_and_never_matches_an_inference_tensor():
+    t = torch.zeros(3)
+    before = compat.tensor_version(t)
+    assert compat.tensor_version(t) == before
+    t.add_(1)
+    assert compat.tensor_version(t) != before
+    with torch.inference_mode():
+        u = torch.zeros(3)
+    assert compat.tensor_version(u) != compat.tensor_version(u)  # no counter: a cache keyed by it misses

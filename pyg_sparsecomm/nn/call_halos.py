@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
+from ..compat import tensor_version
 from .layer_rules import layer_rule
 
 
@@ -42,7 +43,7 @@ class CallHalos:
     output of :func:`fused_source_module` (cleared when the call ends, also on exceptions)."""
 
     def __init__(self) -> None:
-        self.entries: list[tuple[Tensor, int, int, Tensor]] = []
+        self.entries: list[tuple[Tensor, object, int, Tensor]] = []
         self.recorded: Tensor | None = None
         self.recording = False  # the layer is running on a shard: record its source module's output
         self.fused: Tensor | None = None  # the recorded output, once exchanged in this call
@@ -82,13 +83,13 @@ class CallHalos:
 
     def add(self, src: Tensor, node_dim: int, halo: Tensor) -> None:
         """Keeps ``halo`` (``[halo_size, width]`` rows of ``src`` with ``node_dim`` first) for the call."""
-        self.entries.append((src, src._version, node_dim % src.dim(), halo))
+        self.entries.append((src, tensor_version(src), node_dim % src.dim(), halo))
 
     def lookup(self, src: Tensor, node_dim: int) -> Tensor | None:
         """The kept halo rows of ``src`` (``[halo_size, width]``), or ``None``."""
         node_dim %= src.dim()
         for t, version, dim, halo in self.entries:
-            if src._version != version:
+            if tensor_version(src) != version:
                 continue
             if (src is t and node_dim == dim) or (dim == 0 and node_dim == 0 and _same_rows(src, t)):
                 self.fused_used = self.fused_used or t is self.fused

@@ -215,6 +215,15 @@ def _enter(conv: MessagePassing, args: tuple, kwargs: dict):
     return adapt(conv, args, kwargs, context)
 
 
+def _edge_index_is_none(conv: MessagePassing, args: tuple, kwargs: dict) -> bool:
+    """Whether the call passes ``edge_index=None`` (a shard from ``shard()`` has ``local.adj`` only)."""
+    try:
+        bound = forward_signature(type(conv)).bind_partial(conv, *args, **kwargs).arguments
+    except TypeError:
+        return False  # PyG's own error for a wrong call
+    return "edge_index" in bound and bound["edge_index"] is None
+
+
 def _begin(state: LayerState, conv: MessagePassing, context: shard_context.ShardContext) -> None:
     shard_context.push(context)
     state.entered.append(True)
@@ -240,6 +249,10 @@ def _enter_without_adjacency(conv: MessagePassing, state: LayerState, args: tupl
         raise ValueError(f"{type(conv).__name__} got a plain edge_index or sparse adjacency under a world size "
                          f"of {world_size(group)}: partition the graph with SparsityAwarePartitioner("
                          f"num_parts=world_size), call local = shard(data) and pass local.adj")
+    if world_size(group) > 1 and _edge_index_is_none(conv, args, kwargs):
+        raise ValueError(f"{type(conv).__name__} got edge_index=None under a world size of {world_size(group)}: "
+                         f"shard(data) keeps the shard's adjacency in local.adj (partition_and_shard also as "
+                         f"local.edge_index): pass local.adj")
     state.entered.append(False)
     return None
 

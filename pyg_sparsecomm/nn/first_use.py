@@ -9,6 +9,9 @@ some ranks and a silently wrong result on others.  The first call of a layer on 
 * the plan: rank, world size, number of nodes, owned rows, :math:`\sum n` and :math:`\sum n^2` of the
   owned global ids, and per peer a digest of the global ids sent to it and received from it;
 * the call: the shape after the node dimension and the dtype of ``x``;
+* the layer: a digest of its (materialised) parameters, which must be equal on every rank (a
+  ``DistributedGCNConv`` built without a seed, or ``reset_parameters()`` after ``distribute()``,
+  would otherwise train one model per rank);
 * this rank's own findings (``x`` of another row count, edge arguments of another length, a cached
   layer on another adjacency),
 
@@ -33,8 +36,10 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import torch
 import torch.distributed as dist
 from torch import Tensor
+from torch.nn.parameter import is_lazy
 from torch_geometric.nn import MessagePassing
 
 from ..adj import HaloAdj
@@ -78,16 +83,17 @@ def _text_digest(text: str) -> int:
 
 
 def summary(entry: dict, size: int) -> list[int]:
-    """``entry`` (a :func:`fingerprint`) as ``10 + 2 * size`` integers (``size``: the group's world
+    """``entry`` (a :func:`fingerprint`) as ``11 + 2 * size`` integers (``size``: the group's world
     size): rank, world size, nodes, owned rows, the two id sums, error?, features?, the features'
-    digest, group size, then the digests sent to and received from each peer."""
+    digest, group size, the digests sent to and received from each peer, then the parameters' digest."""
     def per_peer(digests: list[str]) -> list[int]:
         ints = [_as_int64(int(d, 16)) for d in digests[:size]]
         return ints + [0] * (size - len(ints))
     features = entry["features"]
     return [entry["rank"], entry["world_size"], entry["num_nodes"], entry["num_owned"],
             *(_as_int64(v) for v in entry["id_sums"]), int(entry["error"] is not None), int(features is not None),
-            _text_digest(repr(features)), entry["group_size"], *per_peer(entry["sent"]), *per_peer(entry["received"])]
+            _text_digest(repr(features)), entry["group_size"], *per_peer(entry["sent"]), *per_peer(entry["received"]),
+            _text_digest(entry["parameters"])]
 
 
 def agrees(rows: list[list[int]]) -> bool:
@@ -95,6 +101,8 @@ def agrees(rows: list[list[int]]) -> bool:
     error, shards of one partition of one graph for this group, node features alike (``True``
     implies that :func:`verdict` finds nothing, barring a collision of 64-bit digests)."""
     size = len(rows)
+    if len({row[-1] for row in rows}) != 1:
+        return False
     if any(row[6] or row[1] != size or row[0] != r or row[9] != size for r, row in enumerate(rows)):
         return False
     n = rows[0][2]
@@ -170,8 +178,10 @@ def check_cache(conv: MessagePassing, adj: HaloAdj, cached_key: tuple | None) ->
     return key
 
 
-def fingerprint(plan: RankPlan, x: Any, error: str | None, group: dist.ProcessGroup | None) -> dict:
-    """This rank's entry of the all-gather (see the module doc)."""
+def fingerprint(plan: RankPlan, x: Any, error: str | None, group: dist.ProcessGroup | None,
+                parameters: str = "") -> dict:
+    """This rank's entry of the all-gather (see the module doc); ``parameters``: the layer's
+    :func:`parameter_digest`."""
     ids = plan.n_id.cpu()
     features = None
     if isinstance(x, Tensor):
@@ -180,7 +190,8 @@ def fingerprint(plan: RankPlan, x: Any, error: str | None, group: dist.ProcessGr
             "num_owned": plan.num_owned, "id_sums": (int(ids.sum()) % _WRAP, int((ids * ids).sum()) % _WRAP),
             "sent": _split_digests(plan.n_id.cpu()[plan.send_index.cpu()], plan.send_counts),
             "received": _split_digests(plan.halo_n_id, plan.recv_counts),
-            "features": features, "error": error, "group_rank": rank(group), "group_size": world_size(group)}
+            "features": features, "error": error, "group_rank": rank(group), "group_size": world_size(group),
+            "parameters": parameters}
 
 
 def _partition_problems(entries: list[dict]) -> list[str]:
@@ -220,17 +231,35 @@ def _feature_problems(entries: list[dict], who: str) -> list[str]:
             f"must pass its rows of the same feature matrix (local.x of the same graph, cast alike)"]
 
 
+def _parameter_problems(entries: list[dict], who: str) -> list[str]:
+    differ = [r for r, e in enumerate(entries) if e["parameters"] != entries[0]["parameters"]]
+    if not differ:
+        return []
+    return [f"{who} holds different parameters on different ranks (rank 0's differ from rank "
+            f"{', '.join(map(str, differ[:4]))}'s), so each rank would train its own model: build the model with "
+            f"the same torch.manual_seed on every rank, or wrap it in distribute(model) (or DistributedDataParallel), "
+            f"which copies rank 0's parameters; call reset_parameters() before distribute(), not after"]
+
+
+def parameter_digest(module: torch.nn.Module) -> str:
+    """A digest of ``module``'s materialised parameters (lazy ones left out), equal on ranks that
+    hold the same values."""
+    return "".join(_digest(p.detach().contiguous().reshape(-1).view(torch.uint8))  # any dtype, bfloat16 too
+                   for p in module.parameters() if not is_lazy(p))
+
+
 def verdict(entries: list[dict], who: str) -> str | None:
     """The one error message every rank derives from the gathered ``entries`` (``None``: consistent)."""
     errors = [f"rank {r}: {e['error']}" for r, e in enumerate(entries) if e["error"]]
-    problems = errors or _partition_problems(entries) or _feature_problems(entries, who)
+    problems = (errors or _partition_problems(entries) or _feature_problems(entries, who)
+                or _parameter_problems(entries, who))
     if not problems:
         return None
     return "\n".join(problems)
 
 
 def check_first_use(who: str, adj: HaloAdj, x: Any, local_checks: Callable[[], None],
-                    group: dist.ProcessGroup | None, collective: bool = True) -> None:
+                    group: dist.ProcessGroup | None, collective: bool = True, parameters: str = "") -> None:
     """Runs ``local_checks`` on this rank and the consistency check of the module doc over
     ``group``; raises ``ValueError`` on every rank if anything failed on any rank.
 
@@ -241,6 +270,7 @@ def check_first_use(who: str, adj: HaloAdj, x: Any, local_checks: Callable[[], N
         local_checks: this rank's own checks (raise ``ValueError`` naming the problem and the fix).
         group: the process group of the layer's exchanges.
         collective: ``False``: this rank's checks only (1.5D layouts, whose shards ``exchange_group`` checks).
+        parameters: the layer's :func:`parameter_digest` (must be equal on every rank).
     """
     error = None
     try:
@@ -251,7 +281,7 @@ def check_first_use(who: str, adj: HaloAdj, x: Any, local_checks: Callable[[], N
         if error:
             raise ValueError(error)
         return
-    entry = fingerprint(adj.plan, x, error, group)
+    entry = fingerprint(adj.plan, x, error, group, parameters)
     if agrees(host_all_gather(summary(entry, world_size(group)), group)):
         return
     entries: list[Any] = [None] * world_size(group)  # every rank is here: word the problem from the whole entries
@@ -274,7 +304,7 @@ def check_first_call(conv: MessagePassing, args: tuple, kwargs: dict, adj: HaloA
         check_rows(conv, x, adj)
         key[0] = check_cache(conv, adj, cached_key)
 
-    check_first_use(type(conv).__name__, adj, x, local_checks, group, collective)
+    check_first_use(type(conv).__name__, adj, x, local_checks, group, collective, parameter_digest(conv))
     return key[0]
 
 

@@ -34,7 +34,9 @@ class DistributedGCNConv(GCNConv):
     and parameter gradients equal single-process ``GCNConv`` on the whole graph.  Unlike
     ``distribute(GCNConv(...))`` it accepts a 1.5D algorithm with ``replication=1`` (the ``P x 1``
     grid) and does not synchronise parameter gradients (a model holding it does, e.g. through
-    ``distribute(model)`` or ``DistributedDataParallel``).
+    ``distribute(model)`` or ``DistributedDataParallel``).  Its first call on a shard checks that
+    every rank holds the same parameters and raises naming the fix otherwise (e.g. built without
+    a common ``torch.manual_seed`` and not wrapped).
 
     Called with a plain ``edge_index``/sparse tensor it is ``GCNConv`` when no process group with
     more than one rank is active, and raises otherwise (partition and shard the graph first).

@@ -79,6 +79,7 @@ from torch_geometric.nn import (
 
 from ..comm.exchanger import HaloExchanger
 from ..comm.group import check_plan_matches_group, host_all_reduce, is_distributed, world_size
+from ..compat import tensor_version
 from ..plan import RankPlan
 from ..relation_adj import RelationAdj
 from .first_use import check_first_use
@@ -99,17 +100,17 @@ class SourceHalos:
     """The completed source rows ``cat[x_src, halo]`` of one model call, per source tensor and plan."""
 
     def __init__(self) -> None:
-        self.entries: list[tuple[Tensor, int, RankPlan, Tensor]] = []
+        self.entries: list[tuple[Tensor, object, RankPlan, Tensor]] = []
 
     def extended(self, x_src: Tensor, plan: RankPlan, exchanger: HaloExchanger) -> Tensor:
         r"""``cat[x_src, halo]`` over ``plan``'s ``[owned | halo]`` columns, exchanged on the first
         request of this ``x_src`` (same object, same version) in the call.  Every rank takes the
         same decision: the model's code passes the same objects on every rank."""
         for src, version, known, ext in self.entries:
-            if src is x_src and version == x_src._version and known is plan:
+            if src is x_src and version == tensor_version(x_src) and known is plan:
                 return ext
         ext = torch.cat([x_src, exchanger.exchange(x_src)], dim=0)
-        self.entries.append((x_src, x_src._version, plan, ext))
+        self.entries.append((x_src, tensor_version(x_src), plan, ext))
         return ext
 
 

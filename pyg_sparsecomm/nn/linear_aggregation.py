@@ -35,6 +35,7 @@ from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
 from ..adj import HaloAdj, csr_order
+from ..compat import tensor_version
 from .layer_rules import layer_rule
 
 LINEAR_AGGRS = ("add", "sum", "mean")
@@ -127,7 +128,7 @@ class CachedSpMM:
 
     @staticmethod
     def _key_of(edge_index: Tensor, weight: Tensor | None, dtype: torch.dtype, algorithm: str) -> tuple:
-        return (dtype, algorithm, edge_index._version, None if weight is None else weight._version)
+        return (dtype, algorithm, tensor_version(edge_index), None if weight is None else tensor_version(weight))
 
     def get(self, edge_index: Tensor, weight: Tensor | None, like: HaloAdj, dtype: torch.dtype,
             algorithm: str) -> Any:

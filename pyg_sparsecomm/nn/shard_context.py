@@ -19,6 +19,7 @@ from torch import Tensor
 from ..adj import HaloAdj
 from ..comm.exchanger import HaloExchanger
 from ..comm.group import host_all_reduce
+from ..compat import tensor_version
 
 
 @dataclass
@@ -88,7 +89,7 @@ class StaticHalo:
     """
 
     def __init__(self) -> None:
-        self.entries: dict[str, tuple[list[tuple[weakref.ref, int]], object, Tensor]] = {}
+        self.entries: dict[str, tuple[list[tuple[weakref.ref, object]], object, Tensor]] = {}
 
     def __getstate__(self) -> dict:
         return {"entries": {}}  # a cache: a pickled model fetches its halos again
@@ -108,13 +109,13 @@ class StaticHalo:
         tensors = (src, *depends_on)
         entry = self.entries.get(key)
         hit = (entry is not None and entry[1] is context.plan and len(entry[0]) == len(tensors)
-               and all(ref() is t and version == t._version for (ref, version), t in zip(entry[0], tensors,
+               and all(ref() is t and version == tensor_version(t) for (ref, version), t in zip(entry[0], tensors,
                                                                                           strict=True)))
         if entry is not None and _all_ranks(hit, context.group):  # no entry: every rank misses
             assert entry is not None  # every rank hit, this one included
             return entry[2]
         halo = context.exchanger.exact.exchange(rows)
-        self.entries[key] = ([(weakref.ref(t), t._version) for t in tensors], context.plan, halo)
+        self.entries[key] = ([(weakref.ref(t), tensor_version(t)) for t in tensors], context.plan, halo)
         return halo
 
 

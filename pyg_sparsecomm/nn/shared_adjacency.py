@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 
 from ..adj import HaloAdj, csr_order
+from ..compat import tensor_version
 from .linear_aggregation import aggregation_weights
 
 Normalise = Callable[[Tensor, Tensor | None], tuple[Tensor, Tensor]]
@@ -39,7 +40,7 @@ class _Entry:
     inputs: list
     graph: tuple[Tensor, Tensor]
     csr: HaloAdj | None = None
-    versions: tuple[int, int] = (0, 0)  # of the graph's tensors when made
+    versions: tuple[object, object] = (0, 0)  # of the graph's tensors when made
     aggregations: dict[tuple[str, torch.dtype], HaloAdj] = field(default_factory=dict)
 
     def alive(self) -> bool:
@@ -69,8 +70,8 @@ def shared_normalisation(adj: HaloAdj, choices: tuple, edge_index: Tensor, weigh
     if weight is not None and weight.requires_grad:
         return normalise(edge_index, weight)
     entries = _entries(adj)
-    key = (choices, in_csr_order, id(edge_index), edge_index._version, id(weight),
-           None if weight is None else weight._version)
+    key = (choices, in_csr_order, id(edge_index), tensor_version(edge_index), id(weight),
+           None if weight is None else tensor_version(weight))
     entry = entries.get(key)
     if entry is not None and entry.holds(edge_index, weight):
         return entry.graph
@@ -83,7 +84,7 @@ def shared_normalisation(adj: HaloAdj, choices: tuple, edge_index: Tensor, weigh
         value = entry.csr.value
         assert value is not None  # gcn_norm returns weights
         entry.graph = (entry.csr.edge_index(), value)
-        entry.versions = (entry.graph[0]._version, value._version)
+        entry.versions = (tensor_version(entry.graph[0]), tensor_version(value))
         entries[("csr", id(entry.graph[0]), id(entry.graph[1]))] = entry
     entries[key] = entry
     return entry.graph
@@ -112,7 +113,8 @@ def shared_aggregation(adj: HaloAdj, edge_index: Tensor, weight: Tensor | None, 
     entry = _entries(adj).get(("csr", id(edge_index), id(weight)))
     if entry is None or entry.csr is None or entry.graph[0] is not edge_index or entry.graph[1] is not weight:
         return None
-    if (edge_index._version, weight._version) != entry.versions:  # written to in place: not the shared one
+    # written to in place (or made under inference_mode, no counter): not the shared one
+    if (tensor_version(edge_index), tensor_version(weight)) != entry.versions:
         return None
     if (aggr, dtype) not in entry.aggregations:
         value = aggregation_weights(edge_index, weight, aggr, adj.num_owned, dtype)

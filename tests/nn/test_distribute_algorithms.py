@@ -7,7 +7,8 @@
 * the bytes every exchange records equal the plan's prediction for the widths each layer moves
   (after its own transform), with the number of all-to-allv calls per layer;
 * the input's halo is fetched once while the input (and the weight a narrowing ``Linear``
-  multiplies it by before the exchange) is unchanged, and again after either changes.
+  multiplies it by before the exchange) is unchanged, and again after either changes; under
+  ``torch.inference_mode()`` (tensors without a version counter) every call equals PyG.
 """
 import pytest
 import torch
@@ -158,6 +159,8 @@ STATIC = {"GINConv": lambda: GINConv(_mlp(F, OUT)), "EdgeConv": lambda: EdgeConv
 # their post-aggregation Linear (F -> OUT < F: lin_l, lin_rel) runs before the exchange: the rows
 # moved are x W^T, so the reused halo must also follow W
 NARROWING = {"SAGEConv": lambda: SAGEConv(F, OUT), "GraphConv": lambda: GraphConv(F, OUT)}
+INFERENCE = {**STATIC, **NARROWING, "GCNConv(cached=True)": lambda: GCNConv(F, OUT, cached=True),
+             "GATConv": lambda: GATConv(F, OUT, heads=2)}
 
 
 def _static_worker(rank, world_size):
@@ -190,6 +193,12 @@ def _static_worker(rank, world_size):
                 ys.append(layer(local.x, local.adj))
                 sent.append(comm_counter().bytes_sent("halo"))
         out[name] = (ys, sent)
+    for name, build in INFERENCE.items():  # inference tensors have no version counter to key the halos on
+        torch.manual_seed(0)
+        layer = distribute(build())
+        with torch.inference_mode():
+            x = local.x.clone()
+            out[f"inference_mode {name}"] = [layer(x, local.adj) for _ in range(2)]
     return local.n_id, sum(local.adj.plan.send_counts), out
 
 
@@ -213,4 +222,9 @@ def test_input_halo_is_fetched_once_and_again_after_an_inplace_change():
                     p.add_(0.1)
                 expected = ref(data.x, data.edge_index)[n_id]
             for y in ys[1:]:
+                torch.testing.assert_close(y, expected, atol=1e-5, rtol=1e-5, msg=lambda m, name=name: f"{name}: {m}")
+        for name, build in INFERENCE.items():  # under torch.inference_mode(), called twice: PyG's result
+            torch.manual_seed(0)
+            expected = build()(data.x, data.edge_index).detach()[n_id]
+            for y in results[f"inference_mode {name}"]:
                 torch.testing.assert_close(y, expected, atol=1e-5, rtol=1e-5, msg=lambda m, name=name: f"{name}: {m}")

@@ -17,6 +17,8 @@ def _errors_worker(rank, world_size):
     gat = distribute(GATConv(F, OUT, edge_dim=D))
     with pytest.raises(ValueError, match="plain edge_index .* call local = shard\\(data\\) and pass local.adj"):
         gcn(local.x, data.edge_index)
+    with pytest.raises(ValueError, match="edge_index=None .* shard\\(data\\) keeps .* local.adj .* pass local.adj"):
+        gcn(local.x, local.edge_index)  # shard() gives local.adj only (partition_and_shard also edge_index)
     with pytest.raises(ValueError, match="edge_weight has .* rows .* pass the shard's local.edge_weight"):
         gcn(local.x, local.adj, data.edge_weight)
     with pytest.raises(ValueError, match="edge_attr has .* rows .* pass the shard's local.edge_attr"):

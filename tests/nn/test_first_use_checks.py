@@ -72,6 +72,9 @@ def _scenario(rank, world_size, name):
             _call(layer, shard(graph(partition_b())))
         elif name == "DistributedGCNConv on different partitions":
             _call(DistributedGCNConv(F, OUT), local if rank == 0 else shard(graph(partition_b())))
+        elif name == "parameters: DistributedGCNConv without a common seed":
+            torch.manual_seed(rank)  # each rank draws its own initial parameters
+            _call(DistributedGCNConv(F, OUT), local)
         elif name == "int8 non-finite on one rank":
             layer = distribute(GCNConv(F, OUT), halo_precision="int8")
             x = local.x.clone()
@@ -95,6 +98,8 @@ EXPECTED = {
     "int8 non-finite on one rank": ["rank 1", "int8", "non-finite"],
     "DistributedGCNConv(cached=True) on another shard": ["cached=True", "another shard", "cached=False"],
     "DistributedGCNConv on different partitions": ["different partitions", "load_shard"],
+    "parameters: DistributedGCNConv without a common seed": ["different parameters", "rank 1's", "manual_seed",
+                                                              "distribute(model)", "before distribute()"],
 }
 
 
@@ -142,12 +147,12 @@ def test_the_gathered_integers_agree_exactly_when_the_verdict_finds_nothing():
     summary that agrees where the whole entries disagree would let a wrong shard through."""
     from pyg_sparsecomm.nn.first_use import agrees, fingerprint, summary, verdict
 
-    def entries(parts, shards=None, x=None, errors=None):
+    def entries(parts, shards=None, x=None, errors=None, parameters=None):
         out = []
         for r in range(3):
             local = shards[r] if shards and r in shards else shard(graph(parts), rank=r, world_size=3)
             features = (x or {}).get(r, local.x)
-            entry = fingerprint(local.adj.plan, features, (errors or {}).get(r), None)
+            entry = fingerprint(local.adj.plan, features, (errors or {}).get(r), None, (parameters or {}).get(r, "p"))
             out.append({**entry, "group_rank": r, "group_size": 3})
         return out
 
@@ -166,6 +171,7 @@ def test_the_gathered_integers_agree_exactly_when_the_verdict_finds_nothing():
         "feature width": entries(three, x={2: torch.randn(20, F + 1)}),
         "feature dtype": entries(three, x={0: torch.randn(20, F, dtype=torch.float64)}),
         "an error on rank 1": entries(three, errors={1: "x has 3 rows"}),
+        "other parameters on rank 2": entries(three, parameters={2: "q"}),
     }
     for name, gathered in cases.items():
         rows = [summary(e, 3) for e in gathered]
