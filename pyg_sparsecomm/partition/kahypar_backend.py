@@ -65,6 +65,7 @@ def kahypar_partition(net_ptr: np.ndarray, pins: np.ndarray, weights: np.ndarray
                  net_weights=np.ones(len(net_ptr) - 1, np.int64) if net_weights is None else net_weights,
                  num_parts=num_parts, epsilon=epsilon, seed=seed)
         script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kahypar_child.py")
+        code: int | str
         try:
             code = subprocess.run([sys.executable, script, tmp], timeout=timeout, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.DEVNULL).returncode
