@@ -4,11 +4,13 @@ The ``kahypar`` wheel ships no ``.ini`` presets, so the project writes its own
 direct k-way km1 configuration (:data:`KM1_CONFIG`: community-aware multilevel
 coarsening, recursive-bisection initial partitioning, k-way FM refinement for
 km1).  KaHyPar aborts the whole process on a configuration or input it does not
-accept; it therefore runs in a spawned child process, and a crash surfaces
-as a ``RuntimeError`` here instead of killing the training job.
+accept; it therefore runs in a child process (the script :mod:`.kahypar_child`, which imports
+KaHyPar and NumPy only, not torch), and a crash surfaces as a ``RuntimeError`` here instead of
+killing the training job.
 """
-import multiprocessing as mp
 import os
+import subprocess
+import sys
 import tempfile
 
 import numpy as np
@@ -49,21 +51,6 @@ def write_config(path: str, config: dict) -> None:
         f.write("".join(f"{k}={v}\n" for k, v in config.items()))
 
 
-def _child(conn, num_nodes, net_ptr, pins, weights, num_parts, epsilon, seed, config_path, net_weights=None):
-    import kahypar
-    hg = kahypar.Hypergraph(num_nodes, len(net_ptr) - 1, net_ptr, pins, num_parts,
-                            [1] * (len(net_ptr) - 1) if net_weights is None else net_weights, weights)
-    ctx = kahypar.Context()
-    ctx.loadINIconfiguration(config_path)
-    ctx.setK(num_parts)
-    ctx.setEpsilon(epsilon)
-    ctx.setSeed(seed)
-    ctx.suppressOutput(True)
-    kahypar.partition(hg, ctx)
-    conn.send([hg.blockID(v) for v in range(num_nodes)])
-    conn.close()
-
-
 def kahypar_partition(net_ptr: np.ndarray, pins: np.ndarray, weights: np.ndarray, num_nodes: int,
                       num_parts: int, epsilon: float, seed: int, timeout: float = 3600.0,
                       config: dict | None = None, net_weights: np.ndarray | None = None) -> np.ndarray:
@@ -72,26 +59,21 @@ def kahypar_partition(net_ptr: np.ndarray, pins: np.ndarray, weights: np.ndarray
     except ImportError as e:
         raise ImportError("backend='kahypar' needs KaHyPar (GPLv3): pip install kahypar, or "
                           "pip install 'pyg_sparsecomm[hypergraph]'") from e
-    ctx = mp.get_context("spawn")
     with tempfile.TemporaryDirectory() as tmp:
-        config_path = os.path.join(tmp, "km1_direct_kway.ini")
-        write_config(config_path, KM1_CONFIG if config is None else config)
-        recv, send = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=_child, args=(send, num_nodes, net_ptr.tolist(), pins.tolist(),
-                                                weights.tolist(), num_parts, epsilon, seed, config_path,
-                                                None if net_weights is None else net_weights.tolist()))
-        proc.start()
-        send.close()
-        part = None
-        if recv.poll(timeout):
-            try:
-                part = recv.recv()
-            except EOFError:
-                part = None
-        proc.join(timeout=10)
-        if proc.is_alive():
-            proc.kill()
-        if part is None:
-            raise RuntimeError(f"KaHyPar did not return a partition (exit code {proc.exitcode}); "
+        write_config(os.path.join(tmp, "km1_direct_kway.ini"), KM1_CONFIG if config is None else config)
+        np.savez(os.path.join(tmp, "input.npz"), num_nodes=num_nodes, net_ptr=net_ptr, pins=pins, weights=weights,
+                 net_weights=np.ones(len(net_ptr) - 1, np.int64) if net_weights is None else net_weights,
+                 num_parts=num_parts, epsilon=epsilon, seed=seed)
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kahypar_child.py")
+        code: int | str
+        try:
+            code = subprocess.run([sys.executable, script, tmp], timeout=timeout, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL).returncode
+        except subprocess.TimeoutExpired:
+            code = f"none, killed after {timeout} s"
+        out = os.path.join(tmp, "part.npy")
+        if not os.path.exists(out):
+            raise RuntimeError(f"KaHyPar did not return a partition (exit code {code}); "
                                f"try backend='mtkahypar'")
+        part = np.load(out)
     return np.asarray(part, dtype=np.int64)

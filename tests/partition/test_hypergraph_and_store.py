@@ -177,11 +177,15 @@ def test_volume_balancing_improves_a_skewed_graph():
 
 def test_kahypar_backend_km1_exact_and_crash_contained():
     from pyg_sparsecomm.partition.kahypar_backend import kahypar_partition
+    from pyg_sparsecomm.partition.methods import row_nnz
     data = make_cases(1)["directed"]
     out = SparsityAwarePartitioner(4, "hypergraph", backend="kahypar", seed=1)(data)
     nets = column_nets(data.edge_index, data.num_nodes)
     assert km1(*nets, out.part.numpy()) == out.comm_stats.total_rows
     assert out.comm_stats.total_rows < SparsityAwarePartitioner(4, "random")(data).comm_stats.total_rows
+    # balanced as asked (epsilon 0.03 of the row-nonzero weights): a degenerate one-part answer has volume 0
+    load = np.bincount(out.part.numpy(), weights=row_nnz(data.edge_index, data.num_nodes), minlength=4)
+    assert load.max() <= 1.03 * np.ceil(load.sum() / 4)
     weights = np.ones(data.num_nodes, dtype=np.int64)
     with pytest.raises(RuntimeError, match="KaHyPar did not return a partition"):
         kahypar_partition(*nets, weights, data.num_nodes, 4, 0.03, 0, config={"mode": "nonsense"})

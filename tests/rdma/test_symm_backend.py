@@ -23,8 +23,10 @@ from pyg_sparsecomm.testing import launch
 def _algorithms_worker(rank: int, world_size: int, workdir: str) -> list[str]:
     be = emulated_backend(workdir)
     done = []
+    be.interpret_atomics = False  # the products: the atomic as a torch op (tests/_symm_emulation.py)
     check_spmm_and_spgemm(be)  # every algorithm, SUMMA included (broadcasts over torch.distributed groups)
     done.append("spmm_spgemm")
+    be.interpret_atomics = True  # the claims and the queue: the backend's Triton kernel, interpreted
     check_work_stealing_claims(be)
     done.append("work_stealing")
     check_queue_concurrent_pushes(be, per_rank=40)
@@ -44,7 +46,9 @@ def test_every_algorithm_on_symmetric_memory_backend(P, tmp_path):
 
 def _gcn_worker(rank: int, world_size: int, workdir: str) -> tuple[int, int]:
     import pyg_sparsecomm.algorithms.rdma as rdma_algorithm
-    rdma_algorithm.set_backend(emulated_backend(workdir))
+    be = emulated_backend(workdir)
+    be.interpret_atomics = False  # the layer's products: the atomic as a torch op (tests/_symm_emulation.py)
+    rdma_algorithm.set_backend(be)
     compared = check(rank, world_size), check_many_adjacencies(rank, world_size)
     rdma_algorithm.free_engines()
     return compared
