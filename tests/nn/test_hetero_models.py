@@ -13,7 +13,8 @@ from pyg_sparsecomm.datasets import igbh_like
 
 F, H, OUT = 8, 6, 4
 WORLD_SIZES = (1, 2, 3, 4)
-MODELS = ("to_hetero(SAGE, sum)", "to_hetero(SAGE, mean)", "to_hetero(GAT, sum)", "HeteroConv(GAT, SAGE, Graph)",
+MODELS = ("to_hetero(SAGE, sum)", "to_hetero(SAGE, mean)", "to_hetero(GAT, sum)", "to_hetero(GAT, mean)",
+          "HeteroConv(GAT, SAGE, Graph)",
           "HeteroConv(GAT+loops, Transformer, GATv2, GIN)")
 
 
@@ -100,6 +101,7 @@ def build(name, data):
     net = {"to_hetero(SAGE, sum)": lambda: to_hetero(SAGE(), metadata, aggr="sum"),
            "to_hetero(SAGE, mean)": lambda: to_hetero(SAGE(), metadata, aggr="mean"),
            "to_hetero(GAT, sum)": lambda: to_hetero(GAT(), metadata, aggr="sum"),
+           "to_hetero(GAT, mean)": lambda: to_hetero(GAT(), metadata, aggr="mean"),
            "HeteroConv(GAT, SAGE, Graph)": lambda: Mixed(data.edge_types),
            "HeteroConv(GAT+loops, Transformer, GATv2, GIN)": lambda: Mixed2(data.edge_types)}[name]()
     return WithEmbedding(net, data["institute"].num_nodes)
