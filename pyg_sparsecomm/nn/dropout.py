@@ -1,5 +1,7 @@
 """Dropout whose mask depends on the *global* node id, so every layout draws the same mask."""
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -13,6 +15,29 @@ def _mix32(x: Tensor) -> Tensor:
     x = (((x >> 16) ^ x) * 0x45D9F3B) & _M32
     x = (((x >> 16) ^ x) * 0x45D9F3B) & _M32
     return (x >> 16) ^ x
+
+
+def _mix32_(x: Tensor) -> Tensor:
+    """:func:`_mix32` in place (``x`` is overwritten): a mask over a wide feature matrix is
+    memory-bound, and each round of :func:`_mix32` allocates three tensors of its size."""
+    shifted = torch.empty_like(x)
+    for _ in range(2):
+        x ^= torch.bitwise_right_shift(x, 16, out=shifted)
+        x *= 0x45D9F3B
+        x &= _M32
+    x ^= torch.bitwise_right_shift(x, 16, out=shifted)
+    return x
+
+
+def _element_hashes(n_id: Tensor, cols: int, salt: Tensor) -> Tensor:
+    """``h[v, k] = mix(lo ^ mix(hi ^ salt))`` of the element id ``n_id[v] * cols + k`` (``lo``, ``hi``:
+    its 32-bit halves).  When every id is below ``2**32`` (any graph with fewer elements), ``hi`` is
+    0 and ``mix(salt)`` one number, so the inner hash is not evaluated per element."""
+    ids = n_id.to(torch.long).view(-1, 1) * cols + torch.arange(cols, device=n_id.device)
+    if n_id.numel() == 0 or (int(n_id.min()) >= 0 and (int(n_id.max()) + 1) * cols <= 2 ** 32):
+        ids ^= int(_mix32(salt))
+        return _mix32_(ids)
+    return _mix32((ids & _M32) ^ _mix32(((ids >> 32) & _M32) ^ salt))
 
 
 def node_dropout(x: Tensor, p: float, n_id: Tensor | None, seed: int, step: int,
@@ -29,10 +54,9 @@ def node_dropout(x: Tensor, p: float, n_id: Tensor | None, seed: int, step: int,
     if n_id is None:
         n_id = torch.arange(x.size(0), device=x.device)
     cols = x.size(1) if x.dim() > 1 else 1
-    ids = n_id.to(torch.long).view(-1, 1) * cols + torch.arange(cols, device=x.device)
     salt = _mix32(torch.tensor([(seed * 0x9E3779B1 + step) & _M32], device=x.device))
-    h = _mix32((ids & _M32) ^ _mix32(((ids >> 32) & _M32) ^ salt))
-    keep = (h.to(torch.float64) / 2.0 ** 32) >= p
+    # h / 2**32 >= p exactly when h >= ceil(p * 2**32) (h < 2**32 and p * 2**32 are exact in float64)
+    keep = _element_hashes(n_id, cols, salt) >= math.ceil(p * 2.0 ** 32)
     return x * keep.view_as(x).to(x.dtype) / (1.0 - p)
 
 

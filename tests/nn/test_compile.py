@@ -6,6 +6,7 @@ distributed layer call runs eagerly as ONE graph break (``nn.overrides.EagerCall
 between layers compiles; PyG's ``BasicGNN`` models loop over their layers, and dynamo runs a frame
 with a graph break inside a loop eagerly as a whole (no graph, no break counted)."""
 import torch
+import torch._inductor.config
 import torch.distributed as dist
 from layer_specs import F
 from test_distribute_layers import make_graph
@@ -81,6 +82,9 @@ def steps(model, local, weighted):
 
 
 def _worker(rank, world_size):
+    # Inductor compiles in this process: its default pool starts fresh interpreters (each importing
+    # torch, seconds of CPU) in every rank, and the ranks share two cores
+    torch._inductor.config.compile_threads = 1
     local = shard(make_graph(world_size))
     results = {}
     for name, (build, backend, weighted, _) in MODELS.items():
