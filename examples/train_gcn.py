@@ -32,6 +32,7 @@ from pyg_sparsecomm import (  # <- dist.
     global_accuracy,
     global_sum,
     load_shard,
+    partition_on_rank_zero,
     save_partition,
     shard,
     sync_gradients,
@@ -115,7 +116,7 @@ def run(args, rank: int, world_size: int, device: torch.device = CPU, verbose: b
         with timed(seconds, "graph"):
             data = load_dataset(args.dataset, args.root, args.seed)
         with timed(seconds, "partition"):
-            data = partitioner(data)        # <- distributed
+            data = partition_on_rank_zero(partitioner, data)  # <- distributed (rank 0 partitions)
         with timed(seconds, "shard"):
             local = shard(data, grid=grid)  # <- distributed
         stats = data.comm_stats

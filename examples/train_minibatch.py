@@ -32,6 +32,7 @@ from pyg_sparsecomm import (  # <- distributed
     distributed_loss,
     global_accuracy,
     global_sum,
+    partition_on_rank_zero,
     shard,
     sync_gradients,
 )
@@ -80,7 +81,7 @@ def run(args, rank: int, world_size: int, device: torch.device = CPU, verbose: b
     num_classes = int(data.y.max()) + 1
     partitioner = SparsityAwarePartitioner(world_size, method=args.method, seed=args.seed,  # <- distributed
                                            **partition_options(args, data))
-    data = partitioner(data)                                                               # <- distributed
+    data = partition_on_rank_zero(partitioner, data)                    # <- distributed (rank 0 partitions)
     local = shard(data).to(device)                                                         # <- distributed
     if verbose and rank == 0:
         print(f"P={world_size} model={args.model} loader={args.loader} method={args.method} "

@@ -26,7 +26,7 @@ _EXPORTS = {
     "SparsityAwarePartitioner": ".partition",
     "RankPlan": ".plan", "comm_pattern": ".plan", "rank_plan": ".plan",
     "init_distributed": ".runtime",
-    "partition_and_shard": ".startup", "rank_zero_first": ".startup",
+    "partition_and_shard": ".startup", "partition_on_rank_zero": ".startup", "rank_zero_first": ".startup",
     "CommStats": ".stats",
     "graph_fingerprint": ".store", "load_shard": ".store", "partition_source": ".store", "save_partition": ".store",
     "distributed_loss": ".training", "gather_nodes": ".training", "global_accuracy": ".training",
@@ -48,7 +48,7 @@ if TYPE_CHECKING:  # pragma: no cover  (what type checkers and IDEs see; _EXPORT
     from .partition import SparsityAwarePartitioner
     from .plan import RankPlan, comm_pattern, rank_plan
     from .runtime import init_distributed
-    from .startup import partition_and_shard, rank_zero_first
+    from .startup import partition_and_shard, partition_on_rank_zero, rank_zero_first
     from .stats import CommStats
     from .store import graph_fingerprint, load_shard, partition_source, save_partition
     from .training import distributed_loss, gather_nodes, global_accuracy, global_count, global_sum, sync_gradients
@@ -76,6 +76,6 @@ __all__ = [
     "global_count", "global_accuracy", "save_partition", "load_shard", "graph_fingerprint", "partition_source",
     "ProcessGrid", "process_grid", "CostModel", "predict_layouts", "__version__",
     "init_distributed",
-    "rank_zero_first", "partition_and_shard", "gather_nodes", "LossNormalisationWarning",
+    "rank_zero_first", "partition_and_shard", "partition_on_rank_zero", "gather_nodes", "LossNormalisationWarning",
     "partition_files",
 ]

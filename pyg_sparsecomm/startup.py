@@ -29,6 +29,7 @@ from .comm.group import world_size as group_world_size
 from .data import shard
 from .partition import SparsityAwarePartitioner
 from .runtime import join_job
+from .stats import CommStats
 
 
 def _agree(error: BaseException | None, group: dist.ProcessGroup | None) -> str | None:
@@ -124,7 +125,8 @@ def partition_and_shard(data: Data, method: str = "metis", seed: int = 0,
     world_size = group_world_size(group)
     sparse_input = getattr(data, "adj_t", None) is not None and getattr(data, "edge_index", None) is None
     if getattr(data, "part", None) is None or int(getattr(data, "num_parts", -1)) != world_size:
-        data = _partition_on_rank_zero(data, world_size, group, method=method, seed=seed, **options)
+        data = partition_on_rank_zero(SparsityAwarePartitioner(world_size, method=method, seed=seed, **options),
+                                      data, group)
     local = shard(data, group=group)
     if sparse_input:
         local.adj_t = local.adj  # PyG's adj_t carries the weights
@@ -133,26 +135,41 @@ def partition_and_shard(data: Data, method: str = "metis", seed: int = 0,
     return local
 
 
-def _partition_on_rank_zero(data: Data, world_size: int, group: dist.ProcessGroup | None, **kwargs) -> Data:
-    partitioner = SparsityAwarePartitioner(world_size, **kwargs)
-    if not is_distributed(group) or world_size == 1:
+def partition_on_rank_zero(partitioner: SparsityAwarePartitioner, data: Data,
+                           group: dist.ProcessGroup | None = None) -> Data:
+    """``partitioner(data)`` computed once, on rank 0 of ``group``, and given to every rank.
+
+    Every rank of a job holding the same graph needs the same partition; running the
+    partitioner in each of them costs ``P`` times its time on the machine's cores (a
+    ``stochastic_hypergraph`` partition of a small graph takes tens of seconds).  Here rank 0
+    runs it and broadcasts ``part`` and ``comm_stats``, so every rank returns what
+    ``partitioner(data)`` returns.  If rank 0 raises, it re-raises and the other ranks raise
+    ``RuntimeError`` naming rank 0's error.  On one process it is ``partitioner(data)``.
+
+    Args:
+        partitioner: the :class:`~pyg_sparsecomm.SparsityAwarePartitioner` to run.
+        data: the whole graph, the same on every rank.
+        group: the ranks that share the partition (default: all).
+    """
+    join_job()
+    if not is_distributed(group) or group_world_size(group) == 1:
         return partitioner(data)
-    num_nodes = data.num_nodes
+    part = torch.empty(data.num_nodes, dtype=torch.long)
+    stats: list[CommStats | None] = [None]
     if group_rank(group) == 0:
         try:
-            part = partitioner(data).part
+            done = partitioner(data)
         except BaseException as raised:
             _agree(raised, group)
             raise
-        _agree(None, group)
-    else:
-        error = _agree(None, group)
-        if error is not None:
-            raise RuntimeError(f"rank 0 failed to partition the graph ({error})")
-        part = torch.empty(num_nodes, dtype=torch.long)
+        part, stats = done.part, [done.comm_stats]
+    error = _agree(None, group)
+    if error is not None:
+        raise RuntimeError(f"rank 0 failed to partition the graph ({error})")
     device = collective_device(group)
     buffer = part.to(device) if device is not None else part
     dist.broadcast(buffer, src=global_rank(group, 0), group=group)
+    dist.broadcast_object_list(stats, src=global_rank(group, 0), group=group, device=device)
     out = copy.copy(data)
-    out.part, out.num_parts = buffer.cpu(), world_size
+    out.part, out.num_parts, out.comm_stats = buffer.cpu(), partitioner.num_parts, stats[0]
     return out

@@ -13,12 +13,15 @@ On the second attempt every configuration resumes from the newest complete check
 1``; the half-written one must be ignored), runs to ``STEPS`` (saving a final checkpoint) and rank 0
 writes ``OUT/<config>.json``: the reference losses, the resumed run's losses (those before the
 resume point come from the checkpoint's ``extra``), the step resumed from, and
-``OUT/<config>-final.pt``: the final parameters and optimizer state.  Mini-batch steps are batches
+``OUT/<config>-final.pt``: the final parameters and optimizer state.  Every rank of every attempt
+also appends ``attempt rank sum`` to ``OUT/joins.txt`` once it joined (``sum``: an all-reduce of
+ones); on the second attempt rank 1 joins 3 s late (tests/test_attempts.py).  Mini-batch steps are batches
 (8 per epoch): the kill falls in the middle of the second epoch.
 """
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -149,9 +152,20 @@ def _die_while_saving(kill: int):
     FileSystemWriter.write_data = write_data
 
 
+def report_join(out: Path, attempt: int, rank: int) -> None:
+    """Appends ``attempt rank sum`` to ``OUT/joins.txt``, ``sum`` an all-reduce of ones over the job."""
+    total = torch.ones(1)
+    torch.distributed.all_reduce(total)
+    with open(out / "joins.txt", "a") as report:
+        report.write(f"{attempt} {rank} {int(total)}\n")
+
+
 def main(out: Path, names: list[str]) -> None:
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
+    if attempt == 1 and os.environ["RANK"] == "1":
+        time.sleep(3)  # rank 0 would read rank 1's address of the dead attempt if the store still served it
     with distributed_job() as (rank, world_size, _):
+        report_join(out, attempt, rank)
         local = partition_and_shard(drill_graph(), method="metis")
         for name in names:
             config, kind = CONFIGS[name], "minibatch" if CONFIGS[name].get("minibatch") else "full"

@@ -35,6 +35,21 @@ def pytest_collection_modifyitems(items):
 
 
 @pytest.fixture(scope="session")
+def drill(tmp_path_factory) -> Path:
+    """The output folder of one real ``torchrun --max-restarts=1`` run of ``checkpoint_drill.py``
+    (every configuration; rank 1 dies once, the job restarts and resumes), shared by
+    tests/test_checkpoint.py and tests/test_attempts.py: a torchrun job starts five interpreters."""
+    from checkpoint_drill import CONFIGS
+    from torchrun_job import torchrun
+    out = tmp_path_factory.mktemp("drill")
+    done = torchrun(Path(__file__).parent / "checkpoint_drill.py", 2, str(out), *CONFIGS, max_restarts=1,
+                    timeout=400)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "exitcode: 3" in done.stderr, "rank 1 did not die: the job was not restarted"
+    return out
+
+
+@pytest.fixture(scope="session")
 def hetero_results():
     """Per rank, ``{(P, configuration): results}`` of tests/nn's test_hetero_models, test_hetero_gcn and
     test_hetero_layers: one launch of four ranks runs every configuration of the three at P = 1..4 (a

@@ -1,6 +1,7 @@
 """Checkpoint and resume under torchrun's restarts (issue 28).
 
-One real ``torchrun --max-restarts=1`` job (``checkpoint_drill.py``) runs every configuration:
+One real ``torchrun --max-restarts=1`` job (``checkpoint_drill.py``, fixture ``drill`` in conftest.py,
+shared with test_attempts.py) runs every configuration:
 rank 1 dies once while a checkpoint is written, torchrun restarts the job, every run resumes
 from its newest complete checkpoint, and its loss curve must equal the uninterrupted run's
 *bitwise*: exact halos with torch dropout (the ranks' random streams), int8 halos (the rounding
@@ -18,22 +19,12 @@ import pytest
 import torch
 from checkpoint_drill import CONFIGS, KILL, build, drill_graph
 from torch_geometric.data import Data
-from torchrun_job import torchrun
 
 from pyg_sparsecomm import checkpoint, partition_and_shard, shard
 from pyg_sparsecomm.checkpoint import directory as layout
 from pyg_sparsecomm.testing import launch
 
 HERE = Path(__file__).resolve().parent
-
-
-@pytest.fixture(scope="module")
-def drill(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("drill")
-    done = torchrun(HERE / "checkpoint_drill.py", 2, str(out), *CONFIGS, max_restarts=1, timeout=400)
-    assert done.returncode == 0, done.stderr[-4000:]
-    assert "exitcode: 3" in done.stderr, "rank 1 did not die: the job was not restarted"
-    return out
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))

@@ -10,7 +10,14 @@ from configs_per_launch import run_each
 from test_distribute_layers import make_graph
 from torch_geometric.datasets import Planetoid
 
-from pyg_sparsecomm import SparsityAwarePartitioner, gather_nodes, partition_and_shard, rank_zero_first, shard
+from pyg_sparsecomm import (
+    SparsityAwarePartitioner,
+    gather_nodes,
+    partition_and_shard,
+    partition_on_rank_zero,
+    rank_zero_first,
+    shard,
+)
 from pyg_sparsecomm.inputs import with_edge_index
 from pyg_sparsecomm.testing import launch
 
@@ -126,3 +133,34 @@ def _bad_gather_worker(rank, world_size):
 def test_gather_nodes_names_a_wrong_row_count():
     with pytest.raises(RuntimeError, match="gather_nodes: tensor has .* rows but the shard holds"):
         launch(_bad_gather_worker, 2)
+
+
+class CountingPartitioner(SparsityAwarePartitioner):
+    """Counts the graphs it partitions in this process."""
+    calls = 0
+
+    def forward(self, data):
+        CountingPartitioner.calls += 1
+        return super().forward(data)
+
+
+def _on_rank_zero_worker(rank, world_size):
+    data = graph(world_size)
+    done = partition_on_rank_zero(CountingPartitioner(world_size, method="hypergraph", seed=2), data)
+    try:  # more parts than nodes: rank 0's partitioner raises, the others must too (not hang)
+        partition_on_rank_zero(CountingPartitioner(data.num_nodes + 1), data)
+        error = None
+    except (ValueError, RuntimeError) as raised:
+        error = f"{type(raised).__name__}: {raised}"
+    return done.part, done.num_parts, done.comm_stats.volume, CountingPartitioner.calls, error
+
+
+def test_partition_on_rank_zero_runs_the_partitioner_once_and_gives_every_rank_its_result():
+    expected = SparsityAwarePartitioner(3, method="hypergraph", seed=2)(graph(3))
+    results = launch(_on_rank_zero_worker, 3)
+    for rank, (part, num_parts, volume, calls, error) in enumerate(results):
+        assert torch.equal(part, expected.part) and num_parts == 3
+        assert (volume == expected.comm_stats.volume).all()
+        assert calls == (2 if rank == 0 else 0), (rank, calls)
+        assert ("ValueError: cannot split" if rank == 0 else "RuntimeError: rank 0 failed to partition the graph "
+                "(ValueError: cannot split") in error, error
