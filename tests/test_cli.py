@@ -1,6 +1,5 @@
 """``python -m pyg_sparsecomm partition-stats`` prints the volume table and draws heatmaps/bars."""
 import runpy
-import subprocess
 import sys
 
 import pytest
@@ -70,9 +69,13 @@ def test_missing_graph_files_are_named_with_the_fix(tmp_path, monkeypatch):
         main(["partition-stats", "--graph", "Cora", "--root", str(tmp_path)])
 
 
-def test_module_entry_point():
-    proc = subprocess.run([sys.executable, "-m", "pyg_sparsecomm"], capture_output=True, text=True)
-    assert proc.returncode == 2 and "partition-stats" in proc.stderr
+def test_module_entry_point(monkeypatch, capsys):
+    """``python -m pyg_sparsecomm`` without a command: usage on stderr, exit status 2 (run through
+    ``runpy`` as ``-m`` runs it; a fresh interpreter importing the package is the torchrun tests')."""
+    monkeypatch.setattr(sys, "argv", ["pyg_sparsecomm"])
+    with pytest.raises(SystemExit) as exc:
+        runpy.run_module("pyg_sparsecomm", run_name="__main__", alter_sys=True)
+    assert exc.value.code == 2 and "partition-stats" in capsys.readouterr().err
 
 
 def test_vb_method_with_an_option_and_byte_columns(capsys):
@@ -157,7 +160,7 @@ def test_bad_options_name_the_option():
 def test_bad_option_exits_non_zero_from_the_module_entry(monkeypatch, capsys):
     """``python -m pyg_sparsecomm ...`` with a bad option: the module ends with ``SystemExit(message)``,
     which the interpreter turns into exit status 1 and the message on stderr (run here through
-    ``runpy`` as ``-m`` runs it; the real ``-m`` start is test_module_entry_point's)."""
+    ``runpy`` as ``-m`` runs it)."""
     monkeypatch.setattr(sys, "argv", ["pyg_sparsecomm", "partition-stats", "--graph", "sbm:200",
                                       "--methods", "metis+vb", "--option", "metis:frobnicate=1"])
     with pytest.raises(SystemExit) as exc:
