@@ -122,17 +122,25 @@ class SymmetricMemoryBackend(RMABackend):
         dtype = as_dtype(dtype)
         if length < 0:
             raise ValueError(f"region length must be >= 0, got {length}")
-        lengths = tuple(int(n) for n in self.allgather(int(length)))
+        lengths = self._all_lengths(length)
         # symmetric allocations must have the same size everywhere: round up to the largest request
         tensor = self.symm_mem.empty(max(max(lengths), 1), dtype=dtype, device=self.device)
         tensor.zero_()
         self._sync()  # zeroed before any peer can read it
+        # collective (every rank's handle is exchanged), so it returns only once every rank zeroed its memory:
+        # no barrier needed after it
         handle = self.symm_mem.rendezvous(tensor, self.group)
         region = Region(self._next_id, dtype, lengths)
         self._next_id += 1
         self._tensors[region.id], self._handles[region.id] = tensor, handle
-        self.barrier()
         return region
+
+    def _all_lengths(self, length: int) -> tuple[int, ...]:
+        """Every rank's requested length: one tensor all-gather (``allgather`` pickles: two collectives)."""
+        mine = torch.tensor([int(length)], dtype=torch.int64, device=self.device)
+        out = [torch.empty_like(mine) for _ in range(self.world_size)]
+        self.dist.all_gather(out, mine, group=self.group)
+        return tuple(int(n) for n in torch.cat(out).tolist())
 
     def local(self, region: Region) -> torch.Tensor:
         return self._tensors[region.id][:region.lengths[self.rank]]
