@@ -1,4 +1,5 @@
 """Graphs that need no download (the default of the examples and benchmarks), and Planetoid."""
+import functools
 import os
 from pathlib import Path
 
@@ -26,12 +27,7 @@ def sbm_graph(num_nodes: int = 4000, num_classes: int = 8, num_features: int = 6
     p_out = avg_degree * (1 - p_in_ratio) / (num_nodes - block)
     probs = torch.full((num_classes, num_classes), p_out)
     probs.fill_diagonal_(p_in)
-    state = torch.random.get_rng_state()
-    torch.manual_seed(seed)  # the graph of PyG's stochastic_blockmodel_graph, which draws from the global generator
-    try:
-        edge_index = sbm_edges(sizes, probs.clamp(max=1.0))
-    finally:
-        torch.random.set_rng_state(state)
+    edge_index = _seeded_sbm_edges(tuple(sizes), tuple(probs.clamp(max=1.0).view(-1).tolist()), seed).clone()
     y = torch.repeat_interleave(torch.arange(num_classes), torch.tensor(sizes))
     centroids = torch.randn(num_classes, num_features, generator=gen)
     x = centroids[y] + feature_noise * torch.randn(num_nodes, num_features, generator=gen)
@@ -52,14 +48,36 @@ def sbm_edges(block_sizes: list[int], edge_probs: torch.Tensor) -> torch.Tensor:
 
     Pair ``(i, j)``, ``i < j``, is an edge with probability ``edge_probs[b_i, b_j]``: one
     Bernoulli draw per pair from the global generator, in the row-major order of PyG's
-    ``torch.combinations``, which ``torch.triu_indices`` lists without combinations' N² masks
-    (about 5x faster at 4000 nodes), then both directions.
+    ``torch.combinations``, then both directions.  The pairs' probabilities are the upper
+    triangle of the :math:`N \times N` matrix ``edge_probs[b][:, b]`` (two row gathers), read
+    in row-major order by a mask; the kept pairs are the nonzeros of the mask's triangle
+    filled with the draws (row-major again).  Measured at 4000 nodes: 0.7 s, where listing
+    the pairs with ``torch.triu_indices`` and gathering their probabilities pair by pair took
+    1.6-1.9 s (and PyG's ``torch.combinations`` about 5x that).
     """
     block = torch.repeat_interleave(torch.arange(len(block_sizes)), torch.tensor(block_sizes))
     n = block.numel()
-    row, col = torch.triu_indices(n, n, offset=1)
-    keep = torch.bernoulli(edge_probs[block[row], block[col]]).to(torch.bool)
-    return to_undirected(torch.stack([row[keep], col[keep]]), num_nodes=n)
+    upper = torch.ones(n, n, dtype=torch.bool).triu_(1)
+    pair_probs = edge_probs.index_select(0, block).index_select(1, block).masked_select(upper)
+    keep = torch.bernoulli(pair_probs).to(torch.bool)
+    kept = torch.zeros(n, n, dtype=torch.bool).masked_scatter_(upper, keep)
+    return to_undirected(kept.nonzero().t(), num_nodes=n)
+
+
+@functools.lru_cache(maxsize=2)
+def _seeded_sbm_edges(block_sizes: tuple[int, ...], edge_probs: tuple[float, ...], seed: int) -> torch.Tensor:
+    """:func:`sbm_edges` drawn after ``torch.manual_seed(seed)`` (the graph of PyG's
+    ``stochastic_blockmodel_graph``, which draws from the global generator), whose state is put
+    back after.  The last two graphs are kept per process: a script or test suite that loads
+    ``"SBM"`` once per model or run regenerated the same graph each time (0.5-0.8 s at 4000 nodes,
+    a few hundred kB of edges kept); :func:`sbm_graph` hands out a copy."""
+    num_classes = len(block_sizes)
+    state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        return sbm_edges(list(block_sizes), torch.tensor(edge_probs).view(num_classes, num_classes))
+    finally:
+        torch.random.set_rng_state(state)
 
 
 def rmat_graph(scale: int = 14, edge_factor: int = 8, a: float = 0.57, b: float = 0.19,
