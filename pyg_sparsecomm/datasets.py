@@ -51,9 +51,7 @@ def sbm_edges(block_sizes: list[int], edge_probs: torch.Tensor) -> torch.Tensor:
     ``torch.combinations``, then both directions.  The pairs' probabilities are the upper
     triangle of the :math:`N \times N` matrix ``edge_probs[b][:, b]`` (two row gathers), read
     in row-major order by a mask; the kept pairs are the nonzeros of the mask's triangle
-    filled with the draws (row-major again).  Measured at 4000 nodes: 0.7 s, where listing
-    the pairs with ``torch.triu_indices`` and gathering their probabilities pair by pair took
-    1.6-1.9 s (and PyG's ``torch.combinations`` about 5x that).
+    filled with the draws (row-major again), without listing the pairs' indices.
     """
     block = torch.repeat_interleave(torch.arange(len(block_sizes)), torch.tensor(block_sizes))
     n = block.numel()
@@ -69,8 +67,8 @@ def _seeded_sbm_edges(block_sizes: tuple[int, ...], edge_probs: tuple[float, ...
     """:func:`sbm_edges` drawn after ``torch.manual_seed(seed)`` (the graph of PyG's
     ``stochastic_blockmodel_graph``, which draws from the global generator), whose state is put
     back after.  The last two graphs are kept per process: a script or test suite that loads
-    ``"SBM"`` once per model or run regenerated the same graph each time (0.5-0.8 s at 4000 nodes,
-    a few hundred kB of edges kept); :func:`sbm_graph` hands out a copy."""
+    ``"SBM"`` once per model or run would regenerate the same graph each time; :func:`sbm_graph`
+    hands out a copy."""
     num_classes = len(block_sizes)
     state = torch.random.get_rng_state()
     torch.manual_seed(seed)

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch_geometric.data import Data
+from torch_geometric.data import Data, HeteroData
 
 from .comm.group import collective_device, global_rank, is_distributed
 from .comm.group import rank as group_rank
@@ -140,8 +140,8 @@ def partition_on_rank_zero(partitioner: SparsityAwarePartitioner, data: Data,
     """``partitioner(data)`` computed once, on rank 0 of ``group``, and given to every rank.
 
     Every rank of a job holding the same graph needs the same partition; running the
-    partitioner in each of them costs ``P`` times its time on the machine's cores (a
-    ``stochastic_hypergraph`` partition of a small graph takes tens of seconds).  Here rank 0
+    partitioner in each of them costs ``P`` times its time on the machine's cores (the
+    hypergraph methods take seconds already on graphs of a few thousand nodes).  Here rank 0
     runs it and broadcasts ``part`` and ``comm_stats``, so every rank returns what
     ``partitioner(data)`` returns.  If rank 0 raises, it re-raises and the other ranks raise
     ``RuntimeError`` naming rank 0's error.  On one process it is ``partitioner(data)``.
@@ -151,6 +151,9 @@ def partition_on_rank_zero(partitioner: SparsityAwarePartitioner, data: Data,
         data: the whole graph, the same on every rank.
         group: the ranks that share the partition (default: all).
     """
+    if isinstance(data, HeteroData):
+        raise TypeError("partition_on_rank_zero takes a homogeneous Data; partition a HeteroData with "
+                        "partitioner(data) on every rank (its methods are deterministic for a seed)")
     join_job()
     if not is_distributed(group) or group_world_size(group) == 1:
         return partitioner(data)
@@ -159,10 +162,10 @@ def partition_on_rank_zero(partitioner: SparsityAwarePartitioner, data: Data,
     if group_rank(group) == 0:
         try:
             done = partitioner(data)
+            part, stats = done.part, [done.comm_stats]
         except BaseException as raised:
             _agree(raised, group)
             raise
-        part, stats = done.part, [done.comm_stats]
     error = _agree(None, group)
     if error is not None:
         raise RuntimeError(f"rank 0 failed to partition the graph ({error})")

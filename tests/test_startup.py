@@ -164,3 +164,11 @@ def test_partition_on_rank_zero_runs_the_partitioner_once_and_gives_every_rank_i
         assert calls == (2 if rank == 0 else 0), (rank, calls)
         assert ("ValueError: cannot split" if rank == 0 else "RuntimeError: rank 0 failed to partition the graph "
                 "(ValueError: cannot split") in error, error
+
+
+def test_partition_on_rank_zero_refuses_a_hetero_graph_naming_what_to_do():
+    from torch_geometric.data import HeteroData
+    data = HeteroData()
+    data["paper"].num_nodes = 4
+    with pytest.raises(TypeError, match=r"takes a homogeneous Data; partition a HeteroData with partitioner\(data\)"):
+        partition_on_rank_zero(SparsityAwarePartitioner(2), data)
