@@ -26,7 +26,6 @@ round then publishes the address anew and worker rank 0 hosts the store.
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -34,17 +33,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from torchrun_job import free_port
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 RDZV = "join_timeout=60,last_call_timeout=3,close_timeout=10,keep_alive_interval=1,keep_alive_max_attempt=5"
 DEADLINE = 240.0   # seconds for a whole job (its phases are bounded by the timeouts above)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _agent(out: Path, node: str, port: int, host: bool, allow: bool) -> subprocess.Popen:
@@ -72,7 +66,7 @@ class Job:
 
     def __init__(self, out: Path, allow: bool) -> None:
         out.mkdir()
-        self.out, port = out, _free_port()
+        self.out, port = out, free_port()
         self.b = _agent(out, "b", port, host=False, allow=allow)
         self.a = _agent(out, "a", port, host=True, allow=allow)
 

@@ -28,7 +28,8 @@ def torchrun(script: Path, nproc: int, *args: str, max_restarts: int = 0, timeou
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (for ``MASTER_PORT`` or a rendezvous endpoint)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -86,7 +87,7 @@ def launch_as_torchrun(nproc: int, target: str, args: list[str], cwd: Path, log_
     env = dict(OFFLINE, PYTHONPATH=str(cwd))
     if torchrun:
         env.update(RANK="{rank}", LOCAL_RANK="{rank}", WORLD_SIZE=str(nproc), LOCAL_WORLD_SIZE=str(nproc),
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     log_dir.mkdir(parents=True, exist_ok=True)
     try:
         launch(_run_python, nproc, target, args, str(cwd), env, str(log_dir), timeout=600)

@@ -88,8 +88,9 @@ class CallHalos:
     def lookup(self, src: Tensor, node_dim: int) -> Tensor | None:
         """The kept halo rows of ``src`` (``[halo_size, width]``), or ``None``."""
         node_dim %= src.dim()
+        now = tensor_version(src)
         for t, version, dim, halo in self.entries:
-            if tensor_version(src) != version:
+            if now != version:
                 continue
             if (src is t and node_dim == dim) or (dim == 0 and node_dim == 0 and _same_rows(src, t)):
                 self.fused_used = self.fused_used or t is self.fused

@@ -106,11 +106,12 @@ class SourceHalos:
         r"""``cat[x_src, halo]`` over ``plan``'s ``[owned | halo]`` columns, exchanged on the first
         request of this ``x_src`` (same object, same version) in the call.  Every rank takes the
         same decision: the model's code passes the same objects on every rank."""
+        now = tensor_version(x_src)
         for src, version, known, ext in self.entries:
-            if src is x_src and version == tensor_version(x_src) and known is plan:
+            if src is x_src and version == now and known is plan:
                 return ext
         ext = torch.cat([x_src, exchanger.exchange(x_src)], dim=0)
-        self.entries.append((x_src, tensor_version(x_src), plan, ext))
+        self.entries.append((x_src, now, plan, ext))
         return ext
 
 

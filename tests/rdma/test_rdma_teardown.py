@@ -7,11 +7,12 @@ traceback at exit).  The script runs in a real process (exit handlers do not run
 ``launch``'s workers) on the emulated symmetric heap (``tests/_symm_emulation.py``).
 """
 import os
-import socket
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+from torchrun_job import free_port
 
 TESTS = Path(__file__).resolve().parents[1]
 
@@ -37,17 +38,11 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _run(tmp_path: Path) -> subprocess.CompletedProcess:
     script = tmp_path / "job.py"
     script.write_text(SCRIPT.format(tests=str(TESTS), workdir=str(tmp_path)))
     env = dict(os.environ, RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(_free_port()), PYTHONPATH=os.pathsep.join([str(TESTS.parent), str(TESTS)]))
+               MASTER_PORT=str(free_port()), PYTHONPATH=os.pathsep.join([str(TESTS.parent), str(TESTS)]))
     return subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=240)
 
 
