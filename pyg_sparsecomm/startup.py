@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 from torch_geometric.data import Data, HeteroData
 
-from .comm.group import collective_device, global_rank, is_distributed
+from .comm.group import collective_device, global_rank, host_all_gather, is_distributed
 from .comm.group import rank as group_rank
 from .comm.group import world_size as group_world_size
 from .data import shard
@@ -157,6 +157,7 @@ def partition_on_rank_zero(partitioner: SparsityAwarePartitioner, data: Data,
     join_job()
     if not is_distributed(group) or group_world_size(group) == 1:
         return partitioner(data)
+    _check_same_graph_size(data, group)
     part = torch.empty(data.num_nodes, dtype=torch.long)
     stats: list[CommStats | None] = [None]
     if group_rank(group) == 0:
@@ -176,3 +177,14 @@ def partition_on_rank_zero(partitioner: SparsityAwarePartitioner, data: Data,
     out = copy.copy(data)
     out.part, out.num_parts, out.comm_stats = buffer.cpu(), partitioner.num_parts, stats[0]
     return out
+
+
+def _check_same_graph_size(data: Data, group: dist.ProcessGroup | None) -> None:
+    """Raises ``ValueError`` on every rank unless every rank holds as many nodes and edges: rank 0's
+    partition of another graph would be taken for this rank's (a broadcast into a buffer of another
+    length fills it only in part)."""
+    sizes = [tuple(s) for s in host_all_gather([int(data.num_nodes), int(data.num_edges)], group)]
+    if len(set(sizes)) > 1:
+        by_rank = ", ".join(f"rank {r}: {n} nodes, {e} edges" for r, (n, e) in enumerate(sizes))
+        raise ValueError(f"partition_on_rank_zero: the ranks hold different graphs ({by_rank}): every rank must "
+                         f"pass the same graph (the same dataset call, transforms seeded alike on every rank)")

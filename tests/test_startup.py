@@ -152,18 +152,29 @@ def _on_rank_zero_worker(rank, world_size):
         error = None
     except (ValueError, RuntimeError) as raised:
         error = f"{type(raised).__name__}: {raised}"
-    return done.part, done.num_parts, done.comm_stats.volume, CountingPartitioner.calls, error
+    other = graph(world_size)
+    if rank == 1:  # e.g. a transform drawing its edges without a common seed
+        other.edge_index = other.edge_index[:, 1:]
+    try:  # rank 0's partition would be taken for another graph: every rank refuses, before partitioning
+        partition_on_rank_zero(CountingPartitioner(world_size), other)
+        mismatch = None
+    except ValueError as raised:
+        mismatch = str(raised)
+    return done.part, done.num_parts, done.comm_stats.volume, CountingPartitioner.calls, error, mismatch
 
 
 def test_partition_on_rank_zero_runs_the_partitioner_once_and_gives_every_rank_its_result():
     expected = SparsityAwarePartitioner(3, method="hypergraph", seed=2)(graph(3))
-    results = launch(_on_rank_zero_worker, 3)
-    for rank, (part, num_parts, volume, calls, error) in enumerate(results):
+    results = launch(_on_rank_zero_worker, 3)  # calls: the third partitioner (another graph on rank 1) never runs
+    for rank, (part, num_parts, volume, calls, error, mismatch) in enumerate(results):
         assert torch.equal(part, expected.part) and num_parts == 3
         assert (volume == expected.comm_stats.volume).all()
         assert calls == (2 if rank == 0 else 0), (rank, calls)
         assert ("ValueError: cannot split" if rank == 0 else "RuntimeError: rank 0 failed to partition the graph "
                 "(ValueError: cannot split") in error, error
+        assert mismatch is not None and "the ranks hold different graphs" in mismatch, mismatch
+        n, e = graph(3).num_nodes, graph(3).num_edges
+        assert f"rank 0: {n} nodes, {e} edges, rank 1: {n} nodes, {e - 1} edges" in mismatch, mismatch
 
 
 def test_partition_on_rank_zero_refuses_a_hetero_graph_naming_what_to_do():
