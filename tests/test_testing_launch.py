@@ -1,12 +1,15 @@
-"""``pyg_sparsecomm.testing.launch``: what a worker inherits is out of the collector's reach, and
-only a job whose gloo mesh failed to connect is started again."""
+"""``pyg_sparsecomm.testing.launch``: what a worker inherits is out of the collector's reach, the
+modules named by ``preload`` are imported before the fork, and only a job whose gloo mesh failed to
+connect is started again."""
 import gc
 import os
+import sys
 import weakref
 
 import pytest
 
-from pyg_sparsecomm.testing import launch, mesh_failed_to_connect
+from pyg_sparsecomm import datasets
+from pyg_sparsecomm.testing import launch, mesh_failed_to_connect, preload
 
 
 class _Cycle:
@@ -26,6 +29,22 @@ def test_worker_freezes_what_it_inherited_and_still_collects_its_own_cycles():
     for frozen, collected in launch(_frozen_and_collecting, 2):
         assert frozen > 10_000  # torch, PyG and the package were imported before the fork
         assert collected
+
+
+def _what_the_fork_server_prepared(rank, world_size):
+    return "forkserver_warm" in sys.modules, datasets._seeded_sbm_edges.cache_info().currsize
+
+
+def test_modules_named_by_preload_are_imported_once_before_the_fork():
+    # the conftest preloads tests/forkserver_warm.py, which this module does not import: a rank has it
+    # only from the fork server, with the built-in SBM graph generated there
+    for imported, graphs in launch(_what_the_fork_server_prepared, 2):
+        assert imported and graphs == 1
+
+
+def test_preload_refuses_a_module_this_process_has_not_imported():
+    with pytest.raises(ValueError, match="not imported in this process"):
+        preload("pytest", "a_module_nobody_imported")
 
 
 def _fails_in_the_function(rank, world_size, marker_dir):
