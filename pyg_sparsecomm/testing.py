@@ -88,15 +88,17 @@ def preload(*modules: str) -> None:
 
     A launched function is pickled by reference: every rank imports the module that defines it (and
     what that module imports) after the fork, in every launch.  Preloaded, those imports happen
-    once.  Under pytest, where each test module imports ``pytest``, that is about 0.2 s of CPU per
-    rank and launch.
+    once, in the server (under pytest: ``pytest`` and the test modules).
 
     Args:
         modules (str): importable module names, already imported in the calling process: the
             server imports them by name and a failing import other than ``ImportError`` stops it.
 
     Takes effect when the fork server starts (the first :func:`launch` of the process); later calls
-    change nothing for a running server.
+    change nothing for a running server.  The server looks the modules up on its own ``sys.path``:
+    Python 3.11's fork server does not take the caller's, so a module found only through a folder
+    the caller added to ``sys.path`` needs that folder on ``PYTHONPATH`` too (else the server skips
+    it silently and every rank imports it, as without ``preload``).
     """
     missing = [m for m in modules if m not in sys.modules]
     if missing:
