@@ -81,6 +81,8 @@ def _worker(fn, rank, world_size, store_path, args, results, threads, pg_timeout
 _PRELOAD = ["torch", "torch_geometric", "pyg_sparsecomm", *sorted({f"pyg_sparsecomm{m}" for m in _EXPORTS.values()}),
             "pyg_sparsecomm.testing_warm", "pymetis", "numpy.ma"]
 _EXTRA_PRELOAD: list[str] = []
+#: what the fork server was asked to import when this process first asked for it (None: not yet)
+_SERVER_PRELOAD: list[str] | None = None
 
 
 def preload(*modules: str) -> None:
@@ -94,8 +96,10 @@ def preload(*modules: str) -> None:
         modules (str): importable module names, already imported in the calling process: the
             server imports them by name and a failing import other than ``ImportError`` stops it.
 
-    Takes effect when the fork server starts (the first :func:`launch` of the process); later calls
-    change nothing for a running server.  The server looks the modules up on its own ``sys.path``:
+    Takes effect when the fork server starts (the first :func:`launch` of the process): naming a
+    module it did not import after that raises ``RuntimeError``; where there is no fork server
+    (ranks are spawned and import everything themselves) it does nothing.  The server looks the
+    modules up on its own ``sys.path``:
     Python 3.11's fork server does not take the caller's, so a module found only through a folder
     the caller added to ``sys.path`` needs that folder on ``PYTHONPATH`` too (else the server skips
     it silently and every rank imports it, as without ``preload``).
@@ -104,6 +108,10 @@ def preload(*modules: str) -> None:
     if missing:
         raise ValueError(f"preload(): {missing} are not imported in this process; import them first (the fork "
                          f"server imports each by name, and an import that fails there stops every launch)")
+    late = [m for m in modules if _SERVER_PRELOAD is not None and m not in _SERVER_PRELOAD]
+    if late:
+        raise RuntimeError(f"preload(): the fork server already runs without {late}: call preload before the "
+                           f"process's first launch")
     _EXTRA_PRELOAD.extend(m for m in modules if m not in _EXTRA_PRELOAD)
 
 
@@ -112,8 +120,11 @@ def _context():
     could break: no threads, no process group), or ``spawn`` where there is none."""
     if "forkserver" not in mp.get_all_start_methods():
         return mp.get_context("spawn")
+    global _SERVER_PRELOAD
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(_PRELOAD + _EXTRA_PRELOAD)
+    if _SERVER_PRELOAD is None:  # the server starts with the first process started from this context
+        _SERVER_PRELOAD = _PRELOAD + _EXTRA_PRELOAD
+    ctx.set_forkserver_preload(_SERVER_PRELOAD)
     return ctx
 
 

@@ -40,7 +40,10 @@ def pytest_collection_finish(session):
     modules = {item.module for item in session.items if getattr(item, "module", None) is not None}
     folders = sorted({str(Path(m.__file__).parent) for m in modules} | {str(Path(__file__).parent)})
     os.environ["PYTHONPATH"] = os.pathsep.join([*folders, *filter(None, [os.environ.get("PYTHONPATH")])])
-    preload("pytest", "forkserver_warm", *sorted(m.__name__ for m in modules if m.__name__ in sys.modules))
+    try:
+        preload("pytest", "forkserver_warm", *sorted(m.__name__ for m in modules if m.__name__ in sys.modules))
+    except RuntimeError:  # a session inside a process whose fork server runs (test_conftest's inner pytest):
+        pass              # that server stays, and its ranks import what it lacks, as without preload
 
 
 def pytest_collection_modifyitems(items):

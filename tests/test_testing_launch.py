@@ -47,6 +47,13 @@ def test_preload_refuses_a_module_this_process_has_not_imported():
         preload("pytest", "a_module_nobody_imported")
 
 
+def test_preload_after_the_fork_server_started_raises_unless_it_has_the_module():
+    launch(_what_the_fork_server_prepared, 1)  # the server runs
+    preload("pytest")  # it imported pytest: nothing to do
+    with pytest.raises(RuntimeError, match="fork server already runs without"):
+        preload("weakref")  # imported here, not named before the server started
+
+
 def _fails_in_the_function(rank, world_size, marker_dir):
     with open(os.path.join(marker_dir, f"call-{rank}-{os.getpid()}"), "w"):
         pass
