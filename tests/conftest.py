@@ -6,10 +6,18 @@ from pathlib import Path
 import pytest
 import torch
 
+from pyg_sparsecomm.partition import set_hypergraph_threads
+
 torch.set_num_threads(1)
+# Mt-KaHyPar's deterministic partition does not depend on its threads; this process partitions while
+# the other core idles (the ranks, launched apart, keep one thread each)
+set_hypergraph_threads(min(2, os.cpu_count() or 1))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 # debug mode: every collective checks its tensors are on the group's device (inherited by the workers)
 os.environ.setdefault("PYG_SPARSECOMM_CHECK_DEVICES", "1")
+
+#: ``pytest -n 2 --dist loadgroup``: the workers share the cores (see core_sharing.py)
+pytest_plugins = ["core_sharing"]
 
 #: the Planetoid raw files (PLANETOID_RAW overrides the default, as for the benchmarks)
 SHARED = Path(os.environ.get("PLANETOID_RAW", Path(__file__).resolve().parents[1].parent / "shared" / "data"

@@ -1,5 +1,6 @@
 from . import auto, hypergraph, kaminpar_backend, stochastic  # noqa: F401  (register 'auto', 'hypergraph', ...)
+from .hypergraph import set_hypergraph_threads
 from .methods import METHODS, register
 from .partitioner import SparsityAwarePartitioner
 
-__all__ = ["METHODS", "register", "SparsityAwarePartitioner"]
+__all__ = ["METHODS", "register", "set_hypergraph_threads", "SparsityAwarePartitioner"]

@@ -15,7 +15,43 @@ from torch import Tensor
 
 from .methods import csr_ptr, register, row_nnz
 
-_MTK = None  # Mt-KaHyPar may be initialised once per process
+_MTK = None  # Mt-KaHyPar's initializer: its thread pool is made once per process, at the first use
+_MTK_THREADS: int | None = None  # set_hypergraph_threads' count, or None for torch.get_num_threads()
+
+
+def set_hypergraph_threads(threads: int) -> None:
+    """Sets the threads of Mt-KaHyPar (``method="hypergraph"`` and the methods built on it) in
+    this process.
+
+    Mt-KaHyPar makes its thread pool once per process, at its first partition, with
+    :func:`torch.get_num_threads` threads unless this was called before.  Under ``torchrun``
+    (``OMP_NUM_THREADS=1``) that is one thread; a rank that partitions while the others wait may
+    take more.  The deterministic preset gives the same partition for a seed with any count.
+
+    Args:
+        threads (int): the thread count, at least 1.
+
+    Raises:
+        RuntimeError: Mt-KaHyPar already runs in this process with another count (call this
+            before the process's first hypergraph partition).
+    """
+    global _MTK_THREADS
+    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
+        raise ValueError(f"threads must be a positive integer, got {threads!r}")
+    if _MTK is not None and _MTK_THREADS != threads:
+        raise RuntimeError(f"Mt-KaHyPar already runs with {_MTK_THREADS} thread(s) in this process (its thread "
+                           f"pool is made once, at the first partition): call set_hypergraph_threads({threads}) "
+                           "before the process's first hypergraph partition")
+    _MTK_THREADS = threads
+
+
+def _initializer(mtkahypar):
+    global _MTK, _MTK_THREADS
+    if _MTK is None:
+        if _MTK_THREADS is None:
+            _MTK_THREADS = max(1, torch.get_num_threads())
+        _MTK = mtkahypar.initialize(_MTK_THREADS, False)
+    return _MTK
 
 
 def column_net_pins(src: np.ndarray, dst: np.ndarray, num_nodes: int,
@@ -138,25 +174,23 @@ def km1(net_ptr: np.ndarray, pins: np.ndarray, part: np.ndarray, net_weights: np
 
 
 def _mtkahypar(net_ptr, pins, weights, num_nodes, num_parts, epsilon, seed, preset, net_weights=None):
-    global _MTK
     try:
         import mtkahypar
     except ImportError as e:
         raise ImportError("method='hypergraph' with backend='mtkahypar' needs Mt-KaHyPar: "
                           "pip install 'pyg_sparsecomm[hypergraph]' (or pip install mtkahypar)") from e
-    if _MTK is None:
-        _MTK = mtkahypar.initialize(max(1, torch.get_num_threads()), False)
+    initializer = _initializer(mtkahypar)
     presets = {"deterministic": mtkahypar.PresetType.DETERMINISTIC, "default": mtkahypar.PresetType.DEFAULT,
                "quality": mtkahypar.PresetType.QUALITY}
     if preset not in presets:
         raise ValueError(f"unknown Mt-KaHyPar preset {preset!r}; choose one of {sorted(presets)}")
-    ctx = _MTK.context_from_preset(presets[preset])
+    ctx = initializer.context_from_preset(presets[preset])
     ctx.set_partitioning_parameters(num_parts, epsilon, mtkahypar.Objective.KM1)
     ctx.logging = False
     mtkahypar.set_seed(seed)
     nets = [pins[a:b].tolist() for a, b in zip(net_ptr[:-1], net_ptr[1:], strict=False)]
     net_w = [1] * len(nets) if net_weights is None else net_weights.tolist()
-    hg = _MTK.create_hypergraph(ctx, num_nodes, len(nets), nets, weights.tolist(), net_w)
+    hg = initializer.create_hypergraph(ctx, num_nodes, len(nets), nets, weights.tolist(), net_w)
     return np.asarray(hg.partition(ctx).get_partition(), dtype=np.int64)
 
 
