@@ -11,6 +11,8 @@ tests run in the worker's process alone, on one core.  So the workers hold one f
   keeping the other worker's next test waiting until it ends.
 
 No marks are needed: a test is treated as multi-process from the moment it starts its first process.
+A test marked ``one_core`` (the processes it starts run one at a time, or mostly wait) keeps the
+shared lock.
 Tests of one module stay on one worker (``--dist loadgroup``, one group per module), so module-scoped
 launches run once; modules that share a session fixture with a launch (``SHARED_FIXTURES``) share a
 group.  Without xdist this plugin does nothing.
@@ -36,6 +38,7 @@ class CoreLock:
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         self.pid = os.getpid()
         self.mode = fcntl.LOCK_UN
+        self.one_core = False  # the running test is marked one_core
 
     def _set(self, mode: int) -> None:
         # a forked child (a test's own fork) shares the parent's lock: it never converts it
@@ -48,7 +51,7 @@ class CoreLock:
 
     def process_starts(self) -> None:
         # outside a test (a plugin starting a process at configure time) there is no lock to take
-        if self.mode == fcntl.LOCK_SH:
+        if self.mode == fcntl.LOCK_SH and not self.one_core:
             self._set(fcntl.LOCK_EX)
 
     def test_ends(self) -> None:
@@ -97,6 +100,12 @@ def pytest_collection_modifyitems(items) -> None:
             group[module] = shared[0]
     for item in items:
         item.add_marker(pytest.mark.xdist_group(group[item.nodeid.split("::")[0]]))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item, nextitem) -> None:
+    if _LOCK is not None:
+        _LOCK.one_core = item.get_closest_marker("one_core") is not None
 
 
 def pytest_runtest_logstart(nodeid, location) -> None:

@@ -27,6 +27,7 @@ def _inner_pytest(args: list[str], env: dict[str, str]) -> None:
     os._exit(pytest.main(args))
 
 
+@pytest.mark.one_core  # one child process
 def test_dataset_tests_skip_with_the_reason_without_the_shared_data(tmp_path):
     test = "partition/test_balance.py::test_send_balanced_restarts_reach_far_lower_max_send_on_cora"
     report = tmp_path / "report.xml"

@@ -1,5 +1,5 @@
 """The suite's ``pytest -n 2 --dist loadgroup`` run (tests/core_sharing.py): single-process tests of
-the two workers run side by side, a test that starts a process runs alone.  Checked in an inner
+the two workers run side by side, a test that starts a process runs alone unless marked ``one_core``.  Checked in an inner
 session on two small modules, one per worker, from the times each test wrote."""
 import json
 import os
@@ -23,10 +23,11 @@ SINGLE = textwrap.dedent('''
         record(name, start, time.time())
 ''')
 
-MODULE_A = SINGLE + "".join(f"\ndef test_single_a{i}():\n    sleeper('a{i}', 0.8)\n" for i in range(4))
+MODULE_A = SINGLE + "".join(f"\ndef test_single_a{i}():\n    sleeper('a{i}', 0.8)\n" for i in range(6))
 
 MODULE_B = SINGLE + textwrap.dedent('''
     import subprocess, sys
+    import pytest
 
     def test_single_b0():
         sleeper("b0", 0.8)
@@ -36,6 +37,13 @@ MODULE_B = SINGLE + textwrap.dedent('''
         start = time.time()  # the process runs from here on
         child.wait()
         record("process", start, time.time())
+
+    @pytest.mark.one_core
+    def test_starts_a_process_marked_one_core():
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.0)"])
+        start = time.time()
+        child.wait()
+        record("one_core", start, time.time())
 
     def test_single_b1():
         sleeper("b1", 0.8)
@@ -57,11 +65,12 @@ def test_single_process_tests_share_the_cores_a_process_runs_alone(tmp_path):
                           timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     runs = {run[0]: tuple(run) for run in map(json.loads, log.read_text().splitlines())}
-    assert len(runs) == 7 and len({runs["a0"][1], runs["b0"][1]}) == 2, runs
+    assert len(runs) == 10 and len({runs["a0"][1], runs["b0"][1]}) == 2, runs
     process = runs["process"]
     others = [run for run in runs.values() if run[1] != process[1]]
     assert not any(_overlap(process, run) for run in others), runs
     assert any(_overlap(runs["b0"], run) or _overlap(runs["b1"], run) for run in others), runs
+    assert any(_overlap(runs["one_core"], run) for run in others), runs
 
 
 def test_the_suite_refuses_workers_without_loadgroup(tmp_path):

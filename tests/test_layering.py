@@ -18,6 +18,9 @@ import pytest
 
 import pyg_sparsecomm
 
+#: the forked checks run one child at a time (tests/core_sharing.py)
+pytestmark = pytest.mark.one_core
+
 PACKAGE = pathlib.Path(pyg_sparsecomm.__file__).parent
 NAME = "pyg_sparsecomm"
 

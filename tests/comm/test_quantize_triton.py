@@ -53,6 +53,7 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.one_core  # one child process
 def test_triton_kernels_match_the_torch_codec_bitwise_under_the_interpreter():
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
            "PYTHONWARNINGS": "ignore::RuntimeWarning"}

@@ -12,6 +12,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 from torchrun_job import free_port
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -46,6 +47,7 @@ def _run(tmp_path: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=240)
 
 
+@pytest.mark.one_core  # one child process
 def test_engines_are_freed_before_distributed_job_destroys_the_group(tmp_path):
     done = _run(tmp_path)
     assert done.returncode == 0, done.stderr
