@@ -15,6 +15,7 @@ Both join ``torchrun``'s job first if the script did not (:func:`~pyg_sparsecomm
 and both pass through on one process.
 """
 import copy
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -28,6 +29,7 @@ from .comm.group import rank as group_rank
 from .comm.group import world_size as group_world_size
 from .data import shard
 from .partition import SparsityAwarePartitioner
+from .partition.hypergraph import default_hypergraph_threads
 from .runtime import join_job
 from .stats import CommStats
 
@@ -146,6 +148,12 @@ def partition_on_rank_zero(partitioner: SparsityAwarePartitioner, data: Data,
     ``partitioner(data)`` returns.  If rank 0 raises, it re-raises and the other ranks raise
     ``RuntimeError`` naming rank 0's error.  On one process it is ``partitioner(data)``.
 
+    The other ranks wait meanwhile, so Mt-KaHyPar (the hypergraph methods) runs on rank 0 with
+    as many threads as the cores the process may use, not ``torch.get_num_threads()`` (one under
+    ``torchrun``), unless :func:`~pyg_sparsecomm.partition.set_hypergraph_threads` chose a count
+    or rank 0 already partitioned with it.  The deterministic preset's partition does not depend
+    on the count.
+
     Args:
         partitioner: the :class:`~pyg_sparsecomm.SparsityAwarePartitioner` to run.
         data: the whole graph, the same on every rank.
@@ -161,6 +169,7 @@ def partition_on_rank_zero(partitioner: SparsityAwarePartitioner, data: Data,
     part = torch.empty(data.num_nodes, dtype=torch.long)
     stats: list[CommStats | None] = [None]
     if group_rank(group) == 0:
+        default_hypergraph_threads(_usable_cores())
         try:
             done = partitioner(data)
             part, stats = done.part, [done.comm_stats]
@@ -177,6 +186,12 @@ def partition_on_rank_zero(partitioner: SparsityAwarePartitioner, data: Data,
     out = copy.copy(data)
     out.part, out.num_parts, out.comm_stats = buffer.cpu(), partitioner.num_parts, stats[0]
     return out
+
+
+def _usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the OS has one)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
 
 
 def _check_same_graph_size(data: Data, group: dist.ProcessGroup | None) -> None:

@@ -1,6 +1,7 @@
 """The suite's ``pytest -n 2 --dist loadgroup`` run (tests/core_sharing.py): single-process tests of
-the two workers run side by side, a test that starts a process runs alone unless marked ``one_core``.  Checked in an inner
-session on two small modules, one per worker, from the times each test wrote."""
+the two workers run side by side, a test that starts a process runs alone unless marked
+``one_core``.  Checked in an inner session on two small modules, one per worker, from the times
+each test wrote."""
 import json
 import os
 import subprocess

@@ -45,6 +45,13 @@ def set_hypergraph_threads(threads: int) -> None:
     _MTK_THREADS = threads
 
 
+def default_hypergraph_threads(threads: int) -> None:
+    """Sets Mt-KaHyPar's threads to ``threads`` unless this process chose a count
+    (:func:`set_hypergraph_threads`) or already partitioned with it."""
+    if _MTK is None and _MTK_THREADS is None:
+        set_hypergraph_threads(max(1, int(threads)))
+
+
 def _initializer(mtkahypar):
     global _MTK, _MTK_THREADS
     if _MTK is None:
