@@ -11,8 +11,8 @@ tests run in the worker's process alone, on one core.  So the workers hold one f
   keeping the other worker's next test waiting until it ends.
 
 No marks are needed: a test is treated as multi-process from the moment it starts its first process.
-A test marked ``one_core`` (the processes it starts run one at a time, or mostly wait) keeps the
-shared lock.
+A test marked ``one_core`` (the processes it starts use one core between them: they run one at a
+time, or mostly wait) keeps the shared lock.
 Tests of one module stay on one worker (``--dist loadgroup``, one group per module), so module-scoped
 launches run once; modules that share a session fixture with a launch (``SHARED_FIXTURES``) share a
 group.  Without xdist this plugin does nothing.

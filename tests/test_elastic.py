@@ -90,6 +90,7 @@ class Job:
         return code, (self.out / "a.log").read_text()
 
 
+@pytest.mark.one_core  # two agents and their workers, mostly waiting on the rendezvous: one core's worth
 @pytest.mark.timeout(DEADLINE + 30)
 def test_an_elastic_job_that_loses_a_node_resumes_at_the_new_world_size(tmp_path):
     deadline = time.monotonic() + DEADLINE

@@ -42,7 +42,8 @@ SKIPPED = {
     "pip install torch==2.13.0": "set-up: installs torch (the tests run in the installed environment)",
     "pip install -e .": "set-up: installs the package",
     "pip install -e .[test]": "set-up: installs the package and the test extras",
-    "python -m pytest -q --durations=25 tests": "the test suite itself (with its 25 slowest tests)",
+    "python -m pytest -q -n 2 --dist loadgroup --durations=25 tests":
+        "the test suite itself (two workers, tests/core_sharing.py; with its 25 slowest tests)",
     "bash benchmarks/fetch_meshes.sh": "downloads the libmetis meshes (apt-get download)",
     "python -m pyg_sparsecomm partition-stats --graph benchmarks/graphs/4elt.graph --parts 4,16,64,256 "
     "--methods random,contiguous,metis,hypergraph": "needs the meshes of benchmarks/fetch_meshes.sh",
@@ -53,7 +54,7 @@ SKIPPED = {
 #: README commands run with the ``slow`` marker (``-m "not slow"`` leaves them out), with the reason
 SLOW = {
     "torchrun --standalone --nproc-per-node 4 examples/train_minibatch.py --method stochastic_hypergraph":
-        "samples the partition's batches and runs Mt-KaHyPar (on rank 0): 14 s of the suite's 18 min",
+        "samples the partition's batches and runs Mt-KaHyPar (on rank 0): its longest README command",
 }
 
 
