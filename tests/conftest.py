@@ -5,13 +5,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from pyg_templates import render_fused_templates
 
 from pyg_sparsecomm.partition import set_hypergraph_threads
 
 torch.set_num_threads(1)
-# Mt-KaHyPar's deterministic partition does not depend on its threads; this process partitions while
-# the other core idles (the ranks, launched apart, keep one thread each)
-set_hypergraph_threads(min(2, os.cpu_count() or 1))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 # debug mode: every collective checks its tensors are on the group's device (inherited by the workers)
 os.environ.setdefault("PYG_SPARSECOMM_CHECK_DEVICES", "1")
@@ -34,6 +32,14 @@ def planetoid_root(tmp_path_factory):
     for name in ("Cora", "CiteSeer"):
         shutil.copytree(SHARED / name / "raw", root / name / "raw")
     return str(root)
+
+
+def pytest_configure(config):
+    """Mt-KaHyPar's deterministic partition does not depend on its threads: pytest's process
+    partitions with two (in a hook: test_readme imports this module, and the fork server of
+    ``launch`` imports test_readme, so module-level code here would give every rank two)."""
+    set_hypergraph_threads(min(2, os.cpu_count() or 1))
+    render_fused_templates()  # PyG's per-class propagate template: see pyg_templates.py
 
 
 def pytest_collection_finish(session):

@@ -233,5 +233,6 @@ def test_readme_command_runs_on_a_fresh_clone_offline(command, fresh_clone, tmp_
 def test_readme_commands_are_found():
     commands = readme_commands()
     assert "torchrun --standalone --nproc-per-node 4 examples/train_gcn.py" in commands
-    assert "pip install -e .[test]" in commands and "python -m pytest -q --durations=25 tests" in commands
+    assert "pip install -e .[test]" in commands
+    assert "python -m pytest -q -n 2 --dist loadgroup --durations=25 tests" in commands
     assert not [c for c in commands if "#" in c or "\\" in c or "&&" in c], commands
