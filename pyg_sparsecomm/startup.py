@@ -151,8 +151,7 @@ def partition_on_rank_zero(partitioner: SparsityAwarePartitioner, data: Data,
     The other ranks wait meanwhile, so Mt-KaHyPar (the hypergraph methods) runs on rank 0 with
     as many threads as the cores the process may use, not ``torch.get_num_threads()`` (one under
     ``torchrun``), unless :func:`~pyg_sparsecomm.partition.set_hypergraph_threads` chose a count
-    or rank 0 already partitioned with it.  The deterministic preset's partition does not depend
-    on the count.
+    or rank 0 already partitioned with it (its pool then keeps that count for the process).
 
     Args:
         partitioner: the :class:`~pyg_sparsecomm.SparsityAwarePartitioner` to run.
@@ -169,9 +168,9 @@ def partition_on_rank_zero(partitioner: SparsityAwarePartitioner, data: Data,
     part = torch.empty(data.num_nodes, dtype=torch.long)
     stats: list[CommStats | None] = [None]
     if group_rank(group) == 0:
-        default_hypergraph_threads(_usable_cores())
         try:
-            done = partitioner(data)
+            with default_hypergraph_threads(_usable_cores()):
+                done = partitioner(data)
             part, stats = done.part, [done.comm_stats]
         except BaseException as raised:
             _agree(raised, group)

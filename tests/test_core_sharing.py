@@ -51,6 +51,15 @@ MODULE_B = SINGLE + textwrap.dedent('''
 ''')
 
 
+def _inner_pytest(folder: Path, env: dict, *args: str) -> subprocess.CompletedProcess:
+    """``pytest -n 2`` with core_sharing on ``folder``'s tests; the installed plugins are not loaded
+    (their imports, in three interpreters, took most of its time)."""
+    env = {**os.environ, **env, "PYTHONPATH": str(HERE), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "xdist", "-p", "core_sharing",
+                           "-p", "no:cacheprovider", "-n", "2", *args, "--rootdir", str(folder), str(folder)],
+                          cwd=folder, env=env, capture_output=True, text=True, timeout=300)
+
+
 def _overlap(a, b) -> bool:
     return a[2] < b[3] and b[2] < a[3]
 
@@ -59,11 +68,8 @@ def test_single_process_tests_share_the_cores_a_process_runs_alone(tmp_path):
     (tmp_path / "test_module_a.py").write_text(MODULE_A)
     (tmp_path / "test_module_b.py").write_text(MODULE_B)
     log = tmp_path / "times.jsonl"
-    env = {"CORE_SHARING_LOG": str(log), "PYTHONPATH": str(HERE)}
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "core_sharing", "-p", "no:cacheprovider",
-                           "-n", "2", "--dist", "loadgroup", "--rootdir", str(tmp_path), str(tmp_path)],
-                          cwd=tmp_path, env={**os.environ, **env}, capture_output=True, text=True,
-                          timeout=300)
+    env = {"CORE_SHARING_LOG": str(log)}
+    done = _inner_pytest(tmp_path, env, "--dist", "loadgroup")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     runs = {run[0]: tuple(run) for run in map(json.loads, log.read_text().splitlines())}
     assert len(runs) == 10 and len({runs["a0"][1], runs["b0"][1]}) == 2, runs
@@ -76,8 +82,5 @@ def test_single_process_tests_share_the_cores_a_process_runs_alone(tmp_path):
 
 def test_the_suite_refuses_workers_without_loadgroup(tmp_path):
     (tmp_path / "test_module_a.py").write_text(MODULE_A)
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "core_sharing", "-p", "no:cacheprovider",
-                           "-n", "2", "--rootdir", str(tmp_path), str(tmp_path)], cwd=tmp_path,
-                          env={**os.environ, "PYTHONPATH": str(HERE)}, capture_output=True, text=True,
-                          timeout=300)
+    done = _inner_pytest(tmp_path, {})
     assert done.returncode != 0 and "--dist loadgroup" in done.stdout + done.stderr, done.stdout + done.stderr

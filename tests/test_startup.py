@@ -148,9 +148,11 @@ class CountingPartitioner(SparsityAwarePartitioner):
 def _on_rank_zero_worker(rank, world_size):
     from pyg_sparsecomm.partition import hypergraph
     data = graph(world_size)
+    partition_on_rank_zero(SparsityAwarePartitioner(world_size, method="random"), data)
+    untouched = hypergraph._MTK_THREADS  # no Mt-KaHyPar ran: its default stays
     done = partition_on_rank_zero(CountingPartitioner(world_size, method="hypergraph", seed=2), data)
     # rank 0 partitioned with the cores the waiting ranks left (launch gives each rank one torch thread)
-    threads = hypergraph._MTK_THREADS
+    threads = (untouched, hypergraph._MTK_THREADS)
     try:  # more parts than nodes: rank 0's partitioner raises, the others must too (not hang)
         partition_on_rank_zero(CountingPartitioner(data.num_nodes + 1), data)
         error = None
@@ -171,7 +173,7 @@ def test_partition_on_rank_zero_runs_the_partitioner_once_and_gives_every_rank_i
     expected = SparsityAwarePartitioner(3, method="hypergraph", seed=2)(graph(3))
     results = launch(_on_rank_zero_worker, 3)  # calls: the third partitioner (another graph on rank 1) never runs
     for rank, (part, num_parts, volume, calls, error, mismatch, threads) in enumerate(results):
-        assert threads == (len(os.sched_getaffinity(0)) if rank == 0 else None), (rank, threads)
+        assert threads == (None, len(os.sched_getaffinity(0)) if rank == 0 else None), (rank, threads)
         assert torch.equal(part, expected.part) and num_parts == 3
         assert (volume == expected.comm_stats.volume).all()
         assert calls == (2 if rank == 0 else 0), (rank, calls)

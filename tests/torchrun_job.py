@@ -3,6 +3,7 @@ restarts and resuming: :func:`torchrun`), or with torchrun's environment in proc
 the tests' warm fork server (:func:`launch_as_torchrun`: a spawned rank spends seconds importing
 torch and PyG before the script starts)."""
 import os
+import random
 import runpy
 import socket
 import subprocess
@@ -29,10 +30,24 @@ def torchrun(script: Path, nproc: int, *args: str, max_restarts: int = 0, timeou
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (for ``MASTER_PORT`` or a rendezvous endpoint)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port on 127.0.0.1 that was free a moment ago (for ``MASTER_PORT`` or a rendezvous
+    endpoint), below the kernel's ephemeral range: under ``pytest -n 2`` a test running beside
+    (a ``TCPStore`` client, a gloo connection) may take a port ``bind(0)`` returned for its own
+    outgoing connection before the server binds it (seen: ``EADDRINUSE`` in a README command)."""
+    first_ephemeral = 32768
+    if os.path.exists("/proc/sys/net/ipv4/ip_local_port_range"):
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            first_ephemeral = int(f.read().split()[0])
+    choices = random.Random()  # not the global stream, which tests seed
+    for _ in range(200):
+        port = choices.randrange(20000, max(first_ephemeral, 20001))
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free TCP port found in 20000.." + str(first_ephemeral))
 
 
 def _run_python(rank, world_size, target, args, cwd, env, log_dir):

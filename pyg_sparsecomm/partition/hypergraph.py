@@ -9,6 +9,9 @@ owner of ``j`` must send ``H[j]`` to the other ``λ_j - 1`` of them, so
 directed graphs (no symmetrisation: the nets follow the true columns).
 """
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import numpy as np
 import torch
 from torch import Tensor
@@ -26,7 +29,8 @@ def set_hypergraph_threads(threads: int) -> None:
     Mt-KaHyPar makes its thread pool once per process, at its first partition, with
     :func:`torch.get_num_threads` threads unless this was called before.  Under ``torchrun``
     (``OMP_NUM_THREADS=1``) that is one thread; a rank that partitions while the others wait may
-    take more.  The deterministic preset gives the same partition for a seed with any count.
+    take more.  The deterministic preset is meant to give the same partition for a seed whatever
+    the count (the tests check one against two threads).
 
     Args:
         threads (int): the thread count, at least 1.
@@ -45,11 +49,21 @@ def set_hypergraph_threads(threads: int) -> None:
     _MTK_THREADS = threads
 
 
-def default_hypergraph_threads(threads: int) -> None:
-    """Sets Mt-KaHyPar's threads to ``threads`` unless this process chose a count
-    (:func:`set_hypergraph_threads`) or already partitioned with it."""
-    if _MTK is None and _MTK_THREADS is None:
-        set_hypergraph_threads(max(1, int(threads)))
+@contextmanager
+def default_hypergraph_threads(threads: int) -> Iterator[None]:
+    """Within the block, Mt-KaHyPar's thread pool, if made there, gets ``threads`` threads (its
+    pool then keeps them for the process) unless this process chose a count
+    (:func:`set_hypergraph_threads`) or made the pool already; otherwise nothing changes."""
+    global _MTK_THREADS
+    if _MTK is not None or _MTK_THREADS is not None:
+        yield
+        return
+    _MTK_THREADS = max(1, int(threads))
+    try:
+        yield
+    finally:
+        if _MTK is None:  # the block made no pool: the count stays the default
+            _MTK_THREADS = None
 
 
 def _initializer(mtkahypar):
