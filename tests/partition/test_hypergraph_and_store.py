@@ -469,12 +469,11 @@ def test_every_method_trains_like_gcnconv():
         torch.testing.assert_close(gx, x.grad, atol=1e-5, rtol=1e-4, msg=key)
 
 
-def _threads_worker(rank: int, world_size: int) -> list:
+def _threads_worker(rank: int, world_size: int) -> torch.Tensor:
     """In a fresh rank: Mt-KaHyPar's threads are set before the first partition, kept after it."""
     from pyg_sparsecomm.partition import set_hypergraph_threads
     from pyg_sparsecomm.partition.hypergraph import hypergraph_partition
     data = make_cases(1)["directed"]
-    outcomes = []
     for threads in (0, 2.0, True):
         with pytest.raises(ValueError, match="positive integer"):
             set_hypergraph_threads(threads)
@@ -484,8 +483,7 @@ def _threads_worker(rank: int, world_size: int) -> list:
     set_hypergraph_threads(2)  # the count it runs with
     with pytest.raises(RuntimeError, match=r"already runs with 2 thread\(s\).*set_hypergraph_threads\(1\) before"):
         set_hypergraph_threads(1)
-    outcomes.append(part)
-    return outcomes
+    return part
 
 
 def test_hypergraph_threads_are_set_before_the_first_partition():
@@ -494,5 +492,5 @@ def test_hypergraph_threads_are_set_before_the_first_partition():
     the count (the suite's own process runs it with two threads, its ranks with one)."""
     from pyg_sparsecomm.partition.hypergraph import hypergraph_partition
     data = make_cases(1)["directed"]
-    (two_threads,), = launch(_threads_worker, 1)
+    [two_threads] = launch(_threads_worker, 1)
     assert torch.equal(two_threads, hypergraph_partition(data.edge_index, data.num_nodes, 4, seed=0))
