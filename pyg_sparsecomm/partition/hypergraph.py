@@ -36,6 +36,7 @@ def set_hypergraph_threads(threads: int) -> None:
         threads (int): the thread count, at least 1.
 
     Raises:
+        ValueError: ``threads`` is not a positive integer.
         RuntimeError: Mt-KaHyPar already runs in this process with another count (call this
             before the process's first hypergraph partition).
     """
