@@ -115,6 +115,20 @@ def preload(*modules: str) -> None:
     _EXTRA_PRELOAD.extend(m for m in modules if m not in _EXTRA_PRELOAD)
 
 
+def start_fork_server() -> None:
+    """Starts the fork server of :func:`launch` now, with what :func:`preload` named so far, and returns
+    at once: the server imports its modules in the background (seconds of one core) while the caller
+    goes on, instead of inside the first :func:`launch`, which would wait for it.
+
+    Later :func:`preload` calls naming new modules raise ``RuntimeError``, as after a first launch.  Where
+    there is no fork server (``spawn`` platforms), or once it was asked for (by a launch, an earlier
+    call, or in the process this one was forked from), it does nothing.
+    """
+    if _SERVER_PRELOAD is None and _context().get_start_method() == "forkserver":
+        import multiprocessing.forkserver
+        multiprocessing.forkserver.ensure_running()
+
+
 def _context():
     """A fork server with torch, PyG and this package imported (nothing initialised that a fork
     could break: no threads, no process group), or ``spawn`` where there is none."""

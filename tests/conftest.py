@@ -48,16 +48,21 @@ def pytest_collection_finish(session):
     imports, after the fork (pytest alone is 0.2 s of CPU per rank; the suite starts several hundred
     ranks).  Python 3.11's fork server does not take this process's ``sys.path``: it finds the test
     folders on ``PYTHONPATH``."""
+    if not session.items:  # xdist's controller runs no test
+        return
     import forkserver_warm  # noqa: F401 - preloaded below
 
-    from pyg_sparsecomm.testing import preload
+    from pyg_sparsecomm.testing import preload, start_fork_server
     modules = {item.module for item in session.items if getattr(item, "module", None) is not None}
     folders = sorted({str(Path(m.__file__).parent) for m in modules} | {str(Path(__file__).parent)})
     os.environ["PYTHONPATH"] = os.pathsep.join([*folders, *filter(None, [os.environ.get("PYTHONPATH")])])
     try:
         preload("pytest", "forkserver_warm", *sorted(m.__name__ for m in modules if m.__name__ in sys.modules))
     except RuntimeError:  # a session inside a process whose fork server runs (test_conftest's inner pytest):
-        pass              # that server stays, and its ranks import what it lacks, as without preload
+        return            # that server stays, and its ranks import what it lacks, as without preload
+    # the server imports all that (about 12 s of one core) beside the first tests, not inside the first
+    # launch: under -n 2 that launch holds the cores alone (core_sharing.py) while the server imports
+    start_fork_server()
 
 
 def pytest_collection_modifyitems(items):

@@ -3,6 +3,7 @@ modules named by ``preload`` are imported before the fork, and only a job whose 
 connect is started again."""
 import gc
 import os
+import subprocess
 import sys
 import weakref
 
@@ -52,6 +53,33 @@ def test_preload_after_the_fork_server_started_raises_unless_it_has_the_module()
     preload("pytest")  # it imported pytest: nothing to do
     with pytest.raises(RuntimeError, match="fork server already runs without"):
         preload("weakref")  # imported here, not named before the server started
+
+
+_STARTS_THE_SERVER = """
+import os, signal, weakref
+from pyg_sparsecomm.testing import preload, start_fork_server
+start_fork_server()
+pid = os.getpid()
+children = open(f"/proc/{pid}/task/{pid}/children").read().split()
+servers = [c for c in children if b"multiprocessing.forkserver" in open(f"/proc/{c}/cmdline", "rb").read()]
+try:
+    preload("weakref")
+except RuntimeError as e:
+    print(len(servers), "fork server(s); preload refused:", e)
+for server in servers:  # not left importing torch and PyG after this process ends
+    os.kill(int(server), signal.SIGKILL)
+"""
+
+
+@pytest.mark.one_core  # one interpreter at a time: the server is killed as soon as it is seen
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the process's children from /proc")
+def test_start_fork_server_starts_it_before_any_launch():
+    """The conftest starts the server at collection, so it imports beside the first tests: in a fresh
+    process the call leaves one fork server child running, and a later preload is refused."""
+    proc = subprocess.run([sys.executable, "-c", _STARTS_THE_SERVER], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.startswith("1 fork server(s); preload refused: preload(): the fork server already runs"), \
+        proc.stdout
 
 
 def _fails_in_the_function(rank, world_size, marker_dir):
