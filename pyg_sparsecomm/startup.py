@@ -30,6 +30,7 @@ from .comm.group import world_size as group_world_size
 from .data import shard
 from .partition import SparsityAwarePartitioner
 from .partition.hypergraph import default_hypergraph_threads
+from .partition.kaminpar_backend import default_kaminpar_threads
 from .runtime import join_job
 from .stats import CommStats
 
@@ -152,6 +153,8 @@ def partition_on_rank_zero(partitioner: SparsityAwarePartitioner, data: Data,
     as many threads as the cores the process may use, not ``torch.get_num_threads()`` (one under
     ``torchrun``), unless :func:`~pyg_sparsecomm.partition.set_hypergraph_threads` chose a count
     or rank 0 already partitioned with it (its pool then keeps that count for the process).
+    KaMinPar (``"kaminpar"``, and ``"auto"`` when it picks it) gets that many threads too unless
+    the partitioner names ``threads``.
 
     Args:
         partitioner: the :class:`~pyg_sparsecomm.SparsityAwarePartitioner` to run.
@@ -169,7 +172,7 @@ def partition_on_rank_zero(partitioner: SparsityAwarePartitioner, data: Data,
     stats: list[CommStats | None] = [None]
     if group_rank(group) == 0:
         try:
-            with default_hypergraph_threads(_usable_cores()):
+            with default_hypergraph_threads(_usable_cores()), default_kaminpar_threads(_usable_cores()):
                 done = partitioner(data)
             part, stats = done.part, [done.comm_stats]
         except BaseException as raised:

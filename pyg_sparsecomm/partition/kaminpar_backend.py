@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -23,6 +25,20 @@ from .methods import register, row_nnz
 from .parhip import sorted_by_row, write_parhip
 
 KAMINPAR_INSTALL_HINT = 'pip install "pyg_sparsecomm[kaminpar]"'
+#: KaMinPar's threads for a call that names none (:func:`default_kaminpar_threads` sets it in a block)
+_DEFAULT_THREADS = 1
+
+
+@contextmanager
+def default_kaminpar_threads(threads: int) -> Iterator[None]:
+    """Within the block, ``method="kaminpar"`` calls that name no ``threads`` run with ``threads``
+    (``partition_on_rank_zero`` gives rank 0 the cores the waiting ranks leave); 1 outside."""
+    global _DEFAULT_THREADS
+    before, _DEFAULT_THREADS = _DEFAULT_THREADS, max(1, int(threads))
+    try:
+        yield
+    finally:
+        _DEFAULT_THREADS = before
 
 
 def import_kaminpar():
@@ -45,7 +61,8 @@ def kaminpar_available() -> bool:
 
 def kaminpar_partition_csr(ptr: np.ndarray, col: np.ndarray, num_nodes: int, num_parts: int, seed: int = 0,
                            vertex_weights: np.ndarray | None = None, preset: str = "default",
-                           epsilon: float = 0.03, threads: int = 1, compress: bool | None = None) -> np.ndarray:
+                           epsilon: float = 0.03, threads: int | None = None,
+                           compress: bool | None = None) -> np.ndarray:
     r"""KaMinPar k-way partition of the symmetrised graph of a CSR topology.
 
     Minimises the edge cut of the symmetrised graph (self-loops and duplicates removed)
@@ -61,10 +78,11 @@ def kaminpar_partition_csr(ptr: np.ndarray, col: np.ndarray, num_nodes: int, num
         preset: KaMinPar's configuration: ``"default"``, ``"fast"``, ``"strong"``, ``"terapart"``
             (memory-efficient: with ``compress=True``), ... (``kaminpar.context_names()``).
         epsilon: allowed imbalance :math:`\epsilon` of the vertex weights.
-        threads: KaMinPar's threads.  With one thread equal seeds gave equal partitions in 25 of
-            26 test processes (one unexplained mismatch); with more, its parallel label propagation and
-            refinement depend on the threads' timing.  Partition once and share the result
-            (``partition_and_shard`` does, on rank 0) rather than on every rank.
+        threads: KaMinPar's threads (``None``: 1, or what :func:`default_kaminpar_threads` set, e.g.
+            rank 0's usable cores under ``partition_on_rank_zero``).  With one thread equal seeds gave
+            equal partitions in 25 of 26 test processes (one unexplained mismatch); with more, its
+            parallel label propagation and refinement depend on the threads' timing.  Partition once
+            and share the result (``partition_and_shard`` does, on rank 0) rather than on every rank.
         compress: let KaMinPar compress the graph while loading it (TeraPart's graph compression:
             less memory, somewhat slower).  ``None``: only for the ``"terapart*"`` presets, which
             need it (KaMinPar 3.7 crashes the process on an uncompressed graph with them).
@@ -72,6 +90,7 @@ def kaminpar_partition_csr(ptr: np.ndarray, col: np.ndarray, num_nodes: int, num
     Returns:
         ``int64[n]``, the part of every node.
     """
+    threads = _DEFAULT_THREADS if threads is None else threads
     compress = _check_settings(import_kaminpar(), preset, epsilon, threads, compress)
     if num_parts == 1 or num_nodes == 0:
         return np.zeros(num_nodes, dtype=np.int64)
@@ -110,11 +129,12 @@ def _check_settings(kaminpar, preset: str, epsilon: float, threads: int, compres
 
 @register("kaminpar")
 def kaminpar_partition(edge_index: Tensor, num_nodes: int, num_parts: int, seed: int,
-                       preset: str = "default", epsilon: float = 0.03, threads: int = 1,
+                       preset: str = "default", epsilon: float = 0.03, threads: int | None = None,
                        compress: bool | None = None) -> Tensor:
     """KaMinPar k-way partition of the symmetrised graph, vertex weight = nonzeros of the row
     (in-degree + 1, as METIS gets), so parts get balanced compute; see :func:`kaminpar_partition_csr`
     for the options (and for how far equal seeds give equal partitions)."""
+    threads = _DEFAULT_THREADS if threads is None else threads
     compress = _check_settings(import_kaminpar(), preset, epsilon, threads, compress)
     if num_parts == 1 or num_nodes == 0:
         return torch.zeros(num_nodes, dtype=torch.long)

@@ -30,6 +30,7 @@ HEADER_BYTES = 24
 # bits of the version field (set = absent / 32-bit)
 _NO_EDGE_WEIGHTS, _NO_VERTEX_WEIGHTS, _EID32, _VID32, _VWGT32 = 1, 2, 4, 8, 16
 _U32_MAX = (1 << 32) - 1
+_I32_MAX = (1 << 31) - 1
 #: entries (both directions, before de-duplication) symmetrised per block: at most this many, and at
 #: most 1/16 of the graph's (a block takes about 40 bytes per entry; the CSR, 8 to 16)
 BLOCK_ENTRIES = 1 << 23
@@ -37,12 +38,23 @@ MIN_BLOCK_ENTRIES = 1 << 16
 
 
 def sorted_by_row(row: np.ndarray, col: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
-    """CSR ``(ptr, col)`` of the entries ``(row[e], col[e])``: a stable sort by row (``torch.sort``,
-    several times faster than numpy's on 2 cores), columns kept in their dtype."""
-    order = torch.sort(torch.from_numpy(np.ascontiguousarray(row)), stable=True).indices.numpy()
+    """CSR ``(ptr, col)`` of the entries ``(row[e], col[e])``, columns kept in their dtype and in no
+    promised order within a row (the symmetrised graph does not depend on it).
+
+    Ids below :math:`2^{31}` are packed into one ``int64`` key per entry (``row << 32 | col``) and
+    sorted in place by numpy (vectorised: on 32M entries twice as fast as a stable ``torch.sort`` of
+    the rows and a gather of the columns, with no index array); larger ids take that stable sort.
+    """
     ptr = np.zeros(num_nodes + 1, dtype=np.int64)
     np.cumsum(np.bincount(row, minlength=num_nodes), out=ptr[1:])
-    return ptr, col[order]
+    if num_nodes > _I32_MAX:
+        order = torch.sort(torch.from_numpy(np.ascontiguousarray(row)), stable=True).indices.numpy()
+        return ptr, col[order]
+    key = row.astype(np.int64)
+    key <<= 32
+    key |= col.astype(np.int64, copy=False)
+    key.sort()
+    return ptr, key.astype(col.dtype)  # the low 32 bits: the column
 
 
 def transpose_csr(ptr: np.ndarray, col: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
@@ -73,15 +85,19 @@ def _row_blocks(ptr: np.ndarray, tptr: np.ndarray, block_entries: int) -> np.nda
 
 def _symmetric_block(ptr, col, tptr, tcol, r0: int, r1: int):
     """Degrees ``[r1 - r0]`` and sorted neighbours of rows ``r0 .. r1 - 1`` in the symmetrised graph."""
-    width = max(int(r1 - r0), 1)
-    n_out, n_in = np.diff(ptr[r0:r1 + 1]), np.diff(tptr[r0:r1 + 1])
-    local = np.concatenate([np.repeat(np.arange(r1 - r0, dtype=np.int64), n_out),
-                            np.repeat(np.arange(r1 - r0, dtype=np.int64), n_in)])
-    nbr = np.concatenate([col[ptr[r0]:ptr[r1]], tcol[tptr[r0]:tptr[r1]]]).astype(np.int64)
-    keep = nbr != local + r0
-    n = len(ptr) - 1
-    key = sorted_unique(local[keep] * n + nbr[keep])  # each row's neighbours come out ascending
-    return np.bincount(key // n, minlength=width)[:r1 - r0], key % n
+    (a, b), (c, d) = ptr[[r0, r1]], tptr[[r0, r1]]
+    rows = np.arange(r1 - r0, dtype=np.int64)
+    key = np.empty(b - a + d - c, dtype=np.int64)  # local row << 32 | neighbour (ids < 2**32)
+    key[:b - a], key[b - a:] = np.repeat(rows, np.diff(ptr[r0:r1 + 1])), np.repeat(rows, np.diff(tptr[r0:r1 + 1]))
+    key <<= 32
+    key[:b - a] |= col[a:b]
+    key[b - a:] |= tcol[c:d]
+    key = sorted_unique(key)  # each row's neighbours come out ascending
+    row, nbr = key >> 32, key & _U32_MAX
+    loop = row + r0 == nbr
+    if loop.any():  # self-loops dropped
+        row, nbr = row[~loop], nbr[~loop]
+    return np.bincount(row, minlength=max(r1 - r0, 1))[:r1 - r0], nbr
 
 
 def write_parhip(path: str, ptr: np.ndarray, col: np.ndarray, num_nodes: int,

@@ -12,6 +12,7 @@ from torch_geometric.nn import GCNConv
 
 from pyg_sparsecomm import DistributedGCNConv, SparsityAwarePartitioner, shard
 from pyg_sparsecomm.datasets import rmat_graph
+from pyg_sparsecomm.partition import parhip
 from pyg_sparsecomm.partition.kaminpar_backend import kaminpar_partition_csr
 from pyg_sparsecomm.partition.methods import METHODS, row_nnz, symmetric_csr
 from pyg_sparsecomm.partition.parhip import sorted_by_row, write_parhip
@@ -43,6 +44,19 @@ def test_parhip_file_holds_the_symmetrised_graph(tmp_path, block_entries):
         assert graph.node_weight(u) == weights[u], u
     with pytest.raises(ValueError, match="positive integers"):
         write_parhip(str(tmp_path / "bad.parhip"), ptr, col, n, np.zeros(n, dtype=np.int64))
+
+
+@pytest.mark.parametrize("packed", [True, False])
+def test_sorted_by_row_is_the_csr_of_the_entries(monkeypatch, packed):
+    """Ids packed into int64 keys (below 2**31) or a stable sort of the rows (above): the same rows."""
+    if not packed:
+        monkeypatch.setattr(parhip, "_I32_MAX", 10)  # the path of graphs with 2**31 nodes or more
+    edge_index, n = _with_self_loops_and_duplicates()
+    src, dst = edge_index.numpy()
+    ptr, col = sorted_by_row(dst.astype(np.int32), src.astype(np.int32), n)
+    assert col.dtype == np.int32 and ptr.tolist() == [0, *np.cumsum(np.bincount(dst, minlength=n))]
+    for u in range(n):
+        assert sorted(col[ptr[u]:ptr[u + 1]].tolist()) == sorted(src[dst == u].tolist()), u
 
 
 def _block_weights(data, part, P):
@@ -157,3 +171,28 @@ def test_auto_takes_kaminpar_above_the_size(monkeypatch):
     with pytest.warns(UserWarning, match=r"less memory: pip install \"pyg_sparsecomm\[kaminpar\]\""):
         without = SparsityAwarePartitioner(4, "auto", seed=2)(data).part
     assert torch.equal(without, below)
+
+
+def _threads_on_rank_zero(rank, world_size):
+    from pyg_sparsecomm import partition_on_rank_zero
+    from pyg_sparsecomm.partition import kaminpar_backend
+
+    seen = []
+    real = kaminpar_backend.partition_parhip_file
+
+    def recording(path, num_parts, seed, preset, epsilon, threads, compress):
+        seen.append(threads)
+        return real(path, num_parts, seed, preset, epsilon, threads, compress)
+
+    kaminpar_backend.partition_parhip_file = recording
+    data = rmat_graph(10, 8, seed=3)
+    for options in ({}, {"threads": 1}):  # the default, then an explicit count
+        partition_on_rank_zero(SparsityAwarePartitioner(4, "kaminpar", **options), data)
+    SparsityAwarePartitioner(4, "kaminpar")(data)  # outside: one thread
+    return seen
+
+
+def test_rank_zero_partitions_with_its_usable_cores_unless_threads_are_named():
+    import os
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    assert launch(_threads_on_rank_zero, 2) == [[cores, 1, 1], [1]]
