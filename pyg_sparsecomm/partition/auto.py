@@ -1,10 +1,9 @@
 """``method="auto"``: METIS for small graphs, KaMinPar above a size when it is installed.
 
-METIS's time and memory grow quickly with the graph: on R-MAT scale 21 (32M edges)
-into 64 parts it took 381 CPU-seconds and 10.3 GB, KaMinPar 49 and 1.8 GB at 0.99x
-METIS's total volume (``benchmarks/partition_scale.py``, RESULTS.md).  On small
-graphs METIS is fast and the reference partition of earlier releases, so
-:func:`recommended_method` keeps it there.
+METIS's time and memory grow quickly with the graph, KaMinPar's far less at the same total
+volume (``benchmarks/partition_scale.py`` measures both, RESULTS.md).  On small graphs METIS is
+fast and the reference partition of earlier releases, so :func:`recommended_method` keeps it
+there.
 """
 from __future__ import annotations
 
