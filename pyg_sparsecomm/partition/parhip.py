@@ -54,7 +54,8 @@ def sorted_by_row(row: np.ndarray, col: np.ndarray, num_nodes: int) -> tuple[np.
     key <<= 32
     key |= col.astype(np.int64, copy=False)
     key.sort()
-    return ptr, key.astype(col.dtype)  # the low 32 bits: the column
+    key &= _U32_MAX  # the low 32 bits: the column
+    return ptr, key.astype(col.dtype, copy=False)
 
 
 def transpose_csr(ptr: np.ndarray, col: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:

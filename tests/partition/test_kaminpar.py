@@ -46,15 +46,17 @@ def test_parhip_file_holds_the_symmetrised_graph(tmp_path, block_entries):
         write_parhip(str(tmp_path / "bad.parhip"), ptr, col, n, np.zeros(n, dtype=np.int64))
 
 
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
 @pytest.mark.parametrize("packed", [True, False])
-def test_sorted_by_row_is_the_csr_of_the_entries(monkeypatch, packed):
-    """Ids packed into int64 keys (below 2**31) or a stable sort of the rows (above): the same rows."""
+def test_sorted_by_row_is_the_csr_of_the_entries(monkeypatch, packed, dtype):
+    """Ids packed into int64 keys (below 2**31) or a stable sort of the rows (above): the same rows,
+    with the columns in their own dtype."""
     if not packed:
         monkeypatch.setattr(parhip, "_I32_MAX", 10)  # the path of graphs with 2**31 nodes or more
     edge_index, n = _with_self_loops_and_duplicates()
     src, dst = edge_index.numpy()
-    ptr, col = sorted_by_row(dst.astype(np.int32), src.astype(np.int32), n)
-    assert col.dtype == np.int32 and ptr.tolist() == [0, *np.cumsum(np.bincount(dst, minlength=n))]
+    ptr, col = sorted_by_row(dst.astype(dtype), src.astype(dtype), n)
+    assert col.dtype == dtype and ptr.tolist() == [0, *np.cumsum(np.bincount(dst, minlength=n))]
     for u in range(n):
         assert sorted(col[ptr[u]:ptr[u + 1]].tolist()) == sorted(src[dst == u].tolist()), u
 
