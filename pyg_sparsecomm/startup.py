@@ -172,7 +172,8 @@ def partition_on_rank_zero(partitioner: SparsityAwarePartitioner, data: Data,
     stats: list[CommStats | None] = [None]
     if group_rank(group) == 0:
         try:
-            with default_hypergraph_threads(_usable_cores()), default_kaminpar_threads(_usable_cores()):
+            cores = _usable_cores()
+            with default_hypergraph_threads(cores), default_kaminpar_threads(cores):
                 done = partitioner(data)
             part, stats = done.part, [done.comm_stats]
         except BaseException as raised:

@@ -90,8 +90,7 @@ def kaminpar_partition_csr(ptr: np.ndarray, col: np.ndarray, num_nodes: int, num
     Returns:
         ``int64[n]``, the part of every node.
     """
-    threads = _DEFAULT_THREADS if threads is None else threads
-    compress = _check_settings(import_kaminpar(), preset, epsilon, threads, compress)
+    threads, compress = _check_settings(import_kaminpar(), preset, epsilon, threads, compress)
     if num_parts == 1 or num_nodes == 0:
         return np.zeros(num_nodes, dtype=np.int64)
     with tempfile.TemporaryDirectory(prefix="pyg_sparsecomm_kaminpar_") as tmp:
@@ -111,8 +110,11 @@ def partition_parhip_file(path: str, num_parts: int, seed: int, preset: str, eps
     return np.asarray(part, dtype=np.int64)
 
 
-def _check_settings(kaminpar, preset: str, epsilon: float, threads: int, compress: bool | None) -> bool:
-    """Raises on settings KaMinPar would reject or crash on; returns ``compress`` resolved."""
+def _check_settings(kaminpar, preset: str, epsilon: float, threads: int | None,
+                    compress: bool | None) -> tuple[int, bool]:
+    """Raises on settings KaMinPar would reject or crash on; returns ``threads`` and ``compress``
+    resolved."""
+    threads = _DEFAULT_THREADS if threads is None else threads
     names = kaminpar.context_names()
     if preset not in names:
         raise ValueError(f"unknown KaMinPar preset {preset!r}; choose one of {sorted(names)}")
@@ -124,7 +126,7 @@ def _check_settings(kaminpar, preset: str, epsilon: float, threads: int, compres
         raise ValueError(f"epsilon must be > 0 (allowed imbalance), got {epsilon!r}")
     if not isinstance(threads, int) or threads < 1:
         raise ValueError(f"threads must be a positive integer, got {threads!r}")
-    return preset.startswith("terapart") if compress is None else bool(compress)
+    return threads, preset.startswith("terapart") if compress is None else bool(compress)
 
 
 @register("kaminpar")
@@ -134,8 +136,7 @@ def kaminpar_partition(edge_index: Tensor, num_nodes: int, num_parts: int, seed:
     """KaMinPar k-way partition of the symmetrised graph, vertex weight = nonzeros of the row
     (in-degree + 1, as METIS gets), so parts get balanced compute; see :func:`kaminpar_partition_csr`
     for the options (and for how far equal seeds give equal partitions)."""
-    threads = _DEFAULT_THREADS if threads is None else threads
-    compress = _check_settings(import_kaminpar(), preset, epsilon, threads, compress)
+    threads, compress = _check_settings(import_kaminpar(), preset, epsilon, threads, compress)
     if num_parts == 1 or num_nodes == 0:
         return torch.zeros(num_nodes, dtype=torch.long)
     src, dst = edge_index.numpy()
