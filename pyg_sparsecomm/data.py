@@ -37,7 +37,8 @@ def shard(data: Data, group: dist.ProcessGroup | None = None, rank: int | None =
     unchanged, ``n_id`` (global id of every local row), ``adj`` (a
     :class:`~pyg_sparsecomm.adj.HaloAdj` whose values are the edge weights, if
     any), ``edge_weight`` (those weights in ``adj``'s edge order) and ``e_id`` (the
-    global edge id of every local edge, in the same order).
+    global edge id of every local edge, in the same order).  Of a graph given as ``adj_t`` (e.g.
+    by ``T.ToSparseTensor()``), ``adj`` is also ``adj_t``, so the script's ``data.adj_t`` reads it.
 
     With a :class:`~pyg_sparsecomm.grid.ProcessGrid` ``grid`` of replication
     ``c`` (the 1.5D algorithms), ``data`` must be partitioned into ``P / c``
@@ -169,11 +170,14 @@ def _local_attr(data: Data, key: str, value: Any, n_id: Tensor, edge_id: Tensor)
 
 def attach_adjacency(local: Data, adj: HaloAdj, e_id: Tensor) -> Data:
     """Sets the fields every shard carries besides its node attributes (one place for
-    ``shard`` and ``load_shard``)."""
+    ``shard`` and ``load_shard``): of a graph given as ``adj_t``, ``adj`` is also ``adj_t``, where
+    the script reads it."""
     plan = adj.plan
     adj.given_as = local[FORM_KEY] if FORM_KEY in local else "edge_index"  # the script's form of the graph
     local.n_id = plan.n_id
     local.adj = adj
+    if adj.given_as != "edge_index":
+        local.adj_t = adj  # PyG's adj_t carries the weights, as adj does
     local.edge_weight = adj.value
     local.e_id = e_id  # global edge id of every local edge, in adj order
     local.num_nodes = plan.num_owned

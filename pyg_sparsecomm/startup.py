@@ -126,14 +126,11 @@ def partition_and_shard(data: Data, method: str = "metis", seed: int = 0,
     """
     join_job()
     world_size = group_world_size(group)
-    sparse_input = getattr(data, "adj_t", None) is not None and getattr(data, "edge_index", None) is None
     if getattr(data, "part", None) is None or int(getattr(data, "num_parts", -1)) != world_size:
         data = partition_on_rank_zero(SparsityAwarePartitioner(world_size, method=method, seed=seed, **options),
                                       data, group)
-    local = shard(data, group=group)
-    if sparse_input:
-        local.adj_t = local.adj  # PyG's adj_t carries the weights
-    else:  # PyG's edge_index carries none: a layer uses local.edge_weight only where it is passed
+    local = shard(data, group=group)  # of a graph given as adj_t, local.adj_t is its adj
+    if "adj_t" not in local:  # PyG's edge_index carries no weights: a layer uses local.edge_weight only where passed
         local.edge_index = local.adj.with_value(None)
     return local
 

@@ -124,7 +124,7 @@ def _to_record(local: Data) -> dict:
               "e_id": local.e_id, "attrs": {}}
     skip = {"adj", "edge_weight", "e_id", "n_id", "num_nodes", "global_num_nodes"}
     for key, value in local.items():
-        if key in skip:
+        if key in skip or isinstance(value, HaloAdj):  # adj_t: attach_adjacency sets it again on loading
             continue
         record["attrs"][key] = value
     return record

@@ -88,6 +88,10 @@ def test_adj_t_partitions_and_shards_like_edge_index(form, weighted, tmp_path):
     for r in range(3):
         loaded, direct = load_shard(tmp_path, rank=r, world_size=3), shard(by_edges, rank=r, world_size=3)
         assert torch.equal(loaded.adj.col, direct.adj.col) and torch.equal(loaded.x, direct.x)
+        # the script reads its graph where it put it: adj_t (with the weights) when given as adj_t
+        assert "adj_t" not in direct
+        for local in (loaded, shard(sparse, rank=r, world_size=3), shard(by_adj, rank=r, world_size=3)):
+            assert local.adj_t is local.adj and (local.adj_t.value is not None) == weighted
 
 
 def test_adj_t_values_become_edge_weights_edge_by_edge():
