@@ -5,8 +5,9 @@ For graphs whose features fit no single process, :func:`partition_files` (and
 :func:`~pyg_sparsecomm.save_partition` would write for the same graph in memory, so every rank
 then calls :func:`~pyg_sparsecomm.load_shard` as before.  Only the topology is held whole:
 
-* the edges (``[2, E]`` ``.npy``, or several such chunks) become one ``int64`` ``edge_index``
-  (:math:`16E` bytes), partitioned and planned exactly as in memory;
+* the edges (``[2, E]`` ``.npy``, or several such chunks) become one ``edge_index`` of ``int32``
+  ids below :math:`2^{31}` nodes (:math:`8E` bytes; ``int64`` beyond), partitioned and planned
+  exactly as the ``int64`` one in memory (the passes widen one chunk at a time);
 * every node attribute (``x``, ``y``, masks: ``.npy`` with one row per node) is read once in
   chunks of ``chunk_bytes``: each chunk is hashed (for the manifest's fingerprint) and its rows
   scattered into a scratch file ordered by (part, node);
@@ -100,10 +101,37 @@ def _torch_dtype(npy: NpyFile, what: str) -> torch.dtype:
         raise ValueError(f"{what} file {npy.path} has dtype {npy.dtype}, which torch cannot hold") from None
 
 
+#: ids below this fit ``int32``: the writer then holds its topology in half the bytes of ``int64``
+INT32_IDS = 1 << 31
+
+
+def _edge_blocks(files: list[NpyFile], step: int) -> Iterator[tuple[int, int, np.ndarray]]:
+    """``(row, first edge, ids)`` of every block of at most ``step`` ids of the edge files, in order
+    (the files' edges numbered on from one file to the next)."""
+    start = 0
+    for npy in files:
+        E = npy.shape[1]
+        with open(npy.path, "rb") as f:
+            for row in range(2):
+                for a in range(0, E, step):
+                    f.seek(npy.offset + (row * E + a) * npy.dtype.itemsize)
+                    yield row, start + a, np.fromfile(f, dtype=npy.dtype, count=min(E, a + step) - a)
+        start += E
+
+
+def _ids_fit_int32(files: list[NpyFile], num_nodes: int | None, step: int) -> bool:
+    if num_nodes is not None:
+        return num_nodes <= INT32_IDS  # a larger id is refused after reading
+    if all(npy.dtype.itemsize < 4 or (npy.dtype.kind == "i" and npy.dtype.itemsize == 4) for npy in files):
+        return True
+    return all(block.max(initial=0) < INT32_IDS for _, _, block in _edge_blocks(files, step))  # one more read
+
+
 def read_edges(edges: PathLike | Sequence[PathLike], num_nodes: int | None,
                chunk_bytes: int = CHUNK_BYTES) -> tuple[Tensor, int]:
-    """``(edge_index, num_nodes)``: the ``int64`` ``[2, E]`` edges of one ``.npy`` file or of
-    several (concatenated in order), read in chunks; ``num_nodes`` defaults to the largest id + 1.
+    """``(edge_index, num_nodes)``: the ``[2, E]`` edges of one ``.npy`` file or of several
+    (concatenated in order), read in chunks; ``num_nodes`` defaults to the largest id + 1.  The ids
+    are ``int32`` when every one fits (:math:`8E` bytes instead of :math:`16E`), else ``int64``.
 
     Raises ``ValueError`` for a file that is not an integer ``[2, E]`` array or holds ids outside
     ``[0, num_nodes)``."""
@@ -115,21 +143,14 @@ def read_edges(edges: PathLike | Sequence[PathLike], num_nodes: int | None,
         if len(npy.shape) != 2 or npy.shape[0] != 2 or npy.dtype.kind not in "iu":
             raise ValueError(f"edge file {npy.path} holds a {npy.dtype} array of shape {list(npy.shape)}: "
                              f"expected integer ids of shape [2, num_edges] (row 0 sources, row 1 targets)")
-    edge_index = torch.empty(2, sum(npy.shape[1] for npy in files), dtype=torch.long)
-    out, step, lo, hi = edge_index.numpy(), max(1, chunk_bytes // 16), 0, -1
-    start = 0
-    for npy in files:
-        E = npy.shape[1]
-        with open(npy.path, "rb") as f:
-            for row in range(2):
-                for a in range(0, E, step):
-                    b = min(E, a + step)
-                    f.seek(npy.offset + (row * E + a) * npy.dtype.itemsize)
-                    block = np.fromfile(f, dtype=npy.dtype, count=b - a)
-                    out[row, start + a:start + b] = block
-                    if block.size:
-                        lo, hi = min(lo, int(block.min())), max(hi, int(block.max()))
-        start += E
+    step = max(1, chunk_bytes // 16)
+    dtype = torch.int32 if _ids_fit_int32(files, num_nodes, step) else torch.long
+    edge_index = torch.empty(2, sum(npy.shape[1] for npy in files), dtype=dtype)
+    out, lo, hi = edge_index.numpy(), 0, -1
+    for row, a, block in _edge_blocks(files, step):
+        if block.size:  # the range before the copy: an id beyond int32 is refused, not wrapped
+            lo, hi = min(lo, int(block.min())), max(hi, int(block.max()))
+        out[row, a:a + block.size] = block
     if lo < 0 or (num_nodes is not None and hi >= num_nodes):
         bad = lo if lo < 0 else hi
         raise ValueError(f"edge files {[str(p) for p in paths]} hold node id {bad}, outside [0, {num_nodes}) "
@@ -220,7 +241,7 @@ def _records(partitioner: SparsityAwarePartitioner, edge_index: Tensor, edge_wei
             if key == "num_parts":
                 h.update(f"num_parts={num_parts!r};".encode())
             elif key in tensors:
-                hash_tensor(h, key, tensors[key])
+                hash_tensor(h, key, tensors[key], as_dtype=torch.long if key == "edge_index" else None)
             else:
                 _hash_scatter(h, key, node_files[key], pattern, scratch[key], chunk_bytes)
                 release_free_heap()
@@ -240,8 +261,9 @@ def partition_files(edges: PathLike | Sequence[PathLike], out: PathLike, num_par
     seed, **options)(data), out, source=partition_source(...))`` writes for the in-memory graph
     ``data = Data(x=x, y=y, edge_index=edges, edge_weight=edge_weight, **masks)`` (the same
     partition, records and manifest, fingerprint included), so every rank then loads its part
-    with ``load_shard(out, expected_source=...)``.  Peak memory: the ``int64`` topology
-    (:math:`16E` bytes plus the partitioner's working arrays and the partition's node arrays)
+    with ``load_shard(out, expected_source=...)``.  Peak memory: the topology
+    (:math:`8E` bytes of ``int32`` ids below :math:`2^{31}` nodes, plus the partitioner's working
+    arrays and the partition's node arrays)
     and one chunk; see :mod:`~pyg_sparsecomm.from_files`.  Scratch files next to ``out`` take
     one copy of the node attributes and 24 bytes per in-edge of the part being written.
 

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .plan import EDGE_CHUNK, CommPattern, InEdgeRelabel, RankPlan, _numpy_long
+from .plan import EDGE_CHUNK, CommPattern, InEdgeRelabel, RankPlan, numpy_ids
 
 _WORKING_BYTES_PER_EDGE = 64  # a block's arrays while it is sorted: row, col, edge_id, order, 2 gathers
 _FIELDS = ("row", "col", "e_id")
@@ -93,12 +93,12 @@ def sort_in_edges(edge_index: Tensor, pattern: CommPattern, plan: RankPlan, scra
     its ``col`` and ``edge_id``), the arrays as files.
 
     Args:
-        edge_index: ``[2, E]`` ``int64`` edges of the whole graph.
+        edge_index: ``[2, E]`` ``int64`` (or ``int32``) edges of the whole graph.
         pattern, plan: the partition's pattern and this part's plan.
         scratch: directory for the files (``row``, ``col``, ``e_id``: 24 bytes per in-edge).
         chunk_bytes: the memory the sort may use beyond ``rowptr``.
     """
-    src, dst = _numpy_long(edge_index)
+    src, dst = numpy_ids(edge_index)  # int32 ids index as they are
     step = max(1, min(EDGE_CHUNK, chunk_bytes // 80))  # the relabelling's arrays: ~80 B per edge of a step
     num_rows = plan.num_owned
     degree = np.zeros(num_rows, dtype=np.int64)

@@ -35,6 +35,13 @@ def _numpy_long(t) -> np.ndarray:
     return np.asarray(t, dtype=np.int64)
 
 
+def numpy_ids(t) -> np.ndarray:
+    """The ids of ``t`` as a numpy array without a copy: ``int32`` stays ``int32`` (the out-of-core
+    writer's topology), so callers widen one chunk at a time."""
+    out = t.detach().cpu().numpy() if isinstance(t, Tensor) else np.asarray(t)
+    return out if out.dtype in (np.int32, np.int64) else out.astype(np.int64)
+
+
 @dataclass
 class CommPattern:
     """Who needs which rows, for one partition of one graph (all ranks at once).
@@ -105,7 +112,7 @@ def comm_pattern(edge_index, part, num_nodes: int, num_parts: int, target_part=N
         check_edge_index(edge_index, num_nodes)
     if isinstance(part, Tensor):
         check_partition(part, num_nodes, num_parts)
-    edges = _numpy_long(edge_index)
+    edges = numpy_ids(edge_index)  # int32 ids are widened a chunk at a time
     part = _numpy_long(part)
     P, N = int(num_parts), int(num_nodes)
 
@@ -118,7 +125,7 @@ def comm_pattern(edge_index, part, num_nodes: int, num_parts: int, target_part=N
     lo, hi = _span_bounds(P)
     step = max(1, chunk)
     for a in range(0, edges.shape[1], step):
-        src, dst = edges[0, a:a + step], edges[1, a:a + step]
+        src, dst = edges[:, a:a + step].astype(np.int64, copy=False)
         src_part, dst_part = part[src], owner[dst]
         block_nnz += np.bincount(dst_part * P + src_part, minlength=P * P)
         cut = src_part != dst_part

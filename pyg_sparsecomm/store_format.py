@@ -11,13 +11,18 @@ PLAN_TENSORS = ("n_id", "halo_n_id", "halo_owner", "halo_remote_index", "send_in
 PLAN_LISTS = ("send_counts", "recv_counts", "part_sizes")
 
 
-def hash_tensor(h: Any, name: str, value: torch.Tensor) -> None:
-    """Feeds ``name``, dtype, size and the bytes of ``value`` to the hash ``h``."""
+def hash_tensor(h: Any, name: str, value: torch.Tensor, as_dtype: torch.dtype | None = None,
+                chunk: int = 1 << 22) -> None:
+    """Feeds ``name``, dtype, size and the bytes of ``value`` to the hash ``h``; with ``as_dtype``,
+    those of ``value.to(as_dtype)``, converted ``chunk`` elements at a time (the out-of-core
+    writer's ``int32`` topology hashes as the ``int64`` ``edge_index`` of the graph in memory)."""
     value = value.detach().cpu()
     value = (value.to_dense() if value.layout != torch.strided else value).contiguous().reshape(-1)
-    h.update(f"{name}:{value.dtype}:{value.numel()}:".encode())
-    if value.numel():  # an empty tensor cannot be viewed as bytes (and has none)
-        h.update(value.view(torch.uint8).numpy())
+    dtype = as_dtype or value.dtype
+    h.update(f"{name}:{dtype}:{value.numel()}:".encode())
+    step = chunk if dtype != value.dtype else max(1, value.numel())
+    for start in range(0, value.numel(), step):  # an empty tensor cannot be viewed as bytes (and has none)
+        h.update(value[start:start + step].to(dtype).view(torch.uint8).numpy())
 
 
 def plan_record(plan: RankPlan) -> dict:

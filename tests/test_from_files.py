@@ -170,3 +170,20 @@ def test_part_files_are_the_shards_of_the_partition_with_an_empty_part(tmp_path,
         for r in range(P):
             _assert_same_shard(load_shard(tmp_path / f"p{P}", rank=r, world_size=P),
                                shard(partitioned, rank=r, world_size=P))
+
+
+def test_edges_are_held_as_int32_when_every_id_fits(tmp_path):
+    """The writer's topology takes 8 bytes per edge (int32 ids) below 2^31 nodes; beyond, or for an id
+    that does not fit, the ids are read as they are (int64), never wrapped."""
+    from pyg_sparsecomm.from_files import read_edges
+    small = np.array([[0, 5, 2], [1, 1, 7]], dtype=np.int64)
+    np.save(tmp_path / "small.npy", small)
+    for num_nodes in (8, None):  # known from the node files, or found by one more read
+        edge_index, n = read_edges(tmp_path / "small.npy", num_nodes, chunk_bytes=32)
+        assert edge_index.dtype == torch.int32 and n == 8 and np.array_equal(edge_index.numpy(), small)
+    big = np.array([[0, 2 ** 32 + 3], [2 ** 31, 1]], dtype=np.int64)
+    np.save(tmp_path / "big.npy", big)
+    edge_index, n = read_edges(tmp_path / "big.npy", None, chunk_bytes=32)
+    assert edge_index.dtype == torch.long and n == 2 ** 32 + 4 and np.array_equal(edge_index.numpy(), big)
+    with pytest.raises(ValueError, match=r"node id 4294967299, outside \[0, 10\)"):
+        read_edges(tmp_path / "big.npy", 10, chunk_bytes=32)
