@@ -92,6 +92,8 @@ def test_adj_t_partitions_and_shards_like_edge_index(form, weighted, tmp_path):
         assert "adj_t" not in direct
         for local in (loaded, shard(sparse, rank=r, world_size=3), shard(by_adj, rank=r, world_size=3)):
             assert local.adj_t is local.adj and (local.adj_t.value is not None) == weighted
+        moved = local.to("meta")  # one copy of the adjacency on the device, not one per attribute
+        assert moved.adj_t is moved.adj and moved.adj.device.type == "meta"
 
 
 def test_adj_t_values_become_edge_weights_edge_by_edge():
