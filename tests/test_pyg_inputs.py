@@ -335,3 +335,18 @@ def test_as_pre_transform_the_partition_is_saved_with_the_dataset(tmp_path, meti
         assert np.array_equal(getattr(reloaded.comm_stats, field), getattr(data.comm_stats, field))
     local = shard(reloaded, rank=2, world_size=3)
     assert torch.equal(local.n_id, torch.nonzero(data.part == 2).view(-1))
+
+
+@pytest.mark.parametrize("method", ["metis", "metis+vb"])  # the widening is the partitioner's, before any method
+def test_int32_edge_index_partitions_and_shards_as_int64(method):
+    """An ``int32`` ``edge_index`` (a graph built with numpy) gives the partition and shards of the
+    ``int64`` one: the methods' ``row * N + col`` keys overflowed ``int32`` ids from 46341 nodes on
+    (METIS and Mt-KaHyPar failed with "'list' argument must have no negative elements")."""
+    N = 47_000
+    edge_index = torch.randint(0, N, (2, 60_000), generator=torch.Generator().manual_seed(0))
+    wide = SparsityAwarePartitioner(2, method)(Data(edge_index=edge_index, num_nodes=N))
+    narrow = SparsityAwarePartitioner(2, method)(Data(edge_index=edge_index.int(), num_nodes=N))
+    assert torch.equal(narrow.part, wide.part)
+    assert narrow.comm_stats.total_rows == wide.comm_stats.total_rows
+    a, b = shard(wide, rank=1, world_size=2), shard(narrow, rank=1, world_size=2)
+    assert torch.equal(a.adj.col, b.adj.col) and torch.equal(a.adj.plan.send_index, b.adj.plan.send_index)

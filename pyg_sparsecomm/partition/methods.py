@@ -32,14 +32,20 @@ def method_options(name: str) -> list[str]:
     return [] if fn is None else [p for p in inspect.signature(fn).parameters if p not in _FIXED_PARAMS]
 
 
-def register(name: str):
+#: methods that never read ``edge_index`` (the out-of-core writer keeps its ``int32`` ids for them)
+EDGE_FREE_METHODS: set[str] = set()
+
+
+def register(name: str, reads_edges: bool = True):
     def wrap(fn: PartitionMethod) -> PartitionMethod:
         METHODS[name] = fn
+        if not reads_edges:
+            EDGE_FREE_METHODS.add(name)
         return fn
     return wrap
 
 
-@register("random")
+@register("random", reads_edges=False)
 def random_partition(edge_index: Tensor, num_nodes: int, num_parts: int, seed: int) -> Tensor:
     """Balanced random assignment: a seeded permutation dealt round-robin."""
     gen = torch.Generator().manual_seed(seed)
@@ -49,7 +55,7 @@ def random_partition(edge_index: Tensor, num_nodes: int, num_parts: int, seed: i
     return part
 
 
-@register("contiguous")
+@register("contiguous", reads_edges=False)
 def contiguous_partition(edge_index: Tensor, num_nodes: int, num_parts: int, seed: int) -> Tensor:
     """Consecutive id ranges of (almost) equal size, the layout of CAGNET's 1D."""
     return torch.arange(num_nodes) * num_parts // max(num_nodes, 1)

@@ -19,7 +19,7 @@ from ..inputs import with_edge_index
 from ..plan import comm_pattern
 from ..stats import CommStats
 from .balance import _check_objective, balance_max_send
-from .methods import METHODS, method_options
+from .methods import EDGE_FREE_METHODS, METHODS, method_options
 
 
 class SparsityAwarePartitioner(BaseTransform):
@@ -142,6 +142,8 @@ class SparsityAwarePartitioner(BaseTransform):
     def assign(self, edge_index: Tensor, num_nodes: int) -> Tensor:
         """The partition alone (``LongTensor[num_nodes]``): the method, then the balancing; for a
         caller that builds its own communication pattern from it (no statistics computed)."""
+        if self.method not in EDGE_FREE_METHODS or self.balance:
+            edge_index = edge_index.long()  # int32 ids would overflow the methods' row * N + col keys
         part = METHODS[self.method](edge_index, num_nodes, self.num_parts, self.seed, **self.options)
         if self.balance == "max_send":
             part = balance_max_send(edge_index, num_nodes, part.to(torch.long), self.num_parts,
