@@ -339,7 +339,7 @@ def local_edges(edge_index, pattern: CommPattern, plan: RankPlan, target_part=No
     (a bipartite relation, see :func:`comm_pattern`) ``row`` indexes the owned targets.
     The rank's edges are found ``chunk`` edges at a time (O(its edges + chunk) memory).
     """
-    src, dst = _numpy_long(edge_index)
+    src, dst = numpy_ids(edge_index)  # int32 ids index as they are (InEdgeRelabel widens)
     owner = pattern.part if target_part is None else _numpy_long(target_part)
     step = max(1, chunk)
     edge_id = np.concatenate([np.empty(0, dtype=np.int64)] + [
