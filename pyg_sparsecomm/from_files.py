@@ -3,11 +3,16 @@
 For graphs whose features fit no single process, :func:`partition_files` (and
 ``python -m pyg_sparsecomm partition``) reads the graph from files and writes the directory that
 :func:`~pyg_sparsecomm.save_partition` would write for the same graph in memory, so every rank
-then calls :func:`~pyg_sparsecomm.load_shard` as before.  Only the topology is held whole:
+then calls :func:`~pyg_sparsecomm.load_shard` as before.  No array of the graph's size is held
+whole, except by a partitioning method that reads the edges:
 
-* the edges (``[2, E]`` ``.npy``, or several such chunks) become one ``edge_index`` of ``int32``
-  ids below :math:`2^{31}` nodes (:math:`8E` bytes; ``int64`` beyond), partitioned and planned
-  exactly as the ``int64`` one in memory (the passes widen one chunk at a time);
+* the edges (``[2, E]`` ``.npy``, or several such chunks) are read a chunk at a time by every pass
+  (the range check, :func:`~pyg_sparsecomm.plan.comm_pattern`, the fingerprint), then copied once
+  into scratch files grouped by the part owning their target
+  (:func:`~pyg_sparsecomm.edges_by_part.group_edges_by_part`), from which every part reads its
+  own in-edges: :math:`2E` edges read for the parts in all, not :math:`2PE`.  Only a method that
+  reads the edges (METIS, KaMinPar, ..., not ``"random"`` or ``"contiguous"``) gets them whole,
+  as ``int32`` ids below :math:`2^{31}` nodes (:math:`8E` bytes), freed once it returns;
 * every node attribute (``x``, ``y``, masks: ``.npy`` with one row per node) is read once in
   chunks of ``chunk_bytes``: each chunk is hashed (for the manifest's fingerprint) and its rows
   scattered into a scratch file ordered by (part, node);
@@ -16,10 +21,10 @@ then calls :func:`~pyg_sparsecomm.load_shard` as before.  Only the topology is h
   (:func:`~pyg_sparsecomm.part_in_edges.sort_in_edges`), its columns, edge ids, weights and
   node-attribute rows copied into the file a chunk at a time.
 
-Peak memory is the topology with the partition's node arrays (owner and row of every node, the
-halo pairs, one part's plan), plus one chunk; never the feature matrix, nor one part's rows or
-in-edges.  The files are read with plain reads (no memory map: mapped pages would count towards
-the writer's resident memory until unmapped).
+Peak memory is the partitioning method's, then the partition's node arrays (owner and row of every
+node, the halo pairs, one part's plan) plus one chunk; never the edge list, the feature matrix, nor
+one part's rows or in-edges.  The files are read with plain reads (no memory map: mapped pages
+would count towards the writer's resident memory until unmapped).
 """
 import hashlib
 import os
@@ -33,14 +38,14 @@ from typing import Any
 import numpy as np
 import torch
 from torch import Tensor
-from torch_geometric.data import Data
 
+from .edges_by_part import EdgesByPart, group_edges_by_part
 from .memory import release_free_heap
 from .part_in_edges import sort_in_edges
 from .partition import SparsityAwarePartitioner
 from .plan import EDGE_CHUNK, CommPattern, comm_pattern, rank_plan
 from .store import partition_source, write_partition
-from .store_format import hash_tensor, plan_record
+from .store_format import hash_header, hash_tensor, plan_record
 from .streamed_save import Streamed, file_chunks
 
 PathLike = str | os.PathLike
@@ -93,6 +98,12 @@ class NpyFile:
         out = np.fromfile(f, dtype=self.dtype, count=count * per_row)
         return out.reshape((count, *self.shape[1:]))
 
+    def read_row(self, f: Any, row: int, start: int, count: int) -> np.ndarray:
+        """Elements ``start .. start + count - 1`` (fewer at the end) of row ``row`` of a 2-D array."""
+        width = self.shape[1]
+        f.seek(self.offset + (row * width + start) * self.dtype.itemsize)
+        return np.fromfile(f, dtype=self.dtype, count=max(0, min(width, start + count) - start))
+
 
 def _torch_dtype(npy: NpyFile, what: str) -> torch.dtype:
     try:
@@ -101,61 +112,88 @@ def _torch_dtype(npy: NpyFile, what: str) -> torch.dtype:
         raise ValueError(f"{what} file {npy.path} has dtype {npy.dtype}, which torch cannot hold") from None
 
 
-#: ids below this fit ``int32``: the writer then holds its topology in half the bytes of ``int64``
+#: ids below this fit ``int32``: the topology read for a method that needs it takes half the bytes
 INT32_IDS = 1 << 31
 
 
-def _edge_blocks(files: list[NpyFile], step: int) -> Iterator[tuple[int, int, np.ndarray]]:
-    """``(row, first edge, ids)`` of every block of at most ``step`` ids of the edge files, in order
-    (the files' edges numbered on from one file to the next)."""
-    start = 0
-    for npy in files:
-        E = npy.shape[1]
-        with open(npy.path, "rb") as f:
-            for row in range(2):
-                for a in range(0, E, step):
-                    f.seek(npy.offset + (row * E + a) * npy.dtype.itemsize)
-                    yield row, start + a, np.fromfile(f, dtype=npy.dtype, count=min(E, a + step) - a)
-        start += E
+@dataclass
+class EdgeFiles:
+    """The ``[2, E]`` edges of one ``.npy`` file or of several (concatenated in order, edges
+    numbered on from one file to the next), read in chunks with plain reads."""
+    files: list[NpyFile]
+
+    @classmethod
+    def open(cls, edges: PathLike | Sequence[PathLike]) -> "EdgeFiles":
+        """Raises ``ValueError`` for a file that is not an integer ``[2, E]`` array."""
+        paths = [edges] if isinstance(edges, (str, os.PathLike)) else list(edges)
+        if not paths:
+            raise ValueError("no edge files given")
+        files = [NpyFile.open(p, "edge") for p in paths]
+        for npy in files:
+            if len(npy.shape) != 2 or npy.shape[0] != 2 or npy.dtype.kind not in "iu":
+                raise ValueError(f"edge file {npy.path} holds a {npy.dtype} array of shape {list(npy.shape)}: "
+                                 f"expected integer ids of shape [2, num_edges] (row 0 sources, row 1 targets)")
+        return cls(files)
+
+    @property
+    def num_edges(self) -> int:
+        return sum(npy.shape[1] for npy in self.files)
+
+    def rows(self, step: int) -> Iterator[tuple[int, int, np.ndarray]]:
+        """``(row, first edge, ids)`` of every block of at most ``step`` ids, in the order of the
+        bytes of the ``[2, E]`` ``edge_index`` in memory: every file's sources, then its targets."""
+        for row in range(2):
+            start = 0
+            for npy in self.files:
+                with open(npy.path, "rb") as f:
+                    for a in range(0, npy.shape[1], step):
+                        yield row, start + a, _ids(npy.read_row(f, row, a, step))
+                start += npy.shape[1]
+
+    def chunks(self, step: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """The edges as :data:`~pyg_sparsecomm.plan.EdgeChunks`: ``(edge ids, sources, targets)``
+        of every run of at most ``step`` edges."""
+        start = 0
+        for npy in self.files:
+            with open(npy.path, "rb") as f:
+                for a in range(0, npy.shape[1], step):
+                    src, dst = _ids(npy.read_row(f, 0, a, step)), _ids(npy.read_row(f, 1, a, step))
+                    yield np.arange(start + a, start + a + src.size, dtype=np.int64), src, dst
+            start += npy.shape[1]
+
+    def num_nodes(self, num_nodes: int | None, step: int) -> int:
+        """``num_nodes``, or the largest id + 1 when it is ``None``, after one pass checking that
+        every id lies in ``[0, num_nodes)`` (``ValueError`` naming the id otherwise)."""
+        lo, hi = 0, -1
+        for _, _, block in self.rows(step):
+            if block.size:
+                lo, hi = min(lo, int(block.min())), max(hi, int(block.max()))
+        if lo < 0 or (num_nodes is not None and hi >= num_nodes):
+            bad = lo if lo < 0 else hi
+            raise ValueError(f"edge files {[str(npy.path) for npy in self.files]} hold node id {bad}, outside "
+                             f"[0, {num_nodes}) (num_nodes from the node attribute files or num_nodes=)")
+        return hi + 1 if num_nodes is None else num_nodes
+
+    def read(self, num_nodes: int, step: int) -> Tensor:
+        """The whole ``edge_index`` (ids checked), ``int32`` below :data:`INT32_IDS` nodes (8 bytes
+        per edge), else ``int64``."""
+        edge_index = torch.empty(2, self.num_edges, dtype=torch.int32 if num_nodes <= INT32_IDS else torch.long)
+        out = edge_index.numpy()
+        for row, a, block in self.rows(step):
+            out[row, a:a + block.size] = block
+        return edge_index
+
+    def hash_into(self, h: Any, step: int) -> None:
+        """Feeds the hash ``h`` what ``hash_tensor(h, "edge_index", edge_index)`` feeds it for the
+        ``int64`` ``edge_index`` of these files (the graph's fingerprint)."""
+        hash_header(h, "edge_index", torch.long, 2 * self.num_edges)
+        for _, _, block in self.rows(step):
+            h.update(block.astype(np.int64, copy=False).data)
 
 
-def _ids_fit_int32(files: list[NpyFile], num_nodes: int | None, step: int) -> bool:
-    if num_nodes is not None:
-        return num_nodes <= INT32_IDS  # a larger id is refused after reading
-    if all(npy.dtype.itemsize < 4 or (npy.dtype.kind == "i" and npy.dtype.itemsize == 4) for npy in files):
-        return True
-    return all(block.max(initial=0) < INT32_IDS for _, _, block in _edge_blocks(files, step))  # one more read
-
-
-def read_edges(edges: PathLike | Sequence[PathLike], num_nodes: int | None,
-               chunk_bytes: int = CHUNK_BYTES) -> tuple[Tensor, int]:
-    """``(edge_index, num_nodes)``: the ``[2, E]`` edges of one ``.npy`` file or of several
-    (concatenated in order), read in chunks; ``num_nodes`` defaults to the largest id + 1.  The ids
-    are ``int32`` when every one fits (:math:`8E` bytes instead of :math:`16E`), else ``int64``.
-
-    Raises ``ValueError`` for a file that is not an integer ``[2, E]`` array or holds ids outside
-    ``[0, num_nodes)``."""
-    paths = [edges] if isinstance(edges, (str, os.PathLike)) else list(edges)
-    if not paths:
-        raise ValueError("no edge files given")
-    files = [NpyFile.open(p, "edge") for p in paths]
-    for npy in files:
-        if len(npy.shape) != 2 or npy.shape[0] != 2 or npy.dtype.kind not in "iu":
-            raise ValueError(f"edge file {npy.path} holds a {npy.dtype} array of shape {list(npy.shape)}: "
-                             f"expected integer ids of shape [2, num_edges] (row 0 sources, row 1 targets)")
-    step = max(1, chunk_bytes // 16)
-    dtype = torch.int32 if _ids_fit_int32(files, num_nodes, step) else torch.long
-    edge_index = torch.empty(2, sum(npy.shape[1] for npy in files), dtype=dtype)
-    out, lo, hi = edge_index.numpy(), 0, -1
-    for row, a, block in _edge_blocks(files, step):
-        if block.size:  # the range before the copy: an id beyond int32 is refused, not wrapped
-            lo, hi = min(lo, int(block.min())), max(hi, int(block.max()))
-        out[row, a:a + block.size] = block
-    if lo < 0 or (num_nodes is not None and hi >= num_nodes):
-        bad = lo if lo < 0 else hi
-        raise ValueError(f"edge files {[str(p) for p in paths]} hold node id {bad}, outside [0, {num_nodes}) "
-                         f"(num_nodes from the node attribute files or num_nodes=)")
-    return edge_index, hi + 1 if num_nodes is None else num_nodes
+def _ids(block: np.ndarray) -> np.ndarray:
+    """Ids as ``int32`` or ``int64`` in native byte order (what the passes index with)."""
+    return block if block.dtype in (np.int32, np.int64) else block.astype(np.int64)
 
 
 def _node_files(node_attrs: Mapping[str, PathLike], num_nodes: int | None) -> tuple[dict[str, NpyFile], int | None]:
@@ -195,15 +233,14 @@ def _hash_scatter(h: Any, key: str, npy: NpyFile, pattern: CommPattern, scratch:
             del block  # before the next chunk is read: one chunk at a time
 
 
-def _part_record(topology: Data, pattern: CommPattern, rank: int, node_files: dict[str, NpyFile],
-                 scratch: dict[str, Path], tmp: Path, chunk_bytes: int) -> dict:
+def _part_record(by_part: EdgesByPart, weight: Tensor | None, pattern: CommPattern, rank: int,
+                 node_files: dict[str, NpyFile], scratch: dict[str, Path], tmp: Path, chunk_bytes: int) -> dict:
     """Part ``rank``'s record as :func:`~pyg_sparsecomm.store.save_partition` writes it, its
     in-edges sorted into scratch files and every O(part) array :class:`Streamed` from a file."""
     plan = rank_plan(pattern, rank)
-    edges = sort_in_edges(topology.edge_index, pattern, plan, tmp, chunk_bytes)
+    edges = sort_in_edges(by_part.chunks_of(rank), pattern, plan, tmp, chunk_bytes)
     release_free_heap()  # the sort's freed blocks, before the file is written a chunk at a time
     stream = partial(file_chunks, chunk_bytes=chunk_bytes)
-    weight = topology.edge_weight
     value = None if weight is None else Streamed(weight.dtype, (edges.num_edges,), partial(
         _gathered, weight.numpy(), edges.files["e_id"], edges.num_edges, chunk_bytes))
     first = int(np.sum(pattern.part_sizes[:rank])) if rank else 0
@@ -221,33 +258,45 @@ def _gathered(weight: np.ndarray, e_id: Path, num_edges: int, chunk_bytes: int) 
         yield weight[np.frombuffer(chunk, dtype=np.int64)]
 
 
-def _records(partitioner: SparsityAwarePartitioner, edge_index: Tensor, edge_weight: Tensor | None, N: int,
+def _partition(partitioner: SparsityAwarePartitioner, edges: EdgeFiles, N: int, step: int) -> Tensor:
+    """The partition of the graph: its edges are read whole only for a method that reads them, and
+    freed when it returns (a ``[2, 0]`` stand-in for ``"random"`` and ``"contiguous"``)."""
+    edge_index = edges.read(N, step) if partitioner.reads_edges else torch.empty(2, 0, dtype=torch.long)
+    return partitioner.assign(edge_index, N)
+
+
+def _records(partitioner: SparsityAwarePartitioner, edges: EdgeFiles, edge_weight: Tensor | None, N: int,
              node_files: dict[str, NpyFile], out: Path, source: dict, chunk_bytes: int) -> Iterator[dict]:
     """Partitions the graph, then yields the part records in rank order (one at a time, each
     streamed from scratch files while it is written); fills ``source["fingerprint"]``.  Runs
     while the store holds the directory's lock, so that a second writer is refused before
     partitioning, not after."""
     num_parts = partitioner.num_parts
-    part = partitioner.assign(edge_index, N)  # the pattern below is the only one built
-    pattern = comm_pattern(edge_index, part, N, num_parts, chunk=min(EDGE_CHUNK, max(1, chunk_bytes // 80)))
+    part = _partition(partitioner, edges, N, max(1, chunk_bytes // 16))
+    release_free_heap()  # the method's freed arrays (and the edges it read), before the passes
+    # The pattern below is the only one built, from the edge files read a chunk at a time.
+    step = min(EDGE_CHUNK, max(1, chunk_bytes // 80))  # the passes' arrays: ~80 B per edge of a step
+    pattern = comm_pattern(edges.chunks, part, N, num_parts, chunk=step)
     release_free_heap()  # the pattern's merges leave freed heap behind: give it back before the parts
-    topology = Data(edge_index=edge_index, edge_weight=edge_weight, num_nodes=N)
-    tensors = {"edge_index": edge_index, "part": part, **({} if edge_weight is None else {"edge_weight": edge_weight})}
+    tensors = {"part": part, **({} if edge_weight is None else {"edge_weight": edge_weight})}
     h = hashlib.sha256(f"num_nodes={N};".encode())
     # A scratch name the store's next writer removes if this one is killed.
     with tempfile.TemporaryDirectory(prefix=f".{out.name}.tmp-scratch-", dir=out.parent) as tmp:
         scratch = {key: Path(tmp) / key for key in node_files}
-        for key in sorted([*tensors, *node_files, "num_parts"]):  # graph_fingerprint's order
+        for key in sorted([*tensors, "edge_index", *node_files, "num_parts"]):  # graph_fingerprint's order
             if key == "num_parts":
                 h.update(f"num_parts={num_parts!r};".encode())
+            elif key == "edge_index":
+                edges.hash_into(h, max(1, chunk_bytes // 16))
             elif key in tensors:
-                hash_tensor(h, key, tensors[key], as_dtype=torch.long if key == "edge_index" else None)
+                hash_tensor(h, key, tensors[key])
             else:
                 _hash_scatter(h, key, node_files[key], pattern, scratch[key], chunk_bytes)
                 release_free_heap()
         source["fingerprint"] = h.hexdigest()
+        by_part = group_edges_by_part(edges.chunks, pattern, Path(tmp), step)  # the parts read 2E edges, not 2PE
         for r in range(num_parts):
-            yield _part_record(topology, pattern, r, node_files, scratch, Path(tmp), chunk_bytes)
+            yield _part_record(by_part, edge_weight, pattern, r, node_files, scratch, Path(tmp), chunk_bytes)
 
 
 def partition_files(edges: PathLike | Sequence[PathLike], out: PathLike, num_parts: int,
@@ -261,11 +310,12 @@ def partition_files(edges: PathLike | Sequence[PathLike], out: PathLike, num_par
     seed, **options)(data), out, source=partition_source(...))`` writes for the in-memory graph
     ``data = Data(x=x, y=y, edge_index=edges, edge_weight=edge_weight, **masks)`` (the same
     partition, records and manifest, fingerprint included), so every rank then loads its part
-    with ``load_shard(out, expected_source=...)``.  Peak memory: the topology
-    (:math:`8E` bytes of ``int32`` ids below :math:`2^{31}` nodes, plus the partitioner's working
-    arrays and the partition's node arrays)
-    and one chunk; see :mod:`~pyg_sparsecomm.from_files`.  Scratch files next to ``out`` take
-    one copy of the node attributes and 24 bytes per in-edge of the part being written.
+    with ``load_shard(out, expected_source=...)``.  Peak memory: the partitioning method's (a
+    method that reads the edges gets them whole, :math:`8E` bytes of ``int32`` ids below
+    :math:`2^{31}` nodes; ``"random"`` and ``"contiguous"`` none), then the partition's node arrays
+    and one chunk; see :mod:`~pyg_sparsecomm.from_files`.  Scratch files next to ``out`` take one
+    copy of the node attributes, 16 bytes per edge (the edges grouped by part; 24 beyond
+    :math:`2^{31}` nodes) and 24 bytes per in-edge of the part being written.
 
     Args:
         edges: ``.npy`` file of integer ids, shape ``[2, E]`` (row 0 sources, row 1 targets, as
@@ -290,23 +340,24 @@ def partition_files(edges: PathLike | Sequence[PathLike], out: PathLike, num_par
     partitioner = SparsityAwarePartitioner(num_parts, method, seed=seed, **options)
     node_attrs = {k: v for k, v in (("x", x), ("y", y)) if v is not None} | dict(masks or {})
     node_files, rows = _node_files(node_attrs, num_nodes)
-    edge_index, N = read_edges(edges, rows, chunk_bytes)
+    edge_files = EdgeFiles.open(edges)
+    N, E = edge_files.num_nodes(rows, max(1, chunk_bytes // 16)), edge_files.num_edges
     weight = None
     if edge_weight is not None:
         npy = NpyFile.open(edge_weight, "edge weight")
-        if npy.shape != (edge_index.size(1),):
+        if npy.shape != (E,):
             raise ValueError(f"edge weight file {npy.path} has shape {list(npy.shape)}: expected "
-                             f"[{edge_index.size(1)}], one weight per edge")
+                             f"[{E}], one weight per edge")
         with open(npy.path, "rb") as f:
-            weight = torch.from_numpy(npy.read(f, 0, edge_index.size(1)))
+            weight = torch.from_numpy(npy.read(f, 0, E))
     if num_parts > max(N, 1):
         raise ValueError(f"cannot split {N} nodes into {num_parts} parts")
     described = partition_source(partitioner, dataset)
     x_file = node_files.get("x")
-    source = {**described, "num_parts": num_parts, "num_nodes": N, "num_edges": int(edge_index.size(1)),
+    source = {**described, "num_parts": num_parts, "num_nodes": N, "num_edges": E,
               "num_features": None if x_file is None else (x_file.shape[-1] if len(x_file.shape) > 1 else 1),
               "x_dtype": None if x_file is None else str(_torch_dtype(x_file, "x")).replace("torch.", "")}
     out = Path(out).absolute()
     out.parent.mkdir(parents=True, exist_ok=True)
-    records = _records(partitioner, edge_index, weight, N, node_files, out, source, chunk_bytes)
+    records = _records(partitioner, edge_files, weight, N, node_files, out, source, chunk_bytes)
     return write_partition(out, lambda: source, records)

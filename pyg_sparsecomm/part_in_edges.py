@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .plan import EDGE_CHUNK, CommPattern, InEdgeRelabel, RankPlan, numpy_ids
+from .plan import EDGE_CHUNK, CommPattern, EdgeChunks, InEdgeRelabel, RankPlan
 
 _WORKING_BYTES_PER_EDGE = 64  # a block's arrays while it is sorted: row, col, edge_id, order, 2 gathers
 _FIELDS = ("row", "col", "e_id")
@@ -49,18 +49,20 @@ def _row_blocks(rowptr: np.ndarray, cap: int) -> np.ndarray:
     return np.asarray(starts, dtype=np.int64)
 
 
-def _owned_targets(dst: np.ndarray, pattern: CommPattern, rank: int, step: int):
-    for a in range(0, dst.size, step):
-        yield a, a + np.flatnonzero(pattern.part[dst[a:a + step]] == rank)
+def _owned_targets(edges: EdgeChunks, pattern: CommPattern, rank: int, step: int):
+    """``(edge ids, sources, targets, positions)`` of every chunk, ``positions`` those of the
+    chunk's edges into ``rank``."""
+    for e_id, src, dst in edges(step):
+        yield e_id, src, dst, np.flatnonzero(pattern.part[dst] == rank)
 
 
-def _scatter(src: np.ndarray, dst: np.ndarray, pattern: CommPattern, plan: RankPlan, rowptr: np.ndarray,
+def _scatter(edges: EdgeChunks, pattern: CommPattern, plan: RankPlan, rowptr: np.ndarray,
              starts: np.ndarray, fds: dict[str, int], step: int) -> None:
     """Pass 2: every in-edge of the part appended to its block's region, in edge order."""
     relabel = InEdgeRelabel(pattern, plan)
     cursor = rowptr[starts[:-1]].copy()
-    for _, ids in _owned_targets(dst, pattern, plan.rank, step):
-        row, col = relabel(src, dst, ids)
+    for e_id, src, dst, at in _owned_targets(edges, pattern, plan.rank, step):
+        (row, col), ids = relabel(src, dst, at), e_id[at]
         block = np.searchsorted(starts, row, side="right") - 1
         order = np.argsort(block, kind="stable")
         bounds = np.searchsorted(block[order], np.arange(starts.size))
@@ -84,33 +86,33 @@ def _sort_blocks(rowptr: np.ndarray, starts: np.ndarray, fds: dict[str, int]) ->
         os.pwrite(fds["e_id"], e_id[order].data, int(lo) * 8)
 
 
-def sort_in_edges(edge_index: Tensor, pattern: CommPattern, plan: RankPlan, scratch: Path,
+def sort_in_edges(edges: EdgeChunks, pattern: CommPattern, plan: RankPlan, scratch: Path,
                   chunk_bytes: int) -> SortedInEdges:
-    """The in-edges of part ``plan.rank`` of the graph ``edge_index`` in CSR order, sorted through
+    """The in-edges of part ``plan.rank`` of the graph ``edges`` in CSR order, sorted through
     files under ``scratch`` (an existing directory) in about ``chunk_bytes`` of memory.
 
     Gives what :func:`~pyg_sparsecomm.plan.local_edges` gives (``rowptr`` of its sorted ``row``,
     its ``col`` and ``edge_id``), the arrays as files.
 
     Args:
-        edge_index: ``[2, E]`` ``int64`` (or ``int32``) edges of the whole graph.
+        edges: the whole graph's edges, read twice (:func:`~pyg_sparsecomm.plan.edge_chunks` of a
+            graph in memory, or the writer's edge files).
         pattern, plan: the partition's pattern and this part's plan.
         scratch: directory for the files (``row``, ``col``, ``e_id``: 24 bytes per in-edge).
         chunk_bytes: the memory the sort may use beyond ``rowptr``.
     """
-    src, dst = numpy_ids(edge_index)  # int32 ids index as they are
     step = max(1, min(EDGE_CHUNK, chunk_bytes // 80))  # the relabelling's arrays: ~80 B per edge of a step
     num_rows = plan.num_owned
     degree = np.zeros(num_rows, dtype=np.int64)
-    for _, ids in _owned_targets(dst, pattern, plan.rank, step):
-        degree += np.bincount(pattern.local_index[dst[ids]], minlength=num_rows)
+    for _, _, dst, at in _owned_targets(edges, pattern, plan.rank, step):
+        degree += np.bincount(pattern.local_index[dst[at]], minlength=num_rows)
     rowptr = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(degree)])
     del degree
     starts = _row_blocks(rowptr, max(1, chunk_bytes // _WORKING_BYTES_PER_EDGE))
     files = {name: scratch / f"in_edges.{name}" for name in _FIELDS}
     fds = {name: os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600) for name, path in files.items()}
     try:
-        _scatter(src, dst, pattern, plan, rowptr, starts, fds, step)
+        _scatter(edges, pattern, plan, rowptr, starts, fds, step)
         _sort_blocks(rowptr, starts, fds)
     finally:
         for fd in fds.values():

@@ -19,6 +19,7 @@ Layout conventions:
 * ``send_index`` lists, grouped by destination rank in rank order and within
   a destination by ascending global id, the *local* rows this rank sends.
 """
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +41,23 @@ def numpy_ids(t) -> np.ndarray:
     writer's topology), so callers widen one chunk at a time."""
     out = t.detach().cpu().numpy() if isinstance(t, Tensor) else np.asarray(t)
     return out if out.dtype in (np.int32, np.int64) else out.astype(np.int64)
+
+
+#: ``chunks(step)``: ``(edge ids, sources, targets)`` of every run of at most ``step`` edges of a
+#: graph, in edge order: ``int64`` positions in the graph's edge list, node ids as ``int32`` or
+#: ``int64``; what the passes over the edges read (:func:`edge_chunks` of a graph in memory, the
+#: out-of-core writer's edge files, or a part's in-edges grouped in a scratch file)
+EdgeChunks = Callable[[int], Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]]]
+
+
+def edge_chunks(edge_index) -> EdgeChunks:
+    """The :data:`EdgeChunks` of a ``[2, E]`` ``edge_index`` in memory (node ids as views)."""
+    src, dst = numpy_ids(edge_index)
+
+    def chunks(step: int) -> Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        for a in range(0, src.size, step):
+            yield np.arange(a, min(a + step, src.size), dtype=np.int64), src[a:a + step], dst[a:a + step]
+    return chunks
 
 
 @dataclass
@@ -102,8 +120,9 @@ def comm_pattern(edge_index, part, num_nodes: int, num_parts: int, target_part=N
     """Computes the global communication pattern of ``part`` (vectorised, O(E log E)).
 
     One pass over the edges, ``chunk`` at a time: the working memory is O(N + pairs + chunk), not
-    O(E) (the out-of-core writer's peak, :mod:`~pyg_sparsecomm.from_files`); the result does not
-    depend on ``chunk``.
+    O(E); the result does not depend on ``chunk``.  ``edge_index`` is the ``[2, E]`` graph, or its
+    :data:`EdgeChunks` (the out-of-core writer's edge files, read a chunk at a time:
+    :mod:`~pyg_sparsecomm.from_files`), whose ids the caller has checked.
 
     With ``target_part`` the graph is bipartite (a relation of a heterogeneous graph): row 1 of
     ``edge_index`` indexes another node set, whose owners ``target_part`` lists; the pattern is
@@ -112,7 +131,7 @@ def comm_pattern(edge_index, part, num_nodes: int, num_parts: int, target_part=N
         check_edge_index(edge_index, num_nodes)
     if isinstance(part, Tensor):
         check_partition(part, num_nodes, num_parts)
-    edges = numpy_ids(edge_index)  # int32 ids are widened a chunk at a time
+    chunks = edge_index if callable(edge_index) else edge_chunks(edge_index)
     part = _numpy_long(part)
     P, N = int(num_parts), int(num_nodes)
 
@@ -123,9 +142,8 @@ def comm_pattern(edge_index, part, num_nodes: int, num_parts: int, target_part=N
     block_nnz = np.zeros(P * P, dtype=np.int64)
     pairs = _SortedUnion()
     lo, hi = _span_bounds(P)
-    step = max(1, chunk)
-    for a in range(0, edges.shape[1], step):
-        src, dst = edges[:, a:a + step].astype(np.int64, copy=False)
+    for _, src, dst in chunks(max(1, chunk)):  # int32 ids are widened a chunk at a time
+        src, dst = src.astype(np.int64, copy=False), dst.astype(np.int64, copy=False)
         src_part, dst_part = part[src], owner[dst]
         block_nnz += np.bincount(dst_part * P + src_part, minlength=P * P)
         cut = src_part != dst_part

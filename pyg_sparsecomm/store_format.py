@@ -11,6 +11,11 @@ PLAN_TENSORS = ("n_id", "halo_n_id", "halo_owner", "halo_remote_index", "send_in
 PLAN_LISTS = ("send_counts", "recv_counts", "part_sizes")
 
 
+def hash_header(h: Any, name: str, dtype: torch.dtype, numel: int) -> None:
+    """What :func:`hash_tensor` feeds ``h`` before a tensor's bytes (its name, dtype and size)."""
+    h.update(f"{name}:{dtype}:{numel}:".encode())
+
+
 def hash_tensor(h: Any, name: str, value: torch.Tensor, as_dtype: torch.dtype | None = None,
                 chunk: int = 1 << 22) -> None:
     """Feeds ``name``, dtype, size and the bytes of ``value`` to the hash ``h``; with ``as_dtype``,
@@ -19,7 +24,7 @@ def hash_tensor(h: Any, name: str, value: torch.Tensor, as_dtype: torch.dtype | 
     value = value.detach().cpu()
     value = (value.to_dense() if value.layout != torch.strided else value).contiguous().reshape(-1)
     dtype = as_dtype or value.dtype
-    h.update(f"{name}:{dtype}:{value.numel()}:".encode())
+    hash_header(h, name, dtype, value.numel())
     step = chunk if dtype != value.dtype else max(1, value.numel())
     for start in range(0, value.numel(), step):  # an empty tensor cannot be viewed as bytes (and has none)
         h.update(value[start:start + step].to(dtype).view(torch.uint8).numpy())

@@ -55,8 +55,10 @@ def _assert_same_shard(a: Data, b: Data) -> None:
         assert torch.equal(va, vb) if isinstance(va, torch.Tensor) else va == vb, field
 
 
-# (P, method, edge dtype, edge chunks): int32 and chunked edge files, METIS and a balanced method
-CASES = [(1, "metis", np.int32, 1), (2, "metis", np.int64, 3), (3, "random", np.int32, 2), (4, "metis+vb", np.int64, 1)]
+# (P, method, edge dtype, edge chunks): int32 and chunked edge files, METIS, a balanced method, and
+# "random", for which the edges are never read whole
+CASES = [(1, "metis", np.int32, 1), (2, "metis", np.int64, 3), (3, "random", np.int32, 2), (4, "metis+vb", np.int64, 1),
+         (2, "random", ">i8", 3)]  # big-endian ids: read as their values, hashed as the int64 graph's
 
 
 @pytest.mark.parametrize("P, method, edge_dtype, edge_chunks", CASES)
@@ -130,11 +132,18 @@ def test_bad_input_files_are_refused_naming_the_file_and_the_fix(tmp_path):
                   "--out", str(tmp_path / "o")])
 
 
-def test_the_writer_holds_neither_a_parts_rows_nor_its_in_edges(tmp_path):
-    """numpy's allocations are traced by tracemalloc (the topology, a torch tensor, is not): the
-    writer's peak is a few chunks, far below one part's feature rows (8 MB) and in-edges (1.6 MB
-    relabelled and sorted), which the part files are streamed from scratch files instead."""
+def test_the_writer_holds_neither_the_edges_nor_a_parts_rows_nor_its_in_edges(tmp_path, monkeypatch):
+    """numpy's allocations are traced by tracemalloc: the writer's peak is a few chunks, far below
+    the edge list (3.2 MB as int64, read a chunk at a time by every pass and never whole for
+    ``"random"``: reading it whole fails here), one part's feature rows (8 MB) and its in-edges
+    (1.6 MB relabelled and sorted), which the part files are streamed from scratch files instead."""
     import tracemalloc
+
+    from pyg_sparsecomm.from_files import EdgeFiles
+
+    def whole(*args):
+        raise AssertionError("the edges were read whole for a method that reads none")
+    monkeypatch.setattr(EdgeFiles, "read", whole)
 
     gen = torch.Generator().manual_seed(0)
     n, width, P, E, chunk = 2000, 4000, 4, 200_000, 256 << 10
@@ -172,18 +181,60 @@ def test_part_files_are_the_shards_of_the_partition_with_an_empty_part(tmp_path,
                                shard(partitioned, rank=r, world_size=P))
 
 
-def test_edges_are_held_as_int32_when_every_id_fits(tmp_path):
-    """The writer's topology takes 8 bytes per edge (int32 ids) below 2^31 nodes; beyond, or for an id
-    that does not fit, the ids are read as they are (int64), never wrapped."""
-    from pyg_sparsecomm.from_files import read_edges
+def test_edges_read_whole_are_int32_when_every_id_fits(tmp_path):
+    """A method that reads the edges gets them as int32 ids (8 bytes per edge) below 2^31 nodes;
+    beyond, or for an id that does not fit, as they are (int64), never wrapped."""
+    from pyg_sparsecomm.from_files import EdgeFiles
+
+    def read(path, num_nodes):
+        files = EdgeFiles.open(path)
+        n = files.num_nodes(num_nodes, step=2)
+        return files.read(n, step=2), n
     small = np.array([[0, 5, 2], [1, 1, 7]], dtype=np.int64)
     np.save(tmp_path / "small.npy", small)
-    for num_nodes in (8, None):  # known from the node files, or found by one more read
-        edge_index, n = read_edges(tmp_path / "small.npy", num_nodes, chunk_bytes=32)
+    for num_nodes in (8, None):  # known from the node files, or found by the range pass
+        edge_index, n = read(tmp_path / "small.npy", num_nodes)
         assert edge_index.dtype == torch.int32 and n == 8 and np.array_equal(edge_index.numpy(), small)
     big = np.array([[0, 2 ** 32 + 3], [2 ** 31, 1]], dtype=np.int64)
     np.save(tmp_path / "big.npy", big)
-    edge_index, n = read_edges(tmp_path / "big.npy", None, chunk_bytes=32)
+    edge_index, n = read(tmp_path / "big.npy", None)
     assert edge_index.dtype == torch.long and n == 2 ** 32 + 4 and np.array_equal(edge_index.numpy(), big)
     with pytest.raises(ValueError, match=r"node id 4294967299, outside \[0, 10\)"):
-        read_edges(tmp_path / "big.npy", 10, chunk_bytes=32)
+        read(tmp_path / "big.npy", 10)
+
+
+def test_edges_are_grouped_by_part_once_and_read_a_bounded_number_of_times(tmp_path, monkeypatch):
+    """The edge files are read in full a fixed number of times whatever P (the range check, the
+    pattern, the fingerprint, the grouping by part), not twice per part; every part's group holds
+    exactly its in-edges, in edge order, an empty part none."""
+    from pyg_sparsecomm.edges_by_part import group_edges_by_part
+    from pyg_sparsecomm.from_files import EdgeFiles
+    from pyg_sparsecomm.plan import comm_pattern, edge_chunks
+
+    data = _graph()
+    files = _files(tmp_path, data, np.int64, 2)
+    passes = []
+
+    def counting(name, read):
+        def counted(self, step):
+            passes.append(name)
+            return read(self, step)
+        return counted
+    for name in ("rows", "chunks"):
+        monkeypatch.setattr(EdgeFiles, name, counting(name, getattr(EdgeFiles, name)))
+    for P in (2, 7):
+        passes.clear()
+        partition_files(out=tmp_path / f"p{P}", num_parts=P, method="random", chunk_bytes=640, **files)
+        assert sorted(passes) == ["chunks", "chunks", "rows", "rows"], (P, passes)
+    part = torch.arange(N) % 4
+    part[part == 2] = 0  # part 2 owns no node
+    pattern = comm_pattern(data.edge_index, part, N, 4)
+    (tmp_path / "g").mkdir()
+    grouped = group_edges_by_part(edge_chunks(data.edge_index), pattern, tmp_path / "g", step=7)
+    for r in range(4):
+        got = [np.concatenate(field) if field else np.empty(0)
+               for field in zip(*grouped.chunks_of(r)(5), strict=True)] or [np.empty(0)] * 3
+        e_id = torch.nonzero(part[data.edge_index[1]] == r).flatten().numpy()
+        assert np.array_equal(got[0], e_id), r
+        assert np.array_equal(got[1], data.edge_index[0, e_id].numpy())
+        assert np.array_equal(got[2], data.edge_index[1, e_id].numpy())

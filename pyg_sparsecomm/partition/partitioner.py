@@ -139,10 +139,17 @@ class SparsityAwarePartitioner(BaseTransform):
         part = self.assign(edge_index, num_nodes)
         return part, CommStats.from_pattern(comm_pattern(edge_index, part, num_nodes, self.num_parts))
 
+    @property
+    def reads_edges(self) -> bool:
+        """Whether :meth:`assign` reads ``edge_index`` (every method but ``"random"`` and
+        ``"contiguous"``, and every balancing): the out-of-core writer reads the edges whole only
+        then."""
+        return self.method not in EDGE_FREE_METHODS or bool(self.balance)
+
     def assign(self, edge_index: Tensor, num_nodes: int) -> Tensor:
         """The partition alone (``LongTensor[num_nodes]``): the method, then the balancing; for a
         caller that builds its own communication pattern from it (no statistics computed)."""
-        if self.method not in EDGE_FREE_METHODS or self.balance:
+        if self.reads_edges:
             edge_index = edge_index.long()  # int32 ids would overflow the methods' row * N + col keys
         part = METHODS[self.method](edge_index, num_nodes, self.num_parts, self.seed, **self.options)
         if self.balance == "max_send":
