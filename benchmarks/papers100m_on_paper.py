@@ -33,7 +33,7 @@ from partition_scale import run_child
 from pyg_sparsecomm.algorithms import algorithm_class, auto_candidates
 from pyg_sparsecomm.cost import CostModel, volumes_of_all_ranks
 from pyg_sparsecomm.layout import admissible_replications
-from pyg_sparsecomm.partition.parhip import sorted_unique
+from pyg_sparsecomm.sorted_keys import sorted_unique
 
 PAPERS = {"nodes": 111_059_956, "edges": 1_615_685_872, "features": 128, "classes": 172}
 WIDTHS = (256, 256, 172)  # GCNConv's SpMM width is each layer's out_channels

@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from ._validate import check_edge_index, check_partition
+from .sorted_keys import SortedUnion, sorted_unique
 
 
 def _numpy_long(t) -> np.ndarray:
@@ -140,7 +141,7 @@ def comm_pattern(edge_index, part, num_nodes: int, num_parts: int, target_part=N
     target_index = local_index if target_part is None else owner_rows(owner, P)[1]
 
     block_nnz = np.zeros(P * P, dtype=np.int64)
-    pairs = _SortedUnion()
+    pairs = SortedUnion()
     lo, hi = _span_bounds(P)
     for _, src, dst in chunks(max(1, chunk)):  # int32 ids are widened a chunk at a time
         src, dst = src.astype(np.int64, copy=False), dst.astype(np.int64, copy=False)
@@ -149,36 +150,15 @@ def comm_pattern(edge_index, part, num_nodes: int, num_parts: int, target_part=N
         cut = src_part != dst_part
         src, dst, src_part, dst_part = src[cut], dst[cut], src_part[cut], dst_part[cut]
         # One key per (destination, owner, node): sorting them gives the halo order.
-        pairs.add(np.unique((dst_part * P + src_part) * N + src))
+        pairs.add(sorted_unique((dst_part * P + src_part) * N + src))
         _widen_spans(lo, hi, src_part * P + dst_part, target_index[dst])
-    key = pairs.result()
-    pair_node = key % N
-    pair_dst = key // N // P
+    pair_node = pairs.result()
+    del pairs  # the pair arrays are the pattern's largest: one key array, then node and rank
+    pair_dst = pair_node // (N * P)
+    np.remainder(pair_node, N, out=pair_node)  # the key array becomes the nodes'
     blocks = block_nnz.reshape(P, P)
-    spans = np.stack([row_spans(pair_dst, part[pair_node], local_index[pair_node], P), _spans(lo, hi, P)])
+    spans = np.stack([pair_spans(pair_dst, pair_node, part, local_index, P, chunk), _spans(lo, hi, P)])
     return CommPattern(N, P, part, local_index, part_sizes, blocks.sum(axis=1), pair_node, pair_dst, spans, blocks)
-
-
-class _SortedUnion:
-    """The sorted distinct values of the arrays given to :meth:`add`, merged when the pending ones
-    outgrow the merged ones (O(result + one step) memory, O(n log n) time overall)."""
-
-    def __init__(self) -> None:
-        self.merged = np.empty(0, dtype=np.int64)
-        self.pending: list[np.ndarray] = []
-        self.pending_size = 0
-
-    def add(self, values: np.ndarray) -> None:
-        self.pending.append(values)
-        self.pending_size += values.size
-        if self.pending_size > self.merged.size:
-            self.result()
-
-    def result(self) -> np.ndarray:
-        if self.pending:
-            self.merged = np.unique(np.concatenate([self.merged, *self.pending]))
-            self.pending, self.pending_size = [], 0
-        return self.merged
 
 
 def _span_bounds(num_parts: int) -> tuple[np.ndarray, np.ndarray]:
@@ -195,25 +175,29 @@ def _spans(lo: np.ndarray, hi: np.ndarray, num_parts: int) -> np.ndarray:
     return np.where(hi >= 0, hi - lo + 1, 0).reshape(num_parts, num_parts)
 
 
-def row_spans(reader: np.ndarray, owner: np.ndarray, row: np.ndarray, num_parts: int) -> np.ndarray:
+def pair_spans(pair_dst: np.ndarray, pair_node: np.ndarray, part: np.ndarray, local_index: np.ndarray,
+               num_parts: int, chunk: int = EDGE_CHUNK) -> np.ndarray:
     r"""Rows of the smallest contiguous ranges holding the rows each rank reads from each other rank.
 
     .. math::
-        S_{ab} = \max_{e \in E_{ab}} \mathrm{row}_e - \min_{e \in E_{ab}} \mathrm{row}_e + 1,
-        \qquad E_{ab} = \{e : \mathrm{reader}_e = a, \mathrm{owner}_e = b\}
+        S_{ab} = \max_{k \in K_{ab}} \mathrm{row}_k - \min_{k \in K_{ab}} \mathrm{row}_k + 1,
+        \qquad K_{ab} = \{k : \mathrm{pair\_dst}_k = a, \mathrm{part}[\mathrm{pair\_node}_k] = b\}
 
-    (0 where :math:`E_{ab}` is empty).
+    with :math:`\mathrm{row}_k` = ``local_index[pair_node[k]]`` (0 where :math:`K_{ab}` is empty).
+    Read ``chunk`` pairs at a time: no array of the pairs' size besides theirs.
 
     Args:
-        reader, owner: ``[m]`` ranks reading and owning row ``row[e]`` (``reader != owner``).
-        row: ``[m]`` row of each read on its owner.
+        pair_dst, pair_node: ``[m]`` rank reading and node read (owned by another rank).
+        part, local_index: ``[N]`` owner of every node and its row there.
         num_parts: ``P``.
 
     Returns:
         ``[P, P]`` int64 matrix ``S``.
     """
     lo, hi = _span_bounds(num_parts)
-    _widen_spans(lo, hi, reader * num_parts + owner, row)
+    for a in range(0, pair_node.size, max(1, chunk)):
+        node = pair_node[a:a + chunk]
+        _widen_spans(lo, hi, pair_dst[a:a + chunk] * num_parts + part[node], local_index[node])
     return _spans(lo, hi, num_parts)
 
 

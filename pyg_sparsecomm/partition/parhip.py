@@ -26,6 +26,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..sorted_keys import sorted_unique
+
 HEADER_BYTES = 24
 # bits of the version field (set = absent / 32-bit)
 _NO_EDGE_WEIGHTS, _NO_VERTEX_WEIGHTS, _EID32, _VID32, _VWGT32 = 1, 2, 4, 8, 16
@@ -62,18 +64,6 @@ def transpose_csr(ptr: np.ndarray, col: np.ndarray, num_nodes: int) -> tuple[np.
     """The CSR of the transposed matrix (columns as rows), with ``col``'s dtype."""
     row = np.repeat(np.arange(num_nodes, dtype=col.dtype), np.diff(ptr))
     return sorted_by_row(col, row, num_nodes)
-
-
-def sorted_unique(values: np.ndarray) -> np.ndarray:
-    """``np.unique(values)`` for an array it may sort in place (numpy 2's ``unique`` hashes first:
-    several times slower on large integer arrays)."""
-    values.sort()
-    if len(values) < 2:
-        return values
-    keep = np.empty(len(values), dtype=bool)
-    keep[0] = True
-    np.not_equal(values[1:], values[:-1], out=keep[1:])
-    return values[keep]
 
 
 def _row_blocks(ptr: np.ndarray, tptr: np.ndarray, block_entries: int) -> np.ndarray:
