@@ -2,6 +2,7 @@
 
     python benchmarks/memory_per_rank.py                       # R-MAT scale 17, P = 2, 4, 8
     python benchmarks/memory_per_rank.py --large --write       # + scale 21 (>= 30M edges) at P = 4
+                                                               #   (the writer alone at P = 64, 256 too)
 
 For every graph: a child process writes the graph as ``.npy`` files (edges ``[2, E]`` int64,
 features ``[N, F]`` float32, labels, a training mask); another runs
@@ -156,16 +157,19 @@ def mb(n: float) -> str:
     return f"{n / 1e6:.0f}"
 
 
-def measure(files: Path, graph: dict, parts: list[int], method: str, epochs: int, features: int) -> tuple:
+def measure(files: Path, graph: dict, parts: list[int], method: str, epochs: int, features: int,
+            writer_parts: list[int]) -> tuple:
+    """Writer and rank rows: the writer at every P of ``parts`` and ``writer_parts``, the ranks
+    trained at those of ``parts``."""
     from pyg_sparsecomm.testing import launch
 
     N, E = graph["num_nodes"], graph["num_edges"]
     rank_rows, writer_rows = [], []
-    for P in parts:
+    for P in [*parts, *writer_parts]:
         with tempfile.TemporaryDirectory(dir=files) as tmp:
             root = Path(tmp) / "parts"
             w = _child("write-parts", str(files), str(root), str(P), method)
-            per_rank = launch(_rank_worker, P, str(root), epochs, timeout=7200)
+            per_rank = launch(_rank_worker, P, str(root), epochs, timeout=7200) if P in parts else []
         above, csr = w["peak"] - w["baseline"], 8 * (N + 1 + E)
         writer_rows.append([P, method, f"{E / 1e6:.1f}M", mb(w["baseline"]), mb(16 * E), mb(csr), mb(w["chunk"]),
                             mb(4 * N * features), mb(w["peak"]), mb(above), f"{above / (16 * E + w['chunk']):.2f}",
@@ -188,13 +192,14 @@ RANK_HEADERS = ["P", "rank", "rows", "halo", "in-edges", "baseline MB", "shard M
                 "+backward", "load s", "epoch ms"]
 
 
-def run_graph(scale: int, edge_factor: int, features: int, parts: list[int], method: str, epochs: int) -> tuple:
+def run_graph(scale: int, edge_factor: int, features: int, parts: list[int], method: str, epochs: int,
+              writer_parts: list[int]) -> tuple:
     with tempfile.TemporaryDirectory(prefix="memory_per_rank") as tmp:
         files = Path(tmp)
         graph = _child("generate", str(files), str(scale), str(edge_factor), str(features))
         print(f"R-MAT scale {scale}, edge factor {edge_factor}: {graph['num_nodes']} nodes, "
               f"{graph['num_edges']} edges, {features} features", flush=True)
-        writer, ranks = measure(files, graph, parts, method, epochs, features)
+        writer, ranks = measure(files, graph, parts, method, epochs, features, writer_parts)
     print_table(WRITER_HEADERS, writer)
     print_table(RANK_HEADERS, ranks)
     return graph, writer, ranks
@@ -212,6 +217,8 @@ def main() -> None:
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--large", action="store_true", help="also R-MAT scale 21, edge factor 16 (>= 30M edges) at P = 4")
     p.add_argument("--large-method", default="random", help="partitioning method of the large graph")
+    p.add_argument("--large-writer-parts", default="64,256",
+                   help="part counts at which the large graph's writer runs alone (no training)")
     p.add_argument("--write", action="store_true", help="write the RESULTS.md section")
     args = p.parse_args()
     if args.generate:
@@ -223,12 +230,13 @@ def main() -> None:
         print(json.dumps(write_parts(Path(files), Path(root), int(P), method)))
         return
     load = os.getloadavg()
-    runs = [(args.scale, [int(x) for x in args.parts.split(",")], args.method)]
+    runs = [(args.scale, [int(x) for x in args.parts.split(",")], args.method, [])]
     if args.large:
-        runs.append((21, [4], args.large_method))
+        runs.append((21, [4], args.large_method, [int(x) for x in args.large_writer_parts.split(",") if x]))
     sections = []
-    for scale, parts, method in runs:
-        graph, writer, ranks = run_graph(scale, args.edge_factor, args.features, parts, method, args.epochs)
+    for scale, parts, method, writer_parts in runs:
+        graph, writer, ranks = run_graph(scale, args.edge_factor, args.features, parts, method, args.epochs,
+                                         writer_parts)
         sections.append(f"R-MAT scale {scale}, edge factor {args.edge_factor} ({graph['num_nodes']} nodes, "
                         f"{graph['num_edges']} edges), {args.features} float32 features, "
                         f"{args.epochs} epochs of a 2-layer GCN (hidden {HIDDEN}, {NUM_CLASSES} classes).\n\n"

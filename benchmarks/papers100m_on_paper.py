@@ -18,6 +18,7 @@ ogbn-papers100M (111M nodes, 1.6B edges) from the measured scaling (this script'
 from the measured per-node ratios.  What is measured and what is extrapolated is said per line.
 
     python benchmarks/papers100m_on_paper.py [--scale 24] [--parts 64 256 1024] [--write]
+        [--method-for 1024=kaminpar:threads=2,compress=True]    # another method at one P
 """
 import argparse
 import json
@@ -141,6 +142,8 @@ def main() -> None:
     p.add_argument("--edge-factor", type=int, default=16)
     p.add_argument("--parts", nargs="+", type=int, default=[64, 256, 1024])
     p.add_argument("--method", default="kaminpar:threads=2", help="NAME[:OPTION=VALUE,...]")
+    p.add_argument("--method-for", action="append", default=[], metavar="P=SPEC",
+                   help="the method at one part count (e.g. KaMinPar's compressed graph where memory binds)")
     p.add_argument("--alpha", type=float, default=10e-6, help="seconds per message")
     p.add_argument("--beta", type=float, default=1 / 25e9, help="seconds per byte")
     p.add_argument("--cache", type=Path, default=Path("/tmp/pyg_sparsecomm_rmat"))
@@ -162,7 +165,7 @@ def main() -> None:
         V, sizes, nnz = volumes(edges[0], edges[1], part, P)
         parts_of[P] = (V, sizes, nnz)
         row_nnz = nnz.sum(axis=1) + sizes
-        measured.append({"P": P, "seconds": run["seconds"], "cpu": run["cpu"],
+        measured.append({"P": P, "method": run["method"], "seconds": run["seconds"], "cpu": run["cpu"],
                          "peak_mb": (run["peak_kb"] - run["rss_before_kb"]) / 1e3, "total": int(V.sum()),
                          "max_send": int(V.sum(axis=1).max()), "max_recv": int(V.sum(axis=0).max()),
                          "node_imb": float(sizes.max() / sizes.mean()),
@@ -172,32 +175,41 @@ def main() -> None:
         report(args, N, E, measured, parts_of, model, load)  # after every P: a long run leaves what it measured
 
 
+def method_at(args, num_parts: int) -> str:
+    """The method spec at ``num_parts``: its ``--method-for``, else ``--method``."""
+    chosen = dict(item.split("=", 1) for item in args.method_for)
+    return chosen.get(str(num_parts), args.method)
+
+
 def partition(args, path: Path, num_nodes: int, num_parts: int) -> tuple[dict, np.ndarray]:
     """The child's measurements and the partition into ``num_parts`` parts, kept in the cache
     (``part_<scale>_<P>.npy`` and ``.json``) and re-used by later runs with the same method."""
-    stem = args.cache / f"papers_part_{args.scale}_{num_parts}"
+    method = method_at(args, num_parts)
+    slug = "" if method == args.method else "_" + re.sub(r"[^A-Za-z0-9]+", "-", method)
+    stem = args.cache / f"papers_part_{args.scale}_{num_parts}{slug}"
     if not (stem.with_suffix(".npy").exists() and stem.with_suffix(".json").exists()):
-        run = run_child(args.method, path, num_nodes, num_parts, 1, stem.with_suffix(".npy"), args.timeout)
-        stem.with_suffix(".json").write_text(json.dumps(dict(run, method=args.method)))
+        run = run_child(method, path, num_nodes, num_parts, 1, stem.with_suffix(".npy"), args.timeout)
+        stem.with_suffix(".json").write_text(json.dumps(dict(run, method=method)))
     run = json.loads(stem.with_suffix(".json").read_text())
     return run, np.load(stem.with_suffix(".npy"))
 
 
 def report(args, N, E, measured, parts_of, model, load) -> None:
-    headers = ["P", "seconds", "CPU s", "peak MB", "total rows", "total/N", "max send", "max recv (halo)",
+    headers = ["P", "method", "seconds", "CPU s", "peak MB", "total rows", "total/N", "max send", "max recv (halo)",
                "node imb", "nnz imb", "best 1D/1.5D (c)", "predicted ms", "max MB sent"]
     rows = []
     for m in measured:
         pred = predict(parts_of, m["P"], model)
         best = min(pred, key=lambda r: r[2])
-        rows.append([m["P"], f"{m['seconds']:.0f}", f"{m['cpu']:.0f}", f"{m['peak_mb']:.0f}", m["total"],
+        rows.append([m["P"], m["method"], f"{m['seconds']:.0f}", f"{m['cpu']:.0f}", f"{m['peak_mb']:.0f}", m["total"],
                      f"{m['total'] / N:.2f}", m["max_send"], m["max_recv"], f"{m['node_imb']:.2f}",
                      f"{m['nnz_imb']:.3f}", f"{best[0]} ({best[1]})", f"{best[2] * 1e3:.1f}",
                      f"{best[3] / 1e6:.0f}"])
     print_table(headers, rows)
     # extrapolation to papers100M: partition cost from the measured scaling
     name = args.method
-    points = scaling_points(name) + [(E, m["cpu"], m["peak_mb"]) for m in measured if m["P"] == 64]
+    points = scaling_points(name) + [(E, m["cpu"], m["peak_mb"]) for m in measured
+                                     if m["P"] == 64 and m["method"] == name]
     Ep, Np = PAPERS["edges"], PAPERS["nodes"]
     extrap = "Fewer than two measured points: no extrapolation."
     if len({e for e, _, _ in points}) >= 2:
@@ -235,7 +247,8 @@ def report(args, N, E, measured, parts_of, model, load) -> None:
     if not args.write:
         return
     body = (f"## ogbn-papers100M on paper (R-MAT scale {args.scale}, {args.method})\n\n"
-            f"`python benchmarks/papers100m_on_paper.py --scale {args.scale}` — load average "
+            f"`python benchmarks/papers100m_on_paper.py --scale {args.scale}"
+            f"{''.join(f' --method-for {item}' for item in args.method_for)}` — load average "
             f"{load[0]:.1f} / {load[1]:.1f} at the start (2 shared cores).\n\n"
             f"**Measured** on R-MAT scale {args.scale} (N = {N}, E = {E}, edge factor {args.edge_factor}): "
             f"KaMinPar's partition into P parts (child process: wall and CPU time, peak resident set above "

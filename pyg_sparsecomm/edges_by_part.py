@@ -37,7 +37,8 @@ class EdgesByPart:
             try:
                 for a in range(lo, hi, step):
                     count = min(step, hi - a)
-                    yield tuple(_read(fds[name], self.dtypes[name], a, count) for name in _FIELDS)  # type: ignore[misc]
+                    e_id, src, dst = (_read(fds[name], self.dtypes[name], a, count) for name in _FIELDS)
+                    yield e_id, src, dst
             finally:
                 for fd in fds.values():
                     os.close(fd)

@@ -16,18 +16,14 @@ def hash_header(h: Any, name: str, dtype: torch.dtype, numel: int) -> None:
     h.update(f"{name}:{dtype}:{numel}:".encode())
 
 
-def hash_tensor(h: Any, name: str, value: torch.Tensor, as_dtype: torch.dtype | None = None,
-                chunk: int = 1 << 22) -> None:
-    """Feeds ``name``, dtype, size and the bytes of ``value`` to the hash ``h``; with ``as_dtype``,
-    those of ``value.to(as_dtype)``, converted ``chunk`` elements at a time (the out-of-core
-    writer's ``int32`` topology hashes as the ``int64`` ``edge_index`` of the graph in memory)."""
+def hash_tensor(h: Any, name: str, value: torch.Tensor) -> None:
+    """Feeds ``name``, dtype, size and the bytes of ``value`` to the hash ``h`` (the out-of-core
+    writer feeds the same for edge files it never holds whole: ``from_files.EdgeFiles.hash_into``)."""
     value = value.detach().cpu()
     value = (value.to_dense() if value.layout != torch.strided else value).contiguous().reshape(-1)
-    dtype = as_dtype or value.dtype
-    hash_header(h, name, dtype, value.numel())
-    step = chunk if dtype != value.dtype else max(1, value.numel())
-    for start in range(0, value.numel(), step):  # an empty tensor cannot be viewed as bytes (and has none)
-        h.update(value[start:start + step].to(dtype).view(torch.uint8).numpy())
+    hash_header(h, name, value.dtype, value.numel())
+    if value.numel():  # an empty tensor cannot be viewed as bytes (and has none)
+        h.update(value.view(torch.uint8).numpy())
 
 
 def plan_record(plan: RankPlan) -> dict:

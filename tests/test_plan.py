@@ -91,3 +91,29 @@ def test_stats_report():
     assert "CommStats(P=3" in str(data.comm_stats)
     widths = [16, 7]
     assert data.comm_stats.bytes_per_epoch(widths) == 2 * d["total_rows"] * 23 * 4
+
+
+@pytest.mark.parametrize("P", [1, 3, 7])
+def test_pattern_does_not_depend_on_the_chunk_nor_on_how_edges_are_given(P):
+    """``comm_pattern`` one edge at a time, a few at a time, all at once, and from ``edge_chunks``:
+    every field equal (halo pairs merged by ``SortedUnion``, spans a chunk of pairs at a time)."""
+    from pyg_sparsecomm.plan import edge_chunks
+    for name, data in make_cases(P).items():
+        whole = comm_pattern(data.edge_index, data.part, data.num_nodes, P)
+        for edges, chunk in ((data.edge_index, 1), (data.edge_index, 5), (edge_chunks(data.edge_index.int()), 3)):
+            got = comm_pattern(edges, data.part, data.num_nodes, P, chunk=chunk)
+            for field in whole.__dataclass_fields__:
+                a, b = getattr(whole, field), getattr(got, field)
+                assert (np.array_equal(a, b) and np.asarray(a).dtype == np.asarray(b).dtype
+                        if isinstance(a, np.ndarray) else a == b), (name, chunk, field)
+
+
+def test_sorted_union_is_the_sorted_distinct_values_of_everything_added():
+    from pyg_sparsecomm.sorted_keys import SortedUnion, sorted_unique
+    rng = np.random.default_rng(0)
+    arrays = [rng.integers(0, 50, size) for size in (0, 1, 7, 3, 40, 0, 100, 2)]
+    union = SortedUnion()
+    for a in arrays:
+        union.add(sorted_unique(a.copy()))
+    np.testing.assert_array_equal(union.result(), np.unique(np.concatenate(arrays)))
+    assert SortedUnion().result().size == 0 and sorted_unique(np.array([4])).tolist() == [4]
