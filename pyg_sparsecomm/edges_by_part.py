@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from .plan import CommPattern, EdgeChunks
+from .sorted_keys import key_groups
 
 _FIELDS = ("e_id", "src", "dst")
 
@@ -64,11 +65,7 @@ def group_edges_by_part(edges: EdgeChunks, pattern: CommPattern, scratch: Path, 
     fds = {name: os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600) for name, path in files.items()}
     try:
         for chunk in edges(max(1, step)):
-            owner = pattern.part[chunk[2]]
-            order = np.argsort(owner, kind="stable")  # by part, edge order within
-            bounds = np.searchsorted(owner[order], np.arange(pattern.num_parts + 1))
-            for r in np.flatnonzero(np.diff(bounds)):
-                take = order[bounds[r]:bounds[r + 1]]
+            for r, take in key_groups(pattern.part[chunk[2]], pattern.num_parts):  # edge order within a part
                 for name, values in zip(_FIELDS, chunk, strict=True):
                     os.pwrite(fds[name], values[take].astype(dtypes[name], copy=False).data,
                               int(cursor[r]) * dtypes[name].itemsize)

@@ -43,7 +43,8 @@ from .edges_by_part import EdgesByPart, group_edges_by_part
 from .memory import release_free_heap
 from .part_in_edges import sort_in_edges
 from .partition import SparsityAwarePartitioner
-from .plan import EDGE_CHUNK, CommPattern, comm_pattern, rank_plan
+from .plan import EDGE_CHUNK, CommPattern, comm_pattern, numpy_ids, rank_plan
+from .sorted_keys import key_groups
 from .store import partition_source, write_partition
 from .store_format import hash_header, hash_tensor, plan_record
 from .streamed_save import Streamed, file_chunks
@@ -147,7 +148,7 @@ class EdgeFiles:
             for npy in self.files:
                 with open(npy.path, "rb") as f:
                     for a in range(0, npy.shape[1], step):
-                        yield row, start + a, _ids(npy.read_row(f, row, a, step))
+                        yield row, start + a, numpy_ids(npy.read_row(f, row, a, step))
                 start += npy.shape[1]
 
     def chunks(self, step: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -157,7 +158,7 @@ class EdgeFiles:
         for npy in self.files:
             with open(npy.path, "rb") as f:
                 for a in range(0, npy.shape[1], step):
-                    src, dst = _ids(npy.read_row(f, 0, a, step)), _ids(npy.read_row(f, 1, a, step))
+                    src, dst = numpy_ids(npy.read_row(f, 0, a, step)), numpy_ids(npy.read_row(f, 1, a, step))
                     yield np.arange(start + a, start + a + src.size, dtype=np.int64), src, dst
             start += npy.shape[1]
 
@@ -191,11 +192,6 @@ class EdgeFiles:
             h.update(block.astype(np.int64, copy=False).data)
 
 
-def _ids(block: np.ndarray) -> np.ndarray:
-    """Ids as ``int32`` or ``int64`` in native byte order (what the passes index with)."""
-    return block if block.dtype in (np.int32, np.int64) else block.astype(np.int64)
-
-
 def _node_files(node_attrs: Mapping[str, PathLike], num_nodes: int | None) -> tuple[dict[str, NpyFile], int | None]:
     files = {key: NpyFile.open(path, f"node attribute {key!r}") for key, path in node_attrs.items()}
     rows = {key: npy.shape[0] if npy.shape else None for key, npy in files.items()}
@@ -223,11 +219,7 @@ def _hash_scatter(h: Any, key: str, npy: NpyFile, pattern: CommPattern, scratch:
             b = min(N, a + step)
             block = np.ascontiguousarray(npy.read(f, a, b - a))
             h.update(block.data.cast("B"))
-            part = pattern.part[a:b]
-            order = np.argsort(part, kind="stable")  # by part, ascending node id within
-            ends = np.searchsorted(part[order], np.arange(pattern.num_parts + 1))
-            for r in np.flatnonzero(np.diff(ends)):
-                rows = order[ends[r]:ends[r + 1]]
+            for r, rows in key_groups(pattern.part[a:b], pattern.num_parts):  # ascending node id within
                 dest = first_row[r] + pattern.local_index[a + rows[0]]  # the part's rows run on
                 os.pwrite(out.fileno(), block[rows].data, int(dest) * row_bytes)  # no bytes copy
             del block  # before the next chunk is read: one chunk at a time

@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from .plan import EDGE_CHUNK, CommPattern, EdgeChunks, InEdgeRelabel, RankPlan
+from .sorted_keys import key_groups
 
 _WORKING_BYTES_PER_EDGE = 64  # a block's arrays while it is sorted: row, col, edge_id, order, 2 gathers
 _FIELDS = ("row", "col", "e_id")
@@ -64,10 +65,7 @@ def _scatter(edges: EdgeChunks, pattern: CommPattern, plan: RankPlan, rowptr: np
     for e_id, src, dst, at in _owned_targets(edges, pattern, plan.rank, step):
         (row, col), ids = relabel(src, dst, at), e_id[at]
         block = np.searchsorted(starts, row, side="right") - 1
-        order = np.argsort(block, kind="stable")
-        bounds = np.searchsorted(block[order], np.arange(starts.size))
-        for b in np.flatnonzero(np.diff(bounds)):
-            take = order[bounds[b]:bounds[b + 1]]
+        for b, take in key_groups(block, starts.size - 1):
             for name, values in zip(_FIELDS, (row, col, ids), strict=True):
                 os.pwrite(fds[name], values[take].data, int(cursor[b]) * 8)
             cursor[b] += take.size

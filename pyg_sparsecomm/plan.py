@@ -38,8 +38,9 @@ def _numpy_long(t) -> np.ndarray:
 
 
 def numpy_ids(t) -> np.ndarray:
-    """The ids of ``t`` as a numpy array without a copy: ``int32`` stays ``int32`` (the out-of-core
-    writer's topology), so callers widen one chunk at a time."""
+    """The ids of ``t`` as a numpy array without a copy when they are ``int32`` or ``int64`` (an
+    ``int32`` graph, a block of an edge file), so callers widen one chunk at a time; any other
+    dtype or byte order becomes native ``int64``."""
     out = t.detach().cpu().numpy() if isinstance(t, Tensor) else np.asarray(t)
     return out if out.dtype in (np.int32, np.int64) else out.astype(np.int64)
 

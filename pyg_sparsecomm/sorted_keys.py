@@ -1,10 +1,13 @@
-"""Sets of integer keys kept as sorted arrays: the distinct values of one array, and the union of
+"""Sets of integer keys kept as sorted arrays: the distinct values of one array, the union of
 many arrays given one at a time (the halo pairs of :func:`~pyg_sparsecomm.plan.comm_pattern`, the
-neighbours of the ParHiP writer).
+neighbours of the ParHiP writer), and the positions of every key of an array (the out-of-core
+writer's scratch files, filled group by group).
 
 Both sort in place and keep no more copies than they must: the halo pairs of a random partition of
 R-MAT scale 21 into 64 parts are 10.8M keys (86 MB), merged from a few hundred chunks.
 """
+from collections.abc import Iterator
+
 import numpy as np
 
 
@@ -42,3 +45,13 @@ class SortedUnion:
             self.merged, self.pending, self.pending_size = values[:0], [], 0  # the inputs freed before the sort
             self.merged = sorted_unique(values)
         return self.merged
+
+
+def key_groups(keys: np.ndarray, num_keys: int) -> Iterator[tuple[int, np.ndarray]]:
+    """``(key, positions)`` for every key of ``range(num_keys)`` that occurs in ``keys``, in key
+    order, each key's positions ascending (a stable grouping: what the scratch-file writers append
+    to each group's region)."""
+    order = np.argsort(keys, kind="stable")
+    bounds = np.searchsorted(keys[order], np.arange(num_keys + 1))
+    for key in np.flatnonzero(np.diff(bounds)):
+        yield int(key), order[bounds[key]:bounds[key + 1]]

@@ -32,7 +32,8 @@ def method_options(name: str) -> list[str]:
     return [] if fn is None else [p for p in inspect.signature(fn).parameters if p not in _FIXED_PARAMS]
 
 
-#: methods that never read ``edge_index`` (the out-of-core writer keeps its ``int32`` ids for them)
+#: methods that never read ``edge_index`` (the out-of-core writer then never reads the edges whole, and
+#: ``SparsityAwarePartitioner.assign`` does not widen ``int32`` ids for them)
 EDGE_FREE_METHODS: set[str] = set()
 
 
