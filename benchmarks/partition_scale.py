@@ -97,7 +97,7 @@ def stages(path: str, num_nodes: int, num_parts: int) -> tuple[list, float]:
     import torch
 
     from pyg_sparsecomm.partition.methods import row_nnz
-    from pyg_sparsecomm.partition.parhip import sorted_by_row, write_parhip
+    from pyg_sparsecomm.partition.parhip import write_parhip
 
     rows = []
 
@@ -113,10 +113,9 @@ def stages(path: str, num_nodes: int, num_parts: int) -> tuple[list, float]:
     edge_index = torch.from_numpy(np.load(path))
     src, dst = edge_index.numpy()
     csr_mb = 8 * (num_nodes + 1 + len(src)) / 1e6
-    ptr, col = step("CSR of in-edges", lambda: sorted_by_row(dst.astype(np.int32), src.astype(np.int32), num_nodes))
     file = str(Path(path).with_suffix(".parhip"))
-    step("ParHiP file", lambda: write_parhip(file, ptr, col, num_nodes, row_nnz(edge_index, num_nodes)))
-    ptr = col = edge_index = src = dst = None  # free them before KaMinPar loads the file
+    step("ParHiP file from the edges", lambda: write_parhip(file, src, dst, num_nodes, row_nnz(edge_index, num_nodes)))
+    edge_index = src = dst = None  # free them before KaMinPar loads the file
     for compress in (False, True):
         graph = step(f"KaMinPar load (compress={compress})",
                      lambda: kaminpar.load_graph(file, kaminpar.GraphFileFormat.PARHIP, compress=compress))
@@ -192,8 +191,9 @@ def main() -> None:
                                 f"Peak resident set of every step of `method=\"kaminpar\"` above the resident "
                                 f"set before it, run one after the other in one process, against the CSR "
                                 f"topology's {csr_mb:.0f} MB; load average {os.getloadavg()[0]:.1f}. The method "
-                                f"frees its CSR before KaMinPar loads the file, so its peak is about the "
-                                f"largest of: CSR + ParHiP step, and KaMinPar's load + partition.",
+                                f"writes the file from the edges (no CSR) and KaMinPar then loads it, so its "
+                                f"peak is about the larger of: the ParHiP step, and KaMinPar's load + "
+                                f"partition.",
                                 ["step", "peak MB", "held after MB", "CPU s"], steps)
         return None
     import torch

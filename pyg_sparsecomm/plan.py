@@ -66,8 +66,10 @@ def edge_chunks(edge_index) -> EdgeChunks:
 class CommPattern:
     """Who needs which rows, for one partition of one graph (all ranks at once).
 
-    ``pair_node[k]`` must be sent from its owner ``part[pair_node[k]]`` to rank
-    ``pair_dst[k]``; pairs are sorted by (destination, owner, node).
+    ``pair_node[k]`` must be sent from its owner ``pair_owner[k]`` (``part[pair_node[k]]``) to
+    rank ``pair_dst[k]``; pairs are sorted by (destination, owner, node).  The pair arrays are the
+    pattern's largest, so they are kept narrow (``int32`` nodes and ranks, ``int16`` owners when
+    they fit: 10 bytes per pair); :attr:`pair_src` is the owners as ``int64``.
 
     ``spans[d, r, k]`` (``[2, P, P]``) is what the one-sided ``algorithm="rdma"``
     reads: in the forward (``d = 0``) product rank ``r`` gets the smallest range of
@@ -85,14 +87,16 @@ class CommPattern:
     local_index: np.ndarray   # [num_nodes] row of the node on its owner
     part_sizes: np.ndarray    # [num_parts] owned nodes per rank
     edge_nnz: np.ndarray      # [num_parts] edges whose target each rank owns
-    pair_node: np.ndarray     # [num_pairs] node to send
-    pair_dst: np.ndarray      # [num_pairs] receiving rank
+    pair_node: np.ndarray     # [num_pairs] node to send (int32 when the ids fit)
+    pair_dst: np.ndarray      # [num_pairs] receiving rank (int32)
+    pair_owner: np.ndarray    # [num_pairs] sending rank, part[pair_node] (int16 when it fits)
     spans: np.ndarray         # [2, num_parts, num_parts] rows of one-sided gets (see above)
     block_nnz: np.ndarray     # [num_parts, num_parts] edges of every block A_rk (see above)
 
     @property
     def pair_src(self) -> np.ndarray:
-        return self.part[self.pair_node]
+        """The sending rank of every pair, ``int64``."""
+        return self.pair_owner.astype(np.int64)
 
     def volume_matrix(self) -> np.ndarray:
         """``V[s, d]`` = rows rank ``s`` sends to rank ``d`` per SpMM."""
@@ -153,13 +157,33 @@ def comm_pattern(edge_index, part, num_nodes: int, num_parts: int, target_part=N
         # One key per (destination, owner, node): sorting them gives the halo order.
         pairs.add(sorted_unique((dst_part * P + src_part) * N + src))
         _widen_spans(lo, hi, src_part * P + dst_part, target_index[dst])
-    pair_node = pairs.result()
-    del pairs  # the pair arrays are the pattern's largest: one key array, then node and rank
-    pair_dst = pair_node // (N * P)
-    np.remainder(pair_node, N, out=pair_node)  # the key array becomes the nodes'
+    pair_node, pair_dst, pair_owner = _split_pair_keys(pairs.result(), N, P, chunk)
+    del pairs
     blocks = block_nnz.reshape(P, P)
     spans = np.stack([pair_spans(pair_dst, pair_node, part, local_index, P, chunk), _spans(lo, hi, P)])
-    return CommPattern(N, P, part, local_index, part_sizes, blocks.sum(axis=1), pair_node, pair_dst, spans, blocks)
+    return CommPattern(N, P, part, local_index, part_sizes, blocks.sum(axis=1), pair_node, pair_dst, pair_owner,
+                       spans, blocks)
+
+
+def _split_pair_keys(keys: np.ndarray, num_nodes: int, num_parts: int,
+                     chunk: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(pair_node, pair_dst, pair_owner)`` of the sorted keys ``(dst * P + owner) * N + node``, as
+    narrow as their values allow, split a chunk at a time so that at most the keys and the outputs
+    are alive."""
+    node: np.ndarray = np.empty(len(keys), dtype=_id_dtype(num_nodes))
+    dst: np.ndarray = np.empty(len(keys), dtype=_id_dtype(num_parts))
+    owner: np.ndarray = np.empty(len(keys), dtype=np.int16 if num_parts <= np.iinfo(np.int16).max else dst.dtype)
+    for a in range(0, len(keys), max(1, chunk)):
+        block = keys[a:a + chunk] // num_nodes
+        node[a:a + chunk] = keys[a:a + chunk] % num_nodes
+        owner[a:a + chunk] = block % num_parts
+        dst[a:a + chunk] = block // num_parts
+    return node, dst, owner
+
+
+def _id_dtype(bound: int) -> type:
+    """``int32`` for ids below ``bound`` that fit it, else ``int64``."""
+    return np.int32 if bound <= np.iinfo(np.int32).max else np.int64
 
 
 def _span_bounds(num_parts: int) -> tuple[np.ndarray, np.ndarray]:
@@ -198,7 +222,7 @@ def pair_spans(pair_dst: np.ndarray, pair_node: np.ndarray, part: np.ndarray, lo
     lo, hi = _span_bounds(num_parts)
     for a in range(0, pair_node.size, max(1, chunk)):
         node = pair_node[a:a + chunk]
-        _widen_spans(lo, hi, pair_dst[a:a + chunk] * num_parts + part[node], local_index[node])
+        _widen_spans(lo, hi, pair_dst[a:a + chunk].astype(np.int64) * num_parts + part[node], local_index[node])
     return _spans(lo, hi, num_parts)
 
 
@@ -283,11 +307,12 @@ def rank_plan(pattern: CommPattern, rank: int) -> RankPlan:
     part = pattern.part
     n_id = np.flatnonzero(part == rank)
 
-    lo, hi = np.searchsorted(pattern.pair_dst, [rank, rank + 1])
+    # bounds in the array's dtype: mixed dtypes would make numpy convert the whole array per call
+    lo, hi = np.searchsorted(pattern.pair_dst, np.array([rank, rank + 1], dtype=pattern.pair_dst.dtype))
     halo_n_id = pattern.pair_node[lo:hi]
-    halo_owner = part[halo_n_id]
+    halo_owner = pattern.pair_owner[lo:hi]
 
-    sends = pattern.pair_src == rank  # already ordered by (destination, node)
+    sends = pattern.pair_owner == rank  # already ordered by (destination, node)
     send_nodes, send_dst = pattern.pair_node[sends], pattern.pair_dst[sends]
 
     t = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))  # noqa: E731

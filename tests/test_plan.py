@@ -28,6 +28,12 @@ def test_volume_matches_brute_force_and_plans_agree(P):
         pattern = comm_pattern(data.edge_index, data.part, data.num_nodes, P)
         V = _brute_force_volume(data.edge_index, data.part, P)
         np.testing.assert_array_equal(pattern.volume_matrix(), V, err_msg=name)
+        # the halo pairs, the pattern's largest arrays, are narrow: int32 ids, int16 owners
+        assert pattern.pair_node.dtype == np.int32 and pattern.pair_dst.dtype == np.int32
+        assert pattern.pair_owner.dtype == np.int16 and pattern.pair_src.dtype == np.int64
+        assert np.array_equal(pattern.pair_owner, data.part.numpy()[pattern.pair_node])
+        pairs = {(d, j) for j, i in data.edge_index.t().tolist() if (d := int(data.part[i])) != int(data.part[j])}
+        assert sorted(pairs) == sorted(zip(pattern.pair_dst.tolist(), pattern.pair_node.tolist(), strict=True))
         plans = [rank_plan(pattern, r) for r in range(P)]
         for r, plan in enumerate(plans):
             assert plan.recv_counts == V[:, r].tolist()
@@ -106,6 +112,11 @@ def test_pattern_does_not_depend_on_the_chunk_nor_on_how_edges_are_given(P):
                 a, b = getattr(whole, field), getattr(got, field)
                 assert (np.array_equal(a, b) and np.asarray(a).dtype == np.asarray(b).dtype
                         if isinstance(a, np.ndarray) else a == b), (name, chunk, field)
+
+
+def test_pair_ids_are_int32_only_where_they_fit():
+    from pyg_sparsecomm.plan import _id_dtype
+    assert _id_dtype(2**31 - 1) == np.int32 and _id_dtype(2**31) == np.int64
 
 
 def test_sorted_union_is_the_sorted_distinct_values_of_everything_added():

@@ -16,13 +16,15 @@ import os
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from .methods import register, row_nnz
-from .parhip import sorted_by_row, write_parhip
+from .parhip import write_parhip
+from .two_level import check_split, two_level_partition
 
 KAMINPAR_INSTALL_HINT = 'pip install "pyg_sparsecomm[kaminpar]"'
 #: KaMinPar's threads for a call that names none (:func:`default_kaminpar_threads` sets it in a block)
@@ -93,20 +95,24 @@ def kaminpar_partition_csr(ptr: np.ndarray, col: np.ndarray, num_nodes: int, num
     threads, compress = _check_settings(import_kaminpar(), preset, epsilon, threads, compress)
     if num_parts == 1 or num_nodes == 0:
         return np.zeros(num_nodes, dtype=np.int64)
-    with tempfile.TemporaryDirectory(prefix="pyg_sparsecomm_kaminpar_") as tmp:
-        path = os.path.join(tmp, "graph.parhip")
-        write_parhip(path, ptr, col, num_nodes, vertex_weights)
-        return partition_parhip_file(path, num_parts, seed, preset, epsilon, threads, compress)
+    rows = np.repeat(np.arange(num_nodes, dtype=np.asarray(col).dtype), np.diff(ptr))
+    return _partition_edges(rows, col, num_nodes, num_parts, vertex_weights, seed, preset, epsilon, threads,
+                            compress)
 
 
 def partition_parhip_file(path: str, num_parts: int, seed: int, preset: str, epsilon: float, threads: int,
-                          compress: bool) -> np.ndarray:
-    """KaMinPar's partition (``int64[n]``) of the graph in the ParHiP file ``path`` (settings checked)."""
+                          compress: bool, max_block_weights: np.ndarray | None = None) -> np.ndarray:
+    """KaMinPar's partition (``int64[n]``) of the graph in the ParHiP file ``path`` (settings checked):
+    into ``num_parts`` blocks of imbalance ``epsilon``, or, given ``max_block_weights`` (``[num_parts]``),
+    of at most those weights."""
     kaminpar = import_kaminpar()
     graph = kaminpar.load_graph(path, kaminpar.GraphFileFormat.PARHIP, compress=compress)
     kaminpar.reseed(int(seed))
-    context = kaminpar.context_by_name(preset)
-    part = kaminpar.KaMinPar(int(threads), context).compute_partition(graph, int(num_parts), float(epsilon))
+    solver = kaminpar.KaMinPar(int(threads), kaminpar.context_by_name(preset))
+    if max_block_weights is None:
+        part = solver.compute_partition(graph, int(num_parts), float(epsilon))
+    else:
+        part = solver.compute_partition(graph, [int(w) for w in max_block_weights])
     return np.asarray(part, dtype=np.int64)
 
 
@@ -132,19 +138,36 @@ def _check_settings(kaminpar, preset: str, epsilon: float, threads: int | None,
 @register("kaminpar")
 def kaminpar_partition(edge_index: Tensor, num_nodes: int, num_parts: int, seed: int,
                        preset: str = "default", epsilon: float = 0.03, threads: int | None = None,
-                       compress: bool | None = None) -> Tensor:
+                       compress: bool | None = None, split: int | None = None) -> Tensor:
     """KaMinPar k-way partition of the symmetrised graph, vertex weight = nonzeros of the row
     (in-degree + 1, as METIS gets), so parts get balanced compute; see :func:`kaminpar_partition_csr`
-    for the options (and for how far equal seeds give equal partitions)."""
+    for the options (and for how far equal seeds give equal partitions).
+
+    ``split``: partition into ``split`` groups first, then each group's induced subgraph into its
+    share of the parts (:mod:`.two_level`): KaMinPar's memory grows with the parts of a call, so this
+    bounds the peak when a partition into ``num_parts`` at once does not fit in memory (e.g. 1024
+    parts of a 263M-edge graph on 24 GB: ``split=64``).  ``None``: all parts at once."""
     threads, compress = _check_settings(import_kaminpar(), preset, epsilon, threads, compress)
+    check_split(split, num_parts)
     if num_parts == 1 or num_nodes == 0:
         return torch.zeros(num_nodes, dtype=torch.long)
     src, dst = edge_index.numpy()
-    small = np.int32 if num_nodes <= np.iinfo(np.int32).max else np.int64
+    weights = row_nnz(edge_index, num_nodes)
+    block_partition = partial(_partition_edges, seed=seed, preset=preset, epsilon=epsilon, threads=threads,
+                              compress=compress)
+    if split is None:
+        return torch.from_numpy(block_partition(src, dst, num_nodes, num_parts, weights))
+    return torch.from_numpy(two_level_partition(src, dst, num_nodes, num_parts, split, weights, epsilon,
+                                                block_partition))
+
+
+def _partition_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int, blocks: int | np.ndarray,
+                     vertex_weights: np.ndarray | None, seed: int, preset: str, epsilon: float, threads: int,
+                     compress: bool) -> np.ndarray:
+    """KaMinPar's partition of the edges ``src -> dst`` (through a ParHiP file): into ``blocks``
+    parts of imbalance ``epsilon``, or, ``blocks`` an array, into parts of at most those weights."""
+    num_blocks, caps = (blocks, None) if isinstance(blocks, int) else (len(blocks), blocks)
     with tempfile.TemporaryDirectory(prefix="pyg_sparsecomm_kaminpar_") as tmp:
         path = os.path.join(tmp, "graph.parhip")
-        ptr, col = sorted_by_row(dst.astype(small), src.astype(small), num_nodes)  # rows = targets
-        write_parhip(path, ptr, col, num_nodes, row_nnz(edge_index, num_nodes))
-        del ptr, col  # KaMinPar holds its own copy: free ours before it loads the file
-        part = partition_parhip_file(path, num_parts, seed, preset, epsilon, threads, compress)
-    return torch.from_numpy(part)
+        write_parhip(path, src, dst, num_nodes, vertex_weights)
+        return partition_parhip_file(path, num_blocks, seed, preset, epsilon, threads, compress, caps)

@@ -1,4 +1,4 @@
-"""ParHiP binary graph files written from CSR arrays, for KaMinPar's loader.
+"""ParHiP binary graph files written from edge lists, for KaMinPar's loader.
 
 The ``kaminpar`` Python binding builds a graph only from a file (METIS text or
 ParHiP binary).  :func:`write_parhip` writes the binary format straight from
@@ -18,13 +18,14 @@ halving the file against 64-bit ones.
 The graph written is the *symmetrised* adjacency of a directed graph
 (:math:`\\{u, v\\}` for every edge :math:`u \\to v` or :math:`v \\to u`,
 :math:`u \\ne v`, each once), which graph partitioners require.  It is built
-block of rows by block of rows from the graph's CSR and its transpose and
-streamed to the file, so besides those two arrays only one block is in memory.
+straight from the edge list, one block of rows at a time (each row's entries:
+the edges leaving it and those entering it), and streamed to the file: besides
+the edges, only the block ids of their ends (1 or 2 bytes per end), the degrees
+and one block are in memory, never a CSR or its transpose.
 """
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from ..sorted_keys import sorted_unique
 
@@ -32,57 +33,47 @@ HEADER_BYTES = 24
 # bits of the version field (set = absent / 32-bit)
 _NO_EDGE_WEIGHTS, _NO_VERTEX_WEIGHTS, _EID32, _VID32, _VWGT32 = 1, 2, 4, 8, 16
 _U32_MAX = (1 << 32) - 1
-_I32_MAX = (1 << 31) - 1
-#: entries (both directions, before de-duplication) symmetrised per block: at most this many, and at
-#: most 1/16 of the graph's (a block takes about 40 bytes per entry; the CSR, 8 to 16)
-BLOCK_ENTRIES = 1 << 23
-MIN_BLOCK_ENTRIES = 1 << 16
+#: entries (both directions, before de-duplication) symmetrised per block: at least this many (a
+#: block takes about 32 bytes per entry), and enough that the edges are scanned at most
+#: :data:`MAX_PASSES` times
+BLOCK_ENTRIES = 1 << 22
+MAX_PASSES = 64
+#: edges whose ends get their block ids at once
+_ID_CHUNK = 1 << 22
 
 
-def sorted_by_row(row: np.ndarray, col: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
-    """CSR ``(ptr, col)`` of the entries ``(row[e], col[e])``, columns kept in their dtype and in no
-    promised order within a row (the symmetrised graph does not depend on it).
-
-    Ids below :math:`2^{31}` are packed into one ``int64`` key per entry (``row << 32 | col``) and
-    sorted in place by numpy (vectorised: on 32M entries twice as fast as a stable ``torch.sort`` of
-    the rows and a gather of the columns, with no index array); larger ids take that stable sort.
-    """
-    ptr = np.zeros(num_nodes + 1, dtype=np.int64)
-    np.cumsum(np.bincount(row, minlength=num_nodes), out=ptr[1:])
-    if num_nodes > _I32_MAX:
-        order = torch.sort(torch.from_numpy(np.ascontiguousarray(row)), stable=True).indices.numpy()
-        return ptr, col[order]
-    key = row.astype(np.int64)
-    key <<= 32
-    key |= col.astype(np.int64, copy=False)
-    key.sort()
-    key &= _U32_MAX  # the low 32 bits: the column
-    return ptr, key.astype(col.dtype, copy=False)
-
-
-def transpose_csr(ptr: np.ndarray, col: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
-    """The CSR of the transposed matrix (columns as rows), with ``col``'s dtype."""
-    row = np.repeat(np.arange(num_nodes, dtype=col.dtype), np.diff(ptr))
-    return sorted_by_row(col, row, num_nodes)
-
-
-def _row_blocks(ptr: np.ndarray, tptr: np.ndarray, block_entries: int) -> np.ndarray:
-    """Row boundaries ``[0, ..., n]`` of blocks holding about ``block_entries`` entries of both CSRs."""
-    n = len(ptr) - 1
-    total = ptr + tptr
+def _row_blocks(degree: np.ndarray, block_entries: int) -> np.ndarray:
+    """Row boundaries ``[0, ..., n]`` of blocks holding about ``block_entries`` of the entries whose
+    count per row is ``degree``."""
+    total = np.cumsum(degree)
+    n = len(degree)
+    if n == 0 or int(total[-1]) == 0:
+        return np.array([0, n], dtype=np.int64)
     cuts = np.searchsorted(total, np.arange(block_entries, int(total[-1]), block_entries), side="right")
     return np.unique(np.concatenate([[0], cuts, [n]]))
 
 
-def _symmetric_block(ptr, col, tptr, tcol, r0: int, r1: int):
+def _block_ids(ids: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """The block of every id (``bounds[b] <= id < bounds[b + 1]``), in the smallest unsigned dtype."""
+    out = np.empty(len(ids), dtype=np.uint8 if len(bounds) <= 256 else np.uint16 if len(bounds) <= 65536
+                   else np.uint32)
+    for start in range(0, len(ids), _ID_CHUNK):
+        chunk = ids[start:start + _ID_CHUNK]
+        out[start:start + len(chunk)] = np.searchsorted(bounds, chunk, side="right") - 1
+    return out
+
+
+def _symmetric_block(src, dst, src_block, dst_block, block: int, r0: int, r1: int):
     """Degrees ``[r1 - r0]`` and sorted neighbours of rows ``r0 .. r1 - 1`` in the symmetrised graph."""
-    (a, b), (c, d) = ptr[[r0, r1]], tptr[[r0, r1]]
-    rows = np.arange(r1 - r0, dtype=np.int64)
-    key = np.empty(b - a + d - c, dtype=np.int64)  # local row << 32 | neighbour (ids < 2**32)
-    key[:b - a], key[b - a:] = np.repeat(rows, np.diff(ptr[r0:r1 + 1])), np.repeat(rows, np.diff(tptr[r0:r1 + 1]))
+    out_edges, in_edges = np.flatnonzero(src_block == block), np.flatnonzero(dst_block == block)
+    key = np.empty(len(out_edges) + len(in_edges), dtype=np.int64)  # local row << 32 | neighbour
+    key[:len(out_edges)] = src[out_edges]
+    key[len(out_edges):] = dst[in_edges]
+    key -= r0
     key <<= 32
-    key[:b - a] |= col[a:b]
-    key[b - a:] |= tcol[c:d]
+    key[:len(out_edges)] |= dst[out_edges]
+    key[len(out_edges):] |= src[in_edges]
+    del out_edges, in_edges
     key = sorted_unique(key)  # each row's neighbours come out ascending
     row, nbr = key >> 32, key & _U32_MAX
     loop = row + r0 == nbr
@@ -91,57 +82,43 @@ def _symmetric_block(ptr, col, tptr, tcol, r0: int, r1: int):
     return np.bincount(row, minlength=max(r1 - r0, 1))[:r1 - r0], nbr
 
 
-def write_parhip(path: str, ptr: np.ndarray, col: np.ndarray, num_nodes: int,
+def write_parhip(path: str, src: np.ndarray, dst: np.ndarray, num_nodes: int,
                  vertex_weights: np.ndarray | None = None, block_entries: int | None = None) -> int:
-    r"""Writes the symmetrised graph of the CSR ``(ptr, col)`` as a ParHiP binary file.
+    r"""Writes the symmetrised graph of the edges ``src -> dst`` as a ParHiP binary file.
 
     Args:
         path: the file to write.
-        ptr, col: CSR of a directed graph (``[num_nodes + 1]`` and ``[nnz]``; which end is the
-            row does not matter, the symmetrised graph is the same).  Self-loops and duplicate
-            entries are dropped.
+        src, dst: the edges, ``[E]`` integer ids in ``[0, num_nodes)`` (either orientation: the
+            symmetrised graph is the same).  Self-loops and duplicate edges are dropped.
         num_nodes: :math:`n`.
         vertex_weights: ``[n]`` positive integer weights (``None``: unweighted).
-        block_entries: entries symmetrised at once (memory: about 40 bytes each); default
-            ``2 nnz / 16`` between :data:`MIN_BLOCK_ENTRIES` and :data:`BLOCK_ENTRIES`.
+        block_entries: entries symmetrised at once (memory: about 32 bytes each); default the larger
+            of :data:`BLOCK_ENTRIES` and :math:`2E /` :data:`MAX_PASSES`.
 
     Returns:
         :math:`m`, the entries of the symmetrised adjacency (twice its undirected edges).
     """
     n = int(num_nodes)
-    if len(ptr) != n + 1 or int(ptr[-1]) != len(col):
-        raise ValueError(f"ptr must have num_nodes + 1 = {n + 1} entries ending at len(col) = {len(col)}, "
-                         f"got {len(ptr)} entries ending at {int(ptr[-1]) if len(ptr) else None}")
+    src, dst = np.asarray(src), np.asarray(dst)
+    if src.shape != dst.shape or src.ndim != 1:
+        raise ValueError(f"src and dst must be 1-D arrays of equal length, got shapes {src.shape} and {dst.shape}")
     if n >= _U32_MAX:
         raise ValueError(f"{n} nodes do not fit the 32-bit vertex ids written here")
-    # ids are written as 32-bit; in memory int32 halves the transpose when they fit it
-    col = col.astype(np.int32 if n <= np.iinfo(np.int32).max else np.int64, copy=False)
-    tptr, tcol = transpose_csr(ptr, col, n)
-    vid = 4
-    eid_dtype = np.uint32 if HEADER_BYTES + (n + 1) * 4 + 2 * len(col) * vid <= _U32_MAX else np.uint64
-    eid = np.dtype(eid_dtype).itemsize
-    version = _NO_EDGE_WEIGHTS | _VID32 | (_EID32 if eid == 4 else 0)
-    weights = None
-    if vertex_weights is not None:
-        weights = np.asarray(vertex_weights, dtype=np.int64)
-        if weights.shape != (n,) or (n and int(weights.min()) < 1):
-            raise ValueError(f"vertex_weights must be {n} positive integers, got shape {weights.shape}")
-        fits32 = not n or int(weights.max()) <= np.iinfo(np.int32).max
-        weights = weights.astype(np.int32 if fits32 else np.int64)
-        version |= _VWGT32 if fits32 else 0
-    else:
-        version |= _NO_VERTEX_WEIGHTS
-    degree = np.empty(n, dtype=np.int64)
-    first = HEADER_BYTES + (n + 1) * eid
+    version, weights = _vertex_weights(vertex_weights, n)
+    degree = np.bincount(src, minlength=n) + np.bincount(dst, minlength=n)  # entries before de-duplication
+    if block_entries is None:
+        block_entries = max(BLOCK_ENTRIES, -(-2 * len(src) // MAX_PASSES))
+    bounds = _row_blocks(degree, block_entries)
+    src_block, dst_block = _block_ids(src, bounds), _block_ids(dst, bounds)
+    eid_dtype = np.uint32 if HEADER_BYTES + (n + 1) * 4 + 2 * len(src) * 4 <= _U32_MAX else np.uint64
+    version |= _NO_EDGE_WEIGHTS | _VID32 | (_EID32 if eid_dtype == np.uint32 else 0)
+    first = HEADER_BYTES + (n + 1) * np.dtype(eid_dtype).itemsize
     with open(path, "wb") as f:
         f.seek(first)
-        if block_entries is None:
-            block_entries = min(max(2 * len(col) // 16, MIN_BLOCK_ENTRIES), BLOCK_ENTRIES)
-        bounds = _row_blocks(ptr, tptr, block_entries).tolist()
-        for r0, r1 in zip(bounds[:-1], bounds[1:], strict=True):
-            degree[r0:r1], nbr = _symmetric_block(ptr, col, tptr, tcol, r0, r1)
+        for block, (r0, r1) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)):
+            degree[r0:r1], nbr = _symmetric_block(src, dst, src_block, dst_block, block, r0, r1)
             f.write(nbr.astype(np.uint32).tobytes())
-        del tptr, tcol
+        del src_block, dst_block
         if weights is not None:
             f.write(weights.tobytes())
         m = int(degree.sum())
@@ -150,5 +127,17 @@ def write_parhip(path: str, ptr: np.ndarray, col: np.ndarray, num_nodes: int,
         np.cumsum(degree, out=offsets[1:])
         f.seek(0)
         f.write(np.array([version, n, m], dtype=np.uint64).tobytes())
-        f.write((first + offsets * vid).astype(eid_dtype).tobytes())
+        f.write((first + offsets * 4).astype(eid_dtype).tobytes())
     return m
+
+
+def _vertex_weights(vertex_weights: np.ndarray | None, n: int) -> tuple[int, np.ndarray | None]:
+    """The version bits and the array written for ``vertex_weights`` (``int32`` when they fit)."""
+    if vertex_weights is None:
+        return _NO_VERTEX_WEIGHTS, None
+    weights = np.asarray(vertex_weights, dtype=np.int64)
+    if weights.shape != (n,) or (n and int(weights.min()) < 1):
+        raise ValueError(f"vertex_weights must be {n} positive integers, got shape {weights.shape}")
+    if not n or int(weights.max()) <= np.iinfo(np.int32).max:
+        return _VWGT32, weights.astype(np.int32)
+    return 0, weights

@@ -12,10 +12,9 @@ from torch_geometric.nn import GCNConv
 
 from pyg_sparsecomm import DistributedGCNConv, SparsityAwarePartitioner, shard
 from pyg_sparsecomm.datasets import rmat_graph
-from pyg_sparsecomm.partition import parhip
 from pyg_sparsecomm.partition.kaminpar_backend import kaminpar_partition_csr
 from pyg_sparsecomm.partition.methods import METHODS, row_nnz, symmetric_csr
-from pyg_sparsecomm.partition.parhip import sorted_by_row, write_parhip
+from pyg_sparsecomm.partition.parhip import write_parhip
 from pyg_sparsecomm.testing import launch
 
 kaminpar = pytest.importorskip("kaminpar")
@@ -29,13 +28,13 @@ def _with_self_loops_and_duplicates():
     return torch.cat([edges, extra], dim=1), 70
 
 
-@pytest.mark.parametrize("block_entries", [7, 1 << 20])
-def test_parhip_file_holds_the_symmetrised_graph(tmp_path, block_entries):
+@pytest.mark.parametrize("block_entries", [1, 7, 1 << 20])  # 1: more than 255 blocks (uint16 block ids)
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_parhip_file_holds_the_symmetrised_graph(tmp_path, block_entries, dtype):
     edge_index, n = _with_self_loops_and_duplicates()
-    src, dst = edge_index.numpy()
-    ptr, col = sorted_by_row(dst.astype(np.int32), src.astype(np.int32), n)
+    src, dst = edge_index.numpy().astype(dtype)
     weights = row_nnz(edge_index, n)
-    m = write_parhip(str(tmp_path / "g.parhip"), ptr, col, n, weights, block_entries=block_entries)
+    m = write_parhip(str(tmp_path / "g.parhip"), src, dst, n, weights, block_entries=block_entries)
     graph = kaminpar.load_graph(str(tmp_path / "g.parhip"), kaminpar.GraphFileFormat.PARHIP)
     xadj, adjncy = symmetric_csr(edge_index, n)  # METIS's input: the reference
     assert (graph.n(), graph.m(), m) == (n, len(adjncy), len(adjncy))
@@ -43,22 +42,12 @@ def test_parhip_file_holds_the_symmetrised_graph(tmp_path, block_entries):
         assert [v for v, _ in graph.neighbors(u)] == adjncy[xadj[u]:xadj[u + 1]].tolist(), u
         assert graph.node_weight(u) == weights[u], u
     with pytest.raises(ValueError, match="positive integers"):
-        write_parhip(str(tmp_path / "bad.parhip"), ptr, col, n, np.zeros(n, dtype=np.int64))
-
-
-@pytest.mark.parametrize("dtype", [np.int32, np.int64])
-@pytest.mark.parametrize("packed", [True, False])
-def test_sorted_by_row_is_the_csr_of_the_entries(monkeypatch, packed, dtype):
-    """Ids packed into int64 keys (below 2**31) or a stable sort of the rows (above): the same rows,
-    with the columns in their own dtype."""
-    if not packed:
-        monkeypatch.setattr(parhip, "_I32_MAX", 10)  # the path of graphs with 2**31 nodes or more
-    edge_index, n = _with_self_loops_and_duplicates()
-    src, dst = edge_index.numpy()
-    ptr, col = sorted_by_row(dst.astype(dtype), src.astype(dtype), n)
-    assert col.dtype == dtype and ptr.tolist() == [0, *np.cumsum(np.bincount(dst, minlength=n))]
-    for u in range(n):
-        assert sorted(col[ptr[u]:ptr[u + 1]].tolist()) == sorted(src[dst == u].tolist()), u
+        write_parhip(str(tmp_path / "bad.parhip"), src, dst, n, np.zeros(n, dtype=np.int64))
+    with pytest.raises(ValueError, match="1-D arrays of equal length"):
+        write_parhip(str(tmp_path / "bad.parhip"), src, dst[1:], n)
+    write_parhip(str(tmp_path / "empty.parhip"), src[:0], dst[:0], 4)  # no edges: isolated nodes only
+    empty = kaminpar.load_graph(str(tmp_path / "empty.parhip"), kaminpar.GraphFileFormat.PARHIP)
+    assert (empty.n(), empty.m()) == (4, 0)
 
 
 def _block_weights(data, part, P):
@@ -85,11 +74,30 @@ def test_partition_is_valid_balanced_seeded_and_as_good_as_metis(P):
     assert out.comm_stats.total_rows <= 1.1 * metis and out.comm_stats.total_rows < 0.9 * random
 
 
+@pytest.mark.parametrize("P,split", [(8, 2), (6, 4)])
+def test_two_level_partition_is_valid_balanced_seeded_and_as_good(P, split):
+    """``split``: groups first, then each group's parts; every part used, balanced within the overall
+    epsilon, the same for the same seed, and about the volume of the partition into P at once."""
+    data = rmat_graph(12, 8, seed=1)
+    out = SparsityAwarePartitioner(P, "kaminpar", seed=3, split=split)(data)
+    part = out.part
+    assert part.dtype == torch.long and sorted(part.unique().tolist()) == list(range(P))
+    weights = _block_weights(data, part, P)
+    assert weights.max() <= 1.03 * np.ceil(weights.sum() / P) + 2, weights
+    assert torch.equal(part, SparsityAwarePartitioner(P, "kaminpar", seed=3, split=split)(data).part)
+    direct, random = (SparsityAwarePartitioner(P, m, seed=3)(data).comm_stats.total_rows
+                      for m in ("kaminpar", "random"))
+    assert out.comm_stats.total_rows <= 1.15 * direct and out.comm_stats.total_rows < 0.9 * random
+    with pytest.raises(ValueError, match="split must be an integer from 2 to num_parts - 1"):
+        SparsityAwarePartitioner(P, "kaminpar", split=P)(data)
+
+
 def test_corner_cases_and_bad_options():
     edge_index, n = _with_self_loops_and_duplicates()
     # the CSR entry point (the out-of-core pipeline's) partitions as the edge_index method does
     src, dst = edge_index.numpy()
-    ptr, col = sorted_by_row(dst, src, n)
+    order = np.argsort(dst, kind="stable")
+    ptr, col = np.concatenate([[0], np.cumsum(np.bincount(dst, minlength=n))]), src[order]
     csr_part = kaminpar_partition_csr(ptr, col, n, 3, seed=4, vertex_weights=np.diff(ptr) + 1)
     assert np.array_equal(csr_part, METHODS["kaminpar"](edge_index, n, 3, 4).numpy())
     assert torch.equal(METHODS["kaminpar"](edge_index, n, 1, 0), torch.zeros(n, dtype=torch.long))
@@ -182,9 +190,9 @@ def _threads_on_rank_zero(rank, world_size):
     seen = []
     real = kaminpar_backend.partition_parhip_file
 
-    def recording(path, num_parts, seed, preset, epsilon, threads, compress):
+    def recording(path, num_parts, seed, preset, epsilon, threads, compress, max_block_weights=None):
         seen.append(threads)
-        return real(path, num_parts, seed, preset, epsilon, threads, compress)
+        return real(path, num_parts, seed, preset, epsilon, threads, compress, max_block_weights)
 
     kaminpar_backend.partition_parhip_file = recording
     data = rmat_graph(10, 8, seed=3)

@@ -1,0 +1,84 @@
+"""Two-level partitions (:mod:`pyg_sparsecomm.partition.two_level`): what each level's partitioner
+is given (groups' induced subgraphs in local ids, their vertex weights, the weight bounds) and how
+the parts are numbered, with a recording stand-in for the partitioner."""
+import math
+
+import numpy as np
+import pytest
+
+from pyg_sparsecomm.partition import two_level
+from pyg_sparsecomm.partition.two_level import check_split, max_block_weights, parts_per_group, two_level_partition
+
+
+def _graph(seed=0, n=60):
+    """Directed, with self-loops, duplicates and isolated nodes (the last 5 have no edge)."""
+    rng = np.random.default_rng(seed)
+    src, dst = rng.integers(0, n - 5, 300), rng.integers(0, n - 5, 300)
+    src, dst = np.concatenate([src, [3, 3, 7]]), np.concatenate([dst, [3, 3, 8]])
+    return src, dst, n, rng.integers(1, 9, n)
+
+
+class Recorder:
+    """Returns ``top`` for the first call, then node ``i`` of a group -> block ``i % blocks``;
+    keeps every call's arguments."""
+
+    def __init__(self, top):
+        self.top, self.calls = top, []
+
+    def __call__(self, src, dst, n, caps, weights):
+        self.calls.append((src.copy(), dst.copy(), n, caps.copy(), weights.copy()))
+        return self.top if len(self.calls) == 1 else np.arange(n) % len(caps)
+
+
+@pytest.mark.parametrize("num_parts,split", [(7, 3), (8, 4), (5, 4), (64, 8)])
+def test_each_group_gets_its_induced_subgraph_and_its_share_of_the_parts(monkeypatch, num_parts, split):
+    monkeypatch.setattr(two_level, "EDGE_CHUNK", 37)  # several chunks, boundaries anywhere
+    src, dst, n, weights = _graph(num_parts)
+    top = np.random.default_rng(1).integers(0, split, n)
+    top[top == split - 1] = 0  # the last group empty: no call for it
+    rec = Recorder(top)
+    part = two_level_partition(src, dst, n, num_parts, split, weights, 0.03, rec)
+    shares = parts_per_group(num_parts, split)
+    assert shares.sum() == num_parts and shares.max() - shares.min() <= 1 and len(shares) == split
+    eps = math.sqrt(1.03) - 1
+    first = rec.calls[0]
+    assert first[2] == n and np.array_equal(first[0], src) and np.array_equal(first[1], dst)
+    assert np.array_equal(first[3], max_block_weights(weights.sum(), shares, num_parts, eps))
+    assert np.array_equal(first[4], weights)
+    offsets = np.concatenate([[0], np.cumsum(shares)])
+    calls = iter(rec.calls[1:])
+    for g in range(split):
+        nodes = np.flatnonzero(top == g)
+        assert np.all((part[nodes] >= offsets[g]) & (part[nodes] < offsets[g + 1])), g
+        if len(nodes) == 0 or shares[g] == 1:
+            continue
+        sub_src, sub_dst, sub_n, caps, sub_w = next(calls)
+        local = np.full(n, -1)
+        local[nodes] = np.arange(len(nodes))
+        inside = (top[src] == g) & (top[dst] == g)
+        want = sorted(zip(local[src[inside]].tolist(), local[dst[inside]].tolist(), strict=True))
+        assert sorted(zip(sub_src.tolist(), sub_dst.tolist(), strict=True)) == want, g
+        assert sub_n == len(nodes) and np.array_equal(sub_w, weights[nodes])
+        assert np.array_equal(caps, max_block_weights(sub_w.sum(), np.ones(shares[g], dtype=np.int64),
+                                                      shares[g], eps))
+        assert np.array_equal(part[nodes], offsets[g] + np.arange(len(nodes)) % shares[g])
+    assert next(calls, None) is None
+
+
+def test_weight_bounds_compose_to_the_overall_imbalance():
+    # (1 + eps')^2 = 1 + eps: a part within both levels' bounds is within (1 + eps) W / k, up to rounding
+    total, k, split, eps = 10_007, 12, 5, 0.03
+    level = math.sqrt(1 + eps) - 1
+    shares = parts_per_group(k, split)
+    for g, cap in enumerate(max_block_weights(total, shares, k, level)):
+        inner = max_block_weights(cap, np.ones(shares[g], dtype=np.int64), shares[g], level)
+        assert inner.max() <= (1 + eps) * total / k + 2
+    assert max_block_weights(10, np.array([1, 2]), 3, 0.0).tolist() == [4, 7]  # exact integer ceilings
+
+
+@pytest.mark.parametrize("split", [1, 8, 9, 0, 2.0, True, "4"])
+def test_bad_split_is_refused_naming_the_range(split):
+    with pytest.raises(ValueError, match="split must be an integer from 2 to num_parts - 1 = 7"):
+        check_split(split, 8)
+    check_split(None, 8)
+    check_split(7, 8)
