@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
+from ..plan import owner_rows
 from ..sorted_keys import key_groups
 
 #: ``(src, dst, num_nodes, max_block_weights, vertex_weights) -> part`` in ``[0, len(max_block_weights))``
@@ -64,12 +65,8 @@ def induced_subgraphs(src: np.ndarray, dst: np.ndarray, group: np.ndarray,
     The edges are read a chunk at a time; the induced edges (at most the graph's, 8 bytes each)
     are collected per group, and each group's are released once it has been yielded.
     """
-    n = len(group)
-    nodes_order = np.argsort(group, kind="stable")
-    bounds = np.searchsorted(group[nodes_order], np.arange(num_groups + 1))
-    ids = np.int32 if n <= np.iinfo(np.int32).max else np.int64
-    local = np.empty(n, dtype=ids)
-    local[nodes_order] = np.arange(n, dtype=ids) - np.repeat(bounds[:-1], np.diff(bounds)).astype(ids)
+    sizes, local = owner_rows(group, num_groups)  # a node's local id: its row on its group
+    ids = np.int32 if len(group) <= np.iinfo(np.int32).max else np.int64
     pieces: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in range(num_groups)]
     for start in range(0, len(src), EDGE_CHUNK):
         s, d = src[start:start + EDGE_CHUNK], dst[start:start + EDGE_CHUNK]
@@ -77,14 +74,14 @@ def induced_subgraphs(src: np.ndarray, dst: np.ndarray, group: np.ndarray,
         inside = np.flatnonzero(gs == group[d])
         s, d, gs = s[inside], d[inside], gs[inside]
         for g, at in key_groups(gs, num_groups):
-            pieces[g].append((local[s[at]], local[d[at]]))
+            pieces[g].append((local[s[at]].astype(ids), local[d[at]].astype(ids)))
     del local
-    for g in np.flatnonzero(np.diff(bounds)).tolist():
+    for g in np.flatnonzero(sizes).tolist():
         edges, pieces[g] = pieces[g], []
         sub_src = np.concatenate([e[0] for e in edges]) if edges else np.empty(0, dtype=ids)
         sub_dst = np.concatenate([e[1] for e in edges]) if edges else np.empty(0, dtype=ids)
         del edges
-        yield g, nodes_order[bounds[g]:bounds[g + 1]], sub_src, sub_dst
+        yield g, np.flatnonzero(group == g), sub_src, sub_dst
 
 
 def two_level_partition(src: np.ndarray, dst: np.ndarray, num_nodes: int, num_parts: int, split: int,
