@@ -33,10 +33,11 @@ HEADERS = ["scale", "N", "E", "method", "seconds", "CPU s", "peak MB", "peak/CSR
 
 
 def parse_method(spec: str) -> tuple[str, dict]:
-    """``"kaminpar:threads=2,preset='fast'"`` -> ``("kaminpar", {"threads": 2, "preset": "fast"})``."""
+    """``"kaminpar:threads=2,preset='fast',split=[2,2]"`` -> ``("kaminpar", {"threads": 2, "preset":
+    "fast", "split": [2, 2]})`` (commas inside brackets belong to the value)."""
     name, _, opts = spec.partition(":")
     options = {}
-    for item in filter(None, opts.split(",")):
+    for item in filter(None, re.split(r",(?![^\[]*\])", opts)):
         key, value = item.split("=", 1)
         try:
             options[key] = ast.literal_eval(value)

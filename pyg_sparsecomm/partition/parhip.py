@@ -53,26 +53,55 @@ def _row_blocks(degree: np.ndarray, block_entries: int) -> np.ndarray:
     return np.unique(np.concatenate([[0], cuts, [n]]))
 
 
-def _block_ids(ids: np.ndarray, bounds: np.ndarray) -> np.ndarray:
-    """The block of every id (``bounds[b] <= id < bounds[b + 1]``), in the smallest unsigned dtype."""
-    out = np.empty(len(ids), dtype=np.uint8 if len(bounds) <= 256 else np.uint16 if len(bounds) <= 65536
-                   else np.uint32)
-    for start in range(0, len(ids), _ID_CHUNK):
-        chunk = ids[start:start + _ID_CHUNK]
-        out[start:start + len(chunk)] = np.searchsorted(bounds, chunk, side="right") - 1
+def _mapped(ids: np.ndarray, node_map: np.ndarray | None) -> np.ndarray:
+    """``ids`` through ``node_map`` (``None``: unchanged)."""
+    return ids if node_map is None else node_map[ids]
+
+
+def _end_blocks(src: np.ndarray, dst: np.ndarray, bounds: np.ndarray,
+                node_map: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """The block of both (mapped) ends of every edge (``bounds[b] <= id < bounds[b + 1]``), in the
+    smallest unsigned dtype; an edge with an end mapped to ``-1`` gets the block past the last in
+    both, so no block reads it."""
+    dropped = len(bounds) - 1
+    dtype = np.uint8 if dropped <= 255 else np.uint16 if dropped <= 65535 else np.uint32
+    out = np.empty(len(src), dtype=dtype), np.empty(len(src), dtype=dtype)
+    for start in range(0, len(src), _ID_CHUNK):
+        s = _mapped(src[start:start + _ID_CHUNK], node_map)
+        d = _mapped(dst[start:start + _ID_CHUNK], node_map)
+        for ids, blocks in ((s, out[0]), (d, out[1])):
+            blocks[start:start + len(ids)] = np.searchsorted(bounds, ids, side="right") - 1
+        if node_map is not None:
+            gone = (s < 0) | (d < 0)
+            out[0][start:start + len(s)][gone] = dropped
+            out[1][start:start + len(s)][gone] = dropped
     return out
 
 
-def _symmetric_block(src, dst, src_block, dst_block, block: int, r0: int, r1: int):
-    """Degrees ``[r1 - r0]`` and sorted neighbours of rows ``r0 .. r1 - 1`` in the symmetrised graph."""
+def _degrees(src: np.ndarray, dst: np.ndarray, n: int, node_map: np.ndarray | None) -> np.ndarray:
+    """Entries of every (mapped) row before de-duplication: both ends of every edge kept."""
+    if node_map is None:
+        return np.bincount(src, minlength=n) + np.bincount(dst, minlength=n)
+    degree = np.zeros(n, dtype=np.int64)
+    for start in range(0, len(src), _ID_CHUNK):
+        s = node_map[src[start:start + _ID_CHUNK]]
+        d = node_map[dst[start:start + _ID_CHUNK]]
+        kept = (s >= 0) & (d >= 0)
+        degree += np.bincount(s[kept], minlength=n) + np.bincount(d[kept], minlength=n)
+    return degree
+
+
+def _symmetric_block(src, dst, src_block, dst_block, block: int, r0: int, r1: int, node_map=None):
+    """Degrees ``[r1 - r0]`` and sorted neighbours of rows ``r0 .. r1 - 1`` in the symmetrised graph
+    (of the ids mapped through ``node_map``)."""
     out_edges, in_edges = np.flatnonzero(src_block == block), np.flatnonzero(dst_block == block)
     key = np.empty(len(out_edges) + len(in_edges), dtype=np.int64)  # local row << 32 | neighbour
-    key[:len(out_edges)] = src[out_edges]
-    key[len(out_edges):] = dst[in_edges]
+    key[:len(out_edges)] = _mapped(src[out_edges], node_map)
+    key[len(out_edges):] = _mapped(dst[in_edges], node_map)
     key -= r0
     key <<= 32
-    key[:len(out_edges)] |= dst[out_edges]
-    key[len(out_edges):] |= src[in_edges]
+    key[:len(out_edges)] |= _mapped(dst[out_edges], node_map)
+    key[len(out_edges):] |= _mapped(src[in_edges], node_map)
     del out_edges, in_edges
     key = sorted_unique(key)  # each row's neighbours come out ascending
     row, nbr = key >> 32, key & _U32_MAX
@@ -83,7 +112,8 @@ def _symmetric_block(src, dst, src_block, dst_block, block: int, r0: int, r1: in
 
 
 def write_parhip(path: str, src: np.ndarray, dst: np.ndarray, num_nodes: int,
-                 vertex_weights: np.ndarray | None = None, block_entries: int | None = None) -> int:
+                 vertex_weights: np.ndarray | None = None, block_entries: int | None = None,
+                 node_map: np.ndarray | None = None) -> int:
     r"""Writes the symmetrised graph of the edges ``src -> dst`` as a ParHiP binary file.
 
     Args:
@@ -94,6 +124,10 @@ def write_parhip(path: str, src: np.ndarray, dst: np.ndarray, num_nodes: int,
         vertex_weights: ``[n]`` positive integer weights (``None``: unweighted).
         block_entries: entries symmetrised at once (memory: about 32 bytes each); default the larger
             of :data:`BLOCK_ENTRIES` and :math:`2E /` :data:`MAX_PASSES`.
+        node_map: ``[N]`` ids of the graph written (``< num_nodes``) for the ``N`` ids of ``src`` and
+            ``dst``, ``-1`` to drop a node with its edges (e.g. :class:`.reductions.LeafFolding`'s):
+            the file holds the mapped graph, edges that become self-loops dropped, without a mapped
+            copy of the edges.  ``None``: the ids as they are.
 
     Returns:
         :math:`m`, the entries of the symmetrised adjacency (twice its undirected edges).
@@ -105,18 +139,18 @@ def write_parhip(path: str, src: np.ndarray, dst: np.ndarray, num_nodes: int,
     if n >= _U32_MAX:
         raise ValueError(f"{n} nodes do not fit the 32-bit vertex ids written here")
     version, weights = _vertex_weights(vertex_weights, n)
-    degree = np.bincount(src, minlength=n) + np.bincount(dst, minlength=n)  # entries before de-duplication
+    degree = _degrees(src, dst, n, node_map)
     if block_entries is None:
         block_entries = max(BLOCK_ENTRIES, -(-2 * len(src) // MAX_PASSES))
     bounds = _row_blocks(degree, block_entries)
-    src_block, dst_block = _block_ids(src, bounds), _block_ids(dst, bounds)
+    src_block, dst_block = _end_blocks(src, dst, bounds, node_map)
     eid_dtype = np.uint32 if HEADER_BYTES + (n + 1) * 4 + 2 * len(src) * 4 <= _U32_MAX else np.uint64
     version |= _NO_EDGE_WEIGHTS | _VID32 | (_EID32 if eid_dtype == np.uint32 else 0)
     first = HEADER_BYTES + (n + 1) * np.dtype(eid_dtype).itemsize
     with open(path, "wb") as f:
         f.seek(first)
         for block, (r0, r1) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)):
-            degree[r0:r1], nbr = _symmetric_block(src, dst, src_block, dst_block, block, r0, r1)
+            degree[r0:r1], nbr = _symmetric_block(src, dst, src_block, dst_block, block, r0, r1, node_map)
             f.write(nbr.astype(np.uint32).tobytes())
         del src_block, dst_block
         if weights is not None:

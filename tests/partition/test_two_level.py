@@ -59,26 +59,62 @@ def test_each_group_gets_its_induced_subgraph_and_its_share_of_the_parts(monkeyp
         want = sorted(zip(local[src[inside]].tolist(), local[dst[inside]].tolist(), strict=True))
         assert sorted(zip(sub_src.tolist(), sub_dst.tolist(), strict=True)) == want, g
         assert sub_n == len(nodes) and np.array_equal(sub_w, weights[nodes])
+        rest = two_level._rest_epsilon(0.03, weights.sum(), num_parts, sub_w.sum(), shares[g])
         assert np.array_equal(caps, max_block_weights(sub_w.sum(), np.ones(shares[g], dtype=np.int64),
-                                                      shares[g], eps))
+                                                      shares[g], rest))
         assert np.array_equal(part[nodes], offsets[g] + np.arange(len(nodes)) % shares[g])
     assert next(calls, None) is None
 
 
 def test_weight_bounds_compose_to_the_overall_imbalance():
-    # (1 + eps')^2 = 1 + eps: a part within both levels' bounds is within (1 + eps) W / k, up to rounding
+    # a group within its bound leaves its parts at least sqrt(1 + eps) - 1 (two levels), a lighter one
+    # more, and a part within the inner bound is within (1 + eps) W / k, up to rounding
     total, k, split, eps = 10_007, 12, 5, 0.03
     level = math.sqrt(1 + eps) - 1
     shares = parts_per_group(k, split)
     for g, cap in enumerate(max_block_weights(total, shares, k, level)):
-        inner = max_block_weights(cap, np.ones(shares[g], dtype=np.int64), shares[g], level)
-        assert inner.max() <= (1 + eps) * total / k + 2
+        for weight in (cap, int(cap * 0.97)):
+            rest = two_level._rest_epsilon(eps, total, k, weight, shares[g])
+            assert rest >= level - 1e-3 and (weight == cap or rest > level + 0.02)
+            inner = max_block_weights(weight, np.ones(shares[g], dtype=np.int64), shares[g], rest)
+            assert inner.max() <= (1 + eps) * total / k + 2
+    assert two_level._rest_epsilon(eps, total, k, total, 1) == 1e-3  # a group over its bound: a floor
     assert max_block_weights(10, np.array([1, 2]), 3, 0.0).tolist() == [4, 7]  # exact integer ceilings
 
 
-@pytest.mark.parametrize("split", [1, 8, 9, 0, 2.0, True, "4"])
+@pytest.mark.parametrize("split", [1, 8, 9, 0, 2.0, True, "4", [], [1], [2, 1], [8, 2], [2, True], (2, 2.0)])
 def test_bad_split_is_refused_naming_the_range(split):
     with pytest.raises(ValueError, match="split must be an integer from 2 to num_parts - 1 = 7"):
         check_split(split, 8)
-    check_split(None, 8)
-    check_split(7, 8)
+    assert check_split(None, 8) is None
+    assert check_split(7, 8) == (7,) and check_split([2, 2], 8) == (2, 2) and check_split((3, 9), 8) == (3, 9)
+
+
+@pytest.mark.parametrize("num_parts,split,blocks", [(16, [2, 2], [2, 2, 2, 4, 4, 4, 4]), (10, [3, 2], [2] * 7 + [3]),
+                                                     (12, [2, 4], [2, 2, 2, 2, 2, 4, 4])])
+def test_a_list_split_goes_down_level_by_level_and_its_bounds_compose(monkeypatch, num_parts, split, blocks):
+    """[g1, g2, ...]: g1 groups, then each group the same way with [g2, ...] where its share exceeds
+    g2, directly into its share otherwise; every level gets (1 + eps)^(1/L) - 1."""
+    monkeypatch.setattr(two_level, "EDGE_CHUNK", 53)
+    src, dst, n, _ = _graph(3, n=300)
+    weights = np.ones(n, dtype=np.int64)  # the stand-in below then keeps every level's bounds
+    seen = []
+
+    def in_proportion(s, d, m, caps, w):  # runs of local ids, each block's in proportion to its bound
+        seen.append((len(caps), caps.copy(), m, s.copy(), d.copy()))
+        assert len(s) == len(d) and (len(s) == 0 or 0 <= min(s.min(), d.min()) and max(s.max(), d.max()) < m)
+        return np.searchsorted(np.floor(np.cumsum(caps) * m / caps.sum()), np.arange(m), side="right")
+
+    part = two_level_partition(src, dst, n, num_parts, split, weights, 0.03, in_proportion)
+    assert sorted(np.unique(part).tolist()) == list(range(num_parts))
+    assert sorted(c[0] for c in seen) == blocks  # the blocks asked of every call (shares of 1: no call)
+    assert seen[0][2] == n and np.array_equal(seen[0][3], src) and np.array_equal(seen[0][4], dst)
+    eps = 1.03 ** (1 / (len(split) + 1)) - 1
+    assert np.array_equal(seen[0][1], max_block_weights(weights.sum(), parts_per_group(num_parts, split[0]),
+                                                        num_parts, eps))
+    one_part = np.concatenate([c[1] for c in seen])
+    one_part = one_part[one_part < 1.5 * n / num_parts]  # the bounds of final parts (groups weigh 2 parts or more)
+    assert len(one_part) >= num_parts - len(split) - 1 and one_part.max() <= 1.03 * n / num_parts + len(split) + 1
+    # the nodes of one final part: the same nodes, whatever the chunking of the edges
+    monkeypatch.setattr(two_level, "EDGE_CHUNK", 1 << 20)
+    assert np.array_equal(two_level_partition(src, dst, n, num_parts, split, weights, 0.03, in_proportion), part)
