@@ -94,7 +94,8 @@ def test_bad_split_is_refused_naming_the_range(split):
                                                      (12, [2, 4], [2, 2, 2, 2, 2, 4, 4])])
 def test_a_list_split_goes_down_level_by_level_and_its_bounds_compose(monkeypatch, num_parts, split, blocks):
     """[g1, g2, ...]: g1 groups, then each group the same way with [g2, ...] where its share exceeds
-    g2, directly into its share otherwise; every level gets (1 + eps)^(1/L) - 1."""
+    g2, directly into its share otherwise; the first level gets (1 + eps)^(1/L) - 1, and every final
+    part's bound stays within (1 + eps) W / k."""
     monkeypatch.setattr(two_level, "EDGE_CHUNK", 53)
     src, dst, n, _ = _graph(3, n=300)
     weights = np.ones(n, dtype=np.int64)  # the stand-in below then keeps every level's bounds
@@ -115,6 +116,6 @@ def test_a_list_split_goes_down_level_by_level_and_its_bounds_compose(monkeypatc
     one_part = np.concatenate([c[1] for c in seen])
     one_part = one_part[one_part < 1.5 * n / num_parts]  # the bounds of final parts (groups weigh 2 parts or more)
     assert len(one_part) >= num_parts - len(split) - 1 and one_part.max() <= 1.03 * n / num_parts + len(split) + 1
-    # the nodes of one final part: the same nodes, whatever the chunking of the edges
+    # the same partition whatever the chunking of the edges
     monkeypatch.setattr(two_level, "EDGE_CHUNK", 1 << 20)
     assert np.array_equal(two_level_partition(src, dst, n, num_parts, split, weights, 0.03, in_proportion), part)
