@@ -170,8 +170,8 @@ def _split_pair_keys(keys: np.ndarray, num_nodes: int, num_parts: int,
     """``(pair_node, pair_dst, pair_owner)`` of the sorted keys ``(dst * P + owner) * N + node``, as
     narrow as their values allow, split a chunk at a time so that at most the keys and the outputs
     are alive."""
-    node: np.ndarray = np.empty(len(keys), dtype=_id_dtype(num_nodes))
-    dst: np.ndarray = np.empty(len(keys), dtype=_id_dtype(num_parts))
+    node: np.ndarray = np.empty(len(keys), dtype=id_dtype(num_nodes))
+    dst: np.ndarray = np.empty(len(keys), dtype=id_dtype(num_parts))
     owner: np.ndarray = np.empty(len(keys), dtype=np.int16 if num_parts <= np.iinfo(np.int16).max else dst.dtype)
     for a in range(0, len(keys), max(1, chunk)):
         block = keys[a:a + chunk] // num_nodes
@@ -181,7 +181,7 @@ def _split_pair_keys(keys: np.ndarray, num_nodes: int, num_parts: int,
     return node, dst, owner
 
 
-def _id_dtype(bound: int) -> type:
+def id_dtype(bound: int) -> type:
     """``int32`` for ids below ``bound`` that fit it, else ``int64``."""
     return np.int32 if bound <= np.iinfo(np.int32).max else np.int64
 

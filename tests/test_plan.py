@@ -115,8 +115,8 @@ def test_pattern_does_not_depend_on_the_chunk_nor_on_how_edges_are_given(P):
 
 
 def test_pair_ids_are_int32_only_where_they_fit():
-    from pyg_sparsecomm.plan import _id_dtype
-    assert _id_dtype(2**31 - 1) == np.int32 and _id_dtype(2**31) == np.int64
+    from pyg_sparsecomm.plan import id_dtype
+    assert id_dtype(2**31 - 1) == np.int32 and id_dtype(2**31) == np.int64
 
 
 def test_sorted_union_is_the_sorted_distinct_values_of_everything_added():

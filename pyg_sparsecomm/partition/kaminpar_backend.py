@@ -189,17 +189,16 @@ def _partition_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int, blocks: i
         blocks = max_block_weights(total, np.ones(blocks, dtype=np.int64), blocks, epsilon)
     num_blocks, caps = (blocks, None) if isinstance(blocks, int) else (len(blocks), blocks)
     folding = reductions.fold_leaves(src, dst, num_nodes, vertex_weights) if fold else None
+    n, weights, node_map = ((num_nodes, vertex_weights, None) if folding is None
+                            else (folding.num_nodes, folding.weights, folding.node_map))
+    part = np.zeros(0, dtype=np.int64)
     with tempfile.TemporaryDirectory(prefix="pyg_sparsecomm_kaminpar_") as tmp:
         path = os.path.join(tmp, "graph.parhip")
-        if folding is None:
-            write_parhip(path, src, dst, num_nodes, vertex_weights)
-        else:
-            write_parhip(path, src, dst, folding.num_nodes, folding.weights, node_map=folding.node_map)
+        write_parhip(path, src, dst, n, weights, node_map=node_map)
         del src, dst
-        if folding is None:
-            return partition_parhip_file(path, num_blocks, seed, preset, epsilon, threads, compress, caps)
-        folded_part = np.zeros(0, dtype=np.int64)
-        if folding.num_nodes:
-            folded_part = partition_parhip_file(path, num_blocks, seed, preset, epsilon, threads, compress, caps)
+        if n:  # a folded graph can be empty: isolated nodes only
+            part = partition_parhip_file(path, num_blocks, seed, preset, epsilon, threads, compress, caps)
+    if folding is None:
+        return part
     assert caps is not None  # fold: bounds from ``blocks`` above
-    return folding.unfold(folded_part, caps, vertex_weights)
+    return folding.unfold(part, caps, vertex_weights)

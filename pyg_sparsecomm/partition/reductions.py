@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..plan import id_dtype
+
 #: edges read at once
 EDGE_CHUNK = 1 << 22
 
@@ -61,9 +63,9 @@ class LeafFolding:
 def neighbour_range(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
     """The smallest and largest neighbour of every node in the symmetrised graph, self-loops
     ignored (``num_nodes`` and ``-1`` for a node without neighbours); ``int32`` when they fit."""
-    dtype = np.int32 if num_nodes < np.iinfo(np.int32).max else np.int64
-    low = np.full(num_nodes, num_nodes, dtype=dtype)
-    high = np.full(num_nodes, -1, dtype=dtype)
+    dtype = id_dtype(num_nodes)  # num_nodes itself marks 'no neighbour'
+    low: np.ndarray = np.full(num_nodes, num_nodes, dtype=dtype)
+    high: np.ndarray = np.full(num_nodes, -1, dtype=dtype)
     for start in range(0, len(src), EDGE_CHUNK):
         s, d = src[start:start + EDGE_CHUNK], dst[start:start + EDGE_CHUNK]
         off_loop = s != d

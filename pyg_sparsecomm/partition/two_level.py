@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ..plan import owner_rows
+from ..plan import id_dtype, owner_rows
 from ..sorted_keys import key_groups
 
 #: ``(src, dst, num_nodes, max_block_weights, vertex_weights) -> part`` in ``[0, len(max_block_weights))``
@@ -77,7 +77,7 @@ def write_induced_edges(src: np.ndarray, dst: np.ndarray, group: np.ndarray, num
     group's nodes in ascending order), to its files in the directory ``scratch``; returns the
     groups' sizes.  Reads the edges a chunk at a time: besides them, one chunk is in memory."""
     sizes, local = owner_rows(group, num_groups)  # a node's local id: its row on its group
-    ids = _local_dtype(len(group))
+    ids = id_dtype(len(group))
     for start in range(0, len(src), EDGE_CHUNK):
         s, d = src[start:start + EDGE_CHUNK], dst[start:start + EDGE_CHUNK]
         gs = group[s]
@@ -93,7 +93,7 @@ def write_induced_edges(src: np.ndarray, dst: np.ndarray, group: np.ndarray, num
 def read_induced_edges(scratch: str, g: int, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
     """Group ``g``'s induced edges from :func:`write_induced_edges`' files (deleted once read) of
     a graph of ``num_nodes`` nodes."""
-    dtype = _local_dtype(num_nodes)
+    dtype = id_dtype(num_nodes)
     ends: list[np.ndarray] = [np.fromfile(path, dtype=dtype) if os.path.exists(path) else np.empty(0, dtype=dtype)
                               for path in _edge_files(scratch, g)]
     remove_induced_edges(scratch, g)
@@ -105,10 +105,6 @@ def remove_induced_edges(scratch: str, g: int) -> None:
     for path in _edge_files(scratch, g):
         if os.path.exists(path):
             os.remove(path)
-
-
-def _local_dtype(num_nodes: int) -> type:
-    return np.int32 if num_nodes <= np.iinfo(np.int32).max else np.int64
 
 
 def _edge_files(scratch: str, g: int) -> tuple[str, str]:
@@ -160,7 +156,8 @@ def two_level_partition(src: np.ndarray, dst: np.ndarray, num_nodes: int, num_pa
     depth = len(groups) + 1
     level_epsilon = (1.0 + epsilon) ** (1.0 / depth) - 1.0
     weights = np.asarray(vertex_weights, dtype=np.int64)
-    caps = max_block_weights(int(weights.sum()), shares, num_parts, level_epsilon)
+    total = int(weights.sum())
+    caps = max_block_weights(total, shares, num_parts, level_epsilon)
     group = np.asarray(partition(src, dst, num_nodes, caps, weights)).astype(np.int32)
     first = np.concatenate([[0], np.cumsum(shares)])
     part = np.empty(num_nodes, dtype=np.int64)
@@ -170,7 +167,7 @@ def two_level_partition(src: np.ndarray, dst: np.ndarray, num_nodes: int, num_pa
         for g in np.flatnonzero(sizes).tolist():
             nodes = np.flatnonzero(group == g)
             q, sub_weights = int(shares[g]), weights[nodes]
-            rest_epsilon = _rest_epsilon(epsilon, int(weights.sum()), num_parts, int(sub_weights.sum()), q)
+            rest_epsilon = _rest_epsilon(epsilon, total, num_parts, int(sub_weights.sum()), q)
             if q == 1:
                 remove_induced_edges(scratch, g)
                 part[nodes] = first[g]
