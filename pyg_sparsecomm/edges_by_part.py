@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .plan import CommPattern, EdgeChunks
+from .plan import CommPattern, EdgeChunks, id_dtype
 from .sorted_keys import key_groups
 
 _FIELDS = ("e_id", "src", "dst")
@@ -56,8 +56,8 @@ def _read(fd: int, dtype: np.dtype, start: int, count: int) -> np.ndarray:
 def group_edges_by_part(edges: EdgeChunks, pattern: CommPattern, scratch: Path, step: int) -> EdgesByPart:
     """One pass over ``edges`` (``step`` at a time) writing each edge into the region of the part
     owning its target, in files under ``scratch`` (an existing directory): 8 bytes per edge for
-    its id, 4 (ids below :math:`2^{31}` nodes) or 8 for each end."""
-    node: np.dtype = np.dtype(np.int32 if pattern.num_nodes <= 1 << 31 else np.int64)
+    its id, 4 (fewer than :math:`2^{31}` nodes) or 8 for each end."""
+    node: np.dtype = np.dtype(id_dtype(pattern.num_nodes))
     dtypes: dict[str, np.dtype] = {"e_id": np.dtype(np.int64), "src": node, "dst": node}
     offsets = np.concatenate([[0], np.cumsum(pattern.edge_nnz)]).astype(np.int64)
     files = {name: scratch / f"edges_by_part.{name}" for name in _FIELDS}

@@ -43,7 +43,7 @@ from .edges_by_part import EdgesByPart, group_edges_by_part
 from .memory import release_free_heap
 from .part_in_edges import sort_in_edges
 from .partition import SparsityAwarePartitioner
-from .plan import EDGE_CHUNK, CommPattern, comm_pattern, numpy_ids, rank_plan
+from .plan import EDGE_CHUNK, CommPattern, comm_pattern, id_dtype, numpy_ids, rank_plan
 from .sorted_keys import key_groups
 from .store import partition_source, write_partition
 from .store_format import hash_header, hash_tensor, plan_record
@@ -113,10 +113,6 @@ def _torch_dtype(npy: NpyFile, what: str) -> torch.dtype:
         raise ValueError(f"{what} file {npy.path} has dtype {npy.dtype}, which torch cannot hold") from None
 
 
-#: ids below this fit ``int32``: the topology read for a method that needs it takes half the bytes
-INT32_IDS = 1 << 31
-
-
 @dataclass
 class EdgeFiles:
     """The ``[2, E]`` edges of one ``.npy`` file or of several (concatenated in order, edges
@@ -176,10 +172,10 @@ class EdgeFiles:
         return hi + 1 if num_nodes is None else num_nodes
 
     def read(self, num_nodes: int, step: int) -> Tensor:
-        """The whole ``edge_index`` (ids checked), ``int32`` below :data:`INT32_IDS` nodes (8 bytes
-        per edge), else ``int64``."""
-        edge_index = torch.empty(2, self.num_edges, dtype=torch.int32 if num_nodes <= INT32_IDS else torch.long)
-        out = edge_index.numpy()
+        """The whole ``edge_index`` (ids checked), ``int32`` when the ids fit (:func:`~.plan.id_dtype`:
+        the topology a method reads then takes 8 bytes per edge), else ``int64``."""
+        out: np.ndarray = np.empty((2, self.num_edges), dtype=id_dtype(num_nodes))
+        edge_index = torch.from_numpy(out)
         for row, a, block in self.rows(step):
             out[row, a:a + block.size] = block
         return edge_index

@@ -182,7 +182,8 @@ def _split_pair_keys(keys: np.ndarray, num_nodes: int, num_parts: int,
 
 
 def id_dtype(bound: int) -> type:
-    """``int32`` for ids below ``bound`` that fit it, else ``int64``."""
+    """``int32`` when every value up to ``bound`` fits it, else ``int64``: the one rule for node and
+    part ids kept as numpy arrays (``bound`` a count or a sentinel value stored with them)."""
     return np.int32 if bound <= np.iinfo(np.int32).max else np.int64
 
 
