@@ -166,11 +166,12 @@ def kaminpar_partition(edge_index: Tensor, num_nodes: int, num_parts: int, seed:
     probability :math:`\min(1, \tau / d_u) \min(1, \tau / d_v)` (:mod:`.sparsify`, seeded by ``seed``): a
     hub keeps about :math:`\tau` edges, a graph without nodes of degree above :math:`\tau` all of them.
     A hub's row is read by nearly every part anyway, so its edges guide the partition little while
-    they are most of a power-law graph's edges (R-MAT scale 21 into 64 parts, :math:`\tau` = 1024:
-    16.8M of 32.4M edges kept; with ``compress=True, fold_leaves=True`` 25 s and 2.5x the CSR
-    topology at METIS's total volume, against 23 s and 5.6x for ``preset="fast", fold_leaves=True``;
-    ``benchmarks/RESULTS.md``); on small graphs it only costs volume (Cora, :math:`\tau` = 64: 0.5-9 %
-    more).  :math:`d` counts edge ends: an edge list with both directions of every edge (PyG's
+    they are most of a power-law graph's edges.  The nodes the sample leaves without an edge are then
+    moved to the part holding most of their neighbours, within the parts' bounds.  R-MAT scale 21
+    into 64 parts with ``compress=True, split=2, fold_leaves=True, sample_degree=384`` (10M of 32.4M
+    edges kept): 26-33 s on 2 cores, 1.6-1.9x the CSR topology, 0.996-0.999x METIS's total volume
+    (``benchmarks/RESULTS.md``).  On small graphs it only costs volume (Cora, :math:`\tau` = 64:
+    0.5-9 % more).  :math:`d` counts edge ends: an edge list with both directions of every edge (PyG's
     undirected graphs) counts each neighbour twice.  With ``split`` every call samples its own
     subgraph.  ``None``: all edges."""
     threads, compress = _check_settings(import_kaminpar(), preset, epsilon, threads, compress)
@@ -197,25 +198,27 @@ def _partition_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int, blocks: i
     """KaMinPar's partition of the edges ``src -> dst`` (through a ParHiP file): into ``blocks``
     parts of imbalance ``epsilon``, or, ``blocks`` an array, into parts of at most those weights;
     ``fold``: of the graph with its leaves folded and its isolated nodes placed afterwards
-    (:mod:`.reductions`); ``sample_degree``: of the degree-capped sample of the edges
-    (:mod:`.sparsify`).  Drops its references to the edges once the file is written."""
+    (:mod:`.reductions`); ``sample_degree``: of the degree-capped sample of the edges, the nodes it
+    strands then placed by their neighbours (:mod:`.sparsify`).  Drops its references to the edges
+    once the file is written."""
+    stranded = None
     if sample_degree is not None:
-        src, dst = sparsify.sample_edges(src, dst, num_nodes, sample_degree, seed)
-    if fold and isinstance(blocks, int):
-        total = num_nodes if vertex_weights is None else int(np.sum(vertex_weights, dtype=np.int64))
-        blocks = max_block_weights(total, np.ones(blocks, dtype=np.int64), blocks, epsilon)
-    num_blocks, caps = (blocks, None) if isinstance(blocks, int) else (len(blocks), blocks)
+        src, dst, stranded = sparsify.sample_graph(src, dst, num_nodes, sample_degree, seed)
+    total = num_nodes if vertex_weights is None else int(np.sum(vertex_weights, dtype=np.int64))
+    bounds = max_block_weights(total, np.ones(blocks, dtype=np.int64), blocks, epsilon) \
+        if isinstance(blocks, int) else blocks  # what folding and stranded nodes are placed within
+    num_blocks, caps = (blocks, None) if isinstance(blocks, int) and not fold else (len(bounds), bounds)
     folding = reductions.fold_leaves(src, dst, num_nodes, vertex_weights) if fold else None
     n, weights, node_map = ((num_nodes, vertex_weights, None) if folding is None
                             else (folding.num_nodes, folding.weights, folding.node_map))
     part = np.zeros(0, dtype=np.int64)
     with tempfile.TemporaryDirectory(prefix="pyg_sparsecomm_kaminpar_") as tmp:
         path = os.path.join(tmp, "graph.parhip")
+        release_free_heap()  # the sample's and the fold's freed pages, before the writer allocates
         write_parhip(path, src, dst, n, weights, node_map=node_map)
         del src, dst
         if n:  # a folded graph can be empty: isolated nodes only
             part = partition_parhip_file(path, num_blocks, seed, preset, epsilon, threads, compress, caps)
-    if folding is None:
-        return part
-    assert caps is not None  # fold: bounds from ``blocks`` above
-    return folding.unfold(part, caps, vertex_weights)
+    if folding is not None:
+        part = folding.unfold(part, bounds, vertex_weights)
+    return part if stranded is None else stranded.place(part, vertex_weights, bounds)

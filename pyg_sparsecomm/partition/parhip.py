@@ -21,22 +21,25 @@ The graph written is the *symmetrised* adjacency of a directed graph
 straight from the edge list, one block of rows at a time (each row's entries:
 the edges leaving it and those entering it), and streamed to the file: besides
 the edges, only the block ids of their ends (1 or 2 bytes per end), the degrees
-and one block are in memory, never a CSR or its transpose.
+and two blocks (built in two threads) are in memory, never a CSR or its transpose.
 """
 from __future__ import annotations
+
+from functools import partial
 
 import numpy as np
 
 from ..sorted_keys import sorted_unique
+from ._threads import ordered_in_threads
 
 HEADER_BYTES = 24
 # bits of the version field (set = absent / 32-bit)
 _NO_EDGE_WEIGHTS, _NO_VERTEX_WEIGHTS, _EID32, _VID32, _VWGT32 = 1, 2, 4, 8, 16
 _U32_MAX = (1 << 32) - 1
-#: entries (both directions, before de-duplication) symmetrised per block: at least this many (a
-#: block takes about 32 bytes per entry), and enough that the edges are scanned at most
+#: entries (both directions, before de-duplication) symmetrised per block (two blocks are built at once): at
+#: least this many (a block takes about 32 bytes per entry), and enough that the edges are scanned at most
 #: :data:`MAX_PASSES` times
-BLOCK_ENTRIES = 1 << 22
+BLOCK_ENTRIES = 1 << 21
 MAX_PASSES = 64
 #: edges whose ends get their block ids at once
 _ID_CHUNK = 1 << 22
@@ -111,6 +114,17 @@ def _symmetric_block(src, dst, src_block, dst_block, block: int, r0: int, r1: in
     return np.bincount(row, minlength=max(r1 - r0, 1))[:r1 - r0], nbr
 
 
+def _write_blocks(f, build, bounds: np.ndarray, degree: np.ndarray) -> None:
+    """Writes the neighbours of every block of rows ``bounds[b] .. bounds[b + 1] - 1`` to ``f`` in
+    order, ``build(b, r0, r1)`` giving their degrees (stored into ``degree``) and neighbours; two
+    blocks are built at a time, in threads."""
+    rows = list(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True))
+    blocks = ordered_in_threads(lambda block: build(block, *rows[block]), range(len(rows)))
+    for (r0, r1), (row_degree, nbr) in zip(rows, blocks, strict=True):
+        degree[r0:r1] = row_degree
+        f.write(nbr.astype(np.uint32).tobytes())
+
+
 def write_parhip(path: str, src: np.ndarray, dst: np.ndarray, num_nodes: int,
                  vertex_weights: np.ndarray | None = None, block_entries: int | None = None,
                  node_map: np.ndarray | None = None) -> int:
@@ -149,9 +163,8 @@ def write_parhip(path: str, src: np.ndarray, dst: np.ndarray, num_nodes: int,
     first = HEADER_BYTES + (n + 1) * np.dtype(eid_dtype).itemsize
     with open(path, "wb") as f:
         f.seek(first)
-        for block, (r0, r1) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)):
-            degree[r0:r1], nbr = _symmetric_block(src, dst, src_block, dst_block, block, r0, r1, node_map)
-            f.write(nbr.astype(np.uint32).tobytes())
+        _write_blocks(f, partial(_symmetric_block, src, dst, src_block, dst_block, node_map=node_map), bounds,
+                      degree)
         del src_block, dst_block
         if weights is not None:
             f.write(weights.tobytes())
