@@ -169,7 +169,7 @@ def kaminpar_partition(edge_index: Tensor, num_nodes: int, num_parts: int, seed:
     they are most of a power-law graph's edges.  The nodes the sample leaves without an edge are then
     moved to the part holding most of their neighbours, within the parts' bounds.  R-MAT scale 21
     into 64 parts with ``compress=True, split=2, fold_leaves=True, sample_degree=384`` (10M of 32.4M
-    edges kept): 26-33 s on 2 cores, 1.6-1.9x the CSR topology, 0.996-0.999x METIS's total volume
+    edges kept): 27-33 s on 2 cores, 1.7-1.9x the CSR topology, 0.996-0.999x METIS's total volume
     (``benchmarks/RESULTS.md``).  On small graphs it only costs volume (Cora, :math:`\tau` = 64:
     0.5-9 % more).  :math:`d` counts edge ends: an edge list with both directions of every edge (PyG's
     undirected graphs) counts each neighbour twice.  With ``split`` every call samples its own
