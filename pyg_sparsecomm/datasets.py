@@ -1,6 +1,5 @@
 """Graphs that need no download (the default of the examples and benchmarks), and Planetoid."""
 import functools
-import os
 from pathlib import Path
 
 import torch
@@ -8,6 +7,7 @@ from torch_geometric.data import Data
 from torch_geometric.utils import to_undirected
 
 from .comm.group import is_distributed, raise_together, rank
+from .offline import OFFLINE_ENV, is_offline
 
 
 def sbm_graph(num_nodes: int = 4000, num_classes: int = 8, num_features: int = 64,
@@ -109,9 +109,6 @@ def rmat_graph(scale: int = 14, edge_factor: int = 8, a: float = 0.57, b: float 
 
 #: the Planetoid sets :func:`load_dataset` reads
 PLANETOID = ("Cora", "CiteSeer", "PubMed")
-#: set (to anything but ``""`` or ``"0"``) to make a missing Planetoid file an error at once,
-#: never a download attempt (what ``load_dataset(download=None)`` does)
-OFFLINE_ENV = "PYG_SPARSECOMM_OFFLINE"
 _PLANETOID_FILES = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
 _PLANETOID_URL = "https://github.com/kimiyoung/planetoid/tree/master/data"
 
@@ -145,7 +142,7 @@ def load_dataset(name: str, root: str = "data", seed: int = 0, barrier: bool = T
     if name not in PLANETOID:
         raise ValueError(f"unknown dataset {name!r}: use 'SBM' (generated, no files) or one of {list(PLANETOID)}")
     if download is None:
-        download = os.environ.get(OFFLINE_ENV, "") in ("", "0")
+        download = not is_offline()
     if not (barrier and is_distributed()):
         return _planetoid(name, root, download)
     what = f"load_dataset({name!r}, root={root!r})"
@@ -162,7 +159,7 @@ def _planetoid(name: str, root: str, download: bool) -> Data:
     files = [f"ind.{name.lower()}.{suffix}" for suffix in _PLANETOID_FILES]
     missing = [f for f in files if not (raw_dir / f).is_file()]
     if missing and not download:
-        why = f"{OFFLINE_ENV} is set" if os.environ.get(OFFLINE_ENV, "") not in ("", "0") else "download=False"
+        why = f"{OFFLINE_ENV} is set" if is_offline() else "download=False"
         raise FileNotFoundError(_missing_files(name, raw_dir, missing, f"not downloaded: {why}"))
     try:
         return Planetoid(root, name, transform=T.NormalizeFeatures())[0]

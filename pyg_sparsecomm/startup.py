@@ -28,6 +28,7 @@ from .comm.group import collective_device, global_rank, host_all_gather, is_dist
 from .comm.group import rank as group_rank
 from .comm.group import world_size as group_world_size
 from .data import shard
+from .offline import refusing_downloads
 from .partition import SparsityAwarePartitioner
 from .partition.hypergraph import default_hypergraph_threads
 from .partition.kaminpar_backend import default_kaminpar_threads
@@ -51,6 +52,12 @@ def _agree(error: BaseException | None, group: dist.ProcessGroup | None) -> str 
 @contextmanager
 def _rank_zero_first_block(group: dist.ProcessGroup | None) -> Iterator[None]:
     join_job()
+    with refusing_downloads(), _rank_zero_first_steps(group):
+        yield
+
+
+@contextmanager
+def _rank_zero_first_steps(group: dist.ProcessGroup | None) -> Iterator[None]:
     if group_world_size(group) == 1:
         yield
         return
@@ -86,7 +93,10 @@ def rank_zero_first(fn: Callable[..., Any] | None = None, *, group: dist.Process
     than the process group's timeout needs a longer ``timeout`` in ``init_process_group``.  The
     root must be on a file system the ranks share (one machine, or a shared directory).
     Without ``torchrun`` (one process) the block just runs; under ``torchrun`` the process group
-    is initialised first if it is not yet.
+    is initialised first if it is not yet.  With ``PYG_SPARSECOMM_OFFLINE`` set
+    (:data:`~pyg_sparsecomm.offline.OFFLINE_ENV`), a PyG dataset built inside whose raw files
+    are missing never tries to download them: rank 0 raises ``FileNotFoundError`` naming the
+    files and the folder to copy them into, and the other ranks raise that message.
 
     Args:
         fn: a callable to wrap (``Planetoid``, ``OGB``'s ``PygNodePropPredDataset``, ...); ``None``
