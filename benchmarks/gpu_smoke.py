@@ -4,9 +4,11 @@
     torchrun --standalone --nproc-per-node 2 benchmarks/gpu_smoke.py --device cpu  # dry run: CPU, gloo
 
 Every check runs a distributed computation and the same computation in one process with plain PyG
-on the whole graph on the same device (rank 0 computes the reference), and reports the largest
-absolute difference over the outputs, the input gradients (summed over ranks) and the parameter
-gradients (after ``sync_gradients``):
+on the whole graph on the same device (rank 0 computes the reference; ``--reference-device lazy``
+puts it on PyTorch's lazy-tensor device instead, so that on CPUs too a tensor of the reference
+mixed into the shards' or the host's fails), and reports the largest absolute difference over the
+outputs, the input gradients (summed over ranks) and the parameter gradients (after
+``sync_gradients``), one row per check as soon as it completes:
 
 * ``algorithm=<name>``: ``DistributedGCNConv`` with every SpMM algorithm (``"1.5d"`` on a
   ``P/c x c`` grid, ``c = 2`` when 4 divides ``P``, else 1; ``"rdma"`` on PyG symmetric memory, CUDA only);
@@ -25,12 +27,13 @@ check exceeds its tolerance.
 """
 import argparse
 import copy
+import importlib
 import sys
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 import torch.distributed as dist
-from _common import print_table
 from torch import Tensor
 from torch_geometric.data import Data
 from torch_geometric.nn import GAT, GCN, GIN, GCNConv, GraphSAGE
@@ -68,6 +71,20 @@ def isolated_part(data: Data, parts: int) -> Data:
     return out
 
 
+class Devices(NamedTuple):
+    """Where the shards and distributed modules run, and where the single-process reference runs
+    (the same device in a real run; ``--reference-device`` puts the reference elsewhere)."""
+    shards: torch.device
+    reference: torch.device
+
+
+def on(device: torch.device, data: Data) -> Data:
+    """A copy of ``data`` on ``device``.  PyG's ``Data.to`` moves in place, and ``data`` is every
+    check's input on the host: moving it would leave the next check indexing host tensors with
+    device ids."""
+    return copy.copy(data).to(device)
+
+
 def upstream(n: int) -> Tensor:
     return torch.randn(n, OUT, generator=torch.Generator().manual_seed(7))
 
@@ -84,33 +101,36 @@ def run_pass(module: torch.nn.Module, x: Tensor, call: Callable, weight: Tensor,
     return y.detach(), x.grad, grads, watch
 
 
-def full_pass_check(rank, world_size, device, data, local, reference, distributed, call_ref, call_dist,
+def full_pass_check(rank, devices: Devices, data, local, reference, distributed, call_ref, call_dist,
                     train_step: Callable | None = None) -> dict:
-    """One forward/backward of ``distributed`` on the shard vs ``reference`` on the whole graph."""
-    U = upstream(data.num_nodes).to(device)
+    """One forward/backward of ``distributed`` on the shard vs ``reference`` on the whole graph
+    (``call_ref(module, x, whole)``, ``whole`` the graph on the reference's device), compared on the host."""
+    U = upstream(data.num_nodes)
     mask = getattr(local, "owner_mask", None)
-    weight = U[local.n_id] * (1 if mask is None else mask.view(-1, 1))
-    y, gx, grads, watch = run_pass(distributed, local.x, call_dist, weight, device)
+    weight = U.to(devices.shards)[local.n_id] * (1 if mask is None else mask.view(-1, 1))
+    y, gx, grads, watch = run_pass(distributed, local.x, call_dist, weight, devices.shards)
     sync_gradients(distributed)
-    grads = [p.grad.clone() for p in distributed.parameters() if p.grad is not None]
+    grads = [p.grad.clone().cpu() for p in distributed.parameters() if p.grad is not None]  # before train_step
     extra = train_step(distributed) if train_step else None
-    part = {"n_id": local.n_id.cpu(), "y": y.cpu(), "gx": gx.cpu(), "extra": extra}
-    parts = gather(part)
+    parts = gather({"n_id": local.n_id.cpu(), "y": y.cpu(), "gx": gx.cpu(), "extra": extra})
     seconds = max_over_ranks(watch.seconds)
     if rank != 0:
         return {}
-    ref_y, ref_gx, ref_grads, _ = run_pass(reference, data.x, call_ref, U, device)
-    gx_sum = torch.zeros_like(ref_gx.cpu())
+    whole = on(devices.reference, data)
+    ref_y, ref_gx, ref_grads, _ = run_pass(reference, whole.x, lambda m, x: call_ref(m, x, whole),
+                                           U.to(devices.reference), devices.reference)
+    ref_y, ref_gx = ref_y.cpu(), ref_gx.cpu()
+    gx_sum = torch.zeros_like(ref_gx)
     diff = 0.0
     for p in parts:
-        diff = max(diff, (p["y"] - ref_y.cpu()[p["n_id"]]).abs().max().item() if p["n_id"].numel() else 0.0)
+        diff = max(diff, (p["y"] - ref_y[p["n_id"]]).abs().max().item() if p["n_id"].numel() else 0.0)
         gx_sum.index_add_(0, p["n_id"], p["gx"] * 1.0)
-    diff = max(diff, (gx_sum - ref_gx.cpu()).abs().max().item())  # 1.5D: summed over the replicas
-    diff = max([diff] + [(a - b).abs().max().item() for a, b in zip(grads, ref_grads, strict=True)])
+    diff = max(diff, (gx_sum - ref_gx).abs().max().item())  # 1.5D: summed over the replicas
+    diff = max([diff] + [(a - b.cpu()).abs().max().item() for a, b in zip(grads, ref_grads, strict=True)])
     if train_step:
         with torch.no_grad():
             reference.eval()
-            ref_eval = call_ref(reference, data.x).cpu()
+            ref_eval = call_ref(reference, whole.x, whole).cpu()
         diff = max([diff] + [(p["extra"] - ref_eval[p["n_id"]]).abs().max().item() for p in parts
                              if p["n_id"].numel()])
     return {"diff": diff, "ms": seconds * 1e3, "scale": ref_y.abs().max().item()}
@@ -126,60 +146,64 @@ def max_over_ranks(value: float) -> float:
     return max(gather(value))
 
 
-def gcn_pair(device, algorithm: str, replication: int = 1, **options) -> tuple:
+def gcn_pair(devices: Devices, algorithm: str, replication: int = 1, **options) -> tuple:
+    """PyG's ``GCNConv`` on the reference device and a ``DistributedGCNConv`` with its parameters."""
     torch.manual_seed(1)
-    ref = GCNConv(FEATURES, OUT).to(device)
+    ref = GCNConv(FEATURES, OUT)
     torch.nn.init.normal_(ref.bias)
     dist_conv = DistributedGCNConv(FEATURES, OUT, algorithm=algorithm, replication=replication, **options)
     dist_conv.load_state_dict(ref.state_dict())
-    return ref, dist_conv.to(device)
+    return ref.to(devices.reference), dist_conv.to(devices.shards)
 
 
-def algorithm_check(rank, world_size, device, data, algorithm: str, **options) -> dict:
+def weighted(m, x, whole):
+    return m(x, whole.edge_index, whole.edge_weight)
+
+
+def algorithm_check(rank, world_size, devices: Devices, data, algorithm: str, **options) -> dict:
     c = 2 if algorithm.startswith("1.5d") and world_size % 4 == 0 else 1  # P / c² block products
     parts = data if c == 1 else SparsityAwarePartitioner(world_size // c, method="random", seed=1)(data)
-    local = shard(parts, grid=process_grid(c) if algorithm.startswith("1.5d") else None).to(device)
-    ref, conv = gcn_pair(device, algorithm, c, **options)
-    return full_pass_check(rank, world_size, device, data.to(device), local, ref, conv,
-                           lambda m, x: m(x, data.edge_index.to(device), data.edge_weight.to(device)),
+    local = shard(parts, grid=process_grid(c) if algorithm.startswith("1.5d") else None).to(devices.shards)
+    ref, conv = gcn_pair(devices, algorithm, c, **options)
+    return full_pass_check(rank, devices, data, local, ref, conv, weighted,
                            lambda m, x: m(x, local.adj, local.edge_weight))
 
 
-def model_check(rank, world_size, device, data, name: str) -> dict:
+def model_check(rank, world_size, devices: Devices, data, name: str) -> dict:
     torch.manual_seed(2)
     model = {"GCN": GCN, "GraphSAGE": GraphSAGE, "GAT": GAT, "GIN": GIN}[name](FEATURES, HIDDEN, 2, OUT)
-    ref, distributed = model.to(device), distribute(copy.deepcopy(model)).to(device)
-    local = shard(data).to(device)
-    return full_pass_check(rank, world_size, device, data.to(device), local, ref, distributed,
-                           lambda m, x: m(x, data.edge_index.to(device)),
+    distributed = distribute(copy.deepcopy(model)).to(devices.shards)  # Module.to is in place too
+    local = shard(data).to(devices.shards)
+    return full_pass_check(rank, devices, data, local, model.to(devices.reference), distributed,
+                           lambda m, x, whole: m(x, whole.edge_index),
                            lambda m, x: m(x, local.adj.with_value(None)))  # unweighted, as edge_index
 
 
-def stale_check(rank, world_size, device, data) -> dict:
+def stale_check(rank, world_size, devices: Devices, data) -> dict:
     """Step 0 of ``staleness=1`` is exact; after a stale step, evaluation is exact again."""
-    local = shard(isolated_part(data, world_size)).to(device)
-    ref, conv = gcn_pair(device, "1d_overlap_p2p", staleness=1)
+    local = shard(isolated_part(data, world_size)).to(devices.shards)
+    ref, conv = gcn_pair(devices, "1d_overlap_p2p", staleness=1)
 
     def stale_step_then_eval(module):
         module(local.x, local.adj, local.edge_weight).sum().backward()  # step 1: stale halos
         module.eval()
         with torch.no_grad():
             return module(local.x, local.adj, local.edge_weight).cpu()
-    return full_pass_check(rank, world_size, device, data.to(device), local, ref, conv,
-                           lambda m, x: m(x, data.edge_index.to(device), data.edge_weight.to(device)),
+    return full_pass_check(rank, devices, data, local, ref, conv, weighted,
                            lambda m, x: m(x, local.adj, local.edge_weight), train_step=stale_step_then_eval)
 
 
-def minibatch_check(rank, world_size, device, data) -> dict:
-    """Every seed's output of one epoch of prefetched neighbour batches vs PyG on the same batches."""
-    local = shard(data).to(device)
+def minibatch_check(rank, world_size, devices: Devices, data) -> dict:
+    """Every seed's output of one epoch of prefetched neighbour batches vs PyG on the same batches
+    (sampled and indexed on the host, from ``data``, which no check moves)."""
+    local = shard(data).to(devices.shards)
     torch.manual_seed(3)
-    model = GraphSAGE(FEATURES, HIDDEN, 2, OUT).to(device).eval()
-    distributed = distribute(copy.deepcopy(model)).eval()
+    model = GraphSAGE(FEATURES, HIDDEN, 2, OUT).eval()
+    distributed = distribute(copy.deepcopy(model)).to(devices.shards).eval()
     loader = DistributedNeighborLoader(local, [4, 3], batch_size=16, input_nodes=local.train_mask, prefetch=1)
     loader.set_epoch(0)
     seeds, outs, watch = [], [], Stopwatch()
-    with torch.no_grad(), watch.measure(device):
+    with torch.no_grad(), watch.measure(devices.shards):
         for batch in loader:
             s = batch.batch_size
             outs.append(distributed(batch.x, batch.adj)[:s].cpu())
@@ -188,13 +212,15 @@ def minibatch_check(rank, world_size, device, data) -> dict:
     seconds = max_over_ranks(watch.seconds)
     if rank != 0:
         return {}
+    model.to(devices.reference)
     sampling = NeighborSampling(batch_size=16, shuffle=False, seed=0, num_neighbors=(4, 3))
     ref = torch.full((data.num_nodes, OUT), float("nan"))
     position = torch.full((data.num_nodes,), -1, dtype=torch.long)
     with torch.no_grad():
         for b in global_batches(data.edge_index, data.num_nodes, sampling, data.train_mask, epoch=0):
             position[b.n_id] = torch.arange(b.n_id.numel())
-            out = model(data.x[b.n_id].to(device), position[data.edge_index[:, b.e_id]].to(device))
+            edge_index = position[data.edge_index[:, b.e_id]]
+            out = model(data.x[b.n_id].to(devices.reference), edge_index.to(devices.reference))
             ref[b.n_id[:b.num_seeds]] = out[:b.num_seeds].cpu()
     got_ids = torch.cat([p[0] for p in parts])
     if sorted(got_ids.tolist()) != torch.nonzero(~ref[:, 0].isnan()).flatten().tolist():
@@ -214,10 +240,10 @@ def rdma_unavailable(device: torch.device) -> str | None:
     return None
 
 
-def checks(device: torch.device) -> list[tuple[str, Callable | None, str | None, float | None]]:
+def checks(device: torch.device) -> list[tuple[str, Callable, str | None, float | None]]:
     """``(name, run, reason skipped, relative tolerance)``; ``None`` tolerance: absolute ``TOL``."""
     from pyg_sparsecomm.algorithms import ALGORITHMS
-    out: list[tuple[str, Callable | None, str | None, float | None]] = []
+    out: list[tuple[str, Callable, str | None, float | None]] = []
     for name in ALGORITHMS:
         reason = rdma_unavailable(device) if name == "rdma" else None
         out.append((f"algorithm={name}", lambda r, P, d, g, n=name: algorithm_check(r, P, d, g, n), reason, None))
@@ -230,29 +256,51 @@ def checks(device: torch.device) -> list[tuple[str, Callable | None, str | None,
     return out
 
 
+def reference_device(name: str | None, device: torch.device) -> torch.device:
+    """The reference's device: ``device`` by default; ``"lazy"`` is PyTorch's lazy-tensor device
+    (TorchScript backend, computing on the CPU), a second device on a machine without GPUs."""
+    if name is None:
+        return device
+    if name == "lazy":
+        importlib.import_module("torch._lazy.ts_backend").init()
+    return torch.device(name)
+
+
+def print_row(cells: list, widths: list[int]) -> None:
+    """One line of the table, at once: a run that crashes later has printed the rows before."""
+    print("  ".join(str(c).rjust(w) for c, w in zip(cells, widths, strict=True)), flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--reference-device", choices=["cuda", "cpu", "lazy"], default=None,
+                        help="where rank 0 runs the single-process PyG reference (default: --device); the test "
+                             "suite's CPU run uses 'lazy', so that mixing the two devices fails on CPUs too")
     parser.add_argument("--nodes", type=int, default=400)
     args = parser.parse_args(argv)
     failed = False
     with distributed_job("gloo" if args.device == "cpu" else None) as (rank, world_size, device):
-        graph = make_graph(args.nodes)
-        data = SparsityAwarePartitioner(world_size, method="random", seed=1)(graph)
-        rows = []
-        for name, run, reason, rel in checks(device):
+        devices = Devices(device, reference_device(args.reference_device, device))
+        data = SparsityAwarePartitioner(world_size, method="random", seed=1)(make_graph(args.nodes))
+        todo = checks(device)
+        widths = [max(len(name) for name, *_ in todo), 9, 9, 9, 8]
+        if rank == 0:
+            print(f"gpu_smoke: P={world_size}, device {device} ({dist.get_backend()}), reference on "
+                  f"{devices.reference}, {args.nodes} nodes", flush=True)
+            print_row(HEADERS, widths)
+        for name, run, reason, rel in todo:
             if reason is not None:
-                rows.append([name, "-", "-", "-", f"skipped: {reason}"])
+                if rank == 0:
+                    print_row([name, "-", "-", "-", f"skipped: {reason}"], widths)
                 continue
-            res = run(rank, world_size, device, data)
+            res = run(rank, world_size, devices, data)
             if rank == 0:
                 tol = TOL * max(1.0, res["scale"]) if rel is None else rel * res["scale"]
                 ok = res["diff"] <= tol
                 failed |= not ok
-                rows.append([name, f"{res['diff']:.3g}", f"{tol:.3g}", f"{res['ms']:.2f}", "ok" if ok else "MISMATCH"])
-        if rank == 0:
-            print(f"gpu_smoke: P={world_size}, device {device} ({dist.get_backend()}), {args.nodes} nodes")
-            print_table(HEADERS, rows)
+                print_row([name, f"{res['diff']:.3g}", f"{tol:.3g}", f"{res['ms']:.2f}", "ok" if ok else "MISMATCH"],
+                          widths)
         failed = bool(gather(failed)[0])
     return 1 if failed else 0
 
