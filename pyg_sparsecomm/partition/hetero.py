@@ -54,10 +54,21 @@ def check_hetero(data: HeteroData) -> None:
             raise ValueError(f"relation {edge_type} needs an edge_index (LongTensor [2, num_edges]); a sparse "
                              f"adj_t is not supported for heterogeneous graphs yet")
         for row, node_type in ((0, src), (1, dst)):
-            n = data[node_type].num_nodes
+            n = _declared_num_nodes(data, edge_type, node_type)
             if edge_index.size(1) and (int(edge_index[row].min()) < 0 or int(edge_index[row].max()) >= n):
                 raise ValueError(f"relation {edge_type}: edge_index[{row}] holds ids outside [0, {n}) of node type "
                                  f"{node_type!r}")
+
+
+def _declared_num_nodes(data: HeteroData, edge_type: EdgeType, node_type: NodeType) -> int:
+    """``data[node_type].num_nodes``, or ``ValueError`` naming the relation ending there and the fix
+    (without adding ``node_type`` to ``data``, as ``data[node_type]`` would)."""
+    n = data[node_type].num_nodes if node_type in data.node_types else None
+    if n is None:
+        raise ValueError(f"relation {edge_type} ends at node type {node_type!r}, which has no nodes (neither x nor "
+                         f"num_nodes): set data[{node_type!r}].num_nodes (or its x), or remove the relation "
+                         f"(del data[{edge_type}])")
+    return int(n)
 
 
 def relation_pattern(data: HeteroData, edge_type: EdgeType, parts: dict[str, Tensor], num_parts: int) -> CommPattern:

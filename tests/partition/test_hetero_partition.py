@@ -74,6 +74,16 @@ def test_unsupported_settings_and_bad_graphs_are_refused_by_name():
     with pytest.raises(ValueError, match=r"\('a', 'to', 'b'\): edge_index\[1\] holds ids outside \[0, 2\) of "
                                          r"node type 'b'"):
         SparsityAwarePartitioner(2, method="random")(bad)
+    ghost = igbh_like(50, seed=0)  # issue 45: a relation to a node type never given nodes
+    ghost["paper", "cites_ghost", "ghost"].edge_index = torch.tensor([[0, 1], [1, 2]])
+    with pytest.raises(ValueError, match=r"relation \('paper', 'cites_ghost', 'ghost'\) ends at node type 'ghost', "
+                                         r"which has no nodes.*set data\['ghost'\]\.num_nodes"):
+        SparsityAwarePartitioner(2, method="random")(ghost)
+    assert "ghost" not in ghost.node_types  # the check added no node type to the user's graph
+    ghost["ghost"]  # now a node type, still without nodes
+    with pytest.raises(ValueError, match=r"node type 'ghost' has no num_nodes \(set data\['ghost'\]\.num_nodes"), \
+            pytest.warns(UserWarning, match=r"Unable to accurately infer 'num_nodes'"):  # PyG's, before the error
+        SparsityAwarePartitioner(2, method="random")(ghost)
     sparse = HeteroData()
     sparse["a"].num_nodes = 3
     sparse["a", "to", "a"].adj_t = torch.eye(3).to_sparse()
