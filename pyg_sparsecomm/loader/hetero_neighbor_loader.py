@@ -2,7 +2,6 @@ r"""``DistributedNeighborLoader`` on a heterogeneous shard: PyG's ``NeighborLoad
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch import Tensor
@@ -11,9 +10,10 @@ from torch_geometric.data import HeteroData
 from ..comm.group import world_size
 from ..relation_adj import RelationAdj
 from ..sampling.hetero_rules import EdgeType, HeteroNeighborSampling
+from ..sampling.in_edge_sample import sample_in_edges, shard_in_edge_order
 from .batch import Requests, request_halo
 from .hetero_batch import HeteroSampled, build_hetero_batch
-from .neighbor_loader import DistributedNeighborLoader, in_edge_positions
+from .neighbor_loader import DistributedNeighborLoader
 
 
 class DistributedHeteroNeighborLoader(DistributedNeighborLoader, heterogeneous=True):
@@ -87,6 +87,8 @@ class DistributedHeteroNeighborLoader(DistributedNeighborLoader, heterogeneous=T
                              f"{world_size(group)}")
         self.adjs = {et: a.cpu() for et, a in adjs.items()}
         self.e_ids = {et: local[et].e_id.cpu() for et in adjs}
+        self.in_orders = {et: shard_in_edge_order(a, self.e_ids[et]) for et, a in self.adjs.items()}
+        self.row_ids = {t: local[t].n_id.cpu() for t in local.node_types}
         self.plans = {et[0]: a.plan for et, a in self.adjs.items()}
         self.num_owned = {t: int(local[t].num_nodes) for t in local.node_types}
         store = local[self.input_type]
@@ -122,10 +124,9 @@ class DistributedHeteroNeighborLoader(DistributedNeighborLoader, heterogeneous=T
         reached: dict[str, list[Tensor]] = {t: [] for t in self.num_owned}
         halo: dict[str, list[Tensor]] = {s: [] for s in self.plans}
         for i, (et, adj) in enumerate(self.adjs.items()):
-            pos, target = in_edge_positions(adj.rowptr, frontier[et[2]])
-            keep = self.sampling.pick_relation(epoch, b, h, i, target.numpy(),
-                                               self.e_ids[et].index_select(0, pos).numpy())
-            pos = pos[torch.from_numpy(np.ascontiguousarray(keep))]
+            rows = frontier[et[2]]
+            pos = sample_in_edges(*self.sampling.draw_relation(epoch, b, h, i), adj.rowptr, self.in_orders[et], rows,
+                                  self.row_ids[et[2]].index_select(0, rows))
             col = adj.col.index_select(0, pos)
             edges[et].append(pos)
             hops[et].append(torch.full_like(pos, h))

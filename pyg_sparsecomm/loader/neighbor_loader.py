@@ -2,12 +2,12 @@ r"""``DistributedNeighborLoader``: PyG's ``NeighborLoader`` over a partitioned g
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
+from ..sampling.in_edge_sample import sample_in_edges, shard_in_edge_order
 from ..sampling.rules import NeighborSampling
 from .base import DistributedLoader
 from .batch import Requests, Sampled, build_batch, request_halo
@@ -101,6 +101,13 @@ class DistributedNeighborLoader(DistributedLoader):
                              f"got {num_neighbors!r}")
         return NeighborSampling(num_neighbors=tuple(num_neighbors), **batching), input_nodes
 
+    def _seed_rows(self, local: Data, group: dist.ProcessGroup | None) -> tuple[Tensor, int]:
+        """As the base class; also puts every row's in-edges in the canonical order they are drawn
+        from (:mod:`~pyg_sparsecomm.sampling.in_edge_sample`), once."""
+        seed_n_id, num_nodes = super()._seed_rows(local, group)
+        self.in_order = shard_in_edge_order(self.adj, self.e_id)
+        return seed_n_id, num_nodes
+
     def _batches(self, epoch: int, global_seeds: Tensor) -> Iterator[Data]:
         n_id = self.seed_n_id
         seeds = torch.arange(self.num_nodes) if self.global_seeds is None else self.global_seeds
@@ -139,16 +146,5 @@ class DistributedNeighborLoader(DistributedLoader):
 
     def _pick(self, epoch: int, b: int, hop: int, frontier: Tensor) -> Tensor:
         """CSR positions of the in-edges the ``frontier`` rows keep at ``hop``."""
-        pos, target = in_edge_positions(self.adj.rowptr, frontier)
-        keep = self.sampling.pick(epoch, b, hop, target.numpy(), self.e_id.index_select(0, pos).numpy())
-        return pos[torch.from_numpy(np.ascontiguousarray(keep))]
-
-
-def in_edge_positions(rowptr: Tensor, frontier: Tensor) -> tuple[Tensor, Tensor]:
-    """``(position, target)`` of every in-edge of the ``frontier`` rows in a CSR (grouped by row)."""
-    start = rowptr.index_select(0, frontier)
-    counts = rowptr.index_select(0, frontier + 1) - start
-    total = int(counts.sum())
-    # position of candidate k of frontier row i: start[i] + k
-    pos = torch.repeat_interleave(start - (torch.cumsum(counts, 0) - counts), counts) + torch.arange(total)
-    return pos, torch.repeat_interleave(frontier, counts)
+        return sample_in_edges(*self.sampling.draw(epoch, b, hop), self.adj.rowptr, self.in_order, frontier,
+                               self.seed_n_id.index_select(0, frontier))

@@ -4,10 +4,11 @@ counter-based rules of :mod:`.rules`, and a single-process reference of them.
 The seeds are nodes of one type (``input_nodes=(node_type, ...)``), put in batches as
 :class:`~.rules.NeighborSampling` puts them.  At hop ``h``, for every relation
 :math:`(s, r, d)` of fanout :math:`k_h` (``num_neighbors[(s, r, d)][h - 1]``; ``-1``: all,
-``0``: none), every node of type :math:`d` first reached at hop ``h - 1`` keeps the
-:math:`k_h` in-edges of that relation of smallest :math:`u(s, e, \text{batch}, \rho, \text{edge id})`
-(:math:`\rho` the relation's position in the graph's edge types, so relations draw
-independently); their sources of type :math:`s` not reached before are reached at hop ``h``.
+``0``: none), every node of type :math:`d` first reached at hop ``h - 1`` keeps :math:`k_h` of its
+in-edges of that relation, uniformly without replacement, drawn by :mod:`.in_edge_sample` under
+the key of :math:`(s, e, \text{batch}, \rho)` (:math:`\rho` the relation's position in the
+graph's edge types, so relations draw independently); their sources of type :math:`s` not
+reached before are reached at hop ``h``.
 Every choice is a function of global ids: a batch is the same for any partition and any ``P``.
 Nodes of every type are ordered by (hop, global id), edges of every relation by (hop,
 target, source), as in the homogeneous batches.
@@ -21,7 +22,7 @@ import torch
 from torch import Tensor
 
 from .randomness import stream_key
-from .rules import _EDGES, NeighborSampling, _input_mask, _is_integer, in_edges, keep_smallest
+from .rules import _EDGES, NeighborSampling, _input_mask, _is_integer, global_in_edges, sampled_edges
 
 EdgeType = tuple[str, str, str]
 
@@ -60,12 +61,10 @@ class HeteroNeighborSampling(NeighborSampling):
     def edge_types(self) -> list[EdgeType]:
         return [et for et, _ in self.relations]
 
-    def pick_relation(self, epoch: int, batch: int, hop: int, relation: int, target: np.ndarray,
-                      edge_id: np.ndarray) -> np.ndarray:
-        """Mask of the candidate in-edges of relation ``relation`` (its position in
-        :attr:`relations`) kept at ``hop`` (1-based), per ``target``."""
-        key = stream_key(self.seed, _EDGES, epoch, batch, relation)
-        return keep_smallest(key, self.relations[relation][1][hop - 1], target, edge_id)
+    def draw_relation(self, epoch: int, batch: int, hop: int, relation: int) -> tuple[np.uint64, int]:
+        """``(key, fanout)`` of the in-edges of relation ``relation`` (its position in
+        :attr:`relations`) drawn at ``hop`` (1-based) of ``batch``."""
+        return stream_key(self.seed, _EDGES, epoch, batch, relation), self.relations[relation][1][hop - 1]
 
 
 class HeteroGlobalBatch(NamedTuple):
@@ -104,8 +103,7 @@ def hetero_global_batches(data, sampling: HeteroNeighborSampling, input_nodes: T
     graphs = []
     for edge_type in sampling.edge_types:
         src, dst = data[edge_type].edge_index.cpu().numpy()
-        in_ptr = np.concatenate([[0], np.cumsum(np.bincount(dst, minlength=sizes[edge_type[2]]))])
-        graphs.append((src, np.argsort(dst, kind="stable"), in_ptr))
+        graphs.append((src, dst, global_in_edges(src, dst, sizes[edge_type[2]])))
     batches = [_batch(sampling, epoch, b, seeds[seed_batch == b], graphs, sizes) for b in range(nb)]
     return [b for b in batches if b.num_seeds > 0]
 
@@ -119,11 +117,8 @@ def _batch(sampling: HeteroNeighborSampling, epoch: int, b: int, seeds: np.ndarr
     picked: dict[EdgeType, list[np.ndarray]] = {et: [] for et in sampling.edge_types}
     for h in range(1, sampling.num_hops + 1):
         reached: dict[str, list[np.ndarray]] = {t: [] for t in sizes}
-        for i, (edge_type, (src, in_order, in_ptr)) in enumerate(zip(sampling.edge_types, graphs, strict=True)):
-            target, cand = in_edges(frontier[edge_type[2]], in_order, in_ptr)
-            keep = sampling.pick_relation(epoch, b, h, i, target, cand)
-            e = cand[keep]
-            e = e[np.lexsort((src[e], target[keep]))]
+        for i, (edge_type, (src, dst, graph)) in enumerate(zip(sampling.edge_types, graphs, strict=True)):
+            e = sampled_edges(*sampling.draw_relation(epoch, b, h, i), graph, frontier[edge_type[2]], src, dst)
             picked[edge_type].append(e)
             reached[edge_type[0]].append(src[e])
         for t in sizes:

@@ -9,9 +9,11 @@ same whichever rank draws it and whatever the partition:
   batches of an epoch (``b`` = ``batch_size``; ``e`` the epoch when shuffling, else 0), so a
   batch holds ``b`` seeds on average and each rank finds its own seeds without talking;
 * **neighbours** (:class:`NeighborSampling`) -- at hop ``h`` every node first reached at
-  hop ``h - 1`` keeps the ``num_neighbors[h - 1]`` in-edges of smallest
-  :math:`u(s, e, \text{batch}, \text{edge id})` (all of them for ``-1``): uniform sampling
-  without replacement, as PyG's ``NeighborLoader``; its owner holds those in-edges;
+  hop ``h - 1`` keeps ``num_neighbors[h - 1]`` of its in-edges (all of them for ``-1``),
+  uniformly without replacement as PyG's ``NeighborLoader``, drawn by Floyd's algorithm from
+  hashes of its global id under the key of :math:`(s, e, \text{batch})`
+  (:mod:`.in_edge_sample`: O(fanout) per node, whatever its in-degree); its owner holds those
+  in-edges;
 * **node subsets** (:class:`NodeSubsetSampling`, the sampling of VLDB'23 Fig. 5) -- the
   batch is a uniformly random set of about ``batch_size`` nodes and the subgraph it induces;
   the rows scored are its members in the input set.
@@ -29,6 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .in_edge_sample import sample_in_edges
 from .randomness import bucket, stream_key, uniform
 
 _BATCHES, _EDGES = 1, 2  # stream names
@@ -104,22 +107,10 @@ class NeighborSampling(_Batching):
         batch[batch >= num_batches] = -1
         return torch.from_numpy(batch).index_select(0, torch.searchsorted(seeds.cpu(), node_ids.cpu()))
 
-    def pick(self, epoch: int, batch: int, hop: int, target: np.ndarray, edge_id: np.ndarray) -> np.ndarray:
-        """Mask of the candidate in-edges kept at ``hop`` (1-based): per ``target``, the
-        ``num_neighbors[hop - 1]`` of smallest priority (ties by edge id)."""
-        return keep_smallest(stream_key(self.seed, _EDGES, epoch, batch), self.num_neighbors[hop - 1], target, edge_id)
-
-
-def keep_smallest(key: np.uint64, fanout: int, target: np.ndarray, edge_id: np.ndarray) -> np.ndarray:
-    """Mask of the candidate in-edges ``edge_id`` kept per ``target``: the ``fanout`` of smallest
-    priority :math:`u(key, \\text{edge id})` (ties by edge id; ``-1``: all, ``0``: none)."""
-    if fanout < 0 or target.size == 0:
-        return np.ones(target.size, dtype=bool)
-    if fanout == 0:
-        return np.zeros(target.size, dtype=bool)
-    priority = uniform(key, edge_id)
-    keep = _smallest_in_runs(target, priority, fanout)
-    return keep if keep is not None else _smallest_by_sorting(target, priority, edge_id, fanout)
+    def draw(self, epoch: int, batch: int, hop: int) -> tuple[np.uint64, int]:
+        """``(key, fanout)`` of the in-edges drawn at ``hop`` (1-based) of ``batch``
+        (:func:`~.in_edge_sample.sample_in_edges`): every node draws under the batch's key."""
+        return stream_key(self.seed, _EDGES, epoch, batch), self.num_neighbors[hop - 1]
 
 
 def _is_integer(value: object) -> bool:
@@ -129,50 +120,6 @@ def _is_integer(value: object) -> bool:
     except TypeError:
         return False
     return True
-
-
-_MAX_SELECTION_PASSES = 32  # fanouts above this sort instead (a pass per kept edge)
-
-
-def _smallest_by_sorting(target: np.ndarray, priority: np.ndarray, edge_id: np.ndarray, k: int) -> np.ndarray:
-    """Mask of the ``k`` candidates of smallest ``(priority, edge_id)`` per target (any order)."""
-    order = np.lexsort((edge_id, priority, target))
-    t = target[order]
-    rank_in_target = np.arange(t.size) - np.searchsorted(t, t)
-    keep = np.zeros(target.size, dtype=bool)
-    keep[order[rank_in_target < k]] = True
-    return keep
-
-
-def _smallest_in_runs(target: np.ndarray, priority: np.ndarray, k: int) -> np.ndarray | None:
-    """:func:`_smallest_by_sorting` without a sort when ``target`` is sorted (the candidates come
-    as every frontier node's in-edges, frontier sorted) and ``k`` small: ``k`` passes of a
-    segmented minimum over the targets of more than ``k`` candidates.  ``None`` (sort instead)
-    when the targets are not sorted, ``k`` is large or two candidates of a target tie in
-    priority (where ``edge_id`` decides); else the same mask."""
-    n = target.size
-    if k > _MAX_SELECTION_PASSES or bool((target[1:] < target[:-1]).any()):
-        return None
-    starts = np.flatnonzero(np.concatenate([[True], target[1:] != target[:-1]]))
-    sizes = np.diff(np.append(starts, n))
-    big = sizes > k
-    keep = np.ones(n, dtype=bool)  # targets of at most k candidates keep them all
-    if not big.any():
-        return keep
-    in_big = np.repeat(big, sizes)
-    p = priority[in_big]
-    big_sizes = sizes[big]
-    big_starts = np.concatenate([[0], np.cumsum(big_sizes)[:-1]])
-    group = np.repeat(np.arange(big_sizes.size), big_sizes)
-    chosen = np.zeros(p.size, dtype=bool)
-    for _ in range(k):  # every big target has more than k candidates: a finite minimum each pass
-        hit = p == np.minimum.reduceat(p, big_starts)[group]
-        if int(np.count_nonzero(hit)) != big_sizes.size:
-            return None  # a tie in priority
-        chosen |= hit
-        p[hit] = np.inf
-    keep[in_big] = chosen
-    return keep
 
 
 @dataclass(frozen=True)
@@ -220,9 +167,8 @@ def global_batches(edge_index: Tensor, num_nodes: int, sampling: NeighborSamplin
         nb = sampling.num_batches(int(inputs.sum()))
         seeds = np.flatnonzero(inputs)
         seed_batch = sampling.batch_of(epoch, torch.from_numpy(seeds), nb, torch.from_numpy(seeds)).numpy()
-        in_order = np.argsort(dst, kind="stable")
-        in_ptr = np.concatenate([[0], np.cumsum(np.bincount(dst, minlength=num_nodes))])
-        batches = [_neighbor_batch(sampling, epoch, b, seeds[seed_batch == b], src, in_order, in_ptr, num_nodes)
+        graph = global_in_edges(src, dst, num_nodes)
+        batches = [_neighbor_batch(sampling, epoch, b, seeds[seed_batch == b], src, dst, graph, num_nodes)
                    for b in range(nb)]
     return [b for b in batches if b.num_seeds > 0]
 
@@ -248,25 +194,29 @@ def _subset_batch(b: int, member_batch: np.ndarray, inputs: np.ndarray, src: np.
     return GlobalBatch(t(nodes), int(inputs[nodes].sum()), None, t(e_id), None)
 
 
-def in_edges(frontier: np.ndarray, in_order: np.ndarray, in_ptr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(target, position)`` of every in-edge of the ``frontier`` nodes: ``in_order[in_ptr[v]:in_ptr[v + 1]]``
-    per node ``v`` (positions into ``in_order``'s edge numbering), grouped by target in frontier order."""
-    counts = in_ptr[frontier + 1] - in_ptr[frontier]
-    starts = np.repeat(in_ptr[frontier], counts)
-    within = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
-    return np.repeat(frontier, counts), in_order[starts + within]
+def global_in_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> tuple[Tensor, Tensor]:
+    """``(rowptr, order)`` of the whole graph's in-edges: edge ids by (target, source, edge id)
+    (the canonical order of :mod:`.in_edge_sample`, sorted here on its own)."""
+    order = np.lexsort((np.arange(dst.size), src, dst))
+    rowptr = np.concatenate([[0], np.cumsum(np.bincount(dst, minlength=num_nodes))])
+    return torch.from_numpy(rowptr.astype(np.int64)), torch.from_numpy(order.astype(np.int64))
+
+
+def sampled_edges(key: np.uint64, fanout: int, graph: tuple[Tensor, Tensor], frontier: np.ndarray,
+                  src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """Global ids of the in-edges the ``frontier`` nodes keep, ordered by (target, source, id)."""
+    nodes = torch.from_numpy(frontier.astype(np.int64))
+    e = sample_in_edges(key, fanout, graph[0], graph[1], nodes, nodes).numpy()
+    return e[np.lexsort((e, src[e], dst[e]))]
 
 
 def _neighbor_batch(sampling: NeighborSampling, epoch: int, b: int, seeds: np.ndarray, src: np.ndarray,
-                    in_order: np.ndarray, in_ptr: np.ndarray, num_nodes: int) -> GlobalBatch:
+                    dst: np.ndarray, graph: tuple[Tensor, Tensor], num_nodes: int) -> GlobalBatch:
     hop = np.full(num_nodes, -1, dtype=np.int64)
     hop[seeds] = 0
     frontier, picked_edges, edge_counts = seeds, [], []
     for h in range(1, sampling.num_hops + 1):
-        target, cand = in_edges(frontier, in_order, in_ptr)
-        keep = sampling.pick(epoch, b, h, target, cand)
-        e = cand[keep]
-        e = e[np.lexsort((src[e], target[keep]))]
+        e = sampled_edges(*sampling.draw(epoch, b, h), graph, frontier, src, dst)
         picked_edges.append(e)
         edge_counts.append(e.size)
         new = np.unique(src[e])

@@ -3,7 +3,6 @@
 of their endpoints that the node loader's reference (``_neighbor_batch``) draws from them as seeds,
 and ``batch.pairs.gather`` returns both endpoints' rows; on a directed graph with isolated nodes
 (P = 3: an empty part)."""
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch_geometric.data import Data
@@ -12,7 +11,7 @@ from torch_geometric.sampler import NegativeSampling
 
 from pyg_sparsecomm import distribute, distributed_loss, shard
 from pyg_sparsecomm.loader import DistributedLinkNeighborLoader, NeighborSampling
-from pyg_sparsecomm.sampling.rules import _neighbor_batch
+from pyg_sparsecomm.sampling.rules import _neighbor_batch, global_in_edges
 from pyg_sparsecomm.testing import launch
 
 N, FANOUT, SEED, PAIRS, BATCH, FEATURES = 50, (3, 2), 7, 30, 8, 4
@@ -96,9 +95,7 @@ def _reference_training(data, batches):
 def _reference_neighbourhood(data, epoch, b, seeds):
     sampling = NeighborSampling(batch_size=1, seed=SEED, num_neighbors=FANOUT)
     src, dst = data.edge_index.numpy()
-    in_order = np.argsort(dst, kind="stable")
-    in_ptr = np.concatenate([[0], np.cumsum(np.bincount(dst, minlength=N))])
-    return _neighbor_batch(sampling, epoch, b, seeds, src, in_order, in_ptr, N)
+    return _neighbor_batch(sampling, epoch, b, seeds, src, dst, global_in_edges(src, dst, N), N)
 
 
 def _keys(pairs):

@@ -131,15 +131,15 @@ def test_shuffle_false_keeps_the_seeds_and_redraws_neighbours():
 
 
 def test_neighbor_sampling_keeps_fanout_in_edges_uniformly():
+    from pyg_sparsecomm.sampling.in_edge_sample import sample_in_edges
     sampling = NeighborSampling(batch_size=4, seed=1, num_neighbors=(3,))
-    import numpy as np
-    target = np.repeat(np.arange(3), [5, 2, 0 + 4])
-    edge_id = np.arange(target.size) * 7
-    keep = sampling.pick(0, 0, 1, target, edge_id)
-    assert np.bincount(target[keep], minlength=3).tolist() == [3, 2, 3]
+    rowptr, order, rows = torch.tensor([0, 5, 7, 11]), torch.arange(11), torch.arange(3)  # in-degrees 5, 2, 4
+    kept = sample_in_edges(*sampling.draw(0, 0, 1), rowptr, order, rows, rows)
+    assert torch.bincount(torch.bucketize(kept, rowptr[1:], right=True), minlength=3).tolist() == [3, 2, 3]
     # uniform: over many batches every in-edge of a 5-edge target is kept 3/5 of the time
-    freq = np.mean([sampling.pick(0, b, 1, target, edge_id)[:5] for b in range(4000)], axis=0)
-    assert np.allclose(freq, 0.6, atol=0.04), freq
+    freq = torch.stack([torch.bincount(sample_in_edges(*sampling.draw(0, b, 1), rowptr, order, rows, rows),
+                                       minlength=11)[:5] for b in range(4000)]).double().mean(0)
+    assert torch.allclose(freq, torch.full((5,), 0.6, dtype=torch.double), atol=0.04), freq
 
 
 # --- a training step --------------------------------------------------------------------------
