@@ -5,6 +5,8 @@ job that proceeds on bad input either hangs in a collective or returns silently
 wrong numbers, both far worse than an early, clear error.
 """
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
@@ -22,6 +24,21 @@ def check_edge_index(edge_index: Tensor, num_nodes: int) -> None:
             raise ValueError(
                 f"edge_index holds node ids in [{lo}, {hi}] but the graph has num_nodes={num_nodes}: "
                 f"ids must lie in [0, {num_nodes - 1}]")
+
+
+def check_edge_ids_within_x(data: Any) -> None:
+    """Where ``data.num_nodes`` is not set, PyG counts the nodes as ``x``'s rows, so an ``x`` one row
+    short makes the largest id of ``edge_index`` "out of range": name ``x`` then, not ``edge_index``
+    (setting ``num_nodes`` alone would not help: ``x`` needs one row per node either way)."""
+    x, edge_index = data.get("x"), data.get("edge_index")
+    if "num_nodes" in data or not isinstance(x, Tensor) or not isinstance(edge_index, Tensor) \
+            or edge_index.numel() == 0 or edge_index.is_floating_point() or edge_index.layout != torch.strided:
+        return  # set num_nodes, no x, or an edge_index check_edge_index refuses by itself
+    rows, hi = x.size(0), int(edge_index.max())
+    if hi >= rows:
+        raise ValueError(f"data.x has {rows} rows but data.edge_index holds node ids up to {hi}; data.num_nodes is "
+                         f"not set, so PyG counts the nodes as x's rows: give x one row per node ({hi + 1} rows for "
+                         f"ids 0..{hi}), or drop the edges to ids >= {rows} if edge_index is what is wrong")
 
 
 def check_node_tensor(name: str, value: Tensor | None, num_nodes: int) -> None:

@@ -21,6 +21,8 @@ from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 from torch_geometric.typing import WITH_TORCH_SPARSE, SparseTensor
 
+from ._validate import check_edge_ids_within_x
+
 _SPARSE_LAYOUTS = (torch.sparse_csr, torch.sparse_csc, torch.sparse_coo)
 
 ACCEPTED = ("edge_index (a LongTensor [2, num_edges]) or adj_t (the transposed adjacency, adj_t[i, j] "
@@ -125,7 +127,8 @@ def with_edge_index(data: Any, who: str) -> Data:
     """``data`` itself when it holds ``edge_index``; for a graph given as ``adj_t``, a shallow copy
     holding the equivalent ``edge_index`` (and ``edge_weight``) instead of ``adj_t``.
 
-    Raises ``ValueError`` naming what was found and what is accepted (see the module doc)."""
+    Raises ``ValueError`` naming what was found and what is accepted (see the module doc), or
+    naming ``x`` where ``num_nodes`` is counted from its rows and an edge reaches beyond them."""
     check_homogeneous(data, who)
     edge_index = data.edge_index
     if edge_index is not None:
@@ -133,6 +136,7 @@ def with_edge_index(data: Any, who: str) -> Data:
             hint = (": a sparse adjacency goes in data.adj_t (transposed), not in data.edge_index"
                     if isinstance(edge_index, (Tensor, SparseTensor)) else "")
             raise ValueError(f"data.edge_index is {describe(edge_index)}; {who} accepts {ACCEPTED}{hint}")
+        check_edge_ids_within_x(data)
         return data
     adj_t = getattr(data, "adj_t", None)
     if adj_t is None:

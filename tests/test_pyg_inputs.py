@@ -190,6 +190,24 @@ def test_unaccepted_graph_names_what_was_found_and_what_is_accepted(graph, match
         SparsityAwarePartitioner(2, "random")(data)
 
 
+def test_x_one_row_short_is_named_when_num_nodes_is_counted_from_it(tmp_path):
+    """Issue 45: with num_nodes unset PyG counts x's rows; an x one row short was blamed on edge_index."""
+    data = _graph()
+    hi = int(data.edge_index.max())
+    short = Data(x=data.x[:hi], edge_index=data.edge_index)  # x lacks the row of the largest id
+    match = (rf"data.x has {hi} rows but data.edge_index holds node ids up to {hi}.*data.num_nodes is not set.*"
+             rf"give x one row per node \({hi + 1} rows for ids 0..{hi}\)")
+    partitioned = SparsityAwarePartitioner(2, "random")(data)
+    partitioned.x = partitioned.x[:hi]
+    for call in (lambda: SparsityAwarePartitioner(2, "random")(short), lambda: shard(partitioned, rank=0, world_size=2),
+                 lambda: save_partition(partitioned, tmp_path)):
+        with pytest.raises(ValueError, match=match):
+            call()
+    short.num_nodes = hi + 1  # num_nodes set: x's rows are checked against it, by name
+    with pytest.raises(ValueError, match=rf"x has {hi} rows but the graph has num_nodes={hi + 1}"):
+        SparsityAwarePartitioner(2, "random")(short)
+
+
 def test_conflicting_weights_are_refused():
     data = _graph()
     sparse = _as_adj_t(data, "csr")
