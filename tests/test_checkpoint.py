@@ -113,6 +113,27 @@ def test_single_process_save_load_refusals_and_pruning(tmp_path):
         checkpoint.load(bare, model=model, shard=local, optimizer=optimizer)
     with pytest.raises(ValueError, match="a loader was passed to load"):
         checkpoint.load(tmp_path, model=model, shard=local, loader=torch.nn.Identity())
+    (tmp_path / "step-000000001").mkdir()
+    (tmp_path / "step-000000001" / ".metadata").touch()  # issue 45: what a prune killed midway left
     checkpoint.save(tmp_path, 3, model=model, shard=local, optimizer=optimizer, keep=None)  # the same step again
     assert not list(tmp_path.glob(".partial-*")) and (tmp_path / "step-000000003" / layout.INFO).is_file()
     assert os.path.isdir(tmp_path / "step-000000009")  # not ours to remove
+    assert not (tmp_path / "step-000000001").exists()  # DCP's files only: ours, pruned
+
+
+def test_a_prune_killed_midway_is_finished_by_the_next_save(tmp_path, monkeypatch):
+    local = shard(_graph(1))
+    model, _ = _linear()
+    for step in (1, 2):
+        checkpoint.save(tmp_path, step, model=model, shard=local, keep=1)
+    real_rmtree = layout.shutil.rmtree
+
+    def killed(path, *args, **kwargs):  # deletes checkpoint.json (and maybe more), then the process dies
+        (Path(path) / layout.INFO).unlink(missing_ok=True)
+        raise KeyboardInterrupt
+    monkeypatch.setattr(layout.shutil, "rmtree", killed)
+    with pytest.raises(KeyboardInterrupt):
+        checkpoint.save(tmp_path, 3, model=model, shard=local, keep=1)
+    monkeypatch.setattr(layout.shutil, "rmtree", real_rmtree)
+    checkpoint.save(tmp_path, 4, model=model, shard=local, keep=1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-000000004"]

@@ -3,12 +3,17 @@
     DIR/step-000000012/                 a complete checkpoint: DCP's files (.metadata, one
                                         __<rank>_0.distcp per rank) and checkpoint.json
     DIR/.partial-000000013-<nonce>/     one being written, or left by a job that died: never read
+    DIR/.removing-step-000000010-<nonce>/  a checkpoint being pruned, or left by a job killed meanwhile
 
 Every rank writes into the partial directory; once ``dcp.save`` returned on every rank (its
 metadata is written after every rank's files), rank 0 writes ``checkpoint.json`` and renames the
 directory to its final name (``os.replace`` of a directory is atomic on a POSIX file system,
 then the parent directory is synced).  A reader takes the newest ``step-*`` directory holding
 ``checkpoint.json``, so a checkpoint half-written when a rank died is never the one resumed from.
+A checkpoint is pruned by renaming it out of ``step-*`` first, so a job killed while deleting its
+files leaves a ``.removing-*`` directory, which the next save removes with the dead ``.partial-*``
+ones (as it removes a ``step-*`` directory holding only DCP's files and no ``checkpoint.json``,
+what a prune killed midway left before it renamed first).
 Rank 0 decides and every rank follows (one broadcast), so all ranks read the same checkpoint;
 the directory must be on a file system every rank sees (one machine, or a shared one), as DCP's
 file writer needs.
@@ -25,7 +30,7 @@ import torch.distributed as dist
 from ..comm.group import is_distributed, raise_together
 
 INFO = "checkpoint.json"
-_PREFIX, _PARTIAL = "step-", ".partial-"
+_PREFIX, _PARTIAL, _REMOVING = "step-", ".partial-", ".removing-"
 
 
 def step_name(step: int) -> str:
@@ -78,7 +83,7 @@ def publish(partial: Path, step: int, info: dict, keep: int | None) -> Path:
             file.flush()
             os.fsync(file.fileno())
         if final.exists():  # the same step saved again (a resumed job): the new one replaces it
-            shutil.rmtree(final)
+            _remove(final)
         os.replace(partial, final)
         _sync_directory(final.parent)
         _prune(final.parent, keep)
@@ -87,11 +92,33 @@ def publish(partial: Path, step: int, info: dict, keep: int | None) -> Path:
 
 
 def _prune(directory: Path, keep: int | None) -> None:
-    for path in directory.glob(f"{_PARTIAL}*"):  # left by a job that died while saving
+    for path in [*directory.glob(f"{_PARTIAL}*"), *directory.glob(f"{_REMOVING}*")]:  # a job died saving or pruning
         shutil.rmtree(path, ignore_errors=True)
+    for path in directory.glob(f"{_PREFIX}*"):
+        if _pruned_in_part(path):
+            _remove(path)
     if keep is not None:
         for path in complete_checkpoints(directory)[:-keep]:
-            shutil.rmtree(path, ignore_errors=True)
+            _remove(path)
+
+
+def _remove(path: Path) -> None:
+    """Deletes the checkpoint at ``path``, renamed out of ``step-*`` first (atomic): a job killed
+    while deleting leaves a ``.removing-*`` directory, never a ``step-*`` that no listing sees."""
+    doomed = path.parent / f"{_REMOVING}{path.name}-{uuid.uuid4().hex[:12]}"
+    os.replace(path, doomed)
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+def _pruned_in_part(path: Path) -> bool:
+    """Whether ``path`` is a ``step-*`` directory without ``checkpoint.json`` holding DCP's files
+    only (``.metadata``, ``*.distcp``): a checkpoint whose removal was cut short.  Anything else
+    there (an empty directory, other files) was not made here and is left alone."""
+    if not path.is_dir() or (path / INFO).exists():
+        return False
+    entries = list(path.iterdir())
+    return bool(entries) and all(e.is_file() and (e.name == ".metadata" or e.name.endswith(".distcp"))
+                                 for e in entries)
 
 
 def complete_checkpoints(directory: str | Path) -> list[Path]:
