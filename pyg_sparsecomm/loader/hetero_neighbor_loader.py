@@ -96,10 +96,11 @@ class DistributedHeteroNeighborLoader(DistributedNeighborLoader, heterogeneous=T
 
     def sample(self, epoch: int, b: int, seeds: Tensor) -> HeteroData:
         """Batch ``b`` of ``epoch`` from this rank's ``seeds`` (rows of the input type); collective."""
-        row_hop = {t: torch.full((n,), -1, dtype=torch.long) for t, n in self.num_owned.items()}
+        device = seeds.device  # the shard's adjacencies' (the loader keeps them together)
+        row_hop = {t: torch.full((n,), -1, dtype=torch.long, device=device) for t, n in self.num_owned.items()}
         row_hop[self.input_type].index_fill_(0, seeds, 0)
-        requested = {s: torch.zeros(p.halo_size, dtype=torch.bool) for s, p in self.plans.items()}
-        frontier = {t: torch.zeros(0, dtype=torch.long) for t in self.num_owned}
+        requested = {s: torch.zeros(p.halo_size, dtype=torch.bool, device=device) for s, p in self.plans.items()}
+        frontier = {t: torch.zeros(0, dtype=torch.long, device=device) for t in self.num_owned}
         frontier[self.input_type] = seeds
         edges: dict[EdgeType, list[Tensor]] = {et: [] for et in self.adjs}
         hops: dict[EdgeType, list[Tensor]] = {et: [] for et in self.adjs}
@@ -107,7 +108,7 @@ class DistributedHeteroNeighborLoader(DistributedNeighborLoader, heterogeneous=T
         for h in range(1, self.sampling.num_hops + 1):
             reached = self._hop(epoch, b, h, frontier, edges, hops, requested, received)
             for t, found in reached.items():
-                new = torch.unique(torch.cat(found)) if found else torch.zeros(0, dtype=torch.long)
+                new = torch.unique(torch.cat(found)) if found else torch.zeros(0, dtype=torch.long, device=device)
                 frontier[t] = new[row_hop[t].index_select(0, new) < 0]
                 row_hop[t].index_fill_(0, frontier[t], h)
         requests = {s: Requests(*(torch.cat([getattr(r, f) for r in got]) for f in Requests._fields))

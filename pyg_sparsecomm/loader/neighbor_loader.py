@@ -110,7 +110,7 @@ class DistributedNeighborLoader(DistributedLoader):
 
     def _batches(self, epoch: int, global_seeds: Tensor) -> Iterator[Data]:
         n_id = self.seed_n_id
-        seeds = torch.arange(self.num_nodes) if self.global_seeds is None else self.global_seeds
+        seeds = torch.arange(self.num_nodes, device=n_id.device) if self.global_seeds is None else self.global_seeds
         seed_batch = self.sampling.batch_of(epoch, n_id[self.input_rows], self.num_batches, seeds)
         for b in range(self.num_batches):
             if global_seeds[b] == 0:
@@ -122,9 +122,9 @@ class DistributedNeighborLoader(DistributedLoader):
     def sample(self, epoch: int, b: int, seeds: Tensor) -> Data:
         """Batch ``b`` of ``epoch`` from this rank's ``seeds`` (shard rows); collective."""
         adj, plan, n = self.adj, self.adj.plan, self.adj.num_owned
-        row_hop = torch.full((n,), -1, dtype=torch.long)
+        row_hop = torch.full((n,), -1, dtype=torch.long, device=adj.device)
         row_hop.index_fill_(0, seeds, 0)
-        requested = torch.zeros(plan.halo_size, dtype=torch.bool)
+        requested = torch.zeros(plan.halo_size, dtype=torch.bool, device=adj.device)
         frontier, edges, hops, received = seeds, [], [], []
         for h in range(1, self.sampling.num_hops + 1):
             pos = self._pick(epoch, b, h, frontier)

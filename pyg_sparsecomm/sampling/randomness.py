@@ -86,6 +86,7 @@ def uniform(key: np.uint64, ids: Tensor | np.ndarray) -> np.ndarray:
 
 
 def bucket(key: np.uint64, ids: Tensor | np.ndarray, num_buckets: int) -> Tensor:
-    """``[n]`` int64 bucket in ``[0, num_buckets)`` of every id, uniform and independent."""
-    b = np.minimum((uniform(key, ids) * num_buckets).astype(np.int64), num_buckets - 1)
-    return torch.from_numpy(b)
+    """``[n]`` int64 bucket in ``[0, num_buckets)`` of every id, uniform and independent (on the
+    ids' device; a NumPy array's on the CPU)."""
+    tensor = ids if isinstance(ids, Tensor) else torch.from_numpy(np.asarray(ids).astype(np.int64, copy=False))
+    return torch.clamp_max((uniform_tensor(key, tensor) * num_buckets).long(), num_buckets - 1)

@@ -32,7 +32,7 @@ import torch
 from torch import Tensor
 
 from .in_edge_sample import sample_in_edges
-from .randomness import bucket, stream_key, uniform
+from .randomness import bucket, stream_key, uniform_tensor
 
 _BATCHES, _EDGES = 1, 2  # stream names
 
@@ -100,12 +100,11 @@ class NeighborSampling(_Batching):
         if seeds is None:
             raise ValueError("NeighborSampling(drop_last=True).batch_of needs the whole seed set (seeds=)")
         key = stream_key(self.seed, _BATCHES, epoch if self.shuffle else 0)
-        order = np.argsort(uniform(key, seeds), kind="stable")    # stable: ties by id (seeds are sorted)
-        position = np.empty(order.size, dtype=np.int64)
-        position[order] = np.arange(order.size)
-        batch = position // self.batch_size
-        batch[batch >= num_batches] = -1
-        return torch.from_numpy(batch).index_select(0, torch.searchsorted(seeds.cpu(), node_ids.cpu()))
+        seeds = seeds.to(node_ids.device)
+        order = torch.argsort(uniform_tensor(key, seeds), stable=True)  # stable: ties by id (seeds are sorted)
+        position = torch.empty_like(order).index_copy_(0, order, torch.arange(order.numel(), device=order.device))
+        batch = (position // self.batch_size).masked_fill_(position >= num_batches * self.batch_size, -1)
+        return batch.index_select(0, torch.searchsorted(seeds, node_ids))
 
     def draw(self, epoch: int, batch: int, hop: int) -> tuple[np.uint64, int]:
         """``(key, fanout)`` of the in-edges drawn at ``hop`` (1-based) of ``batch``

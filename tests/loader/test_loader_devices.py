@@ -14,6 +14,7 @@ from collections.abc import Mapping
 import torch
 from test_loader import make_graph
 from torch import Tensor
+from torch.overrides import TorchFunctionMode
 from torch_geometric.data import Data
 
 import pyg_sparsecomm.loader.base as loader_base
@@ -127,3 +128,62 @@ def test_the_sampling_thread_exchanges_on_a_gloo_group_of_its_own():
     queue them in a different order on different ranks; the sampling thread asks for gloo."""
     for calls, backend, batches in launch(_sampling_group_worker, 2, timeout=120):
         assert calls == [{"backend": "gloo"}] and backend == "gloo" and batches > 0
+
+
+class _HostPlacements(TorchFunctionMode):
+    """Records the tensors a block of code makes without naming a device (a tensor factory called
+    without ``device=`` lands on the host whatever the shard's device) and every trip to the host
+    (``.numpy()``, ``.cpu()``): the stand-in, on a CPU, for a GPU run in which no tensor of the
+    batch's sampling may stay on, or go through, the host."""
+
+    FACTORIES = (torch.arange, torch.full, torch.zeros, torch.ones, torch.empty, torch.tensor, torch.randint,
+                 torch.rand, torch.randn)
+
+    def __init__(self):
+        super().__init__()
+        self.found: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in self.FACTORIES and kwargs.get("device") is None:
+            self.found.append(f"torch.{func.__name__} without device=")
+        if func in (Tensor.numpy, Tensor.cpu):
+            self.found.append(f"Tensor.{func.__name__}")
+        return func(*args, **kwargs)
+
+
+def test_sampling_a_batch_keeps_every_tensor_on_the_shards_device(monkeypatch):
+    """Issue 46, item 2: the seeds' batches, the in-edge draws and the hop loop of the homogeneous
+    and heterogeneous loaders place every tensor they make on the shard's device and never go
+    through NumPy.  (The exchanges and the batch's plan, :mod:`~pyg_sparsecomm.loader.batch`, are
+    stubbed here: they are another stage; so is the epoch's host-side count of seeds per batch.)"""
+    from test_hetero_loader import make_graph as make_hetero
+
+    import pyg_sparsecomm.loader.hetero_neighbor_loader as hetero_module
+    import pyg_sparsecomm.loader.neighbor_loader as neighbor_module
+    from pyg_sparsecomm import SparsityAwarePartitioner
+    from pyg_sparsecomm.loader.batch import Requests
+
+    def no_exchange(plan, halo_col, hop, group):
+        empty = halo_col.new_zeros(0)
+        return Requests(empty, empty, empty)
+
+    drawn = []
+    for module in (neighbor_module, hetero_module):
+        monkeypatch.setattr(module, "request_halo", no_exchange)
+    monkeypatch.setattr(neighbor_module, "build_batch", lambda *args: drawn.append(args[2].edge_pos))
+    monkeypatch.setattr(hetero_module, "build_hetero_batch", lambda *args: drawn.extend(args[2].edge_pos.values()))
+    local = shard(make_graph(1), rank=0, world_size=1)
+    hetero = shard(SparsityAwarePartitioner(1, method="random", seed=1)(make_hetero()), rank=0, world_size=1)
+    loaders = [DistributedNeighborLoader(local, [3, 2], batch_size=20, shuffle=True, prefetch=0, drop_last=True),
+               DistributedNeighborLoader(local, [3, -1], batch_size=20, prefetch=0),
+               DistributedNeighborLoader(hetero, [3, 2], input_nodes="paper", batch_size=8, prefetch=0)]
+    for loader in loaders:
+        ids = loader.seed_n_id[loader.input_rows]
+        seeds = torch.arange(loader.num_nodes) if loader.global_seeds is None else loader.global_seeds
+        with _HostPlacements() as mode:
+            seed_batch = loader.sampling.batch_of(1, ids, loader.num_batches, seeds)
+            for b in range(loader.num_batches):
+                loader.sample(1, b, loader.input_rows[seed_batch == b])
+        assert mode.found == [], (type(loader).__name__, sorted(set(mode.found)))
+    assert sum(int(pos.numel()) for pos in drawn) > 0
