@@ -18,6 +18,7 @@ Every rank must run the same forward/backward (also a rank with no labelled
 rows): the exchanges are collectives.
 """
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -27,15 +28,50 @@ from .comm.collectives import all_reduce_value
 from .comm.device_check import check_devices
 from .comm.group import collective_device, global_rank, host_all_reduce, is_distributed
 from .grad_registry import is_synced, mark_normalised
+from .loss_reduction import local_terms
+from .per_rank import check_product
+
+
+class WholeGraphFloat(float):
+    """``loss.item()`` of a :class:`WholeGraphLoss`: a ``float``, which warns once when multiplied
+    by this rank's count (:mod:`~pyg_sparsecomm.per_rank`)."""
+
+    def __mul__(self, other: Any) -> float:
+        check_product(self, other)
+        return float(self) * other
+
+    __rmul__ = __mul__
 
 
 class WholeGraphLoss(Tensor):
     """What :func:`distributed_loss` returns: a tensor whose *value* is the whole graph's loss (the
     same on every rank) and whose *gradient* flows into this rank's share only.
 
-    A marker type and nothing more: PyTorch keeps a subclass through ``detach()``, arithmetic
-    (``a + 0.5 * b``) and ``torch.stack``, so :func:`global_sum`, which would add the ranks'
-    equal values ``P`` times, can refuse it wherever it came from."""
+    A marker type: PyTorch keeps a subclass through ``detach()``, arithmetic (``a + 0.5 * b``) and
+    ``torch.stack``, so :func:`global_sum`, which would add the ranks' equal values ``P`` times,
+    can refuse it wherever it came from.  As a number it is a plain tensor's: ``f"{loss:.4f}"``
+    formats the value of a 0-dim one (``torch.Tensor.__format__``, which checks for the exact
+    class), and ``float(loss)`` / ``loss.item()`` read the detached value, without torch's warning
+    about converting a tensor that requires grad (the README prints ``float(loss)``).  Multiplied
+    by ``batch.batch_size`` (this rank's count) it warns once (:mod:`~pyg_sparsecomm.per_rank`).
+    """
+
+    def __format__(self, format_spec: str) -> str:
+        return self.detach().as_subclass(Tensor).__format__(format_spec)
+
+    def __float__(self) -> float:
+        return float(self.detach().as_subclass(Tensor))
+
+    def item(self) -> float:
+        return WholeGraphFloat(self.detach().as_subclass(Tensor).item())
+
+    def __mul__(self, other: Any) -> Tensor:
+        check_product(self, other)
+        return super().__mul__(other)
+
+    def __rmul__(self, other: Any) -> Tensor:
+        check_product(self, other)
+        return super().__rmul__(other)
 
 
 class _WholeGraphValue(torch.autograd.Function):
@@ -79,13 +115,18 @@ def global_count(mask_or_count, group: dist.ProcessGroup | None = None) -> int:
     return host_all_reduce([local], group=group)[0] if is_distributed(group) else local
 
 
-def distributed_loss(loss_fn: Callable[..., Tensor], input: Tensor, target: Tensor,
+def distributed_loss(loss_fn: Callable[..., Tensor] | torch.nn.Module, input: Tensor, target: Tensor,
                      group: dist.ProcessGroup | None = None, **kwargs) -> WholeGraphLoss:
     r"""The whole-graph loss, whose gradient is this rank's share of the single-process gradient.
 
     .. math::
-        L_r = \frac{1}{\sum_s n_s} \sum_{i \in \text{rows}_r} \ell(x_i, y_i), \qquad
-        L = \sum_r L_r = \text{the single-process mean loss}.
+        L_r = \frac{1}{\sum_s d_s} \sum_{i \in \text{rows}_r} \ell(x_i, y_i), \qquad
+        L = \sum_r L_r = \text{the single-process mean loss},
+
+    where :math:`d_s` is what the loss's own mean divides by on rank :math:`s`'s rows: their
+    number (their elements for an elementwise loss of ``[n, C]`` targets; for ``cross_entropy`` /
+    ``nll_loss`` the targets other than ``ignore_index``, weighted by ``weight``: see
+    :mod:`~pyg_sparsecomm.loss_reduction`).
 
     The returned value is :math:`L` on every rank (``float(loss)`` prints the single-process
     loss; no :func:`global_sum`), its gradient :math:`\partial L_r`: the ranks' summed gradient
@@ -95,22 +136,38 @@ def distributed_loss(loss_fn: Callable[..., Tensor], input: Tensor, target: Tens
     pass through this function's result.
 
     Args:
-        loss_fn: a PyTorch loss taking ``reduction=`` (``F.cross_entropy``, ``F.nll_loss``, ...).
-        input: this rank's scored rows (``out[local.train_mask]``).
-        target: their targets.
-        group: the ranks the rows are spread over (default: all).
-        **kwargs: passed to ``loss_fn`` (``weight=``, ``label_smoothing=``, ...).
+        loss_fn (callable or torch.nn.Module): a PyTorch loss function taking ``reduction=``
+            (``F.cross_entropy``, ``F.binary_cross_entropy_with_logits``, ...) or a loss module
+            of ``torch.nn`` (``torch.nn.BCEWithLogitsLoss(pos_weight=w)``), whose own arguments
+            and ``reduction`` hold (``"mean"``: the global mean; ``"sum"``: the global sum).
+        input (Tensor): this rank's scored rows (``out[local.train_mask]``).
+        target (Tensor): their targets.
+        group (ProcessGroup, optional): the ranks the rows are spread over. (default: all)
+        **kwargs (optional): passed to a function ``loss_fn`` (``weight=``, ``ignore_index=``,
+            ``label_smoothing=``, ``reduction="sum"``, ...).
 
     Returns:
         a scalar :class:`WholeGraphLoss` (a :class:`~torch.Tensor`).
 
-    Two collectives per call: the count is agreed on the host (one integer all-reduce, no device
-    synchronisation), not cached, since with mini-batches a peer's row count changes while this
-    rank's may not; the value is all-reduced on the group's device, without waiting for it.
+    Two collectives per call, neither waiting for the device: the denominator is agreed (a host
+    integer all-reduce when the shapes give it; an all-reduce on the device when the targets do,
+    for ``cross_entropy`` and ``nll_loss``), not cached, since with mini-batches a peer's rows
+    change while this rank's may not; then the value is all-reduced on the group's device.
     """
-    count = global_count(input.size(0), group)
-    share = mark_normalised(loss_fn(input, target, reduction="sum", **kwargs) / max(count, 1))
+    total, denominator = local_terms(loss_fn, input, target, kwargs)
+    if denominator is not None:
+        total = (total / _global_denominator(denominator, total.dtype, group)).to(total.dtype)
+    share = mark_normalised(total)
     return _WholeGraphValue.apply(share, group).as_subclass(WholeGraphLoss)
+
+
+def _global_denominator(count: int | Tensor, dtype: torch.dtype, group: dist.ProcessGroup | None) -> int | Tensor:
+    """The sum of every rank's ``count`` (at least 1, as the loss of no rows is 0), to divide a loss
+    of ``dtype`` by: an ``int`` for a host count, else a tensor of at least ``float32`` precision."""
+    if not isinstance(count, Tensor):
+        return max(global_count(count, group), 1)
+    count = all_reduce_value(count.to(torch.float64), dist.ReduceOp.SUM, group, "distributed_loss")
+    return torch.where(count == 0, 1.0, count).to(torch.promote_types(dtype, torch.float32))
 
 
 def sync_gradients(module: torch.nn.Module, group: dist.ProcessGroup | None = None) -> None:

@@ -18,6 +18,7 @@ from torch_geometric.data import Data
 
 from ..adj import HaloAdj, csr_order
 from ..comm.ids import exchange_ids
+from ..per_rank import LocalCount
 from ..plan import RankPlan
 from ..sampling.sampled_adj import SampledAdj
 
@@ -199,7 +200,7 @@ def batch_attributes(local: Data, rows: Tensor, edge_pos: Tensor, adj: SampledAd
     batch.edge_weight = adj.value
     batch.num_nodes = rows.numel()
     batch.global_num_nodes = local.global_num_nodes
-    batch.batch_size = num_seeds
+    batch.batch_size = LocalCount(num_seeds)  # this rank's: warns where a script takes it for the global one
     batch.seed_mask = torch.arange(rows.numel(), device=adj.device) < num_seeds
     batch.num_sampled_nodes, batch.num_sampled_edges = adj.num_sampled_nodes, adj.num_sampled_edges
     return batch
