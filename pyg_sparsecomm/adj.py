@@ -255,6 +255,27 @@ class HaloAdj:
         state.pop("_moved", None)
         return state
 
+    # tensor habits: code that takes this for an edge_index tensor (PyG's transforms applied to a
+    # shard: T.GDC() reads edge_index.size(1), T.GCNNorm() edge_index[0]) gets an error naming the fix
+    def __getattr__(self, name: str) -> Any:
+        """Only reached for a name this class lacks: a public attribute of ``torch.Tensor``
+        (``size``, ``t``, ``dim``, ...) raises ``AttributeError`` naming the fix; any other
+        name PyG's own ``AttributeError`` (``hasattr`` answers as before)."""
+        if not name.startswith("_") and hasattr(Tensor, name):
+            raise AttributeError(self._not_a_tensor(f"has no {name!r}"))
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __getitem__(self, index: Any) -> Any:
+        raise TypeError(self._not_a_tensor("is not subscriptable"))
+
+    def _not_a_tensor(self, what: str) -> str:
+        return (f"{type(self).__name__} {what}: a shard's adjacency is a CSR block of this rank's rows over "
+                f"[owned | halo] columns, not an edge_index tensor. A PyG transform that reads or rewrites the graph "
+                f"(T.GDC(), T.GCNNorm(), T.ToUndirected(), ...) runs on the whole graph: apply it before "
+                f"partitioning (the dataset's pre_transform or transform, or on data before partition_and_shard / "
+                f"SparsityAwarePartitioner); code that needs this rank's edges as a tensor takes adj.edge_index() "
+                f"([2, nnz], local ids)")
+
     def __repr__(self) -> str:
         return (f"HaloAdj(rank={self.plan.rank}/{self.plan.world_size}, owned={self.num_owned}, "
                 f"halo={self.halo_size}, nnz={self.nnz})")

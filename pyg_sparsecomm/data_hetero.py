@@ -28,8 +28,36 @@ _EDGE_SKIP = {"edge_index", "adj_t", "edge_weight", "e_id"}
 _GLOBAL_SKIP = {"num_parts", "comm_stats"}
 
 
+class MissingShardKey(KeyError, AttributeError):
+    """A graph attribute a shard does not hold (``local.edge_index_dict``): a ``KeyError`` as PyG's
+    ``collect`` raises, and an ``AttributeError`` for ``hasattr``, with a plain message naming what
+    the shard holds instead."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+#: the graph attributes of a PyG ``HeteroData`` whose place a shard's ``adj`` takes
+_GRAPH_KEYS = ("edge_index", "adj_t")
+
+
 class HeteroShard(HeteroData):
-    """The ``HeteroData`` :func:`shard_hetero` returns: PyG's, except :meth:`to_homogeneous`."""
+    """The ``HeteroData`` :func:`shard_hetero` returns (and a heterogeneous loader's batch): PyG's,
+    except :meth:`to_homogeneous` and :meth:`collect` of a graph attribute the shard does not hold
+    (``local.edge_index_dict``)."""
+
+    def collect(self, key: str, allow_empty: bool = False) -> dict[Any, Any]:
+        """PyG's ``collect`` (``local.x_dict`` is ``local.collect("x")``); ``edge_index`` and
+        ``adj_t``, which a shard does not hold, raise :class:`MissingShardKey` naming ``adj_dict``."""
+        mapping = super().collect(key, allow_empty=True)
+        if mapping or allow_empty:
+            return mapping
+        if key in _GRAPH_KEYS:
+            raise MissingShardKey(f"a shard of a HeteroData holds no {key}: each relation's adjacency is "
+                                  f"local[edge_type].adj (a RelationAdj over the source type's [owned | halo] rows), "
+                                  f"so pass local.adj_dict where the model takes edge_index_dict: "
+                                  f"model(local.x_dict, local.adj_dict) (a mini-batch: batch.adj_dict)")
+        return super().collect(key)
 
     def to_homogeneous(self, *args: Any, **kwargs: Any) -> Any:
         """Refused: a shard's relations are ``RelationAdj`` blocks whose columns index each source

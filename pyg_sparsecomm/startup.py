@@ -128,12 +128,18 @@ def partition_and_shard(data: Data, method: str = "metis", seed: int = 0,
     process it is the one-part shard.
 
     Args:
-        data: the whole graph (the same on every rank), as ``edge_index`` or ``adj_t``.
+        data: the whole graph (the same on every rank), as ``edge_index`` or ``adj_t`` (a
+            ``HeteroData`` is refused, naming its path: ``SparsityAwarePartitioner`` and ``shard``).
         method: partitioning method (see :class:`~pyg_sparsecomm.SparsityAwarePartitioner`).
         seed: seed of the method.
         group: process group to train in (default: all ranks).
         **options: further arguments of :class:`~pyg_sparsecomm.SparsityAwarePartitioner`.
     """
+    if isinstance(data, HeteroData):
+        raise TypeError("partition_and_shard takes a homogeneous Data; a HeteroData is partitioned on every rank "
+                        "(the methods are deterministic for a seed), then sharded: data = SparsityAwarePartitioner("
+                        "num_parts=world_size)(hetero_data); local = shard(data); and the model takes "
+                        "local.adj_dict where it took edge_index_dict: model(local.x_dict, local.adj_dict)")
     join_job()
     world_size = group_world_size(group)
     if getattr(data, "part", None) is None or int(getattr(data, "num_parts", -1)) != world_size:

@@ -15,6 +15,8 @@ import torch.distributed as dist
 from torch import Tensor
 from torch_geometric.data import HeteroData
 
+from ..data_hetero import HeteroShard
+from ..per_rank import LocalCount
 from ..relation_adj import RelationAdj
 from ..sampling.sampled_relation_adj import SampledRelationAdj, SourceHops
 from .batch import BatchPlan, BatchRows, Requests, batch_plan, batch_rows, relabel, slice_attribute
@@ -100,7 +102,7 @@ def hetero_batch_attributes(local: HeteroData, rows: dict[str, BatchRows], edge_
     ``edge_weight`` (its values), ``e_id`` and the other edge-level attributes in ``adj``'s edge
     order, and ``num_sampled_edges``; on the input type
     ``batch_size`` (this rank's seeds, its first rows: score ``out[:batch_size]``) and ``seed_mask``."""
-    batch = HeteroData()
+    batch = HeteroShard()  # PyG's HeteroData, whose edge_index_dict names adj_dict
     for key, value in local._global_store.items():
         batch[key] = value
     for t, r in rows.items():
@@ -119,7 +121,7 @@ def hetero_batch_attributes(local: HeteroData, rows: dict[str, BatchRows], edge_
         batch[et].adj = adj
         batch[et].edge_weight = adj.value
         batch[et].num_sampled_edges = edge_hops[et]
-    batch[input_type].batch_size = num_seeds
+    batch[input_type].batch_size = LocalCount(num_seeds)  # this rank's (see per_rank)
     device = local[input_type].n_id.device
     batch[input_type].seed_mask = torch.arange(rows[input_type].rows.numel(), device=device) < num_seeds
     return batch
