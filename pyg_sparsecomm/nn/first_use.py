@@ -23,10 +23,14 @@ in one host all-gather; only when those show a problem (:func:`agrees`) does eve
 whole entries (``all_gather_object``: two collectives and pickling) to word the message.
 
 Later calls (:func:`check_call`) run this rank's cheap checks (edge arguments, rows of ``x``) and
-agree on two flags with one host all-reduce (a few integers over gloo, no device wait): *some rank
+agree on three flags with one host all-reduce (a few integers over gloo, no device wait): *some rank
 met a new shard* (then every rank runs the first-use check above, so a shard of another partition
-passed on one rank at step 5 is the same error on every rank, not a mismatched collective) and
-*some rank's check failed* (then every rank raises every failing rank's message).  Without the
+passed on one rank at step 5 is the same error on every rank, not a mismatched collective), *some
+rank's check failed* (then every rank raises every failing rank's message) and *some rank's layer
+meets its first mini-batch* (then every rank compares the layer's parameters, :func:`check_parameters`:
+a batch's plan is new every step and covers no whole graph, so it is checked once per layer, not
+per batch, and for the parameters only; ``reset_parameters()`` after ``distribute()`` without a
+common seed is then an error in mini-batch training too).  Without the
 flags the peers of a rank that raised would wait in the layer's exchange until it dies ("Connection
 closed by peer").  Its cost per call is in ``benchmarks/RESULTS.md`` (``agreement_cost.py``).
 """
@@ -56,20 +60,27 @@ _SAME_SHARD = ("build every rank's shard from one partitioned graph (one Sparsit
 
 
 class CheckedPlan:
-    """The plan a layer's first-use check passed on, held weakly: it must not keep a shard alive,
-    travel with ``layer.to(device)`` or be pickled with the layer (a copy checks again)."""
+    """What a layer's checks passed on: the plan of its last full-graph first-use check, held
+    weakly (it must not keep a shard alive, travel with ``layer.to(device)`` or be pickled with the
+    layer: a copy checks again), and whether its parameters were compared across the ranks.
+
+    A mini-batch's plan is new every step, so mini-batch calls are not keyed on it: the layer's
+    first mini-batch call compares its parameters once (:func:`check_parameters`), and later
+    batches only run the per-call checks."""
 
     def __init__(self) -> None:
         self._ref: weakref.ref | None = None
+        self.parameters = False  # the ranks' parameters were found equal (a first-use check passed)
 
     def is_(self, plan: RankPlan) -> bool:
         return self._ref is not None and self._ref() is plan
 
     def set(self, plan: RankPlan) -> None:
         self._ref = weakref.ref(plan)
+        self.parameters = True
 
     def __getstate__(self) -> dict:
-        return {"_ref": None}
+        return {"_ref": None, "parameters": False}
 
 
 def _as_int64(value: int) -> int:
@@ -248,6 +259,17 @@ def parameter_digest(module: torch.nn.Module) -> str:
                    for p in module.parameters() if not is_lazy(p))
 
 
+def check_parameters(who: str, parameters: str, group: dist.ProcessGroup | None) -> None:
+    """Raises ``ValueError`` on every rank of ``group`` unless every rank's ``parameters`` (a
+    :func:`parameter_digest`) is the same: one host all-gather of one integer per rank.  A layer's
+    first call on a mini-batch runs it (the plan checks of :func:`check_first_use` are a shard's);
+    every rank calls it together."""
+    digests = [row[0] for row in host_all_gather([_text_digest(parameters)], group)]
+    problems = _parameter_problems([{"parameters": d} for d in digests], who)
+    if problems:
+        raise ValueError(f"{who} (first call on a mini-batch; every rank raises this error):\n{problems[0]}")
+
+
 def verdict(entries: list[dict], who: str) -> str | None:
     """The one error message every rank derives from the gathered ``entries`` (``None``: consistent)."""
     errors = [f"rank {r}: {e['error']}" for r, e in enumerate(entries) if e["error"]]
@@ -315,7 +337,8 @@ def check_call(conv: MessagePassing, args: tuple, kwargs: dict, adj: HaloAdj, ch
     Args:
         conv, args, kwargs: the layer and its call.
         adj: the shard's (or a mini-batch's) adjacency of the call.
-        checked: the plan the first-use check passed on; set to ``adj``'s when it runs and passes.
+        checked: the plan the first-use check passed on; set to ``adj``'s when it runs and passes
+            (on a mini-batch: whether the parameters were compared, see :class:`CheckedPlan`).
         cached_key: the shard a ``cached=True`` layer's cache holds (:func:`check_cache`).
         group: the process group of the layer's exchanges.
         collective: ``False``: this rank's checks only (1.5D layouts, whose shards ``exchange_group`` checks).
@@ -327,6 +350,7 @@ def check_call(conv: MessagePassing, args: tuple, kwargs: dict, adj: HaloAdj, ch
         ValueError: on every rank, if a check failed on any rank.
     """
     new = not adj.is_minibatch and not checked.is_(adj.plan)
+    unchecked_parameters = adj.is_minibatch and not checked.parameters  # once per layer, not per batch
     if not collective or not is_distributed(group) or world_size(group) == 1:
         if new:
             cached_key = check_first_call(conv, args, kwargs, adj, cached_key, group, collective)
@@ -339,7 +363,8 @@ def check_call(conv: MessagePassing, args: tuple, kwargs: dict, adj: HaloAdj, ch
         _later_checks(conv, args, kwargs, adj)
     except ValueError as e:
         error = e
-    some_new, some_failed = host_all_reduce([int(new), int(error is not None)], dist.ReduceOp.MAX, group)
+    some_new, some_unchecked, some_failed = host_all_reduce(
+        [int(new), int(unchecked_parameters), int(error is not None)], dist.ReduceOp.MAX, group)
     if some_new:  # every rank checks its shard against the others' (one all-gather)
         cached_key = check_first_call(conv, args, kwargs, adj, cached_key, group, collective)
         if not adj.is_minibatch:
@@ -349,6 +374,9 @@ def check_call(conv: MessagePassing, args: tuple, kwargs: dict, adj: HaloAdj, ch
             if error is not None:
                 raise error
         raise_together(local, f"{type(conv).__name__} (a later call on this shard)", group)
+    elif some_unchecked:  # a layer's first mini-batch: its parameters must be every rank's
+        check_parameters(type(conv).__name__, parameter_digest(conv), group)
+        checked.parameters = True
     return cached_key
 
 

@@ -82,7 +82,7 @@ from ..comm.group import check_plan_matches_group, host_all_reduce, is_distribut
 from ..compat import tensor_version
 from ..plan import RankPlan
 from ..relation_adj import RelationAdj
-from .first_use import check_first_use
+from .first_use import check_first_use, check_parameters, parameter_digest
 from .layer_adapters import forward_signature
 
 if TYPE_CHECKING:
@@ -236,9 +236,10 @@ def check_relations(conv: MessagePassing, state: "LayerState", relations: list[t
                     group: dist.ProcessGroup | None) -> None:
     """:func:`_check_rows` of every ``(adj, x_src, x_dst)`` on every rank, agreed before any exchange
     (as :func:`~.first_use.check_call` does for homogeneous layers): a layer's first call on a shard
-    checks every rank's plans and features in one all-gather per source plan; later calls agree on
-    one failure flag on the host, so a rank's bad input is every rank's ``ValueError``, never a
-    peer waiting in the exchange."""
+    checks every rank's plans, features and the layer's parameters in one all-gather per source
+    plan; later calls agree on flags on the host, so a rank's bad input is every rank's
+    ``ValueError``, never a peer waiting in the exchange; the layer's first call on a mini-batch
+    compares its parameters (:func:`~.first_use.check_parameters`), once, not per batch."""
     error: ValueError | None = None
     for adj, x_src, x_dst in relations:
         try:
@@ -252,15 +253,24 @@ def check_relations(conv: MessagePassing, state: "LayerState", relations: list[t
 
     first = relations[0][0]  # a shard's relations are built together: its first plan names it
     new = not first.is_minibatch and not state.checked_plan.is_(first.plan)  # a batch's plan is new every step
-    if not is_distributed(group) or world_size(group) == 1:
+    unchecked_parameters = first.is_minibatch and not state.checked_plan.parameters  # once per layer
+    flags = [int(new), int(unchecked_parameters), int(error is not None)]
+    if is_distributed(group) and world_size(group) > 1:
+        some_new, some_unchecked, some_failed = host_all_reduce(flags, dist.ReduceOp.MAX, group)
+    else:
         local()
-    elif any(host_all_reduce([int(new), int(error is not None)], dist.ReduceOp.MAX, group)):
+        some_new = some_unchecked = some_failed = 0
+    if some_new or some_failed:
+        parameters = parameter_digest(conv)
         checked: list[RankPlan] = []
         for adj, x_src, _ in relations:
             if not any(adj.plan is plan for plan in checked):
                 checked.append(adj.plan)
                 check_first_use(f"{type(conv).__name__} on relation {adj.edge_type}", adj,
-                                x_src if error is None else None, local, group)
+                                x_src if error is None else None, local, group, parameters=parameters)
+    elif some_unchecked:  # the layer's first mini-batch: its parameters must be every rank's
+        check_parameters(f"{type(conv).__name__} on relation {first.edge_type}", parameter_digest(conv), group)
+        state.checked_plan.parameters = True
     if new:
         state.checked_plan.set(first.plan)
 
