@@ -132,8 +132,8 @@ def _worker(rank, P, train, val, part):
 
     # negatives drawn by this rank; the shard's message-passing edges in global ids
     out["negatives"] = [_fresh_negatives(train, 1, part), negative_sampling(
-        train.edge_index, N, 0.5, force_undirected=True, seed=4, part=part)]
-    out["structured"] = structured_negative_sampling(train.edge_index, N, False, seed=5, part=part)
+        train.edge_index, N, 0.5, force_undirected=True, seed=4, epoch=0, part=part)]
+    out["structured"] = structured_negative_sampling(train.edge_index, N, False, seed=5, epoch=0, part=part)
     bad = torch.tensor([[0], [N]]) if rank == P - 1 else torch.zeros(2, 0, dtype=torch.long)
     try:  # one rank's bad pair raises on every rank, not a hang in the plan's exchange
         local_pairs(bad, part)
@@ -203,8 +203,8 @@ def test_link_prediction_equals_single_process():
     ref_losses, ref_val_score, ref_grad = _reference(train, val)
     assert ref_losses[FIXED_EPOCHS - 1] < ref_losses[0]  # it really trained
     single_negatives = [_fresh_negatives(train, 1), negative_sampling(train.edge_index, N, 0.5,
-                                                                      force_undirected=True, seed=4)]
-    single_structured = structured_negative_sampling(train.edge_index, N, False, seed=5)
+                                                                      force_undirected=True, seed=4, epoch=0)]
+    single_structured = structured_negative_sampling(train.edge_index, N, False, seed=5, epoch=0)
     held_out = {key for split in (val, test) for key in _keys(split.edge_label_index[:, split.edge_label == 1])}
     label, given = val.edge_label, _given_scores(val)
     for P in (1, 2, 3, 4):

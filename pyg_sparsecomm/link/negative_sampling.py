@@ -20,7 +20,11 @@ exactly that distribution:
    by smallest hash.  Every step treats the candidate targets symmetrically, so the set is uniform.
 
 The draws are not PyG's draws (PyG uses Python's global ``random``), and neither the order of the
-pairs: here a rank's pairs are sorted by source, then slot.  Where PyG gives up after three rounds
+pairs: here a rank's pairs are sorted by source, then slot.  As PyG's, every call draws fresh
+negatives: without ``epoch=`` the stream is the number of such calls so far (counted per process
+and per rank drawn for, agreed by the ranks: one host all-reduce of one integer, so every rank calls
+together, as it iterates a loader), in a range apart from any ``epoch=`` a script passes; with
+``epoch=`` a call is reproducible and talks to no one.  Where PyG gives up after three rounds
 with fewer than :math:`k` pairs (dense graphs), this returns :math:`\min(k, \sum_i m_i)`.
 
 **structured_negative_sampling** (PyG's function of that name): for every edge :math:`(i, j)` a
@@ -33,6 +37,7 @@ import torch.distributed as dist
 from torch import Tensor
 from torch_geometric.utils.num_nodes import maybe_num_nodes
 
+from ..comm.group import host_all_reduce, is_distributed, world_size
 from ..comm.group import rank as group_rank
 from ..sampling.randomness import stream_key, uniform
 from .partition_vector import partition_vector
@@ -40,6 +45,25 @@ from .partition_vector import partition_vector
 _NEGATIVE, _COUNTS, _STRUCTURED, _FALLBACK = 11, 12, 13, 14  # stream names
 #: rejection rounds before the remaining slots pick among their candidates directly
 _ATTEMPTS = 32
+#: the epochs of calls without ``epoch=``: ``_COUNTED_EPOCHS + n`` for the n-th such call, apart from
+#: the epochs a script passes (its validation negatives at ``epoch=0`` are not its first training ones)
+_COUNTED_EPOCHS = 1 << 62
+#: calls without ``epoch=`` so far in this process, by the rank drawn for (``rank=`` simulates several)
+_CALLS: dict[int, int] = {}
+
+
+def _call_epoch(epoch: int | None, group: dist.ProcessGroup | None, rank: int | None) -> int:
+    """``epoch``, or for a call without one the next of :data:`_COUNTED_EPOCHS` (see the module
+    doc): the largest count of the ranks of ``group`` when this process draws its own share in a
+    job of several ranks (a host all-reduce), so the ranks' shares are one draw."""
+    if epoch is not None:
+        return int(epoch)
+    key = group_rank(group) if rank is None else rank
+    count = _CALLS.get(key, 0)
+    if rank is None and is_distributed(group) and world_size(group) > 1:
+        count = host_all_reduce([count], dist.ReduceOp.MAX, group)[0]
+    _CALLS[key] = count + 1
+    return _COUNTED_EPOCHS + count
 
 
 def _owned(sources: np.ndarray, part, group: dist.ProcessGroup | None, rank: int | None) -> np.ndarray:
@@ -63,8 +87,9 @@ def _is_in(keys: np.ndarray, sorted_keys: np.ndarray) -> np.ndarray:
 
 
 def negative_sampling(edge_index: Tensor, num_nodes: int | None = None, num_neg_samples: int | float | None = None,
-                      method: str = "sparse", force_undirected: bool = False, *, seed: int = 0, epoch: int = 0,
-                      part=None, group: dist.ProcessGroup | None = None, rank: int | None = None) -> Tensor:
+                      method: str = "sparse", force_undirected: bool = False, *, seed: int = 0,
+                      epoch: int | None = None, part=None, group: dist.ProcessGroup | None = None,
+                      rank: int | None = None) -> Tensor:
     r"""This rank's share of PyG's ``negative_sampling(edge_index, ...)`` (see the module docstring).
 
     Args:
@@ -75,7 +100,11 @@ def negative_sampling(edge_index: Tensor, num_nodes: int | None = None, num_neg_
         method (str, optional): ``"sparse"`` or ``"dense"``: accepted for PyG's signature; the draw
             is the same. (default: ``"sparse"``)
         force_undirected (bool, optional): pairs :math:`i < j`, returned in both directions.
-        seed, epoch (int, optional): the random stream; a new ``epoch`` gives fresh negatives.
+        seed (int, optional): the random stream. (default: ``0``)
+        epoch (int, optional): the draw within the stream: the same ``epoch`` gives the same
+            negatives, without communication; ``None``: fresh negatives at every call, as PyG's
+            (the calls counted and agreed by the ranks, see the module doc: every rank calls
+            together). (default: ``None``)
         part: the partition (see :func:`~pyg_sparsecomm.link.distribute_pairs`); ``None``: every pair.
             ``data.part`` (or the partitioned ``Data``) draws without any communication; a shard
             gathers every rank's ``n_id`` first (a collective).
@@ -93,6 +122,7 @@ def negative_sampling(edge_index: Tensor, num_nodes: int | None = None, num_neg_
     if isinstance(num_nodes, (tuple, list)):
         raise ValueError("bipartite negative sampling (num_nodes=(num_src, num_dst)) is not supported here; "
                          "pass the homogeneous graph's num_nodes")
+    epoch = _call_epoch(epoch, group, rank)
     N = maybe_num_nodes(edge_index, num_nodes)
     keys = _edge_keys(edge_index, N, upper=force_undirected)
     ids = np.arange(N, dtype=np.int64)
@@ -168,18 +198,21 @@ def _draw_targets(src: np.ndarray, slot: np.ndarray, keys: np.ndarray, N: int, u
 
 
 def structured_negative_sampling(edge_index: Tensor, num_nodes: int | None = None,
-                                 contains_neg_self_loops: bool = True, *, seed: int = 0, epoch: int = 0,
+                                 contains_neg_self_loops: bool = True, *, seed: int = 0, epoch: int | None = None,
                                  part=None, group: dist.ProcessGroup | None = None, rank: int | None = None
                                  ) -> tuple[Tensor, Tensor, Tensor]:
     r"""This rank's share of PyG's ``structured_negative_sampling``: ``(i, j, k)`` for every edge
     :math:`(i, j)` of ``edge_index`` whose source :math:`i` this rank owns (in edge order), :math:`k`
     uniform over the nodes with :math:`(i, k)` no edge (and :math:`k \ne i` unless
-    ``contains_neg_self_loops``), drawn by hashes of the edge's position in ``edge_index``.
+    ``contains_neg_self_loops``), drawn by hashes of the edge's position in ``edge_index``;
+    ``seed``, ``epoch``, ``part``, ``group`` and ``rank`` as in :func:`negative_sampling` (without
+    ``epoch=`` every call draws afresh, as PyG's).
 
     Raises:
         ValueError: a source of this rank is linked to every node (PyG's
             ``structured_negative_sampling_feasible`` is ``False``; PyG would loop forever).
     """
+    epoch = _call_epoch(epoch, group, rank)
     N = maybe_num_nodes(edge_index, num_nodes)
     src_all, dst_all = edge_index.detach().cpu().numpy().astype(np.int64)
     positives = src_all * N + dst_all
