@@ -166,6 +166,16 @@ def is_registered_group(group: Any) -> bool:
         raise _missing("torch.distributed.distributed_c10d._world.pg_map", e) from e
 
 
+def default_store() -> Any:
+    """The key-value store of the default process group (``torch.distributed.distributed_c10d.
+    _get_default_store``: the ``TCPStore`` / ``FileStore`` the job rendezvoused on, seen through
+    the group's prefix); ``RuntimeError`` when no default group is initialised."""
+    try:
+        return torch.distributed.distributed_c10d._get_default_store()
+    except AttributeError as e:
+        raise _missing("torch.distributed.distributed_c10d._get_default_store", e) from e
+
+
 def symmetric_memory_module() -> Any:
     """``torch.distributed._symmetric_memory`` (symmetric-memory allocation and rendezvous, CUDA);
     ``ImportError`` when this PyTorch build has none."""

@@ -12,6 +12,7 @@ import torch.distributed as dist
 
 from .attempts import attempt_store
 from .comm.group import release_groups
+from .comm.peer_failure import install_failure_hooks, report_error, report_left
 
 #: how long a collective waits for a stalled or dead peer before raising (gloo's default is 30 min)
 DEFAULT_TIMEOUT = timedelta(seconds=120)
@@ -59,11 +60,17 @@ def init_distributed(backend: str | None = None,
     (:func:`~pyg_sparsecomm.comm.group.release_groups`): left to the interpreter's teardown, gloo's
     worker threads abort the process ("terminate called without an active exception").
     In a process that joined a job already (a launcher, a notebook, a test harness), it returns
-    that job's rank, size and device.  Under ``torchrun --max-restarts N`` (and elastic
-    ``--nnodes MIN:MAX`` membership changes) every attempt of the job creates its group on keys of
-    its own (:mod:`~pyg_sparsecomm.attempts`), so a restarted job connects again.
+    that job's rank, size and device.  Either way a rank's uncaught error from then on reaches
+    every other rank by name (:mod:`~pyg_sparsecomm.comm.peer_failure`): their next collective
+    of the package raises :class:`~pyg_sparsecomm.comm.peer_failure.PeerFailedError` naming it
+    and its error, within seconds, instead of gloo's "Connection closed by peer"; a rank that
+    does not arrive at a collective before ``timeout`` is named likewise.
+    Under ``torchrun --max-restarts N`` (and elastic ``--nnodes MIN:MAX`` membership changes) every
+    attempt of the job creates its group on keys of its own (:mod:`~pyg_sparsecomm.attempts`), so a
+    restarted job connects again.
     """
     if dist.is_initialized():
+        install_failure_hooks()
         nccl = dist.get_backend() == "nccl"
         device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
         return dist.get_rank(), dist.get_world_size(), device
@@ -79,6 +86,7 @@ def init_distributed(backend: str | None = None,
         for name, value in nccl_failure_env(timeout).items():
             os.environ.setdefault(name, value)  # the user's own settings win
     _init_process_group(backend, timeout)
+    install_failure_hooks()
     atexit.register(_destroy_process_group)
     return dist.get_rank(), dist.get_world_size(), device
 
@@ -123,6 +131,7 @@ def join_job() -> None:
 
 def _destroy_process_group() -> None:
     if dist.is_initialized():
+        report_left()  # a peer still waiting for this rank names it (no-op after an error was reported)
         try:
             _run_teardown()
         finally:
@@ -142,14 +151,20 @@ def distributed_job(backend: str | None = None,
 
     On a normal exit the clean-ups of :func:`before_teardown` run first (they are collective);
     after an error they are skipped (a peer may never reach them) and the group is destroyed.
+    Before the group is destroyed (which its peers see as closed connections) the error, or
+    that this rank left without one, is reported to the peers
+    (:mod:`~pyg_sparsecomm.comm.peer_failure`), whose collectives then raise naming this rank.
     """
     try:
         yield init_distributed(backend, timeout)
-    except BaseException:
+    except BaseException as error:
         _TEARDOWN.clear()
+        if dist.is_initialized():
+            report_error(error)
         raise
     finally:
         if dist.is_initialized():
+            report_left()
             try:
                 _run_teardown()
             finally:

@@ -131,11 +131,15 @@ def _timeouts(rank, world_size):
     if rank == 0:
         dist.destroy_process_group(group)
         found += (compat.is_registered_group(group),)
-    return found
+    compat.default_store().set(f"seen by {rank}", "yes")  # the store every rank of the job shares
+    dist.barrier()
+    return found + (compat.default_store().get(f"seen by {1 - rank}"),)
 
 
 def test_process_group_timeout_and_registration():
     results = launch(_timeouts, 2, pg_timeout=37.0)
+    assert results[0][-1] == results[1][-1] == b"yes"
+    results = [r[:-1] for r in results]
     assert results[0] == (timedelta(seconds=37), timedelta(seconds=23), True, True, False)
     assert results[1][0] == timedelta(seconds=37)
 

@@ -9,6 +9,7 @@ from torch import Tensor
 from .counters import comm_counter, row_nbytes
 from .device_check import check_devices
 from .group import collective_device, global_rank, is_distributed, rank, world_size
+from .peer_failure import failures_named
 
 
 def broadcast_rows(buf: Tensor, src: int, group: dist.ProcessGroup | None = None) -> Tensor:
@@ -17,7 +18,7 @@ def broadcast_rows(buf: Tensor, src: int, group: dist.ProcessGroup | None = None
     nbytes = buf.size(0) * row_nbytes(buf)
     counter = comm_counter()
     check_devices("broadcast_rows", group, buf)
-    with counter.timed(buf.device):
+    with counter.timed(buf.device), failures_named("broadcast_rows", group):
         dist.broadcast(buf, src=global_rank(group, src), group=group)
     sent = [nbytes if (me == src and p != src) else 0 for p in range(P)]
     recv = [nbytes if (me != src and p == src) else 0 for p in range(P)]
@@ -31,7 +32,7 @@ def reduce_rows(buf: Tensor, dst: int, group: dist.ProcessGroup | None = None) -
     nbytes = buf.size(0) * row_nbytes(buf)
     counter = comm_counter()
     check_devices("reduce_rows", group, buf)
-    with counter.timed(buf.device):
+    with counter.timed(buf.device), failures_named("reduce_rows", group):
         dist.reduce(buf, dst=global_rank(group, dst), op=dist.ReduceOp.SUM, group=group)
     sent = [nbytes if (me != dst and p == dst) else 0 for p in range(P)]
     recv = [nbytes if (me == dst and p != dst) else 0 for p in range(P)]
@@ -52,7 +53,8 @@ def all_reduce_value(value: Tensor, op: dist.ReduceOp.RedOpType = dist.ReduceOp.
         return value
     reduced = value.to(collective_device(group) or value.device, copy=True)
     check_devices(what, group, reduced)
-    dist.all_reduce(reduced, op=op, group=group)
+    with failures_named(what, group):
+        dist.all_reduce(reduced, op=op, group=group)
     return reduced.to(value.device)
 
 
@@ -76,7 +78,7 @@ def all_reduce_rows(buf: Tensor, group: dist.ProcessGroup | None = None, kind: s
     """Sums ``buf`` over ``group`` in place (counted with the ring model, see above)."""
     counter = comm_counter()
     check_devices("all_reduce_rows", group, buf)
-    with counter.timed(buf.device):
+    with counter.timed(buf.device), failures_named(kind, group):
         dist.all_reduce(buf, op=dist.ReduceOp.SUM, group=group)
     counter.record(kind, *_ring_counts(buf.numel() * buf.element_size(), group), group)
     return buf

@@ -9,6 +9,7 @@ import torch
 import torch.distributed as dist
 
 from ..compat import is_registered_group, process_group_timeout
+from .peer_failure import failures_named, forget_job, install_failure_hooks
 
 
 def is_distributed(group: dist.ProcessGroup | None = None) -> bool:
@@ -55,7 +56,9 @@ def join_all(group: dist.ProcessGroup | None = None) -> None:
     assert key is not None  # initialised: is_distributed
     if key in _JOINED:
         return
-    dist.all_reduce(torch.zeros(1, device=collective_device(group)), group=group)
+    install_failure_hooks()  # a rank's uncaught error reaches its peers by name (comm.peer_failure)
+    with failures_named("the first collective of a process group", group):
+        dist.all_reduce(torch.zeros(1, device=collective_device(group)), group=group)
     _JOINED.add(key)
 
 
@@ -90,7 +93,7 @@ def twin_group(group: dist.ProcessGroup | None = None, backend: str | None = Non
 #: (purpose, ranks) -> (the default group it was made under, the dedicated group)
 _DEDICATED: dict[tuple[str, tuple[int, ...]], tuple[object, dist.ProcessGroup]] = {}
 #: clear-functions of the caches that hold process groups (this module's, the process grids')
-_GROUP_CACHES: list[Callable[[], None]] = [_DEDICATED.clear]
+_GROUP_CACHES: list[Callable[[], None]] = [_DEDICATED.clear, forget_job]
 
 
 def register_group_cache(clear: Callable[[], None]) -> None:
@@ -154,7 +157,8 @@ def host_all_reduce(values: list[int], op: dist.ReduceOp.RedOpType = dist.Reduce
     if world_size(group) == 1:
         return list(values)
     t = torch.tensor(values, dtype=torch.long)
-    dist.all_reduce(t, op=op, group=host_group(group))
+    with failures_named("host_all_reduce", group):
+        dist.all_reduce(t, op=op, group=host_group(group))
     return [int(v) for v in t.numpy()]
 
 
@@ -166,7 +170,8 @@ def host_all_gather(values: list[int], group: dist.ProcessGroup | None = None) -
         return [list(values)]
     t = torch.tensor(values, dtype=torch.long)
     out = [torch.empty_like(t) for _ in range(world_size(group))]
-    dist.all_gather(out, t, group=host_group(group))
+    with failures_named("host_all_gather", group):
+        dist.all_gather(out, t, group=host_group(group))
     return [[int(v) for v in row.numpy()] for row in out]
 
 
@@ -181,6 +186,7 @@ def check_plan_matches_group(plan_world_size: int, plan_rank: int,
     if plan_world_size > 1 and not is_distributed(group):
         raise RuntimeError(f"this shard belongs to a {plan_world_size}-rank partition but "
                            f"torch.distributed is not initialised: call init_process_group first")
+    install_failure_hooks()  # before the shard's first collective (comm.peer_failure)
     ws, r = world_size(group), rank(group)
     if plan_world_size != ws:
         raise ValueError(f"the graph was partitioned into {plan_world_size} parts but the process group "
@@ -218,7 +224,8 @@ def raise_together(fn: Callable[[], T], what: str, group: dist.ProcessGroup | No
         if not host_all_reduce([int(error is not None)], dist.ReduceOp.MAX, group)[0]:  # no device wait
             return result  # type: ignore[return-value]
     outcomes: list[tuple[str, str] | None] = [None] * world_size(group)
-    dist.all_gather_object(outcomes, None if error is None else (type(error).__name__, str(error)), group=group)
+    with failures_named(what, group):
+        dist.all_gather_object(outcomes, None if error is None else (type(error).__name__, str(error)), group=group)
     failed = [(r, outcome) for r, outcome in enumerate(outcomes) if outcome is not None]
     if not failed:
         return result  # type: ignore[return-value]

@@ -21,6 +21,7 @@ from torch import Tensor
 from .counters import comm_counter, row_nbytes
 from .device_check import check_devices
 from .group import join_all, raise_together
+from .peer_failure import failures_named
 from .quantize import decode_rows, encode_rows
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -31,8 +32,9 @@ def start_all_to_all_rows(send: Tensor, send_counts: list[int], recv_counts: lis
                           group: dist.ProcessGroup | None = None, kind: str = "halo"):
     """Starts the exchange of :func:`all_to_all_rows` without waiting; returns ``(recv, work)``.
 
-    ``recv`` is valid once ``work.wait()`` returned.  The bytes are counted here; the
-    caller times the wait (the communication time it could not hide).
+    ``recv`` is valid once ``work.wait()`` returned (a :class:`WorkList`: a peer's failure raises
+    naming it).  The bytes are counted here; the caller times the wait (the communication time it
+    could not hide).
     """
     row_bytes = row_nbytes(send)
     recv = send.new_empty((sum(recv_counts),) + tuple(send.shape[1:]))
@@ -40,18 +42,20 @@ def start_all_to_all_rows(send: Tensor, send_counts: list[int], recv_counts: lis
     work = dist.all_to_all_single(recv, send.contiguous(), output_split_sizes=recv_counts,
                                   input_split_sizes=send_counts, group=group, async_op=True)
     comm_counter().record(kind, [c * row_bytes for c in send_counts], [c * row_bytes for c in recv_counts], group)
-    return recv, work
+    return recv, WorkList([work], group)
 
 
 class WorkList:
-    """The pending point-to-point operations of one exchange, waited for together."""
+    """The pending operations of one exchange over ``group``, waited for together; a failure
+    caused by a peer raises :class:`~pyg_sparsecomm.comm.peer_failure.PeerFailedError` naming it."""
 
-    def __init__(self, works) -> None:
-        self.works = list(works)
+    def __init__(self, works, group: dist.ProcessGroup | None = None) -> None:
+        self.works, self.group = list(works), group
 
     def wait(self) -> None:
-        for work in self.works:
-            work.wait()
+        with failures_named("the halo exchange", self.group):
+            for work in self.works:
+                work.wait()
 
     def is_completed(self) -> bool:
         return all(work.is_completed() for work in self.works)
@@ -81,9 +85,10 @@ def start_p2p_rows(send: Tensor, send_counts: list[int], recv_counts: list[int],
             ops.append(dist.P2POp(dist.isend, send.narrow(0, sent_off, n_send), peer_rank, group))
         sent_off, recv_off = sent_off + n_send, recv_off + n_recv
     check_devices("start_p2p_rows", group, send)
-    works = dist.batch_isend_irecv(ops) if ops else []
+    with failures_named("the halo exchange", group):
+        works = dist.batch_isend_irecv(ops) if ops else []
     comm_counter().record(kind, [c * row_bytes for c in send_counts], [c * row_bytes for c in recv_counts], group)
-    return recv, WorkList(works)
+    return recv, WorkList(works, group)
 
 
 def all_to_all_rows(send: Tensor, send_counts: list[int], recv_counts: list[int],

@@ -40,6 +40,7 @@ from torch.nn.parameter import is_lazy
 
 from ..comm.group import collective_device, dedicated_group, global_rank, host_all_reduce
 from ..comm.group import world_size as group_world_size
+from ..comm.peer_failure import failures_named
 from ..compat import current_graph_task_id, queue_backward_callback, will_engine_execute_node
 from ..grad_registry import is_synced, register_synced, take_normalised
 from ..runtime import join_job
@@ -66,7 +67,8 @@ def broadcast_state(module: torch.nn.Module, group: dist.ProcessGroup | None) ->
         for same in by_dtype.values():
             flat = torch.cat([t.detach().reshape(-1) for t in same])
             flat = flat.to(device) if device is not None else flat
-            dist.broadcast(flat, src=src, group=group)
+            with failures_named("distribute()'s copy of rank 0's parameters", group):
+                dist.broadcast(flat, src=src, group=group)
             offset = 0
             for t in same:
                 t.copy_(flat[offset:offset + t.numel()].view_as(t))
@@ -158,7 +160,8 @@ class GradientSync:
         used = host_all_reduce([int(i in self.shares) for i in range(len(self.params))], dist.ReduceOp.MAX,
                                self.group)
         for bucket, flat, work in self.works:
-            work.wait()
+            with failures_named("the gradient all-reduce", self.group):
+                work.wait()
             offset = 0
             for i in bucket:
                 p = self.params[i]
