@@ -27,6 +27,7 @@ from torch import Tensor
 from .comm.collectives import all_reduce_value
 from .comm.device_check import check_devices
 from .comm.group import collective_device, global_rank, host_all_reduce, is_distributed
+from .comm.peer_failure import failures_named
 from .grad_registry import is_synced, mark_normalised
 from .loss_reduction import local_terms
 from .per_rank import check_product
@@ -34,13 +35,17 @@ from .per_rank import check_product
 
 class WholeGraphFloat(float):
     """``loss.item()`` of a :class:`WholeGraphLoss`: a ``float``, which warns once when multiplied
-    by this rank's count (:mod:`~pyg_sparsecomm.per_rank`)."""
+    by this rank's count (:mod:`~pyg_sparsecomm.per_rank`) and pickles as a plain ``float`` (a
+    history of losses in a checkpoint loads with ``weights_only=True``)."""
 
     def __mul__(self, other: Any) -> float:
         check_product(self, other)
         return float(self) * other
 
     __rmul__ = __mul__
+
+    def __reduce__(self) -> tuple:
+        return float, (float(self),)
 
 
 class WholeGraphLoss(Tensor):
@@ -185,7 +190,8 @@ def sync_gradients(module: torch.nn.Module, group: dist.ProcessGroup | None = No
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
     flat = torch.cat([g.reshape(-1) for g in grads])
     check_devices("sync_gradients", group, flat)
-    dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group)
+    with failures_named("sync_gradients", group):
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group)
     offset = 0
     for p in params:
         n = p.numel()
@@ -236,7 +242,8 @@ def gather_nodes(tensor: Tensor, local, dst: int | None = 0,
     device = collective_device(group) or tensor.device
     world_size = dist.get_world_size(group)
     counts = [torch.zeros(1, dtype=torch.long, device=device) for _ in range(world_size)]
-    dist.all_gather(counts, torch.tensor([n_id.numel()], device=device), group=group)
+    with failures_named("gather_nodes", group):
+        dist.all_gather(counts, torch.tensor([n_id.numel()], device=device), group=group)
     width = max(int(c) for c in counts)
     rows = torch.zeros((width, *tensor.shape[1:]), dtype=tensor.dtype, device=device)
     rows[:n_id.numel()] = tensor.detach().to(device)
@@ -245,12 +252,13 @@ def gather_nodes(tensor: Tensor, local, dst: int | None = 0,
     receives = dst is None or dist.get_rank(group) == dst
     all_rows = [torch.empty_like(rows) for _ in range(world_size)] if receives else None
     all_ids = [torch.empty_like(ids) for _ in range(world_size)] if receives else None
-    if dst is None:
-        dist.all_gather(all_rows, rows, group=group)
-        dist.all_gather(all_ids, ids, group=group)
-    else:  # only dst holds the whole graph's rows (every rank would with all_gather)
-        dist.gather(rows, all_rows, dst=global_rank(group, dst), group=group)
-        dist.gather(ids, all_ids, dst=global_rank(group, dst), group=group)
+    with failures_named("gather_nodes", group):
+        if dst is None:
+            dist.all_gather(all_rows, rows, group=group)
+            dist.all_gather(all_ids, ids, group=group)
+        else:  # only dst holds the whole graph's rows (every rank would with all_gather)
+            dist.gather(rows, all_rows, dst=global_rank(group, dst), group=group)
+            dist.gather(ids, all_ids, dst=global_rank(group, dst), group=group)
     if all_rows is None or all_ids is None:
         return None
     out = tensor.new_zeros((num_nodes, *tensor.shape[1:]))

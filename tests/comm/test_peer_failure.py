@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from graphs import NUM_FEATURES, make_cases
 from torch_geometric.nn import GCNConv
 
-from pyg_sparsecomm import distribute, distributed_loss, global_accuracy, shard
+from pyg_sparsecomm import distribute, distributed_loss, gather_nodes, global_accuracy, shard
 from pyg_sparsecomm.comm import peer_failure
 from pyg_sparsecomm.runtime import distributed_job
 from pyg_sparsecomm.testing import launch
@@ -150,29 +150,31 @@ def test_a_timeout_names_the_rank_that_did_not_arrive(tmp_path):
 
 
 def _killed_or_left(rank, world_size, folder, how):
-    """Rank 1 is killed (os._exit: no Python error) or leaves the job early (one epoch less)."""
+    """Rank 1 is killed (os._exit: no Python error) before a global_accuracy, or leaves the job
+    (its script ends) before rank 0's final gather_nodes."""
     with distributed_job():
+        local = shard(make_cases(world_size)["directed"])
         pred = torch.arange(4)
         global_accuracy(pred, pred)
         if rank == 1:
             if how == "killed":
                 os._exit(3)
             return
-        _outcome(folder, rank, lambda: global_accuracy(pred, pred))
+        _outcome(folder, rank, lambda: global_accuracy(pred, pred) if how == "killed" else gather_nodes(local.x, local))
 
 
 @pytest.mark.parametrize("how,words", [
-    ("killed", "because rank 1 closed its connections without a report:\n  rank 1: closed its connections without a "
-               "report: killed"),
-    ("left", "because rank 1 left the job while this rank still waited in a collective: every rank must run the same "
-             "collectives"),
+    ("killed", "global_sum failed on rank 0 of 2 because rank 1 closed its connections without a report:\n  rank 1: "
+               "closed its connections without a report: killed"),
+    ("left", "gather_nodes failed on rank 0 of 2 because rank 1 left the job while this rank still waited in a "
+             "collective: every rank must run the same collectives"),
 ])
 def test_a_rank_killed_or_gone_early_is_named(tmp_path, how, words):
     context = pytest.raises(RuntimeError, match="rank 1 of 2 failed") if how == "killed" else contextlib.nullcontext()
     with context:
         launch(_killed_or_left, 2, str(tmp_path), how, pg_timeout=10, timeout=120)
     seconds, message = _outcomes(tmp_path, [0])[0]
-    assert message.startswith("PeerFailedError: global_sum failed on rank 0 of 2") and words in message, message
+    assert message.startswith(f"PeerFailedError: {words}"), message
     assert seconds < 3, message  # no wait for reports: the only peer is the one gone
 
 
