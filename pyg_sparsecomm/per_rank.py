@@ -14,8 +14,8 @@ scripts then print numbers that differ from rank to rank, with no error:
   ``pbar.update(batch.global_batch_size)`` (or ``tqdm(loader)``: ``len(loader)`` is the same on
   every rank) ends at the total.
 
-``batch.batch_size`` is a :class:`LocalCount`, an ``int`` (slicing, arithmetic, printing and
-pickling are unchanged), so that these two uses can be told apart from the legitimate ones and
+``batch.batch_size`` is a :class:`LocalCount`, an ``int`` (slicing, arithmetic and printing are
+unchanged; ``torch.load(weights_only=True)`` reads it back), so that these two uses can be told apart from the legitimate ones and
 warned about once per process (:class:`PerRankValueWarning`, naming what to use instead):
 
 * a :class:`~pyg_sparsecomm.training.WholeGraphLoss` (or its ``loss.item()``) multiplied by a
@@ -36,6 +36,7 @@ import sys
 import warnings
 from typing import Any
 
+import torch
 import torch.distributed as dist
 
 
@@ -82,8 +83,9 @@ def _caller_module(depth: int) -> str:
 
 class LocalCount(int):
     """An ``int`` counting this rank's share of a batch (``batch.batch_size``): behaves as the
-    ``int`` it is, pickles as a plain ``int``, and warns once where a script adds it to a progress
-    bar (see the module doc; multiplying a whole-graph loss by it is checked by the loss)."""
+    ``int`` it is (``torch.load(weights_only=True)`` reads it back: an allowed global), and warns
+    once where a script adds it to a progress bar (see the module doc; multiplying a whole-graph
+    loss by it is checked by the loss)."""
 
     __slots__ = ()
 
@@ -94,5 +96,5 @@ class LocalCount(int):
             warn_once("progress bar by local count", _PROGRESS_BY_LOCAL)
         return int.__radd__(self, other)
 
-    def __reduce__(self) -> tuple:
-        return int, (int(self),)
+
+torch.serialization.add_safe_globals([LocalCount])

@@ -35,8 +35,10 @@ from .per_rank import check_product
 
 class WholeGraphFloat(float):
     """``loss.item()`` of a :class:`WholeGraphLoss`: a ``float``, which warns once when multiplied
-    by this rank's count (:mod:`~pyg_sparsecomm.per_rank`) and pickles as a plain ``float`` (a
-    history of losses in a checkpoint loads with ``weights_only=True``)."""
+    by this rank's count (:mod:`~pyg_sparsecomm.per_rank`); a history of them saved with
+    ``torch.save`` loads with ``torch.load(weights_only=True)`` (an allowed global)."""
+
+    __slots__ = ()
 
     def __mul__(self, other: Any) -> float:
         check_product(self, other)
@@ -44,8 +46,8 @@ class WholeGraphFloat(float):
 
     __rmul__ = __mul__
 
-    def __reduce__(self) -> tuple:
-        return float, (float(self),)
+
+torch.serialization.add_safe_globals([WholeGraphFloat])
 
 
 class WholeGraphLoss(Tensor):

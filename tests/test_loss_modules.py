@@ -7,6 +7,9 @@ rows, so ``F.cross_entropy`` with ignored targets (``-100``, ``ignore_index``) o
 and elementwise losses of ``[n, C]`` targets (multi-label ``binary_cross_entropy_with_logits``),
 returned another value (and gradient) than the same loss in one process.  Real gloo run at P = 2,
 the rows split unevenly and the ignored targets all on rank 0."""
+import io
+import warnings
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -93,3 +96,24 @@ def test_a_loss_without_a_whole_graph_value_names_the_fix():
     module = torch.nn.CrossEntropyLoss()
     distributed_loss(module, x, labels)
     assert module.reduction == "mean"  # the module is left as it was given
+
+
+def test_the_loss_reads_as_a_number_without_a_warning():
+    """``f"{loss:.4f}"`` raised "unsupported format string passed to WholeGraphLoss.__format__";
+    ``float(loss)`` warned (torch's "Converting a tensor with requires_grad=True to a scalar"):
+    each is now the plain value; ``loss.item()`` (and ``batch.batch_size``) saved with
+    ``torch.save`` load with ``weights_only=True``."""
+    from pyg_sparsecomm.per_rank import LocalCount
+    x, labels, *_ = _inputs()
+    loss = distributed_loss(F.cross_entropy, x.requires_grad_(), labels)
+    value = F.cross_entropy(x, labels).item()
+    with warnings.catch_warnings():  # torch warns once per process: test_ported_minibatch_script checks a fresh one
+        warnings.simplefilter("error")
+        assert f"{loss:.4f}" == f"{value:.4f}" and f"{loss}" == f"{value}"
+        assert float(loss) == value and loss.item() == value
+    with pytest.raises(TypeError, match="unsupported format string"):
+        f"{torch.stack([loss, loss]):.4f}"  # as a plain tensor of more than one value
+    buffer = io.BytesIO()
+    torch.save({"losses": [loss.item()], "seeds": LocalCount(3)}, buffer)
+    buffer.seek(0)
+    assert torch.load(buffer, weights_only=True) == {"losses": [value], "seeds": 3}
