@@ -8,7 +8,6 @@ import argparse
 import time
 
 from .cli import parse_option
-from .memory import format_bytes, peak_memory_bytes
 
 EPILOG = """\
 example:
@@ -49,10 +48,12 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def partition(argv: list[str]) -> int:
-    from .from_files import partition_files  # the partitioner's imports only when this command runs
-
+def main(argv: list[str]) -> int:
+    """Runs ``partition`` with the arguments after the command's name."""
     args = build_parser().parse_args(argv)
+    from .from_files import partition_files  # torch and the partitioner once the arguments parse
+    from .memory import format_bytes, peak_memory_bytes
+
     options = {}
     for method, key, value in args.option:
         if method not in (None, args.method):

@@ -1,12 +1,47 @@
-"""``python -m pyg_sparsecomm partition-stats`` prints the volume table and draws heatmaps/bars."""
+"""``python -m pyg_sparsecomm``: ``--help`` lists the commands without importing torch;
+``partition-stats`` prints the volume table and draws heatmaps/bars."""
 import runpy
+import subprocess
 import sys
 
 import pytest
 
 from pyg_sparsecomm import SparsityAwarePartitioner
-from pyg_sparsecomm.cli import assign_options, main, parse_option
+from pyg_sparsecomm.cli import COMMANDS, main, parse_option
+from pyg_sparsecomm.cli_partition_stats import VB_OBJECTIVES, assign_options
 from pyg_sparsecomm.datasets import sbm_graph
+
+#: what the parse step must not import (torch alone took 30-57 s of a loaded machine before --help answered)
+HEAVY = ("torch", "torch_geometric", "numpy", "scipy", "matplotlib")
+
+
+def _imported_by(args: list[str]) -> tuple[subprocess.CompletedProcess, set[str]]:
+    """``python -X importtime -m pyg_sparsecomm ARGS`` in a fresh interpreter: the run and the top-level
+    packages it imported (importtime's lines on stderr end with '| module')."""
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "pyg_sparsecomm", *args],
+                          capture_output=True, text=True, timeout=120)
+    imported = {line.rsplit("|", 1)[1].strip().split(".")[0] for line in done.stderr.splitlines()
+                if line.startswith("import time:") and "|" in line}
+    return done, imported
+
+
+@pytest.mark.one_core  # one small interpreter at a time
+def test_help_lists_every_command_and_imports_nothing_heavy():
+    done, imported = _imported_by(["--help"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "pyg_sparsecomm" in imported and not imported & set(HEAVY), sorted(imported & set(HEAVY))
+    help_text = " ".join(done.stdout.split())  # argparse wraps the descriptions
+    for name, (_, summary) in COMMANDS.items():
+        assert f"{name} {summary}" in help_text, (name, done.stdout)
+    for name in COMMANDS:
+        done, imported = _imported_by([name, "--help"])
+        assert done.returncode == 0 and f"usage: python -m pyg_sparsecomm {name} " in done.stdout, done.stderr[-3000:]
+        assert not imported & set(HEAVY), (name, sorted(imported & set(HEAVY)))
+
+
+def test_vb_objectives_are_the_balancers():
+    from pyg_sparsecomm.partition.balance import RESTART_OBJECTIVES
+    assert VB_OBJECTIVES == RESTART_OBJECTIVES
 
 
 def _rows(out, P):
@@ -54,7 +89,9 @@ def test_cli_errors():
         main(["partition-stats", "--graph", "sbm", "--methods", "spectral"])
     with pytest.raises(SystemExit, match="unknown graph"):
         main(["partition-stats", "--graph", "nowhere.txt"])
-    assert main(["frobnicate"]) == 2
+    with pytest.raises(SystemExit) as exc:  # argparse: naming the commands, exit status 2
+        main(["frobnicate"])
+    assert exc.value.code == 2
 
 
 def test_missing_graph_files_are_named_with_the_fix(tmp_path, monkeypatch):
