@@ -263,7 +263,7 @@ def _check_call(conv: MessagePassing, state: LayerState, args: tuple, kwargs: di
         raise ValueError(f"{type(conv).__name__} is in explain mode (set by PyG's Explainer), whose edge masks "
                          f"cover the whole graph's edges; a shard's layer cannot apply them: explain on one process "
                          f"with the whole graph, or set conv.explain = False")
-    # checked on every rank at once (a new shard: one all-gather; else two flags agreed on the host)
+    # checked on every rank at once (a new shard: one all-gather; else three flags agreed on the host)
     one_d = not state.settings.replicated  # 1.5D block rows: exchange_group checks them
     state.cached_key = check_call(conv, args, kwargs, adj, state.checked_plan, state.cached_key,
                                   state.settings.group, one_d)
