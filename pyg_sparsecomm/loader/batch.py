@@ -49,7 +49,9 @@ def request_halo(plan: RankPlan, halo_col: Tensor, hop: Tensor, group: dist.Proc
     counts = torch.bincount(owner, minlength=plan.world_size).tolist()
     payload = torch.stack([plan.halo_remote_index.index_select(0, halo_col), hop], dim=1)
     received, recv_counts = exchange_ids(payload, counts, group, "sample")
-    peer = torch.repeat_interleave(torch.arange(plan.world_size), torch.tensor(recv_counts))
+    device = received.device
+    peer = torch.repeat_interleave(torch.arange(plan.world_size, device=device),
+                                   torch.tensor(recv_counts, device=device), output_size=sum(recv_counts))
     return Requests(peer, received[:, 0], received[:, 1])
 
 
@@ -95,8 +97,8 @@ def batch_rows(row_hop: Tensor, levels: int) -> BatchRows:
     row, and the rows per hop ``0 .. levels - 1``."""
     in_batch = torch.nonzero(row_hop >= 0).view(-1)
     rows = in_batch.index_select(0, torch.argsort(row_hop.index_select(0, in_batch) * row_hop.numel() + in_batch))
-    batch_row = torch.full((row_hop.numel(),), -1, dtype=torch.long)
-    batch_row.index_copy_(0, rows, torch.arange(rows.numel()))
+    batch_row = torch.full((row_hop.numel(),), -1, dtype=torch.long, device=row_hop.device)
+    batch_row.index_copy_(0, rows, torch.arange(rows.numel(), device=row_hop.device))
     return BatchRows(rows, batch_row, torch.bincount(row_hop.index_select(0, rows), minlength=levels))
 
 
@@ -116,7 +118,7 @@ def batch_plan(plan: RankPlan, rows: BatchRows, halo_col: Tensor, edge_hop: Tens
     peers ``requests``-ed; one reply exchange (:func:`_reply`)."""
     P, levels = plan.world_size, rows.counts.numel()
     used_halo, halo_pos = torch.unique(halo_col, return_inverse=True)  # (owner, id) order
-    halo_hop = torch.full((used_halo.numel(),), levels, dtype=torch.long)
+    halo_hop = torch.full((used_halo.numel(),), levels, dtype=torch.long, device=halo_col.device)
     halo_hop.scatter_reduce_(0, halo_pos, edge_hop, "amin")  # first hop reading it
     send_peer, send_index, send_hop = _send_lists(requests, rows.batch_row, plan.num_owned)
     send_counts = torch.bincount(send_peer, minlength=P).tolist()
