@@ -247,9 +247,13 @@ def _parameter_problems(entries: list[dict], who: str) -> list[str]:
     if not differ:
         return []
     return [f"{who} holds different parameters on different ranks (rank 0's differ from rank "
-            f"{', '.join(map(str, differ[:4]))}'s), so each rank would train its own model: build the model with "
-            f"the same torch.manual_seed on every rank, or wrap it in distribute(model) (or DistributedDataParallel), "
-            f"which copies rank 0's parameters; call reset_parameters() before distribute(), not after"]
+            f"{', '.join(map(str, differ[:4]))}'s), so each rank would train its own model. Under distribute(model), "
+            f"which copied rank 0's parameters to every rank, some ranks changed them afterwards (reset_parameters(), "
+            f"load_state_dict() or an initialisation of their own): call reset_parameters() before distribute(), not "
+            f"after, or do it under the same torch.manual_seed on every rank (likewise with broadcast=False). A layer "
+            f"used without distribute(), such as DistributedGCNConv on its own, keeps each rank's own draw: build it "
+            f"under the same torch.manual_seed on every rank, or wrap the model in distribute(model) (or "
+            f"DistributedDataParallel)"]
 
 
 def parameter_digest(module: torch.nn.Module) -> str:

@@ -44,6 +44,7 @@ from ..comm.peer_failure import failures_named
 from ..compat import current_graph_task_id, queue_backward_callback, will_engine_execute_node
 from ..grad_registry import is_synced, register_synced, take_normalised
 from ..runtime import join_job
+from .same_model import check_same_model
 
 #: bucket size of the gradient all-reduces (DDP's default is 25 MiB; GNN models are small, so
 #: smaller buckets let the first all-reduces start earlier in backward)
@@ -252,6 +253,7 @@ def install(module: torch.nn.Module, group: dist.ProcessGroup | None, broadcast:
     join_job()
     if group_world_size(group) == 1:
         return
+    check_same_model(module, group)  # before the broadcast and the gradient buckets, which assume it
     if broadcast:
         broadcast_state(module, group)
     sync = GradientSync(module, group) if sync_gradients else None
