@@ -31,6 +31,7 @@ import torch.distributed as dist
 
 from . import _EXPORTS
 from .comm.group import release_groups
+from .comm.peer_failure import report_error
 
 #: how often :func:`launch` starts a job whose gloo mesh did not connect
 CONNECT_ATTEMPTS = 3
@@ -67,8 +68,10 @@ def _worker(fn, rank, world_size, store_path, args, results, threads, pg_timeout
             return
         out = fn(rank, world_size, *args)
         results.put((rank, _OK, _dumps(out)))
-    except BaseException:  # noqa: BLE001 - report everything to the parent
+    except BaseException as error:  # noqa: BLE001 - report everything to the parent
         results.put((rank, _FAILED, traceback.format_exc()))
+        if dist.is_initialized():  # the peers still waiting name this rank and its error (as under torchrun)
+            report_error(error)
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
