@@ -14,7 +14,7 @@ __version__ = "0.2.0"
 _EXPORTS = {
     "HaloAdj": ".adj",
     "comm_counter": ".comm.counters",
-    "seed_rounding": ".comm.rounding",
+    "seed_rounding": ".comm.rounding", "PeerFailedError": ".comm.peer_failure",
     "CostModel": ".cost",
     "shard": ".data",
     "partition_files": ".from_files",
@@ -25,6 +25,7 @@ _EXPORTS = {
     "LossNormalisationWarning": ".nn.gradient_sync",
     "SparsityAwarePartitioner": ".partition",
     "RankPlan": ".plan", "comm_pattern": ".plan", "rank_plan": ".plan",
+    "PerRankValueWarning": ".per_rank",
     "init_distributed": ".runtime",
     "partition_and_shard": ".startup", "partition_on_rank_zero": ".startup", "rank_zero_first": ".startup",
     "CommStats": ".stats",
@@ -36,6 +37,7 @@ _EXPORTS = {
 if TYPE_CHECKING:  # pragma: no cover  (what type checkers and IDEs see; _EXPORTS is what runs)
     from .adj import HaloAdj
     from .comm.counters import comm_counter
+    from .comm.peer_failure import PeerFailedError
     from .comm.rounding import seed_rounding
     from .cost import CostModel
     from .data import shard
@@ -46,6 +48,7 @@ if TYPE_CHECKING:  # pragma: no cover  (what type checkers and IDEs see; _EXPORT
     from .nn import DistributedGCNConv, NodeDropout, distribute
     from .nn.gradient_sync import LossNormalisationWarning
     from .partition import SparsityAwarePartitioner
+    from .per_rank import PerRankValueWarning
     from .plan import RankPlan, comm_pattern, rank_plan
     from .runtime import init_distributed
     from .startup import partition_and_shard, partition_on_rank_zero, rank_zero_first
@@ -77,5 +80,5 @@ __all__ = [
     "ProcessGrid", "process_grid", "CostModel", "predict_layouts", "__version__",
     "init_distributed",
     "rank_zero_first", "partition_and_shard", "partition_on_rank_zero", "gather_nodes", "LossNormalisationWarning",
-    "partition_files",
+    "partition_files", "PerRankValueWarning", "PeerFailedError",
 ]
