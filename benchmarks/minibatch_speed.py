@@ -1,0 +1,251 @@
+"""Mini-batch speed (issue 46): seeds per second of ``DistributedNeighborLoader`` + ``distribute(GraphSAGE)``
+and every batch's time split into sampling / plan / exchange / model, on random graphs of one node
+count and average in-degree 10, 50, 100 and 500, at P = 1, 2, 4 gloo ranks of one thread each
+(launched by ``pyg_sparsecomm.testing.launch``; P = 4 oversubscribes a 2-core machine 2x).
+
+The split comes from timers wrapped around the loader's functions (exclusive times, the batch
+sampled in the training loop's thread, ``prefetch=0``): *sampling* is ``DistributedNeighborLoader.sample``
+less what it calls below, *plan* is ``build_batch`` (the batch's relabelling and plan) less its
+exchanges, *exchange* is every id exchange of sampling and planning (``exchange_ids``), *model* the
+forward, backward and optimizer step; seeds / s = the batches' seeds over the sum of all four
+(slowest rank).  Side by side in the same run, at P = 1: the sampling time per sampled edge on
+graphs of average in-degree 8 and 96 (same node count, same fanouts) and its ratio (floor <= 1.3x);
+and PyG's ``NeighborLoader`` with the same fanouts, batch size and model when torch_sparse or
+pyg-lib is installed (its sampler named in the table).
+
+    python benchmarks/minibatch_speed.py [--nodes 20000] [--degrees 10 50 100 500] [--parts 1 2 4]
+"""
+import argparse
+import functools
+import os
+import time
+from collections import defaultdict
+
+import torch
+import torch.nn.functional as F
+from _common import machine, markdown_table, median, print_table, write_section
+
+from pyg_sparsecomm import distributed_loss
+from pyg_sparsecomm.testing import launch
+
+FEATURES, HIDDEN, CLASSES = 64, 64, 8
+PARTS = ("sampling", "plan", "exchange", "model")
+
+
+def random_graph(num_nodes: int, degree: int, seed: int = 0):
+    """``num_nodes * degree`` directed edges of uniform random endpoints (in-degree ~ Poisson(degree)),
+    random features and labels, a random partition vector set later."""
+    from torch_geometric.data import Data
+    gen = torch.Generator().manual_seed(seed)
+    edge_index = torch.randint(0, num_nodes, (2, num_nodes * degree), generator=gen)
+    return Data(x=torch.randn(num_nodes, FEATURES, generator=gen), edge_index=edge_index, num_nodes=num_nodes,
+                y=torch.randint(0, CLASSES, (num_nodes,), generator=gen))
+
+
+class ExclusiveTimer:
+    """Seconds per name of the functions it wraps, each less the wrapped functions it called."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+        self._stack: list[float] = []
+
+    def wrap(self, name: str, fn):
+        @functools.wraps(fn)
+        def timed(*args, **kwargs):
+            self._stack.append(0.0)
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                total = time.perf_counter() - start
+                self.seconds[name] += total - self._stack.pop()
+                if self._stack:
+                    self._stack[-1] += total
+        return timed
+
+
+def instrument() -> ExclusiveTimer:
+    """Wraps the loader's sampling, planning and id exchanges (module globals, as the loader calls them)."""
+    from pyg_sparsecomm.loader import batch as batch_module
+    from pyg_sparsecomm.loader import neighbor_loader
+    timer = ExclusiveTimer()
+    loader_class = neighbor_loader.DistributedNeighborLoader
+    if hasattr(loader_class.sample, "__wrapped__"):
+        raise RuntimeError("instrument() runs once per process")
+    loader_class.sample = timer.wrap("sampling", loader_class.sample)
+    neighbor_loader.build_batch = timer.wrap("plan", neighbor_loader.build_batch)
+    batch_module.exchange_ids = timer.wrap("exchange", batch_module.exchange_ids)
+    return timer
+
+
+def _worker(rank, world_size, num_nodes, degree, fanouts, batch_size, batches):
+    from torch_geometric.nn.models import GraphSAGE
+
+    from pyg_sparsecomm import distribute, shard
+    from pyg_sparsecomm.loader import DistributedNeighborLoader
+    data = random_graph(num_nodes, degree)
+    data.part = torch.randint(0, world_size, (num_nodes,), generator=torch.Generator().manual_seed(1))
+    data.num_parts = world_size
+    local = shard(data) if world_size > 1 else shard(data, rank=0, world_size=1)
+    del data
+    timer = instrument()
+    loader = DistributedNeighborLoader(local, fanouts, batch_size=batch_size, shuffle=True, seed=0, prefetch=0)
+    torch.manual_seed(0)
+    model = distribute(GraphSAGE(FEATURES, HIDDEN, len(fanouts), CLASSES))
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    rows = []
+    for i, batch in enumerate(loader):
+        if i > batches:
+            break
+        start = time.perf_counter()
+        _step(model, optimizer, batch)
+        model_s = time.perf_counter() - start
+        split = dict(timer.seconds)
+        timer.seconds.clear()
+        if i:  # the first batch warms up
+            rows.append({"model": model_s, **{k: split.get(k, 0.0) for k in PARTS[:3]},
+                         "seeds": int(batch.global_batch_size), "edges": sum(batch.num_sampled_edges)})
+    ahead = DistributedNeighborLoader(local, fanouts, batch_size=batch_size, shuffle=True, seed=0, prefetch=1)
+    waits = _waits(ahead, model, optimizer, batches)
+    return rows, waits
+
+
+def _step(model, optimizer, batch) -> None:
+    optimizer.zero_grad()
+    out = model(batch.x, batch.adj, num_sampled_nodes_per_hop=batch.num_sampled_nodes,
+                num_sampled_edges_per_hop=batch.num_sampled_edges)
+    s = int(batch.batch_size)
+    distributed_loss(F.cross_entropy, out[:s], batch.y[:s]).backward()
+    optimizer.step()
+
+
+def _waits(loader, model, optimizer, batches: int) -> list[tuple[float, float]]:
+    """``(seconds waiting in the loader, seconds of the whole step)`` per batch, the loader sampling
+    one batch ahead on its thread (``prefetch=1``); the first batch warms up."""
+    out, it = [], iter(loader)
+    for i in range(batches + 1):
+        start = time.perf_counter()
+        batch = next(it, None)
+        if batch is None:
+            break
+        loaded = time.perf_counter()
+        _step(model, optimizer, batch)
+        if i:
+            out.append((loaded - start, time.perf_counter() - start))
+    return out
+
+
+def measure(num_nodes: int, degree: int, P: int, args) -> dict:
+    """Per batch medians over ranks' slowest: seconds of every part, seeds / s, sampled edges."""
+    results = launch(_worker, P, num_nodes, degree, args.fanouts, args.batch_size, args.batches, timeout=3600)
+    per_rank = [rows for rows, _ in results]
+    waits = [max(w[b][0] for _, w in results) for b in range(len(results[0][1]))]
+    steps = [max(w[b][1] for _, w in results) for b in range(len(results[0][1]))]
+    per_batch = []
+    for b in range(len(per_rank[0])):
+        rows = [r[b] for r in per_rank]
+        step = {k: max(r[k] for r in rows) for k in PARTS}
+        step["total"] = max(sum(r[k] for k in PARTS) for r in rows)
+        step["seeds"], step["edges"] = rows[0]["seeds"], sum(r["edges"] for r in rows)
+        per_batch.append(step)
+    out = {k: median([s[k] for s in per_batch]) for k in (*PARTS, "total")}
+    out["seeds_per_s"] = sum(s["seeds"] for s in per_batch) / sum(s["total"] for s in per_batch)
+    out["edges"] = median([s["edges"] for s in per_batch])
+    out["sampling_per_edge"] = sum(s["sampling"] for s in per_batch) / sum(s["edges"] for s in per_batch)
+    out["loader_share"] = sum(waits) / sum(steps)  # prefetch=1: the sampling the step did not hide
+    out["seeds_per_s_ahead"] = sum(s["seeds"] for s in per_batch) / sum(steps) * len(per_batch) / len(steps)
+    return out
+
+
+def pyg_sampler() -> str | None:
+    """The sampler PyG's ``NeighborLoader`` uses here, or ``None`` when it has none."""
+    import torch_geometric.typing as pyg_typing
+    if pyg_typing.WITH_PYG_LIB:
+        return "pyg-lib"
+    if pyg_typing.WITH_TORCH_SPARSE:
+        return "torch_sparse"
+    return None
+
+
+def pyg_baseline(num_nodes: int, degree: int, args) -> dict:
+    """PyG's ``NeighborLoader`` + ``GraphSAGE`` on the same graph, fanouts, batch size and model, one process."""
+    from torch_geometric.loader import NeighborLoader
+    from torch_geometric.nn.models import GraphSAGE
+    data = random_graph(num_nodes, degree)
+    loader = NeighborLoader(data, num_neighbors=args.fanouts, batch_size=args.batch_size, shuffle=True)
+    torch.manual_seed(0)
+    model = GraphSAGE(FEATURES, HIDDEN, len(args.fanouts), CLASSES)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    steps, it = [], iter(loader)
+    for i in range(args.batches + 1):
+        start = time.perf_counter()
+        batch = next(it)
+        loaded = time.perf_counter()
+        optimizer.zero_grad()
+        out = model(batch.x, batch.edge_index, num_sampled_nodes_per_hop=batch.num_sampled_nodes,
+                    num_sampled_edges_per_hop=batch.num_sampled_edges)
+        F.cross_entropy(out[:batch.batch_size], batch.y[:batch.batch_size]).backward()
+        optimizer.step()
+        if i:
+            steps.append((loaded - start, time.perf_counter() - loaded, batch.batch_size))
+    total = sum(a + b for a, b, _ in steps)
+    return {"sampling": median([a for a, _, _ in steps]), "model": median([b for _, b, _ in steps]),
+            "total": median([a + b for a, b, _ in steps]), "seeds_per_s": sum(s for *_, s in steps) / total}
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.1f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=20_000)
+    parser.add_argument("--degrees", type=int, nargs="+", default=[10, 50, 100, 500])
+    parser.add_argument("--ratio-degrees", type=int, nargs=2, default=[8, 96])
+    parser.add_argument("--parts", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--fanouts", type=int, nargs="+", default=[15, 10])
+    parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--batches", type=int, default=8, help="batches timed after one warm-up")
+    parser.add_argument("--label", default="", help="a note for the table's title (e.g. the code version)")
+    parser.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
+    args = parser.parse_args()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(1)
+    headers = ["avg in-degree", "P", "sampler", "seeds / s", "ms / batch", *[f"{p} ms" for p in PARTS],
+               "sampled edges / batch", "sampling ns / edge", "prefetch=1: seeds / s", "prefetch=1: loader share"]
+    rows, per_edge = [], {}
+    for degree in dict.fromkeys([*args.degrees, *args.ratio_degrees]):
+        for P in (args.parts if degree in args.degrees else [1]):
+            r = measure(args.nodes, degree, P, args)
+            if P == 1:
+                per_edge[degree] = r["sampling_per_edge"]
+            rows.append([degree, P, "this package", f"{r['seeds_per_s']:,.0f}", ms(r["total"]),
+                         *[ms(r[p]) for p in PARTS], f"{r['edges']:,.0f}", f"{r['sampling_per_edge'] * 1e9:.0f}",
+                         f"{r['seeds_per_s_ahead']:,.0f}", f"{r['loader_share']:.0%}"])
+            print_table(headers, rows[-1:])
+        sampler = pyg_sampler()
+        if sampler is not None and degree in args.degrees and 1 in args.parts:
+            r = pyg_baseline(args.nodes, degree, args)
+            rows.append([degree, 1, f"PyG NeighborLoader ({sampler})", f"{r['seeds_per_s']:,.0f}", ms(r["total"]),
+                         ms(r["sampling"]), "-", "-", ms(r["model"]), "-", "-", "-", "-"])
+            print_table(headers, rows[-1:])
+    low, high = args.ratio_degrees
+    ratio = per_edge[high] / per_edge[low]
+    print(f"sampling time per sampled edge, avg in-degree {high} vs {low}: {ratio:.2f}x (floor <= 1.3x)")
+    if args.no_write:
+        return
+    notes = (f"{args.nodes:,} nodes, `num_nodes * degree` random directed edges, {FEATURES} features, "
+             f"GraphSAGE {len(args.fanouts)} layers of {HIDDEN} (trimmed per layer), fanouts {args.fanouts}, "
+             f"batch size {args.batch_size}, Adam; median of {args.batches} batches after one warm-up (slowest "
+             f"rank), random partition, one thread per rank, the loader sampling in the training thread "
+             f"(`prefetch=0`).  Sampling time per sampled edge at average in-degree {high} vs {low}: "
+             f"**{ratio:.2f}x** ({per_edge[high] * 1e9:.0f} vs {per_edge[low] * 1e9:.0f} ns; floor <= 1.3x).")
+    if pyg_sampler() is None:
+        notes += "  PyG's `NeighborLoader` rows are missing: neither torch_sparse nor pyg-lib is installed."
+    title = "Mini-batch speed: O(fanout) sampling (issue 46)" + (f", {args.label}" if args.label else "")
+    write_section("minibatch_speed", f"## {title}\n\n`python benchmarks/minibatch_speed.py` — machine: "
+                                     f"{machine()}.\n{notes}\n\n" + markdown_table(headers, rows))
+
+
+if __name__ == "__main__":
+    main()
