@@ -67,9 +67,9 @@ def sample_positions(key: int | np.uint64, node_ids: Tensor, degree: Tensor, fan
         return _all_positions(degree)
     big = degree > fanout
     whole, position = _all_positions(torch.where(big, 0, degree))
-    chosen = _floyd(key, node_ids.index_select(0, torch.nonzero(big).view(-1)), degree[big], fanout)
-    drawn = torch.nonzero(big).view(-1).repeat_interleave(fanout)
-    return torch.cat([whole, drawn]), torch.cat([position, chosen.view(-1)])
+    drawing = torch.nonzero(big).view(-1)
+    chosen = _floyd(key, node_ids.index_select(0, drawing), degree.index_select(0, drawing), fanout)
+    return torch.cat([whole, drawing.repeat_interleave(fanout)]), torch.cat([position, chosen.view(-1)])
 
 
 def _all_positions(degree: Tensor) -> tuple[Tensor, Tensor]:
