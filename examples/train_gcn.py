@@ -12,6 +12,7 @@ reduction plus gradient sync.  Runs on CPU with gloo; with CUDA available each
 rank takes GPU ``LOCAL_RANK`` and NCCL.  Without torchrun it runs on one process.
 """
 import argparse
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -140,8 +141,10 @@ def run(args, rank: int, world_size: int, device: torch.device = CPU, verbose: b
     start = 1 if point is None else point.step + 1
     history = history if point is None else point.extra
     counter = comm_counter()
-    bar = tqdm(range(start, args.epochs + 1), disable=not (verbose and rank == 0 and args.progress),
-               desc="epochs", leave=False)
+    # the bar on stderr, only on a terminal (disable=None): the epoch lines (tqdm.write) go to stdout, and
+    # a redirected log holds them alone
+    bar = tqdm(range(start, args.epochs + 1), disable=None if verbose and rank == 0 and args.progress else True,
+               desc="epochs", leave=False, file=sys.stderr)
     for epoch in bar:
         counter.reset()
         t0 = device_clock(device)

@@ -27,7 +27,7 @@ import shlex
 import shutil
 import subprocess
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 from conftest import SHARED
@@ -198,6 +198,25 @@ def fresh_clone(tmp_path_factory):
     return clone
 
 
+def _out_folder(command: str) -> str | None:
+    """The folder ``command`` writes into (its ``--out``), if it names one."""
+    words = shlex.split(command)
+    return words[words.index("--out") + 1] if "--out" in words[:-1] else None
+
+
+def producers(command: str) -> list[str]:
+    """The README commands before ``command`` that write what it reads (an argument, or the PATH of a
+    NAME=PATH one, inside their ``--out`` folder), and theirs, in README order."""
+    commands = readme_commands()
+    earlier = commands[:commands.index(command)]
+    paths = [PurePosixPath(w.partition("=")[2] if "=" in w and not w.startswith("-") else w)
+             for w in shlex.split(command)]
+    found = {c for c in earlier if (out := _out_folder(c))
+             and any(p == PurePosixPath(out) or PurePosixPath(out) in p.parents for p in paths)}
+    found |= {before for c in found for before in producers(c)}
+    return sorted(found, key=commands.index)
+
+
 def run_command(command: str, clone: Path, log_dir: Path) -> str:
     """Runs a README command in ``clone``; returns what rank 0 printed."""
     words = shlex.split(command)
@@ -223,11 +242,27 @@ def test_readme_command_runs_on_a_fresh_clone_offline(command, fresh_clone, tmp_
     dataset = re.search(r"--dataset (\w+)", command)
     if dataset and dataset[1] != "SBM" and not (fresh_clone / "data" / dataset[1] / "raw").is_dir():
         pytest.skip(f"Planetoid raw files not found at {SHARED}")
+    for before in producers(command):  # run on their own (-k, --lf, a worker restarted): what it reads first
+        if not (fresh_clone / str(_out_folder(before))).exists():
+            run_command(before, fresh_clone, tmp_path / "before")
     out = run_command(command, fresh_clone, tmp_path)
     assert out.strip(), f"{command} printed nothing"
+    assert "\r" not in out, f"{command}: a progress bar in its log (not a terminal):\n{out[:2000]}"
     if re.match(r"torchrun .* examples/train_gcn\.py$", command):  # the main job's first line
         assert re.search(r"^P=\d+ dataset=SBM .*\| graph [0-9.]+s, partition [0-9.]+s, shard [0-9.]+s$",
                          out, re.M), out[:2000]
+
+
+def test_commands_reading_an_earlier_commands_output_run_it_first():
+    """``graph_to_npy.py --out graph/`` -> ``partition --x graph/x.npy ... --out sbm-parts/`` ->
+    ``train_gcn.py --partition-dir sbm-parts/``: each test of the chain passes alone."""
+    commands = readme_commands()
+    to_npy = next(c for c in commands if "graph_to_npy.py" in c)
+    partition = next(c for c in commands if c.startswith("python -m pyg_sparsecomm partition ") and "graph/" in c)
+    train = next(c for c in commands if f"--partition-dir {_out_folder(partition)}" in c)
+    assert _out_folder(to_npy) == "graph/" and producers(to_npy) == []
+    assert producers(partition) == [to_npy] and producers(train) == [to_npy, partition]
+    assert not [c for c in commands if "examples/train_gcn.py" in c and producers(c) and c != train]
 
 
 def test_readme_commands_are_found():
