@@ -52,7 +52,7 @@ def _row_span(tile: Tensor) -> int:
 def _empty_tile(T: int) -> Tensor:
     """An all-zero ``T x T`` sparse tile without storage (O(1) memory)."""
     # torch's stubs lack the size-only overload of sparse_coo_tensor that the runtime accepts
-    return torch.sparse_coo_tensor(size=(T, T))  # type: ignore[call-arg]
+    return torch.sparse_coo_tensor(size=(T, T), check_invariants=False)  # type: ignore[call-arg]
 
 
 def _tile_nbytes(M: SparseTiledMatrix, i: int, j: int) -> int:
@@ -100,7 +100,9 @@ class TiledAdjacency:
         tiles = {}
         for j in range(plan.world_size):
             sel = owner == j
-            tiles[plan.rank, j] = (torch.sparse_coo_tensor(torch.stack([row[sel], remote[sel]]), value[sel], (T, T))
+            # the shard's own indices: no invariant check (said explicitly, else torch warns once per process)
+            tiles[plan.rank, j] = (torch.sparse_coo_tensor(torch.stack([row[sel], remote[sel]]), value[sel], (T, T),
+                                                           check_invariants=False)
                                    if sel.any() else _empty_tile(T))
         return tiles
 

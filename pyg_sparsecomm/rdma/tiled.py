@@ -249,7 +249,8 @@ def to_coo(matrix: Any) -> tuple[torch.Tensor, torch.Tensor, tuple[int, int]]:
     elif hasattr(matrix, "tocoo"):  # scipy sparse
         m = matrix.tocoo()
         idx = torch.from_numpy(np.stack([m.row, m.col]).astype(np.int64))
-        coo = torch.sparse_coo_tensor(idx, torch.from_numpy(np.asarray(m.data, np.float64)), m.shape).coalesce()
+        coo = torch.sparse_coo_tensor(idx, torch.from_numpy(np.asarray(m.data, np.float64)), m.shape,
+                                      check_invariants=False).coalesce()  # scipy's indices; torch's default, said
     else:
         coo = torch.as_tensor(np.asarray(matrix, np.float64)).to_sparse_coo().coalesce()
     if coo.dim() != 2:
@@ -325,7 +326,7 @@ class SparseTiledMatrix(TiledMatrix):
             r0, _, c0, _ = grid.bounds(i, j)
             # row-major and duplicate-free already: marked coalesced, so it is not sorted again
             local[i, j] = torch.sparse_coo_tensor(idx[:, s0:s1] - torch.tensor([[r0], [c0]]), values[s0:s1],
-                                                  grid.dims(i, j), is_coalesced=True)
+                                                  grid.dims(i, j), is_coalesced=True, check_invariants=False)
         return cls.from_local_tiles(backend, shape, tile_shape, local, pgrid)
 
     def nnz(self, i: int, j: int) -> int:
@@ -356,7 +357,8 @@ class SparseTiledMatrix(TiledMatrix):
             cols.append(coo.indices()[1] + c0)
             vals.append(coo.values())
         idx = torch.stack([torch.cat(rows), torch.cat(cols)])
-        return torch.sparse_coo_tensor(idx, torch.cat(vals), self.shape).coalesce().to_sparse_csr()
+        whole = torch.sparse_coo_tensor(idx, torch.cat(vals), self.shape, check_invariants=False)
+        return whole.coalesce().to_sparse_csr()
 
 
 def check_operands(A: TiledMatrix, B: TiledMatrix) -> None:
