@@ -5,6 +5,8 @@ recompiles, no new graphs afterwards), and what it compiles is the documented co
 distributed layer call runs eagerly as ONE graph break (``nn.overrides.EagerCall``), the code
 between layers compiles; PyG's ``BasicGNN`` models loop over their layers, and dynamo runs a frame
 with a graph break inside a loop eagerly as a whole (no graph, no break counted)."""
+import warnings
+
 import torch
 import torch._inductor.config
 import torch.distributed as dist
@@ -14,7 +16,7 @@ from torch._dynamo.utils import counters
 from torch_geometric.nn import GCNConv, SAGEConv
 from torch_geometric.nn.models import GAT, GCN, GraphSAGE
 
-from pyg_sparsecomm import DistributedGCNConv, distribute, shard, sync_gradients
+from pyg_sparsecomm import DistributedGCNConv, LossNormalisationWarning, distribute, shard, sync_gradients
 from pyg_sparsecomm.testing import launch
 
 C = 4
@@ -82,6 +84,7 @@ def steps(model, local, weighted):
 
 
 def _worker(rank, world_size):
+    warnings.filterwarnings("ignore", category=LossNormalisationWarning)  # a plain sum on purpose
     # Inductor compiles in this process: its default pool starts fresh interpreters (each importing
     # torch, seconds of CPU) in every rank, and the ranks share two cores
     torch._inductor.config.compile_threads = 1

@@ -10,6 +10,8 @@
   multiplies it by before the exchange) is unchanged, and again after either changes; under
   ``torch.inference_mode()`` (tensors without a version counter) every call equals PyG.
 """
+import warnings
+
 import pytest
 import torch
 from layer_specs import OUT, D, F, _mlp
@@ -17,7 +19,7 @@ from test_distribute_layers import make_graph
 from torch.nn import Linear, ReLU, Sequential
 from torch_geometric.nn import ChebConv, EdgeConv, GATConv, GCNConv, GINConv, GraphConv, SAGEConv, TransformerConv
 
-from pyg_sparsecomm import comm_counter, distribute, shard, sync_gradients
+from pyg_sparsecomm import LossNormalisationWarning, comm_counter, distribute, shard, sync_gradients
 from pyg_sparsecomm.grid import process_grid
 from pyg_sparsecomm.nn import summary
 from pyg_sparsecomm.testing import launch
@@ -49,6 +51,7 @@ def run(build, weighted, data, edge_index, algorithm=None, rows=None, owner_mask
 
 
 def _worker_1d(rank, world_size):
+    warnings.filterwarnings("ignore", category=LossNormalisationWarning)  # the gradient probe is a plain sum on purpose
     local = shard(make_graph(world_size))
     return local.n_id, {(name, algo): run(build, w, local, local.adj, algo, local.n_id)
                         for name, (build, w) in LINEAR.items() for algo in ALGORITHMS_1D}
@@ -81,6 +84,7 @@ GRID_LAYERS = {**LINEAR, "GATConv": (lambda: GATConv(F, OUT, heads=2), False)}
 
 
 def _worker_15d(rank, world_size, c):
+    warnings.filterwarnings("ignore", category=LossNormalisationWarning)  # the gradient probe is a plain sum on purpose
     data = make_graph(world_size // c)
     local = shard(data, grid=process_grid(c))
     results = {}
@@ -114,6 +118,7 @@ BYTES = {
 
 
 def _bytes_worker(rank, world_size):
+    warnings.filterwarnings("ignore", category=LossNormalisationWarning)  # a plain sum on purpose: only the bytes count
     data = make_graph(world_size)
     local = shard(data)
     counted = {}

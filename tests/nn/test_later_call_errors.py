@@ -7,6 +7,8 @@ on that rank only (or mismatched the collectives), and its peer saw "Connection 
 the timeout.  Each scenario runs at P = 2 (gloo) and every rank must raise the message; consistent
 later calls still run no all-gather.
 """
+import warnings
+
 import pytest
 import torch
 from graphs import NUM_FEATURES as F
@@ -14,7 +16,7 @@ from graphs import OUT
 from test_first_use_checks import N, graph, partition_a, partition_b
 from torch_geometric.nn import GCNConv, SAGEConv
 
-from pyg_sparsecomm import DistributedGCNConv, distribute, shard
+from pyg_sparsecomm import DistributedGCNConv, LossNormalisationWarning, distribute, shard
 from pyg_sparsecomm.testing import launch
 
 GOOD_STEPS = 4
@@ -32,6 +34,7 @@ def _steps(layer, local, bad_step, bad_rank, rank, x_at=None, adj_at=None, **kwa
 
 
 def _scenario(rank, world_size, name):
+    warnings.filterwarnings("ignore", category=LossNormalisationWarning)  # plain sums on purpose
     torch.manual_seed(0)
     data = graph(partition_a())
     local = shard(data)

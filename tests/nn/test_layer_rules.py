@@ -3,6 +3,7 @@ subclass overrides what the rule relies on, extensible with register_layer_rule 
 with an "spmm" rule runs the distributed SpMM and equals PyG at P = 2), and the README table's
 claims agree with the built layers."""
 import types
+import warnings
 
 import pytest
 import torch
@@ -11,7 +12,7 @@ from test_distribute_layers import make_graph
 from torch_geometric.nn import GCNConv, MessagePassing, SAGEConv
 from torch_geometric.nn import conv as c
 
-from pyg_sparsecomm import distribute, shard, sync_gradients
+from pyg_sparsecomm import LossNormalisationWarning, distribute, shard, sync_gradients
 from pyg_sparsecomm.nn import LayerRule, layer_rule, refusal, register_layer_rule, summary
 from pyg_sparsecomm.nn.layer_rules import _register_named
 from pyg_sparsecomm.nn.linear_aggregation import edge_weighted_arg, linear_weight_arg, narrowing_linear
@@ -117,6 +118,7 @@ def _run(model, x, edge_index, edge_weight, rows=None):
 
 
 def _user_rule_worker(rank, world_size):
+    warnings.filterwarnings("ignore", category=LossNormalisationWarning)  # the gradient probe is a plain sum on purpose
     register_layer_rule(RuledWeightedSum, LayerRule(aggregation="spmm", weight="edge_weight"))
     local = shard(make_graph(world_size))
     results = {}

@@ -8,6 +8,7 @@ an empty part), with ``normalize`` and PyG's caches as PyG leaves them after eve
 after a forward that raised; a user's layer normalising like ``GCNConv`` does with a rule saying so.
 """
 import sys
+import warnings
 
 import pytest
 import torch
@@ -17,7 +18,7 @@ from torch_geometric.nn import LabelPropagation, MessagePassing
 from torch_geometric.nn import conv as c
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
-from pyg_sparsecomm import DistributedGCNConv, distribute, shard, sync_gradients
+from pyg_sparsecomm import DistributedGCNConv, LossNormalisationWarning, distribute, shard, sync_gradients
 from pyg_sparsecomm.nn import GcnNormalisation, LayerRule, register_layer_rule
 from pyg_sparsecomm.testing import launch
 
@@ -190,6 +191,7 @@ def _raising_call_restores(local) -> list:
 
 
 def _worker(rank, world_size):
+    warnings.filterwarnings("ignore", category=LossNormalisationWarning)  # the gradient probe is a plain sum on purpose
     before = _pyg_globals()
     data = make_graph(world_size)
     local = shard(data)

@@ -5,6 +5,8 @@ Options off are bitwise today's layers; on, the bytes on the wire are the codec'
 message-passing exchange and mini-batch (``SampledAdj``) batches are compressed too; refusals name
 the algorithm; a quantized GCN and GraphSAGE train on a small graph about as well as exact ones.
 """
+import warnings
+
 import pytest
 import torch
 import torch.nn.functional as Fn
@@ -17,6 +19,7 @@ from torch_geometric.nn.models import GraphSAGE
 
 from pyg_sparsecomm import (
     DistributedGCNConv,
+    LossNormalisationWarning,
     SparsityAwarePartitioner,
     comm_counter,
     distribute,
@@ -91,6 +94,7 @@ def _generic_step(conv, local, **kwargs):
 
 
 def _layers_worker(rank, world_size):
+    warnings.filterwarnings("ignore", category=LossNormalisationWarning)  # the probes: plain sums on purpose
     data = make_cases(world_size)["weighted"]
     local = shard(data)
     upstream = torch.randn(data.num_nodes, F_OUT, generator=torch.Generator().manual_seed(6))[local.n_id]
