@@ -56,12 +56,17 @@ def test_preload_after_the_fork_server_started_raises_unless_it_has_the_module()
 
 
 _STARTS_THE_SERVER = """
-import os, signal, weakref
+import os, signal, time, weakref
 from pyg_sparsecomm.testing import preload, start_fork_server
 start_fork_server()
 pid = os.getpid()
-children = open(f"/proc/{pid}/task/{pid}/children").read().split()
-servers = [c for c in children if b"multiprocessing.forkserver" in open(f"/proc/{c}/cmdline", "rb").read()]
+deadline = time.monotonic() + 60  # the child is forked at once, but execs the server when the machine lets it
+while True:
+    children = open(f"/proc/{pid}/task/{pid}/children").read().split()
+    servers = [c for c in children if b"multiprocessing.forkserver" in open(f"/proc/{c}/cmdline", "rb").read()]
+    if servers or time.monotonic() > deadline:
+        break
+    time.sleep(0.01)
 try:
     preload("weakref")
 except RuntimeError as e:
