@@ -113,6 +113,7 @@ def test_no_public_attribute_of_gcnconv_is_shadowed():
 # -- graph forms and edge weights --------------------------------------------------------------
 
 
+@pytest.mark.filterwarnings("ignore:Converting sparse tensor to CSR format")  # PyG's, for the COO form on purpose
 @pytest.mark.parametrize("weighted", [False, True])
 @pytest.mark.parametrize("form", ["edge_index", "csr", "csc_t", "coo"])
 def test_graph_forms_and_edge_weights(form, weighted):
