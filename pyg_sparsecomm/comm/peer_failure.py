@@ -25,8 +25,10 @@ by default-group rank; a job's store holds one job's reports (``torchrun`` resta
 their own, :mod:`~pyg_sparsecomm.attempts`).
 """
 import atexit
-import re
+import functools
+import os
 import sys
+import sysconfig
 import threading
 import time
 import traceback
@@ -53,7 +55,6 @@ _MESSAGE_LINES, _MESSAGE_CHARS = 4, 600
 _BACKEND_FAILURES = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "Timed out waiting",
                      "Application timeout caused pair closure", "gloo/transport", "timed out")
 _TIMEOUT_WORDS = ("Timed out waiting", "Application timeout", "timed out", "Timeout", "timeout")
-_FOREIGN_CODE = re.compile(r"[/\\](torch|torch_geometric|pyg_sparsecomm|site-packages|dist-packages)[/\\]")
 
 T = TypeVar("T")
 
@@ -133,6 +134,25 @@ def report(kind: str, text: str) -> None:
         pass
 
 
+@functools.lru_cache(maxsize=1)
+def _foreign_roots() -> tuple[str, ...]:
+    """The folders whose code is not the user's: this package's, the standard library's and the
+    installed packages' (torch, PyG) -- by location, not by name: a checkout of this repository is
+    itself a folder named ``pyg_sparsecomm`` holding the user's tests and examples."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    paths = sysconfig.get_paths()
+    roots = {package, *(paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib"))}
+    for name in ("torch", "torch_geometric"):
+        module = sys.modules.get(name)
+        if module is not None and module.__file__:
+            roots.add(os.path.dirname(os.path.abspath(module.__file__)))
+    return tuple(os.path.join(root, "") for root in roots)
+
+
+def _is_users(filename: str) -> bool:
+    return not os.path.abspath(filename).startswith(_foreign_roots())
+
+
 def describe(error: BaseException, where: str = "") -> str:
     """``"Type: message"`` of ``error`` (its first lines: the rank's own log holds the rest), with
     the innermost line of the user's code it passed (not torch's, PyG's or this package's) and
@@ -140,7 +160,7 @@ def describe(error: BaseException, where: str = "") -> str:
     text = f"{type(error).__name__}: {error}"
     short = "\n".join(text.splitlines()[:_MESSAGE_LINES])[:_MESSAGE_CHARS]
     text = short if short == text else short + " ..."
-    frames = [f for f in traceback.extract_tb(error.__traceback__) if not _FOREIGN_CODE.search(f.filename)]
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if _is_users(f.filename)]
     if frames:
         text += f" (at {frames[-1].filename}:{frames[-1].lineno})"
     return text + (f" {where}" if where else "")
@@ -245,15 +265,18 @@ def explain(error: BaseException, what: str, group: dist.ProcessGroup | None = N
                                f"({type(e).__name__}: {e}): its host (torchrun's agent, or rank 0 under a plain "
                                f"env:// launch) is stopped or gone.\n{own}")
     by_kind: dict[str, list[int]] = {ERROR: [], LEFT: [], WAITING: []}
-    for r, (kind, _) in sorted(reports.items()):
+    for r, (kind, text) in sorted(reports.items()):
         if r != me:
             by_kind[kind].append(r)
+            # gloo closes a pair whose operation timed out: this rank may see a peer's timeout as a
+            # lost connection, and the rank that peer waited for did not arrive rather than die
+            timed_out = timed_out or (kind == WAITING and any(words in text for words in _TIMEOUT_WORDS))
     # ranks yet to report are named only when no rank's report gives the cause
     silent = [] if by_kind[ERROR] or by_kind[LEFT] else [r for r in range(size) if r != me and r not in reports]
     lines = [f"  rank {r}: {reports[r][1]}" for r in by_kind[ERROR] + by_kind[LEFT]]
     if silent and timed_out:
         lines.append(f"  {_ranks(silent)}: did not arrive, and sent no report within {seconds:.1f} s of this rank's "
-                     f"timeout: stopped (SIGSTOP, a debugger), hung, or still computing outside any collective")
+                     f"failure: stopped (SIGSTOP, a debugger), hung, or still computing outside any collective")
     elif silent:
         lines.append(f"  {_ranks(silent)}: closed its connections without a report: killed (a signal, the "
                      f"out-of-memory killer), crashed in native code, or called dist.destroy_process_group() "

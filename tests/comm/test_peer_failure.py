@@ -12,6 +12,7 @@ results at the first failed rank, and the peers' errors come after it).
 import contextlib
 import io
 import os
+import re
 import signal
 import sys
 import threading
@@ -143,9 +144,10 @@ def test_a_timeout_names_the_rank_that_did_not_arrive(tmp_path):
     for rank, (seconds, message) in _outcomes(tmp_path, [0, 1]).items():
         assert message.startswith(f"PeerFailedError: global_sum failed on rank {rank} of 3 because rank 2 did "
                                   f"not arrive"), message
-        assert "rank 2: did not arrive, and sent no report within 1.0 s" in message, message
+        assert re.search(r"rank 2: did not arrive, and sent no report within \d\.\d s", message), message
         assert f"rank {1 - rank}: waiting in a collective that failed" in message, message
-        assert "Timed out waiting 3000ms" in message, message
+        # gloo closes a pair that timed out: a rank may see its peer's timeout first, as a lost connection
+        assert "Timed out waiting 3000ms" in message or "Connection closed by peer" in message, message
         assert 3 <= seconds < 3 + 1 + 5, message  # the timeout, the grace period, a loaded machine
 
 
