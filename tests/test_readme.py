@@ -135,6 +135,12 @@ def test_readme_python_block_compiles_and_its_imports_exist(block):
             importlib.import_module(f"{module}.{name}")  # a submodule, or ImportError naming it
 
 
+def warnings_in_logs(log_dir: Path) -> list[str]:
+    """The warning lines the ranks printed into ``log_dir`` (what a user running the command would see)."""
+    return [line for log in sorted(log_dir.glob("rank*.log")) for line in log.read_text().splitlines()
+            if re.search(r"\w+Warning: ", line)]
+
+
 def run_as_script(script_text: str, planetoid_root: str, tmp_path: Path) -> str:
     """Saves the script as train.py beside data/{Cora,CiteSeer}/raw copies, runs it on 2 processes with
     torchrun's environment (:func:`torchrun_job.launch_as_torchrun`); what every rank printed, joined."""
@@ -168,6 +174,7 @@ SCRIPT_CHECKS = {"## Using it": _check_cora_gcn, "## Mini-batch training": _chec
 def test_readme_whole_script_runs_under_torchrun(block, planetoid_root, tmp_path):
     stdout = run_as_script(block.code, planetoid_root, tmp_path)
     SCRIPT_CHECKS.get(block.heading, lambda stdout: None)(stdout)
+    assert not warnings_in_logs(tmp_path / "logs"), warnings_in_logs(tmp_path / "logs")[:10]
 
 
 def test_readme_has_the_scripts_the_checks_name():
@@ -248,6 +255,7 @@ def test_readme_command_runs_on_a_fresh_clone_offline(command, fresh_clone, tmp_
     out = run_command(command, fresh_clone, tmp_path)
     assert out.strip(), f"{command} printed nothing"
     assert "\r" not in out, f"{command}: a progress bar in its log (not a terminal):\n{out[:2000]}"
+    assert not warnings_in_logs(tmp_path), f"{command}: {warnings_in_logs(tmp_path)[:10]}"
     if re.match(r"torchrun .* examples/train_gcn\.py$", command):  # the main job's first line
         assert re.search(r"^P=\d+ dataset=SBM .*\| graph [0-9.]+s, partition [0-9.]+s, shard [0-9.]+s$",
                          out, re.M), out[:2000]
