@@ -26,7 +26,8 @@ from pyg_sparsecomm.rdma.stationary import k_order
 def torch_csr(m: sp.csr_matrix) -> torch.Tensor:
     coo = m.tocoo()
     idx = torch.from_numpy(np.stack([coo.row, coo.col]).astype(np.int64))
-    return torch.sparse_coo_tensor(idx, torch.from_numpy(coo.data), m.shape).coalesce()
+    # scipy's indices: invariants not checked, said (else torch warns once per rank)
+    return torch.sparse_coo_tensor(idx, torch.from_numpy(coo.data), m.shape, check_invariants=False).coalesce()
 
 
 def ragged() -> sp.csr_matrix:
