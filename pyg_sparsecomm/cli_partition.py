@@ -5,7 +5,11 @@ each rank of the training job then reads its own file with ``load_shard(DIR)``. 
 matrix is never held whole: peak memory is the topology plus one part's rows.
 """
 import argparse
+import sys
 import time
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from .cli import parse_option
 
@@ -16,6 +20,10 @@ example:
       --num-parts 64 --method metis --out parts/
 
   then, in every rank of the job:  local = load_shard("parts/")
+
+--method kaminpar chooses threads, compress, split, fold_leaves and sample_degree from the graph's
+size and degrees (large graphs: from 8M edges) and prints what it chose and why; --option NAME=VALUE
+keeps an option as given (e.g. --option fold_leaves=false, --option sample_degree=null).
 """
 
 
@@ -65,12 +73,30 @@ def main(argv: list[str]) -> int:
             raise SystemExit(f"--mask {name}=...: use --{name}")
     start = time.perf_counter()
     try:
-        manifest = partition_files(args.edges, args.out, args.num_parts, args.method, args.seed, x=args.x, y=args.y,
-                                   masks=masks, edge_weight=args.edge_weight, num_nodes=args.num_nodes,
-                                   dataset=args.dataset, chunk_bytes=int(args.chunk_mb * 2**20), **options)
+        with _choices_printed():
+            manifest = partition_files(args.edges, args.out, args.num_parts, args.method, args.seed, x=args.x,
+                                       y=args.y, masks=masks, edge_weight=args.edge_weight, num_nodes=args.num_nodes,
+                                       dataset=args.dataset, chunk_bytes=int(args.chunk_mb * 2**20), **options)
     except (ValueError, FileNotFoundError, FileExistsError, ImportError, RuntimeError) as e:
         raise SystemExit(f"partition: {e}") from None
     print(f"wrote {manifest.parent} ({args.num_parts} part files) in {time.perf_counter() - start:.1f} s; "
           f"peak memory {format_bytes(peak_memory_bytes())}")
     return 0
 
+
+@contextmanager
+def _choices_printed() -> Iterator[None]:
+    """The options the method chose from the graph (an ``AutomaticOptionsWarning``) printed to stderr
+    as ``partition: ...`` lines; other warnings as Python shows them."""
+    from .partition.kaminpar_defaults import AutomaticOptionsWarning
+
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("default")
+        try:
+            yield
+        finally:
+            for w in said:
+                if issubclass(w.category, AutomaticOptionsWarning):
+                    print(f"partition: {w.message}", file=sys.stderr)
+                else:
+                    warnings.showwarning(w.message, w.category, w.filename, w.lineno)

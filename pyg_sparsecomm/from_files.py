@@ -311,7 +311,10 @@ def partition_files(edges: PathLike | Sequence[PathLike], out: PathLike, num_par
         out: the partition directory (written atomically, see :func:`~pyg_sparsecomm.save_partition`).
         num_parts: number of parts (the world size to train with).
         method, seed, **options: the partitioning method, its seed and options, as for
-            :class:`~pyg_sparsecomm.SparsityAwarePartitioner` (``"metis+vb"`` etc. too).
+            :class:`~pyg_sparsecomm.SparsityAwarePartitioner` (``"metis+vb"`` etc. too):
+            ``"kaminpar"`` chooses the options not given from the graph's size and degrees, as
+            there (:mod:`~pyg_sparsecomm.partition.kaminpar_defaults`), and reads the ``int32``
+            edges as they are (no ``int64`` copy).
         x, y: ``.npy`` node features ``[N, F]`` and labels ``[N]`` (any dtype torch holds).
         masks: ``{name: .npy path}`` of further node attributes, e.g. ``{"train_mask": ...}``.
         edge_weight: ``.npy`` of ``[E]`` edge weights, in the order of ``edges``.

@@ -15,7 +15,6 @@ Both join ``torchrun``'s job first if the script did not (:func:`~pyg_sparsecomm
 and both pass through on one process.
 """
 import copy
-import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -30,6 +29,7 @@ from .comm.group import world_size as group_world_size
 from .data import shard
 from .offline import refusing_downloads
 from .partition import SparsityAwarePartitioner
+from .partition._threads import usable_cores
 from .partition.hypergraph import default_hypergraph_threads
 from .partition.kaminpar_backend import default_kaminpar_threads
 from .runtime import join_job
@@ -185,7 +185,7 @@ def partition_on_rank_zero(partitioner: SparsityAwarePartitioner, data: Data,
     stats: list[CommStats | None] = [None]
     if group_rank(group) == 0:
         try:
-            cores = _usable_cores()
+            cores = usable_cores()
             with default_hypergraph_threads(cores), default_kaminpar_threads(cores):
                 done = partitioner(data)
             part, stats = done.part, [done.comm_stats]
@@ -202,12 +202,6 @@ def partition_on_rank_zero(partitioner: SparsityAwarePartitioner, data: Data,
     out = copy.copy(data)
     out.part, out.num_parts, out.comm_stats = buffer.cpu(), partitioner.num_parts, stats[0]
     return out
-
-
-def _usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity where the OS has one)."""
-    affinity = getattr(os, "sched_getaffinity", None)
-    return len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)
 
 
 def _check_same_graph_size(data: Data, group: dist.ProcessGroup | None) -> None:

@@ -7,6 +7,7 @@ most ``workers`` items are in flight, so their memory stays that of ``workers`` 
 """
 from __future__ import annotations
 
+import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -31,3 +32,9 @@ def ordered_in_threads(fn: Callable[[Item], Result], items: Iterable[Item],
                 yield pending.popleft().result()
         while pending:
             yield pending.popleft().result()
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the OS has one)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else (os.cpu_count() or 1)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
 
@@ -24,19 +24,23 @@ from torch import Tensor
 
 from ..memory import release_free_heap
 from . import reductions, sparsify
+from ._threads import usable_cores
+from .kaminpar_defaults import AUTO, PLAIN_OPTIONS, automatic_options
 from .methods import register, row_nnz
 from .parhip import write_parhip
 from .two_level import check_split, max_block_weights, two_level_partition
 
 KAMINPAR_INSTALL_HINT = 'pip install "pyg_sparsecomm[kaminpar]"'
-#: KaMinPar's threads for a call that names none (:func:`default_kaminpar_threads` sets it in a block)
-_DEFAULT_THREADS = 1
+#: KaMinPar's threads for a call that names none, set in a block by :func:`default_kaminpar_threads`
+#: (``None`` outside: 1 thread, or the cores chosen for a large graph)
+_DEFAULT_THREADS: int | None = None
 
 
 @contextmanager
 def default_kaminpar_threads(threads: int) -> Iterator[None]:
     """Within the block, ``method="kaminpar"`` calls that name no ``threads`` run with ``threads``
-    (``partition_on_rank_zero`` gives rank 0 the cores the waiting ranks leave); 1 outside."""
+    (``partition_on_rank_zero`` gives rank 0 the cores the waiting ranks leave); outside, 1 thread
+    (:func:`automatic_threads` for a large graph)."""
     global _DEFAULT_THREADS
     before, _DEFAULT_THREADS = _DEFAULT_THREADS, max(1, int(threads))
     try:
@@ -123,7 +127,7 @@ def _check_settings(kaminpar, preset: str, epsilon: float, threads: int | None,
                     compress: bool | None) -> tuple[int, bool]:
     """Raises on settings KaMinPar would reject or crash on; returns ``threads`` and ``compress``
     resolved."""
-    threads = _DEFAULT_THREADS if threads is None else threads
+    threads = (_DEFAULT_THREADS or 1) if threads is None else threads
     names = kaminpar.context_names()
     if preset not in names:
         raise ValueError(f"unknown KaMinPar preset {preset!r}; choose one of {sorted(names)}")
@@ -131,6 +135,8 @@ def _check_settings(kaminpar, preset: str, epsilon: float, threads: int | None,
         raise ValueError(f"KaMinPar preset {preset!r} partitions compressed graphs only (on an "
                          f"uncompressed one KaMinPar crashes the process): pass compress=True or leave "
                          f"compress unset")
+    if compress is not None and not isinstance(compress, bool):
+        raise ValueError(f"compress must be True, False, None or 'auto', got {compress!r}")
     if not epsilon > 0:
         raise ValueError(f"epsilon must be > 0 (allowed imbalance), got {epsilon!r}")
     if not isinstance(threads, int) or threads < 1:
@@ -138,14 +144,23 @@ def _check_settings(kaminpar, preset: str, epsilon: float, threads: int | None,
     return threads, preset.startswith("terapart") if compress is None else bool(compress)
 
 
-@register("kaminpar")
+@register("kaminpar", int32_ids=True)  # partition_files' int32 edges: no int64 copy
 def kaminpar_partition(edge_index: Tensor, num_nodes: int, num_parts: int, seed: int,
-                       preset: str = "default", epsilon: float = 0.03, threads: int | None = None,
-                       compress: bool | None = None, split: int | list[int] | None = None,
-                       fold_leaves: bool = False, sample_degree: int | None = None) -> Tensor:
+                       preset: str = "default", epsilon: float = 0.03, threads: int | None | str = AUTO,
+                       compress: bool | None | str = AUTO, split: int | list[int] | None | str = AUTO,
+                       fold_leaves: bool | str = AUTO, sample_degree: int | None | str = AUTO) -> Tensor:
     r"""KaMinPar k-way partition of the symmetrised graph, vertex weight = nonzeros of the row
     (in-degree + 1, as METIS gets), so parts get balanced compute; see :func:`kaminpar_partition_csr`
     for the options (and for how far equal seeds give equal partitions).
+
+    ``threads``, ``compress``, ``split``, ``fold_leaves`` and ``sample_degree`` not named (or
+    ``"auto"``) are chosen from the graph's size and degrees (:mod:`.kaminpar_defaults`): below 1M
+    edges they keep the values they had before (1 thread, ``compress`` only for the ``"terapart"``
+    presets, ``split=None``, ``fold_leaves=False``, ``sample_degree=None``: ``**PLAIN_OPTIONS``), so
+    the partitions are the same; from 1M edges ``fold_leaves`` and ``sample_degree`` switch on where
+    the graph has many low-degree nodes and hubs, from 8M ``threads`` (:func:`automatic_threads`),
+    ``compress`` and ``split``; an :class:`~.kaminpar_defaults.AutomaticOptionsWarning` says what was
+    chosen and why.  A named option, ``None`` or ``False`` included, is kept.
 
     ``split``: partition into ``split`` groups first, then each group's induced subgraph into its
     share of the parts (:mod:`.two_level`): KaMinPar's memory grows with the parts of a call, so this
@@ -174,36 +189,87 @@ def kaminpar_partition(edge_index: Tensor, num_nodes: int, num_parts: int, seed:
     0.5-9 % more).  :math:`d` counts edge ends: an edge list with both directions of every edge (PyG's
     undirected graphs) counts each neighbour twice.  With ``split`` every call samples its own
     subgraph.  ``None``: all edges."""
-    threads, compress = _check_settings(import_kaminpar(), preset, epsilon, threads, compress)
-    check_split(split, num_parts)
-    if not isinstance(fold_leaves, bool):
-        raise ValueError(f"fold_leaves must be True or False, got {fold_leaves!r}")
-    if sample_degree is not None:
-        sample_degree = sparsify.check_max_degree(sample_degree, "sample_degree")
+    kaminpar = import_kaminpar()
+    src, dst = edge_index.numpy()
+    options, degree = _chosen_options(src, dst, num_nodes, num_parts, preset, {
+        "threads": threads, "compress": compress, "split": split, "fold_leaves": fold_leaves,
+        "sample_degree": sample_degree})
+    threads, compress = _check_settings(kaminpar, preset, epsilon, options["threads"], options["compress"])
+    groups = check_split(options["split"], num_parts)
+    fold = options["fold_leaves"]
+    if not isinstance(fold, bool):
+        raise ValueError(f"fold_leaves must be True, False or 'auto', got {fold!r}")
+    tau = options["sample_degree"]
+    tau = None if tau is None else sparsify.check_max_degree(tau, "sample_degree")
     if num_parts == 1 or num_nodes == 0:
         return torch.zeros(num_nodes, dtype=torch.long)
-    src, dst = edge_index.numpy()
     weights = row_nnz(edge_index, num_nodes)
     block_partition = partial(_partition_edges, seed=seed, preset=preset, epsilon=epsilon, threads=threads,
-                              compress=compress, fold=fold_leaves, sample_degree=sample_degree)
-    if split is None:
-        return torch.from_numpy(block_partition(src, dst, num_nodes, num_parts, weights))
-    return torch.from_numpy(two_level_partition(src, dst, num_nodes, num_parts, split, weights, epsilon,
-                                                block_partition))
+                              compress=compress, fold=fold, sample_degree=tau)
+    whole_graph_first = _degree_on_first_call(block_partition, degree)  # the first call gets the whole graph
+    if groups is None:
+        return torch.from_numpy(whole_graph_first(src, dst, num_nodes, num_parts, weights))
+    return torch.from_numpy(two_level_partition(src, dst, num_nodes, num_parts, list(groups), weights, epsilon,
+                                                whole_graph_first))
+
+
+def _chosen_options(src: np.ndarray, dst: np.ndarray, num_nodes: int, num_parts: int, preset: str,
+                    options: dict) -> tuple[dict, np.ndarray | None]:
+    """``options`` with every ``"auto"`` one chosen from the graph (:mod:`.kaminpar_defaults`; the
+    plain value where nothing is partitioned), and the edge degrees computed for the choice."""
+    if num_parts == 1 or num_nodes == 0 or not any(_is_auto(v) for v in options.values()):
+        return {k: PLAIN_OPTIONS[k] if _is_auto(v) else v for k, v in options.items()}, None
+    degree = sparsify.edge_degrees(src, dst, num_nodes)
+    chosen = automatic_options(degree, len(src), num_parts, {**options, "preset": preset}, *automatic_threads())
+    return {k: chosen[k] for k in options}, degree
+
+
+def _is_auto(value: object) -> bool:
+    return isinstance(value, str) and value == AUTO
+
+
+def automatic_threads() -> tuple[int, str]:
+    """KaMinPar's threads on a large graph whose caller names no ``threads``, and why: the count of
+    a :func:`default_kaminpar_threads` block (rank 0's cores under ``partition_on_rank_zero``); 1 in
+    a job of several ranks, which may each partition the graph (with more threads KaMinPar's
+    partitions differ from run to run); else the cores this process may use."""
+    if _DEFAULT_THREADS is not None:
+        return _DEFAULT_THREADS, (f"{_DEFAULT_THREADS} thread(s), the count set for this block "
+                                  f"(partition_on_rank_zero: rank 0's cores)")
+    import torch.distributed as dist
+    ranks = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    if ranks > 1:
+        return 1, f"1 thread: this process is one of {ranks} ranks, which may each partition the graph, and " \
+                  f"KaMinPar's partitions with more threads differ from run to run (partition_on_rank_zero " \
+                  f"partitions on rank 0 with its cores)"
+    cores = usable_cores()
+    return cores, f"{cores} thread(s), the cores this process may use"
+
+
+def _degree_on_first_call(block_partition: partial, degree: np.ndarray | None) -> Callable[..., np.ndarray]:
+    """``block_partition`` given the edge degrees ``degree`` of the whole graph on its first call (the
+    whole graph's, also with ``split``: its first level), none on later calls (groups' subgraphs)."""
+    pending = [degree]
+
+    def call(*args) -> np.ndarray:
+        return block_partition(*args, degree=pending.pop() if pending else None)
+    return call
 
 
 def _partition_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int, blocks: int | np.ndarray,
                      vertex_weights: np.ndarray | None, seed: int, preset: str, epsilon: float, threads: int,
-                     compress: bool, fold: bool = False, sample_degree: int | None = None) -> np.ndarray:
+                     compress: bool, fold: bool = False, sample_degree: int | None = None,
+                     degree: np.ndarray | None = None) -> np.ndarray:
     """KaMinPar's partition of the edges ``src -> dst`` (through a ParHiP file): into ``blocks``
     parts of imbalance ``epsilon``, or, ``blocks`` an array, into parts of at most those weights;
     ``fold``: of the graph with its leaves folded and its isolated nodes placed afterwards
     (:mod:`.reductions`); ``sample_degree``: of the degree-capped sample of the edges, the nodes it
-    strands then placed by their neighbours (:mod:`.sparsify`).  Drops its references to the edges
+    strands then placed by their neighbours (:mod:`.sparsify`; ``degree``: the edges'
+    :func:`~.sparsify.edge_degrees`, if the caller has them).  Drops its references to the edges
     once the file is written."""
     stranded = None
     if sample_degree is not None:
-        src, dst, stranded = sparsify.sample_graph(src, dst, num_nodes, sample_degree, seed)
+        src, dst, stranded = sparsify.sample_graph(src, dst, num_nodes, sample_degree, seed, degree)
     total = num_nodes if vertex_weights is None else int(np.sum(vertex_weights, dtype=np.int64))
     bounds = max_block_weights(total, np.ones(blocks, dtype=np.int64), blocks, epsilon) \
         if isinstance(blocks, int) else blocks  # what folding and stranded nodes are placed within

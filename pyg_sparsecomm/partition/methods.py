@@ -37,11 +37,18 @@ def method_options(name: str) -> list[str]:
 EDGE_FREE_METHODS: set[str] = set()
 
 
-def register(name: str, reads_edges: bool = True):
+#: methods that read ``int32`` ids as they are (``SparsityAwarePartitioner.assign`` widens them to
+#: ``int64`` for the others): ``partition_files`` reads the edges as ``int32`` below :math:`2^{31}` nodes
+INT32_METHODS: set[str] = set()
+
+
+def register(name: str, reads_edges: bool = True, int32_ids: bool = False):
     def wrap(fn: PartitionMethod) -> PartitionMethod:
         METHODS[name] = fn
         if not reads_edges:
             EDGE_FREE_METHODS.add(name)
+        if int32_ids:
+            INT32_METHODS.add(name)
         return fn
     return wrap
 

@@ -19,7 +19,7 @@ from ..inputs import with_edge_index
 from ..plan import comm_pattern
 from ..stats import CommStats
 from .balance import _check_objective, balance_max_send
-from .methods import EDGE_FREE_METHODS, METHODS, method_options
+from .methods import EDGE_FREE_METHODS, INT32_METHODS, METHODS, method_options
 
 
 class SparsityAwarePartitioner(BaseTransform):
@@ -55,8 +55,10 @@ class SparsityAwarePartitioner(BaseTransform):
 
     Args:
         num_parts: number of parts (processes).
-        method: ``"random"``, ``"contiguous"``, ``"metis"`` or ``"hypergraph"``
-            (column-net model, km1 = exact volume; needs the ``hypergraph`` extra).
+        method: ``"random"``, ``"contiguous"``, ``"metis"``, ``"hypergraph"``
+            (column-net model, km1 = exact volume; needs the ``hypergraph`` extra), ``"kaminpar"``
+            (large graphs; the options not given are chosen from the graph, see
+            :mod:`~pyg_sparsecomm.partition.kaminpar_defaults`), ``"auto"``, ... (``METHODS``).
         seed: seed of the method; a fixed seed gives the same partition on every rank.
         balance: ``"max_send"`` lowers the maximum send volume per rank, then the maximum
             receive volume (never raising either): refinement of the partition
@@ -149,7 +151,7 @@ class SparsityAwarePartitioner(BaseTransform):
     def assign(self, edge_index: Tensor, num_nodes: int) -> Tensor:
         """The partition alone (``LongTensor[num_nodes]``): the method, then the balancing; for a
         caller that builds its own communication pattern from it (no statistics computed)."""
-        if self.reads_edges:
+        if self.reads_edges and (self.method not in INT32_METHODS or self.balance):
             edge_index = edge_index.long()  # int32 ids would overflow the methods' row * N + col keys
         part = METHODS[self.method](edge_index, num_nodes, self.num_parts, self.seed, **self.options)
         if self.balance == "max_send":

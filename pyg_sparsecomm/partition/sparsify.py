@@ -235,10 +235,11 @@ def stranded_nodes(src: np.ndarray, dst: np.ndarray, degree: np.ndarray, kept_de
     return StrandedNodes(nodes, np.concatenate(pair_node).astype(np.int64), np.concatenate(pair_neighbour))
 
 
-def sample_graph(src: np.ndarray, dst: np.ndarray, num_nodes: int, max_degree: int,
-                 seed: int = 0) -> tuple[np.ndarray, np.ndarray, StrandedNodes]:
-    """:func:`sample_edges` and the :class:`StrandedNodes` of the sample."""
-    degree = edge_degrees(src, dst, int(num_nodes))
+def sample_graph(src: np.ndarray, dst: np.ndarray, num_nodes: int, max_degree: int, seed: int = 0,
+                 degree: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, StrandedNodes]:
+    """:func:`sample_edges` and the :class:`StrandedNodes` of the sample (``degree``: the edges'
+    :func:`edge_degrees`, if the caller has them)."""
+    degree = edge_degrees(src, dst, int(num_nodes)) if degree is None else degree
     kept_src, kept_dst = sample_edges(src, dst, num_nodes, max_degree, seed, degree)
     stranded = stranded_nodes(src, dst, degree, edge_degrees(kept_src, kept_dst, int(num_nodes)))
     return kept_src, kept_dst, stranded

@@ -199,10 +199,15 @@ def _threads_on_rank_zero(rank, world_size):
     for options in ({}, {"threads": 1}):  # the default, then an explicit count
         partition_on_rank_zero(SparsityAwarePartitioner(4, "kaminpar", **options), data)
     SparsityAwarePartitioner(4, "kaminpar")(data)  # outside: one thread
-    return seen
+    return seen + [kaminpar_backend.automatic_threads()[0]]  # a large graph's, in a job of 2 ranks: 1
 
 
 def test_rank_zero_partitions_with_its_usable_cores_unless_threads_are_named():
     import os
+
+    from pyg_sparsecomm.partition.kaminpar_backend import automatic_threads, default_kaminpar_threads
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    assert launch(_threads_on_rank_zero, 2) == [[cores, 1, 1], [1]]
+    assert launch(_threads_on_rank_zero, 2) == [[cores, 1, 1, 1], [1, 1]]
+    assert automatic_threads()[0] == cores  # one process: a large graph gets its cores
+    with default_kaminpar_threads(3):
+        assert automatic_threads()[0] == 3

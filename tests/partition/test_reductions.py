@@ -113,5 +113,5 @@ def test_kaminpar_with_folded_leaves_is_valid_balanced_and_keeps_leaves_home(P, 
     assert out.comm_stats.total_rows <= 1.1 * plain.comm_stats.total_rows
     assert torch.equal(out.part, SparsityAwarePartitioner(P, "kaminpar", seed=1, fold_leaves=True,
                                                           split=split)(data).part)
-    with pytest.raises(ValueError, match="fold_leaves must be True or False"):
+    with pytest.raises(ValueError, match="fold_leaves must be True, False or .auto."):
         SparsityAwarePartitioner(P, "kaminpar", fold_leaves="yes")(data)
