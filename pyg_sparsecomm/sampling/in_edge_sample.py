@@ -11,13 +11,16 @@ out with probability :math:`1 / \binom{d}{k}` -- PyG's ``NeighborLoader`` distri
 the batch's stream and :math:`j`, so a node's sample is the same on whichever rank draws it.  All
 nodes draw together, vectorised in torch on their device: ``k`` hash passes over the nodes of more
 than ``k`` in-edges and ``k`` membership tests against the draws so far (:math:`k^2 / 2` integer
-comparisons per node, no hash), never a pass over their in-edges.
+comparisons per node, no hash), never a pass over their in-edges.  The sizes of the tensors a draw
+makes (:func:`draw_sizes`) are read from the device once, or passed in by a caller that read them
+with its other counts (:mod:`.host_reads`).
 """
 import numpy as np
 import torch
 from torch import Tensor
 
 from ..adj import HaloAdj, compact_index_dtype
+from .host_reads import indices, read_counts
 from .randomness import raw_bits, stream_key
 
 
@@ -50,7 +53,27 @@ def shard_in_edge_order(adj: HaloAdj, edge_ids: Tensor) -> Tensor:
     return in_edge_order(adj.rowptr, column_ids.index_select(0, adj.col), edge_ids.to(adj.col.device))
 
 
-def sample_positions(key: int | np.uint64, node_ids: Tensor, degree: Tensor, fanout: int) -> tuple[Tensor, Tensor]:
+def draw_sizes(degree: Tensor, fanout: int, among: Tensor | None = None) -> Tensor:
+    """``[2]`` on ``degree``'s device, not read (a caller reads it with its other counts): the number
+    of nodes that draw (more than ``fanout`` in-edges) and of the in-edges the other nodes keep (all
+    of theirs): the sizes :func:`sample_positions` makes its tensors at.
+
+    Args:
+        degree (torch.Tensor): ``[n]`` in-degree of every node.
+        fanout (int): in-edges kept per node (``-1``: all, ``0``: none).
+        among (torch.Tensor, optional): ``[n]`` bool, the nodes counted (default: :obj:`None`, all).
+    """
+    if fanout == 0:
+        return degree.new_zeros(2)
+    drawing = degree > fanout if fanout > 0 else torch.zeros_like(degree, dtype=torch.bool)
+    whole = degree.masked_fill(drawing, 0)
+    if among is not None:
+        drawing, whole = drawing & among, whole.masked_fill(~among, 0)
+    return torch.stack([drawing.sum(), whole.sum()])
+
+
+def sample_positions(key: int | np.uint64, node_ids: Tensor, degree: Tensor, fanout: int,
+                     sizes: list[int] | None = None) -> tuple[Tensor, Tensor]:
     """The in-edges kept by every node, as ``(node, position)``: ``node`` indexes ``node_ids``,
     ``position`` is in ``[0, degree[node])`` (canonical order); grouped by node, any order within.
 
@@ -59,22 +82,25 @@ def sample_positions(key: int | np.uint64, node_ids: Tensor, degree: Tensor, fan
         node_ids (torch.Tensor): ``[n]`` global ids of the nodes (their draws' counters).
         degree (torch.Tensor): ``[n]`` in-degree of every node.
         fanout (int): in-edges kept per node (``-1``: all, ``0``: none).
+        sizes (list[int], optional): :func:`draw_sizes` of these nodes, read by the caller
+            (default: :obj:`None`, read here: one wait for the device).
     """
     if fanout == 0:
         empty = degree.new_zeros(0)
         return empty, empty
+    num_drawing, num_whole = read_counts(draw_sizes(degree, fanout)) if sizes is None else sizes
     if fanout < 0:
-        return _all_positions(degree)
+        return _all_positions(degree, num_whole)
     big = degree > fanout
-    whole, position = _all_positions(torch.where(big, 0, degree))
-    drawing = torch.nonzero(big).view(-1)
+    whole, position = _all_positions(degree.masked_fill(big, 0), num_whole)
+    drawing = indices(big, num_drawing)
     chosen = _floyd(key, node_ids.index_select(0, drawing), degree.index_select(0, drawing), fanout)
     return torch.cat([whole, drawing.repeat_interleave(fanout)]), torch.cat([position, chosen.view(-1)])
 
 
-def _all_positions(degree: Tensor) -> tuple[Tensor, Tensor]:
-    """``(node, position)`` of every in-edge: positions ``0 .. degree - 1`` of every node."""
-    total = int(degree.sum())
+def _all_positions(degree: Tensor, total: int) -> tuple[Tensor, Tensor]:
+    """``(node, position)`` of every in-edge: positions ``0 .. degree - 1`` of every node (``total``
+    of them)."""
     node = torch.repeat_interleave(torch.arange(degree.numel(), device=degree.device), degree, output_size=total)
     first = torch.cumsum(degree, 0) - degree
     return node, torch.arange(total, device=degree.device) - first.index_select(0, node)
@@ -96,7 +122,7 @@ def _floyd(key: int | np.uint64, node_ids: Tensor, degree: Tensor, k: int) -> Te
 
 
 def sample_in_edges(key: int | np.uint64, fanout: int, rowptr: Tensor, order: Tensor, rows: Tensor,
-                    row_ids: Tensor) -> Tensor:
+                    row_ids: Tensor, sizes: list[int] | None = None) -> Tensor:
     """CSR positions of the in-edges kept by ``rows`` (:func:`sample_positions`).
 
     Args:
@@ -106,7 +132,9 @@ def sample_in_edges(key: int | np.uint64, fanout: int, rowptr: Tensor, order: Te
         order (torch.Tensor): its canonical order (:func:`in_edge_order`).
         rows (torch.Tensor): the rows drawing (each once).
         row_ids (torch.Tensor): their global ids.
+        sizes (list[int], optional): :func:`draw_sizes` of ``rows``, read by the caller
+            (default: :obj:`None`, read here).
     """
     start = rowptr.index_select(0, rows)
-    node, position = sample_positions(key, row_ids, rowptr.index_select(0, rows + 1) - start, fanout)
+    node, position = sample_positions(key, row_ids, rowptr.index_select(0, rows + 1) - start, fanout, sizes)
     return order.index_select(0, start.index_select(0, node) + position).long()
