@@ -29,6 +29,7 @@ class DistributedLoader:
     """Base class: iterates the batches of one epoch on this rank's shard (see subclasses)."""
 
     sampling: NeighborSampling | NodeSubsetSampling
+    device: torch.device  # the shard's adjacency's, where batches are sampled (set by _seed_rows)
     num_batches: int  # batches an epoch draws from (set by the subclass; those without seeds are skipped)
 
     def __init__(self, local: Data, sampling: NeighborSampling | NodeSubsetSampling,
@@ -39,9 +40,10 @@ class DistributedLoader:
         self.local, self.sampling, self.group, self.transform = local, sampling, group, transform
         self.prefetch = prefetch_depth(prefetch, pyg_options, type(self).__name__)
         # a bad input_nodes on one rank raises on every rank (its peers would wait in the next collective)
-        self.input_mask = raise_together(lambda: owned_seed_mask(input_nodes, n_id, self.num_nodes),
-                                         f"{type(self).__name__}(input_nodes=...)", group)
-        self.global_seeds = global_seed_ids(self.input_mask, n_id, self.num_nodes, group)
+        input_mask = raise_together(lambda: owned_seed_mask(input_nodes, n_id, self.num_nodes),
+                                    f"{type(self).__name__}(input_nodes=...)", group)
+        self.global_seeds = global_seed_ids(input_mask, n_id, self.num_nodes, group)  # on the host
+        self.input_mask = input_mask.to(self.device)
         self.epoch = 0
         self._check_same_sampling()
         # The sampling thread's exchanges run on a CPU (gloo) group of their own: they never
@@ -58,7 +60,8 @@ class DistributedLoader:
 
     def _seed_rows(self, local: Data, group: dist.ProcessGroup | None) -> tuple[Tensor, int]:
         """Checks the shard; returns the global ids of its rows the seeds are drawn from and their
-        global number (here: the shard's nodes); keeps its adjacency on the CPU as ``self.adj``."""
+        global number (here: the shard's nodes); keeps its adjacency as ``self.adj`` and its device
+        as ``self.device``, where batches are sampled and planned."""
         adj = getattr(local, "adj", None)
         if not isinstance(adj, HaloAdj) or getattr(local, "e_id", None) is None:
             raise ValueError("the loader takes a rank's shard: local = shard(data) (or load_shard(...)), "
@@ -69,9 +72,9 @@ class DistributedLoader:
         if adj.plan.world_size != world_size(group):
             raise ValueError(f"the shard was made for {adj.plan.world_size} ranks but the process group has "
                              f"{world_size(group)}")
-        self.adj = adj.cpu()  # batches are sampled and planned on the CPU
-        self.e_id = local.e_id.cpu()
-        return adj.plan.n_id.cpu(), int(adj.plan.num_nodes)
+        self.adj, self.device = adj, adj.device
+        self.e_id = local.e_id.to(adj.device)
+        return adj.plan.n_id, int(adj.plan.num_nodes)
 
     def _check_same_sampling(self) -> None:
         """Ranks that drew batches by different rules would wait for each other forever in the
@@ -150,7 +153,7 @@ class DistributedLoader:
         if self.prefetch:
             if self._running is not None:  # an epoch left early: its thread stops before this one samples
                 self._running.close()
-            batches = self._running = PrefetchedBatches(batches, self.prefetch)
+            batches = self._running = PrefetchedBatches(batches, self.prefetch, self.device)
         self._iterating = epoch
         return self._epoch(epoch, batches)
 

@@ -2,7 +2,7 @@ r"""A rank's part of one sampled mini-batch, as a PyG ``Data`` the distributed l
 
 Input: what this rank sampled -- the hop of each of its rows in the batch (``-1``: not in
 it) and the in-edges it kept (positions in its shard's CSR, with the hop each was sampled
-at) -- and the requests its peers sent for its rows (``(peer, row, hop)``).  Output: the
+at) -- and the requests its peers sent for its rows (``(peer, row, hop)``, :mod:`.halo_requests`).  Output: the
 batch's rows and edges relabelled to a :class:`~pyg_sparsecomm.sampling.SampledAdj` whose plan moves
 exactly the rows the batch's edges read, so one layer's exchange is the batch's column-net
 connectivity-1 volume.  Requests name rows in the owner's shard, so the owner needs no id
@@ -42,26 +42,13 @@ class Sampled(NamedTuple):
     num_seeds: int    # rows of hop 0 are the seeds
 
 
-def request_halo(plan: RankPlan, halo_col: Tensor, hop: Tensor, group: dist.ProcessGroup | None) -> Requests:
-    """Asks the owners of the shard's halo columns ``halo_col`` (sorted, so grouped by owner) for
-    those rows, at ``hop``; returns the requests this rank received (one counts + one id exchange)."""
-    owner = plan.halo_owner.index_select(0, halo_col)
-    counts = torch.bincount(owner, minlength=plan.world_size).tolist()
-    payload = torch.stack([plan.halo_remote_index.index_select(0, halo_col), hop], dim=1)
-    received, recv_counts = exchange_ids(payload, counts, group, "sample")
-    device = received.device
-    peer = torch.repeat_interleave(torch.arange(plan.world_size, device=device),
-                                   torch.tensor(recv_counts, device=device), output_size=sum(recv_counts))
-    return Requests(peer, received[:, 0], received[:, 1])
-
-
 def build_batch(local: Data, adj: HaloAdj, sampled: Sampled, requests: Requests, num_hops: int | None,
                 group: dist.ProcessGroup | None) -> Data:
     """This rank's ``Data`` of the batch (see :func:`batch_attributes` for its fields).
 
     Args:
         local: the rank's shard (its attributes may live on any device).
-        adj: its adjacency on the CPU, where batches are sampled and planned.
+        adj: its adjacency, on the device where batches are sampled and planned (the shard's).
         sampled: what this rank sampled.
         requests: every request peers sent this batch (each (peer, row) once).
         num_hops: hops of a trimmable neighbour batch; ``None`` for node subsets.

@@ -9,9 +9,10 @@ from torch_geometric.data import HeteroData
 
 from ..comm.group import world_size
 from ..relation_adj import RelationAdj
+from ..sampling.frontier import frontiers
 from ..sampling.hetero_rules import EdgeType, HeteroNeighborSampling
 from ..sampling.in_edge_sample import sample_in_edges, shard_in_edge_order
-from .batch import Requests, request_halo
+from .halo_requests import BatchRequests, HaloRequests
 from .hetero_batch import HeteroSampled, build_hetero_batch
 from .neighbor_loader import DistributedNeighborLoader
 
@@ -25,7 +26,7 @@ class DistributedHeteroNeighborLoader(DistributedNeighborLoader, heterogeneous=T
     ``h`` for every relation :math:`(s, r, d)` at most ``num_neighbors[(s, r, d)][h - 1]`` sampled
     in-edges of that relation of every :math:`d` node first reached at hop ``h - 1``.  As in the
     homogeneous loader each rank samples the in-edges of its own nodes and asks the owners of new
-    remote sources to sample theirs (one request exchange per source type and hop); then one
+    remote sources to sample theirs (one request exchange per hop for all source types); then one
     reply per source type fixes that type's batch plan, shared by every relation reading it.  A
     yielded batch (:func:`~.hetero_batch.hetero_batch_attributes`) is this rank's ``HeteroData``:
     ``batch.x_dict`` (rows of every type ordered by hop, the seeds first in ``input_type``) and
@@ -74,8 +75,9 @@ class DistributedHeteroNeighborLoader(DistributedNeighborLoader, heterogeneous=T
         return HeteroNeighborSampling(input_type=input_type, relations=relations, **batching), ids
 
     def _seed_rows(self, local: Any, group: dist.ProcessGroup | None) -> tuple[Tensor, int]:
-        """Checks the shard; keeps every relation's adjacency and edge ids on the CPU and every
-        source type's plan; returns the input type's global ids and number of nodes."""
+        """Checks the shard; keeps every relation's adjacency, edge ids and canonical in-edge order on the
+        shard's device (``self.device``) and every source type's plan; returns the input type's global ids
+        and number of nodes."""
         adjs = {et: local[et].get("adj") for et in local.edge_types}
         if any(not isinstance(a, RelationAdj) for a in adjs.values()) or any(
                 local[et].get("e_id") is None for et in adjs):
@@ -85,63 +87,56 @@ class DistributedHeteroNeighborLoader(DistributedNeighborLoader, heterogeneous=T
         if sizes != {world_size(group)}:
             raise ValueError(f"the shard was made for {sorted(sizes)} ranks but the process group has "
                              f"{world_size(group)}")
-        self.adjs = {et: a.cpu() for et, a in adjs.items()}
-        self.e_ids = {et: local[et].e_id.cpu() for et in adjs}
+        self.adjs = dict(adjs)
+        self.device = next(iter(adjs.values())).device
+        self.e_ids = {et: local[et].e_id.to(self.device) for et in adjs}
         self.in_orders = {et: shard_in_edge_order(a, self.e_ids[et]) for et, a in self.adjs.items()}
-        self.row_ids = {t: local[t].n_id.cpu() for t in local.node_types}
+        self.degrees = {et: a.rowptr.diff() for et, a in self.adjs.items()}
+        self.row_ids = {t: local[t].n_id.to(self.device) for t in local.node_types}
         self.plans = {et[0]: a.plan for et, a in self.adjs.items()}
+        self.halo_requests = HaloRequests(list(self.plans.values()))
         self.num_owned = {t: int(local[t].num_nodes) for t in local.node_types}
-        store = local[self.input_type]
-        return store.n_id.cpu(), int(store.global_num_nodes)
+        return self.row_ids[self.input_type], int(local[self.input_type].global_num_nodes)
 
     def sample(self, epoch: int, b: int, seeds: Tensor) -> HeteroData:
-        """Batch ``b`` of ``epoch`` from this rank's ``seeds`` (rows of the input type); collective."""
-        device = seeds.device  # the shard's adjacencies' (the loader keeps them together)
-        row_hop = {t: torch.full((n,), -1, dtype=torch.long, device=device) for t, n in self.num_owned.items()}
+        """Batch ``b`` of ``epoch`` from this rank's ``seeds`` (rows of the input type); collective.
+        Reads the device once per hop (:mod:`~pyg_sparsecomm.sampling.frontier`); one all-to-all per
+        hop for all source types together."""
+        row_hop = {t: torch.full((n,), -1, dtype=torch.long, device=self.device) for t, n in self.num_owned.items()}
         row_hop[self.input_type].index_fill_(0, seeds, 0)
-        requested = {s: torch.zeros(p.halo_size, dtype=torch.bool, device=device) for s, p in self.plans.items()}
-        frontier = {t: torch.zeros(0, dtype=torch.long, device=device) for t in self.num_owned}
-        frontier[self.input_type] = seeds
+        newly = {t: hop == 0 for t, hop in row_hop.items()}
+        asks = self.halo_requests.batch(self.sample_group)
         edges: dict[EdgeType, list[Tensor]] = {et: [] for et in self.adjs}
         hops: dict[EdgeType, list[Tensor]] = {et: [] for et in self.adjs}
-        received: dict[str, list[Requests]] = {s: [] for s in self.plans}
         for h in range(1, self.sampling.num_hops + 1):
-            reached = self._hop(epoch, b, h, frontier, edges, hops, requested, received)
-            for t, found in reached.items():
-                new = torch.unique(torch.cat(found)) if found else torch.zeros(0, dtype=torch.long, device=device)
-                frontier[t] = new[row_hop[t].index_select(0, new) < 0]
-                row_hop[t].index_fill_(0, frontier[t], h)
-        requests = {s: Requests(*(torch.cat([getattr(r, f) for r in got]) for f in Requests._fields))
-                    for s, got in received.items()}
+            reached = self._hop(epoch, b, h, newly, edges, hops, asks)
+            # a type that is no relation's source is reached by no edge: its mask stays empty
+            newly = {t: reached.get(t, torch.zeros_like(mask)).logical_and_(row_hop[t] < 0)
+                     for t, mask in newly.items()}
+            for t, mask in newly.items():
+                row_hop[t].masked_fill_(mask, h)
+        requests = {s: asks.requests(i) for i, s in enumerate(self.plans)}
         sampled = HeteroSampled(row_hop, {et: torch.cat(e) for et, e in edges.items()},
                                 {et: torch.cat(h) for et, h in hops.items()}, requests, int(seeds.numel()))
         return build_hetero_batch(self.local, self.adjs, sampled, self.input_type, self.sampling.num_hops,
                                   self.sample_group)
 
-    def _hop(self, epoch: int, b: int, h: int, frontier: dict[str, Tensor], edges: dict, hops: dict,
-             requested: dict[str, Tensor], received: dict[str, list[Requests]]) -> dict[str, list[Tensor]]:
-        """Hop ``h``: every relation's in-edges of the frontier, then one request exchange per source
-        type (in the graph's order, the same on every rank); returns the shard rows reached per type."""
-        reached: dict[str, list[Tensor]] = {t: [] for t in self.num_owned}
-        halo: dict[str, list[Tensor]] = {s: [] for s in self.plans}
-        for i, (et, adj) in enumerate(self.adjs.items()):
+    def _hop(self, epoch: int, b: int, h: int, newly: dict[str, Tensor], edges: dict, hops: dict,
+             asks: BatchRequests) -> dict[str, Tensor]:
+        """Hop ``h``: every relation's in-edges of the rows of its target type first reached at hop
+        ``h - 1`` (``newly``), then one request exchange for all source types; returns the mask of the
+        shard rows reached per source type."""
+        keys = {et: self.sampling.draw_relation(epoch, b, h, i) for i, et in enumerate(self.adjs)}
+        frontier, sizes = frontiers(newly, {et: (et[2], self.degrees[et], keys[et][1]) for et in self.adjs})
+        cols: dict[str, list[Tensor]] = {s: [] for s in self.plans}
+        for et, adj in self.adjs.items():
             rows = frontier[et[2]]
-            pos = sample_in_edges(*self.sampling.draw_relation(epoch, b, h, i), adj.rowptr, self.in_orders[et], rows,
-                                  self.row_ids[et[2]].index_select(0, rows))
-            col = adj.col.index_select(0, pos)
+            pos = sample_in_edges(*keys[et], adj.rowptr, self.in_orders[et], rows,
+                                  self.row_ids[et[2]].index_select(0, rows), sizes[et])
             edges[et].append(pos)
             hops[et].append(torch.full_like(pos, h))
-            is_halo = col >= adj.num_owned
-            reached[et[0]].append(col[~is_halo])
-            halo[et[0]].append(col[is_halo] - adj.num_owned)
-        for s, plan in self.plans.items():
-            new = torch.unique(torch.cat(halo[s]))
-            new = new[~requested[s].index_select(0, new)]
-            requested[s].index_fill_(0, new, True)
-            got = request_halo(plan, new, torch.full_like(new, h), self.sample_group)
-            received[s].append(got)
-            reached[s].append(got.row)
-        return reached
+            cols[et[0]].append(adj.col.index_select(0, pos))
+        return dict(zip(self.plans, asks.hop(list(cols.values()), h), strict=True))
 
 
 def _fanouts(num_neighbors: Any, edge_type: EdgeType) -> tuple[int, ...]:

@@ -172,7 +172,7 @@ class DistributedLinkNeighborLoader:
         rank, part = group_rank(self.group), self.part
         n_id = self.nodes.adj.plan.n_id
         mine = seeds[part[seeds] == rank]
-        batch = self.nodes.sample(epoch, b, torch.searchsorted(n_id, torch.from_numpy(mine)))
+        batch = self.nodes.sample(epoch, b, torch.searchsorted(n_id, torch.from_numpy(mine).to(n_id.device)))
         # every seed's row on its owner: its position among that owner's seeds (seeds come first, by id)
         _, seed_row = owner_rows(part[seeds], group_world_size(self.group))
         held = np.flatnonzero(part[pairs[0].numpy()] == rank)

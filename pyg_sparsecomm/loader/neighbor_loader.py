@@ -7,10 +7,12 @@ import torch.distributed as dist
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
+from ..sampling.frontier import frontiers
 from ..sampling.in_edge_sample import sample_in_edges, shard_in_edge_order
 from ..sampling.rules import NeighborSampling
 from .base import DistributedLoader
-from .batch import Requests, Sampled, build_batch, request_halo
+from .batch import Sampled, build_batch
+from .halo_requests import HaloRequests
 
 
 class DistributedNeighborLoader(DistributedLoader):
@@ -103,48 +105,49 @@ class DistributedNeighborLoader(DistributedLoader):
 
     def _seed_rows(self, local: Data, group: dist.ProcessGroup | None) -> tuple[Tensor, int]:
         """As the base class; also puts every row's in-edges in the canonical order they are drawn
-        from (:mod:`~pyg_sparsecomm.sampling.in_edge_sample`), once."""
+        from (:mod:`~pyg_sparsecomm.sampling.in_edge_sample`), once, on the shard's device."""
         seed_n_id, num_nodes = super()._seed_rows(local, group)
         self.in_order = shard_in_edge_order(self.adj, self.e_id)
+        self.degree = self.adj.rowptr.diff()
+        self.halo_requests = HaloRequests([self.adj.plan])
         return seed_n_id, num_nodes
 
     def _batches(self, epoch: int, global_seeds: Tensor) -> Iterator[Data]:
         n_id = self.seed_n_id
         seeds = torch.arange(self.num_nodes, device=n_id.device) if self.global_seeds is None else self.global_seeds
-        seed_batch = self.sampling.batch_of(epoch, n_id[self.input_rows], self.num_batches, seeds)
-        for b in range(self.num_batches):
+        seed_batch = self.sampling.batch_of(epoch, n_id.index_select(0, self.input_rows), self.num_batches, seeds)
+        for b, rows in enumerate(seeds_by_batch(self.input_rows, seed_batch, self.num_batches)):
             if global_seeds[b] == 0:
                 continue
-            batch = self.sample(epoch, b, self.input_rows[seed_batch == b])
+            batch = self.sample(epoch, b, rows)
             batch.global_batch_size = int(global_seeds[b])
             yield batch
 
     def sample(self, epoch: int, b: int, seeds: Tensor) -> Data:
-        """Batch ``b`` of ``epoch`` from this rank's ``seeds`` (shard rows); collective."""
-        adj, plan, n = self.adj, self.adj.plan, self.adj.num_owned
-        row_hop = torch.full((n,), -1, dtype=torch.long, device=adj.device)
+        """Batch ``b`` of ``epoch`` from this rank's ``seeds`` (shard rows); collective.  Reads the
+        device once per hop (:mod:`~pyg_sparsecomm.sampling.frontier`); one all-to-all per hop."""
+        adj, num_hops = self.adj, self.sampling.num_hops
+        row_hop = torch.full((adj.num_owned,), -1, dtype=torch.long, device=adj.device)
         row_hop.index_fill_(0, seeds, 0)
-        requested = torch.zeros(plan.halo_size, dtype=torch.bool, device=adj.device)
-        frontier, edges, hops, received = seeds, [], [], []
-        for h in range(1, self.sampling.num_hops + 1):
-            pos = self._pick(epoch, b, h, frontier)
-            col = adj.col.index_select(0, pos)
+        newly, asks, edges, hops = row_hop == 0, self.halo_requests.batch(self.sample_group), [], []
+        for h in range(1, num_hops + 1):
+            key, fanout = self.sampling.draw(epoch, b, h)
+            frontier, sizes = frontiers({0: newly}, {0: (0, self.degree, fanout)})
+            pos = sample_in_edges(key, fanout, adj.rowptr, self.in_order, frontier[0],
+                                  self.seed_n_id.index_select(0, frontier[0]), sizes[0])
             edges.append(pos)
             hops.append(torch.full_like(pos, h))
-            is_halo = col >= n
-            halo = torch.unique(col[is_halo] - n)
-            halo = halo[~requested.index_select(0, halo)]
-            requested.index_fill_(0, halo, True)
-            got = request_halo(plan, halo, torch.full_like(halo, h), self.sample_group)
-            received.append(got)
-            reached = torch.unique(torch.cat([col[~is_halo], got.row]))
-            frontier = reached[row_hop.index_select(0, reached) < 0]
-            row_hop.index_fill_(0, frontier, h)
-        requests = Requests(*(torch.cat([getattr(r, f) for r in received]) for f in Requests._fields))
+            (reached,) = asks.hop([[adj.col.index_select(0, pos)]], h)
+            newly = reached.logical_and_(row_hop < 0)
+            row_hop.masked_fill_(newly, h)
         sampled = Sampled(row_hop, torch.cat(edges), torch.cat(hops), int(seeds.numel()))
-        return build_batch(self.local, adj, sampled, requests, self.sampling.num_hops, self.sample_group)
+        return build_batch(self.local, adj, sampled, asks.requests(), num_hops, self.sample_group)
 
-    def _pick(self, epoch: int, b: int, hop: int, frontier: Tensor) -> Tensor:
-        """CSR positions of the in-edges the ``frontier`` rows keep at ``hop``."""
-        return sample_in_edges(*self.sampling.draw(epoch, b, hop), self.adj.rowptr, self.in_order, frontier,
-                               self.seed_n_id.index_select(0, frontier))
+
+def seeds_by_batch(rows: Tensor, batch: Tensor, num_batches: int) -> tuple[Tensor, ...]:
+    """``rows`` split by their ``batch`` (``-1``: in none), ascending within each of the
+    ``num_batches`` batches; one sort and one read of the device per epoch (not a mask per batch)."""
+    order = torch.argsort(batch, stable=True)
+    counts = torch.zeros(num_batches + 1, dtype=torch.long, device=batch.device)
+    counts.index_add_(0, batch + 1, torch.ones_like(batch))  # (bincount would read the largest batch first)
+    return torch.split(rows.index_select(0, order), counts.tolist())[1:]

@@ -9,7 +9,8 @@ from torch_geometric.data import Data
 
 from ..sampling.rules import NodeSubsetSampling
 from .base import DistributedLoader
-from .batch import Sampled, build_batch, request_halo
+from .batch import Sampled, build_batch
+from .halo_requests import HaloRequests
 
 
 class DistributedNodeSubsetLoader(DistributedLoader):
@@ -21,7 +22,7 @@ class DistributedNodeSubsetLoader(DistributedLoader):
     communication).  The batch's edges are the in-edges of its nodes whose sources are in it
     too.  The rows scored (``batch.seed_mask``, the first ``batch.batch_size`` rows) are the
     members in ``input_nodes``; batches with none on any rank are skipped.  The batch plan
-    costs one request exchange of the halo rows' ids and one reply.  Every layer runs on the
+    costs one request exchange (:mod:`.halo_requests`) and one reply.  Every layer runs on the
     whole induced subgraph (no trimming).
 
     Args:
@@ -56,6 +57,7 @@ class DistributedNodeSubsetLoader(DistributedLoader):
         sampling = NodeSubsetSampling(batch_size=batch_size, shuffle=bool(shuffle), seed=seed)
         self.num_batches = sampling.num_batches(int(local.global_num_nodes))
         super().__init__(local, sampling, input_nodes, group, transform, prefetch, pyg_options)
+        self.halo_requests = HaloRequests([self.adj.plan])
 
     def _batches(self, epoch: int, global_seeds: Tensor) -> Iterator[Data]:
         plan = self.adj.plan
@@ -71,12 +73,11 @@ class DistributedNodeSubsetLoader(DistributedLoader):
     def sample(self, member: Tensor, halo_member: Tensor) -> Data:
         """The batch whose members are ``member`` (shard rows) and ``halo_member`` (halo columns);
         collective."""
-        adj, n = self.adj, self.adj.num_owned
+        adj = self.adj
         row_hop = torch.where(member, torch.where(self.input_mask, 0, 1), -1)
         source_member = torch.cat([member, halo_member])
-        pos = torch.nonzero(member[adj.row()] & source_member[adj.col]).view(-1)
-        col = adj.col[pos]
-        halo = torch.unique(col[col >= n] - n)
-        requests = request_halo(adj.plan, halo, torch.ones_like(halo), self.sample_group)
+        pos = torch.nonzero(member.index_select(0, adj.row()) & source_member.index_select(0, adj.col)).view(-1)
+        asks = self.halo_requests.batch(self.sample_group)
+        asks.hop([[adj.col.index_select(0, pos)]], 1)
         sampled = Sampled(row_hop, pos, torch.ones_like(pos), int((row_hop == 0).sum()))
-        return build_batch(self.local, adj, sampled, requests, None, self.sample_group)
+        return build_batch(self.local, adj, sampled, asks.requests(), None, self.sample_group)

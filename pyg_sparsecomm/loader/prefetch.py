@@ -12,7 +12,7 @@ Three rules keep every rank's collectives matched:
   what makes the order deterministic: NCCL kernels of two communicators on one device, issued
   by two threads, may be queued in a different order on different ranks, and a rank whose
   kernel of one communicator waits for a peer that is itself waiting in the other one
-  deadlocks.  The thread issues no NCCL collective at all (its ids are sampled on the CPU), so
+  deadlocks.  The thread issues no NCCL collective at all (its exchanges go through the host), so
   the only NCCL collectives on the device are the training thread's, in program order, the
   same on every rank; the gloo group's collectives are the thread's only, in batch order;
 * the thread starts batch ``i`` only once the caller has taken batch ``i - depth``.  Ranks
@@ -23,15 +23,20 @@ Three rules keep every rank's collectives matched:
 * the thread runs on the caller's CUDA device: a new thread starts on device 0, and the
   batch it builds (copies to the shard's device) or any collective it issued would otherwise
   land on every rank's GPU 0.
+
+On a CUDA shard the thread samples on a stream of its own and hands every batch over with an
+event the caller's stream waits for (:mod:`.stream_handoff`).
 """
 import queue
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 from torch_geometric.data import Data
 
 from ..comm.counters import comm_counter
+from .stream_handoff import StreamHandoff
 
 _END = object()
 
@@ -44,9 +49,19 @@ class _Failure:
 class PrefetchedBatches:
     """Iterates ``batches`` (a generator of one epoch's batches) ``depth`` batches ahead, on a
     daemon thread.  Exceptions of the thread (e.g. a timed-out exchange with a dead peer) are
-    raised by ``__next__``."""
+    raised by ``__next__``.
 
-    def __init__(self, batches: Iterator[Data], depth: int) -> None:
+    Args:
+        batches (Iterator[Data]): the epoch's batches, made when iterated.
+        depth (int): batches made ahead of the caller.
+        device (torch.device, optional): where the batches are made; on a CUDA device the thread
+            works on its own stream (default: :obj:`None`, the CPU).
+        cuda (module, optional): ``torch.cuda`` or a stand-in (:class:`~.stream_handoff.StreamHandoff`).
+    """
+
+    def __init__(self, batches: Iterator[Data], depth: int, device: torch.device | None = None,
+                 cuda: Any = torch.cuda) -> None:
+        self._handoff = StreamHandoff(torch.device("cpu") if device is None else device, cuda)
         self._batches = batches
         self._ready: queue.Queue = queue.Queue()
         # batches the thread may sample: depth + the batches the caller took.  A function of what
@@ -64,18 +79,23 @@ class PrefetchedBatches:
             try:
                 if self._device is not None:
                     torch.cuda.set_device(self._device)
-                while True:
-                    with self._turn:
-                        self._turn.wait_for(lambda: self._sampled < self._allowed or self._stop.is_set())
-                        if self._sampled >= self._allowed:  # stopped, and no batch left that was allowed
-                            return
-                        self._sampled += 1
-                    batch = next(self._batches, _END)
-                    self._ready.put(batch)
-                    if batch is _END:
-                        return
+                with self._handoff.producing():
+                    self._produce()
             except BaseException as error:  # noqa: BLE001 -- re-raised in the caller's thread
                 self._ready.put(_Failure(error))
+
+    def _produce(self) -> None:
+        while True:
+            with self._turn:
+                self._turn.wait_for(lambda: self._sampled < self._allowed or self._stop.is_set())
+                if self._sampled >= self._allowed:  # stopped, and no batch left that was allowed
+                    return
+                self._sampled += 1
+            batch = next(self._batches, _END)
+            if batch is _END:
+                self._ready.put(_END)
+                return
+            self._ready.put((batch, self._handoff.made()))
 
     def __iter__(self) -> "PrefetchedBatches":
         return self
@@ -93,7 +113,7 @@ class PrefetchedBatches:
         with self._turn:  # the caller took batch k: batch k + depth may start
             self._allowed += 1
             self._turn.notify()
-        return item
+        return self._handoff.received(*item)
 
     def close(self) -> None:
         """Stops after the batches already allowed (the same on every rank: ``depth`` plus the
