@@ -6,7 +6,7 @@ count and average in-degree 10, 50, 100 and 500, at P = 1, 2, 4 gloo ranks of on
 The split comes from timers wrapped around the loader's functions (exclusive times, the batch
 sampled in the training loop's thread, ``prefetch=0``): *sampling* is ``DistributedNeighborLoader.sample``
 less what it calls below, *plan* is ``build_batch`` (the batch's relabelling and plan) less its
-exchanges, *exchange* is every id exchange of sampling and planning (``exchange_ids``), *model* the
+exchanges, *exchange* is every exchange of sampling and planning (``exchange_ids``), *model* the
 forward, backward and optimizer step; seeds / s = the batches' seeds over the sum of all four
 (slowest rank).  Side by side in the same run, at P = 1: the sampling time per sampled edge on
 graphs of average in-degree 8 and 96 (same node count, same fanouts) and its ratio (floor <= 1.3x);
@@ -66,7 +66,8 @@ class ExclusiveTimer:
 
 def instrument() -> ExclusiveTimer:
     """Wraps the loader's sampling, planning and id exchanges (module globals, as the loader calls them)."""
-    from pyg_sparsecomm.loader import batch as batch_module
+    import importlib
+
     from pyg_sparsecomm.loader import neighbor_loader
     timer = ExclusiveTimer()
     loader_class = neighbor_loader.DistributedNeighborLoader
@@ -74,7 +75,14 @@ def instrument() -> ExclusiveTimer:
         raise RuntimeError("instrument() runs once per process")
     loader_class.sample = timer.wrap("sampling", loader_class.sample)
     neighbor_loader.build_batch = timer.wrap("plan", neighbor_loader.build_batch)
-    batch_module.exchange_ids = timer.wrap("exchange", batch_module.exchange_ids)
+    # the id exchanges: the plan's reply (batch) and the hops' requests (halo_requests; batch before it)
+    for name in ("batch", "halo_requests"):
+        try:
+            module = importlib.import_module(f"pyg_sparsecomm.loader.{name}")
+        except ImportError:
+            continue
+        if hasattr(module, "exchange_ids"):
+            module.exchange_ids = timer.wrap("exchange", module.exchange_ids)
     return timer
 
 
