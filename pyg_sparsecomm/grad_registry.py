@@ -2,6 +2,7 @@
 each other, without importing each other: which parameters are summed over ranks in backward,
 and which backward calls started from a loss normalised by the global row count."""
 import weakref
+from collections import deque
 
 from torch import Tensor
 
@@ -9,8 +10,10 @@ from .compat import current_graph_task_id
 
 #: ``id(parameter) -> (weakref to it, weakref to the object summing its gradient)``
 _SYNCED: dict[int, tuple[weakref.ref, weakref.ref]] = {}
-#: graph tasks (backward calls) whose root went through :func:`mark_normalised`
-_NORMALISED_TASKS: set[int] = set()
+#: the latest graph tasks (backward calls) whose root went through :func:`mark_normalised`: kept,
+#: not consumed, since every ``distribute()``d part of a model (nested ones too) asks at the end of
+#: the same backward; the oldest are forgotten (backward calls running at once are few)
+_NORMALISED_TASKS: deque[int] = deque(maxlen=64)
 
 
 def register_synced(param: Tensor, owner: object) -> None:
@@ -34,11 +37,11 @@ def mark_normalised(loss: Tensor) -> Tensor:
 
 
 def _record_normalised(grad_outputs):
-    _NORMALISED_TASKS.add(current_graph_task_id())
+    task = current_graph_task_id()
+    if task not in _NORMALISED_TASKS:
+        _NORMALISED_TASKS.append(task)
 
 
-def take_normalised(task: int) -> bool:
-    """Whether backward call ``task`` passed through a :func:`mark_normalised` loss (forgets it)."""
-    found = task in _NORMALISED_TASKS
-    _NORMALISED_TASKS.discard(task)
-    return found
+def was_normalised(task: int) -> bool:
+    """Whether backward call ``task`` passed through a :func:`mark_normalised` loss."""
+    return task in _NORMALISED_TASKS

@@ -42,7 +42,7 @@ from ..comm.group import collective_device, dedicated_group, global_rank, host_a
 from ..comm.group import world_size as group_world_size
 from ..comm.peer_failure import failures_named
 from ..compat import current_graph_task_id, queue_backward_callback, will_engine_execute_node
-from ..grad_registry import is_synced, register_synced, take_normalised
+from ..grad_registry import is_synced, register_synced, was_normalised
 from ..runtime import join_job
 from .same_model import check_same_model
 
@@ -175,7 +175,7 @@ class GradientSync:
                 else:
                     p.grad.add_(summed)
         assert self.task is not None
-        normalised = take_normalised(self.task)
+        normalised = was_normalised(self.task)
         self.task, self.shares, self.works = None, {}, []
         if not normalised and not self.warned:
             self.warned = True

@@ -130,11 +130,14 @@ def _double_sync_worker(rank, world_size):
             assert all(p.grad is None for p in model.parameters())
             clone = copy.deepcopy(model)           # a copy is not synced: sync_gradients sums it
             assert not any(is_synced(p) for p in clone.parameters())
-        if how == "accumulated":
-            (loss / 2).backward(retain_graph=True)
-            (loss / 2).backward()
-        else:
-            loss.backward()
+        with warnings.catch_warnings(record=True) as caught:  # every sync of the nested parts sees the loss normalised
+            warnings.simplefilter("always")
+            if how == "accumulated":
+                (loss / 2).backward(retain_graph=True)
+                (loss / 2).backward()
+            else:
+                loss.backward()
+        assert not [w for w in caught if issubclass(w.category, LossNormalisationWarning)], (how, caught)
         if how in ("plus_sync_gradients", "opt_out"):
             sync_gradients(model)
         results[how] = {k: None if p.grad is None else p.grad.clone() for k, p in model.named_parameters()}
