@@ -47,7 +47,7 @@ def step(model, opt, data, edge_index, distributed, plain_loss=False):
     loss.backward()
     grads = {k: None if p.grad is None else p.grad.clone() for k, p in model.named_parameters()}
     opt.step()
-    return float(loss), grads
+    return float(loss.detach()), grads
 
 
 def _unseeded_worker(rank, world_size, epochs):
