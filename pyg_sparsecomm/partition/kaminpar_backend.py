@@ -12,9 +12,11 @@ from numpy (:mod:`.parhip`), never through text.
 """
 from __future__ import annotations
 
+import ctypes
+import glob
 import os
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
 
@@ -31,6 +33,8 @@ from .parhip import write_parhip
 from .two_level import check_split, max_block_weights, two_level_partition
 
 KAMINPAR_INSTALL_HINT = 'pip install "pyg_sparsecomm[kaminpar]"'
+#: TBB's scalable malloc of the kaminpar wheel (``False``: not found), loaded at the first call
+_TBBMALLOC: ctypes.CDLL | bool | None = None
 #: KaMinPar's threads for a call that names none, set in a block by :func:`default_kaminpar_threads`
 #: (``None`` outside: 1 thread, or the cores chosen for a large graph)
 _DEFAULT_THREADS: int | None = None
@@ -102,7 +106,7 @@ def kaminpar_partition_csr(ptr: np.ndarray, col: np.ndarray, num_nodes: int, num
     if num_parts == 1 or num_nodes == 0:
         return np.zeros(num_nodes, dtype=np.int64)
     rows = np.repeat(np.arange(num_nodes, dtype=np.asarray(col).dtype), np.diff(ptr))
-    return _partition_edges(rows, col, num_nodes, num_parts, vertex_weights, seed, preset, epsilon, threads,
+    return _partition_edges([rows, col], num_nodes, num_parts, vertex_weights, seed, preset, epsilon, threads,
                             compress)
 
 
@@ -120,7 +124,23 @@ def partition_parhip_file(path: str, num_parts: int, seed: int, preset: str, eps
         part = solver.compute_partition(graph, int(num_parts), float(epsilon))
     else:
         part = solver.compute_partition(graph, [int(w) for w in max_block_weights])
+    del graph, solver
+    _release_tbb_buffers()
     return np.asarray(part, dtype=np.int64)
+
+
+def _release_tbb_buffers() -> None:
+    """Returns the memory KaMinPar's allocator (TBB's scalable malloc, bundled with its wheel) keeps
+    in its buffers after a call (20-30 MB of R-MAT scale 21), so that the next steps of a two-level
+    partition do not start above it; a no-op where that library is not found."""
+    global _TBBMALLOC
+    if _TBBMALLOC is None:
+        import kaminpar
+        found = glob.glob(os.path.join(os.path.dirname(os.path.dirname(kaminpar.__file__)), "kaminpar.libs",
+                                       "libtbbmalloc-*.so*"))
+        _TBBMALLOC = ctypes.CDLL(found[0]) if found else False
+    if isinstance(_TBBMALLOC, ctypes.CDLL):
+        _TBBMALLOC.scalable_allocation_command(0, None)  # TBBMALLOC_CLEAN_ALL_BUFFERS
 
 
 def _check_settings(kaminpar, preset: str, epsilon: float, threads: int | None,
@@ -204,13 +224,15 @@ def kaminpar_partition(edge_index: Tensor, num_nodes: int, num_parts: int, seed:
     if num_parts == 1 or num_nodes == 0:
         return torch.zeros(num_nodes, dtype=torch.long)
     weights = row_nnz(edge_index, num_nodes)
+    # the first call partitions the whole graph (also with split: its first level) and takes the degrees
     block_partition = partial(_partition_edges, seed=seed, preset=preset, epsilon=epsilon, threads=threads,
-                              compress=compress, fold=fold, sample_degree=tau)
-    whole_graph_first = _degree_on_first_call(block_partition, degree)  # the first call gets the whole graph
+                              compress=compress, fold=fold, sample_degree=tau,
+                              known_degree=[] if degree is None else [degree])
+    del degree  # the sample drops it once used: not held through KaMinPar's calls
     if groups is None:
-        return torch.from_numpy(whole_graph_first(src, dst, num_nodes, num_parts, weights))
+        return torch.from_numpy(block_partition([src, dst], num_nodes, num_parts, weights))
     return torch.from_numpy(two_level_partition(src, dst, num_nodes, num_parts, list(groups), weights, epsilon,
-                                                whole_graph_first))
+                                                block_partition))
 
 
 def _chosen_options(src: np.ndarray, dst: np.ndarray, num_nodes: int, num_parts: int, preset: str,
@@ -246,30 +268,25 @@ def automatic_threads() -> tuple[int, str]:
     return cores, f"{cores} thread(s), the cores this process may use"
 
 
-def _degree_on_first_call(block_partition: partial, degree: np.ndarray | None) -> Callable[..., np.ndarray]:
-    """``block_partition`` given the edge degrees ``degree`` of the whole graph on its first call (the
-    whole graph's, also with ``split``: its first level), none on later calls (groups' subgraphs)."""
-    pending = [degree]
-
-    def call(*args) -> np.ndarray:
-        return block_partition(*args, degree=pending.pop() if pending else None)
-    return call
-
-
-def _partition_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int, blocks: int | np.ndarray,
+def _partition_edges(edges: list[np.ndarray], num_nodes: int, blocks: int | np.ndarray,
                      vertex_weights: np.ndarray | None, seed: int, preset: str, epsilon: float, threads: int,
                      compress: bool, fold: bool = False, sample_degree: int | None = None,
-                     degree: np.ndarray | None = None) -> np.ndarray:
-    """KaMinPar's partition of the edges ``src -> dst`` (through a ParHiP file): into ``blocks``
+                     known_degree: list[np.ndarray] | None = None) -> np.ndarray:
+    """KaMinPar's partition of the edges ``[src, dst]`` (through a ParHiP file; the list emptied, so
+    that edges nobody else holds are freed once sampled or written): into ``blocks``
     parts of imbalance ``epsilon``, or, ``blocks`` an array, into parts of at most those weights;
     ``fold``: of the graph with its leaves folded and its isolated nodes placed afterwards
     (:mod:`.reductions`); ``sample_degree``: of the degree-capped sample of the edges, the nodes it
-    strands then placed by their neighbours (:mod:`.sparsify`; ``degree``: the edges'
-    :func:`~.sparsify.edge_degrees`, if the caller has them).  Drops its references to the edges
-    once the file is written."""
+    strands then placed by their neighbours (:mod:`.sparsify`; ``known_degree``: a list holding the
+    edges' :func:`~.sparsify.edge_degrees` if the caller has them, emptied here, so that they are
+    not held while KaMinPar runs).  Drops its references to the edges once the file is written."""
+    src, dst = edges
+    edges.clear()
     stranded = None
+    degree = known_degree.pop() if known_degree else None
     if sample_degree is not None:
         src, dst, stranded = sparsify.sample_graph(src, dst, num_nodes, sample_degree, seed, degree)
+    del degree
     total = num_nodes if vertex_weights is None else int(np.sum(vertex_weights, dtype=np.int64))
     bounds = max_block_weights(total, np.ones(blocks, dtype=np.int64), blocks, epsilon) \
         if isinstance(blocks, int) else blocks  # what folding and stranded nodes are placed within

@@ -25,10 +25,11 @@ option             chosen                                           pays by (R-M
 
 The thresholds are where the options started to pay in ``benchmarks/partition_scale.py``
 (``benchmarks/RESULTS.md``, R-MAT scales 14-21 into 64 parts): the leaf fold and the sample from
-about 1M edges (where ``method="auto"`` picks KaMinPar), compression and the two levels only in
-memory, which counts from about 8M edges; on Cora, CiteSeer and the libmetis meshes each option
-cost 1-10 % of volume.  R-MAT scale 21 (32M edges) into 64 parts with all five took about 28 s on
-2 cores at METIS's volume and under 2x the CSR topology, against 37 s and 6.4x with two threads alone.
+about 1M edges (where ``method="auto"`` picks KaMinPar; at 4M edges together they halved
+KaMinPar's time and memory), compression and the two levels only in memory, which they cut from
+about 16M edges on (and cost time); on Cora, CiteSeer and the libmetis meshes each option cost up
+to 10 % of volume.  R-MAT scale 21 (32M edges) into 64 parts with all five: 1.7x the CSR topology
+at 0.997x METIS's volume, against 6.4x with two threads alone.
 """
 from __future__ import annotations
 

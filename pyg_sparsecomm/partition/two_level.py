@@ -35,8 +35,10 @@ import numpy as np
 from ..plan import id_dtype, owner_rows
 from ..sorted_keys import key_groups
 
-#: ``(src, dst, num_nodes, max_block_weights, vertex_weights) -> part`` in ``[0, len(max_block_weights))``
-BlockPartition = Callable[[np.ndarray, np.ndarray, int, np.ndarray, np.ndarray], np.ndarray]
+#: ``(edges, num_nodes, max_block_weights, vertex_weights) -> part`` in ``[0, len(max_block_weights))``;
+#: ``edges`` is the list ``[src, dst]``, which the partitioner may empty: a group's edges are then freed
+#: once it has read them (arguments held by the caller would stay in memory until it returns)
+BlockPartition = Callable[[list[np.ndarray], int, np.ndarray, np.ndarray], np.ndarray]
 #: edges read at once while the induced subgraphs are written
 EDGE_CHUNK = 1 << 22
 
@@ -149,6 +151,15 @@ def two_level_partition(src: np.ndarray, dst: np.ndarray, num_nodes: int, num_pa
     Returns:
         ``int64[n]``, the part of every node; group :math:`i` holds consecutive parts.
     """
+    return _levels([src, dst], num_nodes, num_parts, split, vertex_weights, epsilon, partition)
+
+
+def _levels(edges: list[np.ndarray], num_nodes: int, num_parts: int, split: int | Sequence[int],
+            vertex_weights: np.ndarray, epsilon: float, partition: BlockPartition) -> np.ndarray:
+    """:func:`two_level_partition` of the edges ``[src, dst]`` (the list emptied: a group's edges
+    are freed once its induced subgraphs are written)."""
+    src, dst = edges
+    edges.clear()
     groups = check_split(split, num_parts)
     assert groups is not None
     split, below = groups[0], groups[1:]
@@ -158,7 +169,7 @@ def two_level_partition(src: np.ndarray, dst: np.ndarray, num_nodes: int, num_pa
     weights = np.asarray(vertex_weights, dtype=np.int64)
     total = int(weights.sum())
     caps = max_block_weights(total, shares, num_parts, level_epsilon)
-    group = np.asarray(partition(src, dst, num_nodes, caps, weights)).astype(np.int32)
+    group = np.asarray(partition([src, dst], num_nodes, caps, weights)).astype(np.int32)
     first = np.concatenate([[0], np.cumsum(shares)])
     part = np.empty(num_nodes, dtype=np.int64)
     with tempfile.TemporaryDirectory(prefix="pyg_sparsecomm_groups_") as scratch:
@@ -171,11 +182,11 @@ def two_level_partition(src: np.ndarray, dst: np.ndarray, num_nodes: int, num_pa
             if q == 1:
                 remove_induced_edges(scratch, g)
                 part[nodes] = first[g]
-            elif below and q > below[0]:  # the edges go straight to the callee, which drops them when done
-                part[nodes] = first[g] + two_level_partition(*read_induced_edges(scratch, g, num_nodes), len(nodes),
-                                                             q, below, sub_weights, rest_epsilon, partition)
+            elif below and q > below[0]:  # the edges go to the callee in a list it empties: freed once read
+                part[nodes] = first[g] + _levels(list(read_induced_edges(scratch, g, num_nodes)), len(nodes), q,
+                                                 below, sub_weights, rest_epsilon, partition)
             else:
                 caps = max_block_weights(int(sub_weights.sum()), np.ones(q, dtype=np.int64), q, rest_epsilon)
-                part[nodes] = first[g] + np.asarray(partition(*read_induced_edges(scratch, g, num_nodes),
+                part[nodes] = first[g] + np.asarray(partition(list(read_induced_edges(scratch, g, num_nodes)),
                                                               len(nodes), caps, sub_weights), dtype=np.int64)
     return part

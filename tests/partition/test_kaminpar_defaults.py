@@ -118,10 +118,10 @@ def large_below_a_thousand_edges(monkeypatch):
     monkeypatch.setattr(kaminpar_backend, "usable_cores", lambda: 1)
     calls, real = [], kaminpar_backend._partition_edges
 
-    def recording(src, dst, num_nodes, blocks, vertex_weights, **settings):
+    def recording(edges, num_nodes, blocks, vertex_weights, **settings):
         count = len(blocks) if isinstance(blocks, np.ndarray) else blocks
-        calls.append({"blocks": count, "ids": src.dtype, **settings})
-        return real(src, dst, num_nodes, blocks, vertex_weights, **settings)
+        calls.append({"blocks": count, "ids": edges[0].dtype, **settings, "degree": len(settings["known_degree"])})
+        return real(edges, num_nodes, blocks, vertex_weights, **settings)
 
     monkeypatch.setattr(kaminpar_backend, "_partition_edges", recording)
     return calls
@@ -136,8 +136,8 @@ def test_a_large_graphs_choices_reach_kaminpar_and_named_options_win(large_below
         assert chosen in message, message
     first = calls[0]  # with split=2: the halves first, then each half's 8 parts
     assert (first["blocks"], first["threads"], first["compress"], first["fold"], first["sample_degree"]) \
-        == (2, 1, True, True, 24) and first["degree"] is not None
-    assert [c["blocks"] for c in calls[1:]] == [8, 8] and all(c["degree"] is None for c in calls[1:])
+        == (2, 1, True, True, 24) and first["degree"] == 1  # the choice's degrees, reused by the sample
+    assert [(c["blocks"], c["degree"]) for c in calls[1:]] == [(8, 0), (8, 0)]  # the halves: their own
     weights = np.bincount(part.numpy(), weights=row_nnz(data.edge_index, data.num_nodes), minlength=P)
     assert sorted(part.unique().tolist()) == list(range(P)) and weights.max() <= 1.03 * weights.sum() / P + 2
     assert calls[0]["ids"] == np.int64
@@ -148,7 +148,7 @@ def test_a_large_graphs_choices_reach_kaminpar_and_named_options_win(large_below
     _, said = _parts_and_warnings(data, P, 3, threads=None, compress=False, split=None, fold_leaves=False,
                                   sample_degree=None)
     assert not said and [(c["blocks"], c["threads"], c["compress"], c["fold"], c["sample_degree"], c["degree"])
-                         for c in calls] == [(P, 1, False, False, None, None)]
+                         for c in calls] == [(P, 1, False, False, None, 0)]
     calls.clear()  # one named: the others still chosen
     _, said = _parts_and_warnings(data, P, 3, fold_leaves=False)
     assert len(said) == 1 and "fold_leaves" not in str(said[0].message)

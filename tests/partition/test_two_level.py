@@ -2,6 +2,7 @@
 is given (groups' induced subgraphs in local ids, their vertex weights, the weight bounds) and how
 the parts are numbered, with a recording stand-in for the partitioner."""
 import math
+import weakref
 
 import numpy as np
 import pytest
@@ -25,7 +26,8 @@ class Recorder:
     def __init__(self, top):
         self.top, self.calls = top, []
 
-    def __call__(self, src, dst, n, caps, weights):
+    def __call__(self, edges, n, caps, weights):
+        src, dst = edges
         self.calls.append((src.copy(), dst.copy(), n, caps.copy(), weights.copy()))
         return self.top if len(self.calls) == 1 else np.arange(n) % len(caps)
 
@@ -101,7 +103,8 @@ def test_a_list_split_goes_down_level_by_level_and_its_bounds_compose(monkeypatc
     weights = np.ones(n, dtype=np.int64)  # the stand-in below then keeps every level's bounds
     seen = []
 
-    def in_proportion(s, d, m, caps, w):  # runs of local ids, each block's in proportion to its bound
+    def in_proportion(edges, m, caps, w):  # runs of local ids, each block's in proportion to its bound
+        s, d = edges
         seen.append((len(caps), caps.copy(), m, s.copy(), d.copy()))
         assert len(s) == len(d) and (len(s) == 0 or 0 <= min(s.min(), d.min()) and max(s.max(), d.max()) < m)
         return np.searchsorted(np.floor(np.cumsum(caps) * m / caps.sum()), np.arange(m), side="right")
@@ -119,3 +122,24 @@ def test_a_list_split_goes_down_level_by_level_and_its_bounds_compose(monkeypatc
     # the same partition whatever the chunking of the edges
     monkeypatch.setattr(two_level, "EDGE_CHUNK", 1 << 20)
     assert np.array_equal(two_level_partition(src, dst, n, num_parts, split, weights, 0.03, in_proportion), part)
+
+
+def test_a_groups_edges_are_freed_once_the_partitioner_has_read_them():
+    """The partitioner gets a group's induced edges in a list it may empty: nothing else holds them
+    then (with them passed as arguments, the caller held them while the partitioner ran)."""
+    src, dst, n, weights = _graph(4)
+    held = []
+
+    def dropping(edges, m, caps, w):
+        s, d = edges
+        edges.clear()
+        ref = weakref.ref(s)
+        del s, d
+        held.append(ref() is not None)
+        return np.arange(m) % len(caps)
+
+    two_level_partition(src, dst, n, 6, [2], weights, 0.03, dropping)
+    two_level_partition(src, dst, n, 8, [2, 2], weights, 0.03, dropping)
+    # a level's own call keeps its edges (its groups' subgraphs are written from them after it), the last
+    # level's calls not: [2] = whole graph, 2 halves; [2, 2] = whole graph, then per half its own, 2 quarters
+    assert held == [True, False, False] + [True] + [True, False, False] * 2
