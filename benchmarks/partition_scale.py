@@ -1,18 +1,25 @@
-"""Partitioning at scale: KaMinPar against METIS on R-MAT graphs (issue 27, item 1).
+"""Partitioning at scale: KaMinPar against METIS on R-MAT graphs (issues 27 and 49).
 
 For every R-MAT scale (edge factor 16, ``pyg_sparsecomm.datasets.rmat_graph``'s default
 probabilities) and method, a child process loads the graph's ``edge_index`` (cached as ``.npy``),
 then calls the partitioning method on it, timed from the ``edge_index`` in memory to the ``part``
-vector: the method's input preparation (symmetrisation; for KaMinPar the ParHiP file) included.
-Its peak memory is the child's resident-set high-water mark over that call (``VmHWM`` reset
-through ``/proc/self/clear_refs`` after loading the input), against the bytes of the graph's CSR
-topology (int64 ``ptr`` and ``col``: ``8 (N + 1 + E)``).  The parent then computes each
-partition's total volume (rows per SpMM = km1 of the column-net hypergraph) and its node and
-nonzero imbalance (max/avg) from the plan.  Methods are ``NAME[:OPTION=VALUE,...]``, e.g.
-``kaminpar:threads=2``.
+vector, as a user pays it: the method's input preparation (METIS: symmetrisation; KaMinPar: the
+statistics its automatic options read, the edge sample, the leaf fold and the ParHiP file it
+loads) included.  Its peak memory is the child's resident-set high-water mark over that call
+(``VmHWM`` reset through ``/proc/self/clear_refs`` after loading the input), against the bytes of
+the graph's CSR topology (int64 ``ptr`` and ``col``: ``8 (N + 1 + E)``).  The parent then computes
+each partition's total volume (rows per SpMM = km1 of the column-net hypergraph) and its node and
+nonzero imbalance (max/avg) from the plan.
 
-    python benchmarks/partition_scale.py [--scales 18 19 20 21] [--parts 64]
-        [--methods kaminpar kaminpar:threads=2 metis] [--cache /tmp/pyg_sparsecomm_rmat] [--write]
+Methods are ``NAME[:OPTION=VALUE,...]``, e.g. ``kaminpar:threads=2``; ``plain`` among the options
+stands for ``pyg_sparsecomm.partition.kaminpar_defaults.PLAIN_OPTIONS`` (none of KaMinPar's
+automatic options: its configuration before issue 49), e.g. ``kaminpar:plain,threads=2``.  The
+first method, ``kaminpar`` with no options, is what a user gets by default: its row names the
+options it chose from the graph (so does every KaMinPar row leaving some of them unnamed).
+
+    python benchmarks/partition_scale.py [--scales 18 19 20 21] [--parts 64] [--repeats 3]
+        [--methods kaminpar kaminpar:plain,threads=2 metis] [--cache /tmp/pyg_sparsecomm_rmat]
+        [--merge] [--write]
 """
 import argparse
 import ast
@@ -23,6 +30,7 @@ import resource
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -34,10 +42,15 @@ HEADERS = ["scale", "N", "E", "method", "seconds", "CPU s", "peak MB", "peak/CSR
 
 def parse_method(spec: str) -> tuple[str, dict]:
     """``"kaminpar:threads=2,preset='fast',split=[2,2]"`` -> ``("kaminpar", {"threads": 2, "preset":
-    "fast", "split": [2, 2]})`` (commas inside brackets belong to the value)."""
+    "fast", "split": [2, 2]})`` (commas inside brackets belong to the value); ``plain`` adds
+    ``PLAIN_OPTIONS`` (the options after it override them)."""
     name, _, opts = spec.partition(":")
     options = {}
     for item in filter(None, re.split(r",(?![^\[]*\])", opts)):
+        if item == "plain":
+            from pyg_sparsecomm.partition.kaminpar_defaults import PLAIN_OPTIONS
+            options.update(PLAIN_OPTIONS)
+            continue
         key, value = item.split("=", 1)
         try:
             options[key] = ast.literal_eval(value)
@@ -83,11 +96,36 @@ def child(method: str, path: str, num_nodes: int, num_parts: int, seed: int, out
     Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current resident set
     before = _memory_kb("VmRSS")
     cpu0, t0 = _cpu_seconds(), time.perf_counter()
-    part = METHODS[name](edge_index, num_nodes, num_parts, seed, **options)
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        part = METHODS[name](edge_index, num_nodes, num_parts, seed, **options)
     seconds, cpu = time.perf_counter() - t0, _cpu_seconds() - cpu0
     peak = _memory_kb("VmHWM")
+    for warning in said:
+        print(f"{method}: {warning.category.__name__}: {warning.message}", file=sys.stderr)
     np.save(out, part.numpy())
-    print(json.dumps({"seconds": seconds, "cpu": cpu, "rss_before_kb": before, "peak_kb": peak}))
+    print(json.dumps({"seconds": seconds, "cpu": cpu, "rss_before_kb": before, "peak_kb": peak,
+                      "chosen": chosen_options(name, edge_index, num_nodes, num_parts, options)}))
+
+
+def chosen_options(name: str, edge_index, num_nodes: int, num_parts: int, options: dict) -> dict:
+    """The options KaMinPar (``"kaminpar"``, or ``"auto"`` when it picks KaMinPar) chose from the
+    graph that differ from ``PLAIN_OPTIONS`` (recomputed after the timed call: a pure function of
+    the graph's statistics)."""
+    from pyg_sparsecomm.partition import kaminpar_backend, kaminpar_defaults
+    from pyg_sparsecomm.partition.auto import recommended_method
+    from pyg_sparsecomm.partition.sparsify import edge_degrees
+
+    if name == "auto":
+        name = recommended_method(edge_index.size(1), warn=False)
+    if name != "kaminpar" or num_parts == 1:
+        return {}
+    given = {k: options.get(k, kaminpar_defaults.AUTO) for k in kaminpar_defaults.AUTOMATIC}
+    given["preset"] = options.get("preset", "default")
+    degree = edge_degrees(*edge_index.numpy(), num_nodes)
+    stats = kaminpar_defaults.GraphStats.of_degrees(degree, edge_index.size(1))
+    chosen, why = kaminpar_defaults.choose_options(stats, num_parts, given, *kaminpar_backend.automatic_threads())
+    return {k: chosen[k] for k in why if chosen[k] != kaminpar_defaults.PLAIN_OPTIONS[k]}
 
 
 def stages(path: str, num_nodes: int, num_parts: int) -> tuple[list, float]:
@@ -134,6 +172,7 @@ def run_child(method: str, path: Path, num_nodes: int, num_parts: int, seed: int
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     if done.returncode != 0:
         raise RuntimeError(f"{method} failed:\n{done.stderr[-2000:]}")
+    print(done.stderr, end="", file=sys.stderr)  # the method's warnings (KaMinPar's choices)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -161,7 +200,17 @@ def merged(rows: list) -> list:
     metis = {r[0]: r[8] for r in rows if r[3] == "metis"}
     for r in rows:
         r[9] = f"{r[8] / metis[r[0]]:.2f}" if r[0] in metis else "-"
-    return sorted(rows, key=lambda r: (r[0], r[3]))
+    return sorted(rows, key=lambda r: (r[0], not is_default(r[3]), r[3]))
+
+
+def labelled(method: str, chosen: dict) -> str:
+    """``method`` and the options it chose from the graph: ``kaminpar (chose threads=2, ...)``."""
+    return f"{method} (chose {', '.join(f'{k}={v!r}' for k, v in chosen.items())})" if chosen else method
+
+
+def is_default(label: str) -> bool:
+    """Whether a row is ``method="kaminpar"`` with no options (the configuration a user gets)."""
+    return label == "kaminpar" or label.startswith("kaminpar (")
 
 
 def main() -> None:
@@ -169,7 +218,8 @@ def main() -> None:
     p.add_argument("--scales", nargs="+", type=int, default=[18, 19, 20, 21])
     p.add_argument("--edge-factor", type=int, default=16)
     p.add_argument("--parts", type=int, default=64)
-    p.add_argument("--methods", nargs="+", default=["kaminpar", "kaminpar:threads=2", "metis"])
+    p.add_argument("--methods", nargs="+", default=["kaminpar", "kaminpar:plain,threads=2", "metis"],
+                   help="the default configuration (kaminpar) first")
     p.add_argument("--repeats", type=int, default=1, help="runs per method (median time and peak)")
     p.add_argument("--cache", type=Path, default=Path("/tmp/pyg_sparsecomm_rmat"))
     p.add_argument("--timeout", type=float, default=3600)
@@ -210,11 +260,12 @@ def main() -> None:
             out = args.cache / f"part_{os.getpid()}.npy"  # one file per run: runs may go on side by side
             runs = [run_child(method, path, num_nodes, args.parts, 1, out, args.timeout) for _ in range(args.repeats)]
             part = np.load(out)
-            results[method] = dict(quality(edge_index, num_nodes, part, args.parts),
+            results[labelled(method, runs[0]["chosen"])] = dict(quality(edge_index, num_nodes, part, args.parts),
                                    seconds=median([r["seconds"] for r in runs]),
                                    cpu=median([r["cpu"] for r in runs]),
                                    peak_mb=median([(r["peak_kb"] - r["rss_before_kb"]) * 1e3 / 1e6 for r in runs]))
-            print(f"scale {scale} {method}: {results[method]}", file=sys.stderr, flush=True)
+            print(f"scale {scale} {method}: {results[labelled(method, runs[0]['chosen'])]}", file=sys.stderr,
+                  flush=True)
         metis = results.get("metis", {}).get("total")
         for method, r in results.items():
             rows.append([scale, num_nodes, num_edges, method, f"{r['seconds']:.1f}", f"{r['cpu']:.1f}",
@@ -234,16 +285,21 @@ def write(args, rows: list, load: tuple) -> None:
     notes = (f"R-MAT (a, b, c = 0.57, 0.19, 0.19, edge factor {args.edge_factor}, duplicates and "
              f"self-loops removed) into P = {args.parts} parts, seed 1, {args.repeats} run(s) per method "
              f"(median); load average {load[0]:.1f} / {load[1]:.1f} at the start (the 2 cores are "
-             f"shared). *seconds*: from the `edge_index` in memory to the partition, input "
-             f"preparation included (*CPU s*: user + system time of all its threads, less sensitive to "
-             f"the shared machine's load; METIS: symmetrisation; KaMinPar: symmetrisation streamed into a "
-             f"ParHiP file, KaMinPar loading it). *peak MB*: the child's peak resident set during that "
+             f"shared). *method*: `kaminpar` is `method=\"kaminpar\"` with no options, as a user gets it, "
+             f"followed by the options it chose from the graph (`partition/kaminpar_defaults.py`; so is "
+             f"every KaMinPar row leaving some of them unnamed); `plain`: none chosen "
+             f"(`PLAIN_OPTIONS`, the configuration before issue 49). *seconds*: from the `edge_index` in "
+             f"memory to the partition, input preparation included (*CPU s*: user + system time of all "
+             f"its threads, less sensitive to the shared machine's load; METIS: symmetrisation; KaMinPar: "
+             f"the graph's degree statistics, sample, leaf fold and groups as chosen, the symmetrised "
+             f"graph streamed into a ParHiP file, KaMinPar loading it). *peak MB*: the child's peak "
+             f"resident set during that "
              f"call above its resident set before it (interpreter, torch and the loaded `edge_index` "
              f"excluded); *peak/CSR*: that over the CSR topology's bytes 8 (N + 1 + E). *total rows*: "
              f"rows sent per SpMM (km1); *imb*: max/avg owned nodes and row nonzeros (in-degree + 1, "
              f"the vertex weight every method balances).")
     write_table_section("partition_scale", "Partitioning at scale: KaMinPar vs METIS (R-MAT, P = "
-                        f"{args.parts})", "partition_scale.py", notes, HEADERS, rows)
+                        f"{args.parts})", " ".join(["partition_scale.py", *sys.argv[1:]]), notes, HEADERS, rows)
 
 
 if __name__ == "__main__":
