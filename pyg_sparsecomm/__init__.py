@@ -23,7 +23,7 @@ _EXPORTS = {
     "DistributedNeighborLoader": ".loader", "DistributedNodeSubsetLoader": ".loader",
     "DistributedGCNConv": ".nn", "NodeDropout": ".nn", "distribute": ".nn",
     "LossNormalisationWarning": ".nn.gradient_sync",
-    "SparsityAwarePartitioner": ".partition",
+    "SparsityAwarePartitioner": ".partition", "AutomaticOptionsWarning": ".partition",
     "RankPlan": ".plan", "comm_pattern": ".plan", "rank_plan": ".plan",
     "PerRankValueWarning": ".per_rank",
     "init_distributed": ".runtime",
@@ -47,7 +47,7 @@ if TYPE_CHECKING:  # pragma: no cover  (what type checkers and IDEs see; _EXPORT
     from .loader import DistributedNeighborLoader, DistributedNodeSubsetLoader
     from .nn import DistributedGCNConv, NodeDropout, distribute
     from .nn.gradient_sync import LossNormalisationWarning
-    from .partition import SparsityAwarePartitioner
+    from .partition import AutomaticOptionsWarning, SparsityAwarePartitioner
     from .per_rank import PerRankValueWarning
     from .plan import RankPlan, comm_pattern, rank_plan
     from .runtime import init_distributed
@@ -81,4 +81,5 @@ __all__ = [
     "init_distributed",
     "rank_zero_first", "partition_and_shard", "partition_on_rank_zero", "gather_nodes", "LossNormalisationWarning",
     "partition_files", "PerRankValueWarning", "PeerFailedError",
+    "AutomaticOptionsWarning",
 ]
