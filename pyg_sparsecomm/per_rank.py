@@ -15,8 +15,9 @@ scripts then print numbers that differ from rank to rank, with no error:
   every rank) ends at the total.
 
 ``batch.batch_size`` is a :class:`LocalCount`, an ``int`` (slicing, arithmetic and printing are
-unchanged; ``torch.load(weights_only=True)`` reads it back), so that these two uses can be told apart from the legitimate ones and
-warned about once per process (:class:`PerRankValueWarning`, naming what to use instead):
+unchanged; ``torch.load(weights_only=True)`` reads it back), so that these two uses can be told
+apart from the legitimate ones and warned about once per process (:class:`PerRankValueWarning`,
+naming what to use instead):
 
 * a :class:`~pyg_sparsecomm.training.WholeGraphLoss` (or its ``loss.item()``) multiplied by a
   local count: the product of a whole-graph mean and one rank's count has no meaning in any
