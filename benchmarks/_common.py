@@ -31,7 +31,7 @@ def load_graph(name: str):
     path = GRAPHS / f"{name}.graph"
     if not path.exists():
         raise SystemExit(f"{path} missing: run benchmarks/fetch_meshes.sh first")
-    from pyg_sparsecomm.io import read_metis_graph
+    from pyg_sparsecomm.graph.io import read_metis_graph
     return read_metis_graph(path)
 
 

@@ -7,8 +7,8 @@ from torch_geometric.data import Data
 
 from pyg_sparsecomm import SparsityAwarePartitioner
 from pyg_sparsecomm.algorithms import algorithm_class
-from pyg_sparsecomm.cost import CostModel, RankVolumes, volumes_of_all_ranks
-from pyg_sparsecomm.plan import comm_pattern
+from pyg_sparsecomm.algorithms.cost import CostModel, RankVolumes, volumes_of_all_ranks
+from pyg_sparsecomm.plan.homogeneous import comm_pattern
 
 PREDICTED_P = 64
 #: inter-node network of 25 GB/s; α = 2 µs (an assumption: MPI latency over InfiniBand is 1-2 µs); γ: the
@@ -37,8 +37,8 @@ def exchange_time(ranks: list[RankVolumes], row_bytes: list[float], stale_widths
     halo row of layer :math:`\ell` (rounded up: a row's payload is whole bytes), the bytes all ranks
     send, and the exposed seconds: with ``stale_widths`` (``staleness=1``, the columns
     :math:`f_\ell` of every layer) :math:`\max_r \sum_\ell` of the same prediction
-    :meth:`~pyg_sparsecomm.cost.Prediction.exposed` behind the window
-    :math:`2 \gamma \, nnz_r f_\ell` (:meth:`~pyg_sparsecomm.cost.CostModel.stale_window`, as
+    :meth:`~pyg_sparsecomm.algorithms.cost.Prediction.exposed` behind the window
+    :math:`2 \gamma \, nnz_r f_\ell` (:meth:`~pyg_sparsecomm.algorithms.cost.CostModel.stale_window`, as
     :meth:`~pyg_sparsecomm.algorithms.SpMMAlgorithm.predict_as_run`), else the exchange seconds."""
     cls = algorithm_class("1d")
     seconds, exposed, sent = np.zeros(len(ranks)), np.zeros(len(ranks)), 0
@@ -69,7 +69,7 @@ def plot_curves(all_curves: dict, out: Path) -> list[str]:
     """Loss, loss minus exact's loss and test-accuracy curves: one panel per (graph, model),
     one line per option."""
     try:
-        from pyg_sparsecomm.plots import _pyplot
+        from pyg_sparsecomm.cli.plots import _pyplot
         plt = _pyplot()
     except ImportError as e:
         print(f"no figures: {e}")

@@ -12,14 +12,8 @@ from _common import load_graph, sparse_sbm_edges
 from torch_geometric.data import Data
 from torch_geometric.nn.models import GAT, GraphSAGE
 
-from pyg_sparsecomm import (
-    DistributedGCNConv,
-    comm_counter,
-    distribute,
-    distributed_loss,
-    seed_rounding,
-    sync_gradients,
-)
+from pyg_sparsecomm import DistributedGCNConv, comm_counter, distribute, distributed_loss, sync_gradients
+from pyg_sparsecomm.comm import seed_rounding
 
 HIDDEN = 64
 DROPOUT = 0.5

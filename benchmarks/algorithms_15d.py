@@ -18,10 +18,10 @@ from _common import load_graph, median, print_table, train_epochs, with_features
 from torch_geometric.data import Data
 
 from pyg_sparsecomm import DistributedGCNConv, SparsityAwarePartitioner, shard
-from pyg_sparsecomm.cost import CostModel
-from pyg_sparsecomm.datasets import rmat_graph
-from pyg_sparsecomm.grid import process_grid
-from pyg_sparsecomm.layout import admissible_replications, predict_from_partition
+from pyg_sparsecomm.algorithms.cost import CostModel
+from pyg_sparsecomm.algorithms.layout import admissible_replications, predict_from_partition
+from pyg_sparsecomm.comm.grid import process_grid
+from pyg_sparsecomm.graph.datasets import rmat_graph
 from pyg_sparsecomm.testing import launch
 
 WIDTHS = [16, 8]

@@ -18,7 +18,7 @@ from torch_geometric.data import Data
 from torch_geometric.utils import grid as grid_graph
 
 from pyg_sparsecomm import DistributedGCNConv, SparsityAwarePartitioner, shard
-from pyg_sparsecomm.grid import process_grid
+from pyg_sparsecomm.comm.grid import process_grid
 from pyg_sparsecomm.testing import launch
 
 WIDTH = 64

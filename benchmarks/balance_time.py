@@ -17,9 +17,10 @@ import torch
 from _common import median, print_table, write_table_section
 from partition_quality import graph
 
-from pyg_sparsecomm import CommStats, comm_pattern
+from pyg_sparsecomm import CommStats
 from pyg_sparsecomm.partition import METHODS
 from pyg_sparsecomm.partition.balance import balance_max_send, refine_max_send
+from pyg_sparsecomm.plan import comm_pattern
 
 
 def timed(fn, reps):

@@ -41,10 +41,10 @@ from torch_geometric.nn import GAT, GCN, GIN, GCNConv, GraphSAGE
 
 from pyg_sparsecomm import DistributedGCNConv, SparsityAwarePartitioner, distribute, shard, sync_gradients
 from pyg_sparsecomm.comm.counters import Stopwatch
-from pyg_sparsecomm.grid import process_grid
+from pyg_sparsecomm.comm.grid import process_grid
+from pyg_sparsecomm.launch.runtime import distributed_job
 from pyg_sparsecomm.loader import DistributedNeighborLoader
 from pyg_sparsecomm.nn.gradient_sync import LossNormalisationWarning
-from pyg_sparsecomm.runtime import distributed_job
 from pyg_sparsecomm.sampling.rules import NeighborSampling, global_batches
 
 FEATURES, OUT, HIDDEN, TOL = 8, 4, 16, 1e-4

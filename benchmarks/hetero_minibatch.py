@@ -3,7 +3,7 @@
 15/10/5, 256 seed papers per batch, trimmed per layer, Adam) on ``igbh_like(--papers)`` (64 features), METIS partition.
 
 Rows: ``DistributedNeighborLoader`` + ``distribute(RGAT)`` at P = 1, 2, 4 gloo ranks of one thread
-each (launched by ``pyg_sparsecomm.testing.launch``; P = 4 oversubscribes the 2 cores 2x), and the
+each (launched by ``pyg_sparsecomm.testing.processes.launch``; P = 4 oversubscribes the 2 cores 2x), and the
 single-process reference on the same cores -- one process, ``torch.set_num_threads`` 1 and 2 (the faster is
 the reference), the same
 model undistributed on the same batches (``hetero_global_batches``, sampled in the epoch, trimmed by PyG's
@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from _common import machine, markdown_table, median, print_table, write_section
 
 from pyg_sparsecomm import SparsityAwarePartitioner, comm_counter, distribute, distributed_loss, shard
-from pyg_sparsecomm.datasets import igbh_like
+from pyg_sparsecomm.graph.datasets import igbh_like
 from pyg_sparsecomm.loader import DistributedNeighborLoader, HeteroNeighborSampling, hetero_global_batches
 from pyg_sparsecomm.testing import launch
 

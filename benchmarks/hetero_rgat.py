@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch_geometric.nn import GATConv, HeteroConv
 
 from pyg_sparsecomm import SparsityAwarePartitioner, comm_counter, distribute, distributed_loss, shard
-from pyg_sparsecomm.datasets import igbh_like
+from pyg_sparsecomm.graph.datasets import igbh_like
 from pyg_sparsecomm.testing import launch
 
 HEADS, LAYERS, FEATURES, CLASSES = 4, 3, 128, 16

@@ -14,7 +14,7 @@ import torch
 from torch_geometric.nn import SAGEConv, to_hetero
 
 from pyg_sparsecomm import SparsityAwarePartitioner, comm_counter, distribute, distributed_loss, shard
-from pyg_sparsecomm.datasets import igbh_like
+from pyg_sparsecomm.graph.datasets import igbh_like
 from pyg_sparsecomm.testing import launch
 
 WIDTH, HIDDEN = 64, 32

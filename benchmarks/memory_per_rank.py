@@ -60,7 +60,7 @@ def rss_now() -> int:
 # -- child processes ------------------------------------------------------------------------------
 def generate(out: Path, scale: int, edge_factor: int, features: int, seed: int = 0) -> dict:
     """The graph as .npy files; the features written a chunk at a time."""
-    from pyg_sparsecomm.datasets import rmat_graph
+    from pyg_sparsecomm.graph.datasets import rmat_graph
 
     edge_index = rmat_graph(scale, edge_factor, seed=seed).edge_index.numpy()
     np.save(out / "edges.npy", edge_index)
@@ -79,8 +79,8 @@ def generate(out: Path, scale: int, edge_factor: int, features: int, seed: int =
 
 
 def write_parts(files: Path, root: Path, num_parts: int, method: str) -> dict:
-    from pyg_sparsecomm.from_files import CHUNK_BYTES, partition_files
-    from pyg_sparsecomm.memory import peak_memory_bytes
+    from pyg_sparsecomm.launch.memory import peak_memory_bytes
+    from pyg_sparsecomm.store.from_files import CHUNK_BYTES, partition_files
 
     base = rss_now()
     t0 = time.perf_counter()
@@ -109,7 +109,7 @@ def _rank_worker(rank: int, world_size: int, root: str, epochs: int) -> dict:
     import torch.nn.functional as F
 
     from pyg_sparsecomm import DistributedGCNConv, distributed_loss, load_shard, sync_gradients
-    from pyg_sparsecomm.memory import peak_memory_bytes
+    from pyg_sparsecomm.launch.memory import peak_memory_bytes
 
     base = rss_now()
     stages = {}  # resident memory above the baseline after each step of the first epoch

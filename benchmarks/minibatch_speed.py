@@ -1,7 +1,7 @@
 """Mini-batch speed (issue 46): seeds per second of ``DistributedNeighborLoader`` + ``distribute(GraphSAGE)``
 and every batch's time split into sampling / plan / exchange / model, on random graphs of one node
 count and average in-degree 10, 50, 100 and 500, at P = 1, 2, 4 gloo ranks of one thread each
-(launched by ``pyg_sparsecomm.testing.launch``; P = 4 oversubscribes a 2-core machine 2x).
+(launched by ``pyg_sparsecomm.testing.processes.launch``; P = 4 oversubscribes a 2-core machine 2x).
 
 The split comes from timers wrapped around the loader's functions (exclusive times, the batch
 sampled in the training loop's thread, ``prefetch=0``): *sampling* is ``DistributedNeighborLoader.sample``

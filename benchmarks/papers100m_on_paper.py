@@ -32,9 +32,9 @@ from _common import RESULTS, markdown_table, print_table, write_section
 from partition_scale import run_child
 
 from pyg_sparsecomm.algorithms import algorithm_class, auto_candidates
-from pyg_sparsecomm.cost import CostModel, volumes_of_all_ranks
-from pyg_sparsecomm.layout import admissible_replications
-from pyg_sparsecomm.sorted_keys import sorted_unique
+from pyg_sparsecomm.algorithms.cost import CostModel, volumes_of_all_ranks
+from pyg_sparsecomm.algorithms.layout import admissible_replications
+from pyg_sparsecomm.plan.sorted_keys import sorted_unique
 
 PAPERS = {"nodes": 111_059_956, "edges": 1_615_685_872, "features": 128, "classes": 172}
 WIDTHS = (256, 256, 172)  # GCNConv's SpMM width is each layer's out_channels
@@ -44,7 +44,7 @@ HIDDEN = 256
 def rmat_edges(scale: int, edge_factor: int, seed: int = 0, chunk: int = 1 << 24,
                abc=(0.57, 0.19, 0.19)) -> np.ndarray:
     """``int32 [2, E]`` R-MAT edges sorted by (source, target), without duplicates or self-loops
-    (the distribution of :func:`pyg_sparsecomm.datasets.rmat_graph`, another random stream)."""
+    (the distribution of :func:`pyg_sparsecomm.graph.datasets.rmat_graph`, another random stream)."""
     rng = np.random.default_rng(seed)
     a, b, c = abc
     keys = []

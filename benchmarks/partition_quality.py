@@ -19,10 +19,11 @@ import time
 import torch
 from _common import RESULTS, load_graph, print_table, write_table_section
 
-from pyg_sparsecomm import CommStats, comm_pattern
-from pyg_sparsecomm.datasets import rmat_graph
+from pyg_sparsecomm import CommStats
+from pyg_sparsecomm.graph.datasets import rmat_graph
 from pyg_sparsecomm.partition import METHODS
 from pyg_sparsecomm.partition.balance import balance_max_send
+from pyg_sparsecomm.plan import comm_pattern
 
 
 def graph(name):

@@ -1,6 +1,6 @@
 """Partitioning at scale: KaMinPar against METIS on R-MAT graphs (issues 27 and 49).
 
-For every R-MAT scale (edge factor 16, ``pyg_sparsecomm.datasets.rmat_graph``'s default
+For every R-MAT scale (edge factor 16, ``pyg_sparsecomm.graph.datasets.rmat_graph``'s default
 probabilities) and method, a child process loads the graph's ``edge_index`` (cached as ``.npy``),
 then calls the partitioning method on it, timed from the ``edge_index`` in memory to the ``part``
 vector, as a user pays it: the method's input preparation (METIS: symmetrisation; KaMinPar: the
@@ -63,7 +63,7 @@ def graph_file(cache: Path, scale: int, edge_factor: int) -> Path:
     """The cached ``edge_index`` (``int64 [2, E]``) of R-MAT ``scale``, generated once."""
     path = cache / f"rmat{scale}_{edge_factor}.npy"
     if not path.exists():
-        from pyg_sparsecomm.datasets import rmat_graph
+        from pyg_sparsecomm.graph.datasets import rmat_graph
         cache.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
         data = rmat_graph(scale, edge_factor, seed=0)
@@ -178,7 +178,8 @@ def run_child(method: str, path: Path, num_nodes: int, num_parts: int, seed: int
 
 def quality(edge_index, num_nodes: int, part: np.ndarray, num_parts: int) -> dict:
     """Total volume (rows per SpMM), node and nonzero imbalance (max/avg) of a partition."""
-    from pyg_sparsecomm import CommStats, comm_pattern
+    from pyg_sparsecomm import CommStats
+    from pyg_sparsecomm.plan import comm_pattern
 
     pattern = comm_pattern(edge_index, part, num_nodes, num_parts)
     stats = CommStats.from_pattern(pattern)

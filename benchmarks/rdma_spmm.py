@@ -41,10 +41,10 @@ def load_matrix(name: str, rmat_scale: int, permute: bool = False) -> sp.csr_mat
     ``permute`` relabels the vertices randomly (as Graph500's R-MAT generator does).
     """
     if name == "rmat":
-        from pyg_sparsecomm.datasets import rmat_graph
+        from pyg_sparsecomm.graph.datasets import rmat_graph
         data = rmat_graph(scale=rmat_scale, edge_factor=8, a=0.6, b=0.4 / 3, c=0.4 / 3, seed=0)
     else:
-        from pyg_sparsecomm.io import read_metis_graph
+        from pyg_sparsecomm.graph.io import read_metis_graph
         data = read_metis_graph(GRAPHS / f"{name}.graph")
     ei, n = data.edge_index.numpy(), data.num_nodes
     if permute:

@@ -29,13 +29,13 @@ from pyg_sparsecomm import (
     DistributedGCNConv,
     SparsityAwarePartitioner,
     comm_counter,
-    comm_pattern,
     distributed_loss,
     shard,
     sync_gradients,
 )
 from pyg_sparsecomm.comm.stale import PIPELINE_SECONDS
-from pyg_sparsecomm.datasets import rmat_graph
+from pyg_sparsecomm.graph.datasets import rmat_graph
+from pyg_sparsecomm.plan import comm_pattern
 from pyg_sparsecomm.testing import launch
 
 MODES = {"exact": {}, "stale": {"staleness": 1}}

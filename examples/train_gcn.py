@@ -39,10 +39,10 @@ from pyg_sparsecomm import (  # <- dist.
     sync_gradients,
 )
 from pyg_sparsecomm.algorithms import ALGORITHMS
-from pyg_sparsecomm.datasets import load_dataset
-from pyg_sparsecomm.grid import process_grid
-from pyg_sparsecomm.runtime import device_clock, run_job
-from pyg_sparsecomm.store import partition_source
+from pyg_sparsecomm.comm.grid import process_grid
+from pyg_sparsecomm.graph.datasets import load_dataset
+from pyg_sparsecomm.launch.runtime import device_clock, run_job
+from pyg_sparsecomm.store.files import partition_source
 
 CPU = torch.device("cpu")
 

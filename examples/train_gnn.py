@@ -28,8 +28,8 @@ from pyg_sparsecomm import (  # <- distributed
     global_sum,
     shard,
 )
-from pyg_sparsecomm.datasets import load_dataset
-from pyg_sparsecomm.runtime import device_clock, run_job
+from pyg_sparsecomm.graph.datasets import load_dataset
+from pyg_sparsecomm.launch.runtime import device_clock, run_job
 
 MODELS = {"gcn": GCN, "sage": GraphSAGE, "gin": GIN, "gat": GAT}
 

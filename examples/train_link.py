@@ -31,7 +31,8 @@ from torch_geometric.data import Data
 from torch_geometric.nn.models import GraphSAGE
 
 from pyg_sparsecomm import SparsityAwarePartitioner, comm_counter, distribute, distributed_loss, global_sum, shard
-from pyg_sparsecomm.datasets import load_dataset
+from pyg_sparsecomm.graph.datasets import load_dataset
+from pyg_sparsecomm.launch.runtime import device_clock, run_job
 from pyg_sparsecomm.link import (  # <- distributed
     distribute_pairs,
     global_auc,
@@ -40,7 +41,6 @@ from pyg_sparsecomm.link import (  # <- distributed
     negative_sampling,
 )
 from pyg_sparsecomm.loader import DistributedLinkNeighborLoader
-from pyg_sparsecomm.runtime import device_clock, run_job
 
 CPU = torch.device("cpu")
 

@@ -36,14 +36,14 @@ from pyg_sparsecomm import (  # <- distributed
     shard,
     sync_gradients,
 )
-from pyg_sparsecomm.datasets import load_dataset
+from pyg_sparsecomm.graph.datasets import load_dataset
+from pyg_sparsecomm.launch.runtime import device_clock, run_job
 from pyg_sparsecomm.loader import (  # <- distributed
     DistributedNeighborLoader,
     DistributedNodeSubsetLoader,
     NeighborSampling,
     NodeSubsetSampling,
 )
-from pyg_sparsecomm.runtime import device_clock, run_job
 
 #: comm_counter() kinds: the feature rows the layers move (forward and backward), and the ids that
 #: sampling (one request exchange per hop) and the batch's plan (one reply) move

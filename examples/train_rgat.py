@@ -6,7 +6,7 @@ training by default, neighbour-sampled mini-batches (fanouts 15/10/5) with ``--m
     torchrun --standalone --nproc-per-node 2 examples/train_rgat.py --minibatch      # fanouts 15/10/5
     torchrun --standalone --nproc-per-node 4 examples/train_rgat.py --papers 20000 --hidden 128
 
-The graph is ``pyg_sparsecomm.datasets.igbh_like`` (paper, author, institute, fos; cites,
+The graph is ``pyg_sparsecomm.graph.datasets.igbh_like`` (paper, author, institute, fos; cites,
 written_by, affiliated_to, topic and their reverses; power-law degrees; generated, no
 download), sized by ``--papers``.  The model is PyG's own; ``distribute(model)`` runs it on this
 rank's ``HeteroData`` shard with one halo exchange per source node type and layer (every
@@ -35,9 +35,9 @@ from pyg_sparsecomm import (  # <- distributed
     global_sum,
     shard,
 )
-from pyg_sparsecomm.datasets import igbh_like
+from pyg_sparsecomm.graph.datasets import igbh_like
+from pyg_sparsecomm.launch.runtime import device_clock, run_job
 from pyg_sparsecomm.loader import DistributedNeighborLoader, trim_to_layer  # <- distributed
-from pyg_sparsecomm.runtime import device_clock, run_job
 
 
 class RGAT(torch.nn.Module):

@@ -1,85 +1,78 @@
 """pyg_sparsecomm: sparsity-aware full-graph GNN training across processes for PyTorch Geometric.
 
-The public names load their module at first use (PEP 562), so ``import pyg_sparsecomm.partition``
-or ``from pyg_sparsecomm import SparsityAwarePartitioner`` imports the partitioner alone, not the
-layers, the SpMM algorithms or the one-sided engine.
+The root exports what a training script uses; the pieces below it stay importable from their
+subpackages (:mod:`~pyg_sparsecomm.plan`, :mod:`~pyg_sparsecomm.algorithms`, :mod:`~pyg_sparsecomm.comm`, ...).
+Every name loads its module at first use (:mod:`~pyg_sparsecomm._lazy`), so ``import pyg_sparsecomm.partition``
+or ``from pyg_sparsecomm import SparsityAwarePartitioner`` imports the partitioner alone, not the layers,
+the SpMM algorithms or the one-sided engine.
 """
-import importlib
-import importlib.util
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-__version__ = "0.2.0"
+from ._lazy import lazy_exports
+
+__version__ = "0.3.0"
 
 #: public name -> module (relative to this package) that defines it
 _EXPORTS = {
-    "HaloAdj": ".adj",
-    "comm_counter": ".comm.counters",
-    "seed_rounding": ".comm.rounding", "PeerFailedError": ".comm.peer_failure",
-    "CostModel": ".cost",
-    "shard": ".data",
-    "partition_files": ".from_files",
-    "ProcessGrid": ".grid", "process_grid": ".grid",
-    "predict_layouts": ".layout",
-    "DistributedNeighborLoader": ".loader", "DistributedNodeSubsetLoader": ".loader",
-    "DistributedGCNConv": ".nn", "NodeDropout": ".nn", "distribute": ".nn",
-    "LossNormalisationWarning": ".nn.gradient_sync",
+    # graph -> partition -> shard
     "SparsityAwarePartitioner": ".partition", "AutomaticOptionsWarning": ".partition",
-    "RankPlan": ".plan", "comm_pattern": ".plan", "rank_plan": ".plan",
-    "PerRankValueWarning": ".per_rank",
-    "init_distributed": ".runtime",
-    "partition_and_shard": ".startup", "partition_on_rank_zero": ".startup", "rank_zero_first": ".startup",
-    "CommStats": ".stats",
-    "graph_fingerprint": ".store", "load_shard": ".store", "partition_source": ".store", "save_partition": ".store",
-    "distributed_loss": ".training", "gather_nodes": ".training", "global_accuracy": ".training",
-    "global_count": ".training", "global_sum": ".training", "sync_gradients": ".training",
+    "shard": ".store.rank_data", "HaloAdj": ".plan.halo_adj", "CommStats": ".plan.stats",
+    "save_partition": ".store.files", "load_shard": ".store.files", "graph_fingerprint": ".store.files",
+    "partition_source": ".store.files", "partition_files": ".store.from_files",
+    # launching a job
+    "init_distributed": ".launch.runtime", "rank_zero_first": ".launch.startup",
+    "partition_and_shard": ".launch.startup", "partition_on_rank_zero": ".launch.startup",
+    "process_grid": ".comm.grid", "PeerFailedError": ".comm.peer_failure",
+    # layers and loaders
+    "distribute": ".nn", "DistributedGCNConv": ".nn", "NodeDropout": ".nn",
+    "DistributedNeighborLoader": ".loader", "DistributedNodeSubsetLoader": ".loader",
+    # the training loop
+    "distributed_loss": ".training.whole_graph", "sync_gradients": ".training.whole_graph",
+    "global_sum": ".training.whole_graph", "global_count": ".training.whole_graph",
+    "global_accuracy": ".training.whole_graph", "gather_nodes": ".training.whole_graph",
+    "LossNormalisationWarning": ".nn.gradient_sync", "PerRankValueWarning": ".training.per_rank",
+    "comm_counter": ".comm.counters",
+}
+
+#: names the root exported before 0.3.0 -> where they live now (a DeprecationWarning names the import)
+_MOVED = {
+    "RankPlan": "pyg_sparsecomm.plan", "comm_pattern": "pyg_sparsecomm.plan", "rank_plan": "pyg_sparsecomm.plan",
+    "CostModel": "pyg_sparsecomm.algorithms", "predict_layouts": "pyg_sparsecomm.algorithms",
+    "ProcessGrid": "pyg_sparsecomm.comm", "seed_rounding": "pyg_sparsecomm.comm",
 }
 
 if TYPE_CHECKING:  # pragma: no cover  (what type checkers and IDEs see; _EXPORTS is what runs)
-    from .adj import HaloAdj
     from .comm.counters import comm_counter
+    from .comm.grid import process_grid
     from .comm.peer_failure import PeerFailedError
-    from .comm.rounding import seed_rounding
-    from .cost import CostModel
-    from .data import shard
-    from .from_files import partition_files
-    from .grid import ProcessGrid, process_grid
-    from .layout import predict_layouts
+    from .launch.runtime import init_distributed
+    from .launch.startup import partition_and_shard, partition_on_rank_zero, rank_zero_first
     from .loader import DistributedNeighborLoader, DistributedNodeSubsetLoader
     from .nn import DistributedGCNConv, NodeDropout, distribute
     from .nn.gradient_sync import LossNormalisationWarning
     from .partition import AutomaticOptionsWarning, SparsityAwarePartitioner
-    from .per_rank import PerRankValueWarning
-    from .plan import RankPlan, comm_pattern, rank_plan
-    from .runtime import init_distributed
-    from .startup import partition_and_shard, partition_on_rank_zero, rank_zero_first
-    from .stats import CommStats
-    from .store import graph_fingerprint, load_shard, partition_source, save_partition
-    from .training import distributed_loss, gather_nodes, global_accuracy, global_count, global_sum, sync_gradients
+    from .plan.halo_adj import HaloAdj
+    from .plan.stats import CommStats
+    from .store.files import graph_fingerprint, load_shard, partition_source, save_partition
+    from .store.from_files import partition_files
+    from .store.rank_data import shard
+    from .training.per_rank import PerRankValueWarning
+    from .training.whole_graph import (
+        distributed_loss,
+        gather_nodes,
+        global_accuracy,
+        global_count,
+        global_sum,
+        sync_gradients,
+    )
 
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
-        globals()[name] = value  # later lookups skip this function
-        return value
-    if importlib.util.find_spec(f"{__name__}.{name}") is not None:  # a subpackage: pyg_sparsecomm.nn, ...
-        return importlib.import_module(f".{name}", __name__)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
-
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, _MOVED)
 
 __all__ = [
-    "DistributedGCNConv", "distribute", "NodeDropout", "SparsityAwarePartitioner", "shard", "HaloAdj",
-    "DistributedNeighborLoader", "DistributedNodeSubsetLoader",
-    "RankPlan", "CommStats",
-    "comm_pattern", "rank_plan", "comm_counter", "seed_rounding", "distributed_loss", "sync_gradients", "global_sum",
-    "global_count", "global_accuracy", "save_partition", "load_shard", "graph_fingerprint", "partition_source",
-    "ProcessGrid", "process_grid", "CostModel", "predict_layouts", "__version__",
-    "init_distributed",
-    "rank_zero_first", "partition_and_shard", "partition_on_rank_zero", "gather_nodes", "LossNormalisationWarning",
-    "partition_files", "PerRankValueWarning", "PeerFailedError",
-    "AutomaticOptionsWarning",
+    "__version__", "SparsityAwarePartitioner", "AutomaticOptionsWarning", "shard", "HaloAdj", "CommStats",
+    "save_partition", "load_shard", "graph_fingerprint", "partition_source", "partition_files",
+    "init_distributed", "rank_zero_first", "partition_and_shard", "partition_on_rank_zero", "process_grid",
+    "PeerFailedError", "distribute", "DistributedGCNConv", "NodeDropout", "DistributedNeighborLoader",
+    "DistributedNodeSubsetLoader", "distributed_loss", "sync_gradients", "global_sum", "global_count",
+    "global_accuracy", "gather_nodes", "LossNormalisationWarning", "PerRankValueWarning", "comm_counter",
 ]

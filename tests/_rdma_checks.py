@@ -9,7 +9,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from pyg_sparsecomm.datasets import rmat_graph
+from pyg_sparsecomm.graph.datasets import rmat_graph
 from pyg_sparsecomm.rdma import (
     ALGORITHMS,
     SPGEMM_ALGORITHMS,

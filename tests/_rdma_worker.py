@@ -195,7 +195,7 @@ if __name__ == "__main__":
     # a hung rank prints where it hangs before the test's subprocess timeout kills the job
     faulthandler.dump_traceback_later(float(os.environ.get("RDMA_TEST_DUMP_AFTER", "140")), exit=True)
     # what the imports made (torch, PyG: millions of objects) is out of the collector's reach, as in
-    # pyg_sparsecomm.testing's workers: the engine cache's full collections (one per layer close(),
+    # pyg_sparsecomm.testing.processes's workers: the engine cache's full collections (one per layer close(),
     # 0.6 s each otherwise) still collect everything the checks make
     gc.freeze()
     try:

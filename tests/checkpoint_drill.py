@@ -32,8 +32,8 @@ from torch_geometric.nn import GCNConv, GraphSAGE, SAGEConv
 
 from pyg_sparsecomm import NodeDropout, checkpoint, distribute, distributed_loss, partition_and_shard
 from pyg_sparsecomm.comm.rounding import seed_rounding
+from pyg_sparsecomm.launch.runtime import distributed_job
 from pyg_sparsecomm.loader import DistributedNeighborLoader
-from pyg_sparsecomm.runtime import distributed_job
 
 STEPS = {"full": 6, "minibatch": 12}
 KILL = {"full": 4, "minibatch": 10}

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from checkpoint_drill import Net, drill_graph
 
 from pyg_sparsecomm import checkpoint, distribute, distributed_loss, partition_and_shard
-from pyg_sparsecomm.runtime import distributed_job
+from pyg_sparsecomm.launch.runtime import distributed_job
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 from train_gcn import resume  # noqa: E402  (the examples' --checkpoint-dir / --allow-repartition)

@@ -4,7 +4,7 @@ of aggregations), the rendered fused branch raises ``NotImplementedError``, and 
 instance of the class fails on a sparse ``adj_t``.  Which instance comes first in pytest's process
 depends on which modules ran before (under ``-n 2`` each worker runs a different share), so the
 conftest renders every class's template from a default instance first, with the package's own
-:func:`~pyg_sparsecomm.testing_warm.warm_pyg_templates` (what ``launch``'s fork server does for the
+:func:`~pyg_sparsecomm.testing.warm.warm_pyg_templates` (what ``launch``'s fork server does for the
 ranks): a template rendered with fusion serves both kinds of instance (each checks its own ``fuse``
 at run time)."""
 import inspect
@@ -12,7 +12,7 @@ import inspect
 import torch_geometric.nn.conv as pyg_conv
 from torch_geometric.nn import MessagePassing
 
-from pyg_sparsecomm.testing_warm import warm_pyg_templates
+from pyg_sparsecomm.testing.warm import warm_pyg_templates
 
 
 def fusing_classes() -> list[type]:

@@ -15,7 +15,7 @@ into their nodes: the previous step's halo gradients, delivered to the owners' r
 import torch
 from torch import Tensor
 
-from pyg_sparsecomm import comm_pattern
+from pyg_sparsecomm.plan import comm_pattern
 
 
 class StaleHalos:

@@ -11,7 +11,7 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
-from pyg_sparsecomm.attempts import attempt_number
+from pyg_sparsecomm.launch.attempts import attempt_number
 
 
 def test_a_job_restarted_by_torchrun_joins_again(drill):

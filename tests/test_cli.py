@@ -7,9 +7,10 @@ import sys
 import pytest
 
 from pyg_sparsecomm import SparsityAwarePartitioner
-from pyg_sparsecomm.cli import COMMANDS, main, parse_option
-from pyg_sparsecomm.cli_partition_stats import VB_OBJECTIVES, assign_options
-from pyg_sparsecomm.datasets import sbm_graph
+from pyg_sparsecomm.cli.main import COMMANDS, main
+from pyg_sparsecomm.cli.options import parse_option
+from pyg_sparsecomm.cli.partition_stats import VB_OBJECTIVES, assign_options
+from pyg_sparsecomm.graph.datasets import sbm_graph
 
 #: what the parse step must not import (torch alone took 30-57 s of a loaded machine before --help answered)
 HEAVY = ("torch", "torch_geometric", "numpy", "scipy", "matplotlib")

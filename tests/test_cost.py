@@ -9,9 +9,9 @@ from torch_geometric.utils import grid as grid_graph
 
 from pyg_sparsecomm import DistributedGCNConv, SparsityAwarePartitioner, comm_counter, shard
 from pyg_sparsecomm.algorithms import ALGORITHMS
-from pyg_sparsecomm.cost import CostModel, RankVolumes
-from pyg_sparsecomm.grid import process_grid
-from pyg_sparsecomm.layout import admissible_replications, predict_from_partition, predict_layouts
+from pyg_sparsecomm.algorithms.cost import CostModel, RankVolumes
+from pyg_sparsecomm.algorithms.layout import admissible_replications, predict_from_partition, predict_layouts
+from pyg_sparsecomm.comm.grid import process_grid
 from pyg_sparsecomm.testing import launch
 
 OUT = 5

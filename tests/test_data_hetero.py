@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from pyg_sparsecomm import SparsityAwarePartitioner, shard
-from pyg_sparsecomm.datasets import igbh_like
-from pyg_sparsecomm.relation_adj import RelationAdj
+from pyg_sparsecomm.graph.datasets import igbh_like
+from pyg_sparsecomm.plan.relation_adj import RelationAdj
 
 P = 3
 
@@ -81,6 +81,6 @@ def test_shard_refuses_what_it_cannot_do():
     parts = SparsityAwarePartitioner(2, method="random")(data)
     with pytest.raises(ValueError, match=r"partitioned into num_parts=2 but the world size is 3"):
         shard(parts, rank=0, world_size=3)
-    from pyg_sparsecomm.grid import ProcessGrid
+    from pyg_sparsecomm.comm.grid import ProcessGrid
     with pytest.raises(NotImplementedError, match=r"1.5D layout is not supported for heterogeneous"):
         shard(parts, grid=ProcessGrid(2, world_size=4, rank=0))

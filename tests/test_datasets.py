@@ -10,7 +10,7 @@ import torch
 from torch_geometric.datasets import Planetoid
 from torch_geometric.utils import stochastic_blockmodel_graph
 
-from pyg_sparsecomm.datasets import OFFLINE_ENV, load_dataset, sbm_edges
+from pyg_sparsecomm.graph.datasets import OFFLINE_ENV, load_dataset, sbm_edges
 from pyg_sparsecomm.testing import launch
 
 

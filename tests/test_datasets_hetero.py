@@ -3,7 +3,7 @@ import pytest
 import torch
 from torch_geometric.utils import degree
 
-from pyg_sparsecomm.datasets import IGBH_RELATIONS, igbh_like
+from pyg_sparsecomm.graph.datasets import IGBH_RELATIONS, igbh_like
 
 
 def test_types_relations_and_reverses():

@@ -6,9 +6,9 @@ import torch
 from torch_geometric.data import Data
 
 from pyg_sparsecomm import SparsityAwarePartitioner, load_shard, partition_files, save_partition, shard
-from pyg_sparsecomm.cli import main as cli_main
-from pyg_sparsecomm.plan import RankPlan
-from pyg_sparsecomm.store import partition_source, read_manifest
+from pyg_sparsecomm.cli.main import main as cli_main
+from pyg_sparsecomm.plan.homogeneous import RankPlan
+from pyg_sparsecomm.store.files import partition_source, read_manifest
 
 N, F, ISOLATED = 70, 5, 8  # the last ISOLATED nodes have no edge at all
 
@@ -139,7 +139,7 @@ def test_the_writer_holds_neither_the_edges_nor_a_parts_rows_nor_its_in_edges(tm
     (1.6 MB relabelled and sorted), which the part files are streamed from scratch files instead."""
     import tracemalloc
 
-    from pyg_sparsecomm.from_files import EdgeFiles
+    from pyg_sparsecomm.store.from_files import EdgeFiles
 
     def whole(*args):
         raise AssertionError("the edges were read whole for a method that reads none")
@@ -184,7 +184,7 @@ def test_part_files_are_the_shards_of_the_partition_with_an_empty_part(tmp_path,
 def test_edges_read_whole_are_int32_when_every_id_fits(tmp_path):
     """A method that reads the edges gets them as int32 ids (8 bytes per edge) below 2^31 nodes;
     beyond, or for an id that does not fit, as they are (int64), never wrapped."""
-    from pyg_sparsecomm.from_files import EdgeFiles
+    from pyg_sparsecomm.store.from_files import EdgeFiles
 
     def read(path, num_nodes):
         files = EdgeFiles.open(path)
@@ -207,9 +207,9 @@ def test_edges_are_grouped_by_part_once_and_read_a_bounded_number_of_times(tmp_p
     """The edge files are read in full a fixed number of times whatever P (the range check, the
     pattern, the fingerprint, the grouping by part), not twice per part; every part's group holds
     exactly its in-edges, in edge order, an empty part none."""
-    from pyg_sparsecomm.edges_by_part import group_edges_by_part
-    from pyg_sparsecomm.from_files import EdgeFiles
-    from pyg_sparsecomm.plan import comm_pattern, edge_chunks
+    from pyg_sparsecomm.plan.homogeneous import comm_pattern, edge_chunks
+    from pyg_sparsecomm.store.edges_by_part import group_edges_by_part
+    from pyg_sparsecomm.store.from_files import EdgeFiles
 
     data = _graph()
     files = _files(tmp_path, data, np.int64, 2)

@@ -3,7 +3,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from pyg_sparsecomm.grid import ProcessGrid
+from pyg_sparsecomm.comm.grid import ProcessGrid
 from pyg_sparsecomm.testing import launch
 
 

@@ -111,7 +111,7 @@ def test_graph_resolves_relative_imports():
     graph = import_graph()
     assert f"{NAME}.sampling.sampled_adj" in graph[f"{NAME}.nn.trim"]
     assert f"{NAME}.partition.hypergraph" in graph[f"{NAME}.partition"]  # from . import hypergraph
-    assert f"{NAME}.adj" in graph[f"{NAME}.sampling.sampled_adj"]
+    assert f"{NAME}.plan.halo_adj" in graph[f"{NAME}.sampling.sampled_adj"]
 
 
 def test_nn_imports_nothing_from_loader():

@@ -103,7 +103,7 @@ def test_the_loss_reads_as_a_number_without_a_warning():
     ``float(loss)`` warned (torch's "Converting a tensor with requires_grad=True to a scalar"):
     each is now the plain value; ``loss.item()`` (and ``batch.batch_size``) saved with
     ``torch.save`` load with ``weights_only=True``."""
-    from pyg_sparsecomm.per_rank import LocalCount
+    from pyg_sparsecomm.training.per_rank import LocalCount
     x, labels, *_ = _inputs()
     loss = distributed_loss(F.cross_entropy, x.requires_grad_(), labels)
     value = F.cross_entropy(x, labels).item()

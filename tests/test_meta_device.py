@@ -11,7 +11,7 @@ from device_walk import tensors, tensors_not_on
 from graphs import NUM_FEATURES, make_cases
 
 from pyg_sparsecomm import DistributedGCNConv, shard
-from pyg_sparsecomm.adj import HaloAdj
+from pyg_sparsecomm.plan.halo_adj import HaloAdj
 from pyg_sparsecomm.testing import launch
 
 META = torch.device("meta")

@@ -9,7 +9,7 @@ from torch_geometric.data import Dataset
 from torch_geometric.datasets import Planetoid
 
 from pyg_sparsecomm import rank_zero_first
-from pyg_sparsecomm.offline import OFFLINE_ENV
+from pyg_sparsecomm.graph.offline import OFFLINE_ENV
 from pyg_sparsecomm.testing import launch
 
 CORA_FILES = r"ind\.cora\.x, ind\.cora\.tx, ind\.cora\.allx, .*ind\.cora\.test\.index"

@@ -5,8 +5,9 @@ import torch
 from graphs import make_cases
 from torch_geometric.data import Data
 
-from pyg_sparsecomm import SparsityAwarePartitioner, comm_pattern, rank_plan, shard
-from pyg_sparsecomm.stats import CommStats
+from pyg_sparsecomm import SparsityAwarePartitioner, shard
+from pyg_sparsecomm.plan import comm_pattern, rank_plan
+from pyg_sparsecomm.plan.stats import CommStats
 
 
 def _brute_force_volume(edge_index, part, P):
@@ -103,7 +104,7 @@ def test_stats_report():
 def test_pattern_does_not_depend_on_the_chunk_nor_on_how_edges_are_given(P):
     """``comm_pattern`` one edge at a time, a few at a time, all at once, and from ``edge_chunks``:
     every field equal (halo pairs merged by ``SortedUnion``, spans a chunk of pairs at a time)."""
-    from pyg_sparsecomm.plan import edge_chunks
+    from pyg_sparsecomm.plan.homogeneous import edge_chunks
     for name, data in make_cases(P).items():
         whole = comm_pattern(data.edge_index, data.part, data.num_nodes, P)
         for edges, chunk in ((data.edge_index, 1), (data.edge_index, 5), (edge_chunks(data.edge_index.int()), 3)):
@@ -115,12 +116,12 @@ def test_pattern_does_not_depend_on_the_chunk_nor_on_how_edges_are_given(P):
 
 
 def test_pair_ids_are_int32_only_where_they_fit():
-    from pyg_sparsecomm.plan import id_dtype
+    from pyg_sparsecomm.plan.homogeneous import id_dtype
     assert id_dtype(2**31 - 1) == np.int32 and id_dtype(2**31) == np.int64
 
 
 def test_sorted_union_is_the_sorted_distinct_values_of_everything_added():
-    from pyg_sparsecomm.sorted_keys import SortedUnion, sorted_unique
+    from pyg_sparsecomm.plan.sorted_keys import SortedUnion, sorted_unique
     rng = np.random.default_rng(0)
     arrays = [rng.integers(0, 50, size) for size in (0, 1, 7, 3, 40, 0, 100, 2)]
     union = SortedUnion()

@@ -20,10 +20,10 @@ from torch_geometric.nn import GATConv, GraphSAGE, HeteroConv
 from tqdm import tqdm
 
 from pyg_sparsecomm import SparsityAwarePartitioner, distribute, distributed_loss, partition_on_rank_zero, shard
-from pyg_sparsecomm.datasets import igbh_like, sbm_graph
+from pyg_sparsecomm.graph.datasets import igbh_like, sbm_graph
 from pyg_sparsecomm.loader import DistributedNeighborLoader
-from pyg_sparsecomm.per_rank import PerRankValueWarning
 from pyg_sparsecomm.testing import launch
+from pyg_sparsecomm.training.per_rank import PerRankValueWarning
 
 CLASSES = 4
 

@@ -17,9 +17,9 @@ from torch_geometric.typing import WITH_TORCH_SPARSE, SparseTensor
 from torch_geometric.utils import coalesce, to_torch_coo_tensor, to_torch_csc_tensor, to_torch_csr_tensor
 
 from pyg_sparsecomm import DistributedGCNConv, SparsityAwarePartitioner, load_shard, save_partition, shard
-from pyg_sparsecomm.adj import HaloAdj
-from pyg_sparsecomm.inputs import with_edge_index
+from pyg_sparsecomm.graph.inputs import with_edge_index
 from pyg_sparsecomm.partition import METHODS
+from pyg_sparsecomm.plan.halo_adj import HaloAdj
 from pyg_sparsecomm.testing import launch
 
 N = 40

@@ -39,4 +39,4 @@ def test_the_packages_sparse_tensors_say_whether_torch_checks_them():
 
 def test_the_package_makes_csr_tensors_through_make_csr():
     direct = [where for where, function, _ in _calls({"sparse_csr_tensor"}) if function != "make_csr"]
-    assert not direct, f"use pyg_sparsecomm.adj.make_csr (torch warns that CSR is in beta): {direct}"
+    assert not direct, f"use pyg_sparsecomm.plan.halo_adj.make_csr (torch warns that CSR is in beta): {direct}"

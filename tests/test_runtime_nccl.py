@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from pyg_sparsecomm import runtime
+from pyg_sparsecomm.launch import runtime
 
 NAMES = ("TORCH_NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_ENABLE_MONITORING", "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC")
 

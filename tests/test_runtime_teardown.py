@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 from pyg_sparsecomm.comm import group as comm_group
-from pyg_sparsecomm.runtime import distributed_job
+from pyg_sparsecomm.launch.runtime import distributed_job
 from pyg_sparsecomm.testing import launch
 
 

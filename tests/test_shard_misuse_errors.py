@@ -13,7 +13,7 @@ import torch_geometric.transforms as T
 from torch_geometric.data import Data
 
 from pyg_sparsecomm import SparsityAwarePartitioner, partition_and_shard, shard
-from pyg_sparsecomm.datasets import igbh_like
+from pyg_sparsecomm.graph.datasets import igbh_like
 from pyg_sparsecomm.loader import DistributedNeighborLoader
 
 

@@ -16,13 +16,19 @@ from torch_geometric.nn.models import GraphSAGE
 from pyg_sparsecomm import DistributedGCNConv, LossNormalisationWarning, distribute, shard
 from pyg_sparsecomm.algorithms import ALGORITHMS, auto_candidates
 from pyg_sparsecomm.algorithms.choice import explain_table, local_spmm_nnz
+from pyg_sparsecomm.algorithms.cost import (
+    CostModel,
+    Prediction,
+    RankVolumes,
+    spmm_seconds_per_entry,
+    volumes_of_all_ranks,
+)
+from pyg_sparsecomm.algorithms.layout import predict_from_partition
 from pyg_sparsecomm.algorithms.sparse_15d import restrict_to_blocks
+from pyg_sparsecomm.comm.grid import process_grid
 from pyg_sparsecomm.comm.halo_options import HaloOptions
-from pyg_sparsecomm.cost import CostModel, Prediction, RankVolumes, spmm_seconds_per_entry, volumes_of_all_ranks
-from pyg_sparsecomm.grid import process_grid
-from pyg_sparsecomm.layout import predict_from_partition
 from pyg_sparsecomm.nn.distribute import summary
-from pyg_sparsecomm.plan import comm_pattern
+from pyg_sparsecomm.plan.homogeneous import comm_pattern
 from pyg_sparsecomm.testing import launch
 
 MODEL = CostModel(alpha=1e-5, beta=1e-9, gamma=1e-7)

@@ -19,7 +19,7 @@ from pyg_sparsecomm import (
     rank_zero_first,
     shard,
 )
-from pyg_sparsecomm.inputs import with_edge_index
+from pyg_sparsecomm.graph.inputs import with_edge_index
 from pyg_sparsecomm.testing import launch
 
 

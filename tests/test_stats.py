@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 import torch
 
-from pyg_sparsecomm import CommStats, comm_pattern
+from pyg_sparsecomm import CommStats
+from pyg_sparsecomm.plan import comm_pattern
 
 # Nodes 0-2 on rank 0, 3-4 on rank 1, 5-6 on rank 2.
 PART = torch.tensor([0, 0, 0, 1, 1, 2, 2])

@@ -14,9 +14,9 @@ import torch
 from graphs import make_cases
 
 from pyg_sparsecomm import SparsityAwarePartitioner, graph_fingerprint, load_shard, save_partition, shard
-from pyg_sparsecomm.atomic_dir import DirectoryLockedError
-from pyg_sparsecomm.store import read_manifest
-from pyg_sparsecomm.testing import _context
+from pyg_sparsecomm.store.atomic_dir import DirectoryLockedError
+from pyg_sparsecomm.store.files import read_manifest
+from pyg_sparsecomm.testing.processes import _context
 
 P = 3
 
@@ -56,7 +56,7 @@ def _write(root: str, which: str, pause_after: int, ready: str, go: str, result:
 
 class Writer:
     """A ``save_partition`` in a child process (forked from the warm fork server of
-    :mod:`pyg_sparsecomm.testing`) that stops after its ``pause_after``-th ``torch.save``."""
+    :mod:`pyg_sparsecomm.testing.processes`) that stops after its ``pause_after``-th ``torch.save``."""
 
     def __init__(self, tmp_path: Path, root: Path, which: str, pause_after: int) -> None:
         tag = f"{root.name}-{which}"
@@ -156,7 +156,7 @@ def test_store_refuses_to_replace_a_directory_that_is_no_partition(tmp_path):
 
 
 def test_lock_is_refused_in_process_and_released_after_an_error(tmp_path):
-    from pyg_sparsecomm.atomic_dir import atomic_directory
+    from pyg_sparsecomm.store.atomic_dir import atomic_directory
 
     root = tmp_path / "parts"
     with atomic_directory(root) as tmp:

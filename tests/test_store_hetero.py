@@ -13,8 +13,8 @@ from test_hetero_models import make_graph  # noqa: E402
 from test_hetero_training import build, train  # noqa: E402
 
 from pyg_sparsecomm import SparsityAwarePartitioner, distribute, distributed_loss, load_shard, save_partition, shard  # noqa: E402,E501
-from pyg_sparsecomm.datasets import igbh_like  # noqa: E402
-from pyg_sparsecomm.grid import ProcessGrid  # noqa: E402
+from pyg_sparsecomm.comm.grid import ProcessGrid  # noqa: E402
+from pyg_sparsecomm.graph.datasets import igbh_like  # noqa: E402
 from pyg_sparsecomm.testing import launch  # noqa: E402
 
 

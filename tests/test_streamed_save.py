@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from pyg_sparsecomm.streamed_save import Streamed, file_chunks, save_streamed
+from pyg_sparsecomm.store.streamed_save import Streamed, file_chunks, save_streamed
 
 
 def _record(path) -> dict:

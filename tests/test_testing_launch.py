@@ -1,4 +1,4 @@
-"""``pyg_sparsecomm.testing.launch``: what a worker inherits is out of the collector's reach, the
+"""``pyg_sparsecomm.testing.processes.launch``: what a worker inherits is out of the collector's reach, the
 modules named by ``preload`` are imported before the fork, and only a job whose gloo mesh failed to
 connect is started again."""
 import gc
@@ -9,7 +9,7 @@ import weakref
 
 import pytest
 
-from pyg_sparsecomm import datasets
+from pyg_sparsecomm.graph import datasets
 from pyg_sparsecomm.testing import launch, mesh_failed_to_connect, preload
 
 

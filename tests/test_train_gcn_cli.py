@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from pyg_sparsecomm.algorithms import ALGORITHMS
-from pyg_sparsecomm.datasets import sbm_graph
+from pyg_sparsecomm.graph.datasets import sbm_graph
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import train_gcn  # noqa: E402

@@ -11,8 +11,9 @@ import torch
 from reference import reference_epoch
 from torch_geometric.nn import GCNConv
 
-from pyg_sparsecomm import NodeDropout, ProcessGrid, load_shard
-from pyg_sparsecomm.datasets import load_dataset
+from pyg_sparsecomm import NodeDropout, load_shard
+from pyg_sparsecomm.comm import ProcessGrid
+from pyg_sparsecomm.graph.datasets import load_dataset
 from pyg_sparsecomm.testing import launch
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

@@ -11,7 +11,7 @@ from test_gradient_sync import Net
 
 from pyg_sparsecomm import distribute, distributed_loss, global_sum, shard
 from pyg_sparsecomm.testing import launch
-from pyg_sparsecomm.training import WholeGraphLoss
+from pyg_sparsecomm.training.whole_graph import WholeGraphLoss
 
 
 def losses(out, data):

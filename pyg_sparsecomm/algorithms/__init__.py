@@ -4,8 +4,9 @@
 (:mod:`pyg_sparsecomm.rdma`), which loads at the first lookup of the class
 (``ALGORITHMS["rdma"]``, ``make_algorithm("rdma", ...)``) or of ``RDMAStationaryC``.
 """
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from .._lazy import lazy_exports
 from .base import ALGORITHMS, SpMMAlgorithm, algorithm_class, auto_candidates, make_algorithm
 from .oblivious_1d import Oblivious1D
 from .oblivious_15d import Oblivious15D
@@ -15,17 +16,18 @@ from .sparse_1d import SparseAware1D
 from .sparse_15d import SparseAware15D
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .cost import CostModel
+    from .layout import predict_layouts
     from .rdma import RDMAStationaryC
 
 ALGORITHMS.declare("rdma", f"{__name__}.rdma")
 
 
-def __getattr__(name: str) -> Any:
-    if name == "RDMAStationaryC":
-        return ALGORITHMS["rdma"]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# the class RDMAStationaryC is the one ALGORITHMS["rdma"] loads (its module registers it)
+__getattr__, __dir__ = lazy_exports(__name__, {"RDMAStationaryC": ".rdma", "CostModel": ".cost",
+                                               "predict_layouts": ".layout"})
 
 
 __all__ = ["ALGORITHMS", "SpMMAlgorithm", "algorithm_class", "make_algorithm", "auto_candidates", "check_settings",
            "SparseAware1D", "Oblivious1D", "Overlap1D", "Overlap1DP2P", "SparseAware15D", "Oblivious15D",
-           "RDMAStationaryC"]
+           "RDMAStationaryC", "CostModel", "predict_layouts"]

@@ -7,16 +7,16 @@ import numpy as np
 import torch.distributed as dist
 from torch import Tensor
 
-from ..adj import HaloAdj
 from ..comm.exchanger import HaloExchanger
 from ..comm.group import check_plan_matches_group
 from ..comm.halo_options import HaloOptions
-from ..cost import wire_row_bytes
+from ..plan.halo_adj import HaloAdj
+from .cost import wire_row_bytes
 from .settings import ALGORITHMS, check_options, check_settings
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..cost import CostModel, Prediction, RankVolumes, RowBytes
-    from ..grid import ProcessGrid
+    from ..comm.grid import ProcessGrid
+    from .cost import CostModel, Prediction, RankVolumes, RowBytes
 
 __all__ = ["ALGORITHMS", "SpMMAlgorithm", "check_options", "supports", "auto_candidates", "algorithm_class",
            "make_algorithm"]
@@ -34,7 +34,7 @@ class SpMMAlgorithm(ABC):
     An algorithm exchanges through a :class:`~pyg_sparsecomm.comm.exchanger.HaloExchanger`
     (plan, process group, halo options, the layer's slots).  1D algorithms run over the
     exchanger's group and the adjacency of a partition into P parts.  *Replicated* (1.5D)
-    algorithms run on a :class:`~pyg_sparsecomm.grid.ProcessGrid`: the adjacency is the block
+    algorithms run on a :class:`~pyg_sparsecomm.comm.grid.ProcessGrid`: the adjacency is the block
     row of a partition into ``P / c`` parts, exchanged within the grid's column group (whose
     ranks hold one block row each, so the plan's ranks are column-group ranks; the exchanger
     is rebound to that group) and summed within its row group.
@@ -116,7 +116,7 @@ class SpMMAlgorithm(ABC):
         ``bytes_sent`` is exactly what the rank's exchanges record as sent in
         :func:`~pyg_sparsecomm.comm.counters.comm_counter` (``tests/algorithms/test_counted_equals_predicted.py``);
         ``row_bytes`` is :meth:`row_bytes` of the SpMM's width (a
-        :class:`~pyg_sparsecomm.cost.RowBytes` when halos are compressed); ``pipelined`` is the part of
+        :class:`~pyg_sparsecomm.algorithms.cost.RowBytes` when halos are compressed); ``pipelined`` is the part of
         ``seconds`` that ``staleness=1`` moves off the critical path (:meth:`predict_as_run`)."""
         return None
 
@@ -128,7 +128,7 @@ class SpMMAlgorithm(ABC):
         .. math:: (t_r, s_r) = \sum_{w \in \mathrm{widths}} \mathrm{predict\_as\_run}(\mathrm{ranks}_r, w)
 
         Args:
-            ranks: the :class:`~pyg_sparsecomm.cost.RankVolumes` of every rank.
+            ranks: the :class:`~pyg_sparsecomm.algorithms.cost.RankVolumes` of every rank.
             widths: the SpMM width of every layer.
             model: the α-β model.
             element_size: bytes per element of the exchanged rows.
@@ -152,8 +152,8 @@ class SpMMAlgorithm(ABC):
         r""":meth:`predict` of an SpMM of ``width`` columns as a layer with ``options`` runs it:
         compressed halos priced at their payload bytes, and with ``staleness=1`` the *exposed*
         time, the pipelined exchanges hidden behind the rank's own local SpMMs of the step
-        (:meth:`~pyg_sparsecomm.cost.Prediction.exposed`,
-        :meth:`~pyg_sparsecomm.cost.CostModel.stale_window`, an upper bound):
+        (:meth:`~pyg_sparsecomm.algorithms.cost.Prediction.exposed`,
+        :meth:`~pyg_sparsecomm.algorithms.cost.CostModel.stale_window`, an upper bound):
 
         .. math:: t = t_{sync} - t_{pipelined} + \max(0,\ t_{pipelined} - 2 \gamma \, nnz_r \, f)
 
@@ -171,7 +171,7 @@ class SpMMAlgorithm(ABC):
                   options: HaloOptions | None = None) -> "int | RowBytes":
         """Bytes of one exchanged row of ``width`` elements of ``element_size`` bytes (or of
         :attr:`wire_element_size` when the algorithm fixes it): the ``row_bytes`` of :meth:`predict`;
-        with compressed ``options``, the :class:`~pyg_sparsecomm.cost.RowBytes` of their precisions."""
+        with compressed ``options``, the :class:`~pyg_sparsecomm.algorithms.cost.RowBytes` of their precisions."""
         return wire_row_bytes(width, cls.wire_element_size or int(element_size), options)
 
 

@@ -5,14 +5,14 @@ from dataclasses import replace
 import torch
 import torch.distributed as dist
 
-from ..adj import HaloAdj
 from ..comm.collectives import all_reduce_value
 from ..comm.exchanger import HaloExchanger
+from ..comm.grid import ProcessGrid
 from ..comm.halo_options import HaloOptions
 from ..comm.quantize import payload_row_bytes
-from ..cost import CostModel, Prediction, RankVolumes
-from ..grid import ProcessGrid
+from ..plan.halo_adj import HaloAdj
 from .base import ALGORITHMS, auto_candidates
+from .cost import CostModel, Prediction, RankVolumes
 
 #: one row of an ``explain()`` table: (algorithm, predicted seconds, max bytes sent), slowest rank
 CostRow = tuple[str, float, int]

@@ -2,8 +2,8 @@
 from torch import Tensor
 
 from ..comm.collectives import row_all_reduce
-from ..cost import CostModel, Prediction, RankVolumes, RowBytes
-from ..grid import ProcessGrid
+from ..comm.grid import ProcessGrid
+from .cost import CostModel, Prediction, RankVolumes, RowBytes
 from .oblivious_1d import Oblivious1D, broadcast_prediction
 from .sparse_15d import all_reduce_prediction
 

@@ -4,14 +4,14 @@ from typing import TYPE_CHECKING, Optional
 import torch
 from torch import Tensor
 
-from ..adj import HaloAdj, coo_to_csr, csr_mm, spmm, spmm_dtypes
 from ..comm.collectives import broadcast_rows, reduce_rows
 from ..comm.exchanger import HaloExchanger
-from ..cost import CostModel, Prediction, RankVolumes, RowBytes
+from ..plan.halo_adj import HaloAdj, coo_to_csr, csr_mm, spmm, spmm_dtypes
 from .base import SpMMAlgorithm
+from .cost import CostModel, Prediction, RankVolumes, RowBytes
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..grid import ProcessGrid
+    from ..comm.grid import ProcessGrid
 
 
 class _BlockBroadcastSpMM(torch.autograd.Function):

@@ -4,18 +4,18 @@ from typing import TYPE_CHECKING, Optional
 import torch
 from torch import Tensor
 
-from ..adj import HaloAdj, coo_to_csr, csr_mm, spmm, spmm_dtypes
 from ..comm.counters import comm_counter
 from ..comm.exchanger import HaloExchanger
 from ..comm.halo import encode_together, start_all_to_all_rows, start_p2p_rows
 from ..comm.quantize import decode_rows
 from ..comm.stale import stale_halo_exchange
-from ..cost import CostModel, Prediction, RankVolumes, RowBytes
+from ..plan.halo_adj import HaloAdj, coo_to_csr, csr_mm, spmm, spmm_dtypes
 from .base import SpMMAlgorithm
+from .cost import CostModel, Prediction, RankVolumes, RowBytes
 from .sparse_1d import exchange_prediction
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..grid import ProcessGrid
+    from ..comm.grid import ProcessGrid
 
 
 class _OverlappedSpMM(torch.autograd.Function):

@@ -18,7 +18,7 @@ identical adjacencies and freed collectively by :mod:`pyg_sparsecomm.rdma.engine
 received and the rows each peer gets from this rank as sent (kinds ``"rdma"`` forward,
 ``"rdma_grad"`` backward; float64, 8 bytes per element), and building ``A^T`` records
 the tiles of ``A`` it gets (``"rdma_setup"``).  :meth:`RDMAStationaryC.predict` gives
-the same per-product figure from the partition (:attr:`~pyg_sparsecomm.plan.CommPattern.spans`).
+the same per-product figure from the partition (:attr:`~pyg_sparsecomm.plan.homogeneous.CommPattern.spans`).
 """
 from __future__ import annotations
 
@@ -30,15 +30,15 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from ..adj import HaloAdj
 from ..comm.counters import comm_counter
 from ..comm.exchanger import HaloExchanger
-from ..cost import CostModel, Prediction, RankVolumes, RowBytes
+from ..plan.halo_adj import HaloAdj
 from ..rdma import engine_cache
 from ..rdma.engine_cache import MAX_IDLE_ENGINES, Lease, collect, free_engines, set_backend
 from ..rdma.kernels import csr_tile, tile_product
 from ..rdma.tiled import DenseTiledMatrix, SparseTiledMatrix, TileProcessGrid
 from .base import SpMMAlgorithm
+from .cost import CostModel, Prediction, RankVolumes, RowBytes
 
 __all__ = ["RDMAStationaryC", "MAX_IDLE_ENGINES", "set_backend", "free_engines", "collect"]
 

@@ -2,7 +2,7 @@
 
 :func:`check_settings` is pure (it reads the algorithm registry, never a process group) and is
 what ``distribute()``, ``DistributedGCNConv``, :meth:`CommStats.bytes_per_epoch
-<pyg_sparsecomm.stats.CommStats.bytes_per_epoch>` and the algorithm factory
+<pyg_sparsecomm.plan.stats.CommStats.bytes_per_epoch>` and the algorithm factory
 (:class:`~pyg_sparsecomm.algorithms.SpMMAlgorithm`) call, so every entry point refuses the same
 combinations with the same message.  The registry of algorithm names, :data:`ALGORITHMS`,
 lives here too.  :func:`exchange_group` checks, at a layer's first call, that
@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 
 import torch.distributed as dist
 
-from ..adj import HaloAdj
+from ..comm.grid import ProcessGrid
 from ..comm.group import check_plan_matches_group
 from ..comm.halo_options import HaloOptions
-from ..grid import ProcessGrid
+from ..plan.halo_adj import HaloAdj
 from .registry import LazyRegistry
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -31,7 +31,7 @@ def check_settings(algorithm: str, replication: int = 1, group: dist.ProcessGrou
                    options: HaloOptions | None = None, unit_grid: bool = False, allow_auto: bool = True) -> bool:
     """Raises ``ValueError`` naming the problem and the fix unless the settings fit together;
     returns whether the layout is 1.5D (the algorithm runs on a
-    :class:`~pyg_sparsecomm.grid.ProcessGrid`).
+    :class:`~pyg_sparsecomm.comm.grid.ProcessGrid`).
 
     Args:
         algorithm (str): a registered algorithm's name, or ``"auto"``.

@@ -4,13 +4,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..adj import HaloAdj
 from ..comm.collectives import ring_allreduce_nbytes, row_all_reduce
 from ..comm.exchanger import HaloExchanger
-from ..cost import CostModel, Prediction, RankVolumes, RowBytes
-from ..grid import ProcessGrid
-from ..plan import RankPlan, restrict_counts
+from ..comm.grid import ProcessGrid
+from ..plan.halo_adj import HaloAdj
+from ..plan.homogeneous import RankPlan, restrict_counts
 from .base import SpMMAlgorithm
+from .cost import CostModel, Prediction, RankVolumes, RowBytes
 from .sparse_1d import SparseAware1D, exchange_prediction
 
 

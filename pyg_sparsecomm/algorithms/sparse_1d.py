@@ -2,9 +2,9 @@
 import torch
 from torch import Tensor
 
-from ..adj import spmm
-from ..cost import CostModel, Prediction, RankVolumes, RowBytes
+from ..plan.halo_adj import spmm
 from .base import SpMMAlgorithm
+from .cost import CostModel, Prediction, RankVolumes, RowBytes
 
 
 class SparseAware1D(SpMMAlgorithm):
@@ -39,7 +39,7 @@ class SparseAware1D(SpMMAlgorithm):
 
 def exchange_prediction(volumes: RankVolumes, model: CostModel, row_bytes: int | RowBytes) -> Prediction:
     """The halo all-to-allv and its reverse over the ``P / c`` ranks of an exchange group; with
-    compressed halos (:class:`~pyg_sparsecomm.cost.RowBytes`) each direction in its own row size.
+    compressed halos (:class:`~pyg_sparsecomm.algorithms.cost.RowBytes`) each direction in its own row size.
     All of it is ``pipelined``: ``staleness=1`` posts both exchanges at one step and waits at the next."""
     if isinstance(row_bytes, int):
         sent, received = int(volumes.send_rows.sum()) * row_bytes, int(volumes.recv_rows.sum()) * row_bytes

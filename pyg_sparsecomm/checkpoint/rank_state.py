@@ -17,10 +17,10 @@ import numpy as np
 import torch
 from torch_geometric.data import Data
 
-from ..adj import HaloAdj
 from ..comm import rounding
 from ..nn.distributed_layer import distributed_layers
-from ..store import graph_fingerprint
+from ..plan.halo_adj import HaloAdj
+from ..store.files import graph_fingerprint
 
 
 def partition_fingerprint(local: Data) -> str:

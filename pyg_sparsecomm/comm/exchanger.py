@@ -1,7 +1,7 @@
 r"""The one object layers and SpMM algorithms ask for halo rows: :class:`HaloExchanger`.
 
 It is bound to what every exchange of one layer call shares -- the shard's
-:class:`~pyg_sparsecomm.plan.RankPlan`, the exchange's process group, the layer's
+:class:`~pyg_sparsecomm.plan.homogeneous.RankPlan`, the exchange's process group, the layer's
 :class:`~pyg_sparsecomm.comm.halo_options.HaloOptions` and its
 :class:`~pyg_sparsecomm.comm.halo_options.ExchangeSlots` -- so no caller threads them
 one by one.  Behind :meth:`HaloExchanger.exchange` sit the three ways rows travel:
@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from ..plan import RankPlan
+from ..plan.homogeneous import RankPlan
 from .halo import halo_exchange, halo_reduce
 from .halo_options import EXACT, ExchangeSlots, HaloOptions
 from .stale import is_training, stale_halo_exchange

@@ -111,8 +111,8 @@ def release_groups() -> None:
     collective's work (e.g. ``gather_nodes``'s gather) then needs the GIL of a finalising
     interpreter, which ends the thread inside C++ code: ``terminate called without an active
     exception`` (SIGABRT) after the script has finished.  Called by
-    :func:`~pyg_sparsecomm.runtime.init_distributed`'s exit handler and
-    :func:`~pyg_sparsecomm.runtime.distributed_job`, and at exit for scripts that call
+    :func:`~pyg_sparsecomm.launch.runtime.init_distributed`'s exit handler and
+    :func:`~pyg_sparsecomm.launch.runtime.distributed_job`, and at exit for scripts that call
     ``dist.destroy_process_group()`` themselves; idempotent.
     """
     for clear in _GROUP_CACHES:

@@ -5,13 +5,13 @@ what the backend saw: gloo's ``Connection closed by peer [127.0.0.1]:38789`` whe
 process ended, ``Timed out waiting 120000ms for recv operation`` when it stopped (``SIGSTOP``, a
 debugger) or hangs.  Neither names the rank, nor its error.  Here every rank tells the others
 through the key-value store of the default process group (the ``TCPStore`` of ``torchrun``'s
-agent, the ``FileStore`` of :func:`~pyg_sparsecomm.testing.launch`), which outlives the broken
+agent, the ``FileStore`` of :func:`~pyg_sparsecomm.testing.processes.launch`), which outlives the broken
 connections:
 
 * a rank *reports* its error before its process ends: its uncaught exception (the hooks of
   :func:`install_failure_hooks`, chained to ``sys.excepthook`` and ``threading.excepthook``;
-  installed by :func:`~pyg_sparsecomm.runtime.init_distributed` and a group's first collective),
-  an error leaving :func:`~pyg_sparsecomm.runtime.distributed_job`, or that it *left* the job
+  installed by :func:`~pyg_sparsecomm.launch.runtime.init_distributed` and a group's first collective),
+  an error leaving :func:`~pyg_sparsecomm.launch.runtime.distributed_job`, or that it *left* the job
   without one (the end of its script, ``sys.exit``: :func:`report_left`);
 * the package's collectives run inside :class:`failures_named`: when one fails, this rank
   reports that it is *waiting* and reads the reports, giving the others a grace period to report
@@ -22,7 +22,7 @@ connections:
 Nothing is paid while collectives succeed (a ``with`` block around each); the store is written
 once per rank at the end of a job, and read only after a collective failed.  Reports are keyed
 by default-group rank; a job's store holds one job's reports (``torchrun`` restarts use keys of
-their own, :mod:`~pyg_sparsecomm.attempts`).
+their own, :mod:`~pyg_sparsecomm.launch.attempts`).
 """
 import atexit
 import functools

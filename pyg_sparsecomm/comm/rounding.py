@@ -15,7 +15,7 @@ parameters and identical dropout masks (their accuracies are a paired comparison
 the default process group (0 without one), so ranks draw independent numbers.  It is seeded on
 first use and re-seeded whenever ``torch.initial_seed()`` or the rank changed since, so
 ``torch.manual_seed(s)`` in a fresh process (e.g. every process of
-:func:`~pyg_sparsecomm.testing.launch`) makes the draws reproducible.  Layers and call sites
+:func:`~pyg_sparsecomm.testing.processes.launch`) makes the draws reproducible.  Layers and call sites
 share the device's stream: they draw one after the other in program order (every encode runs
 on the calling thread), which is deterministic.
 

@@ -36,7 +36,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from ..plan import RankPlan
+from ..plan.homogeneous import RankPlan
 from .counters import Stopwatch, comm_counter
 from .group import dedicated_group, raise_together
 from .halo import halo_exchange, start_all_to_all_rows

@@ -15,7 +15,7 @@ from torch import Tensor
 
 from ..comm.group import collective_device
 from ..comm.group import world_size as group_world_size
-from ..training import global_count
+from ..training.whole_graph import global_count
 
 
 def gather_rows(t: Tensor, group: dist.ProcessGroup | None = None) -> Tensor:

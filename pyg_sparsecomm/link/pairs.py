@@ -13,8 +13,8 @@ needs :math:`z_v` for every endpoint :math:`v` of its pairs; those it does not o
     V = \sum_r \bigl|\{v \in \mathrm{ends}(\mathcal{P}_r) : \mathrm{part}(v) \ne r\}\bigr|
 
 (:math:`\mathcal{P}_r` the pairs rank :math:`r` holds).  The plan is a
-:class:`~pyg_sparsecomm.plan.RankPlan` with :mod:`~pyg_sparsecomm.plan`'s layout (halo ordered by
-(owner, global id); send rows grouped by destination, ascending id within), so the exchange is
+:class:`~pyg_sparsecomm.plan.homogeneous.RankPlan` with :mod:`~pyg_sparsecomm.plan.homogeneous`'s layout
+(halo ordered by (owner, global id); send rows grouped by destination, ascending id within), so the exchange is
 :func:`~pyg_sparsecomm.comm.halo.halo_exchange`: differentiable, the backward sends each pair's
 gradient back to the owner of the endpoint (the reverse exchange), counted by
 :func:`~pyg_sparsecomm.comm_counter` as ``"halo"`` / ``"halo_grad"``, and predicted by
@@ -31,15 +31,15 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from .._validate import check_edge_index
 from ..comm.exchanger import HaloExchanger
 from ..comm.group import raise_together
 from ..comm.group import rank as group_rank
 from ..comm.group import world_size as group_world_size
 from ..comm.halo import halo_exchange
 from ..comm.ids import exchange_ids
-from ..plan import RankPlan, owner_rows
-from ..training import global_count
+from ..graph.validate import check_edge_index
+from ..plan.homogeneous import RankPlan, owner_rows
+from ..training.whole_graph import global_count
 from .partition_vector import partition_vector
 from .same_pairs import check_same_pairs
 
@@ -166,7 +166,7 @@ def pair_plan(edge_label_index: Tensor, part: np.ndarray, group: dist.ProcessGro
         group (torch.distributed.ProcessGroup, optional): the process group.
 
     Returns:
-        ``(plan, index)``: the :class:`~pyg_sparsecomm.plan.RankPlan` and the ``[2, m]`` rows of
+        ``(plan, index)``: the :class:`~pyg_sparsecomm.plan.homogeneous.RankPlan` and the ``[2, m]`` rows of
         ``[owned | halo]`` of every pair's source and target.
     """
     rank, P = group_rank(group), group_world_size(group)

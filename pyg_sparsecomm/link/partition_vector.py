@@ -5,8 +5,8 @@ import torch.distributed as dist
 from torch import Tensor
 from torch_geometric.data import Data
 
-from .._validate import check_partition
 from ..comm.group import world_size as group_world_size
+from ..graph.validate import check_partition
 
 _FORMS = ("pass data.part (the [N] partition SparsityAwarePartitioner adds), the partitioned Data itself, "
           "or this rank's shard (shard(data) / load_shard(...))")

@@ -17,8 +17,8 @@ import torch.distributed as dist
 from torch import Tensor
 from torch_geometric.data import Data
 
-from ..adj import HaloAdj
 from ..comm.group import host_all_reduce, raise_together, twin_group, world_size
+from ..plan.halo_adj import HaloAdj
 from ..sampling.rules import NeighborSampling, NodeSubsetSampling
 from .prefetch import PrefetchedBatches
 from .pyg_options import prefetch_depth

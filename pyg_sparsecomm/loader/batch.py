@@ -16,11 +16,11 @@ import torch.distributed as dist
 from torch import Tensor
 from torch_geometric.data import Data
 
-from ..adj import HaloAdj, csr_order
 from ..comm.ids import exchange_ids
-from ..per_rank import LocalCount
-from ..plan import RankPlan
+from ..plan.halo_adj import HaloAdj, csr_order
+from ..plan.homogeneous import RankPlan
 from ..sampling.sampled_adj import SampledAdj
+from ..training.per_rank import LocalCount
 
 # Gathers use ``index_select``: on the CPU, ``t[index]`` with an int64 tensor is several times
 # slower in torch 2.13 (x[rows] of a 262k x 64 float matrix: 109 vs 19 ms for 47k random rows).
@@ -100,7 +100,7 @@ class BatchPlan(NamedTuple):
 
 def batch_plan(plan: RankPlan, rows: BatchRows, halo_col: Tensor, edge_hop: Tensor, requests: Requests,
                group: dist.ProcessGroup | None) -> BatchPlan:
-    """The batch's :class:`~pyg_sparsecomm.plan.RankPlan` over ``rows``: its halo is the shard halo
+    """The batch's :class:`~pyg_sparsecomm.plan.homogeneous.RankPlan` over ``rows``: its halo is the shard halo
     columns ``halo_col`` the batch's edges read (sampled at ``edge_hop``), its send lists the rows
     peers ``requests``-ed; one reply exchange (:func:`_reply`)."""
     P, levels = plan.world_size, rows.counts.numel()
@@ -171,7 +171,7 @@ def batch_attributes(local: Data, rows: Tensor, edge_pos: Tensor, adj: SampledAd
     * ``adj``: the batch's :class:`~pyg_sparsecomm.sampling.SampledAdj` (pass it where the model takes ``edge_index``),
       also ``edge_index`` (where PyG's ``NeighborLoader`` batch holds its graph, so
       ``model(batch.x, batch.edge_index)`` runs on a ``distribute()``d model) and any other key
-      of the shard that holds its :class:`~pyg_sparsecomm.adj.HaloAdj` (e.g. ``adj_t``);
+      of the shard that holds its :class:`~pyg_sparsecomm.plan.halo_adj.HaloAdj` (e.g. ``adj_t``);
     * ``n_id`` / ``e_id``: global ids of the batch's rows / edges;
     * ``batch_size``: this rank's seed rows, the first ones (score ``out[:batch.batch_size]``);
     * ``seed_mask``: the same as a mask;

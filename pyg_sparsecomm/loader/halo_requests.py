@@ -19,7 +19,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from ..comm.ids import exchange_ids
-from ..plan import RankPlan
+from ..plan.homogeneous import RankPlan
 from ..sampling.host_reads import indices
 from .batch import Requests
 

@@ -15,10 +15,10 @@ import torch.distributed as dist
 from torch import Tensor
 from torch_geometric.data import HeteroData
 
-from ..data_hetero import HeteroShard
-from ..per_rank import LocalCount
-from ..relation_adj import RelationAdj
+from ..plan.relation_adj import RelationAdj
 from ..sampling.sampled_relation_adj import SampledRelationAdj, SourceHops
+from ..store.rank_hetero import HeteroShard
+from ..training.per_rank import LocalCount
 from .batch import BatchPlan, BatchRows, Requests, batch_plan, batch_rows, relabel, slice_attribute
 
 EdgeType = tuple[str, str, str]

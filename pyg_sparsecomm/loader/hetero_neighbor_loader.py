@@ -8,7 +8,7 @@ from torch import Tensor
 from torch_geometric.data import HeteroData
 
 from ..comm.group import world_size
-from ..relation_adj import RelationAdj
+from ..plan.relation_adj import RelationAdj
 from ..sampling.frontier import frontiers
 from ..sampling.hetero_rules import EdgeType, HeteroNeighborSampling
 from ..sampling.in_edge_sample import sample_in_edges, shard_in_edge_order

@@ -36,13 +36,13 @@ import torch.distributed as dist
 from torch import Tensor
 from torch_geometric.data import Data
 
-from .._validate import check_edge_index
 from ..comm.group import rank as group_rank
 from ..comm.group import world_size as group_world_size
+from ..graph.validate import check_edge_index
 from ..link.pairs import DistributedPairs, endpoint_plan
 from ..link.partition_vector import partition_vector
 from ..link.same_pairs import check_same_pairs
-from ..plan import owner_rows
+from ..plan.homogeneous import owner_rows
 from ..sampling.randomness import bucket, stream_key, uniform
 from .neighbor_loader import DistributedNeighborLoader
 

@@ -25,7 +25,7 @@ from torch import Tensor
 
 from ..comm.group import world_size
 from ..sampling.rules import NeighborSampling, NodeSubsetSampling
-from ..training import global_count
+from ..training.whole_graph import global_count
 
 _CHUNK = 1 << 20  # ids hashed at a time when every node is a seed (bounds the temporary arrays)
 

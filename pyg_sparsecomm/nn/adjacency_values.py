@@ -1,6 +1,6 @@
 r"""The values of ``local.adj`` reach a layer as PyG's sparse ``adj_t`` path uses them.
 
-A shard's :class:`~pyg_sparsecomm.adj.HaloAdj` carries the graph's edge weights as values
+A shard's :class:`~pyg_sparsecomm.plan.halo_adj.HaloAdj` carries the graph's edge weights as values
 (``T.ToSparseTensor()``'s ``adj_t``, ``T.GCNNorm()``'s normalised weights, or ``edge_weight``).
 Single-process PyG called with a weighted ``adj_t`` uses them, for the layers that do, as the
 weights :math:`w_{ji}` of the message :math:`w_{ji} x_j` (``spmm(adj_t, x)``, and in the degree
@@ -28,13 +28,13 @@ A layer that a distributed layer calls with the same local ``edge_index`` (``Ant
 Self-loops: PyG's own paths disagree on a graph that already has them (``gcn_norm`` adds the
 missing loops to an ``edge_index``, adds a loop to every node of a torch sparse ``adj_t`` and
 replaces the diagonal of a ``SparseTensor``); distributed layers follow the form the script gave
-the graph in, recorded by the shard (``HaloAdj.given_as``, :func:`~pyg_sparsecomm.inputs.graph_form`).
+the graph in, recorded by the shard (``HaloAdj.given_as``, :func:`~pyg_sparsecomm.graph.inputs.graph_form`).
 """
 from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
-from ..adj import HaloAdj
 from ..compat import message_arguments
+from ..plan.halo_adj import HaloAdj
 from .layer_adapters import forward_signature
 from .layer_rules import layer_rule
 from .linear_aggregation import linear_weight_arg

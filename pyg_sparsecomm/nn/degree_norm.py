@@ -61,7 +61,7 @@ def gcn_norm(context: ShardContext, edge_index: Tensor, edge_weight: Tensor | No
 
 def _with_self_loops(form: str, edge_index: Tensor, edge_weight: Tensor | None, fill: float, n: int):
     """Self-loops as PyG's ``gcn_norm`` adds them to the form the script gave the graph in
-    (:func:`~pyg_sparsecomm.inputs.graph_form`; duplicate entries sum, as a coalesced sparse
+    (:func:`~pyg_sparsecomm.graph.inputs.graph_form`; duplicate entries sum, as a coalesced sparse
     tensor's do)."""
     if form == "torch.sparse":  # add_self_loops: a loop on every node, on top of an existing one
         return add_self_loops(edge_index, edge_weight, fill, n)

@@ -30,10 +30,10 @@ import torch.distributed as dist
 from torch_geometric.nn import MessagePassing
 
 from ..algorithms.choice import compression_note, explain_table
+from ..algorithms.cost import CostModel
 from ..algorithms.settings import check_settings
 from ..comm.halo_options import HaloOptions
 from ..compat import edge_update_arguments, message_arguments
-from ..cost import CostModel
 from . import gradient_sync, hetero, trim
 from .distributed_layer import DistributedSettings, attach
 from .layer_rules import layer_rule, swap_class

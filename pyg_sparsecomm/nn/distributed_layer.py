@@ -3,7 +3,7 @@ r"""One PyG ``MessagePassing`` layer, run on a rank's shard.
 :func:`attach` leaves the layer's class, parameters and code alone and adds, through PyG's and
 torch's own extension points:
 
-1. a forward pre-hook (:func:`_enter`) that swaps the shard's :class:`~pyg_sparsecomm.adj.HaloAdj`
+1. a forward pre-hook (:func:`_enter`) that swaps the shard's :class:`~pyg_sparsecomm.plan.halo_adj.HaloAdj`
    for a local ``edge_index`` (sources in ``[owned | halo]`` columns, targets the owned rows, in
    ``adj``'s edge order, so ``local.edge_weight``/``local.edge_attr`` line up; ``adj``'s values
    passed as PyG's ``adj_t`` path uses them, :mod:`.adjacency_values`), makes the shard current,
@@ -39,15 +39,15 @@ import torch.distributed as dist
 from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
-from ..adj import HaloAdj
 from ..algorithms.choice import CostRow
+from ..algorithms.cost import CostModel
 from ..algorithms.settings import exchange_group
 from ..comm.exchanger import HaloExchanger
+from ..comm.grid import ProcessGrid, process_grid
 from ..comm.group import world_size
 from ..comm.halo_options import EXACT, ExchangeSlots, HaloOptions
-from ..cost import CostModel
-from ..grid import ProcessGrid, process_grid
-from ..relation_adj import RelationAdj
+from ..plan.halo_adj import HaloAdj
+from ..plan.relation_adj import RelationAdj
 from ..sampling.sampled_adj import SampledAdj
 from . import hetero, shard_context
 from .adjacency_values import with_adjacency_values
@@ -82,7 +82,7 @@ class DistributedSettings:
 
     @property
     def replicated(self) -> bool:
-        """Whether the layout is 1.5D: the SpMM runs on a :class:`~pyg_sparsecomm.grid.ProcessGrid`."""
+        """Whether the layout is 1.5D: the SpMM runs on a :class:`~pyg_sparsecomm.comm.grid.ProcessGrid`."""
         return self.replication > 1 or self.unit_grid
 
     def grid(self) -> ProcessGrid | None:
@@ -179,7 +179,7 @@ def _enter(conv: MessagePassing, args: tuple, kwargs: dict):
     """The forward pre-hook (``with_kwargs=True``): on a shard, the call's ``(args, kwargs)`` with the
     local ``edge_index`` for the ``HaloAdj``, ``adj``'s values, the rule's narrowing ``Linear``
     applied first and the rule's adapter run (see the module doc); ``None`` for a plain PyG call.
-    A :class:`~pyg_sparsecomm.relation_adj.RelationAdj` goes to :func:`.hetero.enter_relation`,
+    A :class:`~pyg_sparsecomm.plan.relation_adj.RelationAdj` goes to :func:`.hetero.enter_relation`,
     except a relation within one node type under a layer of :data:`.hetero.SAME_TYPE_LAYERS`
     (``GCNConv``), which runs this path over the relation's block without its stored values.
 

@@ -4,7 +4,7 @@ Shards of different partitions, a shard built for another rank or world size, no
 different widths or dtypes on different ranks, or a ``cached=True`` layer called with another
 shard than the one it cached: each would end in a mismatched collective (a gloo abort, a hang) on
 some ranks and a silently wrong result on others.  The first call of a layer on a shard (a new
-:class:`~pyg_sparsecomm.plan.RankPlan` object) gathers from every rank a small fingerprint
+:class:`~pyg_sparsecomm.plan.homogeneous.RankPlan` object) gathers from every rank a small fingerprint
 
 * the plan: rank, world size, number of nodes, owned rows, :math:`\sum n` and :math:`\sum n^2` of the
   owned global ids, and per peer a digest of the global ids sent to it and received from it;
@@ -46,9 +46,9 @@ from torch import Tensor
 from torch.nn.parameter import is_lazy
 from torch_geometric.nn import MessagePassing
 
-from ..adj import HaloAdj
 from ..comm.group import host_all_gather, host_all_reduce, is_distributed, raise_together, rank, world_size
-from ..plan import RankPlan
+from ..plan.halo_adj import HaloAdj
+from ..plan.homogeneous import RankPlan
 from .layer_adapters import forward_signature
 
 #: attributes in which PyG's ``cached=True`` layers keep what they computed from the first graph

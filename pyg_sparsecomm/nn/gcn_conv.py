@@ -6,9 +6,9 @@ from torch import Tensor
 from torch_geometric.nn import GCNConv, MessagePassing
 
 from ..algorithms.choice import compression_note, explain_table
+from ..algorithms.cost import CostModel
 from ..algorithms.settings import check_settings
 from ..comm.halo_options import ExchangeSlots, HaloOptions
-from ..cost import CostModel
 from .distributed_layer import DistributedSettings, LayerState, attach
 from .layer_rules import layer_rule, register_layer_rule
 
@@ -21,7 +21,7 @@ class DistributedGCNConv(GCNConv):
         \mathbf{X} \mathbf{\Theta} + \mathbf{b}
 
     A ``GCNConv`` (same arguments, defaults, parameter names and ``state_dict`` keys) that runs
-    distributed when called with a shard's :class:`~pyg_sparsecomm.adj.HaloAdj`, through the
+    distributed when called with a shard's :class:`~pyg_sparsecomm.plan.halo_adj.HaloAdj`, through the
     runtime :func:`~pyg_sparsecomm.distribute` gives ``GCNConv``
     (:mod:`~pyg_sparsecomm.nn.distributed_layer`): ``GCNConv.forward`` runs on a local
     ``edge_index``; it normalises with global degrees (the halo's with one exchange of one
@@ -73,7 +73,7 @@ class DistributedGCNConv(GCNConv):
 
     Shapes:
         - **input:** node features :math:`(|\mathcal{V}_r|, F_{in})` (the shard's ``local.x``),
-          ``local.adj`` (a :class:`~pyg_sparsecomm.adj.HaloAdj`), edge weights
+          ``local.adj`` (a :class:`~pyg_sparsecomm.plan.halo_adj.HaloAdj`), edge weights
           :math:`(|\mathcal{E}_r|)` *(optional, in* ``local.adj`` *'s edge order; default: its
           values)*
         - **output:** node features :math:`(|\mathcal{V}_r|, F_{out})` of the owned rows

@@ -4,8 +4,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from ..adj import HaloAdj
 from ..comm.exchanger import HaloExchanger
+from ..plan.halo_adj import HaloAdj
 from . import degree_norm
 from .shard_context import ShardContext
 

@@ -42,8 +42,8 @@ from ..comm.group import collective_device, dedicated_group, global_rank, host_a
 from ..comm.group import world_size as group_world_size
 from ..comm.peer_failure import failures_named
 from ..compat import current_graph_task_id, queue_backward_callback, will_engine_execute_node
-from ..grad_registry import is_synced, register_synced, was_normalised
-from ..runtime import join_job
+from ..launch.runtime import join_job
+from ..training.grad_registry import is_synced, register_synced, was_normalised
 from .same_model import check_same_model
 
 #: bucket size of the gradient all-reduces (DDP's default is 25 MiB; GNN models are small, so

@@ -2,7 +2,7 @@ r"""Layers of heterogeneous models on a rank's shard: one exchange per source no
 
 PyG's ``to_hetero`` and ``HeteroConv`` call one copy of a layer per relation :math:`(s, r, d)`
 with ``(x_src, x_dst)`` (``x`` when :math:`s = d`) and the relation's graph; on a shard that
-graph is a :class:`~pyg_sparsecomm.relation_adj.RelationAdj` whose columns are
+graph is a :class:`~pyg_sparsecomm.plan.relation_adj.RelationAdj` whose columns are
 ``[owned | halo]`` of the source type, the halo being the union over every relation reading
 :math:`s`.  The layer's forward pre-hook (:func:`enter_relation`) completes the source rows,
 
@@ -80,8 +80,8 @@ from torch_geometric.nn import (
 from ..comm.exchanger import HaloExchanger
 from ..comm.group import check_plan_matches_group, host_all_reduce, is_distributed, world_size
 from ..compat import tensor_version
-from ..plan import RankPlan
-from ..relation_adj import RelationAdj
+from ..plan.homogeneous import RankPlan
+from ..plan.relation_adj import RelationAdj
 from .first_use import check_first_use, check_parameters, parameter_digest
 from .layer_adapters import forward_signature
 

@@ -34,8 +34,8 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
-from ..adj import HaloAdj, csr_order
 from ..compat import tensor_version
+from ..plan.halo_adj import HaloAdj, csr_order
 from .layer_rules import layer_rule
 
 LINEAR_AGGRS = ("add", "sum", "mean")
@@ -155,7 +155,7 @@ def aggregation_weights(edge_index: Tensor, weight: Tensor | None, aggr: str, nu
 
     Weights keep the wider of their dtype and ``dtype``, as PyG's message ``w * x_j`` promotes
     (under autocast, ``float32`` weights times ``bfloat16`` rows aggregate in ``float32``;
-    :func:`~pyg_sparsecomm.adj.spmm_dtypes`)."""
+    :func:`~pyg_sparsecomm.plan.halo_adj.spmm_dtypes`)."""
     if weight is not None and weight.is_floating_point():
         dtype = torch.promote_types(weight.dtype, dtype)
     if aggr != "mean":

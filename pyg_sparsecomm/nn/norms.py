@@ -21,9 +21,9 @@ from torch import Tensor
 from torch_geometric.nn import norm as pyg_norm
 
 from ..comm.collectives import row_all_reduce
+from ..comm.grid import process_grid
 from ..comm.group import world_size
-from ..grid import process_grid
-from ..training import global_count
+from ..training.whole_graph import global_count
 from .layer_rules import swap_class
 
 

@@ -33,10 +33,10 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
-from ..adj import spmm
 from ..algorithms import SparseAware1D, SpMMAlgorithm, make_algorithm
 from ..algorithms.choice import choose_algorithm
 from ..compat import compiled_call, module_call, pyg_edge_updater, pyg_propagate, set_compiled_call
+from ..plan.halo_adj import spmm
 from . import shard_context
 from .adjacency_values import torch_sparse_weights
 from .layer_normalisation import propagated_graph

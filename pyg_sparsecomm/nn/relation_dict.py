@@ -1,7 +1,7 @@
 r"""Layers that take a whole heterogeneous graph (``x_dict``, ``edge_index_dict``) on a shard.
 
 ``HGTConv`` and ``HANConv`` read every relation in one call; on a shard their
-``edge_index_dict`` is ``local.adj_dict``, one :class:`~pyg_sparsecomm.relation_adj.RelationAdj`
+``edge_index_dict`` is ``local.adj_dict``, one :class:`~pyg_sparsecomm.plan.relation_adj.RelationAdj`
 per relation.  :func:`relation_call` checks the call on every rank and returns a
 :class:`RelationCall`: the relations' local ``edge_index`` (sources ``[owned | halo]`` of the
 source type, targets the owned destination rows) and the source types' plans, through which the
@@ -22,11 +22,11 @@ import torch.distributed as dist
 from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
-from ..adj import HaloAdj
 from ..comm.exchanger import HaloExchanger
 from ..comm.group import check_plan_matches_group
-from ..plan import RankPlan
-from ..relation_adj import RelationAdj
+from ..plan.halo_adj import HaloAdj
+from ..plan.homogeneous import RankPlan
+from ..plan.relation_adj import RelationAdj
 from .hetero import check_relations, settings_refusal
 
 EdgeType = tuple[str, str, str]
@@ -38,7 +38,7 @@ class RelationCall:
 
     Args:
         edge_index_dict: the local ``edge_index`` of every relation.
-        plans: the :class:`~pyg_sparsecomm.plan.RankPlan` of every source type read.
+        plans: the :class:`~pyg_sparsecomm.plan.homogeneous.RankPlan` of every source type read.
         group: the process group of the exchanges.
     """
     edge_index_dict: dict[EdgeType, Tensor]

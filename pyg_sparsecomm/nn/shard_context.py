@@ -1,7 +1,7 @@
 """Which shard a distributed layer is running on, while it runs.
 
 A layer made distributed by :func:`~pyg_sparsecomm.distribute` receives the shard's
-:class:`~pyg_sparsecomm.adj.HaloAdj` and hands PyG's code a plain local ``edge_index``
+:class:`~pyg_sparsecomm.plan.halo_adj.HaloAdj` and hands PyG's code a plain local ``edge_index``
 whose targets are the owned rows ``[0, num_owned)`` and whose sources are
 ``[owned | halo]`` columns ``[0, num_owned + halo_size)``.  The degree normalisations with
 global degrees (:mod:`.layer_normalisation`) need the plan to fetch the halo's degrees, and a
@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 import torch.distributed as dist
 from torch import Tensor
 
-from ..adj import HaloAdj
 from ..comm.exchanger import HaloExchanger
 from ..comm.group import host_all_reduce
 from ..compat import tensor_version
+from ..plan.halo_adj import HaloAdj
 
 
 @dataclass

@@ -6,7 +6,7 @@ normalised graph :math:`\hat D^{-1/2} \hat A \hat D^{-1/2}` once and keeps it
 each with its own CSR and transposed CSR (about 200 bytes per in-edge for two layers, against
 the 32 of one normalised CSR and its transpose: ``benchmarks/RESULTS.md``, ``memory_per_rank``).
 Here the shard keeps one per normalisation (:func:`shared_normalisation`), on its
-:class:`~pyg_sparsecomm.adj.HaloAdj` (:meth:`~pyg_sparsecomm.adj.HaloAdj.shared`), keyed by what the
+:class:`~pyg_sparsecomm.plan.halo_adj.HaloAdj` (:meth:`~pyg_sparsecomm.plan.halo_adj.HaloAdj.shared`), keyed by what the
 result depends on: the rule's choices (self-loops, ``improved``, dtype, the form the graph was
 given in) and the identity and version of the graph and weights it normalises.  Every layer's
 PyG cache then holds the same tensors, and those layers' SpMMs run over one CSR
@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from ..adj import HaloAdj, csr_order
 from ..compat import tensor_version
+from ..plan.halo_adj import HaloAdj, csr_order
 from .linear_aggregation import aggregation_weights
 
 Normalise = Callable[[Tensor, Tensor | None], tuple[Tensor, Tensor]]
@@ -92,7 +92,7 @@ def shared_normalisation(adj: HaloAdj, choices: tuple, edge_index: Tensor, weigh
 
 def _csr_ordered(like: HaloAdj, edge_index: Tensor, weight: Tensor) -> HaloAdj:
     """The adjacency of the local ``edge_index`` (with ``weight``) in CSR order, whose
-    :meth:`~pyg_sparsecomm.adj.HaloAdj.edge_index` is the reordered ``edge_index`` itself."""
+    :meth:`~pyg_sparsecomm.plan.halo_adj.HaloAdj.edge_index` is the reordered ``edge_index`` itself."""
     rowptr, perm = csr_order(edge_index[1], edge_index[0], like.num_owned, like.num_cols)
     assert perm is not None  # not is_sorted: always a permutation
     ordered = torch.empty_like(edge_index)

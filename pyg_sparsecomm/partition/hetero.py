@@ -30,8 +30,8 @@ import torch
 from torch import Tensor
 from torch_geometric.data import HeteroData
 
-from ..plan import CommPattern, comm_pattern
-from ..stats import CommStats
+from ..plan.homogeneous import CommPattern, comm_pattern
+from ..plan.stats import CommStats
 from .methods import contiguous_partition, random_partition, row_nnz, symmetric_csr
 from .multiconstraint import metis_multiconstraint
 
@@ -113,7 +113,7 @@ class HeteroCommStats:
 
     Attributes:
         num_parts: the number of parts.
-        relations: per relation, the :class:`~pyg_sparsecomm.stats.CommStats` of its own exchange
+        relations: per relation, the :class:`~pyg_sparsecomm.plan.stats.CommStats` of its own exchange
             (its source type's rows its targets' owners read; ``part_sizes`` of the source type,
             ``nnz`` the relation's edges per rank).
         sources: per source node type, the exchange a layer runs: the union over the relations

@@ -29,7 +29,7 @@ from functools import partial
 
 import numpy as np
 
-from ..sorted_keys import sorted_unique
+from ..plan.sorted_keys import sorted_unique
 from ._threads import ordered_in_threads
 
 HEADER_BYTES = 24

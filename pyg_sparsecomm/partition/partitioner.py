@@ -14,10 +14,10 @@ from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 from torch_geometric.transforms import BaseTransform
 
-from .._validate import check_edge_index, check_node_tensor
-from ..inputs import with_edge_index
-from ..plan import comm_pattern
-from ..stats import CommStats
+from ..graph.inputs import with_edge_index
+from ..graph.validate import check_edge_index, check_node_tensor
+from ..plan.homogeneous import comm_pattern
+from ..plan.stats import CommStats
 from .balance import _check_objective, balance_max_send
 from .methods import EDGE_FREE_METHODS, INT32_METHODS, METHODS, method_options
 
@@ -29,14 +29,14 @@ class SparsityAwarePartitioner(BaseTransform):
 
     * ``data.part``: ``LongTensor[num_nodes]``, the rank that owns every node;
     * ``data.num_parts``: the number of parts (the world size to train with);
-    * ``data.comm_stats``: a :class:`~pyg_sparsecomm.stats.CommStats` with the
+    * ``data.comm_stats``: a :class:`~pyg_sparsecomm.plan.stats.CommStats` with the
       rows sent and received per SpMM (total, max, avg), message counts and
       compute imbalance that this partition implies.
 
     The graph is a homogeneous :class:`~torch_geometric.data.Data` given as ``edge_index``
     or as ``adj_t`` (torch sparse CSR/CSC/COO, or ``torch_sparse.SparseTensor``, e.g. from
     ``T.ToSparseTensor()``); an ``adj_t`` comes back as the equivalent ``edge_index``, its
-    values as ``edge_weight`` (see :mod:`pyg_sparsecomm.inputs`).  A ``HeteroData`` gets
+    values as ``edge_weight`` (see :mod:`pyg_sparsecomm.graph.inputs`).  A ``HeteroData`` gets
     ``data[node_type].part`` for every node type, balanced per type, and a
     :class:`~pyg_sparsecomm.partition.hetero.HeteroCommStats` (methods ``"metis"``, ``"random"``,
     ``"contiguous"``; see :mod:`pyg_sparsecomm.partition.hetero`).
@@ -206,7 +206,7 @@ def structure_key(edge_index: Tensor, num_nodes: int) -> str:
 
 
 def _comm_stats(fields: dict) -> CommStats:
-    """Rebuilds a pickled :class:`~pyg_sparsecomm.stats.CommStats` (its arrays travel as tensors)."""
+    """Rebuilds a pickled :class:`~pyg_sparsecomm.plan.stats.CommStats` (its arrays travel as tensors)."""
     values: dict[str, Any] = {k: v.numpy() if isinstance(v, Tensor) else v for k, v in fields.items()}
     return CommStats(**values)
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..plan import id_dtype
+from ..plan.homogeneous import id_dtype
 
 #: edges read at once
 EDGE_CHUNK = 1 << 22

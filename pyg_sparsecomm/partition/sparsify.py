@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..plan import id_dtype
+from ..plan.homogeneous import id_dtype
 from ._threads import ordered_in_threads
 
 #: edges read at once (:data:`._threads.WORKERS` chunks at a time)

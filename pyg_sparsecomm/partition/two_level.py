@@ -32,8 +32,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ..plan import id_dtype, owner_rows
-from ..sorted_keys import key_groups
+from ..plan.homogeneous import id_dtype, owner_rows
+from ..plan.sorted_keys import key_groups
 
 #: ``(edges, num_nodes, max_block_weights, vertex_weights) -> part`` in ``[0, len(max_block_weights))``;
 #: ``edges`` is the list ``[src, dst]``, which the partitioner may empty: a group's edges are then freed

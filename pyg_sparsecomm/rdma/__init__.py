@@ -16,6 +16,9 @@ Both backends are imported lazily, so ``import pyg_sparsecomm.rdma`` works
 without mpi4py or Triton; creating an :class:`MPIBackend` without mpi4py raises an
 ImportError that names ``pip install "pyg_sparsecomm[mpi]"``.
 """
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
 from .backend import Future, Region, RMABackend
 from .factory import make_backend
 from .kernels import Breakdown
@@ -26,16 +29,14 @@ from .stealing import ReservationGrid, work_stealing
 from .summa import summa
 from .tiled import DenseTiledMatrix, SparseTiledMatrix, TileGrid, TileProcessGrid
 
+if TYPE_CHECKING:  # pragma: no cover
+    from .mpi_backend import MPIBackend
+    from .symm_backend import SymmetricMemoryBackend
 
-def __getattr__(name: str) -> type:
-    # lazy: importing mpi4py initialises MPI, which only launched processes should do
-    if name == "MPIBackend":
-        from .mpi_backend import MPIBackend
-        return MPIBackend
-    if name == "SymmetricMemoryBackend":
-        from .symm_backend import SymmetricMemoryBackend
-        return SymmetricMemoryBackend
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+# lazy: importing mpi4py initialises MPI, which only launched processes should do
+__getattr__, __dir__ = lazy_exports(__name__, {"MPIBackend": ".mpi_backend",
+                                               "SymmetricMemoryBackend": ".symm_backend"})
 
 
 __all__ = [

@@ -17,8 +17,8 @@ all-gathered), so all ranks free the same engines in the same order.  At most
 :data:`MAX_IDLE_ENGINES` unreferenced engines stay cached for reuse.
 :func:`free_engines` (collective) frees every engine and is registered, together with
 closing the backend, with :mod:`atexit` (so no region is left in use when MPI finalises)
-and with :func:`pyg_sparsecomm.runtime.before_teardown` (so a job run by
-:func:`~pyg_sparsecomm.runtime.distributed_job` frees them before it destroys the process
+and with :func:`pyg_sparsecomm.launch.runtime.before_teardown` (so a job run by
+:func:`~pyg_sparsecomm.launch.runtime.distributed_job` frees them before it destroys the process
 group).  At exit, a backend whose process group is already gone frees nothing (the memory
 goes with the process).
 """
@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from ..runtime import before_teardown
+from ..launch.runtime import before_teardown
 from .backend import RMABackend
 from .factory import make_backend
 

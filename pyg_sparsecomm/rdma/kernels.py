@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..adj import coo_to_csr, make_csr
+from ..plan.halo_adj import coo_to_csr, make_csr
 
 Tile = torch.Tensor
 

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..adj import coo_to_csr
+from ..plan.halo_adj import coo_to_csr
 from .backend import Future, RMABackend
 from .kernels import Tile, csr_tile, zero_tile
 

@@ -7,7 +7,7 @@ are those some kept edge reads (each knows the first hop an edge read it at).
 import torch
 from torch import Tensor
 
-from ..plan import RankPlan
+from ..plan.homogeneous import RankPlan
 
 
 def trim_plan(plan: RankPlan, rows: int, halo_hop: Tensor, send_hop: Tensor, part_sampled_nodes: Tensor,

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..adj import HaloAdj, compact_index_dtype
+from ..plan.halo_adj import HaloAdj, compact_index_dtype
 from .host_reads import indices, read_counts
 from .randomness import raw_bits, stream_key
 

@@ -9,14 +9,14 @@ fewer rows.  Every rank trims the same hops, so the trimmed plans still pair up.
 """
 from torch import Tensor
 
-from ..adj import HaloAdj
-from ..plan import RankPlan
+from ..plan.halo_adj import HaloAdj
+from ..plan.homogeneous import RankPlan
 from .hops import check_hop_order, trim_columns, trim_plan
 from .sampled_relation_adj import SampledRelationAdj, trim_relations
 
 
 class SampledAdj(HaloAdj):
-    """A :class:`~pyg_sparsecomm.adj.HaloAdj` over a batch's rows with hop bookkeeping.
+    """A :class:`~pyg_sparsecomm.plan.halo_adj.HaloAdj` over a batch's rows with hop bookkeeping.
 
     Args:
         rowptr, col, value, plan: as :class:`HaloAdj` (the batch's rows and halo).

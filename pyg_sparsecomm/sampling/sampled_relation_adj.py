@@ -10,8 +10,8 @@ from typing import Any
 
 from torch import Tensor
 
-from ..plan import RankPlan
-from ..relation_adj import RelationAdj
+from ..plan.homogeneous import RankPlan
+from ..plan.relation_adj import RelationAdj
 from .hops import check_hop_order, trim_columns, trim_plan
 
 
@@ -39,7 +39,7 @@ class SourceHops:
 
 
 class SampledRelationAdj(RelationAdj):
-    """A :class:`~pyg_sparsecomm.relation_adj.RelationAdj` of a batch with hop bookkeeping.
+    """A :class:`~pyg_sparsecomm.plan.relation_adj.RelationAdj` of a batch with hop bookkeeping.
 
     Args:
         rowptr, col, value: the CSR (rows: the batch's destination rows).

@@ -10,7 +10,7 @@ from graphs import CONFIGS, NUM_FEATURES, OUT, make_cases, reference_outputs, re
 from torch_geometric.nn import GCNConv
 
 from pyg_sparsecomm import DistributedGCNConv, shard, sync_gradients
-from pyg_sparsecomm.grid import process_grid
+from pyg_sparsecomm.comm.grid import process_grid
 from pyg_sparsecomm.testing import launch
 
 ALGORITHMS = ["1.5d", "1.5d_oblivious"]

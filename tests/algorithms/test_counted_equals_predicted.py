@@ -12,10 +12,11 @@ import torch
 from _symm_emulation import emulated_backend
 from graphs import make_cases
 
-from pyg_sparsecomm import CommStats, comm_counter, comm_pattern, shard
+from pyg_sparsecomm import CommStats, comm_counter, shard
 from pyg_sparsecomm.algorithms import ALGORITHMS, make_algorithm
-from pyg_sparsecomm.cost import CostModel, volumes_of_all_ranks
-from pyg_sparsecomm.grid import process_grid
+from pyg_sparsecomm.algorithms.cost import CostModel, volumes_of_all_ranks
+from pyg_sparsecomm.comm.grid import process_grid
+from pyg_sparsecomm.plan import comm_pattern
 from pyg_sparsecomm.rdma import engine_cache
 from pyg_sparsecomm.testing import launch
 

@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 from graphs import NUM_FEATURES, make_cases
 
-from pyg_sparsecomm import CommStats, DistributedGCNConv, comm_counter, comm_pattern, shard
+from pyg_sparsecomm import CommStats, DistributedGCNConv, comm_counter, shard
+from pyg_sparsecomm.plan import comm_pattern
 from pyg_sparsecomm.testing import launch
 
 OUT = 5

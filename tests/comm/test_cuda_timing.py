@@ -115,7 +115,7 @@ def test_the_exchanges_time_on_their_tensors_device(fake_cuda_events, monkeypatc
 
 def test_epoch_clock_waits_for_the_device(monkeypatch):
     """The examples' epoch times: ``device_clock`` synchronises a CUDA device before reading the clock."""
-    from pyg_sparsecomm.runtime import device_clock
+    from pyg_sparsecomm.launch.runtime import device_clock
     synced = []
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synced.append(device))
     device_clock("cpu")

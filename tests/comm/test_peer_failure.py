@@ -29,7 +29,7 @@ from torch_geometric.nn import GCNConv
 
 from pyg_sparsecomm import distribute, distributed_loss, gather_nodes, global_accuracy, shard
 from pyg_sparsecomm.comm import peer_failure
-from pyg_sparsecomm.runtime import distributed_job
+from pyg_sparsecomm.launch.runtime import distributed_job
 from pyg_sparsecomm.testing import launch
 
 

@@ -15,14 +15,15 @@ import torch
 from configs_per_launch import by_world_size, run_each
 from graphs import make_cases
 
-from pyg_sparsecomm import CommStats, comm_counter, comm_pattern, shard
-from pyg_sparsecomm.adj import spmm
+from pyg_sparsecomm import CommStats, comm_counter, shard
 from pyg_sparsecomm.algorithms import ALGORITHMS, make_algorithm
+from pyg_sparsecomm.algorithms.cost import CostModel, volumes_of_all_ranks
 from pyg_sparsecomm.comm.exchanger import HaloExchanger
+from pyg_sparsecomm.comm.grid import process_grid
 from pyg_sparsecomm.comm.halo_options import HaloOptions
 from pyg_sparsecomm.comm.quantize import decode, encode, row_grid
-from pyg_sparsecomm.cost import CostModel, volumes_of_all_ranks
-from pyg_sparsecomm.grid import process_grid
+from pyg_sparsecomm.plan import comm_pattern
+from pyg_sparsecomm.plan.halo_adj import spmm
 from pyg_sparsecomm.testing import launch
 
 WIDTH = 7  # odd: int4 pads a nibble

@@ -72,7 +72,7 @@ def test_seed_rounding_restarts_the_stream_and_pins_a_base():
 
 
 def test_seed_rounding_is_exported_and_refuses_non_integers():
-    assert pyg_sparsecomm.seed_rounding is seed_rounding and quantize.seed_rounding is seed_rounding
+    assert pyg_sparsecomm.comm.seed_rounding is seed_rounding and quantize.seed_rounding is seed_rounding
     with pytest.raises(TypeError, match="seed_rounding: seed must be an int or None, got float"):
         seed_rounding(1.5)  # type: ignore[arg-type]
 

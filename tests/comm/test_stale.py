@@ -12,11 +12,12 @@ import torch
 import torch.distributed as dist
 from graphs import make_cases
 
-from pyg_sparsecomm import comm_counter, comm_pattern, shard
+from pyg_sparsecomm import comm_counter, shard
 from pyg_sparsecomm.comm.exchanger import HaloExchanger
 from pyg_sparsecomm.comm.halo_options import ExchangeSlots, HaloOptions
 from pyg_sparsecomm.comm.stale import IDENTITY, stale_halo_exchange
-from pyg_sparsecomm.plan import rank_plan
+from pyg_sparsecomm.plan import comm_pattern
+from pyg_sparsecomm.plan.homogeneous import rank_plan
 from pyg_sparsecomm.testing import launch
 
 STEPS, WIDTH = 4, 3

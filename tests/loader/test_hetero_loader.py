@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch_geometric.nn import GATConv, HeteroConv
 
 from pyg_sparsecomm import SparsityAwarePartitioner, comm_counter, distribute, distributed_loss, shard
-from pyg_sparsecomm.datasets import igbh_like
+from pyg_sparsecomm.graph.datasets import igbh_like
 from pyg_sparsecomm.loader import (
     DistributedNeighborLoader,
     HeteroNeighborSampling,

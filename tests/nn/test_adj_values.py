@@ -17,7 +17,7 @@ from torch_geometric.nn import APPNP, ChebConv, EGConv, GCN2Conv, GCNConv, GINCo
 from torch_geometric.nn.models import GCN
 
 from pyg_sparsecomm import LossNormalisationWarning, distribute, shard
-from pyg_sparsecomm.inputs import adj_t_to_edge_index
+from pyg_sparsecomm.graph.inputs import adj_t_to_edge_index
 from pyg_sparsecomm.testing import launch
 
 #: name -> (build, call(layer, x, adj, edge_weight), how PyG's reference is called)

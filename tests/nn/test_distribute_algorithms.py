@@ -20,7 +20,7 @@ from torch.nn import Linear, ReLU, Sequential
 from torch_geometric.nn import ChebConv, EdgeConv, GATConv, GCNConv, GINConv, GraphConv, SAGEConv, TransformerConv
 
 from pyg_sparsecomm import LossNormalisationWarning, comm_counter, distribute, shard, sync_gradients
-from pyg_sparsecomm.grid import process_grid
+from pyg_sparsecomm.comm.grid import process_grid
 from pyg_sparsecomm.nn import summary
 from pyg_sparsecomm.testing import launch
 

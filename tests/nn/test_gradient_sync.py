@@ -15,8 +15,8 @@ from test_distribute_models import labelled
 from torch_geometric.nn import GATConv, GCNConv
 
 from pyg_sparsecomm import LossNormalisationWarning, distribute, distributed_loss, shard, sync_gradients
-from pyg_sparsecomm.grad_registry import is_synced
 from pyg_sparsecomm.testing import launch
+from pyg_sparsecomm.training.grad_registry import is_synced
 
 C = 4
 

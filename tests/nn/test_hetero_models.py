@@ -9,7 +9,7 @@ import torch
 from torch_geometric.nn import GATConv, GATv2Conv, GINConv, GraphConv, HeteroConv, SAGEConv, TransformerConv, to_hetero
 
 from pyg_sparsecomm import SparsityAwarePartitioner, comm_counter, distribute, sync_gradients
-from pyg_sparsecomm.datasets import igbh_like
+from pyg_sparsecomm.graph.datasets import igbh_like
 
 F, H, OUT = 8, 6, 4
 WORLD_SIZES = (1, 2, 3, 4)

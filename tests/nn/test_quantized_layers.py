@@ -29,9 +29,9 @@ from pyg_sparsecomm import (
     sync_gradients,
 )
 from pyg_sparsecomm.algorithms import ALGORITHMS, auto_candidates
+from pyg_sparsecomm.algorithms.cost import CostModel, RankVolumes, RowBytes
 from pyg_sparsecomm.comm.halo_options import HaloOptions
 from pyg_sparsecomm.comm.quantize import payload_row_bytes
-from pyg_sparsecomm.cost import CostModel, RankVolumes, RowBytes
 from pyg_sparsecomm.loader import DistributedNeighborLoader, trim_to_layer
 from pyg_sparsecomm.nn.distribute import summary
 from pyg_sparsecomm.testing import launch

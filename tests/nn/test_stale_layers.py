@@ -23,8 +23,8 @@ from pyg_sparsecomm import (
     sync_gradients,
 )
 from pyg_sparsecomm.algorithms.base import check_options
+from pyg_sparsecomm.comm.grid import process_grid
 from pyg_sparsecomm.comm.halo_options import HaloOptions
-from pyg_sparsecomm.grid import process_grid
 from pyg_sparsecomm.testing import launch
 
 STEPS, CLASSES = 4, 3
@@ -208,7 +208,7 @@ def test_mini_batches_are_refused_by_name():
 
     from torch_geometric.nn import SAGEConv
 
-    from pyg_sparsecomm.adj import HaloAdj
+    from pyg_sparsecomm.plan.halo_adj import HaloAdj
     adj = shard(_graph(1, 1, "directed")).adj
     batch = HaloAdj(adj.rowptr, adj.col, adj.value, replace(adj.plan, minibatch=True))  # as the loaders mark them
     x = torch.randn(adj.num_owned, NUM_FEATURES)

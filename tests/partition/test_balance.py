@@ -4,12 +4,13 @@ import pytest
 import torch
 from torch_geometric.data import Data
 
-from pyg_sparsecomm import CommStats, comm_pattern
+from pyg_sparsecomm import CommStats
 from pyg_sparsecomm.partition import METHODS, SparsityAwarePartitioner
 from pyg_sparsecomm.partition.balance import balance_max_send, refine_max_send
 from pyg_sparsecomm.partition.methods import symmetric_csr
 from pyg_sparsecomm.partition.multiconstraint import metis_multiconstraint
 from pyg_sparsecomm.partition.volume_model import _evaluate, _state, column_net_incidence
+from pyg_sparsecomm.plan import comm_pattern
 
 
 def _skewed(n=600, m=5000, seed=0, directed=True, isolated=0):

@@ -6,7 +6,7 @@ import torch
 from torch_geometric.data import HeteroData
 
 from pyg_sparsecomm import SparsityAwarePartitioner
-from pyg_sparsecomm.datasets import igbh_like
+from pyg_sparsecomm.graph.datasets import igbh_like
 
 
 def brute_force_rows(data, parts, edge_types):

@@ -32,9 +32,10 @@ def test_km1_equals_plan_volume(P):
 def test_column_net_builder_on_a_tiny_directed_graph():
     """Net j = {j} ∪ {i : j -> i}; duplicate edges and self-loops add no pin.  Its km1, and per part
     the sends and receives of the balancing's model, are the exchange the plan computes."""
-    from pyg_sparsecomm import CommStats, comm_pattern
+    from pyg_sparsecomm import CommStats
     from pyg_sparsecomm.partition.hypergraph import column_net_pins
     from pyg_sparsecomm.partition.volume_model import _state, column_net_incidence
+    from pyg_sparsecomm.plan import comm_pattern
     # 0 -> 1, 0 -> 2, 1 -> 2, a self-loop at 2, 3 -> 0 twice; 4 is isolated
     edge_index = torch.tensor([[0, 0, 1, 2, 3, 3], [1, 2, 2, 2, 0, 0]])
     src, dst = edge_index.numpy()
@@ -192,7 +193,7 @@ def test_kahypar_backend_km1_exact_and_crash_contained():
 
 
 def test_metis_volume_objective_and_rmat_generator():
-    from pyg_sparsecomm.datasets import rmat_graph
+    from pyg_sparsecomm.graph.datasets import rmat_graph
     data = rmat_graph(scale=10, edge_factor=8, seed=3)
     assert data.num_nodes == 1024 and data.edge_index.size(1) > 6000
     assert bool((data.edge_index[0] != data.edge_index[1]).all())
@@ -212,7 +213,7 @@ def test_metis_seed(P):
     """Seed 0 is pymetis called as before (benchmark tables depend on it); equal seeds agree, seeds differ."""
     import pymetis
 
-    from pyg_sparsecomm.datasets import sbm_graph
+    from pyg_sparsecomm.graph.datasets import sbm_graph
     from pyg_sparsecomm.partition.methods import metis_partition, row_nnz, symmetric_csr
     data = sbm_graph(num_nodes=2000, num_classes=7)  # no vertex heavier than a part's share, even at P = 64
     ei, n = data.edge_index, data.num_nodes
@@ -239,7 +240,7 @@ def _spec_cases():
 
 
 def _shp_graph():
-    from pyg_sparsecomm.datasets import sbm_graph
+    from pyg_sparsecomm.graph.datasets import sbm_graph
     data = sbm_graph(num_nodes=1200, num_classes=4, avg_degree=8)
     data.train_mask = torch.rand(data.num_nodes, generator=torch.Generator().manual_seed(5)) < 0.5
     return data

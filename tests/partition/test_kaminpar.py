@@ -11,7 +11,7 @@ from torch_geometric.data import Data
 from torch_geometric.nn import GCNConv
 
 from pyg_sparsecomm import DistributedGCNConv, SparsityAwarePartitioner, shard
-from pyg_sparsecomm.datasets import rmat_graph
+from pyg_sparsecomm.graph.datasets import rmat_graph
 from pyg_sparsecomm.partition.kaminpar_backend import kaminpar_partition_csr
 from pyg_sparsecomm.partition.methods import METHODS, row_nnz, symmetric_csr
 from pyg_sparsecomm.partition.parhip import write_parhip

@@ -10,7 +10,7 @@ import torch
 from torch_geometric.data import Data
 
 from pyg_sparsecomm import SparsityAwarePartitioner
-from pyg_sparsecomm.datasets import rmat_graph
+from pyg_sparsecomm.graph.datasets import rmat_graph
 from pyg_sparsecomm.partition import kaminpar_backend, kaminpar_defaults
 from pyg_sparsecomm.partition.kaminpar_defaults import AUTO, PLAIN_OPTIONS, AutomaticOptionsWarning, GraphStats
 from pyg_sparsecomm.partition.methods import row_nnz
@@ -157,7 +157,7 @@ def test_a_large_graphs_choices_reach_kaminpar_and_named_options_win(large_below
 
 def test_auto_partition_files_and_the_cli_choose_alike(large_below_a_thousand_edges, tmp_path, monkeypatch, capsys):
     from pyg_sparsecomm import partition_files
-    from pyg_sparsecomm.cli import main as cli_main
+    from pyg_sparsecomm.cli.main import main as cli_main
     from pyg_sparsecomm.partition import auto
 
     calls, data = large_below_a_thousand_edges, rmat_graph(11, 8, seed=1)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from pyg_sparsecomm.datasets import rmat_graph
+from pyg_sparsecomm.graph.datasets import rmat_graph
 from pyg_sparsecomm.partition import SparsityAwarePartitioner, reductions
 from pyg_sparsecomm.partition.methods import row_nnz
 from pyg_sparsecomm.partition.reductions import fill_parts, fold_leaves

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from pyg_sparsecomm.datasets import rmat_graph
+from pyg_sparsecomm.graph.datasets import rmat_graph
 from pyg_sparsecomm.partition import SparsityAwarePartitioner, sparsify
 from pyg_sparsecomm.partition.methods import row_nnz
 from pyg_sparsecomm.partition.sparsify import edge_degrees, pair_uniform, sample_edges

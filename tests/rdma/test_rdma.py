@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from pyg_sparsecomm.datasets import rmat_graph
+from pyg_sparsecomm.graph.datasets import rmat_graph
 from pyg_sparsecomm.rdma import TileGrid, TileProcessGrid, make_backend
 from pyg_sparsecomm.rdma.mpi_backend import SymmetricHeap, find_mpiexec
 

@@ -26,7 +26,7 @@ SCRIPT = textwrap.dedent("""
     import pyg_sparsecomm.algorithms.rdma as rdma_algorithm
     from pyg_sparsecomm import DistributedGCNConv, shard
     from pyg_sparsecomm.rdma import engine_cache
-    from pyg_sparsecomm.runtime import distributed_job
+    from pyg_sparsecomm.launch.runtime import distributed_job
 
     with distributed_job("gloo") as (rank, world_size, device):
         rdma_algorithm.set_backend(emulated_backend({workdir!r}))

@@ -1,0 +1,267 @@
+"""Graphs that need no download (the default of the examples and benchmarks), and Planetoid."""
+import functools
+from pathlib import Path
+
+import torch
+from torch_geometric.data import Data
+from torch_geometric.utils import to_undirected
+
+from ..comm.group import is_distributed, raise_together, rank
+from .offline import OFFLINE_ENV, is_offline
+
+
+def sbm_graph(num_nodes: int = 4000, num_classes: int = 8, num_features: int = 64,
+              avg_degree: float = 12.0, p_in_ratio: float = 0.6, feature_noise: float = 6.0,
+              seed: int = 0) -> Data:
+    """A stochastic-block-model node-classification graph, identical for a fixed seed.
+
+    Blocks are classes; a fraction ``p_in_ratio`` of each node's expected edges
+    stay inside its block.  Features are a noisy class centroid, so a GCN learns
+    something real (and beats an MLP through the graph).  20 training nodes
+    per class, 500 validation and 1000 test nodes, as in Planetoid's split.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    sizes = [num_nodes // num_classes + (1 if c < num_nodes % num_classes else 0) for c in range(num_classes)]
+    block = num_nodes / num_classes
+    p_in = avg_degree * p_in_ratio / block
+    p_out = avg_degree * (1 - p_in_ratio) / (num_nodes - block)
+    probs = torch.full((num_classes, num_classes), p_out)
+    probs.fill_diagonal_(p_in)
+    edge_index = _seeded_sbm_edges(tuple(sizes), tuple(probs.clamp(max=1.0).view(-1).tolist()), seed).clone()
+    y = torch.repeat_interleave(torch.arange(num_classes), torch.tensor(sizes))
+    centroids = torch.randn(num_classes, num_features, generator=gen)
+    x = centroids[y] + feature_noise * torch.randn(num_nodes, num_features, generator=gen)
+
+    perm = torch.randperm(num_nodes, generator=gen)
+    train = torch.cat([perm[y[perm] == c][:20] for c in range(num_classes)])
+    rest = perm[~torch.isin(perm, train)]
+    masks = {}
+    for name, idx in (("train_mask", train), ("val_mask", rest[:500]), ("test_mask", rest[500:1500])):
+        m = torch.zeros(num_nodes, dtype=torch.bool)
+        m[idx] = True
+        masks[name] = m
+    return Data(x=x, y=y, edge_index=edge_index, num_nodes=num_nodes, **masks)
+
+
+def sbm_edges(block_sizes: list[int], edge_probs: torch.Tensor) -> torch.Tensor:
+    """PyG's undirected ``stochastic_blockmodel_graph(block_sizes, edge_probs)``, edge for edge.
+
+    Pair ``(i, j)``, ``i < j``, is an edge with probability ``edge_probs[b_i, b_j]``: one
+    Bernoulli draw per pair from the global generator, in the row-major order of PyG's
+    ``torch.combinations``, then both directions.  The pairs' probabilities are the upper
+    triangle of the :math:`N \times N` matrix ``edge_probs[b][:, b]`` (two row gathers), read
+    in row-major order by a mask; the kept pairs are the nonzeros of the mask's triangle
+    filled with the draws (row-major again), without listing the pairs' indices.
+    """
+    block = torch.repeat_interleave(torch.arange(len(block_sizes)), torch.tensor(block_sizes))
+    n = block.numel()
+    upper = torch.ones(n, n, dtype=torch.bool).triu_(1)
+    pair_probs = edge_probs.index_select(0, block).index_select(1, block).masked_select(upper)
+    keep = torch.bernoulli(pair_probs).to(torch.bool)
+    kept = torch.zeros(n, n, dtype=torch.bool).masked_scatter_(upper, keep)
+    return to_undirected(kept.nonzero().t(), num_nodes=n)
+
+
+@functools.lru_cache(maxsize=2)
+def _seeded_sbm_edges(block_sizes: tuple[int, ...], edge_probs: tuple[float, ...], seed: int) -> torch.Tensor:
+    """:func:`sbm_edges` drawn after ``torch.manual_seed(seed)`` (the graph of PyG's
+    ``stochastic_blockmodel_graph``, which draws from the global generator), whose state is put
+    back after.  The last two graphs are kept per process: a script or test suite that loads
+    ``"SBM"`` once per model or run would regenerate the same graph each time; :func:`sbm_graph`
+    hands out a copy."""
+    num_classes = len(block_sizes)
+    state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        return sbm_edges(list(block_sizes), torch.tensor(edge_probs).view(num_classes, num_classes))
+    finally:
+        torch.random.set_rng_state(state)
+
+
+def rmat_graph(scale: int = 14, edge_factor: int = 8, a: float = 0.57, b: float = 0.19,
+               c: float = 0.19, seed: int = 0, directed: bool = True) -> Data:
+    """An R-MAT graph with ``2**scale`` nodes and about ``edge_factor * 2**scale`` edges.
+
+    Each edge picks one of the four quadrants with probabilities ``a, b, c,
+    1 - a - b - c`` at every one of ``scale`` levels (Chakrabarti et al.),
+    giving the skewed degree distribution of web and social graphs.  Duplicate
+    edges and self-loops are removed; ``directed=False`` adds reverse edges.
+    """
+    import numpy as np
+    d = 1.0 - a - b - c
+    if min(a, b, c, d) < 0:
+        raise ValueError("R-MAT probabilities a, b, c must sum to at most 1")
+    rng = np.random.default_rng(seed)
+    n, m = 1 << scale, edge_factor << scale
+    src = np.zeros(m, dtype=np.int64)
+    dst = np.zeros(m, dtype=np.int64)
+    for level in range(scale):  # one vectorised draw per bit
+        q = rng.choice(4, size=m, p=[a, b, c, d])
+        src |= (q >> 1).astype(np.int64) << level
+        dst |= (q & 1).astype(np.int64) << level
+    keep = src != dst
+    key = np.unique(src[keep] * n + dst[keep])
+    edge_index = torch.from_numpy(np.stack([key // n, key % n]))
+    if not directed:
+        edge_index = to_undirected(edge_index, num_nodes=n)
+    return Data(edge_index=edge_index, num_nodes=n)
+
+
+#: the Planetoid sets :func:`load_dataset` reads
+PLANETOID = ("Cora", "CiteSeer", "PubMed")
+_PLANETOID_FILES = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
+_PLANETOID_URL = "https://github.com/kimiyoung/planetoid/tree/master/data"
+
+
+def load_dataset(name: str, root: str = "data", seed: int = 0, barrier: bool = True,
+                 download: bool | None = None) -> Data:
+    """``"SBM"`` (:func:`sbm_graph`, generated) or a Planetoid set (``"Cora"``, ``"CiteSeer"``,
+    ``"PubMed"``) with normalised features, read from ``root/<name>/raw``.
+
+    Under a process group (and ``barrier=True``; pass ``False`` when only one rank calls it)
+    rank 0 reads the raw files (and downloads them when they are missing and ``download``
+    allows) while the others wait, so that ranks never write the same processed file at once.
+    Any rank's failure is raised on every rank with its message, never as a peer's
+    "Connection closed".
+
+    Args:
+        name (str): ``"SBM"``, ``"Cora"``, ``"CiteSeer"`` or ``"PubMed"``.
+        root (str): the Planetoid root; the raw files are ``root/<name>/raw/ind.<name>.*``.
+        seed (int): the SBM graph's seed.
+        barrier (bool): rank 0 first under a process group (every rank must call it then).
+        download (bool, optional): fetch missing raw files with PyG's ``Planetoid``.  ``None``:
+            yes, unless the environment sets ``PYG_SPARSECOMM_OFFLINE`` (:data:`OFFLINE_ENV`).
+
+    Raises:
+        ValueError: an unknown ``name``.
+        FileNotFoundError: raw files missing and not downloaded (download off or failed); the
+            message names the directory, the missing files and where to get them.
+    """
+    if name == "SBM":
+        return sbm_graph(seed=seed)
+    if name not in PLANETOID:
+        raise ValueError(f"unknown dataset {name!r}: use 'SBM' (generated, no files) or one of {list(PLANETOID)}")
+    if download is None:
+        download = not is_offline()
+    if not (barrier and is_distributed()):
+        return _planetoid(name, root, download)
+    what = f"load_dataset({name!r}, root={root!r})"
+    first = raise_together(lambda: _planetoid(name, root, download) if rank() == 0 else None, what)
+    # the other ranks read what rank 0 processed: they never download (ranks of one machine would race)
+    return raise_together(lambda: first if rank() == 0 else _planetoid(name, root, download=False), what)
+
+
+def _planetoid(name: str, root: str, download: bool) -> Data:
+    """Planetoid ``name`` under ``root`` (one process), with a clear error where files are missing."""
+    import torch_geometric.transforms as T
+    from torch_geometric.datasets import Planetoid
+    raw_dir = Path(root) / name / "raw"
+    files = [f"ind.{name.lower()}.{suffix}" for suffix in _PLANETOID_FILES]
+    missing = [f for f in files if not (raw_dir / f).is_file()]
+    if missing and not download:
+        why = f"{OFFLINE_ENV} is set" if is_offline() else "download=False"
+        raise FileNotFoundError(_missing_files(name, raw_dir, missing, f"not downloaded: {why}"))
+    try:
+        return Planetoid(root, name, transform=T.NormalizeFeatures())[0]
+    except Exception as e:  # noqa: BLE001 - a failed download becomes the missing-files error
+        if not missing or all((raw_dir / f).is_file() for f in files):
+            raise
+        reason = f"downloading them failed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+        raise FileNotFoundError(_missing_files(name, raw_dir, missing, reason)) from None
+
+
+def _missing_files(name: str, raw_dir: Path, missing: list[str], reason: str) -> str:
+    which = f"no Planetoid raw files in {raw_dir}/" if len(missing) == len(_PLANETOID_FILES) \
+        else f"Planetoid raw files missing in {raw_dir}/: {', '.join(missing)}"
+    return (f"{name}: {which}; {reason}. To run offline, copy the {len(_PLANETOID_FILES)} raw files "
+            f"ind.{name.lower()}.{{{','.join(_PLANETOID_FILES)}}} (from {_PLANETOID_URL}) into {raw_dir}/, "
+            f"or pass a root that holds {name}/raw/ (root= here, --root in the examples)")
+
+
+#: the relations of :func:`igbh_like`, ``(source, relation, destination)``, before their reverses
+IGBH_RELATIONS = (("paper", "cites", "paper"), ("paper", "written_by", "author"),
+                  ("author", "affiliated_to", "institute"), ("paper", "topic", "fos"))
+
+
+def igbh_like(num_papers: int = 1000, num_authors: int | None = None, num_institutes: int | None = None,
+              num_fos: int | None = None, num_features: int = 32, num_classes: int = 8,
+              avg_degree: float = 4.0, exponent: float = 1.0, featureless: tuple[str, ...] = (),
+              isolated: float = 0.0, without_reverse: tuple[str, ...] = ("cites",), seed: int = 0):
+    r"""A synthetic graph shaped like IGB-Heterogeneous (MLPerf's RGAT benchmark), no download.
+
+    Node types ``paper``, ``author``, ``institute``, ``fos``; relations ``cites``
+    (paper -> paper), ``written_by`` (paper -> author), ``affiliated_to`` (author -> institute),
+    ``topic`` (paper -> fos) and the reverse ``rev_<relation>`` of every relation not named in
+    ``without_reverse`` (so by default ``cites`` stays directed, as in IGBH).  Each relation has
+    about ``avg_degree`` edges per source node; both endpoints are drawn with probability
+
+    .. math:: p_i \propto (1 + \pi(i))^{-\mathrm{exponent}}
+
+    for a random permutation :math:`\pi` of each node type, so degrees follow a power law
+    (duplicates removed, self-loops of ``cites`` kept).  Papers carry ``x`` (a class centroid plus
+    noise), ``y`` and ``train_mask``/``val_mask``/``test_mask`` (50/25/25 %); the other types carry
+    random ``x``, except those in ``featureless`` (``num_nodes`` only: give them a
+    ``torch.nn.Embedding``).  The same ``seed`` gives the same graph.
+
+    Args:
+        num_papers: papers; the other sizes default to ``num_papers`` authors,
+            ``max(2, num_papers // 50)`` institutes and ``max(2, num_papers // 10)`` fields of study.
+        num_features: width of every ``x``.
+        num_classes: paper classes.
+        avg_degree: edges per source node of every relation.
+        exponent: the power law's exponent (0: uniform).
+        featureless: node types without ``x``.
+        isolated: fraction of every node type's nodes without any edge.
+        without_reverse: relations added without their reverse (directed relations).
+        seed: the generator's seed.
+
+    Returns:
+        a :class:`~torch_geometric.data.HeteroData`.
+    """
+    from torch_geometric.data import HeteroData
+    sizes = {"paper": num_papers, "author": num_papers if num_authors is None else num_authors,
+             "institute": max(2, num_papers // 50) if num_institutes is None else num_institutes,
+             "fos": max(2, num_papers // 10) if num_fos is None else num_fos}
+    unknown = sorted(set(featureless) - set(sizes))
+    if unknown or not 0 <= isolated < 1:
+        raise ValueError(f"igbh_like: featureless must name node types of {sorted(sizes)} (got {unknown}) and "
+                         f"isolated must be in [0, 1) (got {isolated})")
+    gen = torch.Generator().manual_seed(seed)
+    weights = {t: _power_law_weights(n, exponent, isolated, gen) for t, n in sizes.items()}
+    data = HeteroData()
+    for node_type, n in sizes.items():
+        data[node_type].num_nodes = n
+        if node_type not in featureless:
+            data[node_type].x = torch.randn(n, num_features, generator=gen)
+    y = torch.randint(0, num_classes, (num_papers,), generator=gen)
+    if "paper" not in featureless:
+        data["paper"].x += 2.0 * torch.randn(num_classes, num_features, generator=gen)[y]
+    data["paper"].y = y
+    split = torch.randperm(num_papers, generator=gen)
+    cuts = [num_papers // 2, 3 * num_papers // 4]
+    for name, part in zip(("train_mask", "val_mask", "test_mask"), split.tensor_split(cuts), strict=True):
+        data["paper"][name] = torch.zeros(num_papers, dtype=torch.bool).index_fill_(0, part, True)
+    for src, rel, dst in IGBH_RELATIONS:
+        edge_index = _power_law_edges(weights[src], weights[dst], int(avg_degree * sizes[src]), gen)
+        data[src, rel, dst].edge_index = edge_index
+        if rel not in without_reverse:
+            data[dst, f"rev_{rel}", src].edge_index = edge_index.flip(0)
+    return data
+
+
+def _power_law_weights(n: int, exponent: float, isolated: float, gen: torch.Generator) -> torch.Tensor:
+    """Sampling weights ``(1 + rank)^-exponent`` in a random order; a fraction ``isolated`` is 0."""
+    w = torch.empty(n)
+    w[torch.randperm(n, generator=gen)] = (1.0 + torch.arange(n, dtype=torch.float)) ** -exponent
+    w[torch.randperm(n, generator=gen)[:int(isolated * n)]] = 0.0
+    return w
+
+
+def _power_law_edges(src_w: torch.Tensor, dst_w: torch.Tensor, num_edges: int, gen: torch.Generator) -> torch.Tensor:
+    """``num_edges`` draws of (source, destination) by their weights, duplicates removed, sorted."""
+    if num_edges == 0 or float(src_w.sum()) == 0 or float(dst_w.sum()) == 0:
+        return torch.empty(2, 0, dtype=torch.long)
+    src = torch.multinomial(src_w, num_edges, replacement=True, generator=gen)
+    dst = torch.multinomial(dst_w, num_edges, replacement=True, generator=gen)
+    key = torch.unique(src * dst_w.numel() + dst)
+    return torch.stack([key // dst_w.numel(), key % dst_w.numel()])

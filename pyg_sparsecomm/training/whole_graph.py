@@ -1,0 +1,270 @@
+"""What a training loop over a shard needs so that it equals single-process training.
+
+Each rank computes its owned rows; the whole-graph loss is the sum over ranks
+of each rank's *sum* of per-node losses, divided by the *global* number of
+labelled nodes.  Backward through the halo exchanges delivers to every rank
+its share of the parameter gradient; summing the shares
+(``distribute(model)`` does it in backward; :func:`sync_gradients` for other modules) gives
+exactly the single-process gradient::
+
+    model = distribute(model)        # rank 0's parameters everywhere; gradients summed in backward
+    out = model(local.x, local.adj)
+    loss = distributed_loss(F.cross_entropy, out[local.train_mask], local.y[local.train_mask])
+    loss.backward()                  # p.grad: the sum of the ranks' shares
+    optimizer.step()
+    print(float(loss))               # the whole-graph loss, same on every rank
+
+Every rank must run the same forward/backward (also a rank with no labelled
+rows): the exchanges are collectives.
+"""
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from ..comm.collectives import all_reduce_value
+from ..comm.device_check import check_devices
+from ..comm.group import collective_device, global_rank, host_all_reduce, is_distributed
+from ..comm.peer_failure import failures_named
+from .grad_registry import is_synced, mark_normalised
+from .loss_reduction import local_terms
+from .per_rank import check_product
+
+
+class WholeGraphFloat(float):
+    """``loss.item()`` of a :class:`WholeGraphLoss`: a ``float``, which warns once when multiplied
+    by this rank's count (:mod:`~pyg_sparsecomm.training.per_rank`); a history of them saved with
+    ``torch.save`` loads with ``torch.load(weights_only=True)`` (an allowed global)."""
+
+    __slots__ = ()
+
+    def __mul__(self, other: Any) -> float:
+        check_product(self, other)
+        return float(self) * other
+
+    __rmul__ = __mul__
+
+
+torch.serialization.add_safe_globals([WholeGraphFloat])
+
+
+class WholeGraphLoss(Tensor):
+    """What :func:`distributed_loss` returns: a tensor whose *value* is the whole graph's loss (the
+    same on every rank) and whose *gradient* flows into this rank's share only.
+
+    A marker type: PyTorch keeps a subclass through ``detach()``, arithmetic (``a + 0.5 * b``) and
+    ``torch.stack``, so :func:`global_sum`, which would add the ranks' equal values ``P`` times,
+    can refuse it wherever it came from.  As a number it is a plain tensor's: ``f"{loss:.4f}"``
+    formats the value of a 0-dim one (``torch.Tensor.__format__``, which checks for the exact
+    class), and ``float(loss)`` / ``loss.item()`` read the detached value, without torch's warning
+    about converting a tensor that requires grad (the README prints ``float(loss)``).  Multiplied
+    by ``batch.batch_size`` (this rank's count) it warns once (:mod:`~pyg_sparsecomm.training.per_rank`).
+    """
+
+    def __format__(self, format_spec: str) -> str:
+        return self.detach().as_subclass(Tensor).__format__(format_spec)
+
+    def __float__(self) -> float:
+        return float(self.detach().as_subclass(Tensor))
+
+    def item(self) -> float:
+        return WholeGraphFloat(self.detach().as_subclass(Tensor).item())
+
+    def __mul__(self, other: Any) -> Tensor:
+        check_product(self, other)
+        return super().__mul__(other)
+
+    def __rmul__(self, other: Any) -> Tensor:
+        check_product(self, other)
+        return super().__rmul__(other)
+
+
+class _WholeGraphValue(torch.autograd.Function):
+    r"""Forward: :math:`\sum_r L_r`, the ranks' detached shares all-reduced on the group's collective
+    device (no host synchronisation); backward: the gradient passes to this rank's share
+    :math:`L_r` unchanged, so the ranks' parameter gradients still sum to the single-process one."""
+
+    @staticmethod
+    def forward(ctx, share: Tensor, group: dist.ProcessGroup | None) -> Tensor:
+        return all_reduce_value(share.detach().clone(), dist.ReduceOp.SUM, group, "distributed_loss")
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        return grad, None
+
+
+def global_sum(value, group: dist.ProcessGroup | None = None) -> Tensor:
+    """Sum of a (detached) scalar or tensor over all ranks (returned on the input's device).
+
+    Raises:
+        TypeError: for a :func:`distributed_loss` result (or anything computed from one), which
+            already holds the whole-graph value: summing it would give ``P`` times the loss.
+    """
+    if isinstance(value, WholeGraphLoss):
+        raise TypeError("global_sum: distributed_loss already returns the whole-graph loss (the same on every "
+                        "rank, no longer this rank's share): use float(loss) instead of global_sum(loss), "
+                        "which would add it up once per rank")
+    t = torch.as_tensor(value.detach() if isinstance(value, Tensor) else value).clone()
+    return all_reduce_value(t, dist.ReduceOp.SUM, group, "global_sum")
+
+
+def global_count(mask_or_count, group: dist.ProcessGroup | None = None) -> int:
+    """Number of selected rows over all ranks (a bool mask, an index tensor or an int).
+
+    Counts travel as host integers (:func:`~pyg_sparsecomm.comm.group.host_all_reduce`), so an
+    ``int`` count never waits for a device; a bool mask is counted on its device first."""
+    if isinstance(mask_or_count, Tensor):
+        local = int(mask_or_count.sum()) if mask_or_count.dtype == torch.bool else mask_or_count.numel()
+    else:
+        local = int(mask_or_count)
+    return host_all_reduce([local], group=group)[0] if is_distributed(group) else local
+
+
+def distributed_loss(loss_fn: Callable[..., Tensor] | torch.nn.Module, input: Tensor, target: Tensor,
+                     group: dist.ProcessGroup | None = None, **kwargs) -> WholeGraphLoss:
+    r"""The whole-graph loss, whose gradient is this rank's share of the single-process gradient.
+
+    .. math::
+        L_r = \frac{1}{\sum_s d_s} \sum_{i \in \text{rows}_r} \ell(x_i, y_i), \qquad
+        L = \sum_r L_r = \text{the single-process mean loss},
+
+    where :math:`d_s` is what the loss's own mean divides by on rank :math:`s`'s rows: their
+    number (their elements for an elementwise loss of ``[n, C]`` targets; for ``cross_entropy`` /
+    ``nll_loss`` the targets other than ``ignore_index``, weighted by ``weight``: see
+    :mod:`~pyg_sparsecomm.training.loss_reduction`).
+
+    The returned value is :math:`L` on every rank (``float(loss)`` prints the single-process
+    loss; no :func:`global_sum`), its gradient :math:`\partial L_r`: the ranks' summed gradient
+    shares are the single-process gradient.  Losses combine as usual (``a + 0.5 * b``: value
+    and gradient both right).  A plain ``loss_fn(...)`` (a local *mean*) would make the
+    gradients about ``P`` times too large: a ``distribute()``d model warns when backward does not
+    pass through this function's result.
+
+    Args:
+        loss_fn (callable or torch.nn.Module): a PyTorch loss function taking ``reduction=``
+            (``F.cross_entropy``, ``F.binary_cross_entropy_with_logits``, ...) or a loss module
+            of ``torch.nn`` (``torch.nn.BCEWithLogitsLoss(pos_weight=w)``), whose own arguments
+            and ``reduction`` hold (``"mean"``: the global mean; ``"sum"``: the global sum).
+        input (Tensor): this rank's scored rows (``out[local.train_mask]``).
+        target (Tensor): their targets.
+        group (ProcessGroup, optional): the ranks the rows are spread over. (default: all)
+        **kwargs (optional): passed to a function ``loss_fn`` (``weight=``, ``ignore_index=``,
+            ``label_smoothing=``, ``reduction="sum"``, ...).
+
+    Returns:
+        a scalar :class:`WholeGraphLoss` (a :class:`~torch.Tensor`).
+
+    Two collectives per call, neither waiting for the device: the denominator is agreed (a host
+    integer all-reduce when the shapes give it; an all-reduce on the device when the targets do,
+    for ``cross_entropy`` and ``nll_loss``), not cached, since with mini-batches a peer's rows
+    change while this rank's may not; then the value is all-reduced on the group's device.
+    """
+    total, denominator = local_terms(loss_fn, input, target, kwargs)
+    if denominator is not None:
+        total = (total / _global_denominator(denominator, total.dtype, group)).to(total.dtype)
+    share = mark_normalised(total)
+    return _WholeGraphValue.apply(share, group).as_subclass(WholeGraphLoss)
+
+
+def _global_denominator(count: int | Tensor, dtype: torch.dtype, group: dist.ProcessGroup | None) -> int | Tensor:
+    """The sum of every rank's ``count`` (at least 1, as the loss of no rows is 0), to divide a loss
+    of ``dtype`` by: an ``int`` for a host count, else a tensor of at least ``float32`` precision."""
+    if not isinstance(count, Tensor):
+        return max(global_count(count, group), 1)
+    count = all_reduce_value(count.to(torch.float64), dist.ReduceOp.SUM, group, "distributed_loss")
+    return torch.where(count == 0, 1.0, count).to(torch.promote_types(dtype, torch.float32))
+
+
+def sync_gradients(module: torch.nn.Module, group: dist.ProcessGroup | None = None) -> None:
+    """Sums parameter gradients over ranks, in one flat all-reduce.
+
+    A parameter without a gradient on this rank contributes zeros, so ranks
+    never disagree about the collective's size.  Parameters of a ``distribute()``d model are
+    skipped: their gradients were summed in backward (so calling this as well never sums twice).
+    """
+    if not is_distributed(group):
+        return
+    params = [p for p in module.parameters() if p.requires_grad and not is_synced(p)]
+    if not params:
+        return
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    check_devices("sync_gradients", group, flat)
+    with failures_named("sync_gradients", group):
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group)
+    offset = 0
+    for p in params:
+        n = p.numel()
+        p.grad = flat[offset:offset + n].view_as(p).clone()
+        offset += n
+
+
+def global_accuracy(pred: Tensor, target: Tensor, group: dist.ProcessGroup | None = None) -> float:
+    """Fraction of correct predictions over the rows of all ranks."""
+    correct = global_sum(torch.tensor(float((pred == target).sum()), dtype=torch.float64), group)
+    total = global_count(pred.numel(), group)
+    return float(correct) / max(total, 1)
+
+
+def gather_nodes(tensor: Tensor, local, dst: int | None = 0,
+                 group: dist.ProcessGroup | None = None) -> Tensor | None:
+    """Rows of every rank's shard (outputs, predictions, embeddings) in global node order.
+
+    Row ``i`` of ``tensor`` belongs to global node ``local.n_id[i]``; the result holds row
+    ``v`` for node ``v`` of the whole graph, as a single-process model's output would, e.g. for
+    OGB's ``Evaluator`` or a CSV::
+
+        pred = gather_nodes(model(data.x, data.edge_index).argmax(-1), data)
+        if pred is not None:                    # rank 0
+            evaluator.eval({"y_true": y_true, "y_pred": pred.unsqueeze(-1)})
+
+    A collective: every rank calls it.  (For metrics every rank needs, e.g. an LR scheduler's
+    or early stopping's value, :func:`global_accuracy` and :func:`global_sum` are cheaper.)
+
+    Args:
+        tensor: ``[local.num_nodes, ...]``, this rank's rows in shard order.
+        local: the shard (anything with ``n_id`` and ``global_num_nodes``).
+        dst: the rank (of ``group``) that receives the result; ``None``: every rank.
+        group: the ranks holding the shards (default: all).
+
+    Returns:
+        ``[global_num_nodes, ...]`` on ``dst`` (every rank if ``dst is None``), ``None`` elsewhere.
+    """
+    n_id = local.n_id
+    if tensor.size(0) != n_id.numel():
+        raise ValueError(f"gather_nodes: tensor has {tensor.size(0)} rows but the shard holds {n_id.numel()} "
+                         f"nodes (local.n_id): pass this rank's rows, e.g. model(data.x, data.edge_index)")
+    num_nodes = int(local.global_num_nodes)
+    if not is_distributed(group) or dist.get_world_size(group) == 1:
+        out = tensor.new_zeros((num_nodes, *tensor.shape[1:]))
+        out[n_id.to(tensor.device)] = tensor.detach()
+        return out
+    device = collective_device(group) or tensor.device
+    world_size = dist.get_world_size(group)
+    counts = [torch.zeros(1, dtype=torch.long, device=device) for _ in range(world_size)]
+    with failures_named("gather_nodes", group):
+        dist.all_gather(counts, torch.tensor([n_id.numel()], device=device), group=group)
+    width = max(int(c) for c in counts)
+    rows = torch.zeros((width, *tensor.shape[1:]), dtype=tensor.dtype, device=device)
+    rows[:n_id.numel()] = tensor.detach().to(device)
+    ids = torch.full((width,), -1, dtype=torch.long, device=device)
+    ids[:n_id.numel()] = n_id.to(device)
+    receives = dst is None or dist.get_rank(group) == dst
+    all_rows = [torch.empty_like(rows) for _ in range(world_size)] if receives else None
+    all_ids = [torch.empty_like(ids) for _ in range(world_size)] if receives else None
+    with failures_named("gather_nodes", group):
+        if dst is None:
+            dist.all_gather(all_rows, rows, group=group)
+            dist.all_gather(all_ids, ids, group=group)
+        else:  # only dst holds the whole graph's rows (every rank would with all_gather)
+            dist.gather(rows, all_rows, dst=global_rank(group, dst), group=group)
+            dist.gather(ids, all_ids, dst=global_rank(group, dst), group=group)
+    if all_rows is None or all_ids is None:
+        return None
+    out = tensor.new_zeros((num_nodes, *tensor.shape[1:]))
+    for r in range(world_size):
+        count = int(counts[r])
+        out[all_ids[r][:count].to(out.device)] = all_rows[r][:count].to(out.device)
+    return out
