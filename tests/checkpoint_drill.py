@@ -1,4 +1,4 @@
-"""The checkpoint drill, run by ``tests/test_checkpoint.py`` under ``torchrun --max-restarts=1``.
+"""The checkpoint drill, run by ``tests/checkpoint/test_checkpoint.py`` under ``torchrun --max-restarts=1``.
 
 ``python checkpoint_drill.py OUT [CONFIG ...]``: for every configuration (full-graph training with
 exact halos and torch dropout, int8 halos, ``staleness=1``, ``NodeDropout``, and mini-batch
@@ -15,7 +15,7 @@ writes ``OUT/<config>.json``: the reference losses, the resumed run's losses (th
 resume point come from the checkpoint's ``extra``), the step resumed from, and
 ``OUT/<config>-final.pt``: the final parameters and optimizer state.  Every rank of every attempt
 also appends ``attempt rank sum`` to ``OUT/joins.txt`` once it joined (``sum``: an all-reduce of
-ones); on the second attempt rank 1 joins 3 s late (tests/test_attempts.py).  Mini-batch steps are batches
+ones); on the second attempt rank 1 joins 3 s late (tests/launch/test_attempts.py).  Mini-batch steps are batches
 (8 per epoch): the kill falls in the middle of the second epoch.
 """
 import json

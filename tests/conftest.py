@@ -76,7 +76,7 @@ def pytest_collection_modifyitems(items):
 def drill(tmp_path_factory) -> Path:
     """The output folder of one real ``torchrun --max-restarts=1`` run of ``checkpoint_drill.py``
     (every configuration; rank 1 dies once, the job restarts and resumes), shared by
-    tests/test_checkpoint.py and tests/test_attempts.py: a torchrun job starts five interpreters."""
+    tests/checkpoint/test_checkpoint.py and tests/launch/test_attempts.py: a torchrun job starts five interpreters."""
     from checkpoint_drill import CONFIGS
     from torchrun_job import torchrun
     out = tmp_path_factory.mktemp("drill")

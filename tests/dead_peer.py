@@ -1,7 +1,7 @@
 """A peer that dies mid-job: what the surviving rank sees, and how soon — on gloo, where the waiting
 call raises.  On NCCL the process group's watchdog aborts the surviving process instead (no
 exception to catch; ``runtime.nccl_failure_env``, README "Errors instead of hangs"), which a CPU
-suite cannot run: ``tests/test_runtime_nccl.py`` checks the settings."""
+suite cannot run: ``tests/launch/test_runtime_nccl.py`` checks the settings."""
 import time
 from collections.abc import Callable
 from pathlib import Path

@@ -1,4 +1,4 @@
-"""Run by ``tests/test_elastic.py`` under an elastic ``torchrun --nnodes 1:2`` job of two agents
+"""Run by ``tests/launch/test_elastic.py`` under an elastic ``torchrun --nnodes 1:2`` job of two agents
 ("nodes"), one worker each: ``python elastic_worker.py OUT [--allow-repartition]``.
 
 First attempt (2 ranks; if the first round of the rendezvous closed before node B joined, node

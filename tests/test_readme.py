@@ -14,8 +14,8 @@
 ``torchrun ... SCRIPT ARGS`` runs SCRIPT with ARGS on as many processes with torchrun's
 environment (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ...), forked from the tests' warm fork
 server instead of spawned by torchrun (a spawned rank spends seconds importing torch and PyG;
-the real launcher runs the README's main job in tests/test_training.py and restarts jobs in
-tests/test_attempts.py, tests/test_checkpoint.py and tests/test_elastic.py). Scripts that take
+the real launcher runs the README's main job in tests/training/test_training.py and restarts jobs in
+tests/launch/test_attempts.py, tests/checkpoint/test_checkpoint.py and tests/launch/test_elastic.py). Scripts that take
 ``--epochs`` run ``EPOCHS`` epochs: the one change to the commands as written, so that each
 training command costs its set-up and a few steps.
 """

@@ -2,8 +2,8 @@
 as the uninterrupted run, bitwise (losses and accuracies), at P = 2 in one launch: train_gcn.py
 (``NodeDropout``), train_gnn.py (GraphSAGE with torch dropout) and train_minibatch.py resumed in
 the middle of an epoch; a checkpoint of that 2-rank run is refused at P = 1 without
-``--allow-repartition``, naming the option.  (Restarts by torchrun itself: tests/test_checkpoint.py;
-an elastic job resuming at another world size with the option: tests/test_elastic.py.)"""
+``--allow-repartition``, naming the option.  (Restarts by torchrun itself: tests/checkpoint/test_checkpoint.py;
+an elastic job resuming at another world size with the option: tests/launch/test_elastic.py.)"""
 import copy
 import functools
 import sys
@@ -16,7 +16,7 @@ from pyg_sparsecomm import checkpoint
 from pyg_sparsecomm.graph.datasets import load_dataset
 from pyg_sparsecomm.testing import launch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 import train_gcn  # noqa: E402
 import train_gnn  # noqa: E402
 import train_minibatch  # noqa: E402

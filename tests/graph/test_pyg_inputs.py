@@ -160,7 +160,7 @@ def _hetero():
 
 
 def test_unpartitioned_hetero_data_is_refused_naming_the_partitioner(tmp_path):
-    # a partitioned HeteroData saves (tests/test_store_hetero.py); an unpartitioned one names the fix
+    # a partitioned HeteroData saves (tests/store/test_store_hetero.py); an unpartitioned one names the fix
     with pytest.raises(ValueError, match=r"node type\(s\) \['paper', 'author'\] have no partition: apply "
                                          r"SparsityAwarePartitioner"):
         save_partition(_hetero(), tmp_path)

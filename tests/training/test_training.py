@@ -16,7 +16,7 @@ from pyg_sparsecomm.comm import ProcessGrid
 from pyg_sparsecomm.graph.datasets import load_dataset
 from pyg_sparsecomm.testing import launch
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 sys.path.insert(0, str(EXAMPLES))
 import train_gcn  # noqa: E402
 

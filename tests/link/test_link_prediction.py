@@ -33,7 +33,7 @@ from pyg_sparsecomm.link import (
 )
 from pyg_sparsecomm.testing import launch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 import train_link  # noqa: E402
 
 N, FEATURES, HIDDEN, OUT, LR = 60, 6, 16, 8, 0.02

@@ -24,7 +24,7 @@ from pyg_sparsecomm import checkpoint, partition_and_shard, shard
 from pyg_sparsecomm.checkpoint import directory as layout
 from pyg_sparsecomm.testing import launch
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))

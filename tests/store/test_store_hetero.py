@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).parent / "nn"))
+sys.path.insert(0, str(Path(__file__).parents[1] / "nn"))
 from test_hetero_models import make_graph  # noqa: E402
 from test_hetero_training import build, train  # noqa: E402
 

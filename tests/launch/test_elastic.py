@@ -6,7 +6,7 @@ node B (its agent and its worker, SIGKILL); node A's worker fails in its next co
 restarts it (``--max-restarts 1``) and the rendezvous completes with A alone once B's keep-alive
 expired: world size 1.  With ``--allow-repartition`` the 1-rank job resumes the 2-rank checkpoint
 (re-partitioned) from the same parameters and its loss curve continues as an uninterrupted run's.
-(Without the option the example refuses such a checkpoint naming it: tests/test_checkpoint_examples.py,
+(Without the option the example refuses such a checkpoint naming it: tests/checkpoint/test_checkpoint_examples.py,
 in one process group rather than a second elastic job of five interpreters.)
 
 The rendezvous settings: ``keep_alive_interval=1,keep_alive_max_attempt=5`` (a node without
@@ -35,7 +35,7 @@ import pytest
 import torch
 from torchrun_job import free_port
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parents[1]  # tests/
 ROOT = HERE.parent
 RDZV = "join_timeout=60,last_call_timeout=3,close_timeout=10,keep_alive_interval=1,keep_alive_max_attempt=5"
 DEADLINE = 240.0   # seconds for a whole job (its phases are bounded by the timeouts above)

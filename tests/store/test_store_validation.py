@@ -12,7 +12,7 @@ from graphs import make_cases
 from pyg_sparsecomm import SparsityAwarePartitioner, graph_fingerprint, load_shard, save_partition, shard
 from pyg_sparsecomm.store.files import partition_source
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def _graph():
