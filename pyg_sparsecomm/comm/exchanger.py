@@ -20,7 +20,7 @@ and reused every epoch, compressing them would save bytes once but freeze one ro
 into every step.
 """
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -28,6 +28,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from ..plan.homogeneous import RankPlan
+from .exchange_site import ExchangeSite
 from .halo import halo_exchange, halo_reduce
 from .halo_options import EXACT, ExchangeSlots, HaloOptions
 from .stale import is_training, stale_halo_exchange
@@ -36,8 +37,7 @@ from .stale import is_training, stale_halo_exchange
 _KEEP: Any = object()
 
 
-@dataclass(frozen=True, eq=False)
-class HaloExchanger:
+class HaloExchanger(ExchangeSite):
     r"""Halo exchanges of one shard, under one layer's options.
 
     Row :math:`k` of the halo is row ``plan.halo_remote_index[k]`` of the owned rows of rank
@@ -57,14 +57,6 @@ class HaloExchanger:
         - :meth:`exchange`: ``[num_owned, *] -> [halo_size, *]``
         - :meth:`reduce`: ``[num_owned + halo_size, *] -> [num_owned, *]``
     """
-    plan: RankPlan
-    group: dist.ProcessGroup | None = None
-    options: HaloOptions = EXACT
-    slots: ExchangeSlots | None = None
-
-    def __post_init__(self) -> None:
-        if self.options is None:  # frozen: set through object.__setattr__
-            object.__setattr__(self, "options", EXACT)
 
     def bind(self, plan: RankPlan = _KEEP, group: dist.ProcessGroup | None = _KEEP,
              options: HaloOptions | None = _KEEP, slots: ExchangeSlots | None = _KEEP) -> "HaloExchanger":
@@ -108,10 +100,10 @@ class HaloExchanger:
         """
         options = self.options
         if options.exact:
-            return halo_exchange(x, self)
+            return halo_exchange(x, self.plan, self.group)
         if options.staleness:
             return stale_halo_exchange(x, self, key)
-        return halo_exchange(x, self, options.precision, options.grad_precision)
+        return halo_exchange(x, self.plan, self.group, options.precision, options.grad_precision)
 
     def exchange_many(self, tensors: list[Tensor], key: str = "x") -> list[Tensor]:
         """:meth:`exchange` of several tensors in one exchange per dtype.
@@ -151,4 +143,4 @@ class HaloExchanger:
             - **input:** ``[num_owned + halo_size, *]``
             - **output:** ``[num_owned, *]``
         """
-        return halo_reduce(x_ext, self)
+        return halo_reduce(x_ext, self.plan, self.group)

@@ -25,7 +25,7 @@ from .peer_failure import failures_named
 from .quantize import decode_rows, encode_rows
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .exchanger import HaloExchanger
+    from ..plan.homogeneous import RankPlan
 
 
 def start_all_to_all_rows(send: Tensor, send_counts: list[int], recv_counts: list[int],
@@ -115,18 +115,18 @@ def encode_together(rows: Tensor, precision: str | None, group, index: Tensor | 
                           flag_first=True)
 
 
-def _to_halo(x: Tensor, exchanger: "HaloExchanger", precision: str | None = None) -> Tensor:
+def _to_halo(x: Tensor, plan: "RankPlan", group: dist.ProcessGroup | None,
+             precision: str | None = None) -> Tensor:
     """The forward exchange: the rows of ``x`` every peer needs, received as this rank's halo
     (travelling in ``precision``, :mod:`~pyg_sparsecomm.comm.quantize`; ``None``: exact)."""
-    plan, group = exchanger.plan, exchanger.group
     send = encode_together(x, precision, group, plan.send_index)
     return decode_rows(all_to_all_rows(send, plan.send_counts, plan.recv_counts, group, "halo"), x, precision)
 
 
-def _to_owners(halo: Tensor, into: Tensor, exchanger: "HaloExchanger", precision: str | None = None) -> Tensor:
+def _to_owners(halo: Tensor, into: Tensor, plan: "RankPlan", group: dist.ProcessGroup | None,
+               precision: str | None = None) -> Tensor:
     """The reverse exchange: halo rows travel back to their owners (in ``precision``) and are
     summed into ``into``."""
-    plan, group = exchanger.plan, exchanger.group
     payload = encode_together(halo, precision, group)
     back = all_to_all_rows(payload, plan.recv_counts, plan.send_counts, group, "halo_grad")
     return into.index_add_(0, plan.send_index, decode_rows(back, halo, precision))
@@ -134,20 +134,20 @@ def _to_owners(halo: Tensor, into: Tensor, exchanger: "HaloExchanger", precision
 
 class _HaloExchange(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x: Tensor, exchanger: "HaloExchanger", precision: str | None,
+    def forward(ctx, x: Tensor, plan: "RankPlan", group: dist.ProcessGroup | None, precision: str | None,
                 grad_precision: str | None) -> Tensor:
-        ctx.exchanger, ctx.num_owned, ctx.grad_precision = exchanger, x.size(0), grad_precision
-        return _to_halo(x, exchanger, precision)
+        ctx.plan, ctx.group, ctx.num_owned, ctx.grad_precision = plan, group, x.size(0), grad_precision
+        return _to_halo(x, plan, group, precision)
 
     @staticmethod
     def backward(ctx, grad_halo: Tensor):
         # the rounding of the forward is passed straight through (its expectation is the identity)
         zeros = grad_halo.new_zeros((ctx.num_owned,) + tuple(grad_halo.shape[1:]))
-        return _to_owners(grad_halo, zeros, ctx.exchanger, ctx.grad_precision), None, None, None
+        return _to_owners(grad_halo, zeros, ctx.plan, ctx.group, ctx.grad_precision), None, None, None, None
 
 
-def halo_exchange(x: Tensor, exchanger: "HaloExchanger", precision: str | None = None,
-                  grad_precision: str | None = None) -> Tensor:
+def halo_exchange(x: Tensor, plan: "RankPlan", group: dist.ProcessGroup | None = None,
+                  precision: str | None = None, grad_precision: str | None = None) -> Tensor:
     """Returns the ``[halo_size, ...]`` rows of ``x`` that this rank's adjacency needs.
 
     ``x`` holds this rank's owned rows.  Differentiable: gradients flow back to
@@ -160,19 +160,19 @@ def halo_exchange(x: Tensor, exchanger: "HaloExchanger", precision: str | None =
 
     Args:
         x (torch.Tensor): ``[num_owned, *]`` owned rows.
-        exchanger (HaloExchanger): the plan and process group of the exchange (its options
-            are not read here).
+        plan (RankPlan): this rank's plan (which rows it sends and receives).
+        group (torch.distributed.ProcessGroup, optional): the exchange's process group.
+            (default: :obj:`None`, the default group)
         precision (str, optional): wire format of the rows. (default: :obj:`None`)
         grad_precision (str, optional): wire format of their gradients. (default: :obj:`None`)
     """
-    plan = exchanger.plan
     if x.size(0) != plan.num_owned:
         raise ValueError(f"halo_exchange: x has {x.size(0)} rows but this rank owns {plan.num_owned}")
     if plan.world_size == 1:
         return x.new_empty((0,) + tuple(x.shape[1:]))
     if not x.is_floating_point():
         precision = grad_precision = None
-    return _HaloExchange.apply(x, exchanger, precision, grad_precision)
+    return _HaloExchange.apply(x, plan, group, precision, grad_precision)
 
 
 class _HaloReduce(torch.autograd.Function):
@@ -181,28 +181,33 @@ class _HaloReduce(torch.autograd.Function):
     the reverse direction, although it runs in the forward pass.)"""
 
     @staticmethod
-    def forward(ctx, owned: Tensor, halo: Tensor, exchanger: "HaloExchanger") -> Tensor:
-        ctx.exchanger = exchanger
-        return _to_owners(halo, owned.clone(), exchanger)
+    def forward(ctx, owned: Tensor, halo: Tensor, plan: "RankPlan", group: dist.ProcessGroup | None) -> Tensor:
+        ctx.plan, ctx.group = plan, group
+        return _to_owners(halo, owned.clone(), plan, group)
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        return grad, _to_halo(grad, ctx.exchanger), None
+        return grad, _to_halo(grad, ctx.plan, ctx.group), None, None
 
 
-def halo_reduce(x_ext: Tensor, exchanger: "HaloExchanger") -> Tensor:
+def halo_reduce(x_ext: Tensor, plan: "RankPlan", group: dist.ProcessGroup | None = None) -> Tensor:
     r"""Folds values over ``[owned | halo]`` columns into the owners' rows.
 
     Row ``c`` of the result is ``x_ext[c]`` plus every peer's ``x_ext`` row of the halo
     column that is this rank's node ``c``: the sum over all ranks of a per-column partial
     (e.g. a node's out-degree, whose edges live on the ranks owning their targets).
     Differentiable; the adjoint of :func:`halo_exchange`.
+
+    Args:
+        x_ext (torch.Tensor): ``[num_owned + halo_size, *]`` values over this rank's columns.
+        plan (RankPlan): this rank's plan.
+        group (torch.distributed.ProcessGroup, optional): the exchange's process group.
+            (default: :obj:`None`, the default group)
     """
-    plan = exchanger.plan
     if x_ext.size(0) != plan.num_owned + plan.halo_size:
         raise ValueError(f"halo_reduce: x has {x_ext.size(0)} rows, expected owned + halo = "
                          f"{plan.num_owned + plan.halo_size}")
     owned, halo = x_ext[:plan.num_owned], x_ext[plan.num_owned:]
     if plan.world_size == 1:
         return owned
-    return _HaloReduce.apply(owned, halo, exchanger)
+    return _HaloReduce.apply(owned, halo, plan, group)

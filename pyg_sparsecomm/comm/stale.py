@@ -30,7 +30,7 @@ and leaves the pipeline alone.  The payload passes through a :class:`RowCodec` (
 a compressed wire format plugs in there).
 """
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -38,12 +38,10 @@ from torch import Tensor
 
 from ..plan.homogeneous import RankPlan
 from .counters import Stopwatch, comm_counter
+from .exchange_site import ExchangeSite
 from .group import dedicated_group, raise_together
 from .halo import halo_exchange, start_all_to_all_rows
 from .quantize import decode_rows, encode_rows
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .exchanger import HaloExchanger
 
 #: starts a non-blocking row exchange: ``(send, send_counts, recv_counts, group, kind) -> (recv, work)``
 StartExchange = Callable[..., tuple[Tensor, Any]]
@@ -196,7 +194,7 @@ class StaleHalo:
     of the previous training step, and the exchanges of this step in flight.
 
     Args:
-        exchanger (HaloExchanger): the plan, process group and options of the call site (every
+        exchanger (ExchangeSite): the plan, process group and options of the call site (every
             later call must use the same plan and group; pipelined exchanges run on
             :func:`pipeline_group` over the group's ranks; ``options.stale_smoothing`` is
             ``γ``, ``options.precision`` / ``grad_precision`` the payload formats).
@@ -204,7 +202,7 @@ class StaleHalo:
             point-to-point to the peers with rows). (default: :func:`start_all_to_all_rows`)
     """
 
-    def __init__(self, exchanger: "HaloExchanger", start: StartExchange = start_all_to_all_rows) -> None:
+    def __init__(self, exchanger: ExchangeSite, start: StartExchange = start_all_to_all_rows) -> None:
         self.plan, self.group, self.start = exchanger.plan, exchanger.group, start
         self.pipe_group = pipeline_group(self.group)
         codec, grad_codec = payload_codecs(exchanger.options)
@@ -213,7 +211,7 @@ class StaleHalo:
         self.grads = _Pipe(grad_codec, gamma, "halo_grad", start, self.pipe_group, self.group)
         self.row_shape: tuple[tuple[int, ...], torch.dtype] | None = None
 
-    def check(self, x: Tensor, exchanger: "HaloExchanger", start: StartExchange = start_all_to_all_rows) -> None:
+    def check(self, x: Tensor, exchanger: ExchangeSite, start: StartExchange = start_all_to_all_rows) -> None:
         """Raises unless ``x``, the exchanger's plan and group and ``start`` are those of the previous steps."""
         plan, group = exchanger.plan, exchanger.group
         if plan is not self.plan and not same_plan(plan, self.plan):
@@ -286,7 +284,7 @@ def is_training(slots: Any) -> bool:
     return torch.is_grad_enabled() and bool(getattr(slots, "training", True))
 
 
-def stale_halo_exchange(x: Tensor, exchanger: "HaloExchanger", key: str = "x",
+def stale_halo_exchange(x: Tensor, exchanger: ExchangeSite, key: str = "x",
                         start: StartExchange = start_all_to_all_rows) -> Tensor:
     r"""The halo rows of ``x`` under ``staleness=1`` (see the module docstring for the math).
 
@@ -299,7 +297,7 @@ def stale_halo_exchange(x: Tensor, exchanger: "HaloExchanger", key: str = "x",
 
     Args:
         x (torch.Tensor): owned rows.
-        exchanger (HaloExchanger): the plan (the same, or an equal, one at every step), process
+        exchanger (ExchangeSite): the plan (the same, or an equal, one at every step), process
             group, options (``stale_smoothing``, precisions) and slots (the pipeline lives in
             ``slots[key]``) of the call site.
         key (str, optional): the call site's name within the layer (numbered per call by
@@ -318,7 +316,7 @@ def stale_halo_exchange(x: Tensor, exchanger: "HaloExchanger", key: str = "x",
     if x.size(0) != plan.num_owned:
         raise ValueError(f"stale_halo_exchange: x has {x.size(0)} rows but this rank owns {plan.num_owned}")
     if plan.world_size == 1 or not is_training(slots):
-        return halo_exchange(x, exchanger)
+        return halo_exchange(x, plan, exchanger.group)
     if slots is None:
         raise ValueError("staleness needs the layer's ExchangeSlots (the previous step's halos live there)")
     key = slots.call_site(key) if hasattr(slots, "call_site") else key

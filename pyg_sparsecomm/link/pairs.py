@@ -31,7 +31,6 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from ..comm.exchanger import HaloExchanger
 from ..comm.group import raise_together
 from ..comm.group import rank as group_rank
 from ..comm.group import world_size as group_world_size
@@ -87,7 +86,7 @@ class DistributedPairs:
             raise ValueError(f"DistributedPairs.gather: z has {z.size(0)} rows but this rank owns "
                              f"{self.plan.num_owned} nodes: pass the encoder's output on this rank's shard, "
                              f"model(local.x, local.adj)")
-        halo = halo_exchange(z, HaloExchanger(self.plan, self.group))
+        halo = halo_exchange(z, self.plan, self.group)
         rows = torch.cat([z, halo])  # also when empty: the halo's backward is a collective every rank joins
         index = self.index.to(z.device)
         return rows.index_select(0, index[0]), rows.index_select(0, index[1])
