@@ -126,11 +126,14 @@ def load_dataset(name: str, root: str = "data", seed: int = 0, barrier: bool = T
 
     Args:
         name (str): ``"SBM"``, ``"Cora"``, ``"CiteSeer"`` or ``"PubMed"``.
-        root (str): the Planetoid root; the raw files are ``root/<name>/raw/ind.<name>.*``.
-        seed (int): the SBM graph's seed.
-        barrier (bool): rank 0 first under a process group (every rank must call it then).
+        root (str, optional): the Planetoid root; the raw files are ``root/<name>/raw/ind.<name>.*``.
+            (default: :obj:`"data"`)
+        seed (int, optional): the SBM graph's seed. (default: :obj:`0`)
+        barrier (bool, optional): rank 0 first under a process group (every rank must call it then).
+            (default: :obj:`True`)
         download (bool, optional): fetch missing raw files with PyG's ``Planetoid``.  ``None``:
             yes, unless the environment sets ``PYG_SPARSECOMM_OFFLINE`` (:data:`OFFLINE_ENV`).
+            (default: :obj:`None`)
 
     Raises:
         ValueError: an unknown ``name``.
@@ -204,16 +207,19 @@ def igbh_like(num_papers: int = 1000, num_authors: int | None = None, num_instit
     ``torch.nn.Embedding``).  The same ``seed`` gives the same graph.
 
     Args:
-        num_papers: papers; the other sizes default to ``num_papers`` authors,
-            ``max(2, num_papers // 50)`` institutes and ``max(2, num_papers // 10)`` fields of study.
-        num_features: width of every ``x``.
-        num_classes: paper classes.
-        avg_degree: edges per source node of every relation.
-        exponent: the power law's exponent (0: uniform).
-        featureless: node types without ``x``.
-        isolated: fraction of every node type's nodes without any edge.
-        without_reverse: relations added without their reverse (directed relations).
-        seed: the generator's seed.
+        num_papers (int, optional): papers. (default: :obj:`1000`)
+        num_authors (int, optional): authors. (default: ``num_papers``)
+        num_institutes (int, optional): institutes. (default: ``max(2, num_papers // 50)``)
+        num_fos (int, optional): fields of study. (default: ``max(2, num_papers // 10)``)
+        num_features (int, optional): width of every ``x``. (default: :obj:`32`)
+        num_classes (int, optional): paper classes. (default: :obj:`8`)
+        avg_degree (float, optional): edges per source node of every relation. (default: :obj:`4.0`)
+        exponent (float, optional): the power law's exponent (0: uniform). (default: :obj:`1.0`)
+        featureless (tuple[str, ...], optional): node types without ``x``. (default: :obj:`()`)
+        isolated (float, optional): fraction of every node type's nodes without any edge. (default: :obj:`0.0`)
+        without_reverse (tuple[str, ...], optional): relations added without their reverse (directed relations).
+            (default: :obj:`('cites',)`)
+        seed (int, optional): the generator's seed. (default: :obj:`0`)
 
     Returns:
         a :class:`~torch_geometric.data.HeteroData`.

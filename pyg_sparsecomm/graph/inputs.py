@@ -56,10 +56,10 @@ def adj_t_to_edge_index(adj_t: Any, num_nodes: int, who: str = "adj_t") -> tuple
     r"""``(edge_index, edge_weight)`` of a transposed adjacency ``adj_t``.
 
     Args:
-        adj_t: a torch sparse CSR/CSC/COO tensor or a ``torch_sparse.SparseTensor`` of shape
+        adj_t (Any): a torch sparse CSR/CSC/COO tensor or a ``torch_sparse.SparseTensor`` of shape
             ``[num_nodes, num_nodes]``; ``adj_t[i, j]`` is the edge :math:`j \to i`.
-        num_nodes: the number of nodes of the graph.
-        who: the caller, named in errors.
+        num_nodes (int): the number of nodes of the graph.
+        who (str, optional): the caller, named in errors. (default: :obj:`"adj_t"`)
 
     Shapes:
         - **output:** ``edge_index`` :math:`(2, |\mathcal{E}|)` in ``adj_t``'s storage order,

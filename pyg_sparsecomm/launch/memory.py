@@ -60,7 +60,13 @@ def peak_memory_per_rank(device: torch.device | str | None = None,
 
 def peak_memory_report(device: torch.device | str | None = None, group: dist.ProcessGroup | None = None) -> str:
     """One line: ``peak memory per rank: 0: 512.3 MB, 1: 498.0 MB`` (plus ``CUDA ...`` on GPUs).
-    Collective under a process group: every rank must call it."""
+    Collective under a process group: every rank must call it.
+
+    Args:
+        device (torch.device or str, optional): the device whose CUDA peak to add (none for the CPU).
+            (default: :obj:`None`)
+        group (torch.distributed.ProcessGroup, optional): the ranks to report. (default: all ranks)
+    """
     cells = []
     for row in peak_memory_per_rank(device, group):
         cuda = "" if row["cuda"] is None else f" (CUDA {format_bytes(row['cuda'])})"

@@ -68,6 +68,11 @@ def init_distributed(backend: str | None = None,
     Under ``torchrun --max-restarts N`` (and elastic ``--nnodes MIN:MAX`` membership changes) every
     attempt of the job creates its group on keys of its own (:mod:`~pyg_sparsecomm.launch.attempts`), so a
     restarted job connects again.
+
+    Args:
+        backend (str, optional): the process group's backend. (default: NCCL with CUDA, else gloo)
+        timeout (datetime.timedelta, optional): the bound of every collective.
+            (default: :obj:`timedelta(seconds=120)`)
     """
     if dist.is_initialized():
         install_failure_hooks()

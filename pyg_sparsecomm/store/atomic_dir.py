@@ -44,7 +44,7 @@ class HashingWriter:
     """A binary file object that hashes every byte it writes (SHA-256) on the way to ``file``.
 
     Args:
-        file: an open binary file.
+        file (Any): an open binary file.
     """
 
     def __init__(self, file: Any) -> None:
@@ -182,10 +182,10 @@ def atomic_directory(root: str | Path, replaceable: Any = lambda name: False) ->
     """Yields an empty directory to fill; when the block ends without error it becomes ``root``.
 
     Args:
-        root: the directory to (re)write.  Its parent must exist or be creatable.
-        replaceable: ``name -> bool``, the file names an existing ``root`` may hold to be
+        root (str or pathlib.Path): the directory to (re)write.  Its parent must exist or be creatable.
+        replaceable (Any, optional): ``name -> bool``, the file names an existing ``root`` may hold to be
             replaced (an older partition); any other file makes the write refuse, so that no
-            unrelated directory is ever deleted.
+            unrelated directory is ever deleted. (default: :obj:`lambda name: False`)
 
     Raises:
         DirectoryLockedError: another process is writing ``root``.

@@ -52,7 +52,11 @@ _NOT_RECORDED = "<not recorded>"
 
 def graph_fingerprint(data: Data) -> str:
     """SHA-256 over the graph: structure, partition and every tensor attribute (``x``, ``y``,
-    masks, edge attributes, ...) plus scalar attributes; one pass over the bytes."""
+    masks, edge attributes, ...) plus scalar attributes; one pass over the bytes.
+
+    Args:
+        data (torch_geometric.data.Data): the graph, partitioned or not.
+    """
     h = hashlib.sha256()
     h.update(f"num_nodes={int(data.num_nodes)};".encode())
     for key in sorted(data.keys()):  # sorted: the same digest whatever the insertion order
@@ -76,7 +80,12 @@ def partition_source(partitioner: Any, dataset: str | None = None) -> dict:
 
     Pass it to :func:`save_partition` (recorded in the manifest) and, in every later run, to
     :func:`load_shard` as ``expected_source``: a cache made differently then raises.  Needs no
-    graph, so every rank can build it."""
+    graph, so every rank can build it.
+
+    Args:
+        partitioner (SparsityAwarePartitioner): the partitioner that makes (or made) the partition.
+        dataset (str, optional): the dataset's name, recorded as it is. (default: :obj:`None`)
+    """
     options = {k: option_value(v) for k, v in partitioner.options.items()}
     method = partitioner.method
     if partitioner.balance == "max_send":
@@ -138,6 +147,14 @@ def save_partition(data: Data | HeteroData, root: str | Path, source: Mapping | 
     The graph may be given as ``edge_index`` or ``adj_t``, as for :func:`~pyg_sparsecomm.shard`.
     A partitioned ``HeteroData`` is written the same way, one file per rank holding what
     ``shard(data)`` gives that rank (:mod:`~pyg_sparsecomm.store.hetero_files`).
+
+    Args:
+        data (torch_geometric.data.Data or torch_geometric.data.HeteroData): the whole graph carrying
+            ``part`` (see :class:`~pyg_sparsecomm.SparsityAwarePartitioner`).
+        root (str or pathlib.Path): the partition directory, written atomically
+            (:func:`~pyg_sparsecomm.store.atomic_dir.atomic_directory`).
+        source (Mapping, optional): how the partition was made (:func:`partition_source`).
+            (default: :obj:`None`)
     """
     if isinstance(data, HeteroData):
         measured = hetero_source(data)
@@ -266,6 +283,19 @@ def load_shard(root: str | Path, group: dist.ProcessGroup | None = None,
     same error, naming the failing ranks and their files (one ``all_gather_object`` over
     ``group``, the default group with a ``grid``), instead of one rank stopping while the
     others proceed into a collective it never joins.
+
+    Args:
+        root (str or pathlib.Path): the directory :func:`save_partition` wrote.
+        group (torch.distributed.ProcessGroup, optional): process group to train in.
+            (default: the default group)
+        rank (int, optional): the rank whose shard to load, without a process group (tests,
+            simulations). (default: taken from ``group``)
+        world_size (int, optional): the world size with ``rank``. (default: taken from ``group``)
+        expected_fingerprint (str, optional): the :func:`graph_fingerprint` the partition must have
+            been made from. (default: :obj:`None`)
+        grid (ProcessGrid, optional): the 1.5D process grid. (default: :obj:`None`)
+        expected_source (Mapping, optional): the :func:`partition_source` the partition must have
+            been made with. (default: :obj:`None`)
     """
     def load() -> Data | HeteroData:
         return _load_shard(root, group, rank, world_size, expected_fingerprint, grid, expected_source)

@@ -306,24 +306,31 @@ def partition_files(edges: PathLike | Sequence[PathLike], out: PathLike, num_par
     :math:`2^{31}` nodes) and 24 bytes per in-edge of the part being written.
 
     Args:
-        edges: ``.npy`` file of integer ids, shape ``[2, E]`` (row 0 sources, row 1 targets, as
-            PyG's ``edge_index``), or a list of such files (chunks, concatenated in order).
-        out: the partition directory (written atomically, see :func:`~pyg_sparsecomm.save_partition`).
-        num_parts: number of parts (the world size to train with).
-        method, seed, **options: the partitioning method, its seed and options, as for
+        edges (PathLike or Sequence[PathLike]): ``.npy`` file of integer ids, shape ``[2, E]`` (row 0 sources, row 1
+            targets, as PyG's ``edge_index``), or a list of such files (chunks, concatenated in order).
+        out (PathLike): the partition directory (written atomically, see :func:`~pyg_sparsecomm.save_partition`).
+        num_parts (int): number of parts (the world size to train with).
+        method (str, optional): the partitioning method, as for
             :class:`~pyg_sparsecomm.SparsityAwarePartitioner` (``"metis+vb"`` etc. too):
             ``"kaminpar"`` chooses the options not given from the graph's size and degrees, as
             there (:mod:`~pyg_sparsecomm.partition.kaminpar_defaults`), and reads the ``int32``
-            edges as they are (no ``int64`` copy).
-        x, y: ``.npy`` node features ``[N, F]`` and labels ``[N]`` (any dtype torch holds).
-        masks: ``{name: .npy path}`` of further node attributes, e.g. ``{"train_mask": ...}``.
-        edge_weight: ``.npy`` of ``[E]`` edge weights, in the order of ``edges``.
-        num_nodes: ``N``; default: the node attribute files' first dimension, else the largest
-            node id + 1.
-        dataset: the dataset name recorded in the manifest's ``source``.
-        chunk_bytes: the working memory of every streamed pass: bytes of node-attribute rows
+            edges as they are (no ``int64`` copy). (default: :obj:`"metis"`)
+        seed (int, optional): the method's seed. (default: :obj:`0`)
+        x (PathLike, optional): ``.npy`` node features ``[N, F]`` (any dtype torch holds).
+            (default: :obj:`None`)
+        y (PathLike, optional): ``.npy`` node labels ``[N]``. (default: :obj:`None`)
+        masks (Mapping[str, PathLike], optional): ``{name: .npy path}`` of further node attributes, e.g.
+            ``{"train_mask": ...}``. (default: :obj:`None`)
+        edge_weight (PathLike, optional): ``.npy`` of ``[E]`` edge weights, in the order of ``edges``.
+            (default: :obj:`None`)
+        num_nodes (int, optional): ``N``. (default: the node attribute files' first dimension, else the
+            largest node id + 1)
+        dataset (str, optional): the dataset name recorded in the manifest's ``source``. (default: :obj:`None`)
+        chunk_bytes (int, optional): the working memory of every streamed pass: bytes of node-attribute rows
             read at once, of the in-edges sorted at once (``chunk_bytes / 64`` edges), of a
-            part file's record copied at once.
+            part file's record copied at once. (default: :obj:`CHUNK_BYTES`)
+        **options (optional): the method's options, as for
+            :class:`~pyg_sparsecomm.SparsityAwarePartitioner`.
 
     Returns:
         The path of the manifest.

@@ -93,11 +93,12 @@ def sort_in_edges(edges: EdgeChunks, pattern: CommPattern, plan: RankPlan, scrat
     its ``col`` and ``edge_id``), the arrays as files.
 
     Args:
-        edges: the whole graph's edges, read twice (:func:`~pyg_sparsecomm.plan.homogeneous.edge_chunks` of a
-            graph in memory, or the writer's edge files).
-        pattern, plan: the partition's pattern and this part's plan.
-        scratch: directory for the files (``row``, ``col``, ``e_id``: 24 bytes per in-edge).
-        chunk_bytes: the memory the sort may use beyond ``rowptr``.
+        edges (EdgeChunks): the whole graph's edges, read twice (:func:`~pyg_sparsecomm.plan.homogeneous.edge_chunks` of
+            a graph in memory, or the writer's edge files).
+        pattern (CommPattern): the partition's pattern.
+        plan (RankPlan): this part's plan.
+        scratch (pathlib.Path): directory for the files (``row``, ``col``, ``e_id``: 24 bytes per in-edge).
+        chunk_bytes (int): the memory the sort may use beyond ``rowptr``.
     """
     step = max(1, min(EDGE_CHUNK, chunk_bytes // 80))  # the relabelling's arrays: ~80 B per edge of a step
     num_rows = plan.num_owned

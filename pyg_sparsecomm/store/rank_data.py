@@ -29,7 +29,7 @@ def _edge_weight_of(data: Data) -> Tensor | None:
 
 def shard(data: Data, group: dist.ProcessGroup | None = None, rank: int | None = None,
           world_size: int | None = None, grid: ProcessGrid | None = None) -> Data:
-    """Returns this rank's part of a graph partitioned by ``SparsityAwarePartitioner``.
+    r"""Returns this rank's part of a graph partitioned by ``SparsityAwarePartitioner``.
 
     The result holds the owned rows of every node-level attribute (``x``, ``y``,
     masks, ...), the local edges of every edge-level attribute (``edge_attr``,
@@ -57,13 +57,25 @@ def shard(data: Data, group: dist.ProcessGroup | None = None, rank: int | None =
     per relation a bipartite ``adj``; see :mod:`pyg_sparsecomm.store.rank_hetero`).
 
     Args:
-        data: a graph carrying ``part`` (see ``SparsityAwarePartitioner``), given as
+        data (torch_geometric.data.Data): a graph carrying ``part`` (see ``SparsityAwarePartitioner``), given as
             ``edge_index`` or ``adj_t`` (torch sparse CSR/CSC/COO or ``torch_sparse.SparseTensor``,
             its values the edge weights; see :mod:`pyg_sparsecomm.graph.inputs`).
-        group: process group to train in (default: the default group).
-        rank, world_size: build the shard of another rank without a process
-            group (tests, simulations); default: taken from ``group``.
-        grid: the 1.5D process grid (``rank``/``world_size`` are then the grid's).
+        group (torch.distributed.ProcessGroup, optional): process group to train in (default: the default group).
+        rank (int, optional): build the shard of another rank without a process group (tests,
+            simulations). (default: taken from ``group``)
+        world_size (int, optional): the world size with ``rank``. (default: taken from ``group``)
+        grid (ProcessGrid, optional): the 1.5D process grid (``rank``/``world_size`` are then the grid's).
+            (default: :obj:`None`)
+
+    Shapes:
+        - **input:** ``data``: node features :math:`(|\mathcal{V}|, F)`, edge indices
+          :math:`(2, |\mathcal{E}|)` or sparse matrix :math:`(|\mathcal{V}|, |\mathcal{V}|)`,
+          edge weights :math:`(|\mathcal{E}|)` *(optional)*, ``part`` :math:`(|\mathcal{V}|)`
+        - **output:** node features :math:`(|\mathcal{V}_r|, F)` of the :math:`|\mathcal{V}_r|`
+          nodes rank :math:`r` owns, ``n_id`` :math:`(|\mathcal{V}_r|)`, ``adj`` a
+          :math:`(|\mathcal{V}_r|, |\mathcal{V}_r| + |\mathcal{H}_r|)` matrix over the owned rows
+          and the :math:`|\mathcal{H}_r|` halo rows, ``edge_weight`` and ``e_id``
+          :math:`(|\mathcal{E}_r|)` for the :math:`|\mathcal{E}_r|` edges into owned nodes
     """
     if isinstance(data, HeteroData):
         if grid is not None:

@@ -87,9 +87,12 @@ def shard_hetero(data: HeteroData, group: dist.ProcessGroup | None = None, rank:
     """This rank's part of a ``HeteroData`` partitioned by ``SparsityAwarePartitioner`` (see the module doc).
 
     Args:
-        data: a heterogeneous graph carrying ``data[node_type].part`` for every node type.
-        group: process group to train in (default: the default group).
-        rank, world_size: build another rank's shard without a process group (tests, simulations).
+        data (torch_geometric.data.HeteroData): a heterogeneous graph carrying ``data[node_type].part`` for every node
+            type.
+        group (torch.distributed.ProcessGroup, optional): process group to train in (default: the default group).
+        rank (int, optional): build another rank's shard without a process group (tests, simulations).
+            (default: taken from ``group``)
+        world_size (int, optional): the world size with ``rank``. (default: taken from ``group``)
     """
     check_hetero(data)
     parts, num_parts = partition_of(data)

@@ -39,9 +39,9 @@ class Streamed:
     are the C-ordered ``shape`` tensor of ``dtype``.
 
     Args:
-        dtype: the tensor's dtype.
-        shape: the tensor's shape.
-        chunks: called once, when the tensor's record is written.
+        dtype (torch.dtype): the tensor's dtype.
+        shape (tuple[int, ...]): the tensor's shape.
+        chunks (Callable[[], Iterable[Any]]): called once, when the tensor's record is written.
     """
     dtype: torch.dtype
     shape: tuple[int, ...]

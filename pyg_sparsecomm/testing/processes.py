@@ -153,6 +153,17 @@ def launch(fn: Callable[..., Any], world_size: int, *args, timeout: float = 300.
     on loopback, a race in gloo that torch's own test suite meets too: pytorch/pytorch#53270;
     measured here at 4 in 120 launches on a loaded 2-core machine) is started again, at most
     :data:`CONNECT_ATTEMPTS` times: no rank has run ``fn`` then, so nothing is repeated.
+
+    Args:
+        fn (Callable): a module-level function ``fn(rank, world_size, *args)``; its return value
+            comes back (picklable).
+        world_size (int): the number of processes.
+        *args: further arguments of ``fn`` (picklable).
+        timeout (float, optional): seconds the whole job may take before its processes are killed
+            and an error names the ranks still running. (default: :obj:`300.0`)
+        threads (int, optional): torch threads per process. (default: :obj:`1`)
+        pg_timeout (float, optional): seconds every collective of the process group may wait.
+            (default: :obj:`60.0`)
     """
     for attempt in range(1, CONNECT_ATTEMPTS + 1):
         outputs, errors = _run_job(fn, world_size, args, timeout, threads, pg_timeout)
@@ -165,7 +176,11 @@ def launch(fn: Callable[..., Any], world_size: int, *args, timeout: float = 300.
 
 
 def mesh_failed_to_connect(errors: dict[int, tuple[str, str]]) -> bool:
-    """Whether a job ended only by gloo's mesh failing to connect (no rank ran the function)."""
+    """Whether a job ended only by gloo's mesh failing to connect (no rank ran the function).
+
+    Args:
+        errors (dict[int, tuple[str, str]]): rank -> (status, message) of every rank that failed.
+    """
     return bool(errors) and all(status == _CONNECT for status, _ in errors.values())
 
 

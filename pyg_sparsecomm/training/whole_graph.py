@@ -98,6 +98,10 @@ class _WholeGraphValue(torch.autograd.Function):
 def global_sum(value, group: dist.ProcessGroup | None = None) -> Tensor:
     """Sum of a (detached) scalar or tensor over all ranks (returned on the input's device).
 
+    Args:
+        value (torch.Tensor or float): this rank's part.
+        group (torch.distributed.ProcessGroup, optional): the ranks to sum over. (default: all ranks)
+
     Raises:
         TypeError: for a :func:`distributed_loss` result (or anything computed from one), which
             already holds the whole-graph value: summing it would give ``P`` times the loss.
@@ -114,7 +118,12 @@ def global_count(mask_or_count, group: dist.ProcessGroup | None = None) -> int:
     """Number of selected rows over all ranks (a bool mask, an index tensor or an int).
 
     Counts travel as host integers (:func:`~pyg_sparsecomm.comm.group.host_all_reduce`), so an
-    ``int`` count never waits for a device; a bool mask is counted on its device first."""
+    ``int`` count never waits for a device; a bool mask is counted on its device first.
+
+    Args:
+        mask_or_count (torch.Tensor or int): this rank's rows: a bool mask, an index tensor or a count.
+        group (torch.distributed.ProcessGroup, optional): the ranks to count over. (default: all ranks)
+    """
     if isinstance(mask_or_count, Tensor):
         local = int(mask_or_count.sum()) if mask_or_count.dtype == torch.bool else mask_or_count.numel()
     else:
@@ -183,6 +192,10 @@ def sync_gradients(module: torch.nn.Module, group: dist.ProcessGroup | None = No
     A parameter without a gradient on this rank contributes zeros, so ranks
     never disagree about the collective's size.  Parameters of a ``distribute()``d model are
     skipped: their gradients were summed in backward (so calling this as well never sums twice).
+
+    Args:
+        module (torch.nn.Module): the model whose gradients to sum.
+        group (torch.distributed.ProcessGroup, optional): the ranks to sum over. (default: all ranks)
     """
     if not is_distributed(group):
         return
@@ -202,7 +215,18 @@ def sync_gradients(module: torch.nn.Module, group: dist.ProcessGroup | None = No
 
 
 def global_accuracy(pred: Tensor, target: Tensor, group: dist.ProcessGroup | None = None) -> float:
-    """Fraction of correct predictions over the rows of all ranks."""
+    r"""Fraction of correct predictions over the rows of all ranks.
+
+    Args:
+        pred (torch.Tensor): this rank's predicted classes.
+        target (torch.Tensor): this rank's true classes.
+        group (torch.distributed.ProcessGroup, optional): the ranks to count over. (default: all ranks)
+
+    Shapes:
+        - **input:** predictions :math:`(|\mathcal{V}_r|)`, targets :math:`(|\mathcal{V}_r|)` for this
+          rank's (selected) rows
+        - **output:** a Python :obj:`float`
+    """
     correct = global_sum(torch.tensor(float((pred == target).sum()), dtype=torch.float64), group)
     total = global_count(pred.numel(), group)
     return float(correct) / max(total, 1)
@@ -224,10 +248,11 @@ def gather_nodes(tensor: Tensor, local, dst: int | None = 0,
     or early stopping's value, :func:`global_accuracy` and :func:`global_sum` are cheaper.)
 
     Args:
-        tensor: ``[local.num_nodes, ...]``, this rank's rows in shard order.
-        local: the shard (anything with ``n_id`` and ``global_num_nodes``).
-        dst: the rank (of ``group``) that receives the result; ``None``: every rank.
-        group: the ranks holding the shards (default: all).
+        tensor (torch.Tensor): ``[local.num_nodes, ...]``, this rank's rows in shard order.
+        local (torch_geometric.data.Data): the shard (anything with ``n_id`` and ``global_num_nodes``).
+        dst (int, optional): the rank (of ``group``) that receives the result; ``None``: every rank.
+            (default: :obj:`0`)
+        group (torch.distributed.ProcessGroup, optional): the ranks holding the shards (default: all).
 
     Returns:
         ``[global_num_nodes, ...]`` on ``dst`` (every rank if ``dst is None``), ``None`` elsewhere.
