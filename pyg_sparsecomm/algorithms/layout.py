@@ -19,7 +19,7 @@ from torch_geometric.data import Data
 from ..comm.grid import check_grid
 from ..comm.halo_options import HaloOptions
 from ..plan.homogeneous import comm_pattern
-from . import algorithm_class, auto_candidates
+from .base import algorithm_class, auto_candidates
 from .cost import CostModel, volumes_of_all_ranks
 
 

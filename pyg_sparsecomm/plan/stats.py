@@ -3,16 +3,15 @@
 All numbers are per SpMM (one forward halo exchange); the backward exchange of
 the same layer moves the same rows in the opposite direction.  Computable for
 any ``P`` without launching processes.  Rows become bytes with a feature width:
-:meth:`CommStats.bytes_per_spmm` or ``as_dict(width=...)``.
+:meth:`CommStats.bytes_per_spmm` or ``as_dict(width=...)``; what they cost each algorithm per epoch
+is priced with the algorithms (:func:`pyg_sparsecomm.algorithms.epoch.bytes_per_epoch`).
 """
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from ..algorithms.cost import CostModel, volumes_of_all_ranks
-from ..comm.grid import check_grid
-from ..comm.halo_options import HaloOptions
 from .homogeneous import CommPattern
 
 
@@ -78,41 +77,15 @@ class CommStats:
         return (self.volume > 0).sum(axis=0)
 
     def bytes_per_epoch(self, widths: Sequence[int], element_size: int = 4, algorithm: str = "1d",
-                        replication: int = 1, options: HaloOptions | None = None) -> int:
-        r"""Bytes all ranks send in one training epoch of a GCN whose layers exchange ``widths`` columns.
-
-        ``DistributedGCNConv`` applies its linear map first, so layer ``l`` runs one SpMM
-        (forward and backward) of ``out_channels`` columns.  Every algorithm is priced by
-        its own :meth:`~pyg_sparsecomm.algorithms.SpMMAlgorithm.predict`, the figure its
-        exchanges record in ``comm_counter()``:
-
-        .. math::
-            \sum_{l} \sum_{r=0}^{P-1} \mathrm{predict}(r, b_l).\mathrm{bytes\_sent}, \qquad
-            b_l = \mathrm{widths}_l \cdot \mathrm{element\_size}
-
-        (e.g. ``"1d"``: :math:`2 \cdot` ``total_rows`` :math:`\cdot \sum_l b_l`; ``"rdma"``
-        always moves float64, whatever ``element_size``).
-
-        Args:
-            widths: the SpMM width of every layer.
-            element_size: bytes per element of the exchanged rows (4 for float32).
-            algorithm: any registered name (``pyg_sparsecomm.algorithms.ALGORITHMS``).
-            replication: ``c`` of a 1.5D algorithm; these statistics are then those of the
-                partition into ``P / c`` parts.
-            options: the layers' :class:`~pyg_sparsecomm.comm.halo_options.HaloOptions`:
-                compressed halos are priced at :func:`~pyg_sparsecomm.comm.quantize.payload_row_bytes`.
-
-        Raises:
-            ValueError: for an unknown name (listing the valid ones), a 1D algorithm with
-                ``replication > 1``, or an algorithm without a prediction.
-        """
-        # imported here: the partitioner builds CommStats and must not load the algorithms (and their comm/)
-        from ..algorithms import algorithm_class, check_settings
-        check_settings(algorithm, replication, unit_grid=True, allow_auto=False)
-        cls = algorithm_class(algorithm)
-        check_grid(self.num_parts * replication, replication)
-        ranks = volumes_of_all_ranks(self.volume, self.part_sizes, replication, self.spans)
-        return int(cls.predict_epoch(ranks, widths, CostModel(), element_size, options)[1].sum())
+                        replication: int = 1, options: Any = None) -> int:
+        """Bytes all ranks send in one training epoch of a GCN whose layers exchange ``widths``
+        columns: :func:`pyg_sparsecomm.algorithms.epoch.bytes_per_epoch` of these statistics (the
+        algorithms price their own rows; see there for the arguments; ``options``: a
+        :class:`~pyg_sparsecomm.comm.halo_options.HaloOptions` or :obj:`None`)."""
+        # imported at the call: pricing belongs to the algorithms (and their comm/), which the plan and
+        # the partitioner do not load (algorithms.epoch reads these statistics without importing this module)
+        from ..algorithms.epoch import bytes_per_epoch
+        return bytes_per_epoch(self, widths, element_size, algorithm, replication, options)
 
     def bytes_per_spmm(self, width: int, element_size: int = 4) -> dict[str, float]:
         """Payload bytes of one SpMM whose dense operand has ``width`` columns.
