@@ -11,7 +11,8 @@ arguments in the class docstring, and a layer's tensors in a ``Shapes:`` section
 * **Typed share**: at least :data:`MIN_TYPED_SHARE` of all these entries give a type.
 * **Coverage**, for every function and class a package exports (its ``__all__``, the root's and every
   subpackage's): an ``Args:`` section documents every parameter (``self``/``cls`` left out; ``*args`` and
-  ``**kwargs`` as ``*args``/``**kwargs``), a class's in the class docstring; an exported ``torch.nn.Module``
+  ``**kwargs`` as ``*args``/``**kwargs``), a class's in the class docstring (a dataclass's or NamedTuple's
+  fields in ``Args:`` or ``Attributes:``); an exported ``torch.nn.Module``
   with a ``forward``, and an exported function or class taking a tensor named as PyG names node and edge
   tensors (``x``, ``edge_index``, ...), has a ``Shapes:`` section.
 
@@ -65,6 +66,7 @@ class Definition:
     params: list[str]  # documented names: 'x', '*args', '**kwargs'
     with_default: set[str]
     tensors: set[str] = dataclasses.field(default_factory=set)  # parameters annotated as tensors
+    record: bool = False  # a dataclass or NamedTuple: its fields may be documented as 'Attributes:'
 
     @property
     def where(self) -> str:
@@ -173,7 +175,8 @@ def _definitions(module: str, tree: ast.Module, resolver: "Resolver") -> list[De
                 and not _decorator_names(node) & _SKIPPED_DECORATORS:
             out.append(Definition(module, node.name, node, *_signature(node, drop_first=False)))
         elif isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
-            out.append(Definition(module, node.name, node, *_class_signature(node, module, resolver)))
+            record = _init_of(node) is None and _class_fields(node) is not None
+            out.append(Definition(module, node.name, node, *_class_signature(node, module, resolver), record=record))
             for stmt in node.body:
                 if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and not stmt.name.startswith("_") \
                         and not _decorator_names(stmt) & _SKIPPED_DECORATORS:
@@ -214,12 +217,12 @@ def _parse_entry(first: str, more: list[str]) -> Entry | str:
     return Entry(name, kind, optional, " ".join([rest[1:].strip(), *(m.strip() for m in more)]).strip(), first)
 
 
-def args_entries(docstring: str | None) -> list[Entry | str] | None:
-    """The entries of a docstring's ``Args:`` section (None: no such section)."""
+def args_entries(docstring: str | None, sections: tuple[str, ...] = ("Args:",)) -> list[Entry | str] | None:
+    """The entries of a docstring's ``Args:`` section (or the first of ``sections``; None: none)."""
     if not docstring:
         return None
     lines = docstring.expandtabs().split("\n")
-    heads = [i for i, line in enumerate(lines) if line.strip() == "Args:"]
+    heads = [i for i, line in enumerate(lines) if line.strip() in sections]
     if not heads:
         return None
     head = heads[0]
@@ -245,6 +248,13 @@ def _where_documented(definition: Definition) -> str | None:
     return ast.get_docstring(definition.node)
 
 
+def entries_of(definition: Definition) -> list[Entry | str] | None:
+    """The parameter entries of a definition's docstring: its ``Args:`` (a record's fields may be
+    its ``Attributes:``, as a record a function returns documents them)."""
+    sections = ("Args:", "Attributes:") if definition.record else ("Args:",)
+    return args_entries(_where_documented(definition), sections)
+
+
 @dataclasses.dataclass
 class Report:
     entries: int = 0
@@ -255,7 +265,7 @@ class Report:
 def check_form(definitions: list[Definition]) -> Report:
     report = Report()
     for definition in definitions:
-        entries = args_entries(_where_documented(definition))
+        entries = entries_of(definition)
         for entry in entries or ():
             if isinstance(entry, str):
                 report.form.append(f"{definition.where}: {entry}")
@@ -391,11 +401,12 @@ def check_coverage(definitions: list[Definition], exported: dict[str, list[str]]
         if definition is None:
             offenders.append(f"{where} (exported by {', '.join(packages)}) is defined in a private module")
             continue
-        entries = args_entries(_where_documented(definition))
+        entries = entries_of(definition)
         documented = {e.name.lstrip("*") for e in entries or () if not isinstance(e, str)}
         missing = [p for p in definition.params if p.lstrip("*") not in documented]
+        record = " (or 'Attributes:', a record)" if definition.record else ""
         if missing and entries is None:
-            offenders.append(f"{where} (exported by {', '.join(packages)}): no 'Args:' section "
+            offenders.append(f"{where} (exported by {', '.join(packages)}): no 'Args:' section{record} "
                              f"(parameters: {', '.join(definition.params)})")
         elif missing:
             offenders.append(f"{where}: 'Args:' misses {', '.join(missing)}")
@@ -420,7 +431,7 @@ def test_args_entries_typed():
     report = check_form(public_definitions(Resolver()))
     share = report.typed / max(report.entries, 1)
     untyped = [f"{d.where}: {e.name}" for d in public_definitions(Resolver())
-               for e in args_entries(_where_documented(d)) or () if not isinstance(e, str) and not e.typed]
+               for e in entries_of(d) or () if not isinstance(e, str) and not e.typed]
     assert share >= MIN_TYPED_SHARE, _format(
         f"{report.typed} of {report.entries} Args entries typed ({share:.0%} < {MIN_TYPED_SHARE:.0%}); untyped",
         untyped)

@@ -122,7 +122,11 @@ def _pruned_in_part(path: Path) -> bool:
 
 
 def complete_checkpoints(directory: str | Path) -> list[Path]:
-    """The complete checkpoints in ``directory``, oldest first (this process's view)."""
+    """The complete checkpoints in ``directory``, oldest first (this process's view).
+
+    Args:
+        directory (str or pathlib.Path): where :func:`~pyg_sparsecomm.checkpoint.save` writes.
+    """
     directory = Path(directory)
     if not directory.is_dir():
         return []
@@ -132,7 +136,11 @@ def complete_checkpoints(directory: str | Path) -> list[Path]:
 
 def latest_checkpoint(directory: str | Path) -> Path | None:
     """The newest complete checkpoint in ``directory`` as rank 0 sees it, on every rank
-    (collective); ``None`` when there is none."""
+    (collective); ``None`` when there is none.
+
+    Args:
+        directory (str or pathlib.Path): where :func:`~pyg_sparsecomm.checkpoint.save` writes.
+    """
     def newest() -> Path | None:
         found = complete_checkpoints(directory) if _rank_zero() else []
         return found[-1] if found else None

@@ -26,7 +26,11 @@ from ..store.files import graph_fingerprint
 def partition_fingerprint(local: Data) -> str:
     """SHA-256 of what a rank's shard is: the global ids of its rows and halo, the rows it sends,
     the counts it exchanges with every rank and its local adjacency's structure (``local.adj``).
-    Two runs share it only on the same graph structure, partition and rank."""
+    Two runs share it only on the same graph structure, partition and rank.
+
+    Args:
+        local (torch_geometric.data.Data): the rank's shard (:func:`~pyg_sparsecomm.shard`).
+    """
     adj = getattr(local, "adj", None)
     if not isinstance(adj, HaloAdj):
         raise ValueError("checkpoint: shard= takes the rank's shard (shard(data), load_shard(...) or "

@@ -44,14 +44,15 @@ class ResumePoint:
     """Where a loaded checkpoint stood.
 
     Attributes:
-        step: the ``step`` it was saved with (continue after it).
-        extra: the ``extra`` it was saved with.
-        path: its directory.
-        world_size: the number of ranks that saved it.
-        repartitioned: loaded on another partition (``allow_repartition=True``): parameters,
+        step (int): the ``step`` it was saved with (continue after it).
+        extra (Any, optional): the ``extra`` it was saved with. (default: :obj:`None`)
+        path (pathlib.Path, optional): its directory. (default: :obj:`None`)
+        world_size (int, optional): the number of ranks that saved it. (default: :obj:`1`)
+        repartitioned (bool, optional): loaded on another partition (``allow_repartition=True``): parameters,
             optimizer, scheduler, loader position and ``extra`` are those saved; the ranks' own
-            state (random streams, rounding streams, stale pipelines) starts anew.
-        info: its ``checkpoint.json`` (step, world size, every rank's partition fingerprint).
+            state (random streams, rounding streams, stale pipelines) starts anew. (default: :obj:`False`)
+        info (dict, optional): its ``checkpoint.json`` (step, world size, every rank's partition
+            fingerprint). (default: ``{}``)
     """
     step: int
     extra: Any = None
@@ -115,12 +116,16 @@ def save(directory: str | Path, step: int, *, model: torch.nn.Module, shard: Dat
         model (torch.nn.Module): the (``distribute()``d) model: parameters, buffers, ``NodeDropout``
             steps, and its distributed layers' stale pipelines.
         shard (Data): the rank's shard (its partition's fingerprint is recorded).
-        optimizer (Optimizer, optional): its state (Adam's moments, step counts).
-        scheduler (optional): an LR scheduler (anything with ``state_dict``/``load_state_dict``).
-        loader (optional): a distributed loader: its epoch and the batches taken in it.
-        extra (optional): anything picklable, the same on every rank (e.g. the loss history).
+        optimizer (torch.optim.Optimizer, optional): its state (Adam's moments, step counts).
+            (default: :obj:`None`)
+        scheduler (torch.optim.lr_scheduler.LRScheduler, optional): an LR scheduler (anything with
+            ``state_dict``/``load_state_dict``). (default: :obj:`None`)
+        loader (DistributedNeighborLoader, optional): a distributed loader: its epoch and the batches
+            taken in it. (default: :obj:`None`)
+        extra (Any, optional): anything picklable, the same on every rank (e.g. the loss history).
+            (default: :obj:`None`)
         keep (int, optional): complete checkpoints kept (the oldest are removed; ``None``: all).
-            (default: ``2``)
+            (default: :obj:`2`)
     """
     if keep is not None and keep < 1:
         raise ValueError(f"checkpoint.save: keep must be >= 1 or None, got {keep}")
@@ -158,13 +163,19 @@ def load(directory: str | Path, *, model: torch.nn.Module, shard: Data,
 
     Args:
         directory (str or Path): where :func:`save` wrote.
-        model, shard, optimizer, scheduler, loader: as in :func:`save`.
+        model (torch.nn.Module): the model to restore, as given to :func:`save`.
+        shard (torch_geometric.data.Data): the rank's shard (its partition's fingerprint is compared).
+        optimizer (torch.optim.Optimizer, optional): the optimizer to restore. (default: :obj:`None`)
+        scheduler (torch.optim.lr_scheduler.LRScheduler, optional): the LR scheduler to restore.
+            (default: :obj:`None`)
+        loader (DistributedNeighborLoader, optional): the distributed loader to restore (its epoch and
+            position). (default: :obj:`None`)
         allow_repartition (bool, optional): resume a checkpoint saved on another partition (another
             number of ranks after an elastic membership change, or another partitioning): the
             parameters, optimizer, scheduler, loader position and ``extra`` are restored; the
             ranks' own state is not (random streams as seeded; stale pipelines start with one
             exact step, as at step 0; rounding streams as seeded).  Without it such a checkpoint
-            raises :class:`PartitionMismatchError` (a ``ValueError``). (default: ``False``)
+            raises :class:`PartitionMismatchError` (a ``ValueError``). (default: :obj:`False`)
     """
     path = layout.latest_checkpoint(directory)
     if path is None:
