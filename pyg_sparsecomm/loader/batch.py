@@ -47,12 +47,12 @@ def build_batch(local: Data, adj: HaloAdj, sampled: Sampled, requests: Requests,
     """This rank's ``Data`` of the batch (see :func:`batch_attributes` for its fields).
 
     Args:
-        local: the rank's shard (its attributes may live on any device).
-        adj: its adjacency, on the device where batches are sampled and planned (the shard's).
-        sampled: what this rank sampled.
-        requests: every request peers sent this batch (each (peer, row) once).
-        num_hops: hops of a trimmable neighbour batch; ``None`` for node subsets.
-        group: the process group.
+        local (torch_geometric.data.Data): the rank's shard (its attributes may live on any device).
+        adj (HaloAdj): its adjacency, on the device where batches are sampled and planned (the shard's).
+        sampled (Sampled): what this rank sampled.
+        requests (Requests): every request peers sent this batch (each (peer, row) once).
+        num_hops (int): hops of a trimmable neighbour batch; ``None`` for node subsets.
+        group (torch.distributed.ProcessGroup): the process group.
     """
     levels = (num_hops if num_hops is not None else 1) + 1  # hops 0 .. L
     rows = batch_rows(sampled.row_hop, levels)

@@ -38,12 +38,12 @@ def build_hetero_batch(local: HeteroData, adjs: dict[EdgeType, RelationAdj], sam
     """This rank's ``HeteroData`` of the batch (see :func:`hetero_batch_attributes`).
 
     Args:
-        local: the rank's heterogeneous shard.
-        adjs: its relations' adjacencies on the CPU.
-        sampled: what this rank sampled.
-        input_type: the seeds' node type.
-        num_hops: hops of the batch.
-        group: the process group.
+        local (torch_geometric.data.HeteroData): the rank's heterogeneous shard.
+        adjs (dict[EdgeType, RelationAdj]): its relations' adjacencies on the CPU.
+        sampled (HeteroSampled): what this rank sampled.
+        input_type (str): the seeds' node type.
+        num_hops (int): hops of the batch.
+        group (torch.distributed.ProcessGroup): the process group.
     """
     rows = {t: batch_rows(hop, num_hops + 1) for t, hop in sampled.row_hop.items()}
     cols = {et: adj.col.index_select(0, sampled.edge_pos[et]) for et, adj in adjs.items()}

@@ -38,13 +38,25 @@ class DistributedHeteroNeighborLoader(DistributedNeighborLoader, heterogeneous=T
     heterogeneous ``trim_to_layer``), and its exchanges shrink with them.
 
     Args:
-        local: the rank's heterogeneous shard (``shard(hetero_data)``).
-        num_neighbors: fanouts per hop, one list for every relation, or a dict
-            ``{edge type: list}`` naming every relation (``-1``: all in-edges, ``0``: none).
-        input_nodes: ``(node type, ids or mask)`` as PyG takes it (ids: global ids of that type;
-            masks over that type's nodes or the shard's rows of it; ``None``: every node), or a
-            node type alone.
-        batch_size, shuffle, seed, group, transform, prefetch, drop_last, **pyg_options: as
+        local (torch_geometric.data.HeteroData): the rank's heterogeneous shard (``shard(hetero_data)``).
+        num_neighbors (List[int] or Dict[Tuple[str, str, str], List[int]]): fanouts per hop, one list
+            for every relation, or a dict ``{edge type: list}`` naming every relation (``-1``: all
+            in-edges, ``0``: none).
+        batch_size (int, optional): seeds per batch, as in
+            :class:`~.neighbor_loader.DistributedNeighborLoader`. (default: :obj:`1`)
+        input_nodes (str or Tuple[str, torch.Tensor or None], optional): ``(node type, ids or mask)`` as
+            PyG takes it (ids: global ids of that type; masks over that type's nodes or the shard's rows
+            of it; ``None``: every node), or a node type alone. (default: :obj:`None`)
+        shuffle (bool, optional): draw new batches every epoch. (default: :obj:`False`)
+        seed (int, optional): the random stream shared by all ranks. (default: :obj:`0`)
+        group (torch.distributed.ProcessGroup, optional): the process group. (default: the default group)
+        transform (Callable[[HeteroData], HeteroData], optional): a function applied to every batch.
+            (default: :obj:`None`)
+        prefetch (int, optional): batches sampled ahead on a background thread.
+            (default: :obj:`1`, or PyG's ``num_workers``)
+        drop_last (bool, optional): every batch holds exactly ``batch_size`` seeds over all ranks, as in
+            :class:`~.neighbor_loader.DistributedNeighborLoader`. (default: :obj:`False`)
+        **pyg_options (optional): PyG ``NeighborLoader`` keywords, as in
             :class:`~.neighbor_loader.DistributedNeighborLoader`.
     """
 

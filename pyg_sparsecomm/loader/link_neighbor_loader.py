@@ -67,18 +67,28 @@ class DistributedLinkNeighborLoader:
     module docstring); every rank iterates it together.
 
     Args:
-        local: the rank's shard (``shard(data)``).
-        num_neighbors: fanout per hop (``-1``: all in-edges).
+        local (torch_geometric.data.Data): the rank's shard (``shard(data)``).
+        num_neighbors (Sequence[int]): fanout per hop (``-1``: all in-edges).
         edge_label_index (torch.Tensor): ``[2, m]`` the whole graph's supervision pairs (global ids),
             the same on every rank.
-        edge_label (torch.Tensor, optional): ``[m]`` their labels.
+        edge_label (torch.Tensor, optional): ``[m]`` their labels. (default: :obj:`None`)
         neg_sampling (str or NegativeSampling, optional): ``None``, ``"binary"`` or ``"triplet"`` (or PyG's
-            ``NegativeSampling(mode, amount)``, without weights).
-        neg_sampling_ratio / amount (float, optional): negatives per positive (default 1).
-        batch_size (int): pairs per batch, on average.
-        shuffle (bool): new batches every epoch.
-        seed (int): the random stream shared by all ranks.
-        group (torch.distributed.ProcessGroup, optional): the process group.
+            ``NegativeSampling(mode, amount)``, without weights). (default: :obj:`None`)
+        batch_size (int, optional): pairs per batch, on average. (default: :obj:`1`)
+        shuffle (bool, optional): new batches every epoch. (default: :obj:`False`)
+        seed (int, optional): the random stream shared by all ranks. (default: :obj:`0`)
+        group (torch.distributed.ProcessGroup, optional): the process group. (default: the default group)
+        neg_sampling_ratio (float, optional): negatives per positive (PyG's older keyword).
+            (default: :obj:`1`)
+        amount (float, optional): negatives per positive, as ``NegativeSampling``'s ``amount``.
+            (default: :obj:`1`)
+
+    Shapes:
+        - **input:** supervision pairs :math:`(2, |\mathcal{E}_{sup}|)`, labels
+          :math:`(|\mathcal{E}_{sup}|)` *(optional)*, global on every rank
+        - **output:** batches whose ``edge_label_index`` :math:`(2, |\mathcal{E}_b|)` indexes the
+          batch's node rows and whose ``edge_label`` is :math:`(|\mathcal{E}_b|)` for the
+          :math:`|\mathcal{E}_b|` pairs (with negatives) this rank scores
     """
 
     def __init__(self, local: Data, num_neighbors: Sequence[int], edge_label_index: Tensor,

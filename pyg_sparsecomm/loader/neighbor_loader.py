@@ -40,29 +40,30 @@ class DistributedNeighborLoader(DistributedLoader):
     still takes part (its rows feed the others' seeds).
 
     Args:
-        local: the rank's shard (``shard(data)`` / ``load_shard``).
-        num_neighbors: fanout per hop, integers (``-1``: all in-edges).
-        batch_size: seeds per batch, on average over the epoch's batches (each input node
-            falls in one of ``ceil(n_inputs / batch_size)`` batches uniformly at random).
-        input_nodes: the seed candidates, as PyG's ``NeighborLoader`` takes them: global node
+        local (torch_geometric.data.Data): the rank's shard (``shard(data)`` / ``load_shard``).
+        num_neighbors (Sequence[int]): fanout per hop, integers (``-1``: all in-edges).
+        batch_size (int, optional): seeds per batch, on average over the epoch's batches (each input node
+            falls in one of ``ceil(n_inputs / batch_size)`` batches uniformly at random). (default: :obj:`1`)
+        input_nodes (torch.Tensor, optional): the seed candidates, as PyG's ``NeighborLoader`` takes them: global node
             ids (``split_idx["train"]``) or a bool mask over all nodes (``data.train_mask``);
             each rank keeps those it owns.  A bool mask over the shard's rows
-            (``local.train_mask``) works too (:mod:`~.seeds`).  Default: every node.
-        shuffle: draw new batches every epoch (else the same seeds per batch; neighbours
-            are drawn anew every epoch either way).
-        seed: the random stream shared by all ranks.
-        group: the process group (default: the default group).
-        transform: a function applied to every batch (as PyG loaders' ``transform``).
-        prefetch: batches sampled ahead on a background thread while the current one trains
+            (``local.train_mask``) works too (:mod:`~.seeds`). (default: every node)
+        shuffle (bool, optional): draw new batches every epoch (else the same seeds per batch; neighbours
+            are drawn anew every epoch either way). (default: :obj:`False`)
+        seed (int, optional): the random stream shared by all ranks. (default: :obj:`0`)
+        group (torch.distributed.ProcessGroup, optional): the process group (default: the default group).
+        transform (Callable[[Data], Data], optional): a function applied to every batch (as PyG loaders' ``transform``).
+            (default: :obj:`None`)
+        prefetch (int, optional): batches sampled ahead on a background thread while the current one trains
             (:mod:`~.prefetch`; its exchanges use a process group of their own, made here);
-            ``0``: sample in the iterating thread.  Default 1, or PyG's ``num_workers``.
-        drop_last: PyG's meaning over global batches: every batch holds exactly ``batch_size``
+            ``0``: sample in the iterating thread. (default: :obj:`1`, or PyG's ``num_workers``)
+        drop_last (bool, optional): PyG's meaning over global batches: every batch holds exactly ``batch_size``
             seeds over all ranks (a rank's share still varies), ``len(loader)`` is
             ``len(loader.dataset) // batch_size`` and the ``len(loader.dataset) % batch_size``
             seeds left over are not drawn that epoch (others each epoch with ``shuffle``, the
             same ones without; :class:`~.sampling.NeighborSampling`).  Without it, a batch holds
-            ``batch_size`` seeds on average.
-        **pyg_options: PyG ``NeighborLoader`` keywords (``num_workers``, ``persistent_workers``,
+            ``batch_size`` seeds on average. (default: :obj:`False`)
+        **pyg_options (optional): PyG ``NeighborLoader`` keywords (``num_workers``, ``persistent_workers``,
             ``replace``, ``disjoint``, ...): taken where they mean the same, else refused by
             name with the reason (:mod:`~.pyg_options`).
     """

@@ -26,21 +26,22 @@ class DistributedNodeSubsetLoader(DistributedLoader):
     whole induced subgraph (no trimming).
 
     Args:
-        local: the rank's shard.
-        batch_size: nodes per batch, on average.
-        input_nodes: nodes to score, as :class:`~.neighbor_loader.DistributedNeighborLoader`
+        local (torch_geometric.data.Data): the rank's shard.
+        batch_size (int, optional): nodes per batch, on average. (default: :obj:`1`)
+        input_nodes (torch.Tensor, optional): nodes to score, as :class:`~.neighbor_loader.DistributedNeighborLoader`
             takes them: global ids, a bool mask over all nodes or over the shard's rows
             (default: all).
-        shuffle: draw new batches every epoch.
-        seed: the random stream shared by all ranks.
-        group: the process group.
-        transform: a function applied to every batch (as PyG loaders' ``transform``).
-        prefetch: batches prepared ahead on a background thread (``0``: none), as in
-            :class:`~.neighbor_loader.DistributedNeighborLoader`.
-        drop_last: PyG's default ``False`` only: a batch is a random set of about ``batch_size``
+        shuffle (bool, optional): draw new batches every epoch. (default: :obj:`False`)
+        seed (int, optional): the random stream shared by all ranks. (default: :obj:`0`)
+        group (torch.distributed.ProcessGroup, optional): the process group. (default: :obj:`None`)
+        transform (Callable[[Data], Data], optional): a function applied to every batch (as PyG loaders' ``transform``).
+            (default: :obj:`None`)
+        prefetch (int, optional): batches prepared ahead on a background thread (``0``: none), as in
+            :class:`~.neighbor_loader.DistributedNeighborLoader`. (default: :obj:`None`)
+        drop_last (bool, optional): PyG's default ``False`` only: a batch is a random set of about ``batch_size``
             nodes, so there is no short last batch to drop (``DistributedNeighborLoader`` takes
-            ``drop_last=True``).
-        **pyg_options: PyG loader keywords, as in :class:`~.neighbor_loader.DistributedNeighborLoader`.
+            ``drop_last=True``). (default: :obj:`False`)
+        **pyg_options (optional): PyG loader keywords, as in :class:`~.neighbor_loader.DistributedNeighborLoader`.
     """
 
     sampling: NodeSubsetSampling

@@ -57,6 +57,7 @@ class PrefetchedBatches:
         device (torch.device, optional): where the batches are made; on a CUDA device the thread
             works on its own stream (default: :obj:`None`, the CPU).
         cuda (module, optional): ``torch.cuda`` or a stand-in (:class:`~.stream_handoff.StreamHandoff`).
+            (default: :obj:`torch.cuda`)
     """
 
     def __init__(self, batches: Iterator[Data], depth: int, device: torch.device | None = None,

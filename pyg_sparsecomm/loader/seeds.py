@@ -37,9 +37,10 @@ def owned_seed_mask(input_nodes: Tensor | None, n_id: Tensor, num_nodes: int) ->
     """``[num_owned]`` bool mask of this rank's rows that are seed candidates (see the module docstring).
 
     Args:
-        input_nodes: ``None`` (every node), global ids, or a bool mask over all nodes or the shard's rows.
-        n_id: ``[num_owned]`` global id of every row of the shard.
-        num_nodes: ``N``, the graph's number of nodes.
+        input_nodes (torch.Tensor): ``None`` (every node), global ids, or a bool mask over all nodes or the shard's
+            rows.
+        n_id (torch.Tensor): ``[num_owned]`` global id of every row of the shard.
+        num_nodes (int): ``N``, the graph's number of nodes.
     """
     n_id = n_id.cpu()
     num_owned = n_id.numel()

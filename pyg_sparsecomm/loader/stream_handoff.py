@@ -28,7 +28,7 @@ class StreamHandoff:
     Args:
         device (torch.device): where the batches are made; a CUDA device gets a stream of its own.
         cuda (module, optional): the ``torch.cuda`` whose ``Stream``, ``Event``, ``stream`` and
-            ``current_stream`` are used (tests pass a stand-in; default: :obj:`torch.cuda`).
+            ``current_stream`` are used (tests pass a stand-in). (default: :obj:`torch.cuda`)
     """
 
     def __init__(self, device: torch.device, cuda: Any = torch.cuda) -> None:
