@@ -158,8 +158,17 @@ def _class_signature(node: ast.ClassDef, module: str, resolver: "Resolver", dept
     if init is not None:
         return _signature(init, drop_first=True)
     fields = _class_fields(node)
-    if fields is not None or depth > 10:
-        return fields or ([], set(), set())
+    if fields is not None:  # a dataclass's fields follow those of the dataclasses it extends
+        for base in reversed(node.bases):
+            found = resolver.resolve(module, ast.unparse(base))
+            if found is not None and isinstance(found[1], ast.ClassDef) and _class_fields(found[1]) is not None \
+                    and depth < 10:
+                inherited = _class_signature(found[1], found[0], resolver, depth + 1)
+                fields = ([p for p in inherited[0] if p not in fields[0]] + fields[0],
+                          inherited[1] | fields[1], inherited[2] | fields[2])
+        return fields
+    if depth > 10:
+        return [], set(), set()
     for base in node.bases:
         found = resolver.resolve(module, ast.unparse(base))
         if found is not None and isinstance(found[1], ast.ClassDef):

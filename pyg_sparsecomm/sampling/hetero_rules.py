@@ -34,6 +34,17 @@ class HeteroNeighborSampling(NeighborSampling):
 
     ``num_neighbors`` is derived: per hop the largest fanout of any relation (``-1`` if one
     takes all), which only fixes the number of hops.
+
+    Args:
+        batch_size (int): seeds per batch (on average; exactly with ``drop_last``).
+        shuffle (bool, optional): draw new batches every epoch. (default: :obj:`True`)
+        seed (int, optional): the random stream of batches and draws. (default: :obj:`0`)
+        num_neighbors (tuple[int, ...], optional): derived from ``relations`` (a value given is
+            replaced). (default: :obj:`(10, 5)`)
+        drop_last (bool, optional): batches of exactly ``batch_size`` seeds. (default: :obj:`False`)
+        input_type (str, optional): the seeds' node type. (default: :obj:`""`)
+        relations (tuple[tuple[EdgeType, tuple[int, ...]], ...], optional): every relation sampled and
+            its fanouts per hop. (default: :obj:`()`)
     """
     input_type: str = ""
     relations: tuple[tuple[EdgeType, tuple[int, ...]], ...] = ()
@@ -71,11 +82,13 @@ class HeteroGlobalBatch(NamedTuple):
     """One heterogeneous batch of the whole graph (the single-process reference).
 
     Attributes:
-        n_id: per node type, ``[n_t]`` global ids ordered by (hop, id); the seeds lead ``n_id[input_type]``.
-        num_seeds: seeds at the front of ``n_id[input_type]``.
-        num_sampled_nodes: per node type, nodes per hop ``0 .. L``.
-        e_id: per relation, ``[m_r]`` global edge ids ordered by (hop, target, source).
-        num_sampled_edges: per relation, edges per hop ``1 .. L``.
+        n_id (dict[str, torch.Tensor]): per node type, ``[n_t]`` global ids ordered by (hop, id); the
+            seeds lead ``n_id[input_type]``.
+        num_seeds (int): seeds at the front of ``n_id[input_type]``.
+        num_sampled_nodes (dict[str, list[int]]): per node type, nodes per hop ``0 .. L``.
+        e_id (dict[EdgeType, torch.Tensor]): per relation, ``[m_r]`` global edge ids ordered by
+            (hop, target, source).
+        num_sampled_edges (dict[EdgeType, list[int]]): per relation, edges per hop ``1 .. L``.
     """
     n_id: dict[str, Tensor]
     num_seeds: int
@@ -91,9 +104,10 @@ def hetero_global_batches(data, sampling: HeteroNeighborSampling, input_nodes: T
 
     Args:
         data: the heterogeneous graph (``edge_index`` per relation of ``sampling.relations``).
-        sampling: the batch rule.
-        input_nodes: bool mask or index over the nodes of ``sampling.input_type`` (default: all).
-        epoch: the epoch.
+        sampling (HeteroNeighborSampling): the batch rule.
+        input_nodes (torch.Tensor, optional): bool mask or index over the nodes of ``sampling.input_type`` (default:
+            all).
+        epoch (int, optional): the epoch. (default: :obj:`0`)
     """
     sizes = {t: int(data[t].num_nodes) for t in data.node_types}
     inputs = _input_mask(input_nodes, sizes[sampling.input_type])

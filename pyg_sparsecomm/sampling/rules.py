@@ -67,7 +67,17 @@ class NeighborSampling(_Batching):
     :math:`u(s, e, v)` (ties by id; ``e`` = 0 without ``shuffle``, so the same order every epoch)
     and cut into :math:`\lfloor n / b \rfloor` runs of ``batch_size``; the last
     :math:`n \bmod b` seeds of the order are not drawn that epoch.  Every rank needs the whole
-    seed set for it (the loaders gather it once)."""
+    seed set for it (the loaders gather it once).
+
+    Args:
+        batch_size (int): seeds per batch (on average; exactly with ``drop_last``).
+        shuffle (bool, optional): draw new batches every epoch. (default: :obj:`True`)
+        seed (int, optional): the random stream of batches and draws. (default: :obj:`0`)
+        num_neighbors (tuple[int, ...], optional): fanout per hop (``-1``: all in-edges).
+            (default: :obj:`(10, 5)`)
+        drop_last (bool, optional): batches of exactly ``batch_size`` seeds, the rest not drawn that
+            epoch. (default: :obj:`False`)
+    """
     num_neighbors: tuple[int, ...] = (10, 5)
     drop_last: bool = False
 
@@ -124,18 +134,24 @@ def _is_integer(value: object) -> bool:
 @dataclass(frozen=True)
 class NodeSubsetSampling(_Batching):
     """A uniformly random set of about ``batch_size`` nodes per batch (every node in exactly one
-    batch per epoch) and the subgraph it induces."""
+    batch per epoch) and the subgraph it induces.
+
+    Args:
+        batch_size (int): nodes per batch, on average.
+        shuffle (bool, optional): draw new batches every epoch. (default: :obj:`True`)
+        seed (int, optional): the random stream of batches. (default: :obj:`0`)
+    """
 
 
 class GlobalBatch(NamedTuple):
     """One batch of the whole graph (the single-process reference).
 
     Attributes:
-        n_id: ``[n]`` global node ids in batch order (seeds first).
-        num_seeds: seeds (rows to score) at the front of ``n_id``.
-        num_sampled_nodes: nodes per hop (neighbour batches; ``None`` for node subsets).
-        e_id: ``[m]`` global ids of the batch's edges, ordered by hop (then target, source).
-        num_sampled_edges: edges per hop (neighbour batches; ``None`` for node subsets).
+        n_id (torch.Tensor): ``[n]`` global node ids in batch order (seeds first).
+        num_seeds (int): seeds (rows to score) at the front of ``n_id``.
+        num_sampled_nodes (list[int]): nodes per hop (neighbour batches; ``None`` for node subsets).
+        e_id (torch.Tensor): ``[m]`` global ids of the batch's edges, ordered by hop (then target, source).
+        num_sampled_edges (list[int]): edges per hop (neighbour batches; ``None`` for node subsets).
     """
     n_id: Tensor
     num_seeds: int
@@ -146,15 +162,21 @@ class GlobalBatch(NamedTuple):
 
 def global_batches(edge_index: Tensor, num_nodes: int, sampling: NeighborSampling | NodeSubsetSampling,
                    input_nodes: Tensor | None = None, epoch: int = 0) -> list[GlobalBatch]:
-    """Every non-empty batch of ``epoch`` on the whole graph, in one process, by the rules the
+    r"""Every non-empty batch of ``epoch`` on the whole graph, in one process, by the rules the
     distributed loaders follow (they yield the same batches, split over the ranks).
 
     Args:
-        edge_index: ``[2, E]`` global edges (sources first).
-        num_nodes: ``N``.
-        sampling: the batch rule.
-        input_nodes: bool mask or index of the seed candidates (default: every node).
-        epoch: the epoch (matters when ``sampling.shuffle``; neighbour draws always depend on it).
+        edge_index (torch.Tensor): ``[2, E]`` global edges (sources first).
+        num_nodes (int): ``N``.
+        sampling (NeighborSampling or NodeSubsetSampling): the batch rule.
+        input_nodes (torch.Tensor, optional): bool mask or index of the seed candidates (default: every node).
+        epoch (int, optional): the epoch (matters when ``sampling.shuffle``; neighbour draws always depend on it).
+            (default: :obj:`0`)
+
+    Shapes:
+        - **input:** edge indices :math:`(2, |\mathcal{E}|)`, seed candidates
+          :math:`(|\mathcal{V}|)` (mask) or :math:`(|\mathcal{S}|)` (index) *(optional)*
+        - **output:** per batch ``n_id`` :math:`(|\mathcal{V}_b|)` and ``e_id`` :math:`(|\mathcal{E}_b|)`
     """
     inputs = _input_mask(input_nodes, num_nodes)
     src, dst = edge_index.cpu().numpy()

@@ -19,11 +19,17 @@ class SampledAdj(HaloAdj):
     """A :class:`~pyg_sparsecomm.plan.halo_adj.HaloAdj` over a batch's rows with hop bookkeeping.
 
     Args:
-        rowptr, col, value, plan: as :class:`HaloAdj` (the batch's rows and halo).
-        num_sampled_nodes: this rank's rows per hop (``None``: not trimmable, e.g. node subsets).
-        num_sampled_edges: this rank's edges per hop ``1 .. L``.
-        halo_hop, send_hop: ``[halo_size]`` / ``[len(send_index)]`` first hop an edge read each entry at.
-        part_sampled_nodes: ``[P, L + 1]`` rows per hop of every rank (their trimmed sizes).
+        rowptr (torch.Tensor): ``[num_owned + 1]`` CSR row pointers over the batch's rows.
+        col (torch.Tensor): ``[nnz]`` local source columns (owned rows, then halo rows).
+        value (torch.Tensor or None): ``[nnz]`` edge weights, or ``None``.
+        plan (RankPlan): the batch's rows and halo, as for :class:`HaloAdj`.
+        num_sampled_nodes (list[int] or None): this rank's rows per hop (``None``: not trimmable, e.g.
+            node subsets).
+        num_sampled_edges (list[int] or None): this rank's edges per hop ``1 .. L``.
+        halo_hop (torch.Tensor): ``[halo_size]`` the first hop an edge read each halo entry at.
+        send_hop (torch.Tensor): ``[len(send_index)]`` the first hop a peer read each sent row at.
+        part_sampled_nodes (torch.Tensor or None): ``[P, L + 1]`` rows per hop of every rank (their
+            trimmed sizes).
     """
 
     def __init__(self, rowptr: Tensor, col: Tensor, value: Tensor | None, plan: RankPlan,
@@ -98,9 +104,28 @@ class SampledAdj(HaloAdj):
 def trim_to_layer(layer: int, num_sampled_nodes_per_hop: list[int] | None,
                   num_sampled_edges_per_hop: list[int] | None, x: Tensor, edge_index,
                   edge_attr: Tensor | None = None):
-    """PyG's :func:`torch_geometric.utils.trim_to_layer` for a :class:`SampledAdj` (and PyG's own for
+    r"""PyG's :func:`torch_geometric.utils.trim_to_layer` for a :class:`SampledAdj` (and PyG's own for
     anything else): drops one more hop before layer ``layer > 0``; ``x`` and ``edge_attr`` keep their
-    first rows, as the trimmed adjacency does.  Returns ``(x, adj, edge_attr)``."""
+    first rows, as the trimmed adjacency does.  Returns ``(x, adj, edge_attr)``.
+
+    Args:
+        layer (int): the layer about to run (``0``: nothing is trimmed).
+        num_sampled_nodes_per_hop (list[int] or dict[str, list[int]]): the batch's rows per hop
+            (``batch.num_sampled_nodes``; ``None``: nothing is trimmed).
+        num_sampled_edges_per_hop (list[int] or dict[EdgeType, list[int]]): the batch's edges per hop
+            (``batch.num_sampled_edges``).
+        x (torch.Tensor or dict[str, torch.Tensor]): node features (per node type).
+        edge_index (SampledAdj or dict[EdgeType, SampledRelationAdj] or torch.Tensor): the batch's
+            adjacency (``batch.adj``; per relation), or anything PyG's ``trim_to_layer`` takes.
+        edge_attr (torch.Tensor, optional): edge features in the adjacency's edge order.
+            (default: :obj:`None`)
+
+    Shapes:
+        - **input:** node features :math:`(|\mathcal{V}_b|, F)`, edge features
+          :math:`(|\mathcal{E}_b|, D)` *(optional)*
+        - **output:** node features :math:`(|\mathcal{V}_b^{(l)}|, F)`, the adjacency and edge
+          features :math:`(|\mathcal{E}_b^{(l)}|, D)` of the hops layer :math:`l` still needs
+    """
     if isinstance(edge_index, dict) and any(isinstance(a, SampledRelationAdj) for a in edge_index.values()):
         if layer <= 0 or num_sampled_nodes_per_hop is None:
             return x, edge_index, edge_attr

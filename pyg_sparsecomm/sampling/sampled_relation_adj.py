@@ -42,11 +42,13 @@ class SampledRelationAdj(RelationAdj):
     """A :class:`~pyg_sparsecomm.plan.relation_adj.RelationAdj` of a batch with hop bookkeeping.
 
     Args:
-        rowptr, col, value: the CSR (rows: the batch's destination rows).
-        source: the source type's :class:`SourceHops` (its plan is the adjacency's).
-        edge_type: ``(source type, relation, destination type)``.
-        dst_sampled_nodes: this rank's destination rows per hop ``0 .. L``.
-        num_sampled_edges: this rank's edges of the relation per hop ``1 .. L``.
+        rowptr (torch.Tensor): CSR row pointers over the batch's destination rows.
+        col (torch.Tensor): ``[nnz]`` local source columns.
+        value (torch.Tensor or None): ``[nnz]`` edge weights, or ``None``.
+        source (SourceHops): the source type's :class:`SourceHops` (its plan is the adjacency's).
+        edge_type (tuple[str, str, str]): ``(source type, relation, destination type)``.
+        dst_sampled_nodes (list[int]): this rank's destination rows per hop ``0 .. L``.
+        num_sampled_edges (list[int]): this rank's edges of the relation per hop ``1 .. L``.
     """
 
     def __init__(self, rowptr: Tensor, col: Tensor, value: Tensor | None, source: SourceHops,
