@@ -35,9 +35,9 @@ def volume_heatmap(volume: np.ndarray, path: str, title: str = "rows sent per Sp
     """The P×P matrix as a heatmap: row = sender, column = receiver, colour = rows.
 
     Args:
-        volume: ``[P, P]`` rows sent (``volume[r, s]``: from ``r`` to ``s``).
-        path: output file; its extension picks the format.
-        title: the figure's title.
+        volume (np.ndarray): ``[P, P]`` rows sent (``volume[r, s]``: from ``r`` to ``s``).
+        path (str): output file; its extension picks the format.
+        title (str, optional): the figure's title. (default: :obj:`"rows sent per SpMM"`)
     """
     plt = _pyplot()
     matrix = np.asarray(volume, dtype=np.float64)
@@ -57,10 +57,10 @@ def volume_bars(sent: np.ndarray, received: np.ndarray, path: str, title: str = 
     """Rows each rank sends and receives per SpMM, side by side (the largest bounds the step).
 
     Args:
-        sent: ``[P]`` rows each rank sends (``CommStats.rows_sent``).
-        received: ``[P]`` rows each rank receives (``CommStats.rows_received``).
-        path: output file; its extension picks the format.
-        title: the figure's title.
+        sent (np.ndarray): ``[P]`` rows each rank sends (``CommStats.rows_sent``).
+        received (np.ndarray): ``[P]`` rows each rank receives (``CommStats.rows_received``).
+        path (str): output file; its extension picks the format.
+        title (str, optional): the figure's title. (default: :obj:`"rows per rank per SpMM"`)
     """
     plt = _pyplot()
     ranks = np.arange(len(sent))
