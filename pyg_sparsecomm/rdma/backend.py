@@ -33,7 +33,13 @@ MPI_INSTALL_HINT = 'pip install "pyg_sparsecomm[mpi]"'
 
 @dataclass(frozen=True)
 class Region:
-    """Handle of a collectively allocated region (same ``id`` on every rank)."""
+    """Handle of a collectively allocated region (same ``id`` on every rank).
+
+    Attributes:
+        id (int): the region's id, the same on every rank.
+        dtype (torch.dtype): the element type.
+        lengths (tuple): elements held by every rank (``lengths[r]`` is rank ``r``'s size).
+    """
     id: int
     dtype: torch.dtype
     lengths: tuple  # elements held by every rank (lengths[r] is rank r's size)
@@ -44,6 +50,10 @@ class Future:
 
     ``nbytes`` is the number of bytes the read moves, known before it completes
     (used for the roofline's arithmetic intensity).
+
+    Args:
+        finish (Callable[[], Any]): completes the read and returns its value (called once).
+        nbytes (int, optional): the bytes the read moves. (default: :obj:`0`)
     """
 
     def __init__(self, finish: Callable[[], Any], nbytes: int = 0) -> None:

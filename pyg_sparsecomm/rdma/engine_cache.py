@@ -50,7 +50,8 @@ def backend(device: torch.device | str | None = None) -> RMABackend:
     """The process's one-sided backend, created by :func:`make_backend` for ``device`` on first use.
 
     Args:
-        device: where the caller's data lives (default ``"cpu"``); one device type per process.
+        device (torch.device or str, optional): where the caller's data lives; one device type per
+            process. (default: :obj:`"cpu"`)
 
     Returns:
         The backend every engine of this process is built on.
@@ -129,8 +130,8 @@ def lease(fingerprint: str, build: Callable[[], Any]) -> Lease:
     (all-gathered with the fingerprint), so the caches stay identical.
 
     Args:
-        fingerprint: this rank's digest of what the engine is built from.
-        build: builds the engine (collectively) on a cache miss.
+        fingerprint (str): this rank's digest of what the engine is built from.
+        build (Callable[[], Any]): builds the engine (collectively) on a cache miss.
     """
     gathered = backend().allgather((fingerprint, _idle()))
     key = tuple(fp for fp, _ in gathered)

@@ -22,7 +22,8 @@ def make_backend(device: Any = "cpu", **kwargs: Any) -> RMABackend:
       suite runs its code on an emulated CPU symmetric heap (``tests/_symm_emulation.py``).
 
     Args:
-        device: a ``torch.device`` or its name; other device types raise ValueError.
+        device (Any, optional): a ``torch.device`` or its name; other device types raise ValueError.
+            (default: :obj:`"cpu"`)
         **kwargs: passed to the backend's constructor (e.g. ``heap_bytes`` of the MPI backend).
 
     Returns:

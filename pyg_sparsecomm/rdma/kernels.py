@@ -124,6 +124,20 @@ class Breakdown:
     ``accumulate``: adding partials into C (and dequeuing remote updates);
     ``imbalance``: idle time in the final barrier (load imbalance); ``reserve``: remote
     fetch-and-add reservations of work stealing.
+
+    Attributes:
+        compute (float, optional): seconds of local tile products. (default: :obj:`0.0`)
+        comm (float, optional): seconds waiting for gets and broadcasts. (default: :obj:`0.0`)
+        accumulate (float, optional): seconds adding partials into ``C``. (default: :obj:`0.0`)
+        imbalance (float, optional): seconds idle in the final barrier. (default: :obj:`0.0`)
+        reserve (float, optional): seconds of work stealing's reservations. (default: :obj:`0.0`)
+        total (float, optional): seconds of the whole multiplication. (default: :obj:`0.0`)
+        flops (int, optional): multiply-add flops of the local products. (default: :obj:`0`)
+        bytes_fetched (int, optional): bytes read from other ranks. (default: :obj:`0`)
+        products (int, optional): tile products computed. (default: :obj:`0`)
+        stolen (int, optional): products stolen from other ranks. (default: :obj:`0`)
+        iterations (list[tuple[int, int]], optional): ``(flops, bytes fetched)`` of every
+            stationary-C iteration, for the roofline. (default: ``[]``)
     """
     compute: float = 0.0
     comm: float = 0.0

@@ -43,6 +43,12 @@ def spmm(A: SparseTiledMatrix, B: DenseTiledMatrix, algorithm: str = "stationary
     """Distributed SpMM ``C = A B`` (sparse ``A``, dense ``B``); collective over ``A.backend``.
 
     ``kwargs`` are the algorithm's options (:func:`options`); others raise ValueError.
+
+    Args:
+        A (SparseTiledMatrix): the sparse left operand.
+        B (DenseTiledMatrix): the dense right operand, on ``A``'s process grid.
+        algorithm (str, optional): a key of :data:`ALGORITHMS`. (default: :obj:`"stationary_c"`)
+        **kwargs (optional): the algorithm's options.
     """
     if not isinstance(B, DenseTiledMatrix):
         raise TypeError(f"spmm needs a DenseTiledMatrix B, got {type(B).__name__}; use spgemm for sparse B")
@@ -54,6 +60,12 @@ def spgemm(A: SparseTiledMatrix, B: SparseTiledMatrix, algorithm: str = "station
     """Distributed SpGEMM ``C = A B`` (both CSR tiled); collective over ``A.backend``.
 
     ``kwargs`` are the algorithm's options (:func:`options`); others raise ValueError.
+
+    Args:
+        A (SparseTiledMatrix): the sparse left operand.
+        B (SparseTiledMatrix): the sparse right operand, on ``A``'s process grid.
+        algorithm (str, optional): a key of :data:`SPGEMM_ALGORITHMS`. (default: :obj:`"stationary_c"`)
+        **kwargs (optional): the algorithm's options.
     """
     if not isinstance(B, SparseTiledMatrix):
         raise TypeError(f"spgemm needs a SparseTiledMatrix B, got {type(B).__name__}; use spmm for dense B")

@@ -94,6 +94,11 @@ class MPIBackend(RMABackend):
 
     ``heap_bytes`` (default ``$PYG_SPARSECOMM_RDMA_HEAP_MB`` or 256 MiB per rank) sizes
     the symmetric heap; 0 gives every region its own window.
+
+    Args:
+        comm (mpi4py.MPI.Comm, optional): the communicator. (default: ``MPI.COMM_WORLD``)
+        heap_bytes (int, optional): bytes of the symmetric heap per rank; ``0``: a window per region.
+            (default: ``$PYG_SPARSECOMM_RDMA_HEAP_MB`` or 256 MiB)
     """
     device = torch.device("cpu")
 

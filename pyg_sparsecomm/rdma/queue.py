@@ -34,7 +34,12 @@ SLOT_WORDS = 8
 
 
 class RemoteQueue:
-    """Multi-producer, single-consumer queue of fixed-size int64 handles on every rank (collective)."""
+    """Multi-producer, single-consumer queue of fixed-size int64 handles on every rank (collective).
+
+    Args:
+        backend (RMABackend): the one-sided backend holding the queue's regions.
+        capacity (int): handles the queue holds.
+    """
 
     def __init__(self, backend: RMABackend, capacity: int) -> None:
         if capacity < 0:
@@ -73,7 +78,14 @@ class RemoteQueue:
 
 
 class Outbox:
-    """A rank's readable store of partial tiles: bump allocation in a float64 and an int64 region."""
+    """A rank's readable store of partial tiles: bump allocation in a float64 and an int64 region.
+
+    Args:
+        backend (RMABackend): the one-sided backend holding the regions (allocation is collective).
+        float_capacity (int): ``float64`` elements of the value region.
+        int_capacity (int, optional): ``int64`` elements of the index region (SpGEMM's CSR partials).
+            (default: :obj:`0`)
+    """
 
     def __init__(self, backend: RMABackend, float_capacity: int, int_capacity: int = 0) -> None:
         self.backend = backend

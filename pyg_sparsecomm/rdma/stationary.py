@@ -36,7 +36,15 @@ POLL_SLEEP = 50e-6  # seconds between empty queue polls (ranks may share cores)
 
 @dataclass
 class MatmulResult:
-    """``C`` (distributed like ``A``/``B``), this rank's breakdown and every rank's summary."""
+    """``C`` (distributed like ``A``/``B``), this rank's breakdown and every rank's summary.
+
+    Attributes:
+        C (TiledMatrix): the product, distributed like ``A``/``B``.
+        breakdown (Breakdown): this rank's times and counters.
+        breakdowns (list[dict], optional): every rank's :meth:`Breakdown.summary`. (default: ``[]``)
+        claims (list[tuple[int, int, int]], optional): the ``(i, j, k)`` products this rank reserved
+            (work stealing only). (default: ``[]``)
+    """
     C: TiledMatrix
     breakdown: Breakdown
     breakdowns: list[dict] = field(default_factory=list)
@@ -135,6 +143,12 @@ def stationary_c(A: SparseTiledMatrix, B: TiledMatrix, prefetch: bool = True) ->
 
     with the next ``A``/``B`` tiles fetched by ``async_get_tile`` before the
     current local product, so communication overlaps computation.
+
+    Args:
+        A (SparseTiledMatrix): the sparse left operand.
+        B (TiledMatrix): the right operand (dense: SpMM, sparse: SpGEMM), on ``A``'s process grid.
+        prefetch (bool, optional): fetch the next pair of tiles before each product.
+            (default: :obj:`True`)
     """
     check_operands(A, B)
     bd, t_start = Breakdown(), time.perf_counter()
@@ -222,6 +236,14 @@ def stationary_a(A: SparseTiledMatrix, B: TiledMatrix, prefetch: bool = True, co
     slowest one to finish its local products, so SpGEMM stationary-A is not free of
     global synchronisation — the wait is counted as ``imbalance`` in the breakdown,
     and no remote update is sent before it.
+
+    Args:
+        A (SparseTiledMatrix): the sparse left operand.
+        B (TiledMatrix): the right operand (dense: SpMM, sparse: SpGEMM), on ``A``'s process grid.
+        prefetch (bool, optional): fetch the next pair of tiles before each product.
+            (default: :obj:`True`)
+        combine (bool, optional): sum a rank's own partials of one ``C_ij`` before pushing them.
+            (default: :obj:`True`)
     """
     check_operands(A, B)
     be, bd, t_start = A.backend, Breakdown(), time.perf_counter()

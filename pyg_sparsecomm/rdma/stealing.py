@@ -49,7 +49,13 @@ VICTIMS = ("random", "locality")
 
 
 class ReservationGrid:
-    """2D (per ``C`` tile) counters or 3D (per ``(i, j, k)``) flags, each stored at the ``C_ij`` owner."""
+    """2D (per ``C`` tile) counters or 3D (per ``(i, j, k)``) flags, each stored at the ``C_ij`` owner.
+
+    Args:
+        A (SparseTiledMatrix): the sparse left operand (its backend and process grid are used).
+        B (TiledMatrix): the right operand.
+        three_d (bool): one flag per product ``(i, j, k)`` instead of one counter per ``C`` tile.
+    """
 
     def __init__(self, A: SparseTiledMatrix, B, three_d: bool) -> None:
         self.backend, self.three_d = A.backend, three_d
@@ -83,6 +89,19 @@ def work_stealing(A: SparseTiledMatrix, B, victim: str = "locality", seed: int =
 
     ``work_hook(i, j, k)`` is called before every local product (tests use it to
     slow one rank down).  ``result.claims`` lists the ``(i, j, k)`` this rank reserved.
+
+    Args:
+        A (SparseTiledMatrix): the sparse left operand.
+        B (DenseTiledMatrix): the dense right operand, on ``A``'s process grid.
+        victim (str, optional): how an idle rank picks whom to steal from (one of :data:`VICTIMS`).
+            (default: :obj:`"locality"`)
+        seed (int, optional): the random stream of victim choices. (default: :obj:`0`)
+        steal_budget (int, optional): words of stolen partials a rank may hold.
+            (default: about one rank's share of ``C``)
+        prefetch (bool, optional): fetch the next pair of tiles before each product.
+            (default: :obj:`True`)
+        work_hook (Callable[[int, int, int], None], optional): called with ``(i, j, k)`` before
+            every local product. (default: :obj:`None`)
     """
     if victim not in VICTIMS:
         raise ValueError(f"victim must be one of {VICTIMS}, got {victim!r}")

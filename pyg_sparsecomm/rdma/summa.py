@@ -61,7 +61,12 @@ def bcast_tiles(bcast: Bcast, mine: bool, root: int, M: TiledMatrix, tiles: list
 
 
 def summa(A: SparseTiledMatrix, B: TiledMatrix) -> MatmulResult:
-    """``C = A B`` by SUMMA over the process rows/columns of ``A``'s process grid (collective)."""
+    """``C = A B`` by SUMMA over the process rows/columns of ``A``'s process grid (collective).
+
+    Args:
+        A (SparseTiledMatrix): the sparse left operand.
+        B (TiledMatrix): the right operand (dense: SpMM, sparse: SpGEMM), on ``A``'s process grid.
+    """
     check_operands(A, B)
     be = A.backend
     bd, t_start = Breakdown(), time.perf_counter()

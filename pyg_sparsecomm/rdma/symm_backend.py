@@ -93,6 +93,15 @@ class SymmetricMemoryBackend(RMABackend):
     ``symm_mem`` replaces ``torch.distributed._symmetric_memory`` (the tests pass a CPU
     emulation); with the default the device must be CUDA.  ``gets`` orders the gets
     (default: :class:`SideStreamGets` on CUDA, ready at once on the CPU).
+
+    Args:
+        device (torch.device or str, optional): the device of the regions. (default: :obj:`"cuda"`)
+        group (torch.distributed.ProcessGroup, optional): the ranks sharing the memory.
+            (default: the default group)
+        symm_mem (module, optional): a stand-in for ``torch.distributed._symmetric_memory``.
+            (default: :obj:`None`)
+        gets (SideStreamGets, optional): orders the gets. (default: :class:`SideStreamGets` on CUDA,
+            ready at once on the CPU)
     """
 
     def __init__(self, device: Any = "cuda", group: Any | None = None, symm_mem: Any | None = None,

@@ -40,7 +40,12 @@ TileIndex = tuple[int, int]
 
 @dataclass(frozen=True)
 class TileProcessGrid:
-    """A ``rows x cols`` grid of ranks, rank ``r * cols + c`` at ``(r, c)``."""
+    """A ``rows x cols`` grid of ranks, rank ``r * cols + c`` at ``(r, c)``.
+
+    Args:
+        rows (int): process rows.
+        cols (int): process columns.
+    """
     rows: int
     cols: int
 
@@ -75,7 +80,12 @@ class TileProcessGrid:
 
 @dataclass(frozen=True)
 class TileGrid:
-    """Regular tiling of an ``shape`` matrix into ``tile_shape`` tiles (last ones ragged)."""
+    """Regular tiling of an ``shape`` matrix into ``tile_shape`` tiles (last ones ragged).
+
+    Args:
+        shape (tuple[int, int]): the matrix's rows and columns.
+        tile_shape (tuple[int, int]): a tile's rows and columns.
+    """
     shape: tuple[int, int]
     tile_shape: tuple[int, int]
 
@@ -181,7 +191,17 @@ class TiledMatrix:
 
 
 class DenseTiledMatrix(TiledMatrix):
-    """Dense tiled matrix; directory row ``(owner, offset, rows, cols)``; one get per tile."""
+    """Dense tiled matrix; directory row ``(owner, offset, rows, cols)``; one get per tile.
+
+    Made collectively by :meth:`from_local_tiles` (or its siblings), which build the arguments below.
+
+    Args:
+        backend (RMABackend): the one-sided backend holding the tiles.
+        tiles (TileGrid): the tiling.
+        pgrid (TileProcessGrid): the ranks owning the tiles.
+        directory (numpy.ndarray): one row per tile (the columns of :attr:`FIELDS`), the same on every rank.
+        regions (tuple): the backend regions holding the tiles' data.
+    """
     FIELDS = ("owner", "offset", "rows", "cols")
 
     @classmethod
@@ -273,6 +293,15 @@ class SparseTiledMatrix(TiledMatrix):
     Reading a remote tile issues three gets (values, row pointers, column
     indices), completed together by one future (paper Section 3.1.1).  Empty
     tiles are not stored (offsets ``-1``) and read without any get.
+
+    Made collectively by :meth:`from_local_tiles` (or its siblings), which build the arguments below.
+
+    Args:
+        backend (RMABackend): the one-sided backend holding the tiles.
+        tiles (TileGrid): the tiling.
+        pgrid (TileProcessGrid): the ranks owning the tiles.
+        directory (numpy.ndarray): one row per tile (the columns of :attr:`FIELDS`), the same on every rank.
+        regions (tuple): the backend regions holding the tiles' data.
     """
     FIELDS = ("owner", "val_off", "ptr_off", "idx_off", "rows", "cols", "nnz")
 
@@ -365,8 +394,8 @@ def check_operands(A: TiledMatrix, B: TiledMatrix) -> None:
     """Raises unless ``A @ B`` is defined tile by tile on one process grid.
 
     Args:
-        A: the sparse left operand (TypeError if it is not a :class:`SparseTiledMatrix`).
-        B: the dense or sparse right operand (ValueError on a shape, tiling, grid or backend mismatch).
+        A (TiledMatrix): the sparse left operand (TypeError if it is not a :class:`SparseTiledMatrix`).
+        B (TiledMatrix): the dense or sparse right operand (ValueError on a shape, tiling, grid or backend mismatch).
     """
     if not isinstance(A, SparseTiledMatrix):
         raise TypeError(f"A must be a SparseTiledMatrix, got {type(A).__name__}")
