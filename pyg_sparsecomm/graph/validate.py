@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from torch_geometric.data import HeteroData
 
 
 def check_edge_index(edge_index: Tensor, num_nodes: int) -> None:
@@ -71,3 +72,33 @@ def check_partition(part: Tensor, num_nodes: int, num_parts: int) -> None:
         if lo < 0 or hi >= num_parts:
             raise ValueError(
                 f"corrupt partition: part ids lie in [{lo}, {hi}] but num_parts={num_parts}")
+
+
+def check_hetero(data: HeteroData) -> None:
+    """Raises ``ValueError`` for a relation without ``edge_index`` or with ids outside its node types."""
+    for node_type in data.node_types:
+        if data[node_type].num_nodes is None:
+            raise ValueError(f"node type {node_type!r} has no num_nodes (set data[{node_type!r}].num_nodes or .x)")
+    for edge_type in data.edge_types:
+        src, _, dst = edge_type
+        edge_index = data[edge_type].get("edge_index")
+        if not isinstance(edge_index, Tensor) or edge_index.dim() != 2 or edge_index.size(0) != 2 \
+                or edge_index.is_floating_point():
+            raise ValueError(f"relation {edge_type} needs an edge_index (LongTensor [2, num_edges]); a sparse "
+                             f"adj_t is not supported for heterogeneous graphs yet")
+        for row, node_type in ((0, src), (1, dst)):
+            n = _declared_num_nodes(data, edge_type, node_type)
+            if edge_index.size(1) and (int(edge_index[row].min()) < 0 or int(edge_index[row].max()) >= n):
+                raise ValueError(f"relation {edge_type}: edge_index[{row}] holds ids outside [0, {n}) of node type "
+                                 f"{node_type!r}")
+
+
+def _declared_num_nodes(data: HeteroData, edge_type: tuple[str, str, str], node_type: str) -> int:
+    """``data[node_type].num_nodes``, or ``ValueError`` naming the relation ending there and the fix
+    (without adding ``node_type`` to ``data``, as ``data[node_type]`` would)."""
+    n = data[node_type].num_nodes if node_type in data.node_types else None
+    if n is None:
+        raise ValueError(f"relation {edge_type} ends at node type {node_type!r}, which has no nodes (neither x nor "
+                         f"num_nodes): set data[{node_type!r}].num_nodes (or its x), or remove the relation "
+                         f"(del data[{edge_type}])")
+    return int(n)

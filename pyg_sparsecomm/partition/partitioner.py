@@ -38,7 +38,7 @@ class SparsityAwarePartitioner(BaseTransform):
     ``T.ToSparseTensor()``); an ``adj_t`` comes back as the equivalent ``edge_index``, its
     values as ``edge_weight`` (see :mod:`pyg_sparsecomm.graph.inputs`).  A ``HeteroData`` gets
     ``data[node_type].part`` for every node type, balanced per type, and a
-    :class:`~pyg_sparsecomm.partition.hetero.HeteroCommStats` (methods ``"metis"``, ``"random"``,
+    :class:`~pyg_sparsecomm.plan.hetero.HeteroCommStats` (methods ``"metis"``, ``"random"``,
     ``"contiguous"``; see :mod:`pyg_sparsecomm.partition.hetero`).
 
     Partitioning (METIS, ...) is the expensive step, so compute it once: use the

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch_geometric.data import HeteroData
 
-from ..partition.hetero import check_hetero
+from ..graph.validate import check_hetero
 from ..plan.relation_adj import RelationAdj
 from .file_format import hash_tensor, plan_from_record, plan_record
 from .rank_hetero import partition_of, shard_hetero

@@ -6,7 +6,7 @@ nodes of the destination type; columns: ``[owned | halo]`` of the source type) w
 the relation's edge attributes in ``adj``'s edge order, so ``local.adj_dict`` is what a
 heterogeneous PyG model takes as ``edge_index_dict``.  Every relation reading a source type
 shares that type's :class:`~pyg_sparsecomm.plan.homogeneous.RankPlan`: its halo is the union of their halos
-(:func:`~pyg_sparsecomm.partition.hetero.source_pattern`).
+(:func:`~pyg_sparsecomm.plan.hetero.source_pattern`).
 """
 from typing import Any
 
@@ -17,8 +17,8 @@ from torch_geometric.data import HeteroData
 
 from ..comm.group import rank as group_rank
 from ..comm.group import world_size as group_world_size
-from ..graph.validate import check_edge_weight, check_partition
-from ..partition.hetero import check_hetero, source_pattern
+from ..graph.validate import check_edge_weight, check_hetero, check_partition
+from ..plan.hetero import source_pattern
 from ..plan.homogeneous import RankPlan, local_edges, rank_plan
 from ..plan.relation_adj import RelationAdj
 
