@@ -71,7 +71,7 @@ def global_auc(scores: Tensor, labels: Tensor, group: dist.ProcessGroup | None =
     Args:
         scores (torch.Tensor): ``[m]`` this rank's pair scores (logits or probabilities).
         labels (torch.Tensor): ``[m]`` their labels (1: an edge, 0: a negative).
-        group (torch.distributed.ProcessGroup, optional): the ranks holding pairs.
+        group (torch.distributed.ProcessGroup, optional): the ranks holding pairs. (default: the default group)
     """
     if scores.numel() != labels.numel():
         raise ValueError(f"global_auc: {scores.numel()} scores but {labels.numel()} labels")
@@ -86,6 +86,12 @@ def global_hits_at_k(pos_scores: Tensor, neg_scores: Tensor, k: int, group: dist
     score of all ranks (1.0 when there are fewer than :math:`K` negatives, as OGB).
 
     Each rank sends only its :math:`K` highest negative scores; the positives are counted where they are.
+
+    Args:
+        pos_scores (torch.Tensor): this rank's scores of positive pairs.
+        neg_scores (torch.Tensor): this rank's scores of negative pairs.
+        k (int): :math:`K`.
+        group (torch.distributed.ProcessGroup, optional): the ranks holding pairs. (default: the default group)
     """
     if k < 1:
         raise ValueError(f"Hits@K needs K >= 1, got {k}")

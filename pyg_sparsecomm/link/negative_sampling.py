@@ -95,23 +95,27 @@ def negative_sampling(edge_index: Tensor, num_nodes: int | None = None, num_neg_
     Args:
         edge_index (torch.Tensor): ``[2, E]`` the whole graph's edges (global ids), as PyG takes them.
         num_nodes (int, optional): :math:`N` (bipartite sizes are not supported).
+            (default: the largest id + 1)
         num_neg_samples (int or float, optional): negatives over all ranks; a float is a ratio of
             ``E``; ``None``: ``E``.  (Halved with ``force_undirected``, as PyG does.)
+            (default: :obj:`None`)
         method (str, optional): ``"sparse"`` or ``"dense"``: accepted for PyG's signature; the draw
             is the same. (default: ``"sparse"``)
         force_undirected (bool, optional): pairs :math:`i < j`, returned in both directions.
+            (default: :obj:`False`)
         seed (int, optional): the random stream. (default: ``0``)
         epoch (int, optional): the draw within the stream: the same ``epoch`` gives the same
             negatives, without communication; ``None``: fresh negatives at every call, as PyG's
             (the calls counted and agreed by the ranks, see the module doc: every rank calls
             together). (default: ``None``)
-        part: the partition (see :func:`~pyg_sparsecomm.link.distribute_pairs`); ``None``: every pair.
+        part (torch.Tensor or torch_geometric.data.Data, optional): the partition (see
+            :func:`~pyg_sparsecomm.link.distribute_pairs`); ``None``: every pair.
             ``data.part`` (or the partitioned ``Data``) draws without any communication; a shard
-            gathers every rank's ``n_id`` first (a collective).
+            gathers every rank's ``n_id`` first (a collective). (default: :obj:`None`)
         group (torch.distributed.ProcessGroup, optional): the ranks (only read for this rank's id,
-            and to gather a shard's partition).
+            and to gather a shard's partition). (default: the default group)
         rank (int, optional): draw this rank's share instead (no process group needed: tests,
-            simulations).
+            simulations). (default: :obj:`None`)
 
     Returns:
         ``[2, m]`` global ids of the negatives whose source this rank owns (with ``force_undirected``
@@ -207,6 +211,24 @@ def structured_negative_sampling(edge_index: Tensor, num_nodes: int | None = Non
     ``contains_neg_self_loops``), drawn by hashes of the edge's position in ``edge_index``;
     ``seed``, ``epoch``, ``part``, ``group`` and ``rank`` as in :func:`negative_sampling` (without
     ``epoch=`` every call draws afresh, as PyG's).
+
+    Args:
+        edge_index (torch.Tensor): the whole graph's edges (global ids), as PyG takes them.
+        num_nodes (int, optional): :math:`N`. (default: the largest id + 1)
+        contains_neg_self_loops (bool, optional): :math:`k = i` may be drawn. (default: :obj:`True`)
+        seed (int, optional): the random stream. (default: :obj:`0`)
+        epoch (int, optional): the draw within the stream; ``None``: fresh at every call.
+            (default: :obj:`None`)
+        part (torch.Tensor or torch_geometric.data.Data, optional): the partition, as in
+            :func:`negative_sampling`. (default: :obj:`None`)
+        group (torch.distributed.ProcessGroup, optional): the ranks. (default: the default group)
+        rank (int, optional): draw this rank's share instead (no process group needed).
+            (default: :obj:`None`)
+
+    Shapes:
+        - **input:** edge indices :math:`(2, |\mathcal{E}|)`
+        - **output:** three :math:`(|\mathcal{E}_r|)` tensors ``i``, ``j``, ``k`` for the
+          :math:`|\mathcal{E}_r|` edges whose source this rank owns
 
     Raises:
         ValueError: a source of this rank is linked to every node (PyG's

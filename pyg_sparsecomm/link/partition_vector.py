@@ -19,10 +19,12 @@ def partition_vector(part, group: dist.ProcessGroup | None = None, check_world_s
     nodes: every rank's ``n_id`` is then gathered (one ``all_gather_object``; every rank calls it).
 
     Args:
-        part: a ``[N]`` integer tensor or array, a ``Data`` carrying ``part``, or a shard.
+        part (torch.Tensor or numpy.ndarray or torch_geometric.data.Data): a ``[N]`` integer tensor or
+            array, a ``Data`` carrying ``part``, or a shard.
         group (torch.distributed.ProcessGroup, optional): the ranks the graph is sharded over.
+            (default: the default group)
         check_world_size (bool, optional): require part ids below the group's size (off to simulate
-            another rank without a process group).
+            another rank without a process group). (default: :obj:`True`)
     """
     if part is None:
         raise ValueError(f"the pairs' functions need the partition: {_FORMS}")
