@@ -138,17 +138,19 @@ def refine_max_send(edge_index: Tensor, num_nodes: int, part: Tensor, num_parts:
     (with ``receive``) a lower (never higher) maximum receive volume.
 
     Args:
-        epsilon: compute imbalance ``max W / avg W - 1`` moves may reach.
-        max_total_increase: km1 (total volume) may grow at most by this fraction of its input value.
-        slack: parts within this fraction of the maximum send (receive) volume are refined together.
-        max_rounds: bound on the batches of each max (and receive) phase.
-        side_rounds: bound on the batches of each volume and compute phase.
-        moves_per_part: largest batch of moves led by one part.
-        cycles: alternations of the max, receive and volume phases.
-        patience: a max (or receive) phase stops when its maximum fell by less than 0.5 % in
-            this many rounds.
-        receive: run the receive phase (lower the maximum receive volume without raising the
-            maximum send volume); ``False`` only guards the maximum receive volume.
+        epsilon (float, optional): compute imbalance ``max W / avg W - 1`` moves may reach. (default: :obj:`0.03`)
+        max_total_increase (float, optional): km1 (total volume) may grow at most by this fraction of its input value.
+            (default: :obj:`0.1`)
+        slack (float, optional): parts within this fraction of the maximum send (receive) volume are refined together.
+            (default: :obj:`0.02`)
+        max_rounds (int, optional): bound on the batches of each max (and receive) phase. (default: :obj:`200`)
+        side_rounds (int, optional): bound on the batches of each volume and compute phase. (default: :obj:`20`)
+        moves_per_part (int, optional): largest batch of moves led by one part. (default: :obj:`64`)
+        cycles (int, optional): alternations of the max, receive and volume phases. (default: :obj:`3`)
+        patience (int, optional): a max (or receive) phase stops when its maximum fell by less than 0.5 % in
+            this many rounds. (default: :obj:`5`)
+        receive (bool, optional): run the receive phase (lower the maximum receive volume without raising the
+            maximum send volume); ``False`` only guards the maximum receive volume. (default: :obj:`True`)
     """
     P, N = int(num_parts), int(num_nodes)
     start = part.numpy().astype(np.int64).copy()

@@ -94,11 +94,11 @@ def column_net_pins(src: np.ndarray, dst: np.ndarray, num_nodes: int,
 
     Args:
         src, dst: the edges (``int64``).
-        num_nodes: the number of rows/columns ``N``.
-        columns: the columns whose own row is a pin, ``None`` = all ``N``;
+        num_nodes (int): the number of rows/columns ``N``.
+        columns (np.ndarray, optional): the columns whose own row is a pin, ``None`` = all ``N``;
             it must hold every ``src`` (a net is ``{j}`` plus its edges).  A
             mini-batch passes the sources of its sampled edges: the columns it
-            does not read get no net.
+            does not read get no net. (default: :obj:`None`)
 
     Returns:
         ``(net_of_pin, pins)``: the pins sorted by net, then by vertex.
@@ -223,10 +223,12 @@ def hypergraph_partition(edge_index: Tensor, num_nodes: int, num_parts: int, see
     """Minimises the exact exchange volume (km1 of the column-net model).
 
     Args:
-        epsilon: allowed imbalance of the vertex weights (row nonzeros) per part.
-        backend: ``"mtkahypar"`` (MIT, default) or ``"kahypar"`` (GPLv3, the project's own
+        epsilon (float, optional): allowed imbalance of the vertex weights (row nonzeros) per part.
+            (default: :obj:`0.03`)
+        backend (str, optional): ``"mtkahypar"`` (MIT, default) or ``"kahypar"`` (GPLv3, the project's own
             km1 configuration, run in a child process).
-        preset: Mt-KaHyPar preset; ``"deterministic"`` gives the same partition for a seed.
+        preset (str, optional): Mt-KaHyPar preset; ``"deterministic"`` gives the same partition for a seed.
+            (default: :obj:`"deterministic"`)
     """
     if num_parts == 1:
         return torch.zeros(num_nodes, dtype=torch.long)

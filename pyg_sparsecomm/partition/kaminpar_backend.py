@@ -82,22 +82,22 @@ def kaminpar_partition_csr(ptr: np.ndarray, col: np.ndarray, num_nodes: int, num
 
     Args:
         ptr, col: CSR of the graph, ``[num_nodes + 1]`` and ``[nnz]`` (either orientation).
-        num_nodes: :math:`n`.
-        num_parts: :math:`k`.
-        seed: KaMinPar's random seed (``kaminpar.reseed``).
-        vertex_weights: ``[n]`` positive integers (``None``: unit weights); for balanced compute the
-            row nonzeros, ``np.diff(ptr) + 1`` for a CSR of in-edges (rows = targets).
-        preset: KaMinPar's configuration: ``"default"``, ``"fast"``, ``"strong"``, ``"terapart"``
+        num_nodes (int): :math:`n`.
+        num_parts (int): :math:`k`.
+        seed (int, optional): KaMinPar's random seed (``kaminpar.reseed``). (default: :obj:`0`)
+        vertex_weights (np.ndarray, optional): ``[n]`` positive integers (``None``: unit weights); for balanced compute
+            the row nonzeros, ``np.diff(ptr) + 1`` for a CSR of in-edges (rows = targets). (default: :obj:`None`)
+        preset (str, optional): KaMinPar's configuration: ``"default"``, ``"fast"``, ``"strong"``, ``"terapart"``
             (memory-efficient: with ``compress=True``), ... (``kaminpar.context_names()``).
-        epsilon: allowed imbalance :math:`\epsilon` of the vertex weights.
-        threads: KaMinPar's threads (``None``: 1, or what :func:`default_kaminpar_threads` set, e.g.
+        epsilon (float, optional): allowed imbalance :math:`\epsilon` of the vertex weights. (default: :obj:`0.03`)
+        threads (int, optional): KaMinPar's threads (``None``: 1, or what :func:`default_kaminpar_threads` set, e.g.
             rank 0's usable cores under ``partition_on_rank_zero``).  With one thread equal seeds gave
             equal partitions in 25 of 26 test processes (one unexplained mismatch); with more, its
             parallel label propagation and refinement depend on the threads' timing.  Partition once
             and share the result (``partition_and_shard`` does, on rank 0) rather than on every rank.
-        compress: let KaMinPar compress the graph while loading it (TeraPart's graph compression:
+        compress (bool, optional): let KaMinPar compress the graph while loading it (TeraPart's graph compression:
             less memory, somewhat slower).  ``None``: only for the ``"terapart*"`` presets, which
-            need it (KaMinPar 3.7 crashes the process on an uncompressed graph with them).
+            need it (KaMinPar 3.7 crashes the process on an uncompressed graph with them). (default: :obj:`None`)
 
     Returns:
         ``int64[n]``, the part of every node.

@@ -73,12 +73,12 @@ class GraphStats:
     """What :func:`choose_options` reads of a graph.
 
     Attributes:
-        num_nodes: :math:`n`.
-        num_edges: the edges of the edge list (an undirected graph stored with both directions
+        num_nodes (int): :math:`n`.
+        num_edges (int): the edges of the edge list (an undirected graph stored with both directions
             counts each twice).
-        max_degree: the largest number of edge ends at a node (self-loops not counted).
-        hub_share: the share of all edge ends that lie at nodes of more than :data:`SAMPLE_DEGREE`.
-        low_degree_share: the share of the nodes with at most 2 edge ends: isolated nodes and
+        max_degree (int): the largest number of edge ends at a node (self-loops not counted).
+        hub_share (float): the share of all edge ends that lie at nodes of more than :data:`SAMPLE_DEGREE`.
+        low_degree_share (float): the share of the nodes with at most 2 edge ends: isolated nodes and
             leaves (one neighbour, stored in one direction or both), and inner nodes of paths.
     """
 

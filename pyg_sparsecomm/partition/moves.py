@@ -257,8 +257,8 @@ def propose_moves(nets: _Nets, state: _State, part: np.ndarray, P: int, phase: s
     """One batch of moves of ``phase``: ``(new part, hot threshold τ)``, or ``None`` if no move is left.
 
     Args:
-        batch: the most moves one lead part may take (4 × as many are evaluated per lead).
-        slack: parts within this fraction of the maximum send (receive) volume are hot.
+        batch (int): the most moves one lead part may take (4 × as many are evaluated per lead).
+        slack (float): parts within this fraction of the maximum send (receive) volume are hot.
     """
     tau = _hot_threshold(state, phase, slack)
     moves = _shortlist(nets, state, part, P, phase, tau, limits, 4 * batch)

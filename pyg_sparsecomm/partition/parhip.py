@@ -131,17 +131,18 @@ def write_parhip(path: str, src: np.ndarray, dst: np.ndarray, num_nodes: int,
     r"""Writes the symmetrised graph of the edges ``src -> dst`` as a ParHiP binary file.
 
     Args:
-        path: the file to write.
+        path (str): the file to write.
         src, dst: the edges, ``[E]`` integer ids in ``[0, num_nodes)`` (either orientation: the
             symmetrised graph is the same).  Self-loops and duplicate edges are dropped.
-        num_nodes: :math:`n`.
-        vertex_weights: ``[n]`` positive integer weights (``None``: unweighted).
-        block_entries: entries symmetrised at once (memory: about 32 bytes each); default the larger
+        num_nodes (int): :math:`n`.
+        vertex_weights (np.ndarray, optional): ``[n]`` positive integer weights (``None``: unweighted).
+            (default: :obj:`None`)
+        block_entries (int, optional): entries symmetrised at once (memory: about 32 bytes each); default the larger
             of :data:`BLOCK_ENTRIES` and :math:`2E /` :data:`MAX_PASSES`.
-        node_map: ``[N]`` ids of the graph written (``< num_nodes``) for the ``N`` ids of ``src`` and
-            ``dst``, ``-1`` to drop a node with its edges (e.g. :class:`.reductions.LeafFolding`'s):
-            the file holds the mapped graph, edges that become self-loops dropped, without a mapped
-            copy of the edges.  ``None``: the ids as they are.
+        node_map (np.ndarray, optional): ``[N]`` ids of the graph written (``< num_nodes``) for the ``N`` ids of ``src``
+            and ``dst``, ``-1`` to drop a node with its edges (e.g. :class:`.reductions.LeafFolding`'s): the file holds
+            the mapped graph, edges that become self-loops dropped, without a mapped copy of the edges.  ``None``: the
+            ids as they are. (default: :obj:`None`)
 
     Returns:
         :math:`m`, the entries of the symmetrised adjacency (twice its undirected edges).

@@ -54,31 +54,33 @@ class SparsityAwarePartitioner(BaseTransform):
     partition depends on nothing else), and re-used while neither changes.
 
     Args:
-        num_parts: number of parts (processes).
-        method: ``"random"``, ``"contiguous"``, ``"metis"``, ``"hypergraph"``
+        num_parts (int): number of parts (processes).
+        method (str, optional): ``"random"``, ``"contiguous"``, ``"metis"``, ``"hypergraph"``
             (column-net model, km1 = exact volume; needs the ``hypergraph`` extra), ``"kaminpar"``
             (large graphs; the options not given are chosen from the graph, see
             :mod:`~pyg_sparsecomm.partition.kaminpar_defaults`), ``"auto"``, ... (``METHODS``).
-        seed: seed of the method; a fixed seed gives the same partition on every rank.
-        balance: ``"max_send"`` lowers the maximum send volume per rank, then the maximum
+        seed (int, optional): seed of the method; a fixed seed gives the same partition on every rank.
+            (default: :obj:`0`)
+        balance (str, optional): ``"max_send"`` lowers the maximum send volume per rank, then the maximum
             receive volume (never raising either): refinement of the partition
             (:func:`~pyg_sparsecomm.partition.balance.refine_max_send`) plus send-balanced
             restarts, see :func:`~pyg_sparsecomm.partition.balance.balance_max_send`;
             a method name
-            ending in ``"+vb"`` (``"metis+vb"``, ``"hypergraph+vb"``) means the same.
-        epsilon_balance: compute imbalance (max/avg row nonzeros - 1) the balancing may reach.
-        max_total_increase: the balancing may raise the total volume (rows per SpMM) by at
+            ending in ``"+vb"`` (``"metis+vb"``, ``"hypergraph+vb"``) means the same. (default: :obj:`None`)
+        epsilon_balance (float, optional): compute imbalance (max/avg row nonzeros - 1) the balancing may reach.
+            (default: :obj:`0.03`)
+        max_total_increase (float, optional): the balancing may raise the total volume (rows per SpMM) by at
             most this fraction of the input partition's (default 10 %); on irregular graphs a
             larger budget buys a lower maximum (see ``benchmarks/RESULTS.md``).
-        vb_restarts: besides refining the input partition, the balancing tries this many
+        vb_restarts (int, optional): besides refining the input partition, the balancing tries this many
             send-balanced restarts (multi-constraint METIS with each row's send volume as the
             second constraint, then refinement, see
             :func:`~pyg_sparsecomm.partition.balance.balance_max_send`) and keeps the
-            lowest maximum send volume within the bounds above; ``0`` = refinement only.
-        vb_objective: METIS objective of those restarts: ``"vol"`` (total volume), ``"cut"``
+            lowest maximum send volume within the bounds above; ``0`` = refinement only. (default: :obj:`4`)
+        vb_objective (str, optional): METIS objective of those restarts: ``"vol"`` (total volume), ``"cut"``
             (edge cut), or ``"auto"`` = ``"vol"`` unless the graph has hubs (mean endpoint
             degree above 32, where METIS's volume refinement becomes slow at large P), see
-            :func:`~pyg_sparsecomm.partition.balance.restart_objective`.
+            :func:`~pyg_sparsecomm.partition.balance.restart_objective`. (default: :obj:`"auto"`)
         **options: method options, e.g. ``epsilon``/``backend``/``preset`` for ``"hypergraph"``.
     """
 

@@ -31,10 +31,10 @@ class LeafFolding:
     """A graph with its isolated unit-weight nodes left out and its leaves folded.
 
     Attributes:
-        node_map: ``[n]`` every node's id in the folded graph (a leaf's: its neighbour's), ``-1``
+        node_map (np.ndarray): ``[n]`` every node's id in the folded graph (a leaf's: its neighbour's), ``-1``
             for a node left out (isolated, vertex weight 1: placed by :meth:`unfold`).
-        weights: ``int64 [n']`` vertex weights of the folded graph (leaves' added).
-        left_out: ``int64`` ids of the nodes left out, ascending.
+        weights (np.ndarray): ``int64 [n']`` vertex weights of the folded graph (leaves' added).
+        left_out (np.ndarray): ``int64`` ids of the nodes left out, ascending.
     """
 
     node_map: np.ndarray
@@ -82,9 +82,9 @@ def fold_leaves(src: np.ndarray, dst: np.ndarray, num_nodes: int,
 
     Args:
         src, dst: the edges ``[E]`` (either orientation: the symmetrised graph is what counts).
-        num_nodes: :math:`n`.
-        vertex_weights: ``[n]`` positive integers (``None``: 1 each).  Only isolated nodes of
-            weight 1 are left out (an isolated node of more stays in, as a node without edges).
+        num_nodes (int): :math:`n`.
+        vertex_weights (np.ndarray, optional): ``[n]`` positive integers (``None``: 1 each).  Only isolated nodes of
+            weight 1 are left out (an isolated node of more stays in, as a node without edges). (default: :obj:`None`)
 
     Memory: a few ``[n]`` arrays and one chunk of edges; the edges are read twice.
     """

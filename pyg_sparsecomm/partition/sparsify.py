@@ -96,10 +96,10 @@ def sample_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int, max_degree: i
 
     Args:
         src, dst: the edges ``[E]`` (either orientation).
-        num_nodes: :math:`n`.
-        max_degree: :math:`\tau \ge 1`.
-        seed: the sample's seed.
-        degree: :func:`edge_degrees` of the edges, if the caller has them.
+        num_nodes (int): :math:`n`.
+        max_degree (int): :math:`\tau \ge 1`.
+        seed (int, optional): the sample's seed. (default: :obj:`0`)
+        degree (np.ndarray, optional): :func:`edge_degrees` of the edges, if the caller has them. (default: :obj:`None`)
 
     Returns:
         ``(src, dst)`` of the edges kept, in their order, ``int32`` when the ids fit (a copy:
@@ -135,7 +135,7 @@ class StrandedNodes:
     neighbours.
 
     Attributes:
-        nodes: ``int64`` their ids, ascending.
+        nodes (np.ndarray): ``int64`` their ids, ascending.
         pair_node, pair_neighbour: their edges (both directions, self-loops left out), as the
             position in ``nodes`` of one end and the id of the other.
     """

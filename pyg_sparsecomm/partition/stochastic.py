@@ -184,18 +184,18 @@ def stochastic_hypergraph_partition(edge_index: Tensor, num_nodes: int, num_part
     """Partitions the merged column nets of the loader's mini-batches for km1 (SHP).
 
     Args:
-        sampling: the loader's batch rule, ``NeighborSampling(...)`` or ``NodeSubsetSampling(...)``
-            with the loader's ``batch_size``, ``num_neighbors``, ``shuffle`` and ``seed``.
-        input_nodes: the loader's seed candidates as global ids or a mask over all nodes
+        sampling (Sampling, optional): the loader's batch rule, ``NeighborSampling(...)`` or ``NodeSubsetSampling(...)``
+            with the loader's ``batch_size``, ``num_neighbors``, ``shuffle`` and ``seed``. (default: :obj:`None`)
+        input_nodes (torch.Tensor, optional): the loader's seed candidates as global ids or a mask over all nodes
             (e.g. ``data.train_mask``; default every node).
         batch_size, fanouts: shorthand for ``sampling`` (see :func:`sampling_spec`):
             ``fanouts=[10, 5]`` is neighbour sampling, none is node subsets.
-        num_batches: merge exactly the first ``num_batches`` batches.  By default: every batch
+        num_batches (int, optional): merge exactly the first ``num_batches`` batches.  By default: every batch
             of epoch 0 (so every edge training samples in an epoch is in a net), then more until
             the merged nets meet eq. (14), ``hoeffding_num_nets(num_parts, theta, delta)``, at
             most ``max_batches`` (a warning says when that stops the draw early) -- and until
             the batches sampled ``edge_coverage`` times as many edges as the graph has.
-        edge_coverage: eq. (14) bounds the error of the expected connectivity of *one*
+        edge_coverage (float, optional): eq. (14) bounds the error of the expected connectivity of *one*
             partition; to optimise it, the partitioner must also see the edges: an edge the
             sample never drew leaves its endpoints in no net together.  Neighbour batches (1024
             seeds, fanouts [10, 5]) sample about 2 |E| edges per epoch, node subsets only
@@ -204,6 +204,7 @@ def stochastic_hypergraph_partition(edge_index: Tensor, num_nodes: int, num_part
             12.7 / 12.3 at P = 16; CiteSeer 1.2 / 1.2, 4.5 / 4.5): with the bound alone
             (``edge_coverage=0``, one epoch) SHP gave Cora 54.7 and 14.0, CiteSeer 36.1 and 7.2;
             with 1: 12.3, 14.0, 8.4, 7.2; with 4: 5.4, 12.9, 1.6, 5.4; with 16: 5.4, 11.7, 1.6, 4.5.
+            (default: :obj:`4.0`)
         theta, delta: eq. (14)'s accuracy and confidence (the paper's θ = 0.1, δ = 0.5).
         epsilon, backend, preset: as ``method="hypergraph"``.
 

@@ -140,13 +140,13 @@ def two_level_partition(src: np.ndarray, dst: np.ndarray, num_nodes: int, num_pa
 
     Args:
         src, dst: the graph's edges ``[E]`` (either orientation: partitioners symmetrise).
-        num_nodes: :math:`n`.
-        num_parts: :math:`k`.
-        split: :math:`g`, the groups of the first level (``2 <= split < num_parts``), or the groups
-            of every level above the last.
-        vertex_weights: ``[n]`` positive integers that every level balances.
-        epsilon: the imbalance :math:`\epsilon` allowed overall.
-        partition: the block partitioner every level calls.
+        num_nodes (int): :math:`n`.
+        num_parts (int): :math:`k`.
+        split (int or Sequence[int]): :math:`g`, the groups of the first level (``2 <= split < num_parts``), or the
+            groups of every level above the last.
+        vertex_weights (np.ndarray): ``[n]`` positive integers that every level balances.
+        epsilon (float): the imbalance :math:`\epsilon` allowed overall.
+        partition (BlockPartition): the block partitioner every level calls.
 
     Returns:
         ``int64[n]``, the part of every node; group :math:`i` holds consecutive parts.
