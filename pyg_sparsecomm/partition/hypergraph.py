@@ -93,7 +93,8 @@ def column_net_pins(src: np.ndarray, dst: np.ndarray, num_nodes: int,
     balancing's move model (:mod:`.volume_model`) all read its output.
 
     Args:
-        src, dst: the edges (``int64``).
+        src (np.ndarray): the edges' sources (``int64``).
+        dst (np.ndarray): the edges' targets (``int64``).
         num_nodes (int): the number of rows/columns ``N``.
         columns (np.ndarray, optional): the columns whose own row is a pin, ``None`` = all ``N``;
             it must hold every ``src`` (a net is ``{j}`` plus its edges).  A
@@ -225,8 +226,8 @@ def hypergraph_partition(edge_index: Tensor, num_nodes: int, num_parts: int, see
     Args:
         epsilon (float, optional): allowed imbalance of the vertex weights (row nonzeros) per part.
             (default: :obj:`0.03`)
-        backend (str, optional): ``"mtkahypar"`` (MIT, default) or ``"kahypar"`` (GPLv3, the project's own
-            km1 configuration, run in a child process).
+        backend (str, optional): ``"mtkahypar"`` (MIT) or ``"kahypar"`` (GPLv3, the project's own
+            km1 configuration, run in a child process). (default: :obj:`"mtkahypar"`)
         preset (str, optional): Mt-KaHyPar preset; ``"deterministic"`` gives the same partition for a seed.
             (default: :obj:`"deterministic"`)
     """

@@ -81,7 +81,8 @@ def kaminpar_partition_csr(ptr: np.ndarray, col: np.ndarray, num_nodes: int, num
     subject to :math:`\max_k w(V_k) \le (1 + \epsilon) \lceil w(V) / k \rceil`.
 
     Args:
-        ptr, col: CSR of the graph, ``[num_nodes + 1]`` and ``[nnz]`` (either orientation).
+        ptr (np.ndarray): ``[num_nodes + 1]`` CSR row pointers of the graph (either orientation).
+        col (np.ndarray): ``[nnz]`` CSR column ids.
         num_nodes (int): :math:`n`.
         num_parts (int): :math:`k`.
         seed (int, optional): KaMinPar's random seed (``kaminpar.reseed``). (default: :obj:`0`)
@@ -89,12 +90,14 @@ def kaminpar_partition_csr(ptr: np.ndarray, col: np.ndarray, num_nodes: int, num
             the row nonzeros, ``np.diff(ptr) + 1`` for a CSR of in-edges (rows = targets). (default: :obj:`None`)
         preset (str, optional): KaMinPar's configuration: ``"default"``, ``"fast"``, ``"strong"``, ``"terapart"``
             (memory-efficient: with ``compress=True``), ... (``kaminpar.context_names()``).
+            (default: :obj:`"default"`)
         epsilon (float, optional): allowed imbalance :math:`\epsilon` of the vertex weights. (default: :obj:`0.03`)
         threads (int, optional): KaMinPar's threads (``None``: 1, or what :func:`default_kaminpar_threads` set, e.g.
             rank 0's usable cores under ``partition_on_rank_zero``).  With one thread equal seeds gave
             equal partitions in 25 of 26 test processes (one unexplained mismatch); with more, its
             parallel label propagation and refinement depend on the threads' timing.  Partition once
             and share the result (``partition_and_shard`` does, on rank 0) rather than on every rank.
+            (default: :obj:`None`)
         compress (bool, optional): let KaMinPar compress the graph while loading it (TeraPart's graph compression:
             less memory, somewhat slower).  ``None``: only for the ``"terapart*"`` presets, which
             need it (KaMinPar 3.7 crashes the process on an uncompressed graph with them). (default: :obj:`None`)

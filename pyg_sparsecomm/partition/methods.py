@@ -43,6 +43,16 @@ INT32_METHODS: set[str] = set()
 
 
 def register(name: str, reads_edges: bool = True, int32_ids: bool = False):
+    """A decorator that registers a partitioning method ``fn(edge_index, num_nodes, num_parts, seed)
+    -> part`` under ``name`` in :data:`METHODS` (``SparsityAwarePartitioner(method=name)``).
+
+    Args:
+        name (str): the method's name.
+        reads_edges (bool, optional): the method reads the edges (``False``: ``"random"``,
+            ``"contiguous"``; they are then never loaded for it). (default: :obj:`True`)
+        int32_ids (bool, optional): the method takes ``int32`` ids as they are (:data:`INT32_METHODS`).
+            (default: :obj:`False`)
+    """
     def wrap(fn: PartitionMethod) -> PartitionMethod:
         METHODS[name] = fn
         if not reads_edges:

@@ -132,13 +132,14 @@ def write_parhip(path: str, src: np.ndarray, dst: np.ndarray, num_nodes: int,
 
     Args:
         path (str): the file to write.
-        src, dst: the edges, ``[E]`` integer ids in ``[0, num_nodes)`` (either orientation: the
-            symmetrised graph is the same).  Self-loops and duplicate edges are dropped.
+        src (np.ndarray): the edges' sources, ``[E]`` integer ids in ``[0, num_nodes)`` (either
+            orientation: the symmetrised graph is the same).  Self-loops and duplicate edges are dropped.
+        dst (np.ndarray): the edges' targets, ``[E]``.
         num_nodes (int): :math:`n`.
         vertex_weights (np.ndarray, optional): ``[n]`` positive integer weights (``None``: unweighted).
             (default: :obj:`None`)
-        block_entries (int, optional): entries symmetrised at once (memory: about 32 bytes each); default the larger
-            of :data:`BLOCK_ENTRIES` and :math:`2E /` :data:`MAX_PASSES`.
+        block_entries (int, optional): entries symmetrised at once (memory: about 32 bytes each).
+            (default: the larger of :data:`BLOCK_ENTRIES` and :math:`2E /` :data:`MAX_PASSES`)
         node_map (np.ndarray, optional): ``[N]`` ids of the graph written (``< num_nodes``) for the ``N`` ids of ``src``
             and ``dst``, ``-1`` to drop a node with its edges (e.g. :class:`.reductions.LeafFolding`'s): the file holds
             the mapped graph, edges that become self-loops dropped, without a mapped copy of the edges.  ``None``: the

@@ -81,7 +81,9 @@ def fold_leaves(src: np.ndarray, dst: np.ndarray, num_nodes: int,
     r"""The :class:`LeafFolding` of the graph of the edges ``src -> dst``.
 
     Args:
-        src, dst: the edges ``[E]`` (either orientation: the symmetrised graph is what counts).
+        src (np.ndarray): the edges' sources ``[E]`` (either orientation: the symmetrised graph is what
+            counts).
+        dst (np.ndarray): the edges' targets ``[E]``.
         num_nodes (int): :math:`n`.
         vertex_weights (np.ndarray, optional): ``[n]`` positive integers (``None``: 1 each).  Only isolated nodes of
             weight 1 are left out (an isolated node of more stays in, as a node without edges). (default: :obj:`None`)

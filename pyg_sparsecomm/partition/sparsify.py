@@ -95,7 +95,8 @@ def sample_edges(src: np.ndarray, dst: np.ndarray, num_nodes: int, max_degree: i
     r"""The edges kept by the degree-capped sample (see the module's docstring).
 
     Args:
-        src, dst: the edges ``[E]`` (either orientation).
+        src (np.ndarray): the edges' sources ``[E]`` (either orientation).
+        dst (np.ndarray): the edges' targets ``[E]``.
         num_nodes (int): :math:`n`.
         max_degree (int): :math:`\tau \ge 1`.
         seed (int, optional): the sample's seed. (default: :obj:`0`)
@@ -136,8 +137,9 @@ class StrandedNodes:
 
     Attributes:
         nodes (np.ndarray): ``int64`` their ids, ascending.
-        pair_node, pair_neighbour: their edges (both directions, self-loops left out), as the
-            position in ``nodes`` of one end and the id of the other.
+        pair_node (np.ndarray): their edges (both directions, self-loops left out): the position in
+            ``nodes`` of one end.
+        pair_neighbour (np.ndarray): the id of the edge's other end.
     """
 
     nodes: np.ndarray

@@ -181,20 +181,23 @@ def stochastic_hypergraph_partition(edge_index: Tensor, num_nodes: int, num_part
                                     num_batches: int | None = None, theta: float = 0.1, delta: float = 0.5,
                                     edge_coverage: float = 4.0, max_batches: int = 1024, epsilon: float = 0.03,
                                     backend: str = "mtkahypar", preset: str = "deterministic") -> Tensor:
-    """Partitions the merged column nets of the loader's mini-batches for km1 (SHP).
+    r"""Partitions the merged column nets of the loader's mini-batches for km1 (SHP).
 
     Args:
         sampling (Sampling, optional): the loader's batch rule, ``NeighborSampling(...)`` or ``NodeSubsetSampling(...)``
             with the loader's ``batch_size``, ``num_neighbors``, ``shuffle`` and ``seed``. (default: :obj:`None`)
         input_nodes (torch.Tensor, optional): the loader's seed candidates as global ids or a mask over all nodes
-            (e.g. ``data.train_mask``; default every node).
-        batch_size, fanouts: shorthand for ``sampling`` (see :func:`sampling_spec`):
-            ``fanouts=[10, 5]`` is neighbour sampling, none is node subsets.
+            (e.g. ``data.train_mask``). (default: every node)
+        batch_size (int, optional): shorthand for ``sampling`` (see :func:`sampling_spec`): the batch
+            size. (default: :obj:`None`)
+        fanouts (Sequence[int], optional): shorthand for ``sampling``: ``fanouts=[10, 5]`` is neighbour
+            sampling, none is node subsets. (default: :obj:`None`)
         num_batches (int, optional): merge exactly the first ``num_batches`` batches.  By default: every batch
             of epoch 0 (so every edge training samples in an epoch is in a net), then more until
             the merged nets meet eq. (14), ``hoeffding_num_nets(num_parts, theta, delta)``, at
             most ``max_batches`` (a warning says when that stops the draw early) -- and until
             the batches sampled ``edge_coverage`` times as many edges as the graph has.
+            (default: :obj:`None`)
         edge_coverage (float, optional): eq. (14) bounds the error of the expected connectivity of *one*
             partition; to optimise it, the partitioner must also see the edges: an edge the
             sample never drew leaves its endpoints in no net together.  Neighbour batches (1024
@@ -205,8 +208,12 @@ def stochastic_hypergraph_partition(edge_index: Tensor, num_nodes: int, num_part
             (``edge_coverage=0``, one epoch) SHP gave Cora 54.7 and 14.0, CiteSeer 36.1 and 7.2;
             with 1: 12.3, 14.0, 8.4, 7.2; with 4: 5.4, 12.9, 1.6, 5.4; with 16: 5.4, 11.7, 1.6, 4.5.
             (default: :obj:`4.0`)
-        theta, delta: eq. (14)'s accuracy and confidence (the paper's θ = 0.1, δ = 0.5).
-        epsilon, backend, preset: as ``method="hypergraph"``.
+        theta (float, optional): eq. (14)'s accuracy :math:`\theta`. (default: :obj:`0.1`)
+        delta (float, optional): eq. (14)'s confidence :math:`\delta`. (default: :obj:`0.5`)
+        epsilon (float, optional): allowed imbalance, as ``method="hypergraph"``. (default: :obj:`0.03`)
+        backend (str, optional): the hypergraph partitioner, as ``method="hypergraph"``.
+            (default: :obj:`"mtkahypar"`)
+        preset (str, optional): its preset, as ``method="hypergraph"``. (default: :obj:`"deterministic"`)
 
     The partition's ``seed`` seeds the partitioner only; the batches follow ``sampling.seed``.
     Identical nets are merged into one weighted net (the same km1, a smaller input).

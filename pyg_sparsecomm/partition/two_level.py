@@ -139,7 +139,8 @@ def two_level_partition(src: np.ndarray, dst: np.ndarray, num_nodes: int, num_pa
     the levels' above it.
 
     Args:
-        src, dst: the graph's edges ``[E]`` (either orientation: partitioners symmetrise).
+        src (np.ndarray): the graph's edges' sources ``[E]`` (either orientation: partitioners symmetrise).
+        dst (np.ndarray): the edges' targets ``[E]``.
         num_nodes (int): :math:`n`.
         num_parts (int): :math:`k`.
         split (int or Sequence[int]): :math:`g`, the groups of the first level (``2 <= split < num_parts``), or the
