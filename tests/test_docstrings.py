@@ -452,6 +452,21 @@ def test_exported_names_document_every_parameter():
     assert not offenders, _format("exported functions/classes with undocumented parameters", offenders)
 
 
+def test_no_escape_sequences_in_docstrings():
+    """``:math:`\\alpha``` in a docstring that is not raw is ``\\x07lpha`` (``\\a``, ``\\b``, ``\\f``, ``\\t``,
+    ``\\v`` are valid escapes, so ruff's W605 does not see them): write ``r\"\"\"`` docstrings for math."""
+    offenders = []
+    for module, tree in Resolver().trees.items():
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                docstring = ast.get_docstring(node, clean=False) or ""
+                found = re.search(r".{0,30}[\x00-\x08\x0b-\x1f].{0,30}", docstring)
+                if found:
+                    offenders.append(f"{module}.{getattr(node, 'name', '')}: {found.group()!r}")
+    assert not offenders, _format("docstrings with control characters (an escape in a docstring that is not raw)",
+                                  offenders)
+
+
 def test_parser_reads_pygs_form():
     """The checks above can fail: the parser tells PyG's form from the forms it rejects."""
     docstring = """Summary.
