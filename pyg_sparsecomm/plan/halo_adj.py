@@ -38,9 +38,11 @@ def csr_order(row: Tensor, col: Tensor, num_rows: int, num_cols: int,
     :math:`\mathrm{rowptr}_{i + 1} = \sum_{i' \le i} |\{e : \mathrm{row}_e = i'\}|`.
 
     Args:
-        row, col: ``[nnz]`` int64 indices.
-        num_rows, num_cols: the matrix shape.
-        is_sorted: the entries are already in ``(row, col)`` order.
+        row (torch.Tensor): ``[nnz]`` int64 row indices.
+        col (torch.Tensor): ``[nnz]`` int64 column indices.
+        num_rows (int): the matrix's rows.
+        num_cols (int): the matrix's columns.
+        is_sorted (bool, optional): the entries are already in ``(row, col)`` order. (default: :obj:`False`)
     """
     rowptr = torch.zeros(num_rows + 1, dtype=torch.long, device=row.device)
     torch.cumsum(torch.bincount(row, minlength=num_rows), 0, out=rowptr[1:])
@@ -64,10 +66,11 @@ def coo_to_csr(row: Tensor, col: Tensor, value: Tensor, shape: tuple[int, int], 
     The one COO -> CSR conversion of the package (adjacency blocks and RDMA tiles).
 
     Args:
-        row, col: ``[nnz]`` int64 indices.
-        value: ``[nnz]`` values.
-        shape: ``(num_rows, num_cols)``.
-        is_sorted: the entries are already in ``(row, col)`` order (no sort).
+        row (torch.Tensor): ``[nnz]`` int64 row indices.
+        col (torch.Tensor): ``[nnz]`` int64 column indices.
+        value (torch.Tensor): ``[nnz]`` values.
+        shape (tuple[int, int]): ``(num_rows, num_cols)``.
+        is_sorted (bool, optional): the entries are already in ``(row, col)`` order (no sort). (default: :obj:`False`)
     """
     rowptr, sorted_col, sorted_value = sort_coo(row, col, value, shape[0], shape[1], is_sorted)
     assert sorted_value is not None  # value was given
@@ -75,6 +78,30 @@ def coo_to_csr(row: Tensor, col: Tensor, value: Tensor, shape: tuple[int, int], 
 
 
 class HaloAdj:
+    r"""A rank's block row of the adjacency, over ``[owned | halo]`` columns (what
+    ``shard(data).adj`` is; distributed layers take it where PyG's take ``edge_index``).
+
+    Row ``i`` is the owned node ``n_id[i]``; column ``c < num_owned`` is owned row ``c``, column
+    ``num_owned + k`` is halo node ``plan.halo_n_id[k]``, so one SpMM over local and halo columns
+    computes the rank's rows of :math:`\mathbf{A} \mathbf{H}`:
+
+    .. math::
+        \mathbf{H}^{\prime}_r = \mathbf{A}_{r,:} \begin{bmatrix} \mathbf{H}_r \\
+        \mathbf{H}_{\mathcal{H}_r} \end{bmatrix}
+
+    Args:
+        rowptr (torch.Tensor): ``[num_owned + 1]`` CSR row pointers.
+        col (torch.Tensor): ``[nnz]`` local columns (owned rows, then halo rows).
+        value (torch.Tensor or None): ``[nnz]`` edge weights, or ``None``.
+        plan (RankPlan): the :class:`~pyg_sparsecomm.plan.homogeneous.RankPlan` that fills the halo
+            columns.
+
+    Shapes:
+        - **input:** node features :math:`(|\mathcal{V}_r|, F)` of the owned rows (the halo rows
+          :math:`(|\mathcal{H}_r|, F)` are exchanged)
+        - **output:** :math:`(|\mathcal{V}_r|, F)`, the rank's rows of :math:`\mathbf{A}\mathbf{H}`
+    """
+
     #: the form the script gave the graph in (:func:`~pyg_sparsecomm.graph.inputs.graph_form`):
     #: ``"edge_index"``, ``"torch.sparse"`` or ``"SparseTensor"`` (an ``adj_t``); PyG's layers treat
     #: existing self-loops and values differently in each, and distributed layers follow it

@@ -123,7 +123,7 @@ EDGE_CHUNK = 1 << 19
 
 def comm_pattern(edge_index, part, num_nodes: int, num_parts: int, target_part=None,
                  chunk: int = EDGE_CHUNK) -> CommPattern:
-    """Computes the global communication pattern of ``part`` (vectorised, O(E log E)).
+    r"""Computes the global communication pattern of ``part`` (vectorised, O(E log E)).
 
     One pass over the edges, ``chunk`` at a time: the working memory is O(N + pairs + chunk), not
     O(E); the result does not depend on ``chunk``.  ``edge_index`` is the ``[2, E]`` graph, or its
@@ -132,7 +132,23 @@ def comm_pattern(edge_index, part, num_nodes: int, num_parts: int, target_part=N
 
     With ``target_part`` the graph is bipartite (a relation of a heterogeneous graph): row 1 of
     ``edge_index`` indexes another node set, whose owners ``target_part`` lists; the pattern is
-    that of the source nodes (``part``, ``num_nodes``) read by the targets' owners."""
+    that of the source nodes (``part``, ``num_nodes``) read by the targets' owners.
+
+    Args:
+        edge_index (torch.Tensor or EdgeChunks): the ``[2, E]`` graph (global ids), or its chunks.
+        part (torch.Tensor): ``[N]`` owner of every node.
+        num_nodes (int): :math:`N`.
+        num_parts (int): :math:`P`.
+        target_part (torch.Tensor, optional): ``[N_t]`` owner of every target node of a bipartite
+            relation. (default: :obj:`None`)
+        chunk (int, optional): edges read at once. (default: :obj:`EDGE_CHUNK`)
+
+    Shapes:
+        - **input:** edge indices :math:`(2, |\mathcal{E}|)`, partition :math:`(|\mathcal{V}|)`
+        - **output:** a :class:`CommPattern` with per-node arrays :math:`(|\mathcal{V}|)`, per-pair
+          arrays :math:`(m)` for the :math:`m` (rank, node) reads across ranks and
+          :math:`(P, P)` block counts
+    """
     if isinstance(edge_index, Tensor) and target_part is None:
         check_edge_index(edge_index, num_nodes)
     if isinstance(part, Tensor):
@@ -213,9 +229,11 @@ def pair_spans(pair_dst: np.ndarray, pair_node: np.ndarray, part: np.ndarray, lo
     Read ``chunk`` pairs at a time: no array of the pairs' size besides theirs.
 
     Args:
-        pair_dst, pair_node: ``[m]`` rank reading and node read (owned by another rank).
-        part, local_index: ``[N]`` owner of every node and its row there.
-        num_parts: ``P``.
+        pair_dst (np.ndarray): ``[m]`` the rank reading, per pair.
+        pair_node (np.ndarray): ``[m]`` the node read (owned by another rank), per pair.
+        part (np.ndarray): ``[N]`` owner of every node.
+        local_index (np.ndarray): ``[N]`` every node's row on its owner.
+        num_parts (int): ``P``.
 
     Returns:
         ``[P, P]`` int64 matrix ``S``.
@@ -232,17 +250,19 @@ class RankPlan:
     """Everything one rank needs to run the halo exchange (torch tensors, CPU).
 
     Attributes:
-        rank, world_size: position in the process group the plan was made for.
-        num_nodes: global number of nodes.
-        n_id: ``[num_owned]`` global ids of the owned rows, in local order.
-        halo_n_id: ``[halo_size]`` global ids of the halo columns.
-        halo_owner: ``[halo_size]`` rank that owns each halo column.
-        halo_remote_index: ``[halo_size]`` row of each halo node on its owner.
-        send_index: local rows sent, grouped by destination rank.
-        send_counts, recv_counts: rows sent to / received from every rank.
-        part_sizes: owned rows of every rank (used by the block-row broadcasts).
-        minibatch: the plan of one mini-batch (another graph every step), not of a shard's
-            whole block row: what is set up once per graph must not be set up per batch.
+        rank (int): the rank in the process group the plan was made for.
+        world_size (int): the process group's size.
+        num_nodes (int): global number of nodes.
+        n_id (torch.Tensor): ``[num_owned]`` global ids of the owned rows, in local order.
+        halo_n_id (torch.Tensor): ``[halo_size]`` global ids of the halo columns.
+        halo_owner (torch.Tensor): ``[halo_size]`` rank that owns each halo column.
+        halo_remote_index (torch.Tensor): ``[halo_size]`` row of each halo node on its owner.
+        send_index (torch.Tensor): local rows sent, grouped by destination rank.
+        send_counts (list[int]): rows sent to every rank.
+        recv_counts (list[int]): rows received from every rank.
+        part_sizes (list[int]): owned rows of every rank (used by the block-row broadcasts).
+        minibatch (bool, optional): the plan of one mini-batch (another graph every step), not of a shard's
+            whole block row: what is set up once per graph must not be set up per batch. (default: :obj:`False`)
     """
     rank: int
     world_size: int
@@ -282,7 +302,7 @@ class RankPlan:
         ``remote_row[c]`` of rank ``owner[c]``'s block row of ``H``.
 
         Args:
-            col: int64 column indices (e.g. ``HaloAdj.col``).
+            col (torch.Tensor): int64 column indices (e.g. ``HaloAdj.col``).
 
         Returns:
             Two tensors shaped like ``col``.
@@ -301,7 +321,12 @@ class RankPlan:
 
 
 def rank_plan(pattern: CommPattern, rank: int) -> RankPlan:
-    """Slices the plan of ``rank`` out of the global pattern (O(N + pairs))."""
+    """Slices the plan of ``rank`` out of the global pattern (O(N + pairs)).
+
+    Args:
+        pattern (CommPattern): the global pattern (:func:`comm_pattern`).
+        rank (int): the rank whose plan to slice.
+    """
     P = pattern.num_parts
     if not 0 <= rank < P:
         raise ValueError(f"rank {rank} is outside the partition's {P} parts")

@@ -17,10 +17,12 @@ class RelationAdj(HaloAdj):
     ``[owned | halo]`` columns of the source type's ``plan``.
 
     Args:
-        rowptr, col, value: the CSR (``rowptr`` has ``num_rows + 1`` entries).
-        plan: the :class:`~pyg_sparsecomm.plan.homogeneous.RankPlan` of the source node type.
-        edge_type: ``(source type, relation, destination type)``.
-        num_rows: owned nodes of the destination type.
+        rowptr (torch.Tensor): ``[num_rows + 1]`` CSR row pointers over the destination rows.
+        col (torch.Tensor): ``[nnz]`` local source columns (owned rows, then halo rows).
+        value (torch.Tensor or None): ``[nnz]`` edge weights, or ``None``.
+        plan (RankPlan): the :class:`~pyg_sparsecomm.plan.homogeneous.RankPlan` of the source node type.
+        edge_type (tuple[str, str, str]): ``(source type, relation, destination type)``.
+        num_rows (int): owned nodes of the destination type.
     """
 
     def __init__(self, rowptr: Tensor, col: Tensor, value: Tensor | None, plan: RankPlan,
