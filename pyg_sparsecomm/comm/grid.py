@@ -33,9 +33,10 @@ class ProcessGrid:
     """Row and column process groups over the default group, created identically on every rank.
 
     Args:
-        replication: ``c``, the number of replicas of every block row.
-        world_size, rank: for building the grid's layout without a process group
-            (simulations, tests); groups are then not created.
+        replication (int): ``c``, the number of replicas of every block row.
+        world_size (int, optional): for building the grid's layout without a process group
+            (simulations, tests); groups are then not created. (default: the default group's)
+        rank (int, optional): this rank, with ``world_size``. (default: the default group's)
     """
 
     def __init__(self, replication: int, world_size: int | None = None, rank: int | None = None) -> None:
@@ -92,6 +93,9 @@ def process_grid(replication: int) -> ProcessGrid:
     collective, and two layers creating groups in a different order on different
     ranks would deadlock.  The cache is keyed on the default group, so a new job
     (``init_process_group`` after ``destroy_process_group``) gets new groups.
+
+    Args:
+        replication (int): ``c``, the number of replicas of every block row.
     """
     world = dist.group.WORLD if is_distributed() else None
     key = (id(world), replication)

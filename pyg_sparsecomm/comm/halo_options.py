@@ -30,10 +30,13 @@ class HaloOptions:
     """How a layer's halo exchanges trade exactness for bytes or waiting (all off: exact).
 
     Args:
-        precision: wire format of the forward halo rows (``None``: exact).
-        grad_precision: wire format of the backward halo gradients (``None``: exact).
-        staleness: ``0`` (exact) or ``1`` (use the previous step's halo rows and gradients).
-        stale_smoothing: ``γ`` of the exponential smoothing of stale values, or ``None``.
+        precision (str, optional): wire format of the forward halo rows (``None``: exact). (default: :obj:`None`)
+        grad_precision (str, optional): wire format of the backward halo gradients (``None``: exact).
+            (default: :obj:`None`)
+        staleness (int, optional): ``0`` (exact) or ``1`` (use the previous step's halo rows and gradients).
+            (default: :obj:`0`)
+        stale_smoothing (float, optional): ``γ`` of the exponential smoothing of stale values, or ``None``.
+            (default: :obj:`None`)
     """
     precision: str | None = None
     grad_precision: str | None = None

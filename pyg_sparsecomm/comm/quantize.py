@@ -114,14 +114,14 @@ def encode(rows: Tensor, precision: str, generator: torch.Generator | None = Non
     ``uint8`` payload.
 
     Args:
-        rows: ``[N, f]`` finite floating-point values.
-        precision: one of :data:`PRECISIONS`.
-        generator: the random numbers of stochastic rounding (integer formats); default: the
-            dedicated rounding generator of ``rows.device``
-            (:func:`~pyg_sparsecomm.comm.rounding.rounding_generator`), never torch's default one.
-        index: encode the ``n`` rows ``rows[index]`` (bitwise the payload of
-            ``encode(rows[index], ...)``; on CPU the gather happens in the encoding pass); default:
-            all rows, ``n = N``.
+        rows (torch.Tensor): ``[N, f]`` finite floating-point values.
+        precision (str): one of :data:`PRECISIONS`.
+        generator (torch.Generator, optional): the random numbers of stochastic rounding (integer formats),
+            never torch's default one. (default: the dedicated rounding generator of ``rows.device``,
+            :func:`~pyg_sparsecomm.comm.rounding.rounding_generator`)
+        index (torch.Tensor, optional): encode the ``n`` rows ``rows[index]`` (bitwise the payload of
+            ``encode(rows[index], ...)``; on CPU the gather happens in the encoding pass).
+            (default: all rows, ``n = N``)
     """
     check_precision(precision)
     if precision is None:

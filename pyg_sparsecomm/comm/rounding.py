@@ -67,9 +67,9 @@ def seed_rounding(seed: int | None = None) -> None:
     """Restarts the rounding streams of every device.
 
     Args:
-        seed: the base seed of every rank's stream (each rank still draws its own numbers);
+        seed (int, optional): the base seed of every rank's stream (each rank still draws its own numbers);
             ``None``: follow ``torch.initial_seed()`` again (call it after ``torch.manual_seed(s)``
-            to repeat a run's draws in the same process).
+            to repeat a run's draws in the same process). (default: :obj:`None`)
     """
     if seed is not None and not isinstance(seed, int):
         raise TypeError(f"seed_rounding: seed must be an int or None, got {type(seed).__name__}")
