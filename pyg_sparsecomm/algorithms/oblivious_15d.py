@@ -20,6 +20,12 @@ class Oblivious15D(Oblivious1D):
     stage the partial gradients :math:`A_{ik}^T \partial T_{ij}` are reduced onto rank
     :math:`(k, j)`.  Per SpMM each rank receives :math:`P/c^2` whole block rows
     instead of :math:`P` (1D oblivious): the communication-avoiding baseline.
+
+    Args:
+        adj (HaloAdj): this rank's (normalised) block row of a partition into ``P / c`` parts.
+        exchanger (HaloExchanger, optional): how halo rows travel (see :class:`SpMMAlgorithm`).
+            (default: :obj:`None`, exact exchanges over the default group)
+        grid (ProcessGrid, optional): the 1.5D grid (required). (default: :obj:`None`)
     """
     name = "1.5d_oblivious"
     auto_candidate = True

@@ -57,6 +57,12 @@ class Oblivious1D(SpMMAlgorithm):
     Backward: :math:`\partial H_j = \sum_r A_{rj}^T \partial Y_r`, reduced onto rank
     :math:`j`, so it is exact for directed graphs.  Volume per SpMM: ``N (P - 1)``
     rows regardless of sparsity.  Kept to measure the sparsity-aware algorithm against.
+
+    Args:
+        adj (HaloAdj): this rank's (normalised) block row.
+        exchanger (HaloExchanger, optional): how halo rows travel (see :class:`SpMMAlgorithm`).
+            (default: :obj:`None`, exact exchanges over the default group)
+        grid (ProcessGrid, optional): the 1.5D grid (not used by this 1D algorithm). (default: :obj:`None`)
     """
     name = "oblivious"
     auto_candidate = True

@@ -62,6 +62,12 @@ class Overlap1D(SpMMAlgorithm):
     hand: the block row multiplies ``[x | stale halo]`` at once, and this step's rows start
     (the same way: all-to-allv, or point-to-point) to arrive while the rest of the step runs
     (:mod:`pyg_sparsecomm.comm.stale`).
+
+    Args:
+        adj (HaloAdj): this rank's (normalised) block row.
+        exchanger (HaloExchanger, optional): how halo rows travel (see :class:`SpMMAlgorithm`).
+            (default: :obj:`None`, exact exchanges over the default group)
+        grid (ProcessGrid, optional): the 1.5D grid (not used by this 1D algorithm). (default: :obj:`None`)
     """
     name = "1d_overlap"
     differentiates_edge_weights = False
@@ -110,6 +116,13 @@ class Overlap1D(SpMMAlgorithm):
 
 class Overlap1DP2P(Overlap1D):
     """``"1d_overlap"`` with the exchange posted as ``batch_isend_irecv`` to the peers that have
-    rows only (no message, not even an empty one, to the others)."""
+    rows only (no message, not even an empty one, to the others).
+
+    Args:
+        adj (HaloAdj): this rank's (normalised) block row.
+        exchanger (HaloExchanger, optional): how halo rows travel (see :class:`SpMMAlgorithm`).
+            (default: :obj:`None`, exact exchanges over the default group)
+        grid (ProcessGrid, optional): the 1.5D grid (not used by this 1D algorithm). (default: :obj:`None`)
+    """
     name = "1d_overlap_p2p"
     start_exchange = staticmethod(start_p2p_rows)

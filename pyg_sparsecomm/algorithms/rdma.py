@@ -265,6 +265,12 @@ class RDMAStationaryC(SpMMAlgorithm):
     The engine is shared through a lease (see :mod:`pyg_sparsecomm.rdma.engine_cache`);
     :meth:`close` releases it collectively, and it is also released when this object is
     collected.
+
+    Args:
+        adj (HaloAdj): this rank's (normalised) block row.
+        exchanger (HaloExchanger, optional): how halo rows travel (see :class:`SpMMAlgorithm`).
+            (default: :obj:`None`, exact exchanges over the default group)
+        grid (ProcessGrid, optional): the 1.5D grid (not used by this 1D algorithm). (default: :obj:`None`)
     """
     name = "rdma"
     supports_minibatches = False  # engines and symmetric buffers are set up per graph

@@ -67,6 +67,12 @@ class SparseAware15D(SpMMAlgorithm):
 
     With ``staleness=1`` the column-group exchange is pipelined (the previous step's halo
     rows and gradients, :mod:`pyg_sparsecomm.comm.stale`); the row-group sums stay synchronous.
+
+    Args:
+        adj (HaloAdj): this rank's (normalised) block row of a partition into ``P / c`` parts.
+        exchanger (HaloExchanger, optional): how halo rows travel (see :class:`SpMMAlgorithm`).
+            (default: :obj:`None`, exact exchanges over the default group)
+        grid (ProcessGrid, optional): the 1.5D grid (required). (default: :obj:`None`)
     """
     name = "1.5d"
     auto_candidate = True
