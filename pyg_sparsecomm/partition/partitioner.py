@@ -17,6 +17,7 @@ from torch_geometric.transforms import BaseTransform
 from ..graph.inputs import with_edge_index
 from ..graph.validate import check_edge_index, check_node_tensor
 from ..plan.homogeneous import comm_pattern
+from ..plan.known_pattern import remember_graph, remember_pattern
 from ..plan.stats import CommStats
 from .balance import _check_objective, balance_max_send
 from .methods import EDGE_FREE_METHODS, INT32_METHODS, METHODS, method_options
@@ -59,6 +60,7 @@ class SparsityAwarePartitioner(BaseTransform):
             (column-net model, km1 = exact volume; needs the ``hypergraph`` extra), ``"kaminpar"``
             (large graphs; the options not given are chosen from the graph, see
             :mod:`~pyg_sparsecomm.partition.kaminpar_defaults`), ``"auto"``, ... (``METHODS``).
+            (default: :obj:`"metis"`)
         seed (int, optional): seed of the method; a fixed seed gives the same partition on every rank.
             (default: :obj:`0`)
         balance (str, optional): ``"max_send"`` lowers the maximum send volume per rank, then the maximum
@@ -70,8 +72,8 @@ class SparsityAwarePartitioner(BaseTransform):
         epsilon_balance (float, optional): compute imbalance (max/avg row nonzeros - 1) the balancing may reach.
             (default: :obj:`0.03`)
         max_total_increase (float, optional): the balancing may raise the total volume (rows per SpMM) by at
-            most this fraction of the input partition's (default 10 %); on irregular graphs a
-            larger budget buys a lower maximum (see ``benchmarks/RESULTS.md``).
+            most this fraction of the input partition's; on irregular graphs a larger budget buys a
+            lower maximum (see ``benchmarks/RESULTS.md``). (default: :obj:`0.1`)
         vb_restarts (int, optional): besides refining the input partition, the balancing tries this many
             send-balanced restarts (multi-constraint METIS with each row's send volume as the
             second constraint, then refinement, see
@@ -131,6 +133,7 @@ class SparsityAwarePartitioner(BaseTransform):
         if self._last is None or self._last[0] != key:
             self._last = (key, *self.partition(edge_index, num_nodes))
         _, part, stats = self._last
+        remember_graph(stats, data.edge_index)  # shard(out) and save_partition(out) reuse the pattern
         out = copy.copy(data)
         out.part = part.clone()  # the caller may edit it in place; the cached copy stays intact
         out.num_parts = self.num_parts
@@ -141,7 +144,10 @@ class SparsityAwarePartitioner(BaseTransform):
         """The partition of a graph (``LongTensor[num_nodes]``) and its statistics, computed
         without the cache of :meth:`forward`."""
         part = self.assign(edge_index, num_nodes)
-        return part, CommStats.from_pattern(comm_pattern(edge_index, part, num_nodes, self.num_parts))
+        pattern = comm_pattern(edge_index, part, num_nodes, self.num_parts)
+        stats = CommStats.from_pattern(pattern)
+        remember_pattern(stats, pattern, edge_index)  # travels with the stats, for shard() (plan/known_pattern.py)
+        return part, stats
 
     @property
     def reads_edges(self) -> bool:

@@ -50,6 +50,10 @@ class CommStats:
         return cls(pattern.num_parts, pattern.volume_matrix(), pattern.part_sizes.copy(),
                    pattern.edge_nnz + pattern.part_sizes, pattern.spans.copy())
 
+    def __getstate__(self) -> dict:
+        # the pattern a partitioner's statistics carry for shard() (plan/known_pattern.py) stays in this process
+        return {k: v for k, v in self.__dict__.items() if k != "_known_pattern"}
+
     # rows ---------------------------------------------------------------
     @property
     def rows_sent(self) -> np.ndarray:

@@ -36,7 +36,7 @@ from ..comm.group import world_size as group_world_size
 from ..graph.inputs import with_edge_index
 from ..partition.partitioner import option_value
 from ..plan.halo_adj import HaloAdj
-from ..plan.homogeneous import comm_pattern
+from ..plan.known_pattern import pattern_of
 from .atomic_dir import atomic_directory, save_hashed, unfinished_hint, write_text_synced
 from .file_format import hash_tensor, plan_from_record, plan_record
 from .hetero_files import hetero_from_record, hetero_records, hetero_source
@@ -173,7 +173,7 @@ def save_partition(data: Data | HeteroData, root: str | Path, source: Mapping | 
 
 
 def _records(data: Data, num_parts: int) -> Iterator[dict]:
-    pattern = comm_pattern(data.edge_index.cpu(), data.part.cpu(), data.num_nodes, num_parts)
+    pattern = pattern_of(data.edge_index, data.part, data.num_nodes, num_parts, getattr(data, "comm_stats", None))
     return (_to_record(shard_from_pattern(data, pattern, r)) for r in range(num_parts))
 
 

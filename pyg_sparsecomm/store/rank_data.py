@@ -12,7 +12,8 @@ from ..comm.group import world_size as group_world_size
 from ..graph.inputs import FORM_KEY, with_edge_index
 from ..graph.validate import check_edge_index, check_edge_weight, check_node_tensor, check_partition
 from ..plan.halo_adj import HaloAdj
-from ..plan.homogeneous import CommPattern, comm_pattern, local_edges, rank_plan
+from ..plan.homogeneous import CommPattern, local_edges, rank_plan
+from ..plan.known_pattern import pattern_of
 
 # Attributes a shard rebuilds itself (adjacency, weights, ids) or that describe the whole partition.
 _SKIP = {"edge_index", "adj_t", "edge_weight", "e_id", "part", "num_parts", "comm_stats", "num_nodes"}
@@ -101,7 +102,7 @@ def shard(data: Data, group: dist.ProcessGroup | None = None, rank: int | None =
             raise ValueError(f"a grid with replication c={grid.replication} on P={grid.world_size} ranks needs a "
                              f"partition into P/c={grid.num_block_rows} parts, but the graph has num_parts="
                              f"{num_parts}: re-run SparsityAwarePartitioner(num_parts={grid.num_block_rows})")
-        pattern = comm_pattern(data.edge_index.cpu(), part.cpu(), num_nodes, num_parts)
+        pattern = pattern_of(data.edge_index, part, num_nodes, num_parts, getattr(data, "comm_stats", None))
         return replicate(shard_from_pattern(data, pattern, grid.row), grid.col, grid.replication)
     rank = group_rank(group) if rank is None else rank
     world_size = group_world_size(group) if world_size is None else world_size
@@ -109,7 +110,8 @@ def shard(data: Data, group: dist.ProcessGroup | None = None, rank: int | None =
         raise ValueError(f"the graph was partitioned into num_parts={num_parts} but the world size is "
                          f"{world_size}: re-run SparsityAwarePartitioner(num_parts={world_size})")
 
-    pattern = comm_pattern(data.edge_index.cpu(), part.cpu(), num_nodes, num_parts)
+    # the partitioner's pattern when data is its result, unedited (plan/known_pattern.py)
+    pattern = pattern_of(data.edge_index, part, num_nodes, num_parts, getattr(data, "comm_stats", None))
     return shard_from_pattern(data, pattern, rank)
 
 
