@@ -25,6 +25,7 @@ their rows); a plan depends on the pairs only, so it is built once for fixed pai
 every epoch, and built again for fresh negatives.
 """
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import torch
@@ -33,12 +34,11 @@ from torch import Tensor
 
 from ..comm.group import raise_together
 from ..comm.group import rank as group_rank
-from ..comm.group import world_size as group_world_size
-from ..comm.halo import halo_exchange
-from ..comm.ids import exchange_ids
 from ..graph.validate import check_edge_index
-from ..plan.homogeneous import RankPlan, owner_rows
+from ..plan.homogeneous import RankPlan
 from ..training.whole_graph import global_count
+from .hetero_pairs import distribute_hetero_pairs, local_hetero_pairs
+from .pair_exchange import endpoint_plan, pair_plan, rows_with_halo
 from .partition_vector import partition_vector
 from .same_pairs import check_same_pairs
 
@@ -82,14 +82,17 @@ class DistributedPairs:
         Shapes:
             - **output:** two ``[m, *]`` tensors, in the order of :attr:`edge_label_index`.
         """
-        if z.size(0) != self.plan.num_owned:
-            raise ValueError(f"DistributedPairs.gather: z has {z.size(0)} rows but this rank owns "
-                             f"{self.plan.num_owned} nodes: pass the encoder's output on this rank's shard, "
-                             f"model(local.x, local.adj)")
-        halo = halo_exchange(z, self.plan, self.group)
-        rows = torch.cat([z, halo])  # also when empty: the halo's backward is a collective every rank joins
+        rows = self.rows(z)
         index = self.index.to(z.device)
         return rows.index_select(0, index[0]), rows.index_select(0, index[1])
+
+    def rows(self, z: Tensor) -> Tensor:
+        r""":math:`[z \,\|\, z_{halo}]`: this rank's rows, then the exchanged ones, which
+        :attr:`index` addresses (a collective, as :meth:`gather`)."""
+        if z.size(0) != self.plan.num_owned:
+            raise ValueError(f"the pairs' gather: z has {z.size(0)} rows but this rank owns {self.plan.num_owned} "
+                             f"nodes: pass the encoder's output on this rank's shard, model(local.x, local.adj)")
+        return rows_with_halo(z, self.plan, self.group)
 
     def predicted_bytes(self, num_columns: int, element_size: int = 4) -> dict:
         """Bytes this rank sends and receives in one :meth:`gather` of ``num_columns`` wide rows
@@ -103,7 +106,8 @@ class DistributedPairs:
 
 
 def distribute_pairs(edge_label_index: Tensor, edge_label: Tensor | None = None, part=None,
-                     group: dist.ProcessGroup | None = None) -> DistributedPairs:
+                     group: dist.ProcessGroup | None = None, edge_type: tuple[str, str, str] | None = None
+                     ) -> Any:
     r"""This rank's share of the whole graph's supervision pairs: those whose *source* it owns.
 
     Every rank passes the same global ``edge_label_index`` (e.g. from PyG's ``RandomLinkSplit`` run
@@ -118,10 +122,16 @@ def distribute_pairs(edge_label_index: Tensor, edge_label: Tensor | None = None,
             (a ``Data`` carrying ``part``) or this rank's shard (then gathered from every rank's
             ``n_id``).
         group (torch.distributed.ProcessGroup, optional): the ranks the graph is sharded over.
+        edge_type (tuple[str, str, str], optional): the pairs' relation ``(src, rel, dst)`` of a
+            heterogeneous graph (then ``part`` is its partitioned ``HeteroData``, its shard or the
+            ``{node type: part}``; see :mod:`~pyg_sparsecomm.link.hetero_pairs`). (default: :obj:`None`)
 
     Returns:
-        DistributedPairs: the pairs, their labels and global positions, and their exchange plan.
+        DistributedPairs: the pairs, their labels and global positions, and their exchange plan
+        (a :class:`~pyg_sparsecomm.link.hetero_pairs.HeteroPairs` for an ``edge_type``).
     """
+    if edge_type is not None:
+        return distribute_hetero_pairs(edge_label_index, edge_type, edge_label, part, group)
     part_np = partition_vector(part, group)
     num_nodes = part_np.size
     check_edge_index(edge_label_index, num_nodes)
@@ -138,10 +148,13 @@ def distribute_pairs(edge_label_index: Tensor, edge_label: Tensor | None = None,
 
 
 def local_pairs(edge_label_index: Tensor, part, edge_label: Tensor | None = None,
-                group: dist.ProcessGroup | None = None) -> DistributedPairs:
+                group: dist.ProcessGroup | None = None, edge_type: tuple[str, str, str] | None = None) -> Any:
     """:class:`DistributedPairs` of the pairs this rank holds, whatever their endpoints (e.g. the
     negatives it drew, :func:`~pyg_sparsecomm.link.negative_sampling`).  A collective: every rank
-    calls it with its own pairs (possibly none)."""
+    calls it with its own pairs (possibly none).  With ``edge_type`` (and ``part`` as for
+    :func:`distribute_pairs`), a :class:`~pyg_sparsecomm.link.hetero_pairs.HeteroPairs`."""
+    if edge_type is not None:
+        return local_hetero_pairs(edge_label_index, edge_type, part, edge_label, group)
     part_np = partition_vector(part, group)
     # this rank's own pairs: a bad one raises on every rank (its peers would wait in the plan's exchange)
     raise_together(lambda: check_edge_index(edge_label_index, part_np.size), "local_pairs", group, flag_first=True)
@@ -151,62 +164,5 @@ def local_pairs(edge_label_index: Tensor, part, edge_label: Tensor | None = None
                             index, plan, num_pairs, group)
 
 
-def pair_plan(edge_label_index: Tensor, part: np.ndarray, group: dist.ProcessGroup | None = None
-              ) -> tuple[RankPlan, Tensor]:
-    r"""The exchange plan of the pairs this rank holds, and every endpoint's row.
-
-    Rank :math:`r`'s halo is the set of endpoints it does not own, ordered by (owner, global id);
-    each owner learns which of its rows :math:`r` needs from one exchange of counts and one of
-    rows (:func:`~pyg_sparsecomm.comm.ids.exchange_ids`, counted as ``"pair_plan"``).
-
-    Args:
-        edge_label_index (torch.Tensor): ``[2, m]`` global ids of this rank's pairs.
-        part (numpy.ndarray): ``[N]`` owner of every node.
-        group (torch.distributed.ProcessGroup, optional): the process group.
-
-    Returns:
-        ``(plan, index)``: the :class:`~pyg_sparsecomm.plan.homogeneous.RankPlan` and the ``[2, m]`` rows of
-        ``[owned | halo]`` of every pair's source and target.
-    """
-    rank, P = group_rank(group), group_world_size(group)
-    part_sizes, local_index = owner_rows(part, P)
-    if part_sizes.size > P:
-        raise ValueError(f"the partition has {part_sizes.size} parts but the world size is {P}: partition into "
-                         f"num_parts={P}")
-    ends = edge_label_index.cpu().numpy().reshape(-1).astype(np.int64)
-    n_id = torch.from_numpy(np.flatnonzero(part == rank))
-    plan, column = endpoint_plan(ends, part[ends], local_index[ends], n_id, part.size, part_sizes.tolist(), group)
-    return plan, column.view(2, -1)
-
-
-def endpoint_plan(ends: np.ndarray, owner: np.ndarray, row: np.ndarray, n_id: Tensor, num_nodes: int,
-                  part_sizes: list[int], group: dist.ProcessGroup | None = None) -> tuple[RankPlan, Tensor]:
-    """The exchange bringing the rows of the endpoints ``ends`` (global ids) this rank does not own.
-
-    Args:
-        ends: ``[k]`` global ids; ``owner[i]`` holds ``ends[i]`` at row ``row[i]`` of its ``z``.
-        n_id: ``[num_owned]`` global ids of this rank's rows of ``z``.
-        num_nodes, part_sizes: the graph's nodes and every rank's rows (recorded in the plan).
-
-    Returns:
-        ``(plan, column)``: the plan and the ``[k]`` row of every endpoint in ``[z | halo]``.
-    """
-    rank, P, N = group_rank(group), group_world_size(group), num_nodes
-    remote = owner != rank
-    key = owner[remote] * N + ends[remote]
-    halo_key = np.unique(key)  # (owner, id) order
-    halo_n_id, halo_owner = halo_key % N, halo_key // N
-    at = np.searchsorted(halo_key, key)  # every remote endpoint's halo row
-    halo_row = np.zeros(halo_key.size, dtype=np.int64)
-    halo_row[at] = row[remote]
-    column = row.copy()
-    column[remote] = n_id.numel() + at
-
-    t = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))  # noqa: E731
-    recv_counts = np.bincount(halo_owner, minlength=P).tolist()
-    # every owner gets the rows each rank asks for, in that rank's halo order: its send lists
-    send_index, send_counts = exchange_ids(t(halo_row), recv_counts, group, "pair_plan")
-    plan = RankPlan(rank=rank, world_size=P, num_nodes=N, n_id=n_id, halo_n_id=t(halo_n_id),
-                    halo_owner=t(halo_owner), halo_remote_index=t(halo_row), send_index=send_index.clone(),
-                    send_counts=list(send_counts), recv_counts=recv_counts, part_sizes=list(part_sizes))
-    return plan, t(column)
+__all__ = ["DistributedPairs", "distribute_pairs", "local_pairs", "pair_plan", "endpoint_plan"]  # the last two:
+# the plan's builders, in .pair_exchange, where the link loader and older code import them from

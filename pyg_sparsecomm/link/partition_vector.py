@@ -40,7 +40,7 @@ def partition_vector(part, group: dist.ProcessGroup | None = None, check_world_s
                                  f"num_parts=world_size))")
             part = part.part
         elif "n_id" in part and "global_num_nodes" in part:
-            return _gathered(part.n_id, int(part.global_num_nodes), group)
+            return gathered_partition(part.n_id, int(part.global_num_nodes), group)
         else:
             raise ValueError(f"this Data has neither a partition (part) nor a shard's n_id: {_FORMS}")
     if isinstance(part, np.ndarray):
@@ -54,7 +54,8 @@ def partition_vector(part, group: dist.ProcessGroup | None = None, check_world_s
     return part.detach().cpu().numpy().astype(np.int64)
 
 
-def _gathered(n_id: Tensor, num_nodes: int, group: dist.ProcessGroup | None) -> np.ndarray:
+def gathered_partition(n_id: Tensor, num_nodes: int, group: dist.ProcessGroup | None = None) -> np.ndarray:
+    """``[num_nodes]`` owner of every node from every rank's shard ``n_id`` (one ``all_gather_object``)."""
     P = group_world_size(group)
     pieces: list = [n_id.detach().cpu()]
     if P > 1:
@@ -62,6 +63,9 @@ def _gathered(n_id: Tensor, num_nodes: int, group: dist.ProcessGroup | None) -> 
         dist.all_gather_object(pieces, n_id.detach().cpu(), group=group)
     part = np.full(num_nodes, -1, dtype=np.int64)
     for r, ids in enumerate(pieces):
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= num_nodes):
+            raise ValueError(f"rank {r}'s shard holds node id {int(ids.max())} of a graph of {num_nodes} nodes: every "
+                             f"rank must pass its shard of the same partition")
         if (part[ids.numpy()] >= 0).any():
             raise ValueError(f"rank {r}'s shard holds nodes another rank holds too: the pairs' exchange needs a 1D "
                              f"partition (one part per rank, no replicated block rows)")
