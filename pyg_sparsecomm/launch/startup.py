@@ -27,6 +27,7 @@ from ..comm.group import collective_device, global_rank, host_all_gather, is_dis
 from ..comm.group import rank as group_rank
 from ..comm.group import world_size as group_world_size
 from ..graph.offline import refusing_downloads
+from ..link.split_shards import is_link_split, same_split, with_pairs, without_pairs
 from ..partition import SparsityAwarePartitioner
 from ..partition._threads import usable_cores
 from ..partition.hypergraph import default_hypergraph_threads
@@ -99,9 +100,9 @@ def rank_zero_first(fn: Callable[..., Any] | None = None, *, group: dist.Process
     files and the folder to copy them into, and the other ranks raise that message.
 
     Args:
-        fn: a callable to wrap (``Planetoid``, ``OGB``'s ``PygNodePropPredDataset``, ...); ``None``
-            returns the context manager.
-        group: the ranks that wait for rank 0 of ``group`` (default: all).
+        fn (Callable[..., Any], optional): a callable to wrap (``Planetoid``, ``OGB``'s ``PygNodePropPredDataset``,
+            ...); ``None`` returns the context manager. (default: :obj:`None`)
+        group (torch.distributed.ProcessGroup, optional): the ranks that wait for rank 0 of ``group`` (default: all).
     """
     if fn is None:
         return _rank_zero_first_block(group)
@@ -112,8 +113,8 @@ def rank_zero_first(fn: Callable[..., Any] | None = None, *, group: dist.Process
     return call
 
 
-def partition_and_shard(data: Data, method: str = "metis", seed: int = 0,
-                        group: dist.ProcessGroup | None = None, **options) -> Data:
+def partition_and_shard(data: Data | tuple[Data, ...], method: str = "metis", seed: int = 0,
+                        group: dist.ProcessGroup | None = None, **options) -> Any:
     """This rank's shard of ``data``, partitioned into one part per rank of ``group``.
 
     Rank 0 runs ``SparsityAwarePartitioner(num_parts=world_size, method, seed, **options)``
@@ -127,14 +128,24 @@ def partition_and_shard(data: Data, method: str = "metis", seed: int = 0,
     ``model(data.x, data.edge_index)`` runs unchanged on a ``distribute()``d model.  On one
     process it is the one-part shard.
 
+    A link split, PyG's ``RandomLinkSplit`` output ``(train_data, val_data, test_data)``, gives the
+    tuple of their shards (:mod:`~pyg_sparsecomm.link.split_shards`): rank 0's split on every rank
+    (with its Python ``random`` state), the training graph partitioned, every split sharded with
+    that partition, and each shard's ``edge_label_index`` the pairs whose source the rank owns (a
+    :class:`~pyg_sparsecomm.link.pair_index.PairIndex`: ``z[edge_label_index[0]]`` works), with
+    their ``edge_label``.
+
     Args:
-        data: the whole graph (the same on every rank), as ``edge_index`` or ``adj_t`` (a
+        data (torch_geometric.data.Data): the whole graph (the same on every rank), as ``edge_index`` or ``adj_t`` (a
             ``HeteroData`` is refused, naming its path: ``SparsityAwarePartitioner`` and ``shard``).
-        method: partitioning method (see :class:`~pyg_sparsecomm.SparsityAwarePartitioner`).
-        seed: seed of the method.
-        group: process group to train in (default: all ranks).
-        **options: further arguments of :class:`~pyg_sparsecomm.SparsityAwarePartitioner`.
+        method (str, optional): partitioning method (see :class:`~pyg_sparsecomm.SparsityAwarePartitioner`).
+            (default: :obj:`"metis"`)
+        seed (int, optional): seed of the method. (default: :obj:`0`)
+        group (torch.distributed.ProcessGroup, optional): process group to train in (default: all ranks).
+        **options (optional): further arguments of :class:`~pyg_sparsecomm.SparsityAwarePartitioner`.
     """
+    if is_link_split(data):
+        return _shard_link_split(data, method, seed, group, **options)
     if isinstance(data, HeteroData):
         raise TypeError("partition_and_shard takes a homogeneous Data; a HeteroData is partitioned on every rank "
                         "(the methods are deterministic for a seed), then sharded: data = SparsityAwarePartitioner("
@@ -149,6 +160,23 @@ def partition_and_shard(data: Data, method: str = "metis", seed: int = 0,
     if "adj_t" not in local:  # PyG's edge_index carries no weights: a layer uses local.edge_weight only where passed
         local.edge_index = local.adj.with_value(None)
     return local
+
+
+def _shard_link_split(splits, method: str, seed: int, group: dist.ProcessGroup | None,
+                      **options) -> tuple[Data, ...]:
+    """The shards of a link split (see :mod:`~pyg_sparsecomm.link.split_shards`): rank 0's split,
+    the training graph partitioned once, every split's graph sharded with that partition."""
+    join_job()
+    splits = same_split(splits, group)
+    world_size = group_world_size(group)
+    train = partition_on_rank_zero(SparsityAwarePartitioner(world_size, method=method, seed=seed, **options),
+                                   without_pairs(splits[0]), group)
+    shards = []
+    for split in splits:
+        graph = without_pairs(split)
+        graph.part, graph.num_parts, graph.comm_stats = train.part, train.num_parts, train.comm_stats
+        shards.append(with_pairs(partition_and_shard(graph, group=group), split, train.part, group))
+    return tuple(shards)
 
 
 def partition_on_rank_zero(partitioner: SparsityAwarePartitioner, data: Data,
@@ -170,9 +198,9 @@ def partition_on_rank_zero(partitioner: SparsityAwarePartitioner, data: Data,
     the partitioner names ``threads``.
 
     Args:
-        partitioner: the :class:`~pyg_sparsecomm.SparsityAwarePartitioner` to run.
-        data: the whole graph, the same on every rank.
-        group: the ranks that share the partition (default: all).
+        partitioner (SparsityAwarePartitioner): the :class:`~pyg_sparsecomm.SparsityAwarePartitioner` to run.
+        data (torch_geometric.data.Data): the whole graph, the same on every rank.
+        group (torch.distributed.ProcessGroup, optional): the ranks that share the partition (default: all).
     """
     if isinstance(data, HeteroData):
         raise TypeError("partition_on_rank_zero takes a homogeneous Data; partition a HeteroData with "
