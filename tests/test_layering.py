@@ -1,9 +1,12 @@
 """The package's import structure: no import cycle, ``nn/`` does not import ``loader/``, the
-partitioner loads neither the SpMM algorithms nor the RDMA engine, every public name is still
-importable, and a missing optional dependency names the extra that installs it.
+partitioner loads neither the exchanges, the SpMM algorithms, the layers nor the RDMA engine, the
+plan imports no ``torch.distributed``, the root holds at most 10 flat modules, every public name is
+still importable, and a missing optional dependency names the extra that installs it.
 
-The import graph is static (the AST of every module: imports at module level, relative ones
-resolved, ``if TYPE_CHECKING:`` blocks left out); what a process really loads is checked in a
+The import graph is static and counts every import statement of a module, wherever it stands: at
+module level, in a function, under ``if TYPE_CHECKING:``, in ``try``/``except`` (relative ones
+resolved; ``__init__`` modules included), since each is a dependency a reader follows and an import
+a call may run.  What a process really loads is checked in a
 process that has not imported the package: a fork of this one with every module of the package
 (and any module a check blocks) taken out of ``sys.modules`` first, so each check re-imports the
 package from nothing, as a fresh interpreter would, without paying a fresh interpreter's seconds
@@ -25,49 +28,84 @@ PACKAGE = pathlib.Path(pyg_sparsecomm.__file__).parent
 NAME = "pyg_sparsecomm"
 
 
-def _modules() -> dict[str, pathlib.Path]:
+def _modules(package: pathlib.Path = PACKAGE, name: str = NAME) -> dict[str, pathlib.Path]:
     out = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = [NAME, *path.relative_to(PACKAGE).with_suffix("").parts]
+    for path in package.rglob("*.py"):
+        parts = [name, *path.relative_to(package).with_suffix("").parts]
         out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return out
 
 
-def _module_level(body: list[ast.stmt]):
-    """The import statements a module runs when imported (not those in functions or TYPE_CHECKING)."""
-    for node in body:
+def _imports(tree: ast.AST):
+    """Every import statement of a module: at module level, in functions and classes, under
+    ``if TYPE_CHECKING:``, in ``try``/``except`` and ``with`` blocks."""
+    for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             yield node
-        elif isinstance(node, ast.If):
-            if "TYPE_CHECKING" not in ast.unparse(node.test):
-                yield from _module_level(node.body)
-            yield from _module_level(node.orelse)
-        elif isinstance(node, ast.Try):
-            for block in (node.body, *(h.body for h in node.handlers), node.orelse, node.finalbody):
-                yield from _module_level(block)
-        elif isinstance(node, ast.With):
-            yield from _module_level(node.body)
 
 
-def import_graph() -> dict[str, set[str]]:
-    """module -> the package's modules it imports at module level (``from .x import y`` imports
-    ``x.y`` when ``y`` is a module, else ``x``)."""
-    modules = _modules()
+def import_graph(package: pathlib.Path = PACKAGE, name: str = NAME) -> dict[str, set[str]]:
+    """module -> the package's modules it imports anywhere (see the module doc; ``from .x import y``
+    imports ``x.y`` when ``y`` is a module, else ``x``)."""
+    modules = _modules(package, name)
     graph = {}
     for module, path in modules.items():
-        package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+        parent = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
         targets = set()
-        for node in _module_level(ast.parse(path.read_text()).body):
+        for node in _imports(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
                 targets |= {a.name for a in node.names}
                 continue
             base = node.module or ""
             if node.level:
-                base = ".".join(package[:len(package) - node.level + 1] + ([node.module] if node.module else []))
+                base = ".".join(parent[:len(parent) - node.level + 1] + ([node.module] if node.module else []))
             submodules = {f"{base}.{a.name}" for a in node.names} & modules.keys()
             targets |= submodules if len(submodules) == len(node.names) else submodules | {base}
         graph[module] = {t for t in targets if t in modules and t != module}
     return graph
+
+
+def knots(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of ``graph`` with more than one module (each a knot of
+    import cycles), their modules sorted (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, targets = work[-1]
+            target = next(targets, None)
+            if target is not None:
+                if target not in index:
+                    index[target] = low[target] = len(index)
+                    stack.append(target)
+                    on_stack.add(target)
+                    work.append((target, iter(sorted(graph[target]))))
+                elif target in on_stack:
+                    low[node] = min(low[node], index[target])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    out.append(sorted(component))
+    return out
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -102,9 +140,19 @@ def test_import_graph_has_no_cycle():
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
+def test_no_cycle_outside_nn():
+    """No knot of import cycles holds a module outside ``nn/`` (the whole-package test above also
+    covers ``nn/``)."""
+    outside = [knot for knot in knots(import_graph())
+               if any(m != f"{NAME}.nn" and not m.startswith(f"{NAME}.nn.") for m in knot)]
+    assert not outside, outside
+
+
 def test_cycle_finder_finds_one():
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
+    assert knots({"a": {"b"}, "b": {"a", "c"}, "c": set(), "d": {"e"}, "e": {"d"}}) == [["a", "b"], ["d", "e"]]
+    assert knots({"a": {"b"}, "b": set()}) == []
 
 
 def test_graph_resolves_relative_imports():
@@ -112,6 +160,48 @@ def test_graph_resolves_relative_imports():
     assert f"{NAME}.sampling.sampled_adj" in graph[f"{NAME}.nn.trim"]
     assert f"{NAME}.partition.hypergraph" in graph[f"{NAME}.partition"]  # from . import hypergraph
     assert f"{NAME}.plan.halo_adj" in graph[f"{NAME}.sampling.sampled_adj"]
+    assert f"{NAME}.plan.halo_adj" in graph[NAME]  # the root's TYPE_CHECKING imports
+    assert f"{NAME}.algorithms.epoch" in graph[f"{NAME}.plan.stats"]  # an import in a method
+
+
+def test_graph_counts_every_import_statement(tmp_path):
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                         "    from .a import A\n")
+    (package / "a.py").write_text("def f():\n    from .sub import b\n")
+    (package / "sub" / "__init__.py").write_text("")
+    (package / "sub" / "b.py").write_text("try:\n    import pkg.c\nexcept ImportError:\n    pass\n")
+    (package / "c.py").write_text("class C:\n    def g(self):\n        from . import a\n")
+    graph = import_graph(package, "pkg")
+    assert graph == {"pkg": {"pkg.a"}, "pkg.a": {"pkg.sub.b"}, "pkg.sub": set(), "pkg.sub.b": {"pkg.c"},
+                     "pkg.c": {"pkg.a"}}
+    assert knots(graph) == [["pkg.a", "pkg.c", "pkg.sub.b"]]
+
+
+def test_root_holds_at_most_10_flat_modules():
+    flat = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(flat) <= 10, flat
+
+
+def test_plan_imports_no_torch_distributed():
+    """The plan is computed for any ``P`` in one process: no module of ``plan/`` imports
+    ``torch.distributed`` (anywhere in it), and loading all of them loads nothing of the exchanges,
+    the algorithms or the layers (checked in a fresh process)."""
+    found = []
+    for module, path in _modules().items():
+        if module.startswith(f"{NAME}.plan"):
+            for node in _imports(ast.parse(path.read_text())):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                    [f"{node.module}.{a.name}" for a in node.names] + [node.module or ""]
+                found += [f"{module}: {n}" for n in names if n == "torch.distributed"
+                          or n.startswith("torch.distributed.")]
+    assert not found, found
+    plans = sorted(m for m in _modules() if m.startswith(f"{NAME}.plan."))
+    loaded = _loaded_after("".join(f"import {m}\n" for m in plans))
+    assert set(plans) <= set(loaded)
+    heavy = [m for m in loaded if m.startswith((f"{NAME}.comm", f"{NAME}.algorithms", f"{NAME}.nn"))]
+    assert not heavy, heavy
 
 
 def test_nn_imports_nothing_from_loader():
@@ -164,7 +254,7 @@ def _loaded_after(code: str) -> list[str]:
 def test_partitioner_loads_neither_algorithms_nor_rdma(code):
     loaded = _loaded_after(code)
     assert f"{NAME}.partition.partitioner" in loaded
-    heavy = [m for m in loaded if m.startswith((f"{NAME}.algorithms", f"{NAME}.rdma", f"{NAME}.nn"))]
+    heavy = [m for m in loaded if m.startswith((f"{NAME}.comm", f"{NAME}.algorithms", f"{NAME}.rdma", f"{NAME}.nn"))]
     assert not heavy, heavy
 
 
