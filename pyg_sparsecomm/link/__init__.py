@@ -1,13 +1,35 @@
 """Link prediction on a sharded graph: supervision pairs and their exchange plan (:mod:`.pairs`), a
 shard's ``edge_label_index`` indexing embeddings as PyG's does (:mod:`.pair_index`), negatives drawn
 by hashes of global ids (:mod:`.negative_sampling`) or, on a shard, as PyG draws them
-(:mod:`.shard_negatives`), and whole-graph metrics (:mod:`.metrics`, :mod:`.roc_auc`)."""
+(:mod:`.shard_negatives`), whole-graph metrics (:mod:`.metrics`, :mod:`.roc_auc`), PyG's ranking
+metrics over every rank's users (:mod:`.ranking`) and top-k recommendation over every rank's items (:mod:`.topk`)."""
 from .metrics import global_auc, global_hits_at_k
 from .negative_sampling import structured_negative_sampling
 from .pair_index import PairIndex
 from .pairs import DistributedPairs, distribute_pairs, local_pairs, pair_plan
+from .ranking import (
+                      DistributedLinkPredHitRatio,
+                      DistributedLinkPredMAP,
+                      DistributedLinkPredMetric,
+                      DistributedLinkPredMRR,
+                      DistributedLinkPredNDCG,
+                      DistributedLinkPredPrecision,
+                      DistributedLinkPredRecall,
+                      global_hit_ratio_at_k,
+                      global_link_pred_metric,
+                      global_map_at_k,
+                      global_mrr_at_k,
+                      global_ndcg_at_k,
+                      global_precision_at_k,
+                      global_recall_at_k,
+)
 from .roc_auc import roc_auc_score
 from .shard_negatives import negative_sampling
+from .topk import TopK, recommend_topk
 
 __all__ = ["DistributedPairs", "distribute_pairs", "local_pairs", "pair_plan", "negative_sampling",
-           "structured_negative_sampling", "global_auc", "global_hits_at_k", "PairIndex", "roc_auc_score"]
+           "structured_negative_sampling", "global_auc", "global_hits_at_k", "PairIndex", "roc_auc_score",
+           "DistributedLinkPredMetric", "DistributedLinkPredPrecision", "DistributedLinkPredRecall",
+           "DistributedLinkPredNDCG", "DistributedLinkPredMRR", "DistributedLinkPredHitRatio", "DistributedLinkPredMAP",
+           "global_link_pred_metric", "global_precision_at_k", "global_recall_at_k", "global_ndcg_at_k",
+           "global_mrr_at_k", "global_hit_ratio_at_k", "global_map_at_k", "recommend_topk", "TopK"]

@@ -13,15 +13,15 @@ import torch_geometric.metrics as pyg_metrics
 from torch_geometric.utils import coalesce
 
 from pyg_sparsecomm.comm.counters import comm_counter
-from pyg_sparsecomm.link.ranking import (
+from pyg_sparsecomm.link import (
     DistributedLinkPredMetric,
     DistributedLinkPredRecall,
     global_link_pred_metric,
     global_map_at_k,
     global_mrr_at_k,
     global_ndcg_at_k,
+    recommend_topk,
 )
-from pyg_sparsecomm.link.topk import recommend_topk
 from pyg_sparsecomm.testing import launch
 
 USERS, ITEMS, K, DIM = 23, 17, 5, 3
