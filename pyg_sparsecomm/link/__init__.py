@@ -8,20 +8,20 @@ from .negative_sampling import structured_negative_sampling
 from .pair_index import PairIndex
 from .pairs import DistributedPairs, distribute_pairs, local_pairs, pair_plan
 from .ranking import (
-                      DistributedLinkPredHitRatio,
-                      DistributedLinkPredMAP,
-                      DistributedLinkPredMetric,
-                      DistributedLinkPredMRR,
-                      DistributedLinkPredNDCG,
-                      DistributedLinkPredPrecision,
-                      DistributedLinkPredRecall,
-                      global_hit_ratio_at_k,
-                      global_link_pred_metric,
-                      global_map_at_k,
-                      global_mrr_at_k,
-                      global_ndcg_at_k,
-                      global_precision_at_k,
-                      global_recall_at_k,
+    DistributedLinkPredHitRatio,
+    DistributedLinkPredMAP,
+    DistributedLinkPredMetric,
+    DistributedLinkPredMRR,
+    DistributedLinkPredNDCG,
+    DistributedLinkPredPrecision,
+    DistributedLinkPredRecall,
+    global_hit_ratio_at_k,
+    global_link_pred_metric,
+    global_map_at_k,
+    global_mrr_at_k,
+    global_ndcg_at_k,
+    global_precision_at_k,
+    global_recall_at_k,
 )
 from .roc_auc import roc_auc_score
 from .shard_negatives import negative_sampling
