@@ -79,7 +79,13 @@ def negative_sampling(edge_index, num_nodes: int | None = None, num_neg_samples:
     if isinstance(num_neg_samples, int) and is_distributed(group):
         num_neg_samples = host_all_reduce([int(num_neg_samples)], dist.ReduceOp.SUM, group)[0]
     neg = pyg_negative_sampling(edges, N, num_neg_samples, method, force_undirected)
-    check_same_pairs(neg, "negative_sampling", group)
+    try:
+        check_same_pairs(neg, "negative_sampling", group)
+    except ValueError as error:  # raised on every rank alike
+        raise ValueError("negative_sampling: the ranks drew different negatives, so their Python random states differ "
+                         "(PyG's sampler draws from random): shard the split with partition_and_shard((train_data, "
+                         "val_data, test_data)), which gives every rank rank 0's state, or seed random alike on every "
+                         "rank and draw the same number of times") from error
     mine = torch.from_numpy(part[neg[0].numpy()] == group_rank(group))
     return PairIndex(neg[:, mine], part, group)
 
