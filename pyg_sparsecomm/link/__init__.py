@@ -2,7 +2,8 @@
 shard's ``edge_label_index`` indexing embeddings as PyG's does (:mod:`.pair_index`), negatives drawn
 by hashes of global ids (:mod:`.negative_sampling`) or, on a shard, as PyG draws them
 (:mod:`.shard_negatives`), whole-graph metrics (:mod:`.metrics`, :mod:`.roc_auc`), PyG's ranking
-metrics over every rank's users (:mod:`.ranking`) and top-k recommendation over every rank's items (:mod:`.topk`)."""
+metrics over every rank's users (:mod:`.ranking`, :mod:`.ranking_functions`) and top-k recommendation
+over every rank's items (:mod:`.topk`)."""
 from .metrics import global_auc, global_hits_at_k
 from .negative_sampling import structured_negative_sampling
 from .pair_index import PairIndex
@@ -15,6 +16,8 @@ from .ranking import (
     DistributedLinkPredNDCG,
     DistributedLinkPredPrecision,
     DistributedLinkPredRecall,
+)
+from .ranking_functions import (
     global_hit_ratio_at_k,
     global_link_pred_metric,
     global_map_at_k,

@@ -46,9 +46,14 @@ _SCORES_PER_BATCH = 1 << 22
 
 
 class TopK(NamedTuple):
-    """The recommended items of this rank's users, best first (as :func:`torch.topk` returns)."""
-    values: Tensor  #: ``[U_r, k]`` their scores (:math:`-\infty` for an excluded pair)
-    indices: Tensor  #: ``[U_r, k]`` their global item ids
+    r"""The recommended items of this rank's users, best first (as :func:`torch.topk` returns).
+
+    Attributes:
+        values (torch.Tensor): ``[U_r, k]`` their scores (:math:`-\infty` for an excluded pair).
+        indices (torch.Tensor): ``[U_r, k]`` their global item ids.
+    """
+    values: Tensor
+    indices: Tensor
 
 
 def order_by_score_then_id(scores: Tensor, ids: Tensor) -> tuple[Tensor, Tensor]:
