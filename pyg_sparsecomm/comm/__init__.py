@@ -1,5 +1,6 @@
 """Exchanges over ``torch.distributed`` with their autograd: the halo exchange and its options
-(:mod:`.exchanger`, :mod:`.halo`, :mod:`.stale`, :mod:`.quantize`), collectives that fail by name
+(:mod:`.exchanger`, :mod:`.halo`, :mod:`.stale`, :mod:`.quantize`; what a call site's exchanges
+share, :mod:`.exchange_site`), collectives that fail by name
 (:mod:`.collectives`, :mod:`.peer_failure`), byte counters (:mod:`.counters`), process groups and
 the 1.5D grid (:mod:`.group`, :mod:`.grid`)."""
 from typing import TYPE_CHECKING
