@@ -5,13 +5,15 @@ items (users 0..4 without ground truth, items 12..16 nobody rated, integer embed
 scores): PyG's LinkPredPrecision/Recall/NDCG/MRR/HitRatio/MAP/F1 (weighted too) of the concatenated
 users, updated in two batches per rank; the same float for every P; the top-k of every user over all
 ranks' items with seen pairs excluded, ties by the lower item id, equal to a sort of the whole score
-matrix; the counted bytes equal the documented formula; bad input raises on every rank, naming the fix.
+matrix (users scored in several batches); the counted bytes equal the documented formula; bad input
+raises on every rank, naming the fix.
 """
 import numpy as np
 import torch
 import torch_geometric.metrics as pyg_metrics
 from torch_geometric.utils import coalesce
 
+import pyg_sparsecomm.link.topk as topk_module
 from pyg_sparsecomm.comm.counters import comm_counter
 from pyg_sparsecomm.link import (
     DistributedLinkPredMetric,
@@ -83,7 +85,9 @@ def _metrics(data, mine):
 def _recommend(data, mine, items_mine):
     seen = data["seen"][:, torch.isin(data["seen"][1], items_mine)]  # held by the item's owner
     comm_counter().reset()
+    topk_module._SCORES_PER_BATCH = 40  # users scored in several batches, the seen pairs split between them
     top = recommend_topk(data["users"][mine], data["items"][items_mine], items_mine, K, user_ids=mine, exclude=seen)
+    topk_module._SCORES_PER_BATCH = 1 << 22
     counted = {kind: (comm_counter().bytes_sent(kind), comm_counter().bytes_received(kind)) for kind in KINDS}
     plain = recommend_topk(data["float_users"][mine], data["float_items"][items_mine], items_mine, K)
     return top, counted, plain
