@@ -79,7 +79,7 @@ def generate(out: Path, scale: int, edge_factor: int, features: int, seed: int =
 
 
 def write_parts(files: Path, root: Path, num_parts: int, method: str) -> dict:
-    from pyg_sparsecomm.launch.memory import peak_memory_bytes
+    from pyg_sparsecomm.memory import peak_memory_bytes
     from pyg_sparsecomm.store.from_files import CHUNK_BYTES, partition_files
 
     base = rss_now()
@@ -109,7 +109,7 @@ def _rank_worker(rank: int, world_size: int, root: str, epochs: int) -> dict:
     import torch.nn.functional as F
 
     from pyg_sparsecomm import DistributedGCNConv, distributed_loss, load_shard, sync_gradients
-    from pyg_sparsecomm.launch.memory import peak_memory_bytes
+    from pyg_sparsecomm.memory import peak_memory_bytes
 
     base = rss_now()
     stages = {}  # resident memory above the baseline after each step of the first epoch

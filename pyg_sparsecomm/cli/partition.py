@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     """Runs ``partition`` with the arguments after the command's name."""
     args = build_parser().parse_args(argv)
-    from ..launch.memory import format_bytes, peak_memory_bytes
+    from ..memory import format_bytes, peak_memory_bytes
     from ..store.from_files import partition_files  # torch and the partitioner once the arguments parse
 
     options = {}

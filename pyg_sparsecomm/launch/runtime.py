@@ -180,8 +180,8 @@ def run_job(train: Callable[..., dict[str, list[float]]], args: Any) -> tuple[in
     """Runs ``train(args, rank, world_size, device)`` inside :func:`distributed_job`; returns
     ``(rank, history)``, after printing the final test accuracy and the median epoch time on
     rank 0 when ``history`` holds ``test_acc`` and ``epoch_s`` (the examples' training loops),
-    and every rank's peak memory (:func:`~pyg_sparsecomm.launch.memory.peak_memory_report`)."""
-    from .memory import peak_memory_report
+    and every rank's peak memory (:func:`~pyg_sparsecomm.memory.peak_memory_report`)."""
+    from ..memory import peak_memory_report
 
     with distributed_job() as (rank, world_size, device):
         history = train(args, rank, world_size, device)

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..launch.memory import release_free_heap
+from ..memory import release_free_heap
 from . import reductions, sparsify
 from ._threads import usable_cores
 from .kaminpar_defaults import AUTO, PLAIN_OPTIONS, automatic_options

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..launch.memory import release_free_heap
+from ..memory import release_free_heap
 from ..partition import SparsityAwarePartitioner
 from ..plan.homogeneous import EDGE_CHUNK, CommPattern, comm_pattern, id_dtype, numpy_ids, rank_plan
 from ..plan.sorted_keys import key_groups

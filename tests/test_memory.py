@@ -1,11 +1,11 @@
-"""Peak memory per rank (``pyg_sparsecomm.launch.memory``): every rank's own ``ru_maxrss``, gathered,
+"""Peak memory per rank (``pyg_sparsecomm.memory``): every rank's own ``ru_maxrss``, gathered,
 and printed by the examples' ``run_job``."""
 import re
 
 import torch
 
-from pyg_sparsecomm.launch.memory import format_bytes, peak_memory_per_rank, peak_memory_report
 from pyg_sparsecomm.launch.runtime import run_job
+from pyg_sparsecomm.memory import format_bytes, peak_memory_per_rank, peak_memory_report
 from pyg_sparsecomm.testing import launch
 
 EXTRA = 300 * 10**6  # bytes rank 1 touches beyond rank 0
