@@ -167,7 +167,7 @@ def compiled_vs_eager(data, args) -> None:
              f"warm-up steps each (compiling).  1-minute load average before / after: "
              f"{', '.join(f'{v:.1f}' for v in load)} (a shared 2-core machine: the per-round ratio is the "
              f"comparison to read).  Every distributed layer call runs eagerly under `torch.compile`, as one graph "
-             f"break (`nn.overrides.EagerCall`), and `BasicGNN`'s forward loops over its layers, so dynamo runs "
+             f"break (`nn.runtime.call.EagerCall`), and `BasicGNN`'s forward loops over its layers, so dynamo runs "
              f"that frame eagerly as a whole: nothing of these two models compiles, and the compiled step runs the "
              f"eager step's kernels (the ratio's spread is the machine's).  Before (one graph per `Linear` or bias "
              f"add inside the layers, AOTAutograd's wrappers around each): 1.064 GCN, 1.016 GraphSAGE (load 10-14), "

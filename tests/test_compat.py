@@ -44,7 +44,7 @@ def test_gcn_norm_cache_is_the_one_pyg_layers_fill_and_read():
     says ``pyg_cache`` has it."""
     from torch_geometric.nn import conv as c
 
-    from pyg_sparsecomm.nn.pyg_rules import normalisations
+    from pyg_sparsecomm.nn.rules.pyg import normalisations
     edge_index, x = torch.tensor([[0, 1, 2], [1, 2, 0]]), torch.randn(3, 4)
     conv = GCNConv(4, 4, cached=True)
     assert compat.gcn_norm_cache(conv) is None

@@ -79,7 +79,7 @@ def hetero_script() -> None:
 def _agreeing(world_size: int) -> dict:
     """The script with the parameters reset before ``distribute()``: what it warned, how often the
     layers compared their parameters, whether the ranks hold the same weights."""
-    import pyg_sparsecomm.nn.first_use as first_use
+    import pyg_sparsecomm.nn.runtime.first_use as first_use
     gathers = []
     original = first_use.host_all_gather
     first_use.host_all_gather = lambda *a, **k: (gathers.append(1), original(*a, **k))[1]

@@ -133,6 +133,9 @@ class SpMMAlgorithm(ABC):
     supports_staleness: ClassVar[bool] = False
     #: runs on mini-batch adjacencies (a new graph every step)
     supports_minibatches: ClassVar[bool] = True
+    #: ``multiply(x, halo)`` computes ``__call__(x)`` from halo rows the caller fetched (a layer
+    #: reuses the halo of its input features across calls instead of exchanging them again)
+    multiplies_given_halo: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -176,6 +179,11 @@ class SpMMAlgorithm(ABC):
     def exchange(self, x: Tensor, key: str = "x") -> Tensor:
         """The halo rows of ``x`` this block row reads, under the layer's :class:`HaloOptions`."""
         return self.exchanger.exchange(x, key)
+
+    def multiply(self, x: Tensor, halo: Tensor) -> Tensor:
+        """``self(x)`` from the ``halo`` rows of ``x`` fetched by the caller, where
+        :attr:`multiplies_given_halo` (else ``NotImplementedError``)."""
+        raise NotImplementedError(f"algorithm={self.name!r} exchanges its own halo rows")
 
     @classmethod
     def predict(cls, volumes: "RankVolumes", model: "CostModel",

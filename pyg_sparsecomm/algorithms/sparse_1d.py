@@ -21,6 +21,7 @@ class SparseAware1D(SpMMAlgorithm):
     auto_candidate = True
     supports_precision = True
     supports_staleness = True
+    multiplies_given_halo = True
 
     def __call__(self, x: Tensor) -> Tensor:
         return self.multiply(x, self.exchange(x))

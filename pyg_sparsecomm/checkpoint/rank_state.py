@@ -18,7 +18,7 @@ import torch
 from torch_geometric.data import Data
 
 from ..comm import rounding
-from ..nn.distributed_layer import distributed_layers
+from ..nn.runtime.state import distributed_layers
 from ..plan.halo_adj import HaloAdj
 from ..store.files import graph_fingerprint
 

@@ -3,18 +3,19 @@ r"""``distribute(model)``: any module of PyG layers, trained full-graph across p
 What happens to the model's modules, in place (classes of layers, parameters and ``state_dict``
 keys stay, as with ``torch.nn.SyncBatchNorm.convert_sync_batchnorm``):
 
-* every module is judged by its class's :class:`~pyg_sparsecomm.nn.layer_rules.LayerRule`
+* every module is judged by its class's :class:`~pyg_sparsecomm.nn.rules.registry.LayerRule`
   (found through the MRO): a refused one raises ``NotImplementedError`` naming it and why;
 * every ``MessagePassing`` layer keeps its class and code and gets hooks and two instance-level
-  overrides (:mod:`.distributed_layer`): on a shard it propagates over a local ``edge_index`` whose
-  sources are ``[owned | halo]`` columns, the tensors its messages read at sources completed with
-  halo rows after the layer's own transform, and an ``"spmm"`` aggregation runs as one distributed
-  SpMM by ``algorithm``.  A layer whose forward normalises with ``gcn_norm`` (``get_laplacian``:
+  overrides (:mod:`.runtime.call` lists them, and why each is needed): on a shard it propagates
+  over a local ``edge_index`` whose sources are ``[owned | halo]`` columns, the tensors its
+  messages read at sources completed with halo rows after the layer's own transform, and an
+  ``"spmm"`` aggregation runs as one distributed SpMM by ``algorithm``.  A layer whose forward
+  normalises with ``gcn_norm`` (``get_laplacian``:
   ``ChebConv``) gets, per instance, the normalisation with global degrees its rule describes
-  (:mod:`.layer_normalisation`); PyG's modules are not touched;
+  (:mod:`.runtime.normalisation`); PyG's modules are not touched;
 * ``HGTConv`` and ``HANConv`` take a whole heterogeneous graph: their rules swap in a subclass
   (:mod:`.hgt_conv`, :mod:`.han_conv`) whose forward runs on a shard's ``local.adj_dict``,
-  exchanging each source node type once (:mod:`.relation_dict`);
+  exchanging each source node type once (:mod:`.runtime.relation_dict`);
 * norms with whole-graph statistics (``torch.nn.BatchNorm1d``, PyG's ``InstanceNorm``,
   ``GraphNorm``, ``LayerNorm``) get their rule's distributed class (``module.__class__`` is
   swapped; parameters and buffers stay) and reduce their statistics over all ranks;
@@ -34,10 +35,14 @@ from ..algorithms.cost import CostModel
 from ..algorithms.settings import check_settings
 from ..comm.halo_options import HaloOptions
 from ..compat import edge_update_arguments, message_arguments
-from . import gradient_sync, hetero, trim
-from .distributed_layer import DistributedSettings, attach
-from .layer_rules import layer_rule, swap_class
+from . import gradient_sync, trim
 from .norms import convert_norm
+from .rules import pyg as _pyg_rules  # noqa: F401  (PyG's rules registered before any lookup)
+from .rules.registry import layer_rule, swap_class
+from .runtime import hetero
+from .runtime.aggregation import edge_weighted_arg, linear_weight_arg
+from .runtime.layer import attach, distributed_layers
+from .runtime.plan import DistributedSettings
 
 
 def whole_graph_children() -> dict[type, str]:
@@ -71,7 +76,7 @@ def _whole_graph_child(module: torch.nn.Module) -> str | None:
 
 def refusal(module: torch.nn.Module) -> str | None:
     """Why ``module`` cannot run exactly on a partitioned graph, or ``None``: its class's
-    :class:`~pyg_sparsecomm.nn.layer_rules.LayerRule` refuses it (a refused PyG class or a subclass
+    :class:`~pyg_sparsecomm.nn.rules.registry.LayerRule` refuses it (a refused PyG class or a subclass
     of one; a user's class of the same name is not), it holds a global pooling or attention module
     outside a message passing layer (:func:`whole_graph_children`), or it is a ``MessagePassing``
     layer whose messages flow ``target_to_source`` or that reads a source tensor both whole and at
@@ -179,15 +184,13 @@ def distribute(module: torch.nn.Module, algorithm: str = "1d", group: dist.Proce
 def summary(module: torch.nn.Module) -> str:
     """One line per distributed layer of ``module``: how its aggregation runs (after a first
     forward, the SpMM algorithm chosen, with the cost table of ``algorithm="auto"``)."""
-    from .linear_aggregation import edge_weighted_arg, linear_weight_arg
     lines = []
-    for name, child in module.named_modules():
-        state = getattr(child, "_sparsecomm", None)
-        if state is None:
-            continue
-        if edge_weighted_arg(child) is not None:
+    modules = dict(module.named_modules())
+    for name, state in distributed_layers(module):
+        child = modules[name]
+        if edge_weighted_arg(child, state.plan) is not None:
             how = "source tensors exchanged (1D all-to-allv), aggregation as one CSR SpMM per head"
-        elif linear_weight_arg(child) is None:
+        elif linear_weight_arg(child, state.plan) is None:
             how = "source tensors exchanged (1D all-to-allv)"
         else:
             how = f"distributed SpMM, algorithm={state.chosen_algorithm or state.settings.algorithm!r}"

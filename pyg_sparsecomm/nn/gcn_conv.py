@@ -9,8 +9,11 @@ from ..algorithms.choice import compression_note, explain_table
 from ..algorithms.cost import CostModel
 from ..algorithms.settings import check_settings
 from ..comm.halo_options import ExchangeSlots, HaloOptions
-from .distributed_layer import DistributedSettings, LayerState, attach
-from .layer_rules import layer_rule, register_layer_rule
+from .rules import pyg as _pyg_rules  # noqa: F401  (registers GCNConv's rule, which this one derives from)
+from .rules.registry import layer_rule, register_layer_rule
+from .runtime.layer import attach
+from .runtime.plan import DistributedSettings
+from .runtime.state import LayerState
 
 
 class DistributedGCNConv(GCNConv):
@@ -23,13 +26,13 @@ class DistributedGCNConv(GCNConv):
     A ``GCNConv`` (same arguments, defaults, parameter names and ``state_dict`` keys) that runs
     distributed when called with a shard's :class:`~pyg_sparsecomm.plan.halo_adj.HaloAdj`, through the
     runtime :func:`~pyg_sparsecomm.distribute` gives ``GCNConv``
-    (:mod:`~pyg_sparsecomm.nn.distributed_layer`): ``GCNConv.forward`` runs on a local
+    (:mod:`~pyg_sparsecomm.nn.runtime.call`): ``GCNConv.forward`` runs on a local
     ``edge_index``; it normalises with global degrees (the halo's with one exchange of one
-    column, :mod:`~pyg_sparsecomm.nn.layer_normalisation`); its linear map runs first on the owned rows and
+    column, :mod:`~pyg_sparsecomm.nn.runtime.normalisation`); its linear map runs first on the owned rows and
     the aggregation :math:`\hat A (X \Theta)` is one distributed SpMM by ``algorithm`` (ICPP'24
     eq. (1), Algorithm 1), which fetches the rows of other ranks that the block row needs.  With
     ``cached=True`` the normalisation and the SpMM built on it are kept, the normalised adjacency
-    once per shard for all the cached layers that normalise alike (:mod:`~.shared_adjacency`).
+    once per shard for all the cached layers that normalise alike (:mod:`~pyg_sparsecomm.nn.runtime.shared_adjacency`).
     Forward, input gradients
     and parameter gradients equal single-process ``GCNConv`` on the whole graph.  Unlike
     ``distribute(GCNConv(...))`` it accepts a 1.5D algorithm with ``replication=1`` (the ``P x 1``

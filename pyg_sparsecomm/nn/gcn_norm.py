@@ -4,10 +4,9 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from ..comm.exchanger import HaloExchanger
 from ..plan.halo_adj import HaloAdj
-from . import degree_norm
-from .shard_context import ShardContext
+from .runtime import degree_norm
+from .runtime.port import shard_of
 
 
 def distributed_gcn_norm(adj: HaloAdj, edge_weight: Tensor | None = None, improved: bool = False,
@@ -16,7 +15,7 @@ def distributed_gcn_norm(adj: HaloAdj, edge_weight: Tensor | None = None, improv
     r"""Returns :math:`\hat D^{-1/2} \hat A \hat D^{-1/2}` restricted to this rank's rows.
 
     Reproduces ``torch_geometric.nn.conv.gcn_conv.gcn_norm`` (flow
-    ``source_to_target``) exactly, through :func:`~pyg_sparsecomm.nn.degree_norm.gcn_norm`
+    ``source_to_target``) exactly, through :func:`~pyg_sparsecomm.nn.runtime.degree_norm.gcn_norm`
     (the version ``distribute()`` gives PyG's layers):
 
     * self-loops of weight ``2`` if ``improved`` else ``1``, added as PyG adds them to the
@@ -33,7 +32,7 @@ def distributed_gcn_norm(adj: HaloAdj, edge_weight: Tensor | None = None, improv
         raise ValueError(f"edge_weight has shape {list(edge_weight.shape)} but the local adjacency has "
                          f"{adj.nnz} edges (pass weights in local.adj's edge order, e.g. local.edge_weight)")
     weight = edge_weight if edge_weight is not None else adj.value
-    context = ShardContext(adj, HaloExchanger(adj.plan, group), adj.edge_index())
+    context = shard_of(adj, group)
     edge_index, value = degree_norm.gcn_norm(context, context.edge_index,
                                              None if weight is None else weight.to(dtype),
                                              adj.num_owned, improved, add_self_loops, dtype=dtype)

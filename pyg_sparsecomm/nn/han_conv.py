@@ -36,7 +36,7 @@ from torch_geometric.nn import HANConv
 
 from ..comm.collectives import row_all_reduce
 from ..comm.group import host_all_reduce
-from .relation_dict import RelationDictLayer, relation_call
+from .runtime.relation_dict import RelationDictLayer, relation_call
 
 
 class DistributedHANConv(RelationDictLayer, HANConv):

@@ -37,7 +37,7 @@ from torch_geometric.nn import HGTConv
 from torch_geometric.utils.hetero import construct_bipartite_edge_index
 
 from ..compat import hgt_source_rows
-from .relation_dict import RelationCall, RelationDictLayer, relation_call
+from .runtime.relation_dict import RelationCall, RelationDictLayer, relation_call
 
 
 class DistributedHGTConv(RelationDictLayer, HGTConv):

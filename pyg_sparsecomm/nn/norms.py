@@ -24,7 +24,7 @@ from ..comm.collectives import row_all_reduce
 from ..comm.grid import process_grid
 from ..comm.group import world_size
 from ..training.whole_graph import global_count
-from .layer_rules import swap_class
+from .rules.registry import swap_class
 
 
 class _GlobalStatistics:

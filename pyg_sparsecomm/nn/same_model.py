@@ -17,7 +17,7 @@ from torch.nn.parameter import is_lazy
 
 from ..comm.group import host_all_gather, world_size
 from ..comm.peer_failure import failures_named
-from .first_use import _text_digest
+from .runtime.first_use import _text_digest
 
 
 def structure(module: torch.nn.Module) -> list[str]:

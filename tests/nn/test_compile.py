@@ -2,7 +2,7 @@
 P = 3): the compiled model's outputs, losses (the training curve), input and parameter gradients
 equal the eager model's over several SGD steps, it compiles during the first step only (no
 recompiles, no new graphs afterwards), and what it compiles is the documented count: every
-distributed layer call runs eagerly as ONE graph break (``nn.overrides.EagerCall``), the code
+distributed layer call runs eagerly as ONE graph break (``nn.runtime.call.EagerCall``), the code
 between layers compiles; PyG's ``BasicGNN`` models loop over their layers, and dynamo runs a frame
 with a graph break inside a loop eagerly as a whole (no graph, no break counted)."""
 import warnings

@@ -120,7 +120,7 @@ def _consistent(rank, world_size):
     all-gather each time, never the whole entries' (``all_gather_object``: only to word a problem)."""
     import torch.distributed as dist
 
-    import pyg_sparsecomm.nn.first_use as first_use
+    import pyg_sparsecomm.nn.runtime.first_use as first_use
     calls, objects = [], []
     original, original_objects = first_use.host_all_gather, dist.all_gather_object
     first_use.host_all_gather = lambda *a, **k: (calls.append(1), original(*a, **k))[1]
@@ -145,7 +145,7 @@ def test_consistent_shards_pass_and_are_checked_once_per_shard():
 def test_the_gathered_integers_agree_exactly_when_the_verdict_finds_nothing():
     """``agrees`` (the first, fixed-size all-gather) must flag every problem ``verdict`` words: a
     summary that agrees where the whole entries disagree would let a wrong shard through."""
-    from pyg_sparsecomm.nn.first_use import agrees, fingerprint, summary, verdict
+    from pyg_sparsecomm.nn.runtime.first_use import agrees, fingerprint, summary, verdict
 
     def entries(parts, shards=None, x=None, errors=None, parameters=None):
         out = []

@@ -86,7 +86,7 @@ def _later_calls(rank, world_size):
     """Consistent later calls: one host all-reduce of two flags each, the all-gather only once per shard."""
     import torch.distributed as dist
 
-    import pyg_sparsecomm.nn.first_use as first_use
+    import pyg_sparsecomm.nn.runtime.first_use as first_use
     gathers, objects = [], []
     original, original_objects = first_use.host_all_gather, dist.all_gather_object
     first_use.host_all_gather = lambda *a, **k: (gathers.append(1), original(*a, **k))[1]

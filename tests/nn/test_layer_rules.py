@@ -14,8 +14,8 @@ from torch_geometric.nn import conv as c
 
 from pyg_sparsecomm import LossNormalisationWarning, distribute, shard, sync_gradients
 from pyg_sparsecomm.nn import LayerRule, layer_rule, refusal, register_layer_rule, summary
-from pyg_sparsecomm.nn.layer_rules import _register_named
-from pyg_sparsecomm.nn.linear_aggregation import edge_weighted_arg, linear_weight_arg, narrowing_linear
+from pyg_sparsecomm.nn.rules.registry import register_named as _register_named
+from pyg_sparsecomm.nn.runtime.aggregation import edge_weighted_arg, linear_weight_arg, narrowing_linear
 from pyg_sparsecomm.testing import launch
 
 

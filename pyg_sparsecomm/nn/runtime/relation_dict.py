@@ -22,12 +22,12 @@ import torch.distributed as dist
 from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
-from ..comm.exchanger import HaloExchanger
-from ..comm.group import check_plan_matches_group
-from ..plan.halo_adj import HaloAdj
-from ..plan.homogeneous import RankPlan
-from ..plan.relation_adj import RelationAdj
+from ...comm.group import check_plan_matches_group
+from ...plan.halo_adj import HaloAdj
+from ...plan.homogeneous import RankPlan
+from ...plan.relation_adj import RelationAdj
 from .hetero import check_relations, settings_refusal
+from .port import exchange_rows
 
 EdgeType = tuple[str, str, str]
 
@@ -58,7 +58,7 @@ class RelationCall:
             raise RuntimeError(f"source type {src!r} was already exchanged in this call: exchange every tensor a "
                                f"source type's messages read in one extended() call")
         self.exchanged.append(src)
-        halos = HaloExchanger(self.plans[src], self.group).exchange_many(list(rows), key=src)
+        halos = exchange_rows(self.plans[src], self.group, list(rows), key=src)
         return [torch.cat([t, halo], dim=0) for t, halo in zip(rows, halos, strict=True)]
 
 

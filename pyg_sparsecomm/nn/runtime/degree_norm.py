@@ -1,7 +1,7 @@
 r"""PyG's degree normalisations (``gcn_norm``, ``get_laplacian``) with *global* degrees.
 
 Inside a distributed layer the edge index is local: targets are owned rows, sources
-``[owned | halo]`` columns (see :mod:`~pyg_sparsecomm.nn.shard_context`).  PyG computes
+``[owned | halo]`` columns (see :class:`~pyg_sparsecomm.nn.runtime.port.Shard`).  PyG computes
 :math:`\hat d^{-1/2}_j` of every source from a scatter over the rank's own edges, which
 neither covers halo sources nor, for ``get_laplacian``'s source-side (out-)degree, owned
 sources whose out-edges live on other ranks.  The versions here compute the same
@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 from torch_geometric.utils import add_remaining_self_loops, add_self_loops, remove_self_loops, scatter
 
-from .shard_context import ShardContext
+from .port import Shard
 
 
 def _inv_sqrt(deg: Tensor) -> Tensor:
@@ -27,12 +27,12 @@ def _inv_sqrt(deg: Tensor) -> Tensor:
     return out.masked_fill(out == float("inf"), 0.0)
 
 
-def _with_halo(owned: Tensor, context: ShardContext) -> Tensor:
+def _with_halo(owned: Tensor, context: Shard) -> Tensor:
     """``[owned | halo]`` values of a per-node quantity known on the owners."""
-    return torch.cat([owned, context.exchanger.exact.exchange(owned.view(-1, 1)).view(-1)])
+    return torch.cat([owned, context.halo(owned.view(-1, 1)).view(-1)])
 
 
-def _check_num_nodes(name: str, num_nodes: int | None, context: ShardContext) -> int:
+def _check_num_nodes(name: str, num_nodes: int | None, context: Shard) -> int:
     if num_nodes is not None and num_nodes != context.num_owned:
         raise ValueError(f"{name} was called with num_nodes={num_nodes} inside a distributed layer whose "
                          f"shard owns {context.num_owned} rows: the layer passes a node count other than "
@@ -40,7 +40,7 @@ def _check_num_nodes(name: str, num_nodes: int | None, context: ShardContext) ->
     return context.num_owned
 
 
-def gcn_norm(context: ShardContext, edge_index: Tensor, edge_weight: Tensor | None = None,
+def gcn_norm(context: Shard, edge_index: Tensor, edge_weight: Tensor | None = None,
              num_nodes: int | None = None, improved: bool = False, add_self_loops: bool = True,
              flow: str = "source_to_target", dtype: torch.dtype | None = None):
     r""":math:`w'_{ji} = \hat d_j^{-1/2} w_{ji} \hat d_i^{-1/2}` over a local edge index, with
@@ -71,7 +71,7 @@ def _with_self_loops(form: str, edge_index: Tensor, edge_weight: Tensor | None, 
     return add_remaining_self_loops(edge_index, edge_weight, fill, n)
 
 
-def get_laplacian(context: ShardContext, edge_index: Tensor, edge_weight: Tensor | None = None,
+def get_laplacian(context: Shard, edge_index: Tensor, edge_weight: Tensor | None = None,
                   normalization: str | None = None, dtype: torch.dtype | None = None,
                   num_nodes: int | None = None):
     r"""PyG's ``get_laplacian`` over a local edge index; :math:`d_j = \sum_i w_{ji}` is the global
@@ -88,14 +88,14 @@ def get_laplacian(context: ShardContext, edge_index: Tensor, edge_weight: Tensor
     return context.memo[key][2]  # type: ignore[index]  # memo values are per-key tuples
 
 
-def _laplacian(context: ShardContext, edge_index: Tensor, edge_weight: Tensor | None,
+def _laplacian(context: Shard, edge_index: Tensor, edge_weight: Tensor | None,
                normalization: str | None, dtype: torch.dtype | None, n: int):
     edge_index, edge_weight = remove_self_loops(edge_index, edge_weight)
     if edge_weight is None:
         edge_weight = torch.ones(edge_index.size(1), dtype=dtype, device=edge_index.device)
     row, col = edge_index[0], edge_index[1]
     partial = scatter(edge_weight, row, 0, dim_size=context.num_cols, reduce="sum")
-    deg = context.exchanger.exact.reduce(partial.view(-1, 1)).view(-1)
+    deg = context.fold(partial.view(-1, 1)).view(-1)
     if normalization is None:  # L = D - A
         edge_index, _ = add_self_loops(edge_index, num_nodes=n)
         return edge_index, torch.cat([-edge_weight, deg], dim=0)
@@ -108,7 +108,7 @@ def _laplacian(context: ShardContext, edge_index: Tensor, edge_weight: Tensor | 
     return add_self_loops(edge_index, -edge_weight, fill_value=1.0, num_nodes=n)
 
 
-def scaled_laplacian(context: ShardContext, edge_index: Tensor, edge_weight: Tensor | None,
+def scaled_laplacian(context: Shard, edge_index: Tensor, edge_weight: Tensor | None,
                      normalization: str | None, lambda_max: Tensor | float, dtype: torch.dtype | None,
                      batch: Tensor | None = None):
     r"""``ChebConv.__norm__`` over a local edge index: :math:`\frac{2 L}{\lambda_{\max}} - I` with

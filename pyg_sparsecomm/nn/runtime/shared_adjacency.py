@@ -12,7 +12,7 @@ given in) and the identity and version of the graph and weights it normalises.  
 PyG cache then holds the same tensors, and those layers' SpMMs run over one CSR
 (:func:`shared_aggregation`), whose transpose is built once too.
 
-For layers whose propagation is the SpMM (:mod:`.linear_aggregation`), the normalised edge list
+For layers whose propagation is the SpMM (:mod:`.aggregation`), the normalised edge list
 is kept in CSR order (by target, then source, stably: the order the SpMM's CSR has anyway, so
 the products are the same to the bit); its row 0 is the CSR's column index and its row 1 the
 CSR's row of every entry, with no permutation kept.  Other layers (PyG's scatter over edges) get
@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from ..compat import tensor_version
-from ..plan.halo_adj import HaloAdj, csr_order
-from .linear_aggregation import aggregation_weights
+from ...compat import tensor_version
+from ...plan.halo_adj import HaloAdj, csr_order
+from .aggregation import aggregation_weights
 
 Normalise = Callable[[Tensor, Tensor | None], tuple[Tensor, Tensor]]
 

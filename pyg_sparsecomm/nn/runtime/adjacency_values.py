@@ -33,49 +33,34 @@ the graph in, recorded by the shard (``HaloAdj.given_as``, :func:`~pyg_sparsecom
 from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
-from ..compat import message_arguments
-from ..plan.halo_adj import HaloAdj
-from .layer_adapters import forward_signature
-from .layer_rules import layer_rule
-from .linear_aggregation import linear_weight_arg
+from ...plan.halo_adj import HaloAdj
+from .aggregation import linear_weight_arg
+from .plan import LayerPlan
 
 
-def _drops_values(conv: MessagePassing) -> bool:
-    """Whether PyG's ``adj_t`` path of ``conv`` ignores the adjacency's values: its rule says so
-    (``LayerRule.drops_adj_values``), or nothing of it reads them."""
-    from torch_geometric.nn import EGConv
-    if layer_rule(type(conv)).drops_adj_values:
-        return True
-    if isinstance(conv, EGConv):  # only its "symnorm" aggregator reads the values (through gcn_norm)
-        return "symnorm" not in getattr(conv, "aggregators", ())
-    fused = type(conv).message_and_aggregate is not MessagePassing.message_and_aggregate
-    reads = {"edge_weight", "edge_type"} & set(message_arguments(conv))
-    return not fused and not reads
-
-
-def with_adjacency_values(conv: MessagePassing, args: tuple, kwargs: dict, adj: HaloAdj) -> tuple:
+def with_adjacency_values(conv: MessagePassing, plan: LayerPlan, args: tuple, kwargs: dict, adj: HaloAdj) -> tuple:
     """``(args, kwargs)`` of a call of ``conv`` on ``adj``, its values (``None``: unweighted)
     passed as PyG's ``adj_t`` path would use them (see the module doc).
 
     Args:
         conv (MessagePassing): the layer, called with the local ``edge_index`` in place of ``adj``.
-        args (tuple), kwargs (dict): the call's arguments.
+        plan (LayerPlan): its compiled plan.
+        args (tuple): the call's positional arguments.
+        kwargs (dict): its keyword arguments.
         adj (HaloAdj): the adjacency the layer was called with; its ``[nnz]`` values are in its
             edge order (the local ``edge_index``'s).
     """
     value = adj.value
     if value is None:
         return args, kwargs
-    signature = forward_signature(type(conv))
-    if "edge_weight" in signature.parameters:
-        bound = signature.bind(conv, *args, **kwargs)
+    if plan.takes_edge_weight:
+        bound = plan.signature.bind(conv, *args, **kwargs)
         if bound.arguments.get("edge_weight") is None:
             bound.arguments["edge_weight"] = value
             return bound.args[1:], bound.kwargs  # without self
         return args, kwargs
-    if _drops_values(conv):
-        if adj.given_as == "torch.sparse" and layer_rule(type(conv)).drops_adj_values \
-                and linear_weight_arg(conv) is None:
+    if plan.drops_adj_values:
+        if adj.given_as == "torch.sparse" and plan.rule.drops_adj_values and linear_weight_arg(conv, plan) is None:
             raise ValueError(_unsupported_values(conv, "its aggregation "
                                                  f"{getattr(conv, 'aggr', None)!r} of the weighted messages"))
         return args, kwargs
@@ -83,12 +68,12 @@ def with_adjacency_values(conv: MessagePassing, args: tuple, kwargs: dict, adj: 
                                          "edge_index"))
 
 
-def torch_sparse_weights(conv: MessagePassing, edge_index: Tensor, adj: HaloAdj) -> Tensor | None:
+def torch_sparse_weights(conv: MessagePassing, plan: LayerPlan, edge_index: Tensor, adj: HaloAdj) -> Tensor | None:
     """The message weights of an unweighted-message layer (``SAGEConv``, ``GINConv``) called with a
     weighted torch sparse ``adj_t``: PyG's ``spmm(adj_t, x, reduce=aggr)`` aggregates
     :math:`w_{ji} x_j` (only a ``SparseTensor``'s values are dropped), so its SpMM uses them.
     ``None`` for other forms, unweighted adjacencies and layers whose rule keeps the values."""
-    if adj.value is None or adj.given_as != "torch.sparse" or not layer_rule(type(conv)).drops_adj_values:
+    if adj.value is None or adj.given_as != "torch.sparse" or not plan.rule.drops_adj_values:
         return None
     if edge_index.size(1) != adj.nnz:
         raise ValueError(_unsupported_values(conv, "the values of a graph it changed before aggregating"))
@@ -100,7 +85,3 @@ def _unsupported_values(conv: MessagePassing, what: str) -> str:
     return (f"{name} got an adjacency carrying edge weights (local.adj holds the graph's edge_weight or adj_t "
             f"values), but PyG's sparse adj_t path of {name} uses {what}, which distribute() cannot run on a "
             f"local edge_index: pass local.adj.with_value(None) for the unweighted graph")
-    raise ValueError(f"{name} got an adjacency carrying edge weights (local.adj holds the graph's edge_weight or "
-                     f"adj_t values), but {name} takes no edge_weight argument and PyG's sparse adj_t path of "
-                     f"{name} uses the values in a way distribute() cannot pass to it on a local edge_index: pass "
-                     f"local.adj.with_value(None) for the unweighted graph")

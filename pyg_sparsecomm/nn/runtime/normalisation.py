@@ -6,7 +6,7 @@ halo]`` columns.  PyG's ``gcn_norm`` there would scale by local degrees and inde
 sources past its ``num_nodes`` (the owned rows); :func:`~.degree_norm.gcn_norm` computes
 :math:`\hat D^{-1/2} \hat A \hat D^{-1/2}` with global degrees.  PyG's modules are not touched
 (a plain layer in the same process stays PyG's): each distributed instance gets the
-normalisation through its class's rule (:class:`~.layer_rules.GcnNormalisation`), by the first
+normalisation through its class's rule (:class:`~pyg_sparsecomm.nn.rules.registry.GcnNormalisation`), by the first
 of these that fits how the class's ``forward`` reaches ``gcn_norm``:
 
 * ``pyg_cache`` with ``cached=True`` (``GCNConv``, ``GCN2Conv``, ``APPNP``, ``DNAConv``,
@@ -25,7 +25,7 @@ of these that fits how the class's ``forward`` reaches ``gcn_norm``:
   ``propagate`` receives, which is the one ``gcn_norm`` would have received;
 * ``"placeholder"`` (``SGConv``, ``SSGConv``, ``ARMAConv``, ``MixHopConv``,
   ``LabelPropagation``, ``EGConv`` uncached; and ``ChebConv``'s ``__norm__``, see
-  :func:`~.layer_adapters.cheb_laplacian`): these normalise without a flag to turn off.  The
+  :func:`~.adapters.cheb_laplacian`): these normalise without a flag to turn off.  The
   forward gets an empty ``edge_index`` and no weight, which PyG's normalisation maps, harmlessly,
   to self-loops of the owned rows at most, and the ``propagate`` override replaces the graph it
   receives by the distributed normalisation of the call's real one.  These forwards use the
@@ -44,11 +44,11 @@ import torch
 from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
-from ..compat import gcn_norm_cache, set_gcn_norm_cache
+from ...compat import gcn_norm_cache, set_gcn_norm_cache
+from ..rules.registry import GcnNormalisation
 from . import degree_norm
-from .layer_rules import GcnNormalisation
-from .linear_aggregation import linear_weight_arg
-from .shard_context import ShardContext
+from .aggregation import linear_weight_arg
+from .port import Shard
 from .shared_adjacency import shared_normalisation
 
 Normalise = Callable[[Tensor, Tensor | None], tuple[Tensor, Tensor]]
@@ -81,11 +81,10 @@ class CallNormalisation:
         return self.memo[key][2]
 
 
-def _call(conv: MessagePassing) -> CallNormalisation:
-    state = conv._sparsecomm
-    if state.normalisation is None:
-        state.normalisation = CallNormalisation()
-    return state.normalisation
+def _call(context: Shard) -> CallNormalisation:
+    if context.normalisation is None:
+        context.normalisation = CallNormalisation()
+    return context.normalisation
 
 
 def _local(edge_index: Any) -> bool:
@@ -101,7 +100,7 @@ def _applies(conv: MessagePassing, use: GcnNormalisation, arguments: dict) -> bo
 
 
 def _normaliser(conv: MessagePassing, use: GcnNormalisation, arguments: dict,
-                context: ShardContext) -> tuple[Normalise, tuple]:
+                context: Shard) -> tuple[Normalise, tuple]:
     """PyG's ``gcn_norm`` call of ``conv``'s forward, with global degrees, and the choices its
     result depends on besides its inputs."""
     improved = bool(conv.improved) if use.improved else False
@@ -115,7 +114,7 @@ def _normaliser(conv: MessagePassing, use: GcnNormalisation, arguments: dict,
     return normalise, ("gcn_norm", improved, self_loops, dtype, flow, context.adj.given_as)
 
 
-def normalise_call(conv: MessagePassing, use: GcnNormalisation, bound: BoundArguments, context: ShardContext) -> None:
+def normalise_call(conv: MessagePassing, use: GcnNormalisation, bound: BoundArguments, context: Shard) -> None:
     """The forward pre-hook's part (see the module doc): edits ``bound`` (the call's ``forward``
     arguments) in place.
 
@@ -123,7 +122,7 @@ def normalise_call(conv: MessagePassing, use: GcnNormalisation, bound: BoundArgu
         conv (MessagePassing): the layer, on a shard.
         use (GcnNormalisation): its rule's normalisation.
         bound (inspect.BoundArguments): its ``forward`` arguments.
-        context (ShardContext): the shard.
+        context (Shard): the call on the shard (its ``normalisation`` records the changes).
     """
     args = bound.arguments
     if not _applies(conv, use, args):
@@ -132,28 +131,28 @@ def normalise_call(conv: MessagePassing, use: GcnNormalisation, bound: BoundArgu
     weight = args.get(use.weight) if use.weight else None
     if use.pyg_cache and getattr(conv, "cached", False):
         if gcn_norm_cache(conv) is None:  # one normalised graph per shard and choices (shared_adjacency)
-            in_csr_order = linear_weight_arg(conv) is not None  # its propagation is the SpMM
+            in_csr_order = linear_weight_arg(conv, conv._sparsecomm.plan) is not None  # propagation is the SpMM
             set_gcn_norm_cache(conv, shared_normalisation(context.adj, choices, args["edge_index"], weight,
                                                           normalise, in_csr_order))
     elif use.delivery == "arguments":
         args["edge_index"], args[use.target] = normalise(args["edge_index"], weight)
-        _switch_off(conv)
+        _switch_off(conv, context)
     elif use.delivery == "propagate":
-        _switch_off(conv)
-        call = _call(conv)
+        _switch_off(conv, context)
+        call = _call(context)
         call.normalise, call.target = normalise, use.target
     else:
-        replace_graph(conv, bound, normalise, use.target, use.weight)
+        replace_graph(conv, bound, context, normalise, use.target, use.weight)
 
 
-def _switch_off(conv: MessagePassing) -> None:
+def _switch_off(conv: MessagePassing, context: Shard) -> None:
     """``normalize=False`` for this call; the forward hook puts back what it was."""
     was = conv.normalize
     conv.normalize = False
-    _call(conv).undo.append(lambda: setattr(conv, "normalize", was))
+    _call(context).undo.append(lambda: setattr(conv, "normalize", was))
 
 
-def replace_graph(conv: MessagePassing, bound: BoundArguments, normalise: Normalise, target: str,
+def replace_graph(conv: MessagePassing, bound: BoundArguments, context: Shard, normalise: Normalise, target: str,
                   weight: str | None = "edge_weight") -> None:
     """Gives the forward an empty ``edge_index`` (and no ``weight``), and ``propagate`` the
     normalisation of the call's real graph under ``target`` (the ``"placeholder"`` delivery).
@@ -161,13 +160,14 @@ def replace_graph(conv: MessagePassing, bound: BoundArguments, normalise: Normal
     Args:
         conv (MessagePassing): the layer, on a shard.
         bound (inspect.BoundArguments): its ``forward`` arguments (edited in place).
+        context (Shard): the call on the shard.
         normalise (callable): ``(edge_index, weight) -> (edge_index, weight)`` with global degrees.
         target (str): the ``propagate`` argument receiving the normalised weights.
         weight (str, optional): the ``forward`` argument holding the weights (``None``: unweighted).
     """
     args = bound.arguments
     edge_index = args["edge_index"]
-    call = _call(conv)
+    call = _call(context)
     call.normalise, call.target = normalise, target
     call.graph = (edge_index, args.get(weight) if weight else None)
     args["edge_index"] = edge_index.new_empty((2, 0))
@@ -175,20 +175,27 @@ def replace_graph(conv: MessagePassing, bound: BoundArguments, normalise: Normal
         args[weight] = None
 
 
-def propagated_graph(conv: MessagePassing, edge_index: Any, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+def propagated_graph(call: CallNormalisation, edge_index: Any, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     """The ``propagate`` override's part: ``(edge_index, kwargs)`` of a ``propagate`` call, with the
-    call's normalised graph where the forward pre-hook arranged one (see the module doc)."""
-    call = conv._sparsecomm.normalisation
-    if call is None or call.normalise is None:
+    call's normalised graph where the forward pre-hook arranged one (see the module doc).
+
+    Args:
+        call (CallNormalisation): what the call's normalisation changed.
+        edge_index (Tensor): the graph ``propagate`` got.
+        kwargs (dict): its arguments.
+    """
+    if call.normalise is None:
         return edge_index, kwargs
     graph = call.graph if call.graph is not None else (edge_index, kwargs.get(call.target))
     edge_index, weight = call.normalised(*graph)
     return edge_index, {**kwargs, call.target: weight}
 
 
-def end_call(conv: MessagePassing) -> None:
-    """The forward hook's part: restores what :func:`normalise_call` changed, also after an error."""
-    call = conv._sparsecomm.normalisation
-    conv._sparsecomm.normalisation = None
-    while call is not None and call.undo:
+def end_call(call: CallNormalisation) -> None:
+    """The forward hook's part: restores what :func:`normalise_call` changed, also after an error.
+
+    Args:
+        call (CallNormalisation): what the call's normalisation changed.
+    """
+    while call.undo:
         call.undo.pop()()

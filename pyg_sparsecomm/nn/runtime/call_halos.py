@@ -10,7 +10,7 @@ gradients of both uses and sends them back in one reverse exchange.
 :math:`\alpha^{src} = \langle x^{src}, a^{src} \rangle` is computed from :math:`x^{src}` before
 either runs, so :math:`x^{src}` exists when ``edge_updater`` is called but is not one of its
 arguments.  The layer's rule declares where it comes from
-(:attr:`~pyg_sparsecomm.nn.layer_rules.LayerRule.fused_source`: the output of ``lin_src``, else
+(:attr:`~pyg_sparsecomm.nn.rules.registry.LayerRule.fused_source`: the output of ``lin_src``, else
 ``lin``); a forward hook on that module (:class:`RecordFirstOutput`) keeps its first output of
 the call, ``edge_updater`` exchanges ``[alpha_src | x_src]`` rows in ONE all-to-allv (one row
 header when compressed: ``heads * C + heads + 4`` bytes per int8 row instead of
@@ -25,48 +25,33 @@ import torch
 from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
-from ..compat import tensor_version
-from .layer_rules import layer_rule
-
-
-def fused_source_module(conv: MessagePassing) -> str | None:
-    """The submodule whose output ``conv``'s ``propagate`` reads at sources, when it is known to
-    exist before ``edge_updater`` runs (``GATConv``: ``lin_src``, else ``lin``), or ``None``."""
-    for name in layer_rule(type(conv)).fused_source:
-        if isinstance(getattr(conv, name, None), torch.nn.Module):
-            return name
-    return None
+from ...compat import tensor_version
 
 
 class CallHalos:
-    """Per-call halos of one layer: ``(tensor, version, node_dim, halo rows)``, plus the recorded
-    output of :func:`fused_source_module` (cleared when the call ends, also on exceptions)."""
+    """The halos of one layer call: ``(tensor, version, node_dim, halo rows)``, plus the recorded
+    output of the layer's fused source module (a part of its
+    :class:`~pyg_sparsecomm.nn.runtime.call.LayerCall`, gone when the call ends).
 
-    def __init__(self) -> None:
+    Args:
+        fuse (bool, optional): exchange the recorded output with ``edge_update``'s sources (the
+            layer's earlier calls used the fused rows). (default: ``True``)
+    """
+
+    def __init__(self, fuse: bool = True) -> None:
         self.entries: list[tuple[Tensor, object, int, Tensor]] = []
         self.recorded: Tensor | None = None
-        self.recording = False  # the layer is running on a shard: record its source module's output
         self.fused: Tensor | None = None  # the recorded output, once exchanged in this call
         self.fused_used = False
-        self.fuse = True  # False once a call's fused rows went unused (they would be sent for nothing)
+        self.fuse = fuse
 
-    def __getstate__(self) -> dict:
-        return {"fuse": True}  # per-call state only
-
-    def __setstate__(self, state: dict) -> None:
-        self.__init__()  # type: ignore[misc]
-
-    def begin(self) -> None:
-        self.clear()
-        self.recording = True
-
-    def clear(self) -> None:
-        if self.fused is not None and not self.fused_used:
-            self.fuse = False  # the same code on every rank: every rank stops fusing together
-        self.entries, self.recorded, self.recording, self.fused, self.fused_used = [], None, False, None, False
+    def unused_fusion(self) -> bool:
+        """Whether this call sent fused rows for nothing (the same code on every rank: every rank
+        then stops fusing together)."""
+        return self.fused is not None and not self.fused_used
 
     def record(self, output: Any) -> None:
-        if self.recording and self.recorded is None and isinstance(output, Tensor) and output.dim() == 2:
+        if self.recorded is None and isinstance(output, Tensor) and output.dim() == 2:
             self.recorded = output
 
     def take_recorded(self) -> Tensor | None:
@@ -118,19 +103,14 @@ def _row_major(t: Tensor) -> bool:
 
 
 class RecordFirstOutput:
-    """Forward hook on a layer's source module: hands its output to the layer's :class:`CallHalos`
-    (picklable, like the layer's other hooks)."""
+    """Forward hook on a layer's fused source module: hands its output to the layer's running call
+    on a shard (picklable, like the layer's other hooks)."""
 
     def __init__(self, conv: MessagePassing) -> None:
         self.conv = conv
 
     @torch.compiler.disable  # per-call Python state, like the layer's other hooks
     def __call__(self, module: torch.nn.Module, args: tuple, output: Any) -> None:
-        self.conv._sparsecomm.call_halos.record(output)
-
-
-def attach_recorder(conv: MessagePassing) -> None:
-    """Registers :class:`RecordFirstOutput` on ``conv``'s :func:`fused_source_module`, if any."""
-    name = fused_source_module(conv)
-    if name is not None:
-        getattr(conv, name).register_forward_hook(RecordFirstOutput(conv))
+        calls = self.conv._sparsecomm.calls
+        if calls and calls[-1] is not None:
+            calls[-1].call_halos().record(output)

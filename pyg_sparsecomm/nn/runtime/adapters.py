@@ -1,9 +1,9 @@
 r"""Whole-graph quantities a few PyG layers compute inside ``forward``, supplied globally.
 
 Most layers reach the graph only through ``propagate``/``edge_updater`` and the degree
-normalisations, which :mod:`.distributed_layer` and :mod:`.layer_normalisation` make exact.  A
+normalisations, which :mod:`.call` and :mod:`.normalisation` make exact.  A
 layer that also reduces over *all* edges in its forward gets an adapter here (its
-:class:`~pyg_sparsecomm.nn.layer_rules.LayerRule`'s ``adapter``), run by the forward
+:class:`~pyg_sparsecomm.nn.rules.registry.LayerRule`'s ``adapter``), run by the forward
 pre-hook on the call's bound arguments, that passes the whole-graph value explicitly:
 
 * ``ChebConv``: with ``lambda_max=None`` it scales by :math:`2 \\max_e L_e`, the largest
@@ -12,7 +12,7 @@ pre-hook on the call's bound arguments, that passes the whole-graph value explic
   ``get_laplacian``: the adapter gives the forward an empty graph, which ``__norm__`` maps to
   self-loops, and ``propagate`` the scaled Laplacian with global degrees
   (:func:`~.degree_norm.scaled_laplacian`, the ``"placeholder"`` delivery of
-  :mod:`.layer_normalisation`).
+  :mod:`.normalisation`).
 * ``RGCNConv``: with ``x=None`` node :math:`i`'s features are row :math:`i` of the layer's
   weights, ``x = arange(num_nodes)`` of the whole graph: the owned rows' global ids are passed
   instead.  ``FastRGCNConv`` without features is refused: its message reads the embedding row at
@@ -25,21 +25,12 @@ import torch.distributed as dist
 from torch import Tensor
 from torch_geometric.nn import ChebConv, FastRGCNConv, MessagePassing, RGCNConv
 
-from ..comm.collectives import all_reduce_value
-from ..comm.group import is_distributed
+from ...comm.collectives import all_reduce_value
+from ...comm.group import is_distributed
 from . import degree_norm
-from .layer_normalisation import normalise_call, replace_graph
-from .layer_rules import layer_rule
-from .shard_context import ShardContext
-
-_SIGNATURES: dict[type[torch.nn.Module], inspect.Signature] = {}
-
-
-def forward_signature(cls: type[torch.nn.Module]) -> inspect.Signature:
-    """The signature of ``cls.forward`` (with ``self``), computed once per class."""
-    if cls not in _SIGNATURES:
-        _SIGNATURES[cls] = inspect.signature(cls.forward)
-    return _SIGNATURES[cls]
+from .normalisation import normalise_call, replace_graph
+from .plan import LayerPlan
+from .port import Shard
 
 
 def global_max(value: Tensor, group: dist.ProcessGroup | None) -> Tensor:
@@ -52,14 +43,14 @@ def global_max(value: Tensor, group: dist.ProcessGroup | None) -> Tensor:
     return torch.where(local == reduced, local, reduced)
 
 
-def cheb_laplacian(conv: ChebConv, bound: inspect.BoundArguments, context: ShardContext) -> None:
+def cheb_laplacian(conv: ChebConv, bound: inspect.BoundArguments, context: Shard) -> None:
     r"""``ChebConv``'s adapter: ``lambda_max=None`` becomes :math:`2 \max_e L_e` over all ranks, and
     ``propagate`` gets the scaled Laplacian with global degrees (see the module doc).
 
     Args:
         conv (ChebConv): the layer.
         bound (inspect.BoundArguments): its ``forward`` arguments (edited in place).
-        context (ShardContext): the shard the call runs on.
+        context (Shard): the shard the call runs on.
     """
     args = bound.arguments
     x, edge_index, edge_weight = args["x"], args["edge_index"], args.get("edge_weight")
@@ -75,10 +66,10 @@ def cheb_laplacian(conv: ChebConv, bound: inspect.BoundArguments, context: Shard
     def normalise(edge_index: Tensor, edge_weight: Tensor | None) -> tuple[Tensor, Tensor]:
         return degree_norm.scaled_laplacian(context, edge_index, edge_weight, normalization, lambda_max, x.dtype,
                                             batch)
-    replace_graph(conv, bound, normalise, "norm")
+    replace_graph(conv, bound, context, normalise, "norm")
 
 
-def node_embedding_ids(conv: RGCNConv, bound: inspect.BoundArguments, context: ShardContext) -> None:
+def node_embedding_ids(conv: RGCNConv, bound: inspect.BoundArguments, context: Shard) -> None:
     r"""``RGCNConv``'s adapter: without features (``x=None``) PyG takes node :math:`i`'s row :math:`i`
     of its weights, ``x = arange(in_channels)`` over the whole graph; on a shard ``x`` becomes the
     owned rows' global ids (``local.n_id``), the same rows of the owned nodes.  ``FastRGCNConv``
@@ -87,7 +78,7 @@ def node_embedding_ids(conv: RGCNConv, bound: inspect.BoundArguments, context: S
     Args:
         conv (RGCNConv): the layer.
         bound (inspect.BoundArguments): its ``forward`` arguments (edited in place).
-        context (ShardContext): the shard the call runs on.
+        context (Shard): the shard the call runs on.
     """
     x = bound.arguments.get("x")
     if isinstance(conv, FastRGCNConv) and not (isinstance(x, Tensor) and x.is_floating_point()):
@@ -102,15 +93,20 @@ def node_embedding_ids(conv: RGCNConv, bound: inspect.BoundArguments, context: S
     bound.arguments["x"] = context.adj.plan.n_id.to(conv.weight.device)
 
 
-def adapt(conv: MessagePassing, args: tuple, kwargs: dict, context: ShardContext):
+def adapt(conv: MessagePassing, plan: LayerPlan, args: tuple, kwargs: dict, context: Shard) -> tuple[tuple, dict]:
     """``(args, kwargs)`` with the normalisation and the whole-graph arguments of ``conv``'s rule
-    (:mod:`.layer_normalisation`, the rule's adapter), if it has any."""
-    rule = layer_rule(type(conv))
-    if rule.adapter is None and rule.normalisation is None:
-        return args, kwargs
-    bound = forward_signature(type(conv)).bind(conv, *args, **kwargs)
-    if rule.normalisation is not None:
-        normalise_call(conv, rule.normalisation, bound, context)
-    if rule.adapter is not None:
-        rule.adapter(conv, bound, context)
+    (:mod:`.normalisation`, the rule's adapter).
+
+    Args:
+        conv (MessagePassing): the layer, on a shard.
+        plan (LayerPlan): its compiled plan.
+        args (tuple): the call's positional arguments.
+        kwargs (dict): its keyword arguments.
+        context (Shard): the call on the shard.
+    """
+    bound = plan.signature.bind(conv, *args, **kwargs)
+    if plan.normalisation is not None:
+        normalise_call(conv, plan.normalisation, bound, context)
+    if plan.rule.adapter is not None:
+        plan.rule.adapter(conv, bound, context)
     return bound.args[1:], bound.kwargs  # without self

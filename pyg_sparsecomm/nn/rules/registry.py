@@ -1,4 +1,9 @@
-r"""One :class:`LayerRule` per layer class: what :func:`~pyg_sparsecomm.distribute` does with it.
+r"""The registry of layer rules: one :class:`LayerRule` per layer class, what
+:func:`~pyg_sparsecomm.distribute` does with it.
+
+This module is a leaf: it imports nothing of :mod:`pyg_sparsecomm.nn`.  PyG's own rules register
+into it from above (:mod:`.pyg`, imported by :mod:`pyg_sparsecomm.nn`), and
+:mod:`~pyg_sparsecomm.nn.runtime.plan` compiles a layer's rule once, when it is attached.
 
 A rule says how the layer's messages aggregate on a shard, which ``Linear`` may move across the
 aggregation, which whole-graph quantity an adapter supplies, and why a layer is refused.  Rules
@@ -18,8 +23,8 @@ Aggregations (``aggregation``):
   :math:`\alpha`, shape ``[E, heads]``), aggregated as one CSR SpMM per head.
 
 A layer whose ``forward`` normalises with PyG's ``gcn_norm`` says how in its rule's
-``normalisation`` (:class:`GcnNormalisation`); :mod:`.layer_normalisation` gives it the
-normalisation with global degrees, per instance.
+``normalisation`` (:class:`GcnNormalisation`); :mod:`~pyg_sparsecomm.nn.runtime.normalisation` gives
+it the normalisation with global degrees, per instance.
 
 A rule relies on the methods it names in ``relies_on`` (default ``("message",)``): its
 aggregation applies only while the class's methods are the rule owner's (a subclass overriding
@@ -39,7 +44,7 @@ DELIVERIES = ("arguments", "propagate", "placeholder")
 @dataclass(frozen=True)
 class GcnNormalisation:
     r"""How a layer's ``forward`` calls PyG's ``gcn_norm``, which on a shard needs global degrees
-    (:mod:`.layer_normalisation` says what each ``delivery`` does, and why).
+    (:mod:`~pyg_sparsecomm.nn.runtime.normalisation` says what each ``delivery`` does, and why).
 
     PyG's layers call ``gcn_norm(edge_index, weight, x.size(node_dim), improved, add_self_loops,
     flow, x.dtype)`` while their ``normalize`` attribute (if they have one) is ``True``.
@@ -140,7 +145,6 @@ DEFAULT_RULE = LayerRule()
 
 _RULES: dict[type, LayerRule] = {}
 _RESOLVED: dict[type, LayerRule] = {}
-_BUILTINS_LOADED = False
 
 
 def register_layer_rule(cls: type, rule: LayerRule) -> None:
@@ -162,14 +166,12 @@ def register_layer_rule(cls: type, rule: LayerRule) -> None:
         raise TypeError(f"register_layer_rule: expected a torch.nn.Module class, got {cls!r}")
     if not isinstance(rule, LayerRule):
         raise TypeError(f"register_layer_rule: expected a LayerRule, got {type(rule).__name__}")
-    _load_builtins()
     _RULES[cls] = rule
     _RESOLVED.clear()
 
 
 def registered_rules() -> dict[type, LayerRule]:
     """Every registered ``{class: rule}`` (PyG's, then the user's)."""
-    _load_builtins()
     return dict(_RULES)
 
 
@@ -182,7 +184,6 @@ def layer_rule(cls: type) -> LayerRule:
         cls (type): the module's class.
     """
     if cls not in _RESOLVED:
-        _load_builtins()
         owner = next((k for k in cls.__mro__ if k in _RULES), None)
         rule = DEFAULT_RULE if owner is None else _applied(_RULES[owner], owner, cls)
         _RESOLVED[cls] = rule
@@ -211,22 +212,20 @@ def _applied(rule: LayerRule, owner: type, cls: type) -> LayerRule:
     return rule
 
 
-def _register_named(module: Any, rules: dict[str, LayerRule]) -> None:
-    """Registers rules by class name in ``module``; names a PyG version lacks are skipped."""
+def register_named(module: Any, rules: dict[str, LayerRule]) -> None:
+    """Registers ``rules`` by class name in ``module`` (names ``module`` lacks, e.g. of another PyG
+    version, are skipped; a class's rule registered before is kept): how PyG's own rules
+    (:mod:`.pyg`) register.
+
+    Args:
+        module (module): where the classes are defined (``torch_geometric.nn.conv``, ...).
+        rules (dict[str, LayerRule]): the rule of each class, by class name.
+    """
     for name, rule in rules.items():
         cls = getattr(module, name, None)
-        if isinstance(cls, type):
-            _RULES.setdefault(cls, rule)
-
-
-def _load_builtins() -> None:
-    global _BUILTINS_LOADED
-    if _BUILTINS_LOADED:
-        return
-    _BUILTINS_LOADED = True
-    from .pyg_rules import pyg_rules
-    for module, rules in pyg_rules():
-        _register_named(module, rules)
+        if isinstance(cls, type) and cls not in _RULES:
+            _RULES[cls] = rule
+            _RESOLVED.clear()
 
 
 def describe(rule: LayerRule) -> str:

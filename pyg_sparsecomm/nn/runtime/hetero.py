@@ -35,7 +35,7 @@ a relation between two types; so does :func:`enter_own_type`, naming the relatio
 :math:`(s, r, s)` the block is square over the owned rows of :math:`s` (:math:`\hat D^{-1/2} \hat A
 \hat D^{-1/2}` of that relation alone: self-loops and the weighted in-degree :math:`\hat d_i`
 counted within the relation, from its ``edge_weight`` only, as PyG's edge-index call; ``ChebConv``:
-the relation's Laplacian), and the layer runs as on a homogeneous shard (:mod:`.distributed_layer`,
+the relation's Laplacian), and the layer runs as on a homogeneous shard (:mod:`.call`,
 :mod:`.degree_norm`): :math:`\hat d_i` is local to the owner of :math:`i`, the halo's :math:`\hat
 d_j^{-1/2}` come in one one-column exchange (once, with ``cached=True``; ``ChebConv``'s out-degrees
 are folded into their owners first), and the propagation is the distributed SpMM of the rows the
@@ -54,7 +54,7 @@ is not applied unless passed (``edge_weight_dict`` of ``HeteroConv``, ``to_heter
 """
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -77,16 +77,14 @@ from torch_geometric.nn import (
     TransformerConv,
 )
 
-from ..comm.exchanger import HaloExchanger
-from ..comm.group import check_plan_matches_group, host_all_reduce, is_distributed, world_size
-from ..compat import tensor_version
-from ..plan.homogeneous import RankPlan
-from ..plan.relation_adj import RelationAdj
+from ...comm.group import check_plan_matches_group, host_all_reduce, is_distributed, world_size
+from ...compat import tensor_version
+from ...plan.homogeneous import RankPlan
+from ...plan.relation_adj import RelationAdj
 from .first_use import check_first_use, check_parameters, parameter_digest
-from .layer_adapters import forward_signature
-
-if TYPE_CHECKING:
-    from .distributed_layer import LayerState
+from .plan import forward_signature
+from .port import exchange_rows
+from .state import LayerState
 
 #: PyG layers checked against single-process PyG on relations of heterogeneous shards (by type: a
 #: subclass may override what they rely on, and a user's class of the same name is another class)
@@ -102,7 +100,7 @@ class SourceHalos:
     def __init__(self) -> None:
         self.entries: list[tuple[Tensor, object, RankPlan, Tensor]] = []
 
-    def extended(self, x_src: Tensor, plan: RankPlan, exchanger: HaloExchanger) -> Tensor:
+    def extended(self, x_src: Tensor, plan: RankPlan, group: Any) -> Tensor:
         r"""``cat[x_src, halo]`` over ``plan``'s ``[owned | halo]`` columns, exchanged on the first
         request of this ``x_src`` (same object, same version) in the call.  Every rank takes the
         same decision: the model's code passes the same objects on every rank."""
@@ -110,7 +108,7 @@ class SourceHalos:
         for src, version, known, ext in self.entries:
             if src is x_src and version == now and known is plan:
                 return ext
-        ext = torch.cat([x_src, exchanger.exchange(x_src)], dim=0)
+        ext = torch.cat([x_src, exchange_rows(plan, group, [x_src])[0]], dim=0)
         self.entries.append((x_src, now, plan, ext))
         return ext
 
@@ -160,7 +158,7 @@ def install_scope(module: torch.nn.Module) -> None:
 RELATION_TYPED = (RGCNConv, RGATConv)  # FastRGCNConv is an RGCNConv
 
 
-def refusal(conv: MessagePassing, state: "LayerState") -> str | None:
+def refusal(conv: MessagePassing, state: LayerState) -> str | None:
     """Why ``conv`` cannot run on a relation of a heterogeneous shard, or ``None``."""
     if isinstance(conv, RELATION_TYPED):
         return (f"{type(conv).__name__} takes edge_type over one homogeneous graph, not a relation of a heterogeneous "
@@ -173,7 +171,7 @@ def refusal(conv: MessagePassing, state: "LayerState") -> str | None:
     return settings_refusal(state)
 
 
-def settings_refusal(state: "LayerState") -> str | None:
+def settings_refusal(state: LayerState) -> str | None:
     """Why the settings of ``distribute`` cannot run a layer on a heterogeneous shard, or ``None``."""
     settings = state.settings
     if settings.algorithm != "1d" or settings.replicated:
@@ -184,7 +182,7 @@ def settings_refusal(state: "LayerState") -> str | None:
     return None
 
 
-def enter_own_type(conv: MessagePassing, state: "LayerState", args: tuple, kwargs: dict, adj: RelationAdj) -> bool:
+def enter_own_type(conv: MessagePassing, state: LayerState, args: tuple, kwargs: dict, adj: RelationAdj) -> bool:
     """Whether ``conv`` runs on the relation ``adj`` as on a homogeneous shard (a layer of
     :data:`SAME_TYPE_LAYERS`; see the module doc), after checking the call: ``ValueError`` as PyG's
     for a relation between two node types or a pair ``(x_src, x_dst)``, ``NotImplementedError`` for
@@ -207,7 +205,7 @@ def enter_own_type(conv: MessagePassing, state: "LayerState", args: tuple, kwarg
     return True
 
 
-def enter_relation(conv: MessagePassing, state: "LayerState", args: tuple, kwargs: dict, at: Any,
+def enter_relation(conv: MessagePassing, state: LayerState, args: tuple, kwargs: dict, at: Any,
                    adj: RelationAdj) -> tuple[tuple, dict]:
     """The forward pre-hook's work for a call on a relation (see the module doc): ``(args, kwargs)``
     with ``x`` replaced by ``(cat[x_src, halo], x_dst)`` and ``adj`` by its local ``edge_index``."""
@@ -227,15 +225,15 @@ def enter_relation(conv: MessagePassing, state: "LayerState", args: tuple, kwarg
     check_relations(conv, state, [(adj, x_src, x_dst)], group)
     scopes = _scopes()
     halos = scopes[-1] if scopes else SourceHalos()
-    bound.arguments["x"] = (halos.extended(x_src, plan, HaloExchanger(plan, group)), x_dst)
-    state.entered.append(False)  # the layer runs as plain PyG on the local bipartite graph
+    bound.arguments["x"] = (halos.extended(x_src, plan, group), x_dst)
+    state.calls.append(None)  # the layer runs as plain PyG on the local bipartite graph
     return bound.args[1:], bound.kwargs
 
 
-def check_relations(conv: MessagePassing, state: "LayerState", relations: list[tuple[RelationAdj, Any, Any]],
+def check_relations(conv: MessagePassing, state: LayerState, relations: list[tuple[RelationAdj, Any, Any]],
                     group: dist.ProcessGroup | None) -> None:
     """:func:`_check_rows` of every ``(adj, x_src, x_dst)`` on every rank, agreed before any exchange
-    (as :func:`~.first_use.check_call` does for homogeneous layers): a layer's first call on a shard
+    (as :func:`~.checks.check_call` does for homogeneous layers): a layer's first call on a shard
     checks every rank's plans, features and the layer's parameters in one all-gather per source
     plan; later calls agree on flags on the host, so a rank's bad input is every rank's
     ``ValueError``, never a peer waiting in the exchange; the layer's first call on a mini-batch

@@ -22,7 +22,7 @@ The fingerprints travel first as a fixed number of integers (:func:`summary`, di
 in one host all-gather; only when those show a problem (:func:`agrees`) does every rank gather the
 whole entries (``all_gather_object``: two collectives and pickling) to word the message.
 
-Later calls (:func:`check_call`) run this rank's cheap checks (edge arguments, rows of ``x``) and
+Later calls (:func:`~.checks.check_call`) run this rank's cheap checks (edge arguments, rows of ``x``) and
 agree on three flags with one host all-reduce (a few integers over gloo, no device wait): *some rank
 met a new shard* (then every rank runs the first-use check above, so a shard of another partition
 passed on one rank at step 5 is the same error on every rank, not a mismatched collective), *some
@@ -35,7 +35,6 @@ flags the peers of a rank that raised would wait in the layer's exchange until i
 closed by peer").  Its cost per call is in ``benchmarks/RESULTS.md`` (``agreement_cost.py``).
 """
 import hashlib
-import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -44,43 +43,14 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 from torch.nn.parameter import is_lazy
-from torch_geometric.nn import MessagePassing
 
-from ..comm.group import host_all_gather, host_all_reduce, is_distributed, raise_together, rank, world_size
-from ..plan.halo_adj import HaloAdj
-from ..plan.homogeneous import RankPlan
-from .layer_adapters import forward_signature
-
-#: attributes in which PyG's ``cached=True`` layers keep what they computed from the first graph
-CACHE_ATTRIBUTES = ("_cached_edge_index", "_cached_adj_t", "_cached_x", "_cached_h", "_cached_spmm")
+from ...comm.group import host_all_gather, is_distributed, rank, world_size
+from ...plan.halo_adj import HaloAdj
+from ...plan.homogeneous import RankPlan
 
 _WRAP = 2 ** 64  # id sums are int64 sums (which wrap), compared modulo 2^64
 _SAME_SHARD = ("build every rank's shard from one partitioned graph (one SparsityAwarePartitioner run, or "
                "save_partition once and load_shard on every rank)")
-
-
-class CheckedPlan:
-    """What a layer's checks passed on: the plan of its last full-graph first-use check, held
-    weakly (it must not keep a shard alive, travel with ``layer.to(device)`` or be pickled with the
-    layer: a copy checks again), and whether its parameters were compared across the ranks.
-
-    A mini-batch's plan is new every step, so mini-batch calls are not keyed on it: the layer's
-    first mini-batch call compares its parameters once (:func:`check_parameters`), and later
-    batches only run the per-call checks."""
-
-    def __init__(self) -> None:
-        self._ref: weakref.ref | None = None
-        self.parameters = False  # the ranks' parameters were found equal (a first-use check passed)
-
-    def is_(self, plan: RankPlan) -> bool:
-        return self._ref is not None and self._ref() is plan
-
-    def set(self, plan: RankPlan) -> None:
-        self._ref = weakref.ref(plan)
-        self.parameters = True
-
-    def __getstate__(self) -> dict:
-        return {"_ref": None, "parameters": False}
 
 
 def _as_int64(value: int) -> int:
@@ -135,58 +105,6 @@ def _digest(t: Tensor) -> str:
 
 def _split_digests(ids: Tensor, counts: list[int]) -> list[str]:
     return [_digest(part) for part in ids.cpu().split(counts)]
-
-
-def shard_key(adj: HaloAdj) -> tuple:
-    """What a cached layer depends on: the owned and halo ids and the local structure."""
-    plan = adj.plan
-    return (plan.world_size, plan.num_nodes, _digest(plan.n_id), _digest(plan.halo_n_id), _digest(adj.rowptr),
-            _digest(adj.col))
-
-
-def node_features(conv: MessagePassing, args: tuple, kwargs: dict) -> Any:
-    """The call's ``x`` (the source side of an ``(x_src, x_dst)`` pair), or its first tensor argument."""
-    bound = forward_signature(type(conv)).bind_partial(conv, *args, **kwargs).arguments
-    x = bound.get("x", next((v for v in args if isinstance(v, Tensor)), None))
-    return x[0] if isinstance(x, (tuple, list)) and x else x
-
-
-_EDGE_ARGUMENTS = ("edge_weight", "edge_attr", "edge_type")
-
-
-def check_edge_arguments(conv: MessagePassing, args: tuple, kwargs: dict, adj: HaloAdj) -> None:
-    """Edge-level arguments must be the shard's, in ``adj``'s edge order (``local.edge_weight``...)."""
-    bound = forward_signature(type(conv)).bind_partial(conv, *args, **kwargs).arguments
-    for name in _EDGE_ARGUMENTS:
-        value = bound.get(name)
-        if isinstance(value, Tensor) and value.dim() > 0 and value.size(0) != adj.nnz:
-            raise ValueError(f"{type(conv).__name__}: {name} has shape {list(value.shape)}: {value.size(0)} rows but "
-                             f"this rank's adjacency has {adj.nnz} edges: pass the shard's local.{name} (in "
-                             f"local.adj's edge order)")
-
-
-def check_rows(conv: MessagePassing, x: Any, adj: HaloAdj) -> None:
-    """``x`` must hold the shard's rows."""
-    node_dim = conv.node_dim if conv.node_dim >= 0 else conv.node_dim + (x.dim() if isinstance(x, Tensor) else 0)
-    if isinstance(x, Tensor) and 0 <= node_dim < x.dim() and x.size(node_dim) != adj.num_owned:
-        raise ValueError(f"{type(conv).__name__}: x has {x.size(node_dim)} rows but this rank owns "
-                         f"{adj.num_owned} rows (of {adj.plan.num_nodes} in the graph): pass the shard's rows, local.x")
-
-
-def check_cache(conv: MessagePassing, adj: HaloAdj, cached_key: tuple | None) -> tuple | None:
-    """The key of the shard a ``cached=True`` layer's cache holds (``None`` for other layers).
-
-    Such a layer reuses what it computed from the first shard (PyG's semantics); on another shard
-    that is silently wrong, so this raises naming the fix."""
-    if not getattr(conv, "cached", False):
-        return None
-    key = shard_key(adj)
-    filled = any(getattr(conv, name, None) is not None for name in CACHE_ATTRIBUTES)
-    if filled and cached_key is not None and key != cached_key:
-        raise ValueError(f"{type(conv).__name__}(cached=True) reuses the normalised adjacency of the shard it first "
-                         f"ran on, but is now called with another shard (another partition or graph): build the "
-                         f"layer with cached=False, or one layer per shard")
-    return key
 
 
 def fingerprint(plan: RankPlan, x: Any, error: str | None, group: dist.ProcessGroup | None,
@@ -316,77 +234,3 @@ def check_first_use(who: str, adj: HaloAdj, x: Any, local_checks: Callable[[], N
     if message:
         raise ValueError(f"{who} (first call on this shard; every rank raises this error):\n{message}")
 
-
-def check_first_call(conv: MessagePassing, args: tuple, kwargs: dict, adj: HaloAdj, cached_key: tuple | None,
-                     group: dist.ProcessGroup | None, collective: bool = True) -> tuple | None:
-    """The checks of a layer's first call on a shard: this rank's (edge arguments, rows of ``x``,
-    a cached layer's shard) and the consistency of every rank's, agreed over ``group``; returns the
-    key of the shard a ``cached=True`` layer now holds (see :func:`check_cache`)."""
-    x = node_features(conv, args, kwargs)
-    key = [cached_key]
-
-    def local_checks() -> None:
-        check_edge_arguments(conv, args, kwargs, adj)
-        check_rows(conv, x, adj)
-        key[0] = check_cache(conv, adj, cached_key)
-
-    check_first_use(type(conv).__name__, adj, x, local_checks, group, collective, parameter_digest(conv))
-    return key[0]
-
-
-def check_call(conv: MessagePassing, args: tuple, kwargs: dict, adj: HaloAdj, checked: CheckedPlan,
-               cached_key: tuple | None, group: dist.ProcessGroup | None, collective: bool = True) -> tuple | None:
-    """The checks of every call of a distributed layer, agreed over ``group`` (see the module doc).
-
-    Args:
-        conv, args, kwargs: the layer and its call.
-        adj: the shard's (or a mini-batch's) adjacency of the call.
-        checked: the plan the first-use check passed on; set to ``adj``'s when it runs and passes
-            (on a mini-batch: whether the parameters were compared, see :class:`CheckedPlan`).
-        cached_key: the shard a ``cached=True`` layer's cache holds (:func:`check_cache`).
-        group: the process group of the layer's exchanges.
-        collective: ``False``: this rank's checks only (1.5D layouts, whose shards ``exchange_group`` checks).
-
-    Returns:
-        the key of the shard a ``cached=True`` layer now holds.
-
-    Raises:
-        ValueError: on every rank, if a check failed on any rank.
-    """
-    new = not adj.is_minibatch and not checked.is_(adj.plan)
-    unchecked_parameters = adj.is_minibatch and not checked.parameters  # once per layer, not per batch
-    if not collective or not is_distributed(group) or world_size(group) == 1:
-        if new:
-            cached_key = check_first_call(conv, args, kwargs, adj, cached_key, group, collective)
-            checked.set(adj.plan)
-        else:
-            _later_checks(conv, args, kwargs, adj)
-        return cached_key
-    error = None
-    try:
-        _later_checks(conv, args, kwargs, adj)
-    except ValueError as e:
-        error = e
-    some_new, some_unchecked, some_failed = host_all_reduce(
-        [int(new), int(unchecked_parameters), int(error is not None)], dist.ReduceOp.MAX, group)
-    if some_new:  # every rank checks its shard against the others' (one all-gather)
-        cached_key = check_first_call(conv, args, kwargs, adj, cached_key, group, collective)
-        if not adj.is_minibatch:
-            checked.set(adj.plan)
-    elif some_failed:
-        def local() -> None:
-            if error is not None:
-                raise error
-        raise_together(local, f"{type(conv).__name__} (a later call on this shard)", group)
-    elif some_unchecked:  # a layer's first mini-batch: its parameters must be every rank's
-        check_parameters(type(conv).__name__, parameter_digest(conv), group)
-        checked.parameters = True
-    return cached_key
-
-
-def _later_checks(conv: MessagePassing, args: tuple, kwargs: dict, adj: HaloAdj) -> None:
-    """This rank's checks of a call after the first on its shard: the edge arguments and (full-graph
-    shards: a mini-batch's rows are trimmed per layer) the rows of ``x``."""
-    check_edge_arguments(conv, args, kwargs, adj)
-    if not adj.is_minibatch:
-        check_rows(conv, node_features(conv, args, kwargs), adj)

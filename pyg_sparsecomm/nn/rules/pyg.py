@@ -1,11 +1,21 @@
-"""The :class:`~pyg_sparsecomm.nn.layer_rules.LayerRule` of every PyG (and torch) class
+"""The :class:`~pyg_sparsecomm.nn.rules.registry.LayerRule` of every PyG (and torch) class
 ``distribute`` treats specially, by class name in the module that defines it (names a PyG version
-lacks are skipped).  Classes not listed run the default exchange (see :mod:`.layer_rules`)."""
+lacks are skipped).  Classes not listed run the default exchange (see :mod:`.registry`).
+
+Importing this module registers them (:func:`register_pyg_rules`); :mod:`pyg_sparsecomm.nn`
+imports it first, so every lookup of a rule sees PyG's.  It sits above the registry: the rules
+name the distributed classes and adapters they swap in."""
 from typing import Any
 
 import torch
+import torch_geometric.nn as pyg_nn
+from torch_geometric.nn import conv, norm
 
-from .layer_rules import GcnNormalisation, LayerRule
+from .. import norms
+from ..han_conv import DistributedHANConv
+from ..hgt_conv import DistributedHGTConv
+from ..runtime.adapters import cheb_laplacian, node_embedding_ids
+from .registry import GcnNormalisation, LayerRule, register_named
 
 _KNN = "builds a k-nearest-neighbour graph from the features of all nodes"
 _CUGRAPH = "runs in cugraph-ops on the whole graph (CUDA only)"
@@ -23,7 +33,7 @@ def _symnorm(conv: Any) -> bool:
 
 def normalisations() -> dict[str, GcnNormalisation]:
     """How each layer of ``torch_geometric.nn`` that calls ``gcn_norm`` in its forward calls it (see
-    :mod:`.layer_normalisation` for what each delivery does)."""
+    :mod:`~pyg_sparsecomm.nn.runtime.normalisation` for what each delivery does)."""
     cached = GcnNormalisation("arguments", pyg_cache=True)
     placeholder = GcnNormalisation("placeholder")
     return {
@@ -43,14 +53,11 @@ def normalisations() -> dict[str, GcnNormalisation]:
 
 def conv_rules() -> dict[str, LayerRule]:
     """``torch_geometric.nn.conv``: linear aggregations, attention, adapters, normalisations, refusals."""
-    from .han_conv import DistributedHANConv
-    from .hgt_conv import DistributedHGTConv
-    from .layer_adapters import cheb_laplacian, node_embedding_ids
-    norm = normalisations()
-    rules = {name: _weighted(normalisation=norm.get(name)) for name in (
+    normalisation = normalisations()
+    rules = {name: _weighted(normalisation=normalisation.get(name)) for name in (
         "GCNConv", "SGConv", "APPNP", "TAGConv", "ARMAConv", "GCN2Conv", "SSGConv", "LGConv", "MixHopConv",
         "SimpleConv", "GatedGraphConv", "PDNConv")}
-    rules.update({name: LayerRule(normalisation=norm[name]) for name in ("DNAConv", "FAConv", "EGConv")})
+    rules.update({name: LayerRule(normalisation=normalisation[name]) for name in ("DNAConv", "FAConv", "EGConv")})
     rules.update({
         "GraphConv": _weighted(post_linear="lin_rel"),
         "ClusterGCNConv": _weighted(drops_adj_values=True),
@@ -106,7 +113,6 @@ def module_rules() -> dict[str, LayerRule]:
 
 def norm_rules() -> dict[str, LayerRule]:
     """``torch_geometric.nn.norm``: norms reduced over all ranks, norms refused."""
-    from . import norms
     unreduced = "normalises with whole-graph statistics that distribute() does not reduce"
     hetero = "normalises per node type of a heterogeneous graph, which is not supported"
     return {
@@ -122,7 +128,6 @@ def norm_rules() -> dict[str, LayerRule]:
 
 def torch_rules() -> dict[str, LayerRule]:
     """``torch.nn``: ``BatchNorm1d`` reduced over all ranks, ``SyncBatchNorm`` refused."""
-    from . import norms
     return {
         "BatchNorm1d": LayerRule(distributed_class=norms.DistributedBatchNorm),
         "SyncBatchNorm": LayerRule(refused="is torch's CUDA-only synchronised BatchNorm; use torch.nn.BatchNorm1d, "
@@ -132,6 +137,13 @@ def torch_rules() -> dict[str, LayerRule]:
 
 def pyg_rules() -> list[tuple[Any, dict[str, LayerRule]]]:
     """``[(module, {class name: rule})]`` of the built-in rules."""
-    import torch_geometric.nn as pyg_nn
-    from torch_geometric.nn import conv, norm
     return [(conv, conv_rules()), (pyg_nn, module_rules()), (norm, norm_rules()), (torch.nn, torch_rules())]
+
+
+def register_pyg_rules() -> None:
+    """Registers :func:`pyg_rules` (a rule registered before for a class, e.g. the user's, is kept)."""
+    for module, rules in pyg_rules():
+        register_named(module, rules)
+
+
+register_pyg_rules()

@@ -6,7 +6,7 @@ by ``"sum"``/``"add"``/``"mean"``, propagation is :math:`\mathrm{out} = A x` wit
 package's algorithms distribute (``"1d"``, ``"1d_overlap"``, ``"oblivious"``, ``"1.5d"``,
 ``"auto"``, ...), computed as one compact CSR SpMM over ``[owned | halo]`` columns instead
 of a scatter over edges.  Which layers qualify, and with which weight argument, their
-:class:`~pyg_sparsecomm.nn.layer_rules.LayerRule` says (``aggregation="spmm"``; a subclass that
+:class:`~pyg_sparsecomm.nn.rules.registry.LayerRule` says (``aggregation="spmm"``; a subclass that
 overrides ``message`` does not inherit it).
 
 Where the layer applies a linear map *after* the aggregation (``SAGEConv``'s ``lin_l``,
@@ -25,42 +25,38 @@ propagation is one CSR SpMM per head with the (learnable) :math:`\alpha` as valu
 scatter; :math:`\partial \alpha_e = \langle \partial \mathrm{out}_i, x_j \rangle`.
 """
 import math
-import weakref
-from collections.abc import Callable
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
-from ..compat import tensor_version
-from ..plan.halo_adj import HaloAdj, csr_order
-from .layer_rules import layer_rule
-
-LINEAR_AGGRS = ("add", "sum", "mean")
+from ...plan.halo_adj import HaloAdj, csr_order
+from .plan import LayerPlan, compile_plan
 
 
-def _plain_aggregation(conv: MessagePassing) -> bool:
-    """PyG's own ``update``, no explanation, a sum or mean aggregation.  ``decomposed_layers``
-    does not matter: a linear aggregation of feature chunks, concatenated, is the aggregation."""
-    if type(conv).update is not MessagePassing.update:
-        return False
-    return isinstance(conv.aggr, str) and conv.aggr in LINEAR_AGGRS and not getattr(conv, "explain", False)
-
-
-def linear_weight_arg(conv: MessagePassing) -> str | None:
+def linear_weight_arg(conv: MessagePassing, plan: LayerPlan | None = None) -> str | None:
     """The weight argument of ``conv``'s linear message (``""`` if unweighted), or ``None`` if
-    its propagation is not a linear aggregation of source rows."""
-    rule = layer_rule(type(conv))
-    return rule.weight if rule.aggregation == "spmm" and _plain_aggregation(conv) else None
+    its propagation is not a linear aggregation of source rows (now: not while it explains).
+
+    Args:
+        conv (MessagePassing): the layer.
+        plan (LayerPlan, optional): its compiled plan. (default: compiled now)
+    """
+    plan = plan or compile_plan(conv)
+    return None if getattr(conv, "explain", False) else plan.spmm_weight
 
 
-def edge_weighted_arg(conv: MessagePassing) -> str | None:
+def edge_weighted_arg(conv: MessagePassing, plan: LayerPlan | None = None) -> str | None:
     """The per-edge, per-head weight argument of ``conv``'s message :math:`\alpha_{ji} x_j`, or
-    ``None`` if its message is not of that form."""
-    rule = layer_rule(type(conv))
-    return rule.weight if rule.aggregation == "attention" and _plain_aggregation(conv) else None
+    ``None`` if its message is not of that form.
+
+    Args:
+        conv (MessagePassing): the layer.
+        plan (LayerPlan, optional): its compiled plan. (default: compiled now)
+    """
+    plan = plan or compile_plan(conv)
+    return None if getattr(conv, "explain", False) else plan.attention_weight
 
 
 class AdjacencyCache:
@@ -111,44 +107,6 @@ class AdjacencyCache:
         return self.unweighted[aggr, dtype]
 
 
-class CachedSpMM:
-    """The SpMM algorithm a ``cached=True`` layer built over its cached normalised adjacency.
-
-    PyG's ``cached=True`` layers (``GCNConv``) compute their normalisation once and then
-    propagate over the same ``edge_index`` and weights every call; the algorithm built on them
-    (with its CSR, its transpose and, for ``"rdma"``, its engine lease) is kept too.  It is reused
-    while the call's local edge index and weights are the same tensors (at the same version) on
-    the same plan and dtype; weights that need a gradient are never kept (their autograd graph is
-    per step)."""
-
-    def __init__(self) -> None:
-        self.spmm: Any = None
-        self._key: tuple = ()
-        self._refs: list[Callable[[], Any]] = []
-
-    @staticmethod
-    def _key_of(edge_index: Tensor, weight: Tensor | None, dtype: torch.dtype, algorithm: str) -> tuple:
-        return (dtype, algorithm, tensor_version(edge_index), None if weight is None else tensor_version(weight))
-
-    def get(self, edge_index: Tensor, weight: Tensor | None, like: HaloAdj, dtype: torch.dtype,
-            algorithm: str) -> Any:
-        """The kept algorithm if it was built on these inputs, else ``None``."""
-        inputs = (edge_index, weight, like.plan)
-        same = bool(self._refs) and all(r() is t for r, t in zip(self._refs, inputs, strict=True))
-        return self.spmm if same and self._key == self._key_of(edge_index, weight, dtype, algorithm) else None
-
-    def keep(self, spmm: Any, edge_index: Tensor, weight: Tensor | None, like: HaloAdj, dtype: torch.dtype,
-             algorithm: str) -> None:
-        if weight is not None and weight.requires_grad:
-            return
-        self.spmm, self._key = spmm, self._key_of(edge_index, weight, dtype, algorithm)
-        self._refs = [weakref.ref(edge_index), (lambda: None) if weight is None else weakref.ref(weight),
-                      weakref.ref(like.plan)]
-
-    def __getstate__(self) -> dict:
-        return {"spmm": None, "_key": (), "_refs": []}  # a cache: a copy builds its own
-
-
 def aggregation_weights(edge_index: Tensor, weight: Tensor | None, aggr: str, num_owned: int,
                         dtype: torch.dtype) -> Tensor | None:
     """Per-edge coefficients of the linear aggregation (``None``: all ones) for rows of ``dtype``.
@@ -177,11 +135,17 @@ def from_node_rows(rows: Tensor, moved_shape: tuple[int, ...], node_dim: int) ->
     return rows.reshape((rows.size(0),) + moved_shape[1:]).movedim(0, node_dim)
 
 
-def narrowing_linear(conv: MessagePassing) -> str | None:
+def narrowing_linear(conv: MessagePassing, plan: LayerPlan | None = None) -> str | None:
     """The name of ``conv``'s post-aggregation ``Linear`` if applying it first narrows the
-    exchanged rows, else ``None``."""
-    name = layer_rule(type(conv)).post_linear
-    if name is None or linear_weight_arg(conv) is None:
+    exchanged rows, else ``None``.
+
+    Args:
+        conv (MessagePassing): the layer.
+        plan (LayerPlan, optional): its compiled plan. (default: compiled now)
+    """
+    plan = plan or compile_plan(conv)
+    name = plan.rule.post_linear
+    if name is None or linear_weight_arg(conv, plan) is None:
         return None
     lin = getattr(conv, name, None)
     in_channels, out_channels = getattr(lin, "in_channels", -1), getattr(lin, "out_channels", -1)
@@ -222,11 +186,16 @@ def _first_linear(nn: torch.nn.Module) -> tuple[torch.nn.Module, str] | None:
     return container, key
 
 
-def narrowing_input_linear(conv: MessagePassing) -> tuple[torch.nn.Module, str] | None:
+def narrowing_input_linear(conv: MessagePassing, plan: LayerPlan) -> tuple[torch.nn.Module, str] | None:
     """``(container, key)`` of the ``Linear`` that ``conv``'s ``nn`` applies first to the
-    aggregation, if applying it to ``x`` before the layer narrows the exchanged rows."""
-    name = layer_rule(type(conv)).input_linear
-    if name is None or linear_weight_arg(conv) is None:
+    aggregation, if applying it to ``x`` before the layer narrows the exchanged rows.
+
+    Args:
+        conv (MessagePassing): the layer.
+        plan (LayerPlan): its compiled plan.
+    """
+    name = plan.rule.input_linear
+    if name is None or linear_weight_arg(conv, plan) is None:
         return None
     found = _first_linear(getattr(conv, name))
     if found is None:

@@ -1,0 +1,384 @@
+r"""One call of a distributed PyG ``MessagePassing`` layer on a shard: :class:`LayerCall`, and the
+hooks that run it.
+
+:func:`~pyg_sparsecomm.nn.runtime.layer.attach` leaves the layer's class, parameters and code alone
+and installs these interception points, the fewest PyG and torch allow:
+
+1. a **forward pre-hook** (:func:`enter`, ``with_kwargs=True``): the only way to change a call's
+   arguments without replacing ``forward``.  On a shard it creates the call's :class:`LayerCall`,
+   whose stages run in a fixed order: *check* (agreed by all ranks, :mod:`.checks`), *local
+   graph* (the :class:`~pyg_sparsecomm.plan.halo_adj.HaloAdj` becomes a local ``edge_index``,
+   sources in ``[owned | halo]`` columns, in ``adj``'s edge order; its values passed as PyG's
+   ``adj_t`` path uses them, :mod:`.adjacency_values`), *move linears* (the rule's narrowing
+   ``Linear`` applied before the aggregation), *normalise* (the normalisation with global degrees
+   and the rule's adapter, :mod:`.normalisation`, :mod:`.adapters`);
+2. a **forward hook** (:func:`leave`, ``always_call=True``): the *restore* stage (the moved
+   ``Linear`` modules, ``normalize``), which must run also when the forward raises;
+3. an instance-level **propagate** (:class:`InstanceMethod`, as PyG itself shadows ``propagate``
+   per instance for explanations): the *propagate* stage.  No hook can replace what PyG's
+   ``propagate`` computes, nor run before its SpMM path takes the graph: an ``"spmm"`` aggregation
+   runs as one distributed SpMM by ``algorithm``, an ``"attention"`` one as one CSR SpMM per head,
+   anything else gets its source tensors completed with halo rows (:mod:`.sources`) and goes to
+   PyG's ``propagate``;
+4. an instance-level **edge_updater**: PyG's generated ``edge_updater`` runs its pre-hooks after
+   gathering ``*_j``, too late to complete the sources of ``edge_update``;
+5. ``conv._compiled_call_impl`` (:class:`EagerCall`): under ``torch.compile`` the whole layer call
+   runs eagerly, as one graph break at the same place in every step, so a model compiles once (the
+   stages hold per-call Python state and collectives dynamo traces neither; what it could trace
+   between them compiled to one-op graphs whose wrappers cost more than they saved:
+   ``benchmarks/RESULTS.md``, ``compile_vs_eager``);
+6. only for a rule with a ``fused_source`` (``GATConv``), a **forward hook on that child**
+   (:class:`~.call_halos.RecordFirstOutput`): its output exists before ``edge_updater`` runs but is
+   none of its arguments, and is exchanged in one message with the edge update's sources.
+
+``propagate`` and ``edge_updater`` are installed again before every call (PyG's ``explain``/
+``decomposed_layers`` setters assign ``propagate``); they and the hooks are also
+``torch.compiler.disable``\ d on their own, for a layer whose call implementation the user replaced
+(``conv.compile()``).  Every layer whose forward reaches the graph only through these is exact: a
+target's messages, softmaxes and aggregations see exactly its in-edges, which its owner holds.
+All halo traffic of a call goes through the layer's :class:`~.port.HaloPort`.
+"""
+import threading
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch_geometric.nn import MessagePassing
+
+from ...compat import compiled_call, module_call, pyg_edge_updater, pyg_propagate, set_compiled_call
+from ...plan.halo_adj import HaloAdj
+from ...plan.relation_adj import RelationAdj
+from ...sampling.sampled_adj import SampledAdj
+from . import hetero
+from .adapters import adapt
+from .adjacency_values import torch_sparse_weights, with_adjacency_values
+from .aggregation import (
+    AppliedLinear,
+    from_node_rows,
+    linear_inputs,
+    linear_weight,
+    narrowing_input_linear,
+    narrowing_linear,
+    node_rows,
+)
+from .call_halos import CallHalos
+from .checks import check_call
+from .normalisation import end_call, propagated_graph
+from .plain_call import check_plain_call
+from .port import Shard
+from .shared_adjacency import shared_aggregation
+from .sources import attention_propagate, edge_update_sources, propagate_sources
+from .state import LayerState
+
+_local = threading.local()
+
+
+def _stack() -> list["LayerCall"]:
+    """The running layer calls on shards of this thread, innermost last."""
+    stack = getattr(_local, "stack", None)
+    if stack is None:
+        stack = _local.stack = []
+    return stack
+
+
+def current() -> "LayerCall | None":
+    """The innermost running layer call on a shard (``None`` outside one)."""
+    stack = _stack()
+    return stack[-1] if stack else None
+
+
+def running(conv: MessagePassing) -> "LayerCall | None":
+    """``conv``'s running call on a shard, or ``None`` when this call is plain PyG."""
+    calls = conv._sparsecomm.calls
+    return calls[-1] if calls else None
+
+
+class LayerCall:
+    """All the state of one call of a distributed layer on a shard, and its stages (see the module doc).
+
+    Args:
+        conv (MessagePassing): the layer.
+        state (LayerState): what it keeps between calls.
+        adj (HaloAdj): the adjacency it was called with.
+    """
+
+    def __init__(self, conv: MessagePassing, state: LayerState, adj: HaloAdj) -> None:
+        self.conv, self.state, self.plan, self.adj = conv, state, state.plan, adj
+        self.shard: Shard | None = None  # set by the local-graph stage
+        self.halos: CallHalos | None = None  # halos fetched in this call (see call_halos)
+        self.swapped: list[tuple[torch.nn.Module, str]] = []  # Linear modules replaced by AppliedLinear
+        self.applied_first: str | None = None  # post-aggregation Linear moved before the exchange
+
+    def enter(self, args: tuple, kwargs: dict, at: int | str) -> tuple[tuple, dict]:
+        """The stages before ``forward``: ``(args, kwargs)`` of the call on the shard."""
+        self.check(args, kwargs)
+        args, kwargs = self.local_graph(args, kwargs, at)
+        args, kwargs = self.move_linears(args, kwargs)
+        return self.normalise(args, kwargs)
+
+    def check(self, args: tuple, kwargs: dict) -> None:
+        """The checks of a call on a shard, agreed by every rank (:func:`~.checks.check_call`)."""
+        conv, state, adj = self.conv, self.state, self.adj
+        if getattr(conv, "explain", False):
+            raise ValueError(f"{type(conv).__name__} is in explain mode (set by PyG's Explainer), whose edge masks "
+                             f"cover the whole graph's edges; a shard's layer cannot apply them: explain on one "
+                             f"process with the whole graph, or set conv.explain = False")
+        settings = state.settings
+        state.cached_key = check_call(conv, args, kwargs, adj, state.checked_plan, state.cached_key, settings.group,
+                                      state.port.collective_checks(settings), self.plan.signature)
+        if isinstance(adj, SampledAdj) and getattr(conv, "cached", False):
+            raise ValueError(f"{type(conv).__name__}(cached=True) keeps the normalised adjacency of the first graph "
+                             f"it sees, but every mini-batch is another graph: build the layer with cached=False")
+        if settings.halo_options.staleness and adj.is_minibatch:
+            raise ValueError("staleness needs full-graph training on the same shard: every mini-batch is another "
+                             "graph with another halo, so the previous step's halo rows cannot stand in; use "
+                             "staleness=0 with mini-batch loaders")
+
+    def begin(self, shard: Shard) -> None:
+        """Runs the layer on ``shard`` until :meth:`leave`."""
+        self.shard = shard
+        _stack().append(self)
+        self.state.calls.append(self)
+        self.state.port.begin_call(self.conv.training, self.state.settings)
+
+    def local_graph(self, args: tuple, kwargs: dict, at: int | str) -> tuple[tuple, dict]:
+        """The local ``edge_index`` in place of the adjacency at ``at``, and its values."""
+        adj, plan = self.adj, self.plan
+        self.begin(self.state.port.shard(adj, self.state.settings))
+        assert self.shard is not None
+        if isinstance(at, int):
+            args = args[:at] + (self.shard.edge_index,) + args[at + 1:]
+        else:
+            kwargs = {**kwargs, at: self.shard.edge_index}
+        # a relation's stored weights apply when passed, as PyG's edge_index_dict call
+        if not isinstance(adj, RelationAdj) and adj.value is not None and (
+                plan.takes_edge_weight or not plan.drops_adj_values or adj.given_as == "torch.sparse"):
+            args, kwargs = with_adjacency_values(self.conv, plan, args, kwargs, adj)
+        return args, kwargs
+
+    def move_linears(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        """Applies the rule's narrowing ``post_linear`` / ``input_linear`` before the aggregation."""
+        conv, plan = self.conv, self.plan
+        if plan.rule.post_linear is not None:
+            self.applied_first = narrowing_linear(conv, plan)
+            if self.applied_first:
+                self._apply_first(conv, self.applied_first)
+        first = narrowing_input_linear(conv, plan) if plan.rule.input_linear is not None else None
+        if first is not None:  # GINConv: nn's first Linear applied to x, so the aggregation runs narrower
+            weight = linear_weight(*first)
+            self._apply_first(*first)
+            bound = plan.signature.bind(conv, *args, **kwargs)
+            bound.arguments["x"] = linear_inputs(bound.arguments["x"], weight)
+            args, kwargs = bound.args[1:], bound.kwargs
+        return args, kwargs
+
+    def _apply_first(self, container: torch.nn.Module, key: str) -> None:
+        """Replaces the Linear ``container[key]`` by :class:`AppliedLinear` (its bias) for this call."""
+        linear = container._modules[key]
+        assert linear is not None
+        container._modules[key] = AppliedLinear(linear)
+        self.swapped.append((container, key))
+
+    def normalise(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        """The rule's normalisation with global degrees and its adapter, if it has any."""
+        if not self.plan.adapts:
+            return args, kwargs
+        assert self.shard is not None
+        return adapt(self.conv, self.plan, args, kwargs, self.shard)
+
+    def call_halos(self) -> CallHalos:
+        """The halos of this call (made at the first exchange)."""
+        if self.halos is None:
+            self.halos = CallHalos(self.state.fuse)
+        return self.halos
+
+    def propagate(self, edge_index: Any, size: Any, kwargs: dict[str, Any]) -> Any:
+        """The propagate stage (see the module doc); first the call's normalised graph, where its
+        normalisation arranged one (a hook would run too late, after the SpMM path took the graph)."""
+        conv, plan, shard = self.conv, self.plan, self.shard
+        assert shard is not None
+        if shard.normalisation is not None:
+            edge_index, kwargs = propagated_graph(shard.normalisation, edge_index, kwargs)
+        explaining = getattr(conv, "explain", False)
+        weight_arg = None if explaining else plan.spmm_weight
+        if weight_arg is not None and isinstance(kwargs.get("x"), (Tensor, tuple, list)):
+            shard.check_propagation(conv, edge_index, size)
+            return self._spmm_propagate(edge_index, kwargs, weight_arg)
+        alpha_arg = None if explaining else plan.attention_weight
+        port = self.state.port
+        if alpha_arg is not None and isinstance(kwargs.get(alpha_arg), Tensor):
+            return attention_propagate(conv, shard, self.call_halos(), port, self.state.adjacency, edge_index, size,
+                                       kwargs, alpha_arg)
+        if self.applied_first:  # its Linear was replaced by its bias: only the SpMM path applies it first
+            raise RuntimeError(f"{type(conv).__name__} propagated without 'x'; distribute() expected the linear "
+                               f"aggregation of its {self.applied_first}")
+        edge_index, size, kwargs = propagate_sources(conv, (edge_index, size, kwargs), shard, self.call_halos(), port,
+                                                     plan.message_sources)
+        return pyg_propagate(conv)(edge_index, size=size, **kwargs)
+
+    def _spmm_propagate(self, edge_index: Tensor, kwargs: dict[str, Any], weight_arg: str) -> Tensor:
+        """``out = A x`` by the distributed SpMM algorithm, ``A[i, j]`` the message weights."""
+        conv, shard, state = self.conv, self.shard, self.state
+        assert shard is not None
+        x = kwargs["x"]
+        src = x[0] if isinstance(x, (tuple, list)) else x
+        if src.size(conv.node_dim) != shard.num_owned:
+            raise ValueError(f"{type(conv).__name__}: x has {src.size(conv.node_dim)} rows in dimension "
+                             f"{conv.node_dim}, but this rank owns {shard.num_owned} rows")
+        rows, moved = node_rows(src, conv.node_dim)
+        depends_on: tuple[Tensor, ...] = ()
+        if self.applied_first:  # (A x) W^T = A (x W^T): exchange the narrower rows
+            if src.dim() != 2:
+                raise ValueError(f"{type(conv).__name__}: expected 2-D node features, got shape {list(src.shape)}")
+            lin_weight = linear_weight(conv._modules[self.applied_first], "linear")
+            rows, depends_on = F.linear(rows, lin_weight), (lin_weight,)
+            moved = tuple(rows.shape)
+        adj = shard.adj
+        weight = kwargs.get(weight_arg) if weight_arg else (
+            torch_sparse_weights(conv, self.plan, edge_index, adj)
+            if adj.value is not None and adj.given_as == "torch.sparse" else None)
+        state.port.exchanged_width = (rows.size(1), rows.element_size())
+        dtype = rows.dtype
+
+        def aggregation() -> HaloAdj:
+            shared = None if weight is None else shared_aggregation(adj, edge_index, weight, conv.aggr, dtype)
+            return shared or state.adjacency.aggregation(edge_index, weight, conv.aggr, adj, dtype)
+        cached = (edge_index, weight) if getattr(conv, "cached", False) else None
+        spmm = state.port.spmm(aggregation, shard, rows, state.settings, cached)
+        out = state.port.multiply(spmm, rows.contiguous(), src, shard, depends_on)
+        return from_node_rows(out, moved, conv.node_dim)
+
+    def edge_update(self, edge_index: Any, size: Any, kwargs: dict[str, Any]) -> tuple:
+        """``edge_updater``'s sources completed with halo rows, over ``size = (owned + halo, owned)``."""
+        assert self.shard is not None
+        return edge_update_sources(self.conv, edge_index, size, kwargs, self.shard, self.call_halos(),
+                                   self.state.port, self.plan.edge_update_sources)
+
+    def leave(self) -> None:
+        """The restore stage: the moved ``Linear`` modules, what the normalisation changed."""
+        while self.swapped:
+            container, key = self.swapped.pop()
+            applied = container._modules[key]
+            assert isinstance(applied, AppliedLinear)
+            container._modules[key] = applied.linear
+        if self.shard is not None and self.shard.normalisation is not None:
+            end_call(self.shard.normalisation)
+        if self.halos is not None and self.halos.unused_fusion():
+            self.state.fuse = False  # the same code on every rank: every rank stops fusing together
+        stack = _stack()
+        if self in stack:
+            stack.remove(self)
+
+
+class InstanceMethod:
+    """``conv.propagate`` / ``conv.edge_updater`` of a distributed layer: a picklable bound call."""
+
+    def __init__(self, conv: MessagePassing, function) -> None:
+        self.conv, self.function = conv, function
+
+    @torch.compiler.disable
+    def __call__(self, edge_index: Any, size: Any = None, **kwargs: Any) -> Any:
+        return self.function(self.conv, edge_index, size, **kwargs)
+
+
+class EagerCall:
+    """``conv._compiled_call_impl`` of a distributed layer: what ``torch.nn.Module.__call__`` runs
+    in place of ``conv._call_impl`` when it is set (``Module.compile()`` sets it the same way), here
+    the same call with dynamo disabled (see the module doc).  Eager calls pay one switch of the
+    frame evaluation hook (microseconds)."""
+
+    def __init__(self, conv: MessagePassing) -> None:
+        self.conv = conv
+
+    @torch.compiler.disable(reason="a distributed layer runs eagerly: its hooks hold per-call Python state and "
+                                   "collectives (halo exchanges, first-use checks)")
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return module_call(self.conv)(*args, **kwargs)
+
+
+def propagate(conv: MessagePassing, edge_index: Any, size: Any = None, **kwargs: Any) -> Any:
+    """The ``propagate`` override: the call's propagate stage on a shard, else PyG's ``propagate``."""
+    call = running(conv)
+    if call is None:
+        return pyg_propagate(conv)(edge_index, size=size, **kwargs)
+    return call.propagate(edge_index, size, kwargs)
+
+
+def edge_updater(conv: MessagePassing, edge_index: Any, size: Any = None, **kwargs: Any) -> Any:
+    """The ``edge_updater`` override: PyG's, on a shard with the sources completed first."""
+    call = running(conv)
+    if call is not None:
+        edge_index, size, kwargs = call.edge_update(edge_index, size, kwargs)
+    return pyg_edge_updater(conv)(edge_index, size=size, **kwargs)
+
+
+def install_overrides(conv: MessagePassing) -> None:
+    """Sets ``conv.propagate`` and ``conv.edge_updater`` to the distributed versions unless they
+    are (idempotent), and :class:`EagerCall` unless a call implementation is set (the user's
+    ``conv.compile()``).  ``Module.__getstate__`` drops it from copies, whose first call sets it
+    again: a copy compiled before any call traces into its layers as without it."""
+    for name, function in (("propagate", propagate), ("edge_updater", edge_updater)):
+        current_method = conv.__dict__.get(name)
+        if not (isinstance(current_method, InstanceMethod) and current_method.conv is conv):
+            setattr(conv, name, InstanceMethod(conv, function))
+    if compiled_call(conv) is None:
+        set_compiled_call(conv, EagerCall(conv))
+
+
+def _adjacency_at(conv: MessagePassing, args: tuple, kwargs: dict) -> int | str | None:
+    """Where the call passes its ``HaloAdj`` (``None``: it passes none)."""
+    at = [k for k, v in list(enumerate(args)) + list(kwargs.items()) if isinstance(v, HaloAdj)]
+    if len(at) > 1:
+        raise ValueError(f"{type(conv).__name__} got {len(at)} HaloAdj arguments; distribute() runs layers "
+                         f"over one adjacency")
+    return at[0] if at else None
+
+
+@torch.compiler.disable
+def enter(conv: MessagePassing, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+    """The forward pre-hook: on a shard, the call's ``(args, kwargs)`` after the stages of its
+    :class:`LayerCall`; ``None`` for a plain PyG call.  A
+    :class:`~pyg_sparsecomm.plan.relation_adj.RelationAdj` goes to :func:`.hetero.enter_relation`,
+    except a relation within one node type under a layer of :data:`.hetero.SAME_TYPE_LAYERS`.
+
+    Args:
+        conv (MessagePassing): the layer.
+        args (tuple): its positional arguments.
+        kwargs (dict): its keyword arguments.
+    """
+    install_overrides(conv)  # PyG's explain / decomposed_layers setters assign conv.propagate
+    state: LayerState = conv._sparsecomm
+    at = _adjacency_at(conv, args, kwargs)
+    if at is None:
+        return _enter_without_adjacency(conv, state, args, kwargs)
+    adj: HaloAdj = args[at] if isinstance(at, int) else kwargs[at]
+    if isinstance(adj, RelationAdj) and not hetero.enter_own_type(conv, state, args, kwargs, adj):
+        return hetero.enter_relation(conv, state, args, kwargs, at, adj)  # sources completed first
+    return LayerCall(conv, state, adj).enter(args, kwargs, at)
+
+
+def _enter_without_adjacency(conv: MessagePassing, state: LayerState, args: tuple, kwargs: dict):
+    """A call without a ``HaloAdj``: inside a distributed layer (``AntiSymmetricConv``'s ``phi``) on
+    its shard, else plain PyG (a plain graph under a multi-rank group raises)."""
+    outer = current()
+    if outer is None:
+        check_plain_call(conv, state, args, kwargs)
+        state.calls.append(None)
+        return None
+    assert outer.shard is not None
+    call = LayerCall(conv, state, outer.adj)
+    call.begin(state.port.shard(outer.adj, state.settings, outer.shard))
+    if any(v is outer.shard.edge_index for v in list(args) + list(kwargs.values())):
+        args, kwargs = with_adjacency_values(conv, state.plan, args, kwargs, outer.adj)
+    return call.normalise(args, kwargs)
+
+
+@torch.compiler.disable
+def leave(conv: MessagePassing, args: tuple, output: Any) -> None:
+    """The forward hook (``always_call=True``: also when the forward raised): the call's restore
+    stage, and the layer leaves the shard."""
+    calls = conv._sparsecomm.calls
+    call = calls.pop() if calls else None
+    if call is not None:
+        call.leave()

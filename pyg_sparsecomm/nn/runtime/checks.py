@@ -1,0 +1,188 @@
+"""The checks of every call of a distributed layer on a shard, agreed by all ranks.
+
+A call's own checks (edge arguments in the shard's edge order, the shard's rows of ``x``, a
+``cached=True`` layer on the shard it cached) run on this rank; the ranks agree on what they found
+as the module doc of :mod:`.first_use` describes (:func:`check_call`): a layer's first call on a
+shard runs :func:`~.first_use.check_first_use`, later calls agree on three flags on the host.
+"""
+import inspect
+import weakref
+from typing import Any
+
+import torch.distributed as dist
+from torch import Tensor
+from torch_geometric.nn import MessagePassing
+
+from ...comm.group import host_all_reduce, is_distributed, raise_together, world_size
+from ...plan.halo_adj import HaloAdj
+from ...plan.homogeneous import RankPlan
+from .first_use import _digest, check_first_use, check_parameters, parameter_digest
+from .plan import forward_signature
+
+#: attributes in which PyG's ``cached=True`` layers keep what they computed from the first graph
+CACHE_ATTRIBUTES = ("_cached_edge_index", "_cached_adj_t", "_cached_x", "_cached_h", "_cached_spmm")
+
+
+class CheckedPlan:
+    """What a layer's checks passed on: the plan of its last full-graph first-use check, held
+    weakly (it must not keep a shard alive, travel with ``layer.to(device)`` or be pickled with the
+    layer: a copy checks again), and whether its parameters were compared across the ranks.
+
+    A mini-batch's plan is new every step, so mini-batch calls are not keyed on it: the layer's
+    first mini-batch call compares its parameters once (:func:`check_parameters`), and later
+    batches only run the per-call checks."""
+
+    def __init__(self) -> None:
+        self._ref: weakref.ref | None = None
+        self.parameters = False  # the ranks' parameters were found equal (a first-use check passed)
+
+    def is_(self, plan: RankPlan) -> bool:
+        return self._ref is not None and self._ref() is plan
+
+    def set(self, plan: RankPlan) -> None:
+        self._ref = weakref.ref(plan)
+        self.parameters = True
+
+    def __getstate__(self) -> dict:
+        return {"_ref": None, "parameters": False}
+
+
+def shard_key(adj: HaloAdj) -> tuple:
+    """What a cached layer depends on: the owned and halo ids and the local structure."""
+    plan = adj.plan
+    return (plan.world_size, plan.num_nodes, _digest(plan.n_id), _digest(plan.halo_n_id), _digest(adj.rowptr),
+            _digest(adj.col))
+
+
+def node_features(arguments: dict[str, Any], args: tuple) -> Any:
+    """The call's ``x`` (the source side of an ``(x_src, x_dst)`` pair), or its first tensor argument.
+
+    Args:
+        arguments (dict): the call's bound ``forward`` arguments.
+        args (tuple): its positional arguments.
+    """
+    x = arguments.get("x", next((v for v in args if isinstance(v, Tensor)), None))
+    return x[0] if isinstance(x, (tuple, list)) and x else x
+
+
+_EDGE_ARGUMENTS = ("edge_weight", "edge_attr", "edge_type")
+
+
+def check_edge_arguments(conv: MessagePassing, arguments: dict[str, Any], adj: HaloAdj) -> None:
+    """Edge-level arguments must be the shard's, in ``adj``'s edge order (``local.edge_weight``...).
+
+    Args:
+        conv (MessagePassing): the layer.
+        arguments (dict): the call's bound ``forward`` arguments.
+        adj (HaloAdj): the adjacency of the call.
+    """
+    for name in _EDGE_ARGUMENTS:
+        value = arguments.get(name)
+        if isinstance(value, Tensor) and value.dim() > 0 and value.size(0) != adj.nnz:
+            raise ValueError(f"{type(conv).__name__}: {name} has shape {list(value.shape)}: {value.size(0)} rows but "
+                             f"this rank's adjacency has {adj.nnz} edges: pass the shard's local.{name} (in "
+                             f"local.adj's edge order)")
+
+
+def check_rows(conv: MessagePassing, x: Any, adj: HaloAdj) -> None:
+    """``x`` must hold the shard's rows."""
+    node_dim = conv.node_dim if conv.node_dim >= 0 else conv.node_dim + (x.dim() if isinstance(x, Tensor) else 0)
+    if isinstance(x, Tensor) and 0 <= node_dim < x.dim() and x.size(node_dim) != adj.num_owned:
+        raise ValueError(f"{type(conv).__name__}: x has {x.size(node_dim)} rows but this rank owns "
+                         f"{adj.num_owned} rows (of {adj.plan.num_nodes} in the graph): pass the shard's rows, local.x")
+
+
+def check_cache(conv: MessagePassing, adj: HaloAdj, cached_key: tuple | None) -> tuple | None:
+    """The key of the shard a ``cached=True`` layer's cache holds (``None`` for other layers).
+
+    Such a layer reuses what it computed from the first shard (PyG's semantics); on another shard
+    that is silently wrong, so this raises naming the fix."""
+    if not getattr(conv, "cached", False):
+        return None
+    key = shard_key(adj)
+    filled = any(getattr(conv, name, None) is not None for name in CACHE_ATTRIBUTES)
+    if filled and cached_key is not None and key != cached_key:
+        raise ValueError(f"{type(conv).__name__}(cached=True) reuses the normalised adjacency of the shard it first "
+                         f"ran on, but is now called with another shard (another partition or graph): build the "
+                         f"layer with cached=False, or one layer per shard")
+    return key
+
+
+def check_first_call(conv: MessagePassing, arguments: dict[str, Any], args: tuple, adj: HaloAdj,
+                     cached_key: tuple | None, group: dist.ProcessGroup | None,
+                     collective: bool = True) -> tuple | None:
+    """The checks of a layer's first call on a shard: this rank's (edge arguments, rows of ``x``,
+    a cached layer's shard) and the consistency of every rank's, agreed over ``group``; returns the
+    key of the shard a ``cached=True`` layer now holds (see :func:`check_cache`)."""
+    x = node_features(arguments, args)
+    key = [cached_key]
+
+    def local_checks() -> None:
+        check_edge_arguments(conv, arguments, adj)
+        check_rows(conv, x, adj)
+        key[0] = check_cache(conv, adj, cached_key)
+
+    check_first_use(type(conv).__name__, adj, x, local_checks, group, collective, parameter_digest(conv))
+    return key[0]
+
+
+def check_call(conv: MessagePassing, args: tuple, kwargs: dict, adj: HaloAdj, checked: CheckedPlan,
+               cached_key: tuple | None, group: dist.ProcessGroup | None, collective: bool = True,
+               signature: inspect.Signature | None = None) -> tuple | None:
+    """The checks of every call of a distributed layer, agreed over ``group`` (see the module doc).
+
+    Args:
+        conv, args, kwargs: the layer and its call.
+        adj: the shard's (or a mini-batch's) adjacency of the call.
+        checked: the plan the first-use check passed on; set to ``adj``'s when it runs and passes
+            (on a mini-batch: whether the parameters were compared, see :class:`CheckedPlan`).
+        cached_key: the shard a ``cached=True`` layer's cache holds (:func:`check_cache`).
+        group: the process group of the layer's exchanges.
+        collective: ``False``: this rank's checks only (1.5D layouts, whose shards ``exchange_group``
+            checks, or a group of one rank).
+        signature: the signature of the layer's ``forward`` (default: computed from its class).
+
+    Returns:
+        the key of the shard a ``cached=True`` layer now holds.
+
+    Raises:
+        ValueError: on every rank, if a check failed on any rank.
+    """
+    arguments = (signature or forward_signature(type(conv))).bind_partial(conv, *args, **kwargs).arguments
+    new = not adj.is_minibatch and not checked.is_(adj.plan)
+    unchecked_parameters = adj.is_minibatch and not checked.parameters  # once per layer, not per batch
+    if not collective or not is_distributed(group) or world_size(group) == 1:
+        if new:
+            cached_key = check_first_call(conv, arguments, args, adj, cached_key, group, collective)
+            checked.set(adj.plan)
+        else:
+            _later_checks(conv, arguments, args, adj)
+        return cached_key
+    error = None
+    try:
+        _later_checks(conv, arguments, args, adj)
+    except ValueError as e:
+        error = e
+    some_new, some_unchecked, some_failed = host_all_reduce(
+        [int(new), int(unchecked_parameters), int(error is not None)], dist.ReduceOp.MAX, group)
+    if some_new:  # every rank checks its shard against the others' (one all-gather)
+        cached_key = check_first_call(conv, arguments, args, adj, cached_key, group, collective)
+        if not adj.is_minibatch:
+            checked.set(adj.plan)
+    elif some_failed:
+        def local() -> None:
+            if error is not None:
+                raise error
+        raise_together(local, f"{type(conv).__name__} (a later call on this shard)", group)
+    elif some_unchecked:  # a layer's first mini-batch: its parameters must be every rank's
+        check_parameters(type(conv).__name__, parameter_digest(conv), group)
+        checked.parameters = True
+    return cached_key
+
+
+def _later_checks(conv: MessagePassing, arguments: dict[str, Any], args: tuple, adj: HaloAdj) -> None:
+    """This rank's checks of a call after the first on its shard: the edge arguments and (full-graph
+    shards: a mini-batch's rows are trimmed per layer) the rows of ``x``."""
+    check_edge_arguments(conv, arguments, adj)
+    if not adj.is_minibatch:
+        check_rows(conv, node_features(arguments, args), adj)

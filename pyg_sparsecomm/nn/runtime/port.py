@@ -1,0 +1,351 @@
+r"""The one port through which :mod:`pyg_sparsecomm.nn` moves halo rows.
+
+Every row a distributed layer sends or receives goes through here: the halos of the source
+tensors of its messages (:meth:`HaloPort.exchange_many`), the halo of a source needing no gradient,
+fetched once (:meth:`HaloPort.static_halo`), the distributed SpMM of a linear aggregation
+(:meth:`HaloPort.spmm`, whose algorithm exchanges through the exchanger the port gives it), the
+degrees of a normalisation (:meth:`Shard.halo`, :meth:`Shard.fold`) and the source types of a
+heterogeneous shard (:func:`exchange_rows`).  Nothing else in ``nn/`` imports
+:mod:`~pyg_sparsecomm.comm.exchanger` or builds an SpMM algorithm.
+
+A layer's :class:`HaloPort` keeps what persists across its calls: the exchanger of the shard it
+last ran on (the exchange group checked once per shard), its stale-exchange slots, the static
+halos, the SpMM algorithm chosen (``"auto"``) and the one last built (reused while the call's
+aggregation adjacency is the same object on the same exchanger: an algorithm's ``__call__`` may
+be invoked many times), and what ``summary()`` reports.
+"""
+import math
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from ...algorithms import SpMMAlgorithm, algorithm_class
+from ...algorithms.choice import CostRow, choose_algorithm
+from ...algorithms.settings import exchange_group
+from ...comm.exchanger import HaloExchanger
+from ...comm.group import host_all_reduce, world_size
+from ...comm.halo_options import ExchangeSlots
+from ...compat import tensor_version
+from ...plan.halo_adj import HaloAdj
+from ...plan.homogeneous import RankPlan
+from .plan import DistributedSettings
+
+
+@dataclass
+class Shard:
+    """The shard one distributed layer call runs on, as its halo traffic sees it.
+
+    Args:
+        adj (HaloAdj): the block row the layer was called with.
+        exchanger (HaloExchanger): the shard's exact exchanger (its plan and the group of the halo
+            exchanges, 1.5D: the grid's column group).
+        edge_index (Tensor): ``adj`` as a local ``[2, nnz]`` edge index (sources first).
+        world (int, optional): ranks of the exchange group. (default: ``2``: collectives run)
+        memo (dict, optional): per-call results keyed by the identity of their (live) inputs
+            (e.g. a Laplacian needed twice). (default: ``{}``)
+    """
+    adj: HaloAdj
+    exchanger: HaloExchanger
+    edge_index: Tensor
+    world: int = 2
+    memo: dict[tuple, object] = field(default_factory=dict)
+    #: the call's degree normalisation (a :class:`~.normalisation.CallNormalisation`, set by its layer call)
+    normalisation: Any = None
+
+    def __post_init__(self) -> None:
+        self.plan: RankPlan = self.adj.plan
+        self.group: dist.ProcessGroup | None = self.exchanger.group
+        self.num_owned: int = self.adj.num_owned
+        self.num_cols: int = self.adj.num_cols
+
+    def check_propagation(self, conv: torch.nn.Module, edge_index: Any, size: Any) -> tuple[int, int]:
+        """The ``size`` of a ``propagate`` of ``conv`` over this shard's local graph,
+        ``(owned + halo, owned)``, after checking the call propagates over it.
+
+        Args:
+            conv (MessagePassing): the layer.
+            edge_index (Tensor): the graph it propagates over.
+            size (tuple, optional): the size it passes.
+        """
+        if not isinstance(edge_index, Tensor) or edge_index.layout != torch.strided:
+            raise ValueError(f"{type(conv).__name__} turned the local edge_index into a {type(edge_index).__name__} "
+                             f"before propagating; distribute() supports layers that propagate over edge_index")
+        if size is not None and size[1] not in (None, self.num_owned):
+            raise ValueError(f"{type(conv).__name__} propagates with size={tuple(size)}, but this rank owns "
+                             f"{self.num_owned} target rows")
+        return (self.num_cols, self.num_owned)
+
+    def halo(self, rows: Tensor) -> Tensor:
+        """The halo rows of ``rows``, exchanged exactly.
+
+        Shapes:
+            - **input:** ``[num_owned, *]``
+            - **output:** ``[halo_size, *]``
+        """
+        return self.exchanger.exchange(rows)
+
+    def fold(self, rows: Tensor) -> Tensor:
+        """``rows`` over ``[owned | halo]`` columns folded into their owners' rows (the adjoint of
+        :meth:`halo`), exactly.
+
+        Shapes:
+            - **input:** ``[num_owned + halo_size, *]``
+            - **output:** ``[num_owned, *]``
+        """
+        return self.exchanger.reduce(rows)
+
+
+def shard_of(adj: HaloAdj, group: dist.ProcessGroup | None) -> Shard:
+    """A :class:`Shard` of ``adj`` exchanging over ``group`` (no layer's settings).
+
+    Args:
+        adj (HaloAdj): a shard's adjacency.
+        group (ProcessGroup, optional): the process group of the exchanges.
+    """
+    return Shard(adj, HaloExchanger(adj.plan, group), adj.edge_index(), world_size(group))
+
+
+def exchange_rows(plan: RankPlan, group: dist.ProcessGroup | None, tensors: list[Tensor],
+                  key: str = "x") -> list[Tensor]:
+    """The exact halo rows of each of ``tensors`` over ``plan``, in one exchange per dtype (the
+    source types of a heterogeneous shard).
+
+    Args:
+        plan (RankPlan): the source type's plan.
+        group (ProcessGroup, optional): the process group of the exchanges.
+        tensors (list[Tensor]): owned rows, any trailing shapes.
+        key (str, optional): the call site's name. (default: ``"x"``)
+    """
+    return HaloExchanger(plan, group).exchange_many(tensors, key)
+
+
+def _all_ranks(flag: bool, shard: Shard) -> bool:
+    """Whether ``flag`` holds on every rank of the shard's group (host-side, no device wait)."""
+    if shard.world == 1:
+        return flag
+    return bool(host_all_reduce([int(flag)], dist.ReduceOp.MIN, shard.group)[0])
+
+
+class StaticHalo:
+    """Halo rows of source tensors that need no gradient and did not change since the previous
+    call (a model's input features): fetched once per layer, then reused.
+
+    A tensor counts as unchanged while it is the same object at the same version (in-place
+    writes bump the version) on the same plan.  Rows computed from the source with other
+    tensors (``x W^T`` when a narrowing ``Linear`` is applied before the exchange) name those
+    too, so an optimizer step on ``W`` fetches the halo again.  The exchange is a collective, so
+    every rank must take the same decision: a first call misses on every rank; later ones agree
+    with one host-side all-reduce (``MIN``) of one integer per call.  These halos are exact
+    whatever the layer's ``halo_precision``: they are reused across calls, so a compressed copy
+    would repeat one rounding draw in every step (and save bytes once).
+    """
+
+    def __init__(self) -> None:
+        self.entries: dict[str, tuple[list[tuple[weakref.ref, object]], object, Tensor]] = {}
+
+    def __getstate__(self) -> dict:
+        return {"entries": {}}  # a cache: a pickled model fetches its halos again
+
+    def fetch(self, key: str, src: Tensor, rows: Tensor, shard: Shard, depends_on: tuple[Tensor, ...] = ()) -> Tensor:
+        """The halo of ``rows``, reused when every rank still holds the same ``src`` and ``depends_on``.
+
+        Args:
+            key (str): the cache slot (one per source argument of the layer).
+            src (Tensor): the tensor ``rows`` are taken from (the layer's input).
+            rows (Tensor): its node rows as exchanged.
+            shard (Shard): the shard the layer runs on.
+            depends_on (tuple[Tensor, ...], optional): the other tensors ``rows`` were computed
+                from (e.g. a ``Linear``'s weight). (default: ``()``)
+        """
+        tensors = (src, *depends_on)
+        entry = self.entries.get(key)
+        hit = (entry is not None and entry[1] is shard.plan and len(entry[0]) == len(tensors)
+               and all(ref() is t and version == tensor_version(t)
+                       for (ref, version), t in zip(entry[0], tensors, strict=True)))
+        if entry is not None and _all_ranks(hit, shard):  # no entry: every rank misses
+            return entry[2]
+        halo = shard.halo(rows)
+        self.entries[key] = ([(weakref.ref(t), tensor_version(t)) for t in tensors], shard.plan, halo)
+        return halo
+
+
+@dataclass
+class _Link:
+    """The exchanger of the shard a layer last ran on, under one settings object."""
+    plan: weakref.ref
+    settings: DistributedSettings
+    exact: HaloExchanger
+    bound: HaloExchanger
+    grid: Any
+    world: int
+
+
+class HaloPort:
+    """A distributed layer's port to the exchanger and the SpMM algorithms (see the module doc)."""
+
+    def __init__(self) -> None:
+        self.slots = ExchangeSlots()  # state of stateful (stale) exchanges across calls
+        self.static = StaticHalo()
+        self.chosen_algorithm: str | None = None
+        self.cost_report: list[CostRow] = []
+        self.exact_cost_report: list[CostRow] = []  # the same priced with exact halos
+        self.sync_cost_report: list[CostRow] = []  # the same bytes exchanged synchronously
+        #: (columns, element size) of the last exchanged rows, for summary()'s compressed-bytes line
+        self.exchanged_width: tuple[int, int] | None = None
+        self.cached_spmm = CachedSpMM()  # the SpMM a cached=True layer built on its first call
+        self._link: _Link | None = None
+        self._checks: tuple[DistributedSettings, bool] | None = None
+        self._built: tuple[HaloAdj, HaloExchanger, SpMMAlgorithm] | None = None
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_link"], state["_built"], state["_checks"], state["static"] = None, None, None, StaticHalo()
+        return state
+
+    def forget(self) -> None:
+        """Drops every tensor kept across calls (a move to another device, a reset)."""
+        self.static = StaticHalo()
+        self.slots.clear()
+        self.forget_spmm()
+
+    def forget_spmm(self) -> None:
+        """Drops the SpMM algorithms kept (it releases an ``"rdma"`` engine's lease)."""
+        self.cached_spmm = CachedSpMM()
+        self._built = None
+
+    def shard(self, adj: HaloAdj, settings: DistributedSettings, outer: Shard | None = None) -> Shard:
+        """The :class:`Shard` of a call on ``adj``; the exchange group is checked when the plan or
+        the settings change (:func:`~pyg_sparsecomm.algorithms.settings.exchange_group`).
+
+        Args:
+            adj (HaloAdj): the adjacency the layer was called with.
+            settings (DistributedSettings): the layer's settings.
+            outer (Shard, optional): the shard of the layer whose forward calls this one (its
+                exchanger, local graph and memo are taken). (default: ``None``)
+        """
+        link = self._link
+        if (link is None or link.plan() is not adj.plan or link.settings is not settings
+                or (outer is not None and link.exact is not outer.exchanger)):
+            grid = settings.grid()
+            exact = outer.exchanger if outer is not None else HaloExchanger(
+                adj.plan, exchange_group(adj, grid, settings.group))
+            bound = exact.bind(options=settings.halo_options, slots=self.slots)
+            link = self._link = _Link(weakref.ref(adj.plan), settings, exact, bound, grid, world_size(exact.group))
+        if outer is not None:
+            return Shard(adj, link.exact, outer.edge_index, link.world, outer.memo)
+        return Shard(adj, link.exact, adj.edge_index(), link.world)
+
+    def collective_checks(self, settings: DistributedSettings) -> bool:
+        """Whether a call's checks are agreed by all ranks: a 1D layout (1.5D block rows:
+        ``exchange_group`` checks them) over a group of more than one rank."""
+        if self._checks is None or self._checks[0] is not settings:
+            self._checks = (settings, not settings.replicated and world_size(settings.group) > 1)
+        return self._checks[1]
+
+    def begin_call(self, training: bool, settings: DistributedSettings) -> None:
+        """A new call of the layer: the stale exchanges' call sites count from the start."""
+        if settings.halo_options.staleness:
+            self.slots.begin_call(training)
+
+    def exchange_many(self, tensors: list[Tensor], key: str) -> list[Tensor]:
+        """The halo rows of ``tensors`` under the layer's options, one exchange per dtype (see
+        :meth:`~pyg_sparsecomm.comm.exchanger.HaloExchanger.exchange_many`)."""
+        assert self._link is not None  # a call's shard() came first
+        return self._link.bound.exchange_many(tensors, key)
+
+    def static_halo(self, key: str, src: Tensor, rows: Tensor, shard: Shard,
+                    depends_on: tuple[Tensor, ...] = ()) -> Tensor:
+        """:meth:`StaticHalo.fetch` of the layer's static halos."""
+        return self.static.fetch(key, src, rows, shard, depends_on)
+
+    def spmm(self, adjacency: Callable[[], HaloAdj], shard: Shard, rows: Tensor, settings: DistributedSettings,
+             cached: tuple[Tensor, Tensor | None] | None = None) -> SpMMAlgorithm:
+        """The SpMM algorithm of a call (``algorithm="auto"`` chooses at the first call).
+
+        Args:
+            adjacency (callable): ``() -> HaloAdj``, the call's aggregation adjacency; the algorithm
+                built on it is reused while it returns the same object.
+            shard (Shard): the shard of the call.
+            rows (Tensor): the rows it multiplies (their width and element size price ``"auto"``).
+            settings (DistributedSettings): the layer's settings.
+            cached (tuple, optional): ``(edge_index, weight)`` of a ``cached=True`` layer, whose
+                algorithm is kept with them (:class:`CachedSpMM`). (default: ``None``)
+        """
+        link = self._link
+        assert link is not None  # a call's shard() came first
+        if cached is not None and self.chosen_algorithm is not None:
+            kept = self.cached_spmm.get(*cached, shard.adj, rows.dtype, self.chosen_algorithm)
+            if kept is not None:
+                return kept
+        adj = adjacency()
+        if self.chosen_algorithm is None:
+            learnable = adj.value is not None and adj.value.requires_grad
+            # priced on the shard's block row, as CommStats and predict_layouts price it
+            self.chosen_algorithm, self.cost_report, self.exact_cost_report, self.sync_cost_report = \
+                choose_algorithm(shard.adj, link.bound, link.grid, rows.size(1), rows.element_size(), learnable,
+                                 settings.cost_model)
+        built = self._built
+        if built is not None and built[0] is adj and built[1] is link.bound and built[2].name == self.chosen_algorithm:
+            spmm = built[2]
+        else:
+            spmm = algorithm_class(self.chosen_algorithm)(adj, link.bound, link.grid)
+            self._built = (adj, link.bound, spmm)
+        if cached is not None:
+            self.cached_spmm.keep(spmm, *cached, shard.adj, rows.dtype, self.chosen_algorithm)
+        return spmm
+
+    def multiply(self, spmm: SpMMAlgorithm, rows: Tensor, src: Tensor, shard: Shard,
+                 depends_on: tuple[Tensor, ...]) -> Tensor:
+        """``spmm(rows)``; rows needing no gradient (the input features) fetch their halo once
+        (:class:`StaticHalo`) where the algorithm multiplies with given halo rows."""
+        if spmm.multiplies_given_halo and not rows.requires_grad:
+            return spmm.multiply(rows, self.static_halo("x", src, rows, shard, depends_on))
+        return spmm(rows)
+
+
+def halo_width(tensors: list[Tensor]) -> tuple[int, int]:
+    """``(columns, element size)`` of rows exchanged together, for ``summary()``."""
+    return (sum(math.prod(t.shape[1:]) for t in tensors), tensors[0].element_size())
+
+
+class CachedSpMM:
+    """The SpMM algorithm a ``cached=True`` layer built over its cached normalised adjacency.
+
+    PyG's ``cached=True`` layers (``GCNConv``) compute their normalisation once and then
+    propagate over the same ``edge_index`` and weights every call; the algorithm built on them
+    (with its CSR, its transpose and, for ``"rdma"``, its engine lease) is kept too.  It is reused
+    while the call's local edge index and weights are the same tensors (at the same version) on
+    the same plan and dtype; weights that need a gradient are never kept (their autograd graph is
+    per step)."""
+
+    def __init__(self) -> None:
+        self.spmm: Any = None
+        self._key: tuple = ()
+        self._refs: list[Callable[[], Any]] = []
+
+    @staticmethod
+    def _key_of(edge_index: Tensor, weight: Tensor | None, dtype: torch.dtype, algorithm: str) -> tuple:
+        return (dtype, algorithm, tensor_version(edge_index), None if weight is None else tensor_version(weight))
+
+    def get(self, edge_index: Tensor, weight: Tensor | None, like: HaloAdj, dtype: torch.dtype,
+            algorithm: str) -> Any:
+        """The kept algorithm if it was built on these inputs, else ``None``."""
+        inputs = (edge_index, weight, like.plan)
+        same = bool(self._refs) and all(r() is t for r, t in zip(self._refs, inputs, strict=True))
+        return self.spmm if same and self._key == self._key_of(edge_index, weight, dtype, algorithm) else None
+
+    def keep(self, spmm: Any, edge_index: Tensor, weight: Tensor | None, like: HaloAdj, dtype: torch.dtype,
+             algorithm: str) -> None:
+        if weight is not None and weight.requires_grad:
+            return
+        self.spmm, self._key = spmm, self._key_of(edge_index, weight, dtype, algorithm)
+        self._refs = [weakref.ref(edge_index), (lambda: None) if weight is None else weakref.ref(weight),
+                      weakref.ref(like.plan)]
+
+    def __getstate__(self) -> dict:
+        return {"spmm": None, "_key": (), "_refs": []}  # a cache: a copy builds its own

@@ -1,0 +1,75 @@
+"""What a distributed layer keeps between calls: :class:`LayerState` (``conv._sparsecomm``).
+
+Everything that lives for one call only (the shard, the halos fetched, the normalisation, the
+``Linear`` modules moved) is the call's :class:`~pyg_sparsecomm.nn.runtime.call.LayerCall`.
+"""
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch_geometric.nn import MessagePassing
+
+from .aggregation import AdjacencyCache
+from .checks import CheckedPlan
+from .plan import DistributedSettings, LayerPlan, compile_plan
+from .port import HaloPort
+
+
+class LayerState:
+    """What one distributed layer keeps between calls.
+
+    Args:
+        conv (MessagePassing): the layer.
+        settings (DistributedSettings): how it runs.
+        own (bool, optional): the settings are the layer's own constructor's
+            (``DistributedGCNConv``): ``distribute()`` keeps them. (default: ``False``)
+    """
+
+    def __init__(self, conv: MessagePassing, settings: DistributedSettings, own: bool = False) -> None:
+        self.settings = settings
+        self.own_settings = own
+        self.plan: LayerPlan = compile_plan(conv)
+        self.port = HaloPort()  # exchanger, static halos, SpMM algorithms (see port)
+        self.port.chosen_algorithm = None if settings.algorithm == "auto" else settings.algorithm
+        self.adjacency = AdjacencyCache()  # the CSR of the last local graph propagated over
+        self.checked_plan = CheckedPlan()  # the plan the first-use check passed on (see first_use)
+        self.cached_key: tuple | None = None  # the shard a cached=True layer filled its cache on
+        self.fuse = True  # False once a call's fused source rows went unused (see call_halos)
+        #: the active calls of the layer, innermost last (``None``: a plain PyG call)
+        self.calls: list[Any] = []
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "calls": [], "fuse": True}
+
+    def forget(self) -> None:
+        """Drops every tensor the layer kept across calls (a move to another device, a reset of its
+        parameters): the next call builds them again."""
+        self.adjacency = AdjacencyCache()
+        self.port.forget()
+
+    def forget_spmm(self) -> None:
+        """Drops the SpMM a ``cached=True`` layer keeps (it releases an ``"rdma"`` engine's lease)."""
+        self.port.forget_spmm()
+
+    # what the layer found out, read by summary(), DistributedGCNConv and checkpoints
+    cached_spmm = property(lambda self: self.port.cached_spmm, doc="The SpMM a ``cached=True`` layer keeps.")
+    exchange_slots = property(lambda self: self.port.slots, doc="State of the stale exchanges across calls.")
+    chosen_algorithm = property(lambda self: self.port.chosen_algorithm, doc="The SpMM algorithm in use.")
+    cost_report = property(lambda self: self.port.cost_report, doc="``\"auto\"``'s predictions.")
+    exact_cost_report = property(lambda self: self.port.exact_cost_report, doc="The same with exact halos.")
+    sync_cost_report = property(lambda self: self.port.sync_cost_report, doc="The same bytes, not pipelined.")
+    exchanged_width = property(lambda self: self.port.exchanged_width,
+                               doc="``(columns, element size)`` of the last exchanged rows.")
+
+
+def distributed_layers(module: torch.nn.Module) -> Iterator[tuple[str, LayerState]]:
+    """``(name, state)`` of every distributed layer in ``module`` (made by ``distribute()`` or
+    built distributed, as ``DistributedGCNConv``), in ``named_modules()`` order.
+
+    Args:
+        module (torch.nn.Module): a model.
+    """
+    for name, child in module.named_modules():
+        state = getattr(child, "_sparsecomm", None)
+        if isinstance(state, LayerState):
+            yield name, state

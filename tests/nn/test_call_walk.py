@@ -1,0 +1,55 @@
+"""The walk of ``x`` through one forward of ``distribute(GraphSAGE(...))`` on a shard visits at
+most 12 package modules (issue 47).
+
+How it counts: ``sys.setprofile`` sees every Python frame entered while the forward runs (a call
+of the model after a first one, which ran the first-use checks); every frame whose code lives in
+a source file of ``pyg_sparsecomm`` names its module, ``__init__.py`` files, the comm exchange and
+the SpMM algorithm included (C functions and torch's or PyG's own Python code are not package
+modules).  A module counts once however many of its functions run.  The job is one gloo rank
+(P = 1): the exchange functions run there too, returning the empty halo.
+"""
+import os
+import sys
+
+import torch
+from test_distribute_layers import make_graph
+from torch_geometric.nn.models import GraphSAGE
+
+import pyg_sparsecomm
+from pyg_sparsecomm import distribute, shard
+from pyg_sparsecomm.testing import launch
+
+#: the most package modules one forward of a distributed GraphSAGE may visit
+MOST_MODULES = 12
+
+
+def _walk_worker(rank, world_size):
+    data = make_graph(world_size)
+    local = shard(data)
+    torch.manual_seed(0)
+    model = distribute(GraphSAGE(data.x.size(1), 8, num_layers=2, out_channels=4))
+    model(local.x, local.adj)  # the first call on the shard runs the first-use checks
+    root = os.path.dirname(pyg_sparsecomm.__file__)
+    seen: dict[str, list[str]] = {}
+
+    def profile(frame, event, arg):
+        path = frame.f_code.co_filename
+        if event == "call" and path.startswith(root):
+            names = seen.setdefault(os.path.relpath(path, root), [])
+            if frame.f_code.co_name not in names:
+                names.append(frame.f_code.co_name)
+
+    sys.setprofile(profile)
+    try:
+        out = model(local.x, local.adj)
+    finally:
+        sys.setprofile(None)
+    assert out.shape == (local.adj.num_owned, 4)
+    return seen
+
+
+def test_one_graphsage_forward_visits_at_most_12_package_modules():
+    seen = launch(_walk_worker, 1)[0]
+    listing = "\n".join(f"  {module}: {', '.join(functions)}" for module, functions in seen.items())
+    assert len(seen) <= MOST_MODULES, f"{len(seen)} package modules visited (at most {MOST_MODULES}):\n{listing}"
+    assert "nn/runtime/call.py" in seen and "nn/runtime/port.py" in seen  # the walk is the runtime's
