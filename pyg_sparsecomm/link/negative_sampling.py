@@ -5,8 +5,10 @@ each rank drawing the pairs whose source it owns without talking.
 :math:`k` distinct pairs :math:`(i, j)`, :math:`i \ne j`, that are not edges, chosen uniformly at
 random among all such pairs (``"sparse"`` and ``"dense"`` differ in memory and speed only; with
 ``force_undirected`` the pairs :math:`i < j` whose edge :math:`(i, j)` is absent, returned in both
-directions).  A uniformly random :math:`k`-subset of the non-edges is drawn here in two steps of
-exactly that distribution:
+directions).  With bipartite sizes ``num_nodes=(num_src, num_dst)`` (a relation between two node
+types) the pairs are :math:`(i, j) \in [0, N_s) \times [0, N_d)` that are not edges, :math:`i = j`
+included (two different nodes), and ``force_undirected`` is ignored, as PyG's.  A uniformly random
+:math:`k`-subset of the non-edges is drawn here in two steps of exactly that distribution:
 
 1. how many negatives every source :math:`i` gets: :math:`(c_i)_i` is multivariate hypergeometric,
    :math:`k` draws without replacement from an urn holding :math:`m_i` balls of colour :math:`i`
@@ -14,10 +16,11 @@ exactly that distribution:
    ``(seed, epoch)``, the same vector on every rank (:math:`O(N)` work);
 2. which: the owner of :math:`i` draws :math:`c_i` distinct targets uniformly among its :math:`m_i`,
    by rejection (target of slot :math:`t` in attempt :math:`a`: :math:`\lfloor u(s, e, a, t)
-   (N - 1)\rfloor`, skipping :math:`i`; :math:`u` the counter-based uniform of
-   :mod:`~pyg_sparsecomm.sampling.randomness`, :math:`t` a global slot id), redrawing edges and
-   repeats; after ``_ATTEMPTS`` rounds the last ones are chosen among the remaining candidates
-   by smallest hash.  Every step treats the candidate targets symmetrically, so the set is uniform.
+   (N - 1)\rfloor`, skipping :math:`i`, or :math:`\lfloor u(s, e, a, t) N_d\rfloor` if
+   bipartite; :math:`u` the counter-based uniform of :mod:`~pyg_sparsecomm.sampling.randomness`,
+   :math:`t` a global slot id), redrawing edges and repeats; after ``_ATTEMPTS`` rounds the last
+   ones are chosen among the remaining candidates by smallest hash.  Every step treats the
+   candidate targets symmetrically, so the set is uniform.
 
 The draws are not PyG's draws (PyG uses Python's global ``random``), and neither the order of the
 pairs: here a rank's pairs are sorted by source, then slot.  As PyG's, every call draws fresh
@@ -29,7 +32,12 @@ with fewer than :math:`k` pairs (dense graphs), this returns :math:`\min(k, \sum
 
 **structured_negative_sampling** (PyG's function of that name): for every edge :math:`(i, j)` a
 target :math:`k` uniform over the nodes with :math:`(i, k)` not an edge (nor :math:`k = i` if
-``contains_neg_self_loops=False``), by rejection keyed by the edge's id, as PyG draws it.
+``contains_neg_self_loops=False``), by rejection keyed by the edge's id, as PyG draws it; with
+bipartite sizes (which PyG's does not take) :math:`k` is uniform over the :math:`N_d` targets.
+
+Both draw only from the sizes, the edges and global ids, never from the partition: the union of the
+ranks' shares is the same set for any ``P`` and partition.  Per edge type of a ``HeteroData``:
+:mod:`~pyg_sparsecomm.link.hetero_negatives`.
 """
 import numpy as np
 import torch
@@ -50,6 +58,8 @@ _ATTEMPTS = 32
 _COUNTED_EPOCHS = 1 << 62
 #: calls without ``epoch=`` so far in this process, by the rank drawn for (``rank=`` simulates several)
 _CALLS: dict[int, int] = {}
+#: the targets a source may pair with: any of the other type (bipartite), ``j != i``, or ``j > i``
+_BIPARTITE, _DIRECTED, _UPPER = "bipartite", "directed", "upper"
 
 
 def _call_epoch(epoch: int | None, group: dist.ProcessGroup | None, rank: int | None) -> int:
@@ -66,19 +76,52 @@ def _call_epoch(epoch: int | None, group: dist.ProcessGroup | None, rank: int | 
     return _COUNTED_EPOCHS + count
 
 
-def _owned(sources: np.ndarray, part, group: dist.ProcessGroup | None, rank: int | None) -> np.ndarray:
+def sizes(edge_index: Tensor, num_nodes, what: str = "negative_sampling") -> tuple[int, int, bool]:
+    """``(num_src, num_dst, bipartite)`` of PyG's ``num_nodes`` (an ``int``, ``None`` or bipartite
+    ``(num_src, num_dst)``); raises ``ValueError`` naming the fix for ids out of those ranges."""
+    if edge_index.dim() != 2 or edge_index.size(0) != 2 or edge_index.is_floating_point():
+        raise ValueError(f"{what}: edge_index must be a [2, num_edges] integer tensor of global ids, got "
+                         f"{edge_index.dtype} of shape {list(edge_index.shape)}")
+    bipartite = isinstance(num_nodes, (tuple, list))
+    if bipartite:
+        if len(num_nodes) != 2 or any(isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0
+                                      for n in num_nodes):
+            raise ValueError(f"{what}: bipartite num_nodes must be (num_src, num_dst), two integers >= 0, got "
+                             f"{num_nodes!r}")
+        size = (int(num_nodes[0]), int(num_nodes[1]))
+    else:
+        n = maybe_num_nodes(edge_index, num_nodes)
+        size = (n, n)
+    for end, name in enumerate(("source", "target")):
+        ids = edge_index[end]
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= size[end]):
+            bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
+            fix = (f"the bipartite sizes num_nodes={size} allow {name} ids 0..{size[end] - 1}: pass num_nodes="
+                   f"(number of source nodes, number of target nodes), e.g. (data[src].num_nodes, "
+                   f"data[dst].num_nodes)") if bipartite else \
+                  f"num_nodes={size[0]}: pass the graph's number of nodes (data.num_nodes), above every id"
+            raise ValueError(f"{what}: edge_index[{end}] holds id {bad} but {fix}")
+    return size[0], size[1], bipartite
+
+
+def _owned(sources: np.ndarray, num_src: int, part, group: dist.ProcessGroup | None,
+           rank: int | None) -> np.ndarray:
     """Mask of the ``sources`` this rank (``rank``, if given) owns (all of them without a partition)."""
     if part is None:
         return np.ones(sources.size, dtype=bool)
     owner = partition_vector(part, group, check_world_size=rank is None)
+    if owner.size != num_src:
+        raise ValueError(f"the partition gives the owner of {owner.size} nodes but there are {num_src} source nodes: "
+                         f"pass the partition of the sources (with bipartite sizes the source type's, data[src].part)")
     return owner[sources] == (group_rank(group) if rank is None else rank)
 
 
-def _edge_keys(edge_index: Tensor, num_nodes: int, upper: bool = False) -> np.ndarray:
-    """Sorted distinct keys ``i * N + j`` of the edges ``(i, j)``, ``i != j`` (``i < j`` if ``upper``)."""
+def _edge_keys(edge_index: Tensor, num_dst: int, mode: str) -> np.ndarray:
+    """Sorted distinct keys ``i * num_dst + j`` of the edges ``(i, j)`` a negative may not be
+    (all if bipartite, else ``i != j``; ``i < j`` for ``force_undirected``)."""
     src, dst = edge_index.detach().cpu().numpy().astype(np.int64)
-    keep = src < dst if upper else src != dst
-    return np.unique(src[keep] * num_nodes + dst[keep])
+    keep = np.ones(src.size, dtype=bool) if mode == _BIPARTITE else (src < dst if mode == _UPPER else src != dst)
+    return np.unique(src[keep] * num_dst + dst[keep])
 
 
 def _is_in(keys: np.ndarray, sorted_keys: np.ndarray) -> np.ndarray:
@@ -86,32 +129,34 @@ def _is_in(keys: np.ndarray, sorted_keys: np.ndarray) -> np.ndarray:
     return sorted_keys[pos] == keys if sorted_keys.size else np.zeros(keys.size, dtype=bool)
 
 
-def negative_sampling(edge_index: Tensor, num_nodes: int | None = None, num_neg_samples: int | float | None = None,
-                      method: str = "sparse", force_undirected: bool = False, *, seed: int = 0,
-                      epoch: int | None = None, part=None, group: dist.ProcessGroup | None = None,
-                      rank: int | None = None) -> Tensor:
+def negative_sampling(edge_index: Tensor, num_nodes: int | tuple[int, int] | None = None,
+                      num_neg_samples: int | float | None = None, method: str = "sparse",
+                      force_undirected: bool = False, *, seed: int = 0, epoch: int | None = None, part=None,
+                      group: dist.ProcessGroup | None = None, rank: int | None = None) -> Tensor:
     r"""This rank's share of PyG's ``negative_sampling(edge_index, ...)`` (see the module docstring).
 
     Args:
         edge_index (torch.Tensor): ``[2, E]`` the whole graph's edges (global ids), as PyG takes them.
-        num_nodes (int, optional): :math:`N` (bipartite sizes are not supported).
+        num_nodes (int or tuple[int, int], optional): :math:`N`, or bipartite sizes
+            ``(num_src, num_dst)``: sources in :math:`[0, N_s)`, targets in :math:`[0, N_d)`, as PyG's.
             (default: the largest id + 1)
         num_neg_samples (int or float, optional): negatives over all ranks; a float is a ratio of
             ``E``; ``None``: ``E``.  (Halved with ``force_undirected``, as PyG does.)
             (default: :obj:`None`)
         method (str, optional): ``"sparse"`` or ``"dense"``: accepted for PyG's signature; the draw
             is the same. (default: ``"sparse"``)
-        force_undirected (bool, optional): pairs :math:`i < j`, returned in both directions.
-            (default: :obj:`False`)
+        force_undirected (bool, optional): pairs :math:`i < j`, returned in both directions; ignored
+            with bipartite sizes, as PyG's. (default: :obj:`False`)
         seed (int, optional): the random stream. (default: ``0``)
         epoch (int, optional): the draw within the stream: the same ``epoch`` gives the same
             negatives, without communication; ``None``: fresh negatives at every call, as PyG's
             (the calls counted and agreed by the ranks, see the module doc: every rank calls
             together). (default: ``None``)
-        part (torch.Tensor or torch_geometric.data.Data, optional): the partition (see
-            :func:`~pyg_sparsecomm.link.distribute_pairs`); ``None``: every pair.
-            ``data.part`` (or the partitioned ``Data``) draws without any communication; a shard
-            gathers every rank's ``n_id`` first (a collective). (default: :obj:`None`)
+        part (torch.Tensor or torch_geometric.data.Data, optional): the partition of the sources
+            (see :func:`~pyg_sparsecomm.link.distribute_pairs`; bipartite: the source type's
+            ``[N_s]`` partition); ``None``: every pair.  ``data.part`` (or the partitioned ``Data``)
+            draws without any communication; a shard gathers every rank's ``n_id`` first (a
+            collective). (default: :obj:`None`)
         group (torch.distributed.ProcessGroup, optional): the ranks (only read for this rank's id,
             and to gather a shard's partition). (default: the default group)
         rank (int, optional): draw this rank's share instead (no process group needed: tests,
@@ -123,28 +168,26 @@ def negative_sampling(edge_index: Tensor, num_nodes: int | None = None, num_neg_
     """
     if method not in ("sparse", "dense"):
         raise ValueError(f"method must be 'sparse' or 'dense' (as PyG's negative_sampling), got {method!r}")
-    if isinstance(num_nodes, (tuple, list)):
-        raise ValueError("bipartite negative sampling (num_nodes=(num_src, num_dst)) is not supported here; "
-                         "pass the homogeneous graph's num_nodes")
+    num_src, num_dst, bipartite = sizes(edge_index, num_nodes)
+    mode = _BIPARTITE if bipartite else (_UPPER if force_undirected else _DIRECTED)
     epoch = _call_epoch(epoch, group, rank)
-    N = maybe_num_nodes(edge_index, num_nodes)
-    keys = _edge_keys(edge_index, N, upper=force_undirected)
-    ids = np.arange(N, dtype=np.int64)
-    capacity = (N - 1 - ids) if force_undirected else np.full(N, max(N - 1, 0), dtype=np.int64)
-    room = capacity - np.bincount(keys // max(N, 1), minlength=N)
-    k = _num_negatives(num_neg_samples, edge_index.size(1), force_undirected)
-    k = min(k, int(room.sum()))
+    keys = _edge_keys(edge_index, num_dst, mode)
+    ids = np.arange(num_src, dtype=np.int64)
+    capacity = {_BIPARTITE: np.full(num_src, num_dst, dtype=np.int64), _UPPER: num_dst - 1 - ids,
+                _DIRECTED: np.full(num_src, max(num_dst - 1, 0), dtype=np.int64)}[mode]
+    room = capacity - np.bincount(keys // max(num_dst, 1), minlength=num_src)
+    k = min(_num_negatives(num_neg_samples, edge_index.size(1), mode == _UPPER), int(room.sum()))
     if k <= 0:
         return edge_index.new_empty((2, 0))
     gen = np.random.Generator(np.random.PCG64(int(stream_key(seed, _COUNTS, epoch))))
     counts = gen.multivariate_hypergeometric(room, k, method="marginals")
     slot_start = np.cumsum(counts) - counts  # global slot ids: source i owns [slot_start[i], + counts[i])
-    sources = np.flatnonzero((counts > 0) & _owned(ids, part, group, rank))
+    sources = np.flatnonzero((counts > 0) & _owned(ids, num_src, part, group, rank))
     src = np.repeat(sources, counts[sources])
     slot = np.repeat(slot_start[sources], counts[sources]) + _ranks_within(counts[sources])
-    dst = _draw_targets(src, slot, keys, N, force_undirected, seed, epoch)
+    dst = _draw_targets(src, slot, keys, num_dst, mode, seed, epoch)
     out = torch.from_numpy(np.stack([src, dst])).to(edge_index.device)
-    return torch.cat([out, out.flip(0)], dim=1) if force_undirected else out
+    return torch.cat([out, out.flip(0)], dim=1) if mode == _UPPER else out
 
 
 def _num_negatives(num_neg_samples, num_edges: int, force_undirected: bool) -> int:
@@ -165,15 +208,25 @@ def _ranks_within(counts: np.ndarray) -> np.ndarray:
     return np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
 
 
-def _candidates(src: np.ndarray, u: np.ndarray, N: int, upper: bool) -> np.ndarray:
-    """Targets of uniforms ``u``: uniform over :math:`j \\ne i` (or :math:`j > i` when ``upper``)."""
-    if upper:
-        return src + 1 + np.minimum((u * (N - 1 - src)).astype(np.int64), N - 2 - src)
-    j = np.minimum((u * (N - 1)).astype(np.int64), N - 2)
+def _candidates(src: np.ndarray, u: np.ndarray, num_dst: int, mode: str) -> np.ndarray:
+    """Targets of uniforms ``u``: uniform over :math:`[0, N_d)` (bipartite), :math:`j \\ne i`, or
+    :math:`j > i` (``force_undirected``)."""
+    if mode == _BIPARTITE:
+        return np.minimum((u * num_dst).astype(np.int64), num_dst - 1)
+    if mode == _UPPER:
+        return src + 1 + np.minimum((u * (num_dst - 1 - src)).astype(np.int64), num_dst - 2 - src)
+    j = np.minimum((u * (num_dst - 1)).astype(np.int64), num_dst - 2)
     return j + (j >= src)
 
 
-def _draw_targets(src: np.ndarray, slot: np.ndarray, keys: np.ndarray, N: int, upper: bool, seed: int,
+def _all_targets(i: int, num_dst: int, mode: str) -> np.ndarray:
+    """Every target source ``i`` may pair with, in order (the candidates of :func:`_candidates`)."""
+    if mode == _BIPARTITE:
+        return np.arange(num_dst)
+    return np.arange(i + 1, num_dst) if mode == _UPPER else np.delete(np.arange(num_dst), i)
+
+
+def _draw_targets(src: np.ndarray, slot: np.ndarray, keys: np.ndarray, num_dst: int, mode: str, seed: int,
                   epoch: int) -> np.ndarray:
     """Distinct non-edge targets of every slot (``src`` sorted), uniform (see the module docstring)."""
     dst = np.full(src.size, -1, dtype=np.int64)
@@ -182,8 +235,9 @@ def _draw_targets(src: np.ndarray, slot: np.ndarray, keys: np.ndarray, N: int, u
     for attempt in range(_ATTEMPTS):
         if not todo.size:
             return dst
-        cand = _candidates(src[todo], uniform(stream_key(seed, _NEGATIVE, epoch, attempt), slot[todo]), N, upper)
-        key = src[todo] * N + cand
+        u = uniform(stream_key(seed, _NEGATIVE, epoch, attempt), slot[todo])
+        cand = _candidates(src[todo], u, num_dst, mode)
+        key = src[todo] * num_dst + cand
         _, first = np.unique(key, return_index=True)  # a repeat within the round: the lower slot keeps it
         fresh = np.zeros(todo.size, dtype=bool)
         fresh[first] = True
@@ -193,15 +247,15 @@ def _draw_targets(src: np.ndarray, slot: np.ndarray, keys: np.ndarray, N: int, u
         todo = todo[~ok]
     for i in np.unique(src[todo]):  # dense rows: pick among the candidates left, by smallest hash
         slots = todo[src[todo] == i]
-        cand = np.arange(i + 1, N) if upper else np.delete(np.arange(N), i)
-        key = i * N + cand
+        cand = _all_targets(int(i), num_dst, mode)
+        key = i * num_dst + cand
         cand = cand[~_is_in(key, keys) & ~_is_in(key, taken)]
-        order = np.argsort(uniform(stream_key(seed, _FALLBACK, epoch), i * N + cand), kind="stable")
+        order = np.argsort(uniform(stream_key(seed, _FALLBACK, epoch), i * num_dst + cand), kind="stable")
         dst[slots] = cand[order[:slots.size]]
     return dst
 
 
-def structured_negative_sampling(edge_index: Tensor, num_nodes: int | None = None,
+def structured_negative_sampling(edge_index: Tensor, num_nodes: int | tuple[int, int] | None = None,
                                  contains_neg_self_loops: bool = True, *, seed: int = 0, epoch: int | None = None,
                                  part=None, group: dist.ProcessGroup | None = None, rank: int | None = None
                                  ) -> tuple[Tensor, Tensor, Tensor]:
@@ -214,13 +268,16 @@ def structured_negative_sampling(edge_index: Tensor, num_nodes: int | None = Non
 
     Args:
         edge_index (torch.Tensor): the whole graph's edges (global ids), as PyG takes them.
-        num_nodes (int, optional): :math:`N`. (default: the largest id + 1)
-        contains_neg_self_loops (bool, optional): :math:`k = i` may be drawn. (default: :obj:`True`)
+        num_nodes (int or tuple[int, int], optional): :math:`N`, or bipartite sizes
+            ``(num_src, num_dst)`` (beyond PyG's: :math:`k` among the :math:`N_d` targets).
+            (default: the largest id + 1)
+        contains_neg_self_loops (bool, optional): :math:`k = i` may be drawn (must stay
+            :obj:`True` with bipartite sizes: a source is no target). (default: :obj:`True`)
         seed (int, optional): the random stream. (default: :obj:`0`)
         epoch (int, optional): the draw within the stream; ``None``: fresh at every call.
             (default: :obj:`None`)
-        part (torch.Tensor or torch_geometric.data.Data, optional): the partition, as in
-            :func:`negative_sampling`. (default: :obj:`None`)
+        part (torch.Tensor or torch_geometric.data.Data, optional): the partition of the sources,
+            as in :func:`negative_sampling`. (default: :obj:`None`)
         group (torch.distributed.ProcessGroup, optional): the ranks. (default: the default group)
         rank (int, optional): draw this rank's share instead (no process group needed).
             (default: :obj:`None`)
@@ -234,33 +291,39 @@ def structured_negative_sampling(edge_index: Tensor, num_nodes: int | None = Non
         ValueError: a source of this rank is linked to every node (PyG's
             ``structured_negative_sampling_feasible`` is ``False``; PyG would loop forever).
     """
+    num_src, num_dst, bipartite = sizes(edge_index, num_nodes, "structured_negative_sampling")
+    if bipartite and not contains_neg_self_loops:
+        raise ValueError("structured_negative_sampling: contains_neg_self_loops=False means nothing with bipartite "
+                         "sizes (a source and a target are different nodes): leave it True")
     epoch = _call_epoch(epoch, group, rank)
-    N = maybe_num_nodes(edge_index, num_nodes)
     src_all, dst_all = edge_index.detach().cpu().numpy().astype(np.int64)
-    positives = src_all * N + dst_all
+    positives = src_all * num_dst + dst_all
     if not contains_neg_self_loops:
-        positives = np.concatenate([positives, np.arange(N, dtype=np.int64) * (N + 1)])
+        positives = np.concatenate([positives, np.arange(num_src, dtype=np.int64) * (num_dst + 1)])
     positives = np.unique(positives)
-    edge_id = np.flatnonzero(_owned(src_all, part, group, rank))
+    edge_id = np.flatnonzero(_owned(src_all, num_src, part, group, rank))
     src = src_all[edge_id]
-    allowed = N - np.bincount(positives // max(N, 1), minlength=N)
+    allowed = num_dst - np.bincount(positives // max(num_dst, 1), minlength=num_src)
     if src.size and int(allowed[src].min()) <= 0:
         node = int(src[allowed[src] <= 0][0])
-        raise ValueError(f"structured_negative_sampling: node {node} is linked to every node, so it has no negative "
-                         f"(torch_geometric.utils.structured_negative_sampling_feasible is False for this graph)")
+        of_type = " of the target type" if bipartite else ""
+        raise ValueError(f"structured_negative_sampling: node {node} is linked to every node{of_type}, "
+                         f"so it has no negative (torch_geometric.utils.structured_negative_sampling_feasible is "
+                         f"False for this graph)")
     k = np.full(src.size, -1, dtype=np.int64)
     todo = np.arange(src.size)
     for attempt in range(_ATTEMPTS):
         if not todo.size:
             break
         u = uniform(stream_key(seed, _STRUCTURED, epoch, attempt), edge_id[todo])
-        cand = np.minimum((u * N).astype(np.int64), N - 1)
-        ok = ~_is_in(src[todo] * N + cand, positives)
+        cand = np.minimum((u * num_dst).astype(np.int64), num_dst - 1)
+        ok = ~_is_in(src[todo] * num_dst + cand, positives)
         k[todo[ok]] = cand[ok]
         todo = todo[~ok]
     for t in todo:  # nodes with few negatives: uniform among them directly
         i = int(src[t])
-        cand = np.arange(N)[~_is_in(i * N + np.arange(N, dtype=np.int64), positives)]
+        targets = np.arange(num_dst, dtype=np.int64)
+        cand = targets[~_is_in(i * num_dst + targets, positives)]
         k[t] = cand[min(int(uniform(stream_key(seed, _FALLBACK, epoch), edge_id[t:t + 1])[0] * cand.size),
                         cand.size - 1)]
     device = edge_index.device
