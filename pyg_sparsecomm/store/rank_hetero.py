@@ -4,7 +4,10 @@ Per node type the owned rows of every node-level attribute (``x``, ``y``, masks,
 ``n_id``; per relation a :class:`~pyg_sparsecomm.plan.relation_adj.RelationAdj` ``adj`` (rows: owned
 nodes of the destination type; columns: ``[owned | halo]`` of the source type) with ``e_id`` and
 the relation's edge attributes in ``adj``'s edge order, so ``local.adj_dict`` is what a
-heterogeneous PyG model takes as ``edge_index_dict``.  Every relation reading a source type
+heterogeneous PyG model takes as ``edge_index_dict``.  A relation's supervision pairs
+(``edge_label_index``, ``edge_label``, ``edge_label_time``: ``RandomLinkSplit``'s) are no edges of the
+graph: every rank keeps them whole, in global ids of the two types, for
+:func:`~pyg_sparsecomm.link.hetero_pairs.distribute_hetero_pairs`.  Every relation reading a source type
 shares that type's :class:`~pyg_sparsecomm.plan.homogeneous.RankPlan`: its halo is the union of their halos
 (:func:`~pyg_sparsecomm.plan.hetero.source_pattern`).
 """
@@ -26,6 +29,8 @@ from ..plan.relation_adj import RelationAdj
 _NODE_SKIP = {"part", "num_nodes", "n_id"}
 _EDGE_SKIP = {"edge_index", "adj_t", "edge_weight", "e_id"}
 _GLOBAL_SKIP = {"num_parts", "comm_stats"}
+#: a relation's supervision pairs (PyG's link splits and loaders), kept whole: a pair is no edge
+_SUPERVISION = ("edge_label_index", "edge_label", "edge_label_time")
 
 
 class MissingShardKey(KeyError, AttributeError):
@@ -141,10 +146,11 @@ def _shard_relation(data: HeteroData, local: HeteroData, edge_type: tuple[str, s
     num_rows = local[edge_type[2]].num_nodes
     adj = RelationAdj.from_relation(row, col, value, plan, edge_type, num_rows)
     num_edges = store.edge_index.size(1)
+    pairs = _SUPERVISION if "edge_label_index" in store else ()
     for key, attr in store.items():
         if key in _EDGE_SKIP:
             continue
-        if isinstance(attr, Tensor) and attr.dim() >= 1 and attr.size(0) == num_edges:
+        if key not in pairs and isinstance(attr, Tensor) and attr.dim() >= 1 and attr.size(0) == num_edges:
             attr = attr[edge_id.to(attr.device)]
         local[edge_type][key] = attr
     local[edge_type].adj = adj
