@@ -20,6 +20,7 @@ import torch.distributed as dist
 from torch import Tensor
 from torch_geometric.data import HeteroData
 
+from ..comm.group import is_distributed, world_size
 from .metrics import gather_rows
 from .negative_sampling import negative_sampling, structured_negative_sampling
 from .partition_vector import gathered_partition
@@ -33,8 +34,8 @@ def hetero_negative_sampling(data: HeteroData, edge_type: EdgeType, num_neg_samp
     r"""This rank's share of PyG's ``negative_sampling`` of the relation ``edge_type`` (see the module doc).
 
     Args:
-        data (torch_geometric.data.HeteroData): the whole graph (partitioned: ``data[t].part``; or
-            not, then every pair is this rank's) or this rank's shard of it.
+        data (torch_geometric.data.HeteroData): the whole graph, partitioned (``data[t].part``;
+            unpartitioned in a single process only: every pair) or this rank's shard of it.
         edge_type (tuple[str, str, str]): the relation ``(src, rel, dst)``, one of ``data.edge_types``.
         num_neg_samples (int or float, optional): negatives over all ranks; a float is a ratio of the
             relation's edges; ``None``: as many as edges. (default: :obj:`None`)
@@ -106,6 +107,10 @@ def relation(data: HeteroData, edge_type: EdgeType, group: dist.ProcessGroup | N
             raise ValueError(f"relation {edge_type} has no edge_index: pass the HeteroData as PyG's (edge_index per "
                              f"edge type) or this rank's shard of it")
         edge_index, part = store.edge_index, data[src].get("part")
+        if part is None and (rank is not None or (is_distributed(group) and world_size(group) > 1)):
+            raise ValueError(f"node type {src!r} has no partition, so every rank would draw every negative: pass the "
+                             f"partitioned HeteroData (SparsityAwarePartitioner(num_parts=world_size)(data)) or this "
+                             f"rank's shard of it")
     return edge_index, (num_src if src == dst else (num_src, num_dst)), part
 
 

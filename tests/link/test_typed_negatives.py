@@ -101,7 +101,8 @@ def _worker(rank: int, world_size: int) -> list:
     bad = whole.clone()
     bad[RATES].edge_index = torch.tensor([[0, USERS], [1, 2]])
     out.append([_error(hetero_negative_sampling, local, ("item", "rates", "user")),  # each rank raises
-                _error(hetero_structured_negative_sampling, bad, RATES)])
+                _error(hetero_structured_negative_sampling, bad, RATES),
+                _error(hetero_negative_sampling, data, RATES, epoch=0)])  # no partition: not every pair per rank
     return out
 
 
@@ -144,7 +145,8 @@ def test_same_negatives_for_any_p_and_partition(P):
         if which == 1:
             assert per_rank[P - 1][which]["whole"]["neg"].size(1) == 0  # rank P - 1 owns no user
     for r in range(P):  # a bad edge type or ids out of range: an error naming the fix on every rank
-        wrong_type, out_of_range = per_rank[r][2]
+        wrong_type, out_of_range, unpartitioned = per_rank[r][2]
+        assert "has no partition, so every rank would draw every negative" in unpartitioned
         assert "not a relation of this graph: pass one of its edge types" in wrong_type
         assert f"holds id {USERS} but the bipartite sizes" in out_of_range and "data[src].num_nodes" in out_of_range
 
@@ -254,6 +256,8 @@ def test_errors_name_the_fix(monkeypatch):
         hetero_negative_sampling(data.to_homogeneous(), RATES, epoch=0)
     local = shard(_partitioned(data, {"user": torch.zeros(USERS, dtype=torch.long),
                                       "item": torch.zeros(ITEMS, dtype=torch.long)}, 1))
+    with pytest.raises(ValueError, match="'user' has no partition.*pass the partitioned HeteroData"):
+        hetero_negative_sampling(data, RATES, epoch=0, rank=0)
     with pytest.raises(ValueError, match="rank= draws a rank's share .*not a shard"):
         hetero_negative_sampling(local, RATES, epoch=0, rank=0)
     assert _equal(hetero_negative_sampling(local, RATES, 30, epoch=0),  # a one-rank shard draws the whole graph's
