@@ -206,12 +206,12 @@ class SpMMAlgorithm(ABC):
         .. math:: (t_r, s_r) = \sum_{w \in \mathrm{widths}} \mathrm{predict\_as\_run}(\mathrm{ranks}_r, w)
 
         Args:
-            ranks: the :class:`~pyg_sparsecomm.algorithms.cost.RankVolumes` of every rank.
-            widths: the SpMM width of every layer.
-            model: the α-β model.
-            element_size: bytes per element of the exchanged rows.
-            options: the layers' :class:`HaloOptions` (compressed halos are priced compressed;
-                with ``staleness=1`` the seconds are the exposed time, :meth:`predict_as_run`).
+            ranks (Sequence['RankVolumes']): the :class:`~pyg_sparsecomm.algorithms.cost.RankVolumes` of every rank.
+            widths (Sequence[int]): the SpMM width of every layer.
+            model (CostModel): the α-β model.
+            element_size (int, optional): bytes per element of the exchanged rows. (default: :obj:`4`)
+            options (HaloOptions, optional): the layers' :class:`HaloOptions` (compressed halos are priced compressed;
+                with ``staleness=1`` the seconds are the exposed time, :meth:`predict_as_run`). (default: :obj:`None`)
 
         Returns:
             ``(seconds, bytes_sent)``, two ``[len(ranks)]`` arrays; ValueError without a :meth:`predict`.

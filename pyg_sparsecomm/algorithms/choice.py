@@ -36,7 +36,7 @@ def choose_algorithm(adj: HaloAdj, exchanger: HaloExchanger, grid: ProcessGrid |
     Args:
         adj (HaloAdj): the layer's block row (its plan and stored entries are priced).
         exchanger (HaloExchanger): the layer's exchanger (process group and halo options).
-        grid (ProcessGrid, optional): the 1.5D grid (``None``: a 1D layout).
+        grid (ProcessGrid): the 1.5D grid (``None``: a 1D layout).
         width (int): columns of the SpMM.
         element_size (int): bytes per element of the exchanged rows.
         learnable (bool): whether the adjacency's values need gradients.

@@ -287,15 +287,15 @@ def volumes_of_all_ranks(volume_matrix: np.ndarray, block_rows: Sequence[int] | 
     r"""``RankVolumes`` of all ``P = Q c`` ranks of a partition into ``Q`` parts, in rank order.
 
     Args:
-        volume_matrix: ``[Q, Q]``, ``V[s, d]`` rows ``s`` sends to ``d`` per 1D exchange.
-        block_rows: ``[Q]`` rows of every block row.
-        replication: ``c``.
-        spans: optional ``[2, Q, Q]`` one-sided volumes, ``S[d, r, k]`` rows block row ``r`` gets
+        volume_matrix (np.ndarray): ``[Q, Q]``, ``V[s, d]`` rows ``s`` sends to ``d`` per 1D exchange.
+        block_rows (Sequence[int] or np.ndarray): ``[Q]`` rows of every block row.
+        replication (int): ``c``.
+        spans (np.ndarray, optional): optional ``[2, Q, Q]`` one-sided volumes, ``S[d, r, k]`` rows block row ``r`` gets
             from ``k`` in direction ``d`` (:attr:`~pyg_sparsecomm.plan.homogeneous.CommPattern.spans`); rank
-            :math:`(i, j)` then has ``fetch_rows = S[:, i, :]`` and ``serve_rows = S[:, :, i]``.
-        block_nnz: optional ``[Q, Q]``, ``B[i, k]`` stored entries of block :math:`A_{ik}`
+            :math:`(i, j)` then has ``fetch_rows = S[:, i, :]`` and ``serve_rows = S[:, :, i]``. (default: :obj:`None`)
+        block_nnz (np.ndarray, optional): optional ``[Q, Q]``, ``B[i, k]`` stored entries of block :math:`A_{ik}`
             (:attr:`~pyg_sparsecomm.plan.homogeneous.CommPattern.block_nnz`); rank :math:`(i, j)` then has
-            ``nnz`` :math:`= \sum_{k \in \mathcal S_j} B[i, k]`.
+            ``nnz`` :math:`= \sum_{k \in \mathcal S_j} B[i, k]`. (default: :obj:`None`)
     """
     Q = volume_matrix.shape[0]
     return [RankVolumes.from_counts(volume_matrix[i], volume_matrix[:, i], block_rows, i, j, replication,

@@ -94,13 +94,13 @@ def predict_layouts(data: Data, world_size: int, widths: Sequence[int], method: 
     """Predicts every (algorithm, ``c``) for ``world_size`` ranks; see the module docstring.
 
     Args:
-        data: the whole graph (``edge_index``, ``num_nodes``).
-        widths: the SpMM width of every layer (for GCNConv: each layer's ``out_channels``).
-        method: partitioning method of :class:`~pyg_sparsecomm.SparsityAwarePartitioner`
-            used for the ``P / c`` parts (or pass ``partition(data, num_parts) -> part``).
-        replications: the ``c`` to consider (default: every admissible one).
-        options: the layers' :class:`~pyg_sparsecomm.comm.halo_options.HaloOptions` (compressed
-            halos are priced at their payload bytes).
+        data (torch_geometric.data.Data): the whole graph (``edge_index``, ``num_nodes``).
+        widths (Sequence[int]): the SpMM width of every layer (for GCNConv: each layer's ``out_channels``).
+        method (str, optional): partitioning method of :class:`~pyg_sparsecomm.SparsityAwarePartitioner`
+            used for the ``P / c`` parts (or pass ``partition(data, num_parts) -> part``). (default: :obj:`"metis"`)
+        replications (Sequence[int], optional): the ``c`` to consider (default: every admissible one).
+        options (HaloOptions, optional): the layers' :class:`~pyg_sparsecomm.comm.halo_options.HaloOptions` (compressed
+            halos are priced at their payload bytes). (default: :obj:`None`)
     """
     from ..partition import SparsityAwarePartitioner
 

@@ -16,7 +16,7 @@ class LazyRegistry(MutableMapping[str, T]):
     """A mutable mapping ``name -> value`` in which :meth:`declare` d names load their module on lookup.
 
     Args:
-        what: what the values are (for error messages), e.g. ``"algorithm"``.
+        what (str): what the values are (for error messages), e.g. ``"algorithm"``.
     """
 
     def __init__(self, what: str) -> None:
