@@ -4,6 +4,7 @@ by hashes of global ids (:mod:`.negative_sampling`) or, on a shard, as PyG draws
 (:mod:`.shard_negatives`), whole-graph metrics (:mod:`.metrics`, :mod:`.roc_auc`), PyG's ranking
 metrics over every rank's users (:mod:`.ranking`, :mod:`.ranking_functions`) and top-k recommendation
 over every rank's items (:mod:`.topk`)."""
+from .hetero_negatives import hetero_negative_sampling, hetero_structured_negative_sampling
 from .metrics import global_auc, global_hits_at_k
 from .negative_sampling import structured_negative_sampling
 from .pair_index import PairIndex
@@ -35,4 +36,5 @@ __all__ = ["DistributedPairs", "distribute_pairs", "local_pairs", "pair_plan", "
            "DistributedLinkPredMetric", "DistributedLinkPredPrecision", "DistributedLinkPredRecall",
            "DistributedLinkPredNDCG", "DistributedLinkPredMRR", "DistributedLinkPredHitRatio", "DistributedLinkPredMAP",
            "global_link_pred_metric", "global_precision_at_k", "global_recall_at_k", "global_ndcg_at_k",
-           "global_mrr_at_k", "global_hit_ratio_at_k", "global_map_at_k", "recommend_topk", "TopK"]
+           "global_mrr_at_k", "global_hit_ratio_at_k", "global_map_at_k", "recommend_topk", "TopK",
+           "hetero_negative_sampling", "hetero_structured_negative_sampling"]
