@@ -106,6 +106,11 @@ def _expand(ptr: Tensor, n: int) -> Tensor:
 #: graph-level attribute of a graph converted from ``adj_t`` (and of its shards): its :func:`graph_form`
 FORM_KEY = "graph_form"
 
+#: supervision pairs of a link split (``RandomLinkSplit``): no edges of the graph, so ``shard()`` keeps
+#: them whole, in global ids, on every rank (slicing them as edge attributes would pair labels with
+#: the wrong pairs whenever there are as many pairs as edges)
+SUPERVISION_KEYS = ("edge_label_index", "edge_label", "edge_label_time")
+
 
 def graph_form(graph: Any) -> str:
     """The form of a graph argument: ``"SparseTensor"`` (a ``torch_sparse.SparseTensor``),

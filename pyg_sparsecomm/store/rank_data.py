@@ -9,7 +9,7 @@ from torch_geometric.data import Data, HeteroData
 from ..comm.grid import ProcessGrid
 from ..comm.group import rank as group_rank
 from ..comm.group import world_size as group_world_size
-from ..graph.inputs import FORM_KEY, with_edge_index
+from ..graph.inputs import FORM_KEY, SUPERVISION_KEYS, with_edge_index
 from ..graph.validate import check_edge_index, check_edge_weight, check_node_tensor, check_partition
 from ..plan.halo_adj import HaloAdj
 from ..plan.homogeneous import CommPattern, local_edges, rank_plan
@@ -40,6 +40,9 @@ def shard(data: Data, group: dist.ProcessGroup | None = None, rank: int | None =
     any), ``edge_weight`` (those weights in ``adj``'s edge order) and ``e_id`` (the
     global edge id of every local edge, in the same order).  Of a graph given as ``adj_t`` (e.g.
     by ``T.ToSparseTensor()``), ``adj`` is also ``adj_t``, so the script's ``data.adj_t`` reads it.
+    A link split's supervision pairs (``edge_label_index``, ``edge_label``, ``edge_label_time`` of
+    ``RandomLinkSplit``) are no edges: they are kept whole, in global ids, on every rank
+    (:func:`~pyg_sparsecomm.link.distribute_pairs` gives each rank its own).
 
     With a :class:`~pyg_sparsecomm.comm.grid.ProcessGrid` ``grid`` of replication
     ``c`` (the 1.5D algorithms), ``data`` must be partitioned into ``P / c``
@@ -139,8 +142,11 @@ def shard_from_pattern(data: Data, pattern: CommPattern, rank: int) -> Data:
     adj = HaloAdj.from_coo(row, col, None if value is None else value.cpu(), plan, is_sorted=True)  # local_edges sorts
 
     local = Data()
+    pairs = SUPERVISION_KEYS if "edge_label_index" in data else ()
     for key, value in data.items():
-        if key not in _SKIP:
+        if key in pairs:
+            local[key] = value  # the split's pairs, whole, in global ids (link.distribute_pairs takes them)
+        elif key not in _SKIP:
             local[key] = _local_attr(data, key, value, plan.n_id, edge_id)
     return attach_adjacency(local, adj, edge_id)
 

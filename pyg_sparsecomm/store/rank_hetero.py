@@ -20,6 +20,7 @@ from torch_geometric.data import HeteroData
 
 from ..comm.group import rank as group_rank
 from ..comm.group import world_size as group_world_size
+from ..graph.inputs import SUPERVISION_KEYS
 from ..graph.validate import check_edge_weight, check_hetero, check_partition
 from ..plan.hetero import source_pattern
 from ..plan.homogeneous import RankPlan, local_edges, rank_plan
@@ -29,8 +30,6 @@ from ..plan.relation_adj import RelationAdj
 _NODE_SKIP = {"part", "num_nodes", "n_id"}
 _EDGE_SKIP = {"edge_index", "adj_t", "edge_weight", "e_id"}
 _GLOBAL_SKIP = {"num_parts", "comm_stats"}
-#: a relation's supervision pairs (PyG's link splits and loaders), kept whole: a pair is no edge
-_SUPERVISION = ("edge_label_index", "edge_label", "edge_label_time")
 
 
 class MissingShardKey(KeyError, AttributeError):
@@ -146,7 +145,7 @@ def _shard_relation(data: HeteroData, local: HeteroData, edge_type: tuple[str, s
     num_rows = local[edge_type[2]].num_nodes
     adj = RelationAdj.from_relation(row, col, value, plan, edge_type, num_rows)
     num_edges = store.edge_index.size(1)
-    pairs = _SUPERVISION if "edge_label_index" in store else ()
+    pairs = SUPERVISION_KEYS if "edge_label_index" in store else ()
     for key, attr in store.items():
         if key in _EDGE_SKIP:
             continue
