@@ -26,7 +26,6 @@ index ``z[batch.edge_label_index[0]]`` silently wrong, so reading it raises nami
 with ``"triplet"`` the pairs are the positives, then every positive's ``amount`` negatives
 (``batch.num_positive_pairs`` positives on this rank).
 """
-import math
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -34,7 +33,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch import Tensor
-from torch_geometric.data import Data
+from torch_geometric.data import Data, HeteroData
 
 from ..comm.group import rank as group_rank
 from ..comm.group import world_size as group_world_size
@@ -43,10 +42,8 @@ from ..link.pairs import DistributedPairs, endpoint_plan
 from ..link.partition_vector import partition_vector
 from ..link.same_pairs import check_same_pairs
 from ..plan.homogeneous import owner_rows
-from ..sampling.randomness import bucket, stream_key, uniform
+from ..sampling.link_rules import LinkBatching, negative_sampling_mode, supervision_labels
 from .neighbor_loader import DistributedNeighborLoader
-
-_PAIR_BATCHES, _NEGATIVES = 21, 22  # stream names
 
 
 class LinkBatch(Data):
@@ -91,40 +88,36 @@ class DistributedLinkNeighborLoader:
           :math:`|\mathcal{E}_b|` pairs (with negatives) this rank scores
     """
 
+    #: the subclass a heterogeneous shard gets (:mod:`.hetero_link_loader` registers itself)
+    _heterogeneous: type["DistributedLinkNeighborLoader"] | None = None
+
+    def __init_subclass__(cls, heterogeneous: bool = False, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if heterogeneous:
+            DistributedLinkNeighborLoader._heterogeneous = cls
+
+    def __new__(cls, local: Any = None, *args: Any, **kwargs: Any) -> "DistributedLinkNeighborLoader":
+        """A ``HeteroData`` shard gets the heterogeneous loader, as PyG's ``LinkNeighborLoader`` takes both."""
+        if isinstance(local, HeteroData) and cls is DistributedLinkNeighborLoader and cls._heterogeneous is not None:
+            return object.__new__(cls._heterogeneous)
+        return object.__new__(cls)
+
     def __init__(self, local: Data, num_neighbors: Sequence[int], edge_label_index: Tensor,
                  edge_label: Tensor | None = None, neg_sampling: Any = None, batch_size: int = 1,
                  shuffle: bool = False, seed: int = 0, group: dist.ProcessGroup | None = None,
                  neg_sampling_ratio: float | None = None, amount: float | None = None) -> None:
-        if hasattr(neg_sampling, "mode"):  # PyG's NegativeSampling(mode, amount, src_weight, dst_weight)
-            if getattr(neg_sampling, "src_weight", None) is not None or \
-                    getattr(neg_sampling, "dst_weight", None) is not None:
-                raise ValueError("NegativeSampling with src_weight / dst_weight is not supported here: negatives are "
-                                 "drawn uniformly over the nodes")
-            amount = neg_sampling.amount if amount is None else amount
-            neg_sampling = getattr(neg_sampling.mode, "value", neg_sampling.mode)
-        if neg_sampling not in (None, "binary", "triplet"):
-            raise ValueError(f"neg_sampling must be None, 'binary' or 'triplet' (as PyG's LinkNeighborLoader), "
-                             f"got {neg_sampling!r}")
+        neg_sampling, self.amount = negative_sampling_mode(neg_sampling, amount, neg_sampling_ratio)
         self.nodes = DistributedNeighborLoader(local, num_neighbors, batch_size=1, seed=seed, group=group, prefetch=0)
         self.num_nodes = self.nodes.num_nodes
         check_edge_index(edge_label_index, self.num_nodes)
         self.edge_label_index = edge_label_index.cpu()
         m = self.edge_label_index.size(1)
-        if edge_label is not None and edge_label.size(0) != m:
-            raise ValueError(f"edge_label must hold one label per pair ({m}), got {edge_label.size(0)}")
-        self.edge_label = None if edge_label is None else edge_label.cpu()
-        if neg_sampling == "binary" and self.edge_label is not None and m and self.edge_label.min() == 0:
-            self.edge_label = self.edge_label + 1  # as PyG: 0 now marks the negatives
+        self.edge_label = supervision_labels(edge_label, m, neg_sampling, self.amount)
         self.neg_sampling = neg_sampling
-        self.amount = float(amount if amount is not None else neg_sampling_ratio if neg_sampling_ratio is not None
-                            else 1.0)
-        if neg_sampling == "triplet" and edge_label is not None:
-            raise ValueError("edge_label must be None for neg_sampling='triplet' (as in PyG): the batch's pairs are "
-                             "its positives, then their negatives (batch.num_positive_pairs of this rank first)")
-        if neg_sampling == "triplet" and (self.amount < 1 or self.amount != int(self.amount)):
-            raise ValueError(f"triplet negative sampling draws a whole number of negatives per pair, got {self.amount}")
         self.batch_size, self.shuffle, self.seed, self.group = batch_size, shuffle, seed, group
-        self.num_batches = max(1, math.ceil(m / batch_size))
+        self.rule = LinkBatching(m, batch_size, self.num_nodes, self.num_nodes, neg_sampling, self.amount,
+                                 bool(shuffle), seed)
+        self.num_batches = self.rule.num_batches
         self.part = self._partition()
         self.epoch = 0
         check_same_pairs(self.edge_label_index, type(self).__name__, group,
@@ -139,33 +132,12 @@ class DistributedLinkNeighborLoader:
 
     def pair_batches(self, epoch: int) -> np.ndarray:
         """``[m]`` the batch of every pair in ``epoch`` (no communication)."""
-        key = stream_key(self.seed, _PAIR_BATCHES, epoch if self.shuffle else 0)
-        return bucket(key, torch.arange(self.edge_label_index.size(1)), self.num_batches).numpy()
+        return self.rule.pair_batches(epoch)
 
     def batch_pairs(self, epoch: int, b: int) -> tuple[Tensor, Tensor | None, Tensor, int]:
         """Batch ``b``'s pairs over all ranks: ``(pairs, labels, pair_id, num_positive)`` in global ids
         (positives first; ``pair_id`` ``-1`` for negatives).  The same on every rank."""
-        pair_id = torch.from_numpy(np.flatnonzero(self.pair_batches(epoch) == b))
-        pos = self.edge_label_index[:, pair_id]
-        label = None if self.edge_label is None else self.edge_label[pair_id]
-        if self.neg_sampling is None:
-            return pos, label, pair_id, pos.size(1)
-        if self.neg_sampling == "binary":
-            num = math.ceil(self.amount * pos.size(1))
-            src, dst = self._uniform_nodes(epoch, b, 0, num), self._uniform_nodes(epoch, b, 1, num)
-            positive = torch.ones(pos.size(1)) if label is None else label
-            label = torch.cat([positive, positive.new_zeros((num,) + tuple(positive.shape[1:]))])
-        else:
-            per = int(self.amount)
-            src = pos[0].repeat_interleave(per)
-            dst = self._uniform_nodes(epoch, b, 1, pos.size(1) * per)
-        neg = torch.stack([src, dst])
-        return (torch.cat([pos, neg], dim=1), label, torch.cat([pair_id, torch.full((neg.size(1),), -1)]),
-                pos.size(1))
-
-    def _uniform_nodes(self, epoch: int, b: int, end: int, num: int) -> Tensor:
-        u = uniform(stream_key(self.seed, _NEGATIVES, epoch, b, end), np.arange(num, dtype=np.int64))
-        return torch.from_numpy(np.minimum((u * self.num_nodes).astype(np.int64), self.num_nodes - 1))
+        return self.rule.batch_pairs(epoch, b, self.edge_label_index, self.edge_label)
 
     def __iter__(self) -> Iterator[Data]:
         epoch = self.epoch
@@ -207,3 +179,4 @@ class DistributedLinkNeighborLoader:
     def __repr__(self) -> str:
         extra: dict[str, Any] = {"neg_sampling": self.neg_sampling, "batch_size": self.batch_size}
         return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in extra.items())})"
+

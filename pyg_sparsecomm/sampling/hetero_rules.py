@@ -114,20 +114,32 @@ def hetero_global_batches(data, sampling: HeteroNeighborSampling, input_nodes: T
     nb = sampling.num_batches(int(inputs.sum()))
     seeds = np.flatnonzero(inputs)
     seed_batch = sampling.batch_of(epoch, torch.from_numpy(seeds), nb, torch.from_numpy(seeds)).numpy()
+    graphs = relation_graphs(data, sampling)
+    batches = [seeded_batch(sampling, epoch, b, {sampling.input_type: seeds[seed_batch == b]}, graphs, sizes)
+               for b in range(nb)]
+    return [b for b in batches if b.num_seeds > 0]
+
+
+def relation_graphs(data, sampling: HeteroNeighborSampling) -> list[tuple[np.ndarray, np.ndarray, tuple]]:
+    """``(src, dst, in-edges)`` of every relation of ``sampling`` in ``data``: what :func:`seeded_batch`
+    samples from."""
+    sizes = {t: int(data[t].num_nodes) for t in data.node_types}
     graphs = []
     for edge_type in sampling.edge_types:
         src, dst = data[edge_type].edge_index.cpu().numpy()
         graphs.append((src, dst, global_in_edges(src, dst, sizes[edge_type[2]])))
-    batches = [_batch(sampling, epoch, b, seeds[seed_batch == b], graphs, sizes) for b in range(nb)]
-    return [b for b in batches if b.num_seeds > 0]
+    return graphs
 
 
-def _batch(sampling: HeteroNeighborSampling, epoch: int, b: int, seeds: np.ndarray, graphs: list,
-           sizes: dict[str, int]) -> HeteroGlobalBatch:
+def seeded_batch(sampling: HeteroNeighborSampling, epoch: int, b: int, seeds: dict[str, np.ndarray], graphs: list,
+                 sizes: dict[str, int]) -> HeteroGlobalBatch:
+    """Batch ``b`` of ``epoch`` sampled from ``seeds`` (sorted global ids per node type) over ``graphs``
+    (:func:`relation_graphs`) of nodes ``sizes`` per type, in one process; ``num_seeds``: all seeds."""
     hop = {t: np.full(n, -1, dtype=np.int64) for t, n in sizes.items()}
-    hop[sampling.input_type][seeds] = 0
     frontier = {t: np.zeros(0, dtype=np.int64) for t in sizes}
-    frontier[sampling.input_type] = seeds
+    for t, ids in seeds.items():
+        hop[t][ids] = 0
+        frontier[t] = ids
     picked: dict[EdgeType, list[np.ndarray]] = {et: [] for et in sampling.edge_types}
     for h in range(1, sampling.num_hops + 1):
         reached: dict[str, list[np.ndarray]] = {t: [] for t in sizes}
@@ -147,4 +159,4 @@ def _batch(sampling: HeteroNeighborSampling, epoch: int, b: int, seeds: np.ndarr
         node_counts[t] = np.bincount(hop[t][nodes], minlength=sampling.num_hops + 1).tolist()
     e_id = {et: t64(np.concatenate(p)) for et, p in picked.items()}
     edge_counts = {et: [int(x.size) for x in p] for et, p in picked.items()}
-    return HeteroGlobalBatch(n_id, int(seeds.size), node_counts, e_id, edge_counts)
+    return HeteroGlobalBatch(n_id, sum(int(ids.size) for ids in seeds.values()), node_counts, e_id, edge_counts)
