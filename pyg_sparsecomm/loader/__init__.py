@@ -13,6 +13,7 @@ from ..sampling import (
     hetero_global_batches,
     trim_to_layer,
 )
+from .hetero_link_loader import DistributedHeteroLinkNeighborLoader
 from .hetero_neighbor_loader import DistributedHeteroNeighborLoader
 from .link_neighbor_loader import DistributedLinkNeighborLoader
 from .neighbor_loader import DistributedNeighborLoader
@@ -21,4 +22,4 @@ from .node_subset_loader import DistributedNodeSubsetLoader
 __all__ = ["DistributedNeighborLoader", "DistributedHeteroNeighborLoader", "DistributedLinkNeighborLoader",
            "DistributedNodeSubsetLoader", "SampledAdj", "trim_to_layer", "NeighborSampling", "NodeSubsetSampling",
            "GlobalBatch", "global_batches", "HeteroNeighborSampling", "HeteroGlobalBatch", "hetero_global_batches",
-           "SampledRelationAdj"]
+           "SampledRelationAdj", "DistributedHeteroLinkNeighborLoader"]

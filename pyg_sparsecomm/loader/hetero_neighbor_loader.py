@@ -114,8 +114,16 @@ class DistributedHeteroNeighborLoader(DistributedNeighborLoader, heterogeneous=T
         """Batch ``b`` of ``epoch`` from this rank's ``seeds`` (rows of the input type); collective.
         Reads the device once per hop (:mod:`~pyg_sparsecomm.sampling.frontier`); one all-to-all per
         hop for all source types together."""
+        sampled = self.sample_from(epoch, b, {self.input_type: seeds})
+        return build_hetero_batch(self.local, self.adjs, sampled, self.input_type, self.sampling.num_hops,
+                                  self.sample_group)
+
+    def sample_from(self, epoch: int, b: int, seeds: dict[str, Tensor]) -> HeteroSampled:
+        """What this rank samples for batch ``b`` of ``epoch`` from its ``seeds`` (shard rows per node
+        type: those of the input type, or the two end types of a link batch); collective."""
         row_hop = {t: torch.full((n,), -1, dtype=torch.long, device=self.device) for t, n in self.num_owned.items()}
-        row_hop[self.input_type].index_fill_(0, seeds, 0)
+        for t, rows in seeds.items():
+            row_hop[t].index_fill_(0, rows, 0)
         newly = {t: hop == 0 for t, hop in row_hop.items()}
         asks = self.halo_requests.batch(self.sample_group)
         edges: dict[EdgeType, list[Tensor]] = {et: [] for et in self.adjs}
@@ -128,10 +136,9 @@ class DistributedHeteroNeighborLoader(DistributedNeighborLoader, heterogeneous=T
             for t, mask in newly.items():
                 row_hop[t].masked_fill_(mask, h)
         requests = {s: asks.requests(i) for i, s in enumerate(self.plans)}
-        sampled = HeteroSampled(row_hop, {et: torch.cat(e) for et, e in edges.items()},
-                                {et: torch.cat(h) for et, h in hops.items()}, requests, int(seeds.numel()))
-        return build_hetero_batch(self.local, self.adjs, sampled, self.input_type, self.sampling.num_hops,
-                                  self.sample_group)
+        return HeteroSampled(row_hop, {et: torch.cat(e) for et, e in edges.items()},
+                             {et: torch.cat(h) for et, h in hops.items()}, requests,
+                             int(seeds[self.input_type].numel()) if self.input_type in seeds else 0)
 
     def _hop(self, epoch: int, b: int, h: int, newly: dict[str, Tensor], edges: dict, hops: dict,
              asks: BatchRequests) -> dict[str, Tensor]:

@@ -1,0 +1,164 @@
+r"""The pair indices of a heterogeneous link batch: PyG's batch positions, where a target may live on another rank.
+
+PyG's ``LinkNeighborLoader`` gives a batch's pairs as positions in the batch's rows of each end type:
+``batch[edge_type].edge_label_index`` (binary) or ``batch[src].src_index``,
+``batch[dst].dst_pos_index`` and ``batch[dst].dst_neg_index`` (triplet), scored with
+``z_dict[src][edge_label_index[0]]`` and ``z_dict[dst][edge_label_index[1]]``.  In a distributed
+batch a rank holds the pairs whose source it owns, so a source is one of its own rows and its
+position is a plain tensor; a target may be another rank's row.  A :class:`TargetIndex` then indexes
+``z_dict[dst]`` (this rank's batch rows of ``dst``) through the batch's sparsity-aware exchange:
+``z_dst[index]`` is every target's row, those owned elsewhere brought from their owners (each once
+per rank; differentiable: their gradients travel back).  The indices of one batch and end type share
+one exchange: the first to index a ``z`` brings the rows, the others reuse them while they index the
+same, unmodified ``z``.  Indexing is a collective: every rank indexes, also one holding no pairs.
+"""
+import weakref
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from ..link.pair_exchange import rows_with_halo
+from ..plan.homogeneous import RankPlan
+
+
+class TargetRows:
+    r""":math:`[z_{dst} \,\|\, z_{dst, halo}]` of one batch's targets: one exchange shared by its views.
+
+    Args:
+        plan (RankPlan): the exchange bringing the targets this rank does not own (over its batch rows).
+        node_type (str): the targets' node type.
+        num_views (int): the :class:`TargetIndex` objects reading it.
+        group (torch.distributed.ProcessGroup, optional): the process group. (default: :obj:`None`)
+    """
+
+    def __init__(self, plan: RankPlan, node_type: str, num_views: int,
+                 group: dist.ProcessGroup | None = None) -> None:
+        self.plan, self.node_type, self.num_views, self.group = plan, node_type, num_views, group
+        self._rows: tuple[Any, int, Tensor] | None = None  # (weakref to z, z's version, [z | halo])
+        self._served: set[int] = set()
+
+    def rows(self, z: Tensor, view: int) -> Tensor:
+        """``[z | halo]`` for ``view``: exchanged unless another view of the same ``z`` did (a collective)."""
+        if z.size(0) != self.plan.num_owned:
+            raise ValueError(f"a link batch's target index: z of node type {self.node_type!r} has {z.size(0)} rows "
+                             f"but this rank's batch holds {self.plan.num_owned} {self.node_type!r} rows: index "
+                             f"the encoder's output on the batch, z_dict = model(batch.x_dict, batch.adj_dict)")
+        cached = self._rows
+        if cached is None or cached[0]() is not z or cached[1] != z._version or view in self._served:
+            if self.plan.n_id.device != z.device:
+                self.plan = self.plan.to(z.device)
+            cached = (weakref.ref(z), z._version, rows_with_halo(z, self.plan, self.group))
+            self._rows, self._served = cached, set()
+        self._served.add(view)
+        if len(self._served) == self.num_views:
+            self._rows = None  # every view taken: do not keep the step's graph alive
+        return cached[2]
+
+
+class TargetIndex:
+    """Positions of a batch's targets in ``z_dict[dst]``: ``z_dst[index]`` (see the module doc).
+
+    Args:
+        rows (TargetRows): the exchange it shares.
+        view (int): its number among the views of ``rows``.
+        column (torch.Tensor): the row of every target in :math:`[z_{dst} \\,\\|\\, z_{dst, halo}]`
+            (any shape: ``z_dst[index]`` has its shape plus the embedding's).
+        global_ids (torch.Tensor): the targets' global ids, shaped as ``column``.
+    """
+
+    def __init__(self, rows: TargetRows, view: int, column: Tensor, global_ids: Tensor) -> None:
+        self.target_rows, self.view, self.column, self.global_ids = rows, view, column, global_ids
+
+    def gather(self, z: Tensor) -> Tensor:
+        """Every target's row of ``z`` (this rank's batch rows of the targets' type); a collective."""
+        rows = self.target_rows.rows(z, self.view)
+        return rows[self.column.to(z.device)]
+
+    def size(self, dim: int | None = None) -> Any:
+        return self.column.size() if dim is None else self.column.size(dim)
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.column.shape
+
+    def dim(self) -> int:
+        return self.column.dim()
+
+    def numel(self) -> int:
+        return self.column.numel()
+
+    def __len__(self) -> int:
+        return self.column.size(0)
+
+    def to(self, *args: Any, **kwargs: Any) -> "TargetIndex":
+        """Itself: the rows come on ``z``'s device."""
+        return self
+
+    def cpu(self) -> "TargetIndex":
+        return self
+
+    def __repr__(self) -> str:
+        return f"TargetIndex({self.target_rows.node_type!r} targets, shape={list(self.column.shape)})"
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func is Tensor.__getitem__ and len(args) == 2 and isinstance(args[1], TargetIndex):
+            return args[1].gather(args[0])
+        raise TypeError(_refusal(f"torch.{getattr(func, '__name__', func)}"))
+
+
+class BatchPairIndex:
+    """A heterogeneous link batch's ``edge_label_index``: ``[0]`` the sources' batch rows (a tensor),
+    ``[1]`` the targets' :class:`TargetIndex`; ``global_ids`` the ``[2, m]`` pairs in global ids.
+
+    Args:
+        source (torch.Tensor): ``[m]`` every pair's source row in this rank's batch rows of ``src``.
+        target (TargetIndex): every pair's target.
+        global_ids (torch.Tensor): ``[2, m]`` the pairs' global ids.
+    """
+
+    def __init__(self, source: Tensor, target: TargetIndex, global_ids: Tensor) -> None:
+        self.source, self.target, self.global_ids = source, target, global_ids
+
+    def __getitem__(self, end: Any) -> Any:
+        if isinstance(end, int) and -2 <= end <= 1:
+            return self.source if end % 2 == 0 else self.target
+        raise TypeError(_refusal(f"indexing with {end!r}"))
+
+    def size(self, dim: int | None = None) -> Any:
+        return self.global_ids.size() if dim is None else self.global_ids.size(dim)
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.global_ids.shape
+
+    def dim(self) -> int:
+        return 2
+
+    def numel(self) -> int:
+        return self.global_ids.numel()
+
+    def __len__(self) -> int:
+        return 2
+
+    def to(self, *args: Any, **kwargs: Any) -> "BatchPairIndex":
+        """Itself: sources index this rank's rows, targets' rows come on ``z``'s device."""
+        return self
+
+    def cpu(self) -> "BatchPairIndex":
+        return self
+
+    def __repr__(self) -> str:
+        return f"BatchPairIndex(pairs={self.global_ids.size(1)} held by this rank)"
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        raise TypeError(_refusal(f"torch.{getattr(func, '__name__', func)}"))
+
+
+def _refusal(what: str) -> str:
+    return (f"{what} on a distributed link batch's pair index: its targets may be rows of other ranks; it "
+            f"supports z_dict[src][edge_label_index[0]], z_dict[dst][edge_label_index[1]] (and z[dst_pos_index], "
+            f"z[dst_neg_index]), size(); the pairs' global ids are .global_ids")
