@@ -107,7 +107,32 @@ def _worker(rank, P, data, pairs, label):
                 opt.step()
                 losses.append(float(loss.detach()))
         out[mode] = (batches, losses, grads)
+    out["errors"] = _errors(rank, P, data, local, pairs)
     return out
+
+
+def _errors(rank, P, data, local, pairs):
+    """The messages of every refused argument on this rank (each raised on every rank, before any exchange
+    that would hang)."""
+    only_rates = HeteroData()
+    for t in ("user", "item"):
+        only_rates[t].x = data[t].x
+    only_rates[RATES].edge_index = data[RATES].edge_index
+    one_way = shard(partition(only_rates, P))
+    bad = pairs.clone()
+    if rank == min(1, P - 1):  # one rank's pairs only: every rank raises
+        bad[1, 0] = ITEMS + 5
+    cases = [(local, FANOUTS, (("user", "likes", "item"), pairs)), (local, FANOUTS, (RATES, bad)),
+             (one_way, [2], (RATES, pairs)), (local, {RATES: [2], REV: [2]}, (RATES, pairs)),
+             (local, FANOUTS, pairs)]
+    messages = []
+    for shard_, fanouts, edge_label_index in cases:
+        try:
+            DistributedLinkNeighborLoader(shard_, fanouts, edge_label_index, batch_size=BATCH)
+            messages.append(None)
+        except ValueError as e:
+            messages.append(str(e))
+    return messages
 
 
 def reference_batches(data, pairs, label, mode):
@@ -153,10 +178,20 @@ def _sorted(pairs):
     return sorted((pairs[0] * ITEMS + pairs[1]).tolist())
 
 
+_RUNS: dict = {}
+
+
+def run(P):
+    """One launch per P, shared by the tests."""
+    if P not in _RUNS:
+        _RUNS[P] = launch(_worker, P, *make_graph())
+    return _RUNS[P]
+
+
 @pytest.mark.parametrize("P", [1, 2, 3])
 def test_hetero_link_batches_and_training_equal_single_process(P):
     data, pairs, label = make_graph()
-    per_rank = launch(_worker, P, data, pairs, label)
+    per_rank = run(P)
     for mode in MODES:
         reference = reference_batches(data, pairs, label, mode)
         ranks = [r[mode][0] for r in per_rank]
@@ -189,7 +224,20 @@ def test_hetero_link_batches_and_training_equal_single_process(P):
                 for k in range(num_pos):
                     assert negatives[k].tolist() in by_source[tuple(all_pairs[:, k].tolist())]
         losses, grads = reference_training(mode)
+        assert len(set(losses)) == len(losses)
         for r in per_rank:
             assert r[mode][1] == pytest.approx(losses, rel=1e-5, abs=1e-6), (mode, P)
             for got, want in zip(r[mode][2], grads, strict=True):
                 torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+
+
+def test_hetero_link_loader_errors_name_the_fix_on_every_rank():
+    for r in run(2):
+        edge_type, out_of_range, one_way, fanouts, untyped = r["errors"]
+        assert "edge type ('user', 'likes', 'item'), which is not a relation of the graph: pass one of" in edge_type
+        assert f"holds id {ITEMS + 5} but node type 'item' has {ITEMS} nodes" in out_of_range
+        assert "rank 1" in out_of_range and "rank 0" not in out_of_range  # only rank 1's pairs were bad
+        assert "node type 'user' (the source of ('user', 'rates', 'item')) is the destination of no relation" in \
+            one_way and "add the reverse relations" in one_way
+        assert "no fanouts for edge type ('user', 'follows', 'user')" in fanouts
+        assert "edge_label_index on a heterogeneous graph is (edge_type, pairs)" in untyped
