@@ -212,6 +212,7 @@ class HaloPort:
         self.static = StaticHalo()
         self.slots.clear()
         self.forget_spmm()
+        self._link = None  # its exchangers hold the shard's plan
 
     def forget_spmm(self) -> None:
         """Drops the SpMM algorithms kept (it releases an ``"rdma"`` engine's lease)."""
