@@ -61,7 +61,8 @@ def _worker(rank, world_size, nodes, steps):
     from pyg_sparsecomm import SparsityAwarePartitioner, distribute, shard
     from pyg_sparsecomm.comm import halo, stale
     from pyg_sparsecomm.nn.runtime import call as distributed_layer
-    from pyg_sparsecomm.nn.runtime import checks, first_use
+    from pyg_sparsecomm.nn.runtime import checks as call_checks
+    from pyg_sparsecomm.nn.runtime import first_use
     data = with_features(sparse_sbm_graph(nodes, 8, 10.0, 0.8, seed=0), num_features=64)
     local = shard(SparsityAwarePartitioner(world_size, method="random", seed=1)(data))
     checks = []
@@ -72,7 +73,7 @@ def _worker(rank, world_size, nodes, steps):
 
     def rank_local_calls():  # this rank's checks only, as later calls ran before
         return _patched(distributed_layer, "check_call",
-                        lambda *args: checks.check_call(*args[:7], collective=False))
+                        lambda *args: call_checks.check_call(*args[:7], collective=False))
 
     def rank_local_encode():
         return _patched(halo, "encode_together",
