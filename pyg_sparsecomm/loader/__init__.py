@@ -5,12 +5,14 @@ from ..sampling import (
     GlobalBatch,
     HeteroGlobalBatch,
     HeteroNeighborSampling,
+    LinkBatching,
     NeighborSampling,
     NodeSubsetSampling,
     SampledAdj,
     SampledRelationAdj,
     global_batches,
     hetero_global_batches,
+    hetero_link_global_batches,
     trim_to_layer,
 )
 from .hetero_link_loader import DistributedHeteroLinkNeighborLoader
@@ -22,4 +24,5 @@ from .node_subset_loader import DistributedNodeSubsetLoader
 __all__ = ["DistributedNeighborLoader", "DistributedHeteroNeighborLoader", "DistributedLinkNeighborLoader",
            "DistributedNodeSubsetLoader", "SampledAdj", "trim_to_layer", "NeighborSampling", "NodeSubsetSampling",
            "GlobalBatch", "global_batches", "HeteroNeighborSampling", "HeteroGlobalBatch", "hetero_global_batches",
-           "SampledRelationAdj", "DistributedHeteroLinkNeighborLoader"]
+           "SampledRelationAdj", "DistributedHeteroLinkNeighborLoader", "LinkBatching",
+           "hetero_link_global_batches"]

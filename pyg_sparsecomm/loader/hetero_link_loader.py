@@ -72,6 +72,14 @@ class DistributedHeteroLinkNeighborLoader(DistributedLinkNeighborLoader, heterog
             (default: :obj:`1`)
         amount (float, optional): negatives per positive, as ``NegativeSampling``'s ``amount``.
             (default: :obj:`1`)
+
+    Shapes:
+        - **input:** supervision pairs :math:`(2, |\mathcal{E}_{sup}|)` of ``edge_type``, labels
+          :math:`(|\mathcal{E}_{sup}|)` *(optional)*, global on every rank
+        - **output:** batches whose ``batch[edge_type].edge_label_index`` :math:`(2, |\mathcal{E}_b|)`
+          indexes ``z_dict[src]`` and ``z_dict[dst]`` and ``edge_label`` is :math:`(|\mathcal{E}_b|)` for the
+          pairs this rank holds; with ``"triplet"``, ``src_index`` :math:`(k)`, ``dst_pos_index`` :math:`(k)`,
+          ``dst_neg_index`` :math:`(k, \text{amount})`
     """
 
     nodes: DistributedHeteroNeighborLoader  # the node loader of the heterogeneous shard

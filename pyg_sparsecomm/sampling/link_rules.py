@@ -65,7 +65,7 @@ class LinkBatching:
         key = stream_key(self.seed, _PAIR_BATCHES, epoch if self.shuffle else 0)
         return bucket(key, torch.arange(self.num_pairs), self.num_batches).numpy()
 
-    def batch_pairs(self, epoch: int, b: int, edge_label_index: Tensor, edge_label: Tensor | None
+    def batch_pairs(self, epoch: int, b: int, edge_label_index: Tensor, edge_label: Tensor | None = None
                     ) -> tuple[Tensor, Tensor | None, Tensor, int]:
         """Batch ``b``'s pairs over all ranks: ``(pairs, labels, pair_id, num_positive)`` in global ids
         (positives first, by position; ``pair_id`` ``-1`` for negatives).  The same on every rank.
@@ -75,7 +75,7 @@ class LinkBatching:
             b (int): the batch.
             edge_label_index (torch.Tensor): ``[2, m]`` the whole graph's pairs (on the CPU).
             edge_label (torch.Tensor, optional): ``[m]`` their labels (already shifted for
-                ``"binary"``).
+                ``"binary"``, :func:`supervision_labels`). (default: :obj:`None`)
         """
         pair_id = torch.from_numpy(np.flatnonzero(self.pair_batches(epoch) == b))
         pos = edge_label_index[:, pair_id]
@@ -167,6 +167,11 @@ def hetero_link_global_batches(data, sampling: HeteroNeighborSampling, rule: Lin
         edge_label (torch.Tensor, optional): ``[m]`` their labels, as given to the loader.
             (default: :obj:`None`)
         epoch (int, optional): the epoch. (default: :obj:`0`)
+
+    Shapes:
+        - **input:** pairs :math:`(2, m)`, labels :math:`(m)` *(optional)*, global ids
+        - **output:** per batch its pairs :math:`(2, m_b)` (positives first, then the negatives), labels
+          :math:`(m_b)` (binary), ``pair_id`` :math:`(m_b)` and the neighbourhood's ``n_id`` / ``e_id`` per type
     """
     labels = supervision_labels(edge_label, rule.num_pairs, rule.neg_sampling, rule.amount)
     graphs = relation_graphs(data, sampling)
