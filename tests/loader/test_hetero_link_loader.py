@@ -3,7 +3,8 @@ batches (``hetero_link_global_batches``), one gloo launch per P = 1..3, on a use
 directed relation (``follows``), isolated users, items nobody rated and, at P = 3, a part owning no
 user: every batch's pairs, labels and negatives (binary and triplet), its nodes and edges per type, the
 rows ``z_dict[dst][edge_label_index[1]]`` / ``z[dst_pos_index]`` / ``z[dst_neg_index]`` bring, and the
-loss curve and gradients of a ``to_hetero(SAGE)`` encoder with a dot-product decoder trained on them."""
+loss curve and gradients of a ``to_hetero(SAGE)`` encoder with a dot-product decoder trained on them;
+pairs within one node type (``follows``: one seed set of both ends); the refusals, on every rank."""
 import functools
 
 import pytest
@@ -108,6 +109,20 @@ def _worker(rank, P, data, pairs, label):
                 losses.append(float(loss.detach()))
         out[mode] = (batches, losses, grads)
     out["errors"] = _errors(rank, P, data, local, pairs)
+    out["follows"] = _within_one_type(local, pairs)
+    return out
+
+
+def _within_one_type(local, pairs):
+    """Pairs of a relation within one node type (``follows``, directed): one seed set of both ends."""
+    follows = pairs % USERS
+    loader = DistributedLinkNeighborLoader(local, [2, 1], (FOLLOWS, follows), neg_sampling="binary", batch_size=BATCH,
+                                           seed=SEED)
+    out = []
+    for batch in loader:
+        eli = batch[FOLLOWS].edge_label_index
+        out.append(({t: batch[t].n_id for t in batch.node_types}, eli.global_ids,
+                    batch["user"].x[eli[0]], batch["user"].x[eli[1]]))
     return out
 
 
@@ -241,3 +256,23 @@ def test_hetero_link_loader_errors_name_the_fix_on_every_rank():
             one_way and "add the reverse relations" in one_way
         assert "no fanouts for edge type ('user', 'follows', 'user')" in fanouts
         assert "edge_label_index on a heterogeneous graph is (edge_type, pairs)" in untyped
+
+
+@pytest.mark.parametrize("P", [2, 3])
+def test_pairs_within_one_node_type(P):
+    data, pairs, _ = make_graph()
+    sampling = HeteroNeighborSampling(batch_size=1, seed=SEED, input_type="user",
+                                      relations=tuple((et, (2, 1)) for et in data.edge_types))
+    rule = LinkBatching(PAIRS, BATCH, USERS, USERS, "binary", 1.0, False, SEED)
+    reference = hetero_link_global_batches(data, sampling, rule, FOLLOWS, pairs % USERS)
+    ranks = [r["follows"] for r in run(P)]
+    assert all(len(b) == len(reference) for b in ranks) and len(reference) > 2
+    for i, (all_pairs, _, _, _, hood) in enumerate(reference):
+        parts = [b[i] for b in ranks]
+        assert hood.num_sampled_nodes["user"][0] == torch.unique(all_pairs).numel()  # one seed set of both ends
+        for t in data.node_types:
+            assert sorted(torch.cat([p[0][t] for p in parts]).tolist()) == sorted(hood.n_id[t].tolist())
+        held = torch.cat([p[1] for p in parts], 1)
+        assert sorted((held[0] * USERS + held[1]).tolist()) == sorted((all_pairs[0] * USERS + all_pairs[1]).tolist())
+        for _, held, z_src, z_dst in parts:
+            assert torch.equal(z_src, data["user"].x[held[0]]) and torch.equal(z_dst, data["user"].x[held[1]])
