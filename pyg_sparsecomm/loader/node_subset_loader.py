@@ -5,7 +5,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import Tensor
-from torch_geometric.data import Data
+from torch_geometric.data import Data, HeteroData
 
 from ..sampling.rules import NodeSubsetSampling
 from .base import DistributedLoader
@@ -50,6 +50,11 @@ class DistributedNodeSubsetLoader(DistributedLoader):
                  shuffle: bool | None = False, seed: int = 0, group: dist.ProcessGroup | None = None,
                  transform: Callable[[Data], Data] | None = None, prefetch: int | None = None,
                  drop_last: bool = False, **pyg_options: Any) -> None:
+        if isinstance(local, HeteroData):
+            raise NotImplementedError(
+                "DistributedNodeSubsetLoader does not take a heterogeneous shard yet: for mini-batches of a HeteroData "
+                "use DistributedNeighborLoader(shard(hetero_data), num_neighbors, input_nodes=(node_type, mask)) "
+                "(-1: every in-edge), or partition and shard data.to_homogeneous() for random node subsets")
         if drop_last:
             raise ValueError("DistributedNodeSubsetLoader(drop_last=True) is not supported: a batch is a random set "
                              "of about batch_size nodes (each node falls in one by a hash of its id), so there is no "
