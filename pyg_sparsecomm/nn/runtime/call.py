@@ -111,7 +111,13 @@ class LayerCall:
         self.applied_first: str | None = None  # post-aggregation Linear moved before the exchange
 
     def enter(self, args: tuple, kwargs: dict, at: int | str) -> tuple[tuple, dict]:
-        """The stages before ``forward``: ``(args, kwargs)`` of the call on the shard."""
+        """The stages before ``forward``: ``(args, kwargs)`` of the call on the shard.
+
+        Args:
+            args (tuple): the call's positional arguments.
+            kwargs (dict): its keyword arguments.
+            at (int or str): where they hold the adjacency.
+        """
         self.check(args, kwargs)
         args, kwargs = self.local_graph(args, kwargs, at)
         args, kwargs = self.move_linears(args, kwargs)
@@ -195,7 +201,13 @@ class LayerCall:
 
     def propagate(self, edge_index: Any, size: Any, kwargs: dict[str, Any]) -> Any:
         """The propagate stage (see the module doc); first the call's normalised graph, where its
-        normalisation arranged one (a hook would run too late, after the SpMM path took the graph)."""
+        normalisation arranged one (a hook would run too late, after the SpMM path took the graph).
+
+        Args:
+            edge_index (Tensor): the graph ``propagate`` got (the local one, or normalised).
+            size (tuple, optional): the size it got.
+            kwargs (dict): its other arguments.
+        """
         conv, plan, shard = self.conv, self.plan, self.shard
         assert shard is not None
         if shard.normalisation is not None:

@@ -249,19 +249,33 @@ class HaloPort:
         return self._checks[1]
 
     def begin_call(self, training: bool, settings: DistributedSettings) -> None:
-        """A new call of the layer: the stale exchanges' call sites count from the start."""
+        """A new call of the layer: the stale exchanges' call sites count from the start.
+
+        Args:
+            training (bool): the layer's ``training`` flag.
+            settings (DistributedSettings): the layer's settings (only stale halos keep slots).
+        """
         if settings.halo_options.staleness:
             self.slots.begin_call(training)
 
     def exchange_many(self, tensors: list[Tensor], key: str) -> list[Tensor]:
         """The halo rows of ``tensors`` under the layer's options, one exchange per dtype (see
-        :meth:`~pyg_sparsecomm.comm.exchanger.HaloExchanger.exchange_many`)."""
+        :meth:`~pyg_sparsecomm.comm.exchanger.HaloExchanger.exchange_many`), on the shard of the call.
+
+        Args:
+            tensors (list[Tensor]): owned rows, any trailing shapes.
+            key (str): the call site's name within the layer.
+
+        Shapes:
+            - **input:** ``[num_owned, *]`` each
+            - **output:** ``[halo_size, *]`` each
+        """
         assert self._link is not None  # a call's shard() came first
         return self._link.bound.exchange_many(tensors, key)
 
     def static_halo(self, key: str, src: Tensor, rows: Tensor, shard: Shard,
                     depends_on: tuple[Tensor, ...] = ()) -> Tensor:
-        """:meth:`StaticHalo.fetch` of the layer's static halos."""
+        """:meth:`StaticHalo.fetch` of the layer's static halos (see its arguments)."""
         return self.static.fetch(key, src, rows, shard, depends_on)
 
     def spmm(self, adjacency: Callable[[], HaloAdj], shard: Shard, rows: Tensor, settings: DistributedSettings,
@@ -303,7 +317,20 @@ class HaloPort:
     def multiply(self, spmm: SpMMAlgorithm, rows: Tensor, src: Tensor, shard: Shard,
                  depends_on: tuple[Tensor, ...]) -> Tensor:
         """``spmm(rows)``; rows needing no gradient (the input features) fetch their halo once
-        (:class:`StaticHalo`) where the algorithm multiplies with given halo rows."""
+        (:class:`StaticHalo`) where the algorithm multiplies with given halo rows
+        (:attr:`~pyg_sparsecomm.algorithms.SpMMAlgorithm.multiplies_given_halo`).
+
+        Args:
+            spmm (SpMMAlgorithm): the call's algorithm.
+            rows (Tensor): the owned rows it multiplies.
+            src (Tensor): the tensor ``rows`` come from (the layer's input).
+            shard (Shard): the shard of the call.
+            depends_on (tuple[Tensor, ...]): the other tensors ``rows`` were computed from.
+
+        Shapes:
+            - **input:** ``rows``: ``[num_owned, F]``
+            - **output:** ``[num_owned, F]``
+        """
         if spmm.multiplies_given_halo and not rows.requires_grad:
             return spmm.multiply(rows, self.static_halo("x", src, rows, shard, depends_on))
         return spmm(rows)
