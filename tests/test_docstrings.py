@@ -1,4 +1,4 @@
-r"""Docstrings in PyG's form, read from the AST of every module (no import; well under a second).
+r"""Docstrings in PyG's form, read from the AST of every module (a few seconds; only the cross-reference check imports).
 
 PyG documents every argument as ``name (type, optional): text (default: ...)``, the constructor's
 arguments in the class docstring, and a layer's tensors in a ``Shapes:`` section. This test checks:
@@ -15,6 +15,10 @@ arguments in the class docstring, and a layer's tensors in a ``Shapes:`` section
   fields in ``Args:`` or ``Attributes:``); an exported ``torch.nn.Module``
   with a ``forward``, and an exported function or class taking a tensor named as PyG names node and edge
   tensors (``x``, ``edge_index``, ...), has a ``Shapes:`` section.
+* **Cross-references**: every ``:mod:``/``:class:``/``:func:``/``:meth:`` (also ``:attr:``, ``:data:``,
+  ``:obj:``, ``:exc:``) target ``pyg_sparsecomm...`` or ``~pyg_sparsecomm...`` in a docstring names a module of
+  the package or an attribute of one (imported as Sphinx would import it), so a reference
+  to a path a module moved away from cannot come back.
 
 *Public* is what a user can import and read in the API docs: a function or class whose name has no
 leading underscore, defined at module level (also under a module-level ``if``/``try``) of a module whose
@@ -26,6 +30,7 @@ this rule too, so ``__all__`` adds the coverage requirement, not the form one.
 """
 import ast
 import dataclasses
+import importlib
 import pathlib
 import re
 
@@ -465,6 +470,55 @@ def test_no_escape_sequences_in_docstrings():
                     offenders.append(f"{module}.{getattr(node, 'name', '')}: {found.group()!r}")
     assert not offenders, _format("docstrings with control characters (an escape in a docstring that is not raw)",
                                   offenders)
+
+
+#: a Sphinx cross-reference into the package: ``:class:`~pyg_sparsecomm.plan.RankPlan``` and the like
+_REFERENCE = re.compile(r":(?:mod|class|func|meth|attr|data|obj|exc):`~?(?P<target>pyg_sparsecomm(?:\.\w+)+)(?:\(\))?`")
+
+
+def references(resolver: Resolver) -> dict[str, list[str]]:
+    """Every package path a docstring cross-references -> the docstrings naming it."""
+    out: dict[str, list[str]] = {}
+    for module, tree in resolver.trees.items():
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                for match in _REFERENCE.finditer(ast.get_docstring(node, clean=False) or ""):
+                    out.setdefault(match["target"], []).append(f"{module}.{getattr(node, 'name', '')}".rstrip("."))
+    return out
+
+
+def _is_field(owner, name: str) -> bool:
+    """``name`` is a field of the class ``owner`` declared without a value (a dataclass's or NamedTuple's
+    annotated field is no class attribute)."""
+    return isinstance(owner, type) and any(name in vars(klass).get("__annotations__", {}) for klass in owner.__mro__)
+
+
+def resolves(target: str, resolver: Resolver) -> bool:
+    """``target`` is a module of the package or an attribute (a field) of one, imported as Sphinx would."""
+    parts = target.split(".")
+    prefix = max((i for i in range(1, len(parts) + 1) if ".".join(parts[:i]) in resolver.paths), default=0)
+    if prefix == 0:
+        return False
+    owner = importlib.import_module(".".join(parts[:prefix]))
+    for name in parts[prefix:]:
+        if not hasattr(owner, name):
+            return name == parts[-1] and _is_field(owner, name)
+        owner = getattr(owner, name)
+    return True
+
+
+def test_cross_references_resolve():
+    """Every ``:mod:``/``:class:``/``:func:``/``:meth:`` (``:attr:``, ``:data:``, ...) target in the package
+    names a module that exists, or an attribute of one: no reference to a path a module moved away from."""
+    resolver = Resolver()
+    found = references(resolver)
+    assert len(found) > 50  # the scan reads the roles
+    stale = [f"{target} (in {', '.join(sorted(set(where)))})" for target, where in sorted(found.items())
+             if not resolves(target, resolver)]
+    assert not stale, _format("docstring cross-references to no module or attribute (moved?)", stale)
+    assert not resolves("pyg_sparsecomm.nn.shared_adjacency", resolver)  # a moved module: the check can fail
+    assert not resolves("pyg_sparsecomm.plan.NoSuchName", resolver)
+    assert resolves("pyg_sparsecomm.plan.homogeneous.CommPattern.spans", resolver)  # a dataclass field
 
 
 def test_parser_reads_pygs_form():

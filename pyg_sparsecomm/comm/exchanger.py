@@ -15,7 +15,7 @@ one by one.  Behind :meth:`HaloExchanger.exchange` sit the three ways rows trave
 What stays exact when a layer compresses, by design: exchanges of degrees and other
 normalisation statistics (they use :attr:`HaloExchanger.exact`), 1.5D's row all-reduce of
 partial sums, tensors that are not floating point, and the cached halos of source tensors
-that need no gradient (``nn.shard_context.StaticHalo``, e.g. the input features): fetched once
+that need no gradient (:class:`~pyg_sparsecomm.nn.runtime.port.StaticHalo`, e.g. the input features): fetched once
 and reused every epoch, compressing them would save bytes once but freeze one rounding draw
 into every step.
 """

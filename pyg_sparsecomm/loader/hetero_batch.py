@@ -4,7 +4,7 @@ The homogeneous batch (:mod:`.batch`) per node type and per relation: every node
 in the batch are ordered by (hop, id) (:func:`~.batch.batch_rows`); every *source* type
 :math:`s` gets one batch plan (:func:`~.batch.batch_plan`) whose halo is the union of the halo
 columns the batch's edges of every relation :math:`(s, r, d)` read, so one exchange of an
-:math:`s` tensor serves every relation reading it (:mod:`pyg_sparsecomm.nn.hetero`); every
+:math:`s` tensor serves every relation reading it (:mod:`pyg_sparsecomm.nn.runtime.hetero`); every
 relation becomes a :class:`~pyg_sparsecomm.sampling.SampledRelationAdj` over that plan
 (:func:`~.batch.relabel`), rows the batch's destination rows.
 """

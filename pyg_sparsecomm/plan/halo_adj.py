@@ -187,7 +187,7 @@ class HaloAdj:
     def shared(self) -> dict:
         """A dictionary kept with this adjacency's structure, shared by its :meth:`with_value`
         copies and dropped by a move or a copy: what layers compute once per shard and share
-        (:mod:`~pyg_sparsecomm.nn.shared_adjacency`)."""
+        (:mod:`~pyg_sparsecomm.nn.runtime.shared_adjacency`)."""
         return self._structure.setdefault("shared", {})
 
     def with_value(self, value: Tensor | None) -> "HaloAdj":

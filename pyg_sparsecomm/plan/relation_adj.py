@@ -4,7 +4,7 @@ A relation :math:`(s, r, d)` is bipartite: row :math:`i` of the block is the :ma
 node of the destination type :math:`d`, column :math:`c` is the :math:`c`-th entry of
 ``[owned | halo]`` of the source type :math:`s`, whose halo is the union over *every* relation
 reading :math:`s` (the plan of the source type, shared by those relations' blocks, so one
-exchange of an :math:`s` tensor serves them all, see :mod:`pyg_sparsecomm.nn.hetero`).
+exchange of an :math:`s` tensor serves them all, see :mod:`pyg_sparsecomm.nn.runtime.hetero`).
 """
 from torch import Tensor
 

@@ -4,7 +4,7 @@ As :class:`~pyg_sparsecomm.sampling.SampledAdj` for one relation :math:`(s, r, d
 batch's :math:`d` rows, columns ``[owned | halo]`` of the batch's :math:`s` rows.  The plan of
 :math:`s` and its hop bookkeeping (:class:`SourceHops`) are shared by every relation reading
 :math:`s` and trimmed once per hop, so trimmed relations still share one plan per source type
-and a trimmed layer still exchanges each source type once (:mod:`pyg_sparsecomm.nn.hetero`).
+and a trimmed layer still exchanges each source type once (:mod:`pyg_sparsecomm.nn.runtime.hetero`).
 """
 from typing import Any
 

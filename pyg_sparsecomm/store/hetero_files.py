@@ -5,7 +5,7 @@ type its owned rows of every node attribute (``x``, ``y``, masks, ...) and ``n_i
 the CSR of its in-edges (``rowptr``, ``col``, ``value``), ``e_id`` and the sliced edge
 attributes; per source node type the halo plan its relations share.  :func:`hetero_from_record`
 rebuilds that shard, one :class:`~pyg_sparsecomm.plan.homogeneous.RankPlan` object per source type, so the
-deduplicated exchange of :mod:`pyg_sparsecomm.nn.hetero` works on a loaded shard unchanged.
+deduplicated exchange of :mod:`pyg_sparsecomm.nn.runtime.hetero` works on a loaded shard unchanged.
 """
 import hashlib
 from collections.abc import Iterator
