@@ -472,18 +472,21 @@ def test_no_escape_sequences_in_docstrings():
                                   offenders)
 
 
-#: a Sphinx cross-reference into the package: ``:class:`~pyg_sparsecomm.plan.RankPlan``` and the like
-_REFERENCE = re.compile(r":(?:mod|class|func|meth|attr|data|obj|exc):`~?(?P<target>pyg_sparsecomm(?:\.\w+)+)(?:\(\))?`")
+#: a Sphinx cross-reference into the package: ``:class:`~pyg_sparsecomm.plan.RankPlan```, or relative to the
+#: module, ``:func:`~.port.shard_of``` (the roles' targets ``pyg_sparsecomm...`` or ``.name...``)
+_REFERENCE = re.compile(
+    r":(?:mod|class|func|meth|attr|data|obj|exc):`~?(?P<target>(?:pyg_sparsecomm|)(?:\.\w+)+)(?:\(\))?`")
 
 
-def references(resolver: Resolver) -> dict[str, list[str]]:
-    """Every package path a docstring cross-references -> the docstrings naming it."""
-    out: dict[str, list[str]] = {}
+def references(resolver: Resolver) -> dict[tuple[str, str], list[str]]:
+    """Every (module, target) a docstring of the module cross-references -> the docstrings naming it."""
+    out: dict[tuple[str, str], list[str]] = {}
     for module, tree in resolver.trees.items():
         for node in ast.walk(tree):
             if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
                 for match in _REFERENCE.finditer(ast.get_docstring(node, clean=False) or ""):
-                    out.setdefault(match["target"], []).append(f"{module}.{getattr(node, 'name', '')}".rstrip("."))
+                    out.setdefault((module, match["target"]), []).append(
+                        f"{module}.{getattr(node, 'name', '')}".rstrip("."))
     return out
 
 
@@ -493,8 +496,7 @@ def _is_field(owner, name: str) -> bool:
     return isinstance(owner, type) and any(name in vars(klass).get("__annotations__", {}) for klass in owner.__mro__)
 
 
-def resolves(target: str, resolver: Resolver) -> bool:
-    """``target`` is a module of the package or an attribute (a field) of one, imported as Sphinx would."""
+def _resolves_absolute(target: str, resolver: Resolver) -> bool:
     parts = target.split(".")
     prefix = max((i for i in range(1, len(parts) + 1) if ".".join(parts[:i]) in resolver.paths), default=0)
     if prefix == 0:
@@ -507,18 +509,30 @@ def resolves(target: str, resolver: Resolver) -> bool:
     return True
 
 
+def resolves(target: str, resolver: Resolver, module: str = NAME) -> bool:
+    """``target`` is a module of the package or an attribute (a field) of one, imported as Sphinx would; a
+    relative ``.name...`` is looked up in ``module`` and then in each package above it."""
+    if not target.startswith("."):
+        return _resolves_absolute(target, resolver)
+    parts = module.split(".")
+    return any(_resolves_absolute(".".join(parts[:i]) + target, resolver) for i in range(len(parts), 0, -1))
+
+
 def test_cross_references_resolve():
     """Every ``:mod:``/``:class:``/``:func:``/``:meth:`` (``:attr:``, ``:data:``, ...) target in the package
     names a module that exists, or an attribute of one: no reference to a path a module moved away from."""
     resolver = Resolver()
     found = references(resolver)
-    assert len(found) > 50  # the scan reads the roles
-    stale = [f"{target} (in {', '.join(sorted(set(where)))})" for target, where in sorted(found.items())
-             if not resolves(target, resolver)]
+    assert len(found) > 100  # the scan reads the roles
+    stale = [f"{target} (in {', '.join(sorted(set(where)))})" for (module, target), where in sorted(found.items())
+             if not resolves(target, resolver, module)]
     assert not stale, _format("docstring cross-references to no module or attribute (moved?)", stale)
     assert not resolves("pyg_sparsecomm.nn.shared_adjacency", resolver)  # a moved module: the check can fail
     assert not resolves("pyg_sparsecomm.plan.NoSuchName", resolver)
+    assert not resolves(".layer_rules", resolver, "pyg_sparsecomm.nn.runtime.call")
     assert resolves("pyg_sparsecomm.plan.homogeneous.CommPattern.spans", resolver)  # a dataclass field
+    assert resolves(".port.shard_of", resolver, "pyg_sparsecomm.nn.runtime.call")
+    assert resolves(".sampling.NeighborSampling", resolver, "pyg_sparsecomm.loader.neighbor_loader")
 
 
 def test_parser_reads_pygs_form():

@@ -172,8 +172,9 @@ class EdgeFiles:
         return hi + 1 if num_nodes is None else num_nodes
 
     def read(self, num_nodes: int, step: int) -> Tensor:
-        """The whole ``edge_index`` (ids checked), ``int32`` when the ids fit (:func:`~.plan.id_dtype`:
-        the topology a method reads then takes 8 bytes per edge), else ``int64``."""
+        """The whole ``edge_index`` (ids checked), ``int32`` when the ids fit
+        (:func:`~pyg_sparsecomm.plan.homogeneous.id_dtype`: the topology a method reads then takes 8 bytes per
+        edge), else ``int64``."""
         out: np.ndarray = np.empty((2, self.num_edges), dtype=id_dtype(num_nodes))
         edge_index = torch.from_numpy(out)
         for row, a, block in self.rows(step):

@@ -12,7 +12,7 @@ quantities exactly:
 * out-degrees (``get_laplacian``): per-column partial sums folded into the owners
   (:meth:`~pyg_sparsecomm.comm.exchanger.HaloExchanger.reduce`), then fetched for the halo.
 
-PyG's modules are left alone: :mod:`.layer_normalisation` gives these versions to each
+PyG's modules are left alone: :mod:`.normalisation` gives these versions to each
 distributed layer through its rule, so a plain PyG layer in the same process is untouched.
 """
 import torch
