@@ -262,13 +262,23 @@ def supports(name: str, options: HaloOptions | None) -> bool:
 
 def auto_candidates(replicated: bool, options: HaloOptions | None = None) -> list[str]:
     """The algorithms ``"auto"`` compares for a 1D (``False``) or 1.5D (``True``) layout (that
-    honour ``options``)."""
+    honour ``options``).
+
+    Args:
+        replicated (bool): the 1.5D algorithms (``True``) or the 1D ones (``False``).
+        options (HaloOptions, optional): the halo options every candidate must support.
+            (default: :obj:`None`, any)
+    """
     return sorted(n for n, a in ALGORITHMS.items()
                   if a.auto_candidate and a.replicated == replicated and supports(n, options))
 
 
 def algorithm_class(name: str) -> type[SpMMAlgorithm]:
-    """The registered algorithm called ``name``; ValueError naming the valid ones otherwise."""
+    """The registered algorithm called ``name``; ValueError naming the valid ones otherwise.
+
+    Args:
+        name (str): the algorithm's :attr:`SpMMAlgorithm.name` (a key of :data:`ALGORITHMS`).
+    """
     if name not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {name!r}; choose one of {sorted(ALGORITHMS)}")
     return ALGORITHMS[name]
@@ -277,5 +287,14 @@ def algorithm_class(name: str) -> type[SpMMAlgorithm]:
 def make_algorithm(name: str, adj: HaloAdj, exchanger: HaloExchanger | None = None,
                    grid: Optional["ProcessGrid"] = None) -> SpMMAlgorithm:
     """The algorithm ``name`` bound to ``adj``, exchanging through ``exchanger`` (on ``grid`` for
-    1.5D algorithms); see :class:`SpMMAlgorithm` for the arguments."""
+    1.5D algorithms).
+
+    Args:
+        name (str): the algorithm's :attr:`SpMMAlgorithm.name` (a key of :data:`ALGORITHMS`).
+        adj (HaloAdj): this rank's (normalised) block row.
+        exchanger (HaloExchanger, optional): how halo rows travel (see :class:`SpMMAlgorithm`).
+            (default: :obj:`None`, exact exchanges over the default group)
+        grid (ProcessGrid, optional): the 1.5D grid (required by replicated algorithms).
+            (default: :obj:`None`)
+    """
     return algorithm_class(name)(adj, exchanger, grid)

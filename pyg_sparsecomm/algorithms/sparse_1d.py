@@ -16,6 +16,12 @@ class SparseAware1D(SpMMAlgorithm):
     computed as one compact CSR SpMM over ``[owned | halo]`` columns.  Volume
     per SpMM: the partition's connectivity-1 metric.  Backward: the reverse
     exchange of the halo gradients (see :mod:`pyg_sparsecomm.comm.halo`).
+
+    Args:
+        adj (HaloAdj): this rank's (normalised) block row.
+        exchanger (HaloExchanger, optional): how halo rows travel (see :class:`SpMMAlgorithm`).
+            (default: :obj:`None`, exact exchanges over the default group)
+        grid (ProcessGrid, optional): the 1.5D grid (not used by this 1D algorithm). (default: :obj:`None`)
     """
     name = "1d"
     auto_candidate = True
