@@ -111,6 +111,14 @@ class CostModel:
     times 64 columns in about 33 ms); with more processes than cores the latency grows
     tenfold, so for absolute predictions :meth:`calibrate` on the running job (the ranking
     of algorithms is usually the same).
+
+    Args:
+        alpha (float, optional): seconds per message. (default: :obj:`6e-5`)
+        beta (float, optional): seconds per byte. (default: :obj:`4e-10`)
+        source (str, optional): where the constants come from (shown in reports, not compared).
+            (default: :obj:`"default (gloo loopback, 2-core dev machine)"`)
+        gamma (float, optional): seconds per stored nonzero and column of a local CSR SpMM.
+            (default: :obj:`5e-10`)
     """
     alpha: float = 6e-5
     beta: float = 4e-10

@@ -95,10 +95,19 @@ def predict_layouts(data: Data, world_size: int, widths: Sequence[int], method: 
 
     Args:
         data (torch_geometric.data.Data): the whole graph (``edge_index``, ``num_nodes``).
+        world_size (int): the number of ranks :math:`P` (each layout splits them as ``P / c`` parts times
+            ``c`` replicas).
         widths (Sequence[int]): the SpMM width of every layer (for GCNConv: each layer's ``out_channels``).
         method (str, optional): partitioning method of :class:`~pyg_sparsecomm.SparsityAwarePartitioner`
             used for the ``P / c`` parts (or pass ``partition(data, num_parts) -> part``). (default: :obj:`"metis"`)
-        replications (Sequence[int], optional): the ``c`` to consider (default: every admissible one).
+        replications (Sequence[int], optional): the ``c`` to consider. (default: :obj:`None`, every
+            admissible one)
+        model (CostModel, optional): the machine's costs. (default: :obj:`None`, :class:`CostModel`'s
+            defaults)
+        seed (int, optional): the partitioner's seed. (default: :obj:`0`)
+        partition (Callable[[Data, int], Tensor], optional): ``partition(data, num_parts) -> part``
+            instead of ``method``. (default: :obj:`None`)
+        element_size (int, optional): bytes per feature element on the wire. (default: :obj:`4`)
         options (HaloOptions, optional): the layers' :class:`~pyg_sparsecomm.comm.halo_options.HaloOptions` (compressed
             halos are priced at their payload bytes). (default: :obj:`None`)
     """

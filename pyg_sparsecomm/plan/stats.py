@@ -38,6 +38,15 @@ class CommStats:
     target each rank owns plus one self-loop per owned node (the nonzeros of its
     block row of the GCN matrix), the compute load of the SpMM.  ``spans`` are the
     rows of the one-sided gets of ``algorithm="rdma"`` (:attr:`CommPattern.spans`).
+
+    Args:
+        num_parts (int): the number of ranks :math:`P`.
+        volume (numpy.ndarray): ``[P, P]`` rows rank ``s`` sends to rank ``d`` per SpMM.
+        part_sizes (numpy.ndarray): ``[P]`` owned nodes per rank.
+        nnz (numpy.ndarray): ``[P]`` nonzeros of each rank's block row of the GCN matrix (edges plus
+            self-loops).
+        spans (numpy.ndarray, optional): ``[2, P, P]`` rows of the one-sided gets of ``algorithm="rdma"``.
+            (default: :obj:`None`)
     """
     num_parts: int
     volume: np.ndarray = field(repr=False)
