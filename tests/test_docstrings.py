@@ -132,6 +132,12 @@ def _signature(function, drop_first: bool) -> tuple[list[str], set[str], set[str
     return params, with_default, tensors
 
 
+def _field_without_default(value: ast.expr) -> bool:
+    """``field(repr=False)``: a dataclass field that still has no default value."""
+    return isinstance(value, ast.Call) and ast.unparse(value.func) in {"field", "dataclasses.field"} \
+        and not {keyword.arg for keyword in value.keywords} & {"default", "default_factory"}
+
+
 def _class_fields(node: ast.ClassDef) -> tuple[list[str], set[str], set[str]] | None:
     """A dataclass's or NamedTuple's constructor parameters (its annotated fields), else None."""
     bases = {ast.unparse(base) for base in node.bases}
@@ -142,7 +148,7 @@ def _class_fields(node: ast.ClassDef) -> tuple[list[str], set[str], set[str]] | 
         if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) \
                 and "ClassVar" not in ast.unparse(stmt.annotation):
             params.append(stmt.target.id)
-            if stmt.value is not None:
+            if stmt.value is not None and not _field_without_default(stmt.value):
                 with_default.add(stmt.target.id)
             if "Tensor" in ast.unparse(stmt.annotation):
                 tensors.add(stmt.target.id)
