@@ -29,11 +29,16 @@ def pair_plan(edge_label_index: Tensor, part: np.ndarray, group: dist.ProcessGro
     Args:
         edge_label_index (torch.Tensor): ``[2, m]`` global ids of this rank's pairs.
         part (numpy.ndarray): ``[N]`` owner of every node.
-        group (torch.distributed.ProcessGroup, optional): the process group.
+        group (torch.distributed.ProcessGroup, optional): the process group. (default: :obj:`None`, the
+            default group)
 
     Returns:
         ``(plan, index)``: the :class:`~pyg_sparsecomm.plan.homogeneous.RankPlan` and the ``[2, m]`` rows of
         ``[owned | halo]`` of every pair's source and target.
+
+    Shapes:
+        - **input:** edge_label_index :math:`(2, m)`, part :math:`(N)`
+        - **output:** index :math:`(2, m)`
     """
     plan, column = ends_plan(edge_label_index.cpu().numpy().reshape(-1).astype(np.int64), part, group)
     return plan, column.view(2, -1)
@@ -57,9 +62,15 @@ def endpoint_plan(ends: np.ndarray, owner: np.ndarray, row: np.ndarray, n_id: Te
     """The exchange bringing the rows of the endpoints ``ends`` (global ids) this rank does not own.
 
     Args:
-        ends (np.ndarray): ``[k]`` global ids; ``owner[i]`` holds ``ends[i]`` at row ``row[i]`` of its ``z``.
+        ends (numpy.ndarray): ``[k]`` global ids; ``owner[i]`` holds ``ends[i]`` at row ``row[i]`` of its
+            ``z``.
+        owner (numpy.ndarray): ``[k]`` the rank owning every endpoint.
+        row (numpy.ndarray): ``[k]`` every endpoint's row of its owner's ``z``.
         n_id (torch.Tensor): ``[num_owned]`` global ids of this rank's rows of ``z``.
-        num_nodes, part_sizes: the graph's nodes and every rank's rows (recorded in the plan).
+        num_nodes (int): the graph's nodes (recorded in the plan).
+        part_sizes (list[int]): every rank's rows (recorded in the plan).
+        group (torch.distributed.ProcessGroup, optional): the process group. (default: :obj:`None`, the
+            default group)
 
     Returns:
         ``(plan, column)``: the plan and the ``[k]`` row of every endpoint in ``[z | halo]``.

@@ -35,6 +35,7 @@ class PairIndex:
         global_ids (torch.Tensor): ``[2, m]`` global (source, target) ids of this rank's pairs.
         part (numpy.ndarray): ``[N]`` owner of every node.
         group (torch.distributed.ProcessGroup, optional): the ranks the graph is sharded over.
+            (default: :obj:`None`, the default group)
         pairs (DistributedPairs, optional): their plan, if already built (e.g. by
             :func:`~pyg_sparsecomm.link.distribute_pairs`). (default: :obj:`None`)
     """

@@ -50,7 +50,7 @@ class DistributedPairs:
     Attributes:
         edge_label_index (torch.Tensor): ``[2, m]`` global ids of the (source, target) of every pair
             this rank holds.
-        edge_label (torch.Tensor, optional): ``[m]`` their labels (``None`` if none were given).
+        edge_label (torch.Tensor or None): ``[m]`` their labels (``None`` if none were given).
         pair_id (torch.Tensor): ``[m]`` position of every pair in the list it was taken from (the
             global ``edge_label_index``; ``-1`` for pairs built from a rank's own list).
         index (torch.Tensor): ``[2, m]`` rows of :math:`[z \,\|\, z_{halo}]` (this rank's rows,
@@ -58,6 +58,11 @@ class DistributedPairs:
         plan (RankPlan): the exchange bringing the halo rows.
         num_pairs (int): pairs held by all ranks together.
         group (torch.distributed.ProcessGroup, optional): the exchange's process group.
+            (default: :obj:`None`, the default group)
+
+    Shapes:
+        - **edge_label_index:** :math:`(2, m)`, **edge_label:** :math:`(m, *)`, **pair_id:** :math:`(m)`,
+          **index:** :math:`(2, m)`, with :math:`m` the pairs this rank holds
     """
     edge_label_index: Tensor
     edge_label: Tensor | None
@@ -118,10 +123,13 @@ def distribute_pairs(edge_label_index: Tensor, edge_label: Tensor | None = None,
     Args:
         edge_label_index (torch.Tensor): ``[2, num_pairs]`` global (source, target) ids.
         edge_label (torch.Tensor, optional): ``[num_pairs]`` labels (or anything per pair).
-        part: the partition: the ``[N]`` part of every node (``data.part``), the partitioned graph
-            (a ``Data`` carrying ``part``) or this rank's shard (then gathered from every rank's
-            ``n_id``).
+            (default: :obj:`None`)
+        part (torch.Tensor or torch_geometric.data.Data, optional): the partition: the ``[N]`` part of
+            every node (``data.part``), the partitioned graph (a ``Data`` carrying ``part``) or this rank's
+            shard (then gathered from every rank's ``n_id``). (default: :obj:`None`, which raises: it is
+            required)
         group (torch.distributed.ProcessGroup, optional): the ranks the graph is sharded over.
+            (default: :obj:`None`, the default group)
         edge_type (tuple[str, str, str], optional): the pairs' relation ``(src, rel, dst)`` of a
             heterogeneous graph (then ``part`` is its partitioned ``HeteroData``, its shard or the
             ``{node type: part}``; see :mod:`~pyg_sparsecomm.link.hetero_pairs`). (default: :obj:`None`)
@@ -129,6 +137,10 @@ def distribute_pairs(edge_label_index: Tensor, edge_label: Tensor | None = None,
     Returns:
         DistributedPairs: the pairs, their labels and global positions, and their exchange plan
         (a :class:`~pyg_sparsecomm.link.hetero_pairs.HeteroPairs` for an ``edge_type``).
+
+    Shapes:
+        - **input:** edge_label_index :math:`(2, M)`, edge_label :math:`(M, *)` (the whole graph's pairs)
+        - **output:** :class:`DistributedPairs` of the :math:`m \le M` pairs whose source this rank owns
     """
     if edge_type is not None:
         return distribute_hetero_pairs(edge_label_index, edge_type, edge_label, part, group)
@@ -152,7 +164,21 @@ def local_pairs(edge_label_index: Tensor, part, edge_label: Tensor | None = None
     """:class:`DistributedPairs` of the pairs this rank holds, whatever their endpoints (e.g. the
     negatives it drew, :func:`~pyg_sparsecomm.link.negative_sampling`).  A collective: every rank
     calls it with its own pairs (possibly none).  With ``edge_type`` (and ``part`` as for
-    :func:`distribute_pairs`), a :class:`~pyg_sparsecomm.link.hetero_pairs.HeteroPairs`."""
+    :func:`distribute_pairs`), a :class:`~pyg_sparsecomm.link.hetero_pairs.HeteroPairs`.
+
+    Args:
+        edge_label_index (torch.Tensor): ``[2, m]`` global (source, target) ids of this rank's pairs.
+        part (torch.Tensor or torch_geometric.data.Data): the partition, as for :func:`distribute_pairs`.
+        edge_label (torch.Tensor, optional): ``[m]`` labels (or anything per pair). (default: :obj:`None`)
+        group (torch.distributed.ProcessGroup, optional): the ranks the graph is sharded over.
+            (default: :obj:`None`, the default group)
+        edge_type (tuple[str, str, str], optional): the pairs' relation ``(src, rel, dst)`` of a
+            heterogeneous graph. (default: :obj:`None`)
+
+    Shapes:
+        - **input:** edge_label_index :math:`(2, m)`, edge_label :math:`(m, *)` (this rank's pairs)
+        - **output:** :class:`DistributedPairs` of the same :math:`m` pairs (``pair_id`` all ``-1``)
+    """
     if edge_type is not None:
         return local_hetero_pairs(edge_label_index, edge_type, part, edge_label, group)
     part_np = partition_vector(part, group)

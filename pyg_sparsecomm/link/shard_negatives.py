@@ -42,22 +42,27 @@ from .same_pairs import check_same_pairs
 _WHOLE_GRAPH: "weakref.WeakKeyDictionary[HaloAdj, tuple[Tensor, np.ndarray]]" = weakref.WeakKeyDictionary()
 
 
-def negative_sampling(edge_index, num_nodes: int | None = None, num_neg_samples: int | float | None = None,
-                      method: str = "sparse", force_undirected: bool = False, *,
-                      group: dist.ProcessGroup | None = None, **hashed) -> Tensor | PairIndex:
+def negative_sampling(edge_index, num_nodes: int | tuple[int, int] | None = None,
+                      num_neg_samples: int | float | None = None, method: str = "sparse",
+                      force_undirected: bool = False, *, group: dist.ProcessGroup | None = None,
+                      **hashed) -> Tensor | PairIndex:
     r"""PyG's ``negative_sampling``; on a shard's ``edge_index``, this rank's share of PyG's own draw
     (see the module doc).
 
     Args:
         edge_index (HaloAdj or torch.Tensor): a shard's ``edge_index`` (its adjacency), or a
             ``[2, E]`` tensor of the whole graph's edges (then the hash-based sampler).
-        num_nodes (int, optional): the shard's ``num_nodes`` or the graph's (a shard knows both).
+        num_nodes (int or tuple[int, int], optional): the shard's ``num_nodes`` or the graph's (a shard
+            knows both); with a tensor ``edge_index`` also bipartite sizes ``(num_src, num_dst)``, as PyG's.
+            (default: :obj:`None`, the shard's, or the largest id + 1)
         num_neg_samples (int or float, optional): this rank's share of the negatives (added over
             the ranks), a ratio of the graph's edges, or ``None``: as many as edges.
+            (default: :obj:`None`)
         method (str, optional): PyG's ``"sparse"`` or ``"dense"``. (default: :obj:`"sparse"`)
         force_undirected (bool, optional): as PyG's. (default: :obj:`False`)
-        group (torch.distributed.ProcessGroup, optional): the ranks. (default: all)
-        **hashed: ``seed``, ``epoch``, ``part``, ``rank`` of the hash-based sampler (tensors only).
+        group (torch.distributed.ProcessGroup, optional): the ranks. (default: :obj:`None`, all)
+        **hashed (optional): ``seed``, ``epoch``, ``part``, ``rank`` of the hash-based sampler (tensors
+            only).
 
     Returns:
         :class:`~pyg_sparsecomm.link.pair_index.PairIndex`: the negatives whose source this rank
@@ -71,7 +76,8 @@ def negative_sampling(edge_index, num_nodes: int | None = None, num_neg_samples:
                          f"the hash-based sampler, which takes the whole graph's edge_index tensor")
     edges, part = whole_graph(edge_index, group)
     N = part.size
-    if num_nodes is not None and int(num_nodes) not in (N, edge_index.num_owned):
+    # bipartite sizes belong to the tensor path above; here a tuple fails int() with a TypeError, as before
+    if num_nodes is not None and int(num_nodes) not in (N, edge_index.num_owned):  # type: ignore[arg-type]
         raise ValueError(f"negative_sampling: num_nodes={num_nodes} is neither this shard's {edge_index.num_owned} "
                          f"nodes nor the graph's {N}: pass the shard's num_nodes (train_data.num_nodes)")
     if isinstance(num_neg_samples, bool) or not isinstance(num_neg_samples, (int, float, type(None))):
