@@ -42,10 +42,24 @@ def _element_hashes(n_id: Tensor, cols: int, salt: Tensor) -> Tensor:
 
 def node_dropout(x: Tensor, p: float, n_id: Tensor | None, seed: int, step: int,
                  training: bool = True) -> Tensor:
-    """Inverted dropout with the mask of element ``(v, k)`` a hash of ``(seed, step, n_id[v], k)``.
+    r"""Inverted dropout with the mask of element ``(v, k)`` a hash of ``(seed, step, n_id[v], k)``.
 
     The same global node keeps the same mask wherever it lives, so a distributed
     run drops exactly what a single-process run (``n_id = None`` = ``arange``) drops.
+
+    Args:
+        x (torch.Tensor): the features (node rows).
+        p (float): the probability of dropping an element, in :math:`[0, 1)`.
+        n_id (torch.Tensor or None): the global id of every row of ``x`` (``local.n_id`` on a shard);
+            ``None``: ``arange`` (the whole graph).
+        seed (int): the masks' random stream.
+        step (int): the training step (a new mask every step).
+        training (bool, optional): drop (``False``: return ``x`` unchanged). (default: :obj:`True`)
+
+    Shapes:
+        - **input:** node features :math:`(|\mathcal{V}|, F)` (or :math:`(|\mathcal{V}|)`),
+          n_id :math:`(|\mathcal{V}|)`
+        - **output:** node features :math:`(|\mathcal{V}|, F)`, the shape of ``x``
     """
     if not training or p == 0.0:
         return x
@@ -61,12 +75,20 @@ def node_dropout(x: Tensor, p: float, n_id: Tensor | None, seed: int, step: int,
 
 
 class NodeDropout(torch.nn.Module):
-    """``torch.nn.Dropout`` with layout-independent masks (see :func:`node_dropout`).
+    r"""``torch.nn.Dropout`` with layout-independent masks (see :func:`node_dropout`).
 
     Call as ``dropout(x, n_id)`` with the global ids of ``x``'s rows (``local.n_id``
     on a shard, ``None`` on the whole graph).  Every training call advances an
     internal step, so masks change between epochs but agree across ranks; the step is part
     of the module's ``state_dict`` (a resumed run continues the masks).
+
+    Args:
+        p (float, optional): the probability of dropping an element, in :math:`[0, 1)`. (default: :obj:`0.5`)
+        seed (int, optional): the masks' random stream (the same on every rank). (default: :obj:`0`)
+
+    Shapes:
+        - **input:** node features :math:`(|\mathcal{V}|, F)`, n_id :math:`(|\mathcal{V}|)` (optional)
+        - **output:** node features :math:`(|\mathcal{V}|, F)`
     """
 
     def __init__(self, p: float = 0.5, seed: int = 0) -> None:

@@ -47,7 +47,14 @@ class DistributedGCNConv(GCNConv):
     Args:
         in_channels (int): size of each input sample (``-1``: lazy).
         out_channels (int): size of each output sample.
-        improved, cached, add_self_loops, normalize, bias: as in ``GCNConv``.
+        improved (bool, optional): self-loops of weight 2 (:math:`\mathbf{\hat{A}} = \mathbf{A} + 2\mathbf{I}`),
+            as in ``GCNConv``. (default: :obj:`False`)
+        cached (bool, optional): keep the normalised adjacency (and the SpMM built on it) after the first
+            call, as in ``GCNConv`` (transductive learning). (default: :obj:`False`)
+        add_self_loops (bool, optional): add self-loops, as in ``GCNConv`` (``None``: ``normalize``).
+            (default: :obj:`None`)
+        normalize (bool, optional): the symmetric normalisation, as in ``GCNConv``. (default: :obj:`True`)
+        bias (bool, optional): learn an additive bias. (default: :obj:`True`)
         algorithm (str, optional): the SpMM algorithm: ``"1d"`` (sparsity-aware, one all-to-allv
             per SpMM), ``"1d_overlap"`` (overlapped with the owned-column SpMM),
             ``"1d_overlap_p2p"`` (overlapped, point-to-point messages to the peers that have

@@ -26,7 +26,19 @@ def distributed_gcn_norm(adj: HaloAdj, edge_weight: Tensor | None = None, improv
       the owner of ``i``; the source factor :math:`\hat d_j^{-1/2}` of a halo
       column is fetched from its owner with one halo exchange of one column.
 
-    ``edge_weight`` defaults to the adjacency's own values.
+    Args:
+        adj (HaloAdj): this rank's block row (the shard's ``local.adj``).
+        edge_weight (torch.Tensor, optional): the edges' weights in ``adj``'s edge order.
+            (default: :obj:`None`, the adjacency's own values)
+        improved (bool, optional): self-loops of weight ``2``. (default: :obj:`False`)
+        add_self_loops (bool, optional): add self-loops. (default: :obj:`True`)
+        dtype (torch.dtype, optional): the values' dtype. (default: :obj:`torch.float32`)
+        group (torch.distributed.ProcessGroup, optional): the ranks the graph is sharded over.
+            (default: :obj:`None`, the default group)
+
+    Shapes:
+        - **input:** ``adj`` of :math:`|\mathcal{E}_r|` stored edges, edge_weight :math:`(|\mathcal{E}_r|)`
+        - **output:** a :class:`~pyg_sparsecomm.plan.halo_adj.HaloAdj` of the same rows and halo
     """
     if edge_weight is not None and (edge_weight.dim() != 1 or edge_weight.numel() != adj.nnz):
         raise ValueError(f"edge_weight has shape {list(edge_weight.shape)} but the local adjacency has "
