@@ -81,8 +81,9 @@ class GradientSync:
     backward, bucketed and overlapped with backward (see the module docstring).
 
     Args:
-        module: the model ``distribute()`` converted.
-        group: the ranks that hold a replica of the model (default: all).
+        module (torch.nn.Module): the model ``distribute()`` converted.
+        group (torch.distributed.ProcessGroup, optional): the ranks that hold a replica of the model.
+            (default: :obj:`None`, all)
     """
 
     def __init__(self, module: torch.nn.Module, group: dist.ProcessGroup | None = None) -> None:

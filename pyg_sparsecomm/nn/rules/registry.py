@@ -246,6 +246,7 @@ def layer_table(names: Iterable[str] | None = None, notes: dict[str, str] | None
         names (Iterable[str], optional): class names in ``torch_geometric.nn.conv`` (default: its
             ``__all__``).
         notes (dict[str, str], optional): rows written as given instead of from the registry.
+            (default: :obj:`None`)
     """
     from torch_geometric.nn import conv
     rows = ["| layer | under `distribute()` |", "|---|---|"]

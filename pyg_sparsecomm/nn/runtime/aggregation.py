@@ -41,19 +41,19 @@ def linear_weight_arg(conv: MessagePassing, plan: LayerPlan | None = None) -> st
 
     Args:
         conv (MessagePassing): the layer.
-        plan (LayerPlan, optional): its compiled plan. (default: compiled now)
+        plan (LayerPlan, optional): its compiled plan. (default: :obj:`None`, compiled now)
     """
     plan = plan or compile_plan(conv)
     return None if getattr(conv, "explain", False) else plan.spmm_weight
 
 
 def edge_weighted_arg(conv: MessagePassing, plan: LayerPlan | None = None) -> str | None:
-    """The per-edge, per-head weight argument of ``conv``'s message :math:`\alpha_{ji} x_j`, or
+    r"""The per-edge, per-head weight argument of ``conv``'s message :math:`\alpha_{ji} x_j`, or
     ``None`` if its message is not of that form.
 
     Args:
         conv (MessagePassing): the layer.
-        plan (LayerPlan, optional): its compiled plan. (default: compiled now)
+        plan (LayerPlan, optional): its compiled plan. (default: :obj:`None`, compiled now)
     """
     plan = plan or compile_plan(conv)
     return None if getattr(conv, "explain", False) else plan.attention_weight
@@ -141,7 +141,7 @@ def narrowing_linear(conv: MessagePassing, plan: LayerPlan | None = None) -> str
 
     Args:
         conv (MessagePassing): the layer.
-        plan (LayerPlan, optional): its compiled plan. (default: compiled now)
+        plan (LayerPlan, optional): its compiled plan. (default: :obj:`None`, compiled now)
     """
     plan = plan or compile_plan(conv)
     name = plan.rule.post_linear

@@ -205,7 +205,7 @@ class LayerCall:
 
         Args:
             edge_index (Tensor): the graph ``propagate`` got (the local one, or normalised).
-            size (tuple, optional): the size it got.
+            size (tuple or None): the size it got (``None``: none given).
             kwargs (dict): its other arguments.
         """
         conv, plan, shard = self.conv, self.plan, self.shard

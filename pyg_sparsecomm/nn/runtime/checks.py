@@ -132,15 +132,18 @@ def check_call(conv: MessagePassing, args: tuple, kwargs: dict, adj: HaloAdj, ch
     """The checks of every call of a distributed layer, agreed over ``group`` (see the module doc).
 
     Args:
-        conv, args, kwargs: the layer and its call.
-        adj: the shard's (or a mini-batch's) adjacency of the call.
-        checked: the plan the first-use check passed on; set to ``adj``'s when it runs and passes
-            (on a mini-batch: whether the parameters were compared, see :class:`CheckedPlan`).
-        cached_key: the shard a ``cached=True`` layer's cache holds (:func:`check_cache`).
-        group: the process group of the layer's exchanges.
-        collective: ``False``: this rank's checks only (1.5D layouts, whose shards ``exchange_group``
-            checks, or a group of one rank).
-        signature: the signature of the layer's ``forward`` (default: computed from its class).
+        conv (MessagePassing): the layer.
+        args (tuple): the call's positional arguments.
+        kwargs (dict): the call's keyword arguments.
+        adj (HaloAdj): the shard's (or a mini-batch's) adjacency of the call.
+        checked (CheckedPlan): the plan the first-use check passed on; set to ``adj``'s when it runs and
+            passes (on a mini-batch: whether the parameters were compared, see :class:`CheckedPlan`).
+        cached_key (tuple or None): the shard a ``cached=True`` layer's cache holds (:func:`check_cache`).
+        group (torch.distributed.ProcessGroup or None): the process group of the layer's exchanges.
+        collective (bool, optional): ``False``: this rank's checks only (1.5D layouts, whose shards
+            ``exchange_group`` checks, or a group of one rank). (default: :obj:`True`)
+        signature (inspect.Signature, optional): the signature of the layer's ``forward``.
+            (default: :obj:`None`, computed from its class)
 
     Returns:
         the key of the shard a ``cached=True`` layer now holds.

@@ -208,13 +208,16 @@ def check_first_use(who: str, adj: HaloAdj, x: Any, local_checks: Callable[[], N
     ``group``; raises ``ValueError`` on every rank if anything failed on any rank.
 
     Args:
-        who: the layer's class name, for messages.
-        adj: the shard's adjacency the layer was called with.
-        x: the layer's node features (checked for width and dtype if a tensor).
-        local_checks: this rank's own checks (raise ``ValueError`` naming the problem and the fix).
-        group: the process group of the layer's exchanges.
-        collective: ``False``: this rank's checks only (1.5D layouts, whose shards ``exchange_group`` checks).
-        parameters: the layer's :func:`parameter_digest` (must be equal on every rank).
+        who (str): the layer's class name, for messages.
+        adj (HaloAdj): the shard's adjacency the layer was called with.
+        x (Any): the layer's node features (checked for width and dtype if a tensor).
+        local_checks (Callable[[], None]): this rank's own checks (raise ``ValueError`` naming the problem
+            and the fix).
+        group (torch.distributed.ProcessGroup or None): the process group of the layer's exchanges.
+        collective (bool, optional): ``False``: this rank's checks only (1.5D layouts, whose shards
+            ``exchange_group`` checks). (default: :obj:`True`)
+        parameters (str, optional): the layer's :func:`parameter_digest` (must be equal on every rank).
+            (default: :obj:`""`, none)
     """
     error = None
     try:

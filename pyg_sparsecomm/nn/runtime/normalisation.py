@@ -59,13 +59,16 @@ class CallNormalisation:
     """What one call of a distributed layer changed for its normalisation.
 
     Attributes:
-        normalise: ``(edge_index, weight) -> (edge_index, weight)``, for ``propagate``'s graph
-            (``None``: ``propagate`` gets the graph as the forward passes it).
-        graph: the call's real ``(edge_index, weight)`` behind a placeholder (``None``: the graph
-            ``propagate`` receives is normalised).
-        target: the ``propagate`` argument receiving the normalised weights.
-        undo: what the forward hook restores.
-        memo: normalisations of this call, by the identity of their (kept alive) inputs.
+        normalise (Callable, optional): ``(edge_index, weight) -> (edge_index, weight)``, for
+            ``propagate``'s graph (``None``: ``propagate`` gets the graph as the forward passes it).
+            (default: :obj:`None`)
+        graph (tuple[Tensor, Tensor or None], optional): the call's real ``(edge_index, weight)`` behind a
+            placeholder (``None``: the graph ``propagate`` receives is normalised). (default: :obj:`None`)
+        target (str, optional): the ``propagate`` argument receiving the normalised weights.
+            (default: :obj:`"edge_weight"`)
+        undo (list[Callable[[], None]], optional): what the forward hook restores. (default: :obj:`[]`)
+        memo (dict, optional): normalisations of this call, by the identity of their (kept alive) inputs.
+            (default: :obj:`{}`)
     """
     normalise: Normalise | None = None
     graph: tuple[Tensor, Tensor | None] | None = None
@@ -164,6 +167,7 @@ def replace_graph(conv: MessagePassing, bound: BoundArguments, context: Shard, n
         normalise (callable): ``(edge_index, weight) -> (edge_index, weight)`` with global degrees.
         target (str): the ``propagate`` argument receiving the normalised weights.
         weight (str, optional): the ``forward`` argument holding the weights (``None``: unweighted).
+            (default: :obj:`"edge_weight"`)
     """
     args = bound.arguments
     edge_index = args["edge_index"]

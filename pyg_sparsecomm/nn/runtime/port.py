@@ -70,7 +70,7 @@ class Shard:
         Args:
             conv (MessagePassing): the layer.
             edge_index (Tensor): the graph it propagates over.
-            size (tuple, optional): the size it passes.
+            size (tuple or None): the size it passes (``None``: none).
         """
         if not isinstance(edge_index, Tensor) or edge_index.layout != torch.strided:
             raise ValueError(f"{type(conv).__name__} turned the local edge_index into a {type(edge_index).__name__} "
@@ -105,7 +105,7 @@ def shard_of(adj: HaloAdj, group: dist.ProcessGroup | None) -> Shard:
 
     Args:
         adj (HaloAdj): a shard's adjacency.
-        group (ProcessGroup, optional): the process group of the exchanges.
+        group (ProcessGroup or None): the process group of the exchanges (``None``: the default group).
     """
     return Shard(adj, HaloExchanger(adj.plan, group), adj.edge_index(), world_size(group))
 
@@ -117,7 +117,7 @@ def exchange_rows(plan: RankPlan, group: dist.ProcessGroup | None, tensors: list
 
     Args:
         plan (RankPlan): the source type's plan.
-        group (ProcessGroup, optional): the process group of the exchanges.
+        group (ProcessGroup or None): the process group of the exchanges (``None``: the default group).
         tensors (list[Tensor]): owned rows, any trailing shapes.
         key (str, optional): the call site's name. (default: ``"x"``)
     """

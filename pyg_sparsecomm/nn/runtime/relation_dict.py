@@ -37,9 +37,12 @@ class RelationCall:
     """One call of a multi-relation layer on a heterogeneous shard.
 
     Args:
-        edge_index_dict: the local ``edge_index`` of every relation.
-        plans: the :class:`~pyg_sparsecomm.plan.homogeneous.RankPlan` of every source type read.
-        group: the process group of the exchanges.
+        edge_index_dict (dict[EdgeType, Tensor]): the local ``edge_index`` of every relation.
+        plans (dict[str, RankPlan]): the :class:`~pyg_sparsecomm.plan.homogeneous.RankPlan` of every source
+            type read.
+        group (torch.distributed.ProcessGroup, optional): the process group of the exchanges.
+            (default: :obj:`None`, the default group)
+        exchanged (list[str], optional): the source types this call exchanged so far. (default: :obj:`[]`)
     """
     edge_index_dict: dict[EdgeType, Tensor]
     plans: dict[str, RankPlan]

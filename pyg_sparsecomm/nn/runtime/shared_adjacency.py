@@ -63,7 +63,7 @@ def shared_normalisation(adj: HaloAdj, choices: tuple, edge_index: Tensor, weigh
         adj (HaloAdj): the shard's adjacency (the cache lives with its structure).
         choices (tuple): what the normalisation depends on besides its inputs (hashable).
         edge_index (Tensor): the local edge index to normalise.
-        weight (Tensor, optional): its edge weights.
+        weight (Tensor or None): its edge weights (``None``: unweighted).
         normalise (callable): ``(edge_index, weight) -> (edge_index, weight)``.
         in_csr_order (bool): return the normalised entries in CSR order (for the SpMM layers).
     """
