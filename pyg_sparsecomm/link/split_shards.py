@@ -95,8 +95,9 @@ def with_pairs(local: Data, split: Data, part, group: dist.ProcessGroup | None =
         local (torch_geometric.data.Data): this rank's shard of ``split``'s graph.
         split (torch_geometric.data.Data): the whole split (global ``edge_label_index``, the same on
             every rank).
-        part: the partition (see :func:`~pyg_sparsecomm.link.distribute_pairs`).
-        group (torch.distributed.ProcessGroup, optional): the ranks (default: all).
+        part (torch.Tensor or torch_geometric.data.Data): the partition (see
+            :func:`~pyg_sparsecomm.link.distribute_pairs`).
+        group (torch.distributed.ProcessGroup, optional): the ranks. (default: :obj:`None`, all)
     """
     part_np = partition_vector(part, group)
     label = split.get("edge_label")

@@ -83,7 +83,7 @@ class SparsityAwarePartitioner(BaseTransform):
             (edge cut), or ``"auto"`` = ``"vol"`` unless the graph has hubs (mean endpoint
             degree above 32, where METIS's volume refinement becomes slow at large P), see
             :func:`~pyg_sparsecomm.partition.balance.restart_objective`. (default: :obj:`"auto"`)
-        **options: method options, e.g. ``epsilon``/``backend``/``preset`` for ``"hypergraph"``.
+        **options (optional): method options, e.g. ``epsilon``/``backend``/``preset`` for ``"hypergraph"``.
     """
 
     def __init__(self, num_parts: int, method: str = "metis", seed: int = 0,

@@ -74,13 +74,13 @@ class HeteroCommStats:
     """Per-layer volumes of a heterogeneous partition.
 
     Attributes:
-        num_parts: the number of parts.
-        relations: per relation, the :class:`~pyg_sparsecomm.plan.stats.CommStats` of its own exchange
-            (its source type's rows its targets' owners read; ``part_sizes`` of the source type,
-            ``nnz`` the relation's edges per rank).
-        sources: per source node type, the exchange a layer runs: the union over the relations
-            reading it (``nnz``: all their edges per rank).
-        part_sizes: per node type, its nodes on every rank.
+        num_parts (int): the number of parts.
+        relations (dict[EdgeType, CommStats]): per relation, the
+            :class:`~pyg_sparsecomm.plan.stats.CommStats` of its own exchange (its source type's rows its
+            targets' owners read; ``part_sizes`` of the source type, ``nnz`` the relation's edges per rank).
+        sources (dict[NodeType, CommStats]): per source node type, the exchange a layer runs: the union
+            over the relations reading it (``nnz``: all their edges per rank).
+        part_sizes (dict[NodeType, numpy.ndarray]): per node type, its nodes on every rank.
     """
     num_parts: int
     relations: dict[EdgeType, CommStats]

@@ -24,7 +24,7 @@ def make_backend(device: Any = "cpu", **kwargs: Any) -> RMABackend:
     Args:
         device (Any, optional): a ``torch.device`` or its name; other device types raise ValueError.
             (default: :obj:`"cpu"`)
-        **kwargs: passed to the backend's constructor (e.g. ``heap_bytes`` of the MPI backend).
+        **kwargs (optional): passed to the backend's constructor (e.g. ``heap_bytes`` of the MPI backend).
 
     Returns:
         A new backend over all ranks of the job.

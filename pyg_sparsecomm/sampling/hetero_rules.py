@@ -103,7 +103,8 @@ def hetero_global_batches(data, sampling: HeteroNeighborSampling, input_nodes: T
     rules the distributed loader follows (it yields the same batches, split over the ranks).
 
     Args:
-        data: the heterogeneous graph (``edge_index`` per relation of ``sampling.relations``).
+        data (torch_geometric.data.HeteroData): the heterogeneous graph (``edge_index`` per relation of
+            ``sampling.relations``).
         sampling (HeteroNeighborSampling): the batch rule.
         input_nodes (torch.Tensor, optional): bool mask or index over the nodes of ``sampling.input_type`` (default:
             all).

@@ -158,7 +158,7 @@ def launch(fn: Callable[..., Any], world_size: int, *args, timeout: float = 300.
         fn (Callable): a module-level function ``fn(rank, world_size, *args)``; its return value
             comes back (picklable).
         world_size (int): the number of processes.
-        *args: further arguments of ``fn`` (picklable).
+        *args (optional): further arguments of ``fn`` (picklable).
         timeout (float, optional): seconds the whole job may take before its processes are killed
             and an error names the ranks still running. (default: :obj:`300.0`)
         threads (int, optional): torch threads per process. (default: :obj:`1`)
