@@ -29,6 +29,7 @@ _EXPORTS = {
     # the training loop
     "distributed_loss": ".training.whole_graph", "sync_gradients": ".training.whole_graph",
     "global_sum": ".training.whole_graph", "global_count": ".training.whole_graph",
+    "global_bincount": ".training.whole_graph",
     "global_accuracy": ".training.whole_graph", "gather_nodes": ".training.whole_graph",
     "LossNormalisationWarning": ".nn.gradient_sync", "PerRankValueWarning": ".training.per_rank",
     "comm_counter": ".comm.counters",
@@ -61,6 +62,7 @@ if TYPE_CHECKING:  # pragma: no cover  (what type checkers and IDEs see; _EXPORT
         distributed_loss,
         gather_nodes,
         global_accuracy,
+        global_bincount,
         global_count,
         global_sum,
         sync_gradients,
@@ -74,5 +76,6 @@ __all__ = [
     "init_distributed", "rank_zero_first", "partition_and_shard", "partition_on_rank_zero", "process_grid",
     "PeerFailedError", "distribute", "DistributedGCNConv", "NodeDropout", "DistributedNeighborLoader",
     "DistributedNodeSubsetLoader", "distributed_loss", "sync_gradients", "global_sum", "global_count",
-    "global_accuracy", "gather_nodes", "LossNormalisationWarning", "PerRankValueWarning", "comm_counter",
+    "global_bincount", "global_accuracy", "gather_nodes", "LossNormalisationWarning", "PerRankValueWarning",
+    "comm_counter",
 ]

@@ -23,10 +23,11 @@ import torch
 import torch.distributed as dist
 from torch_geometric.data import Data, HeteroData
 
-from ..comm.group import collective_device, global_rank, host_all_gather, is_distributed
+from ..comm.group import collective_device, global_rank, host_all_gather, is_distributed, raise_together
 from ..comm.group import rank as group_rank
 from ..comm.group import world_size as group_world_size
 from ..graph.offline import refusing_downloads
+from ..link.hetero_split_shards import is_hetero_link_split, same_hetero_split, with_hetero_pairs
 from ..link.split_shards import is_link_split, same_split, with_pairs, without_pairs
 from ..partition import SparsityAwarePartitioner
 from ..partition._threads import usable_cores
@@ -133,11 +134,17 @@ def partition_and_shard(data: Data | tuple[Data, ...], method: str = "metis", se
     (with its Python ``random`` state), the training graph partitioned, every split sharded with
     that partition, and each shard's ``edge_label_index`` the pairs whose source the rank owns (a
     :class:`~pyg_sparsecomm.link.pair_index.PairIndex`: ``z[edge_label_index[0]]`` works), with
-    their ``edge_label``.
+    their ``edge_label``.  A heterogeneous link split (``RandomLinkSplit(edge_types=...,
+    rev_edge_types=...)`` of a ``HeteroData``) gives the tuple of its heterogeneous shards
+    (:mod:`~pyg_sparsecomm.link.hetero_split_shards`): every relation's ``edge_index`` is its
+    adjacency on the shard (``local.edge_index_dict`` is ``local.adj_dict``), and a supervised
+    relation's ``edge_label_index`` a :class:`~pyg_sparsecomm.link.hetero_pair_index.HeteroPairIndex`
+    (``row, col = edge_label_index``; ``z_dict[src][row]`` works), with its ``edge_label``.
 
     Args:
-        data (torch_geometric.data.Data): the whole graph (the same on every rank), as ``edge_index`` or ``adj_t`` (a
-            ``HeteroData`` is refused, naming its path: ``SparsityAwarePartitioner`` and ``shard``).
+        data (torch_geometric.data.Data): the whole graph (the same on every rank), as ``edge_index`` or ``adj_t``, or a
+            link split of graphs (a ``HeteroData`` that is no link split is refused, naming its path:
+            ``SparsityAwarePartitioner`` and ``shard``).
         method (str, optional): partitioning method (see :class:`~pyg_sparsecomm.SparsityAwarePartitioner`).
             (default: :obj:`"metis"`)
         seed (int, optional): seed of the method. (default: :obj:`0`)
@@ -146,6 +153,8 @@ def partition_and_shard(data: Data | tuple[Data, ...], method: str = "metis", se
     """
     if is_link_split(data):
         return _shard_link_split(data, method, seed, group, **options)
+    if is_hetero_link_split(data):
+        return _shard_hetero_link_split(data, method, seed, group, **options)
     if isinstance(data, HeteroData):
         raise TypeError("partition_and_shard takes a homogeneous Data; a HeteroData is partitioned on every rank "
                         "(the methods are deterministic for a seed), then sharded: data = SparsityAwarePartitioner("
@@ -176,6 +185,31 @@ def _shard_link_split(splits, method: str, seed: int, group: dist.ProcessGroup |
         graph = without_pairs(split)
         graph.part, graph.num_parts, graph.comm_stats = train.part, train.num_parts, train.comm_stats
         shards.append(with_pairs(partition_and_shard(graph, group=group), split, train.part, group))
+    return tuple(shards)
+
+
+def _shard_hetero_link_split(splits, method: str, seed: int, group: dist.ProcessGroup | None,
+                             **options) -> tuple[HeteroData, ...]:
+    """The shards of a heterogeneous link split (see :mod:`~pyg_sparsecomm.link.hetero_split_shards`):
+    rank 0's split, its training graph partitioned once (on rank 0, then broadcast), every split's
+    graph sharded with that partition."""
+    join_job()
+    splits = same_hetero_split(splits, group)
+    world_size = group_world_size(group)
+    partitioner = SparsityAwarePartitioner(world_size, method=method, seed=seed, **options)
+    train = raise_together(lambda: partitioner(splits[0]) if group_rank(group) == 0 else None,
+                           "partition_and_shard", group)
+    message: list[Any] = [None if train is None else ({t: train[t].part for t in train.node_types}, train.comm_stats)]
+    if is_distributed(group) and world_size > 1:
+        dist.broadcast_object_list(message, src=global_rank(group, 0), group=group, device=collective_device(group))
+    parts, stats = message[0]
+    shards = []
+    for split in splits:
+        graph = copy.copy(split)
+        for node_type, part in parts.items():
+            graph[node_type].part = part
+        graph.num_parts, graph.comm_stats = world_size, stats
+        shards.append(with_hetero_pairs(shard(graph, group=group), parts, group))
     return tuple(shards)
 
 

@@ -43,13 +43,13 @@ class HeteroPairs:
     Attributes:
         edge_type (tuple[str, str, str]): the relation ``(src, rel, dst)``.
         edge_label_index (torch.Tensor): ``[2, m]`` (source id of type ``src``, target id of type ``dst``).
-        edge_label (torch.Tensor, optional): ``[m]`` their labels.
+        edge_label (torch.Tensor): ``[m]`` their labels, or ``None``.
         pair_id (torch.Tensor): ``[m]`` position of every pair in the global list (``-1``: a rank's own).
         index (torch.Tensor): ``[2, m]`` row of every source in :math:`[z_{src} \,\|\, z_{src, halo}]`
             and of every target in :math:`[z_{dst} \,\|\, z_{dst, halo}]`.
         plans (dict[str, RankPlan]): the exchange of every endpoint type.
         num_pairs (int): pairs held by all ranks together.
-        group (torch.distributed.ProcessGroup, optional): the exchange's process group.
+        group (torch.distributed.ProcessGroup, optional): the exchange's process group. (default: :obj:`None`)
     """
     edge_type: EdgeType
     edge_label_index: Tensor
@@ -72,13 +72,20 @@ class HeteroPairs:
         """
         src, _, dst = self.edge_type
         z_src, z_dst = (z[src], z[dst]) if isinstance(z, Mapping) else z
-        rows = {src: self._rows(src, z_src)}
+        rows = {src: self.rows(src, z_src)}
         if dst != src:
-            rows[dst] = self._rows(dst, z_dst)
+            rows[dst] = self.rows(dst, z_dst)
         index = self.index.to(z_src.device)
         return rows[src].index_select(0, index[0]), rows[dst].index_select(0, index[1])
 
-    def _rows(self, node_type: str, z: Tensor) -> Tensor:
+    def rows(self, node_type: str, z: Tensor) -> Tensor:
+        r""":math:`[z \,\|\, z_{halo}]` of one endpoint type: this rank's rows, then those of the
+        endpoints of that type it does not own (a collective, differentiable).
+
+        Args:
+            node_type (str): the relation's source or destination type.
+            z (torch.Tensor): this rank's rows of that type.
+        """
         plan = self.plans[node_type]
         if z.size(0) != plan.num_owned:
             raise ValueError(f"the pairs' gather: the rows of node type {node_type!r} are {z.size(0)} but this rank "
@@ -111,10 +118,10 @@ def distribute_hetero_pairs(edge_label_index: Tensor, edge_type: EdgeType, edge_
         edge_label_index (torch.Tensor): ``[2, num_pairs]`` (source id of type ``src``, target id of
             type ``dst``), as PyG's ``data[edge_type].edge_label_index``.
         edge_type (tuple[str, str, str]): the relation ``(src, rel, dst)``.
-        edge_label (torch.Tensor, optional): ``[num_pairs]`` labels.
+        edge_label (torch.Tensor, optional): ``[num_pairs]`` labels. (default: :obj:`None`)
         part: the partition: the partitioned ``HeteroData`` (``data[node_type].part``), this rank's
             shard of it (every rank's ``n_id`` then gathered), or ``{node type: [N_type] part}``.
-        group (torch.distributed.ProcessGroup, optional): the ranks the graph is sharded over.
+        group (torch.distributed.ProcessGroup, optional): the ranks the graph is sharded over. (default: all)
     """
     parts = type_partitions(part, edge_type, group)
     src, _, dst = edge_type

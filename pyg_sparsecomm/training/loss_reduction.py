@@ -16,7 +16,14 @@ A loss module brings its own arguments (``pos_weight``, ``weight``, ``ignore_ind
 denominator); ``"none"`` is refused, since per-row losses have no whole-graph value to return on
 every rank.  A function takes ``reduction=`` among ``distributed_loss``'s keyword arguments
 (default ``"mean"``).
+
+A function of the user's that takes no ``reduction=`` (PyG's ``weighted_mse_loss(pred, target,
+weight)``, ending in ``.mean()``) is taken as a mean over the elements of its input: its sum is its
+value times ``input.numel()``, its denominator ``input.numel()``.  That is checked at every call
+(:func:`check_own_mean`): its value on the rows given twice must be its value on them once, as a
+mean's is (a sum's doubles), else a ``ValueError`` names the fix.
 """
+import inspect
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -44,6 +51,7 @@ class _Call(NamedTuple):
     nll: bool  # cross_entropy / nll_loss: the denominator counts the targets not ignored, weighted
     weight: Tensor | None
     ignore_index: int
+    own_mean: bool = False  # a function without reduction=: a mean over its input's elements
 
 
 def _module_call(module: torch.nn.Module, kwargs: dict) -> _Call:
@@ -65,7 +73,32 @@ def _module_call(module: torch.nn.Module, kwargs: dict) -> _Call:
                  getattr(module, "ignore_index", -100))
 
 
+def takes_reduction(loss_fn: Any) -> bool:
+    """Whether ``loss_fn`` (a loss module, or a function) takes ``reduction=`` (a function whose
+    signature cannot be read is taken to, as PyTorch's own losses do)."""
+    if isinstance(loss_fn, torch.nn.Module):
+        return True
+    try:
+        parameters = inspect.signature(loss_fn).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(p.name == "reduction" or p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+
+
+def _own_mean_call(loss_fn: Callable[..., Tensor], kwargs: dict) -> _Call:
+    if "reduction" in kwargs:
+        raise TypeError(f"distributed_loss: {getattr(loss_fn, '__name__', loss_fn)!r} takes no reduction= "
+                        f"parameter, so distributed_loss cannot pass reduction={kwargs['reduction']!r}: drop it "
+                        f"(the function is taken as a mean over its input's elements) or give the function one")
+
+    def run(input: Tensor, target: Tensor, reduction: str) -> Tensor:
+        return loss_fn(input, target, **kwargs)
+    return _Call(run, "mean", False, None, -100, own_mean=True)
+
+
 def _function_call(loss_fn: Callable[..., Tensor], kwargs: dict) -> _Call:
+    if not takes_reduction(loss_fn):
+        return _own_mean_call(loss_fn, kwargs)
     kwargs = dict(kwargs)
     reduction = kwargs.pop("reduction", "mean")
 
@@ -116,6 +149,8 @@ def local_terms(loss_fn: Any, input: Tensor, target: Tensor, kwargs: dict) -> Lo
             ``ignore_index=``, ``reduction=``, ...).
     """
     call = _resolve(loss_fn, kwargs)
+    if call.own_mean:
+        return _own_mean_terms(call, input, target)
     if call.reduction == "sum":
         return LocalTerms(call.run(input, target, "sum"), None)
     if call.reduction == "batchmean":
@@ -124,3 +159,34 @@ def local_terms(loss_fn: Any, input: Tensor, target: Tensor, kwargs: dict) -> Lo
         return LocalTerms(call.run(input, target, "sum"), _weighted_count(target, call.weight, call.ignore_index))
     elements = call.run(input, target, "none")
     return LocalTerms(elements.sum(), elements.numel())
+
+
+def _own_mean_terms(call: _Call, input: Tensor, target: Tensor) -> LocalTerms:
+    """The terms of a function without ``reduction=``, a mean over ``input``'s elements: its value
+    times their number, over their number (no rows: a zero of ``input``'s graph, none counted)."""
+    count = input.numel()
+    if count == 0:
+        return LocalTerms(input.sum(), 0)
+    value = call.run(input, target, "mean")
+    check_own_mean(call, input, target, value)
+    return LocalTerms(value * count, count)
+
+
+def check_own_mean(call: _Call, input: Tensor, target: Tensor, value: Tensor) -> None:
+    """Raises ``ValueError`` naming the fix unless the loss of the rows given twice equals ``value``
+    (a mean's does; a sum's doubles), or if the loss does not return a scalar."""
+    if value.dim() != 0:
+        raise ValueError(f"distributed_loss: a loss function without reduction= must return a scalar (a mean over "
+                         f"its input's elements), got shape {list(value.shape)}")
+    with torch.no_grad():
+        try:
+            twice = call.run(torch.cat([input.detach(), input.detach()]), torch.cat([target, target]), "mean")
+        except Exception as error:  # noqa: BLE001 - named in the refusal
+            reason = f"it failed on the rows given twice ({type(error).__name__}: {error})"
+        else:
+            if torch.allclose(twice.to(value.dtype), value.detach(), rtol=1e-4, atol=1e-6):
+                return
+            reason = f"its value on the rows given twice is {float(twice):.6g}, not {float(value):.6g}"
+    raise ValueError(f"distributed_loss: the loss function takes no reduction=, so it is taken as a mean over its "
+                     f"input's elements, which it does not seem to be ({reason}): give it a reduction= parameter "
+                     f"(reduction='sum' returning the sum over the rows, 'mean' the mean), as torch's losses have")

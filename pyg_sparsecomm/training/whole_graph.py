@@ -26,10 +26,10 @@ from torch import Tensor
 
 from ..comm.collectives import all_reduce_value
 from ..comm.device_check import check_devices
-from ..comm.group import collective_device, global_rank, host_all_reduce, is_distributed
+from ..comm.group import collective_device, global_rank, host_all_reduce, is_distributed, raise_together
 from ..comm.peer_failure import failures_named
 from .grad_registry import is_synced, mark_normalised
-from .loss_reduction import local_terms
+from .loss_reduction import local_terms, takes_reduction
 from .per_rank import check_product
 
 
@@ -131,6 +131,29 @@ def global_count(mask_or_count, group: dist.ProcessGroup | None = None) -> int:
     return host_all_reduce([local], group=group)[0] if is_distributed(group) else local
 
 
+def global_bincount(input: Tensor, weights: Tensor | None = None, minlength: int = 0,
+                    group: dist.ProcessGroup | None = None) -> Tensor:
+    """``torch.bincount`` of every rank's values together: the count (or summed ``weights``) of every
+    value over all ranks, as long as the largest value of any rank plus one (at least ``minlength``),
+    the same on every rank, e.g. the class weights of a shard's labels::
+
+        weight = global_bincount(train_data['user', 'movie'].edge_label)
+
+    Two collectives: the length (a host integer all-reduce), then the counts.
+
+    Args:
+        input (torch.Tensor): this rank's non-negative integers (``[n]``).
+        weights (torch.Tensor, optional): ``[n]`` weights of this rank's values. (default: :obj:`None`)
+        minlength (int, optional): the least number of bins. (default: :obj:`0`)
+        group (torch.distributed.ProcessGroup, optional): the ranks to count over. (default: all ranks)
+    """
+    length = max(int(input.max()) + 1 if input.numel() else 0, minlength)
+    if is_distributed(group):
+        length = host_all_reduce([length], dist.ReduceOp.MAX, group)[0]
+    return all_reduce_value(torch.bincount(input, weights, minlength=length), dist.ReduceOp.SUM, group,
+                            "global_bincount")
+
+
 def distributed_loss(loss_fn: Callable[..., Tensor] | torch.nn.Module, input: Tensor, target: Tensor,
                      group: dist.ProcessGroup | None = None, **kwargs) -> WholeGraphLoss:
     r"""The whole-graph loss, whose gradient is this rank's share of the single-process gradient.
@@ -160,7 +183,9 @@ def distributed_loss(loss_fn: Callable[..., Tensor] | torch.nn.Module, input: Te
         target (Tensor): their targets.
         group (ProcessGroup, optional): the ranks the rows are spread over. (default: all)
         **kwargs (optional): passed to a function ``loss_fn`` (``weight=``, ``ignore_index=``,
-            ``label_smoothing=``, ``reduction="sum"``, ...).
+            ``label_smoothing=``, ``reduction="sum"``, ...).  A function of the user's without
+            ``reduction=`` is taken as a mean over its input's elements (checked: see
+            :mod:`~pyg_sparsecomm.training.loss_reduction`).
 
     Returns:
         a scalar :class:`WholeGraphLoss` (a :class:`~torch.Tensor`).
@@ -170,11 +195,30 @@ def distributed_loss(loss_fn: Callable[..., Tensor] | torch.nn.Module, input: Te
     for ``cross_entropy`` and ``nll_loss``), not cached, since with mini-batches a peer's rows
     change while this rank's may not; then the value is all-reduced on the group's device.
     """
-    total, denominator = local_terms(loss_fn, input, target, kwargs)
+    if group is not None and not isinstance(group, dist.ProcessGroup):
+        raise TypeError(f"distributed_loss: its fourth argument is the process group, got {type(group).__name__}: "
+                        f"pass the loss's own arguments by keyword, e.g. distributed_loss(fn, pred, target, weight=w)")
+    if takes_reduction(loss_fn):
+        total, denominator = local_terms(loss_fn, input, target, kwargs)
+    else:  # its checks may fail on some ranks only (rows given twice): every rank raises
+        total, denominator = raise_together(lambda: local_terms(loss_fn, input, target, kwargs),
+                                            "distributed_loss", group, flag_first=True)
     if denominator is not None:
         total = (total / _global_denominator(denominator, total.dtype, group)).to(total.dtype)
-    share = mark_normalised(total)
-    return _WholeGraphValue.apply(share, group).as_subclass(WholeGraphLoss)
+    return whole_graph_value(total, group)
+
+
+def whole_graph_value(share: Tensor, group: dist.ProcessGroup | None = None) -> WholeGraphLoss:
+    r"""The loss :math:`L = \sum_r L_r` of this rank's share :math:`L_r`, already divided by the
+    *global* count (what :func:`distributed_loss` returns for its loss functions; a loss of its own
+    form, e.g. ``LightGCN``'s BPR loss, builds its share and calls this): its value on every rank,
+    its gradient into :math:`L_r` only.
+
+    Args:
+        share (torch.Tensor): this rank's scalar share.
+        group (torch.distributed.ProcessGroup, optional): the ranks. (default: all ranks)
+    """
+    return _WholeGraphValue.apply(mark_normalised(share), group).as_subclass(WholeGraphLoss)
 
 
 def _global_denominator(count: int | Tensor, dtype: torch.dtype, group: dist.ProcessGroup | None) -> int | Tensor:
