@@ -119,9 +119,12 @@ def distribute_hetero_pairs(edge_label_index: Tensor, edge_type: EdgeType, edge_
             type ``dst``), as PyG's ``data[edge_type].edge_label_index``.
         edge_type (tuple[str, str, str]): the relation ``(src, rel, dst)``.
         edge_label (torch.Tensor, optional): ``[num_pairs]`` labels. (default: :obj:`None`)
-        part: the partition: the partitioned ``HeteroData`` (``data[node_type].part``), this rank's
-            shard of it (every rank's ``n_id`` then gathered), or ``{node type: [N_type] part}``.
-        group (torch.distributed.ProcessGroup, optional): the ranks the graph is sharded over. (default: all)
+        part (torch_geometric.data.HeteroData or dict[str, torch.Tensor], optional): the partition: the
+            partitioned ``HeteroData`` (``data[node_type].part``), this rank's shard of it (every rank's
+            ``n_id`` then gathered), or ``{node type: [N_type] part}``. (default: :obj:`None`, which
+            raises: it is required)
+        group (torch.distributed.ProcessGroup, optional): the ranks the graph is sharded over.
+            (default: :obj:`None`, all)
     """
     parts = type_partitions(part, edge_type, group)
     src, _, dst = edge_type
