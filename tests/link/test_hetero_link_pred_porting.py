@@ -91,3 +91,32 @@ def test_port_trains_as_single_process(single_process, world_size, weighted):
         torch.testing.assert_close(_curves(out), reference, rtol=0, atol=5e-6, msg=f"rank {rank}: curves")
         if world_size == 2:
             assert "rows given twice" in refusals[0], refusals
+
+
+def test_split_shards_on_one_process():
+    """At P = 1 the shard's pairs are the split's, in order: ``row, col`` index ``z_dict`` as the
+    global pairs do, ``edge_index_dict`` is the shard's adjacency, and other tensor operations on the
+    pairs are refused naming ``global_ids``."""
+    import torch_geometric.transforms as T
+
+    from pyg_sparsecomm import partition_and_shard
+    from pyg_sparsecomm.graph.datasets import movielens_like
+    data = movielens_like(num_users=30, num_movies=20)
+    data["user"].x = torch.eye(30)
+    del data["user"].num_nodes
+    data = T.ToUndirected()(data)
+    del data["movie", "rev_rates", "user"].edge_label
+    torch.manual_seed(0)
+    splits = T.RandomLinkSplit(num_val=0.1, num_test=0.1, neg_sampling_ratio=0.0,
+                               edge_types=[("user", "rates", "movie")],
+                               rev_edge_types=[("movie", "rev_rates", "user")])(data)
+    for split, local in zip(splits, partition_and_shard(splits), strict=True):
+        pairs, store = split["user", "movie"].edge_label_index, local["user", "movie"]
+        row, col = store.edge_label_index
+        z_user, z_movie = torch.randn(30, 3), torch.randn(20, 3)
+        assert torch.equal(z_user[row], z_user[pairs[0]]) and torch.equal(z_movie[col], z_movie[pairs[1]])
+        assert torch.equal(store.edge_label, split["user", "movie"].edge_label)
+        assert set(local.edge_index_dict) == set(data.edge_types)
+        assert local.edge_index_dict[("user", "rates", "movie")] is store.adj
+        with pytest.raises(TypeError, match="global_ids"):
+            torch.add(store.edge_label_index, 1)
