@@ -189,17 +189,22 @@ def _gather_users(user_emb: Tensor, user_ids: Tensor | None, layout: list[list[i
         return user_emb, user_ids
     send_counts = [user_emb.size(0) if q != me and layout[q][1] else 0 for q in range(P)]
     recv_counts = [layout[q][0] if q != me and layout[me][1] else 0 for q in range(P)]
-    embs = _with_own(_exchange(user_emb, send_counts, recv_counts, "topk_users", group), user_emb, recv_counts, me)
+    scores_here = bool(layout[me][1])
+    embs = _with_own(_exchange(user_emb, send_counts, recv_counts, "topk_users", group), user_emb, recv_counts, me,
+                     scores_here)
     if user_ids is None:
         return embs, None
     ids = _exchange(user_ids.long(), send_counts, recv_counts, "topk_user_ids", group)
-    return embs, _with_own(ids, user_ids.long(), recv_counts, me)
+    return embs, _with_own(ids, user_ids.long(), recv_counts, me, scores_here)
 
 
-def _with_own(received: Tensor, own: Tensor, recv_counts: list[int], me: int) -> Tensor:
-    """The received rows with this rank's own at its place (rank order); none where nothing came."""
+def _with_own(received: Tensor, own: Tensor, recv_counts: list[int], me: int, scores_here: bool) -> Tensor:
+    """The received rows with this rank's own at its place (rank order); none where this rank owns
+    no item (it scores nobody), its own alone where no other rank has users."""
+    if not scores_here:
+        return own[:0]
     if not sum(recv_counts):
-        return own[:0] if len(recv_counts) > 1 else own
+        return own
     pieces = list(received.split(recv_counts))
     pieces[me] = own
     return torch.cat(pieces)

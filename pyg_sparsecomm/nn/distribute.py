@@ -19,6 +19,8 @@ keys stay, as with ``torch.nn.SyncBatchNorm.convert_sync_batchnorm``):
 * norms with whole-graph statistics (``torch.nn.BatchNorm1d``, PyG's ``InstanceNorm``,
   ``GraphNorm``, ``LayerNorm``) get their rule's distributed class (``module.__class__`` is
   swapped; parameters and buffers stay) and reduce their statistics over all ranks;
+* PyG's ``LightGCN`` becomes :class:`~.lightgcn.DistributedLightGCN`: its embedding table is cut to
+  the owned rows at its first call on a shard (:mod:`.lightgcn`);
 * PyG's ``TrimToLayer`` modules also trim mini-batch adjacencies (:mod:`.trim`);
 * the model's parameters get the gradient synchronisation of :mod:`.gradient_sync`.
 
@@ -36,6 +38,7 @@ from ..algorithms.settings import check_settings
 from ..comm.halo_options import HaloOptions
 from ..compat import edge_update_arguments, message_arguments
 from . import gradient_sync, trim
+from .lightgcn import DistributedLightGCN, attach_embedding
 from .norms import convert_norm
 from .rules import pyg as _pyg_rules  # noqa: F401  (PyG's rules registered before any lookup)
 from .rules.registry import layer_rule, swap_class
@@ -176,14 +179,20 @@ def distribute(module: torch.nn.Module, algorithm: str = "1d", group: dist.Proce
             swap_class(child)  # HGTConv, HANConv: their forward on a heterogeneous shard's adj_dict
             attach(child, settings)
         else:
-            convert_norm(child, settings)
+            convert_norm(child, settings)  # and LightGCN: its rule's DistributedLightGCN
+            if isinstance(child, DistributedLightGCN):
+                attach_embedding(child, settings.group)  # a table sharded by owner: its gradient not summed
     gradient_sync.install(module, group, broadcast, sync_gradients)
     return module
 
 
 def summary(module: torch.nn.Module) -> str:
     """One line per distributed layer of ``module``: how its aggregation runs (after a first
-    forward, the SpMM algorithm chosen, with the cost table of ``algorithm="auto"``)."""
+    forward, the SpMM algorithm chosen, with the cost table of ``algorithm="auto"``).
+
+    Args:
+        module (torch.nn.Module): a model :func:`distribute` converted.
+    """
     lines = []
     modules = dict(module.named_modules())
     for name, state in distributed_layers(module):

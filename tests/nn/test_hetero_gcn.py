@@ -246,5 +246,5 @@ def test_gcn_norm_layers_between_two_types_raise_as_pyg():
     gcn2 = distribute(HeteroConv({CITES: GCN2Conv(F, alpha=0.1)}))
     with pytest.raises(NotImplementedError, match=r"GCN2Conv on a relation of a heterogeneous graph is not supported "
                                                   r"yet .*; on relations between nodes of one type also GCNConv, "
-                                                  r"SGConv, TAGConv, ChebConv, ARMAConv, SSGConv\)"):
+                                                  r"SGConv, TAGConv, ChebConv, ARMAConv, SSGConv, LGConv\)"):
         gcn2(x_dict, local.adj_dict)

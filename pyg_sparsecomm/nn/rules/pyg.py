@@ -14,6 +14,7 @@ from torch_geometric.nn import conv, norm
 from .. import norms
 from ..han_conv import DistributedHANConv
 from ..hgt_conv import DistributedHGTConv
+from ..lightgcn import DistributedLightGCN
 from ..runtime.adapters import cheb_laplacian, node_embedding_ids
 from .registry import GcnNormalisation, LayerRule, register_named
 
@@ -93,7 +94,7 @@ def conv_rules() -> dict[str, LayerRule]:
 
 def module_rules() -> dict[str, LayerRule]:
     """Models, attention and pooling modules of ``torch_geometric.nn`` computing over all nodes;
-    ``LabelPropagation``'s normalisation."""
+    ``LabelPropagation``'s normalisation; ``LightGCN``'s sharded embedding table."""
     refused = {
         "SGFormer": "mixes every node with all nodes of the graph in its global attention (SGFormerAttention)",
         "SGFormerAttention": _ATTENDS,
@@ -108,6 +109,7 @@ def module_rules() -> dict[str, LayerRule]:
     }
     rules = {name: LayerRule(refused=reason) for name, reason in refused.items()}
     rules["LabelPropagation"] = LayerRule(normalisation=normalisations()["LabelPropagation"])
+    rules["LightGCN"] = LayerRule(distributed_class=DistributedLightGCN)  # its embedding table sharded by owner
     return rules
 
 

@@ -28,7 +28,7 @@ only through ``propagate``/``edge_updater``; any other layer called on a relatio
 by name, as are halo compression, staleness, 1.5D and algorithms other than ``"1d"``.
 
 Layers of PyG's degree-normalised family (:data:`SAME_TYPE_LAYERS`: ``GCNConv``, ``SGConv``,
-``TAGConv``, ``SSGConv``, ``ARMAConv`` with ``gcn_norm``, ``ChebConv`` with its Laplacian) take one
+``TAGConv``, ``SSGConv``, ``LGConv``, ``ARMAConv`` with ``gcn_norm``, ``ChebConv`` with its Laplacian) take one
 node set: PyG calls them only on relations :math:`(s, r, s)`, with ``x_dict[s]``, and raises
 ``ValueError`` (``"does not support bipartite message passing"``) for the ``(x_src, x_dst)`` pair of
 a relation between two types; so does :func:`enter_own_type`, naming the relation. On a relation
@@ -67,6 +67,7 @@ from torch_geometric.nn import (
     GCNConv,
     GINConv,
     GraphConv,
+    LGConv,
     MessagePassing,
     RGATConv,
     RGCNConv,
@@ -91,7 +92,7 @@ from .state import LayerState
 RELATION_LAYERS = (SAGEConv, GraphConv, GATConv, GATv2Conv, GINConv, TransformerConv)
 #: PyG layers of one node set (``gcn_norm``'s family) checked against single-process PyG on relations
 #: whose source and destination types are the same (by type, as :data:`RELATION_LAYERS`)
-SAME_TYPE_LAYERS = (GCNConv, SGConv, TAGConv, ChebConv, ARMAConv, SSGConv)
+SAME_TYPE_LAYERS = (GCNConv, SGConv, TAGConv, ChebConv, ARMAConv, SSGConv, LGConv)
 
 
 class SourceHalos:
