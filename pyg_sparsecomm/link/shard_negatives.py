@@ -74,10 +74,14 @@ def negative_sampling(edge_index, num_nodes: int | tuple[int, int] | None = None
     if hashed:
         raise ValueError(f"negative_sampling on a shard's edge_index replays PyG's draw; {sorted(hashed)} belong to "
                          f"the hash-based sampler, which takes the whole graph's edge_index tensor")
+    if isinstance(num_nodes, tuple):  # bipartite sizes: a relation of a HeteroData, drawn from its edge tensor
+        raise ValueError(f"negative_sampling: bipartite sizes num_nodes={num_nodes} on a shard's edge_index: a "
+                         f"homogeneous shard has one node set; for a relation of a HeteroData pass the partitioned "
+                         f"graph or its shard to link.hetero_negative_sampling(data, edge_type, ...), or the "
+                         f"relation's global edge_index tensor with part= to this function")
     edges, part = whole_graph(edge_index, group)
     N = part.size
-    # bipartite sizes belong to the tensor path above; here a tuple fails int() with a TypeError, as before
-    if num_nodes is not None and int(num_nodes) not in (N, edge_index.num_owned):  # type: ignore[arg-type]
+    if num_nodes is not None and int(num_nodes) not in (N, edge_index.num_owned):
         raise ValueError(f"negative_sampling: num_nodes={num_nodes} is neither this shard's {edge_index.num_owned} "
                          f"nodes nor the graph's {N}: pass the shard's num_nodes (train_data.num_nodes)")
     if isinstance(num_neg_samples, bool) or not isinstance(num_neg_samples, (int, float, type(None))):
