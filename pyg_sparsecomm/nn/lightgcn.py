@@ -43,6 +43,7 @@ from torch_geometric.nn.models.lightgcn import BPRLoss
 
 from ..comm.group import raise_together
 from ..comm.group import world_size as group_world_size
+from ..link.embedding_rows import EmbeddingRows
 from ..link.pair_index import PairIndex
 from ..link.pairs import distribute_pairs, local_pairs
 from ..link.same_pairs import check_same_pairs
@@ -50,7 +51,6 @@ from ..link.topk import recommend_topk
 from ..plan.halo_adj import HaloAdj
 from ..training.grad_registry import register_synced
 from ..training.whole_graph import global_count, whole_graph_value
-from .embedding_rows import EmbeddingRows
 
 
 def attach_embedding(model: LightGCN, group: dist.ProcessGroup | None) -> None:

@@ -19,7 +19,7 @@ from ..comm.group import host_all_gather, host_all_reduce
 from ..comm.group import rank as group_rank
 from ..comm.group import world_size as group_world_size
 from ..comm.halo import all_to_all_rows
-from ..link.partition_vector import gathered_partition
+from .partition_vector import gathered_partition
 
 
 class EmbeddingRows:
