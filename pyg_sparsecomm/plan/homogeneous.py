@@ -20,7 +20,8 @@ Layout conventions:
   a destination by ascending global id, the *local* rows this rank sends.
 """
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -277,16 +278,18 @@ class RankPlan:
     part_sizes: list[int]
     minibatch: bool = False
 
-    @property
+    # cached: read by every exchange and layer call (the id tensors are never replaced in a plan)
+    @cached_property
     def num_owned(self) -> int:
         return int(self.n_id.numel())
 
-    @property
+    @cached_property
     def halo_size(self) -> int:
         return int(self.halo_n_id.numel())
 
     def to(self, device) -> "RankPlan":
-        moved: dict[str, Any] = {k: (v.to(device) if isinstance(v, Tensor) else v) for k, v in self.__dict__.items()}
+        values = {f.name: getattr(self, f.name) for f in fields(self)}  # not the cached sizes
+        moved: dict[str, Any] = {k: (v.to(device) if isinstance(v, Tensor) else v) for k, v in values.items()}
         return RankPlan(**moved)
 
     def locate_columns(self, col: Tensor) -> tuple[Tensor, Tensor]:
