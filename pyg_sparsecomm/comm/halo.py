@@ -21,7 +21,7 @@ from torch import Tensor
 from .counters import comm_counter, row_nbytes
 from .device_check import check_devices
 from .group import join_all, raise_together
-from .peer_failure import failures_named
+from .peer_failure import failures_named, raise_named
 from .quantize import decode_rows, encode_rows
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -53,9 +53,12 @@ class WorkList:
         self.works, self.group = list(works), group
 
     def wait(self) -> None:
-        with failures_named("the halo exchange", self.group):
+        try:  # every exchange waits here: failures_named's check at no cost while peers answer
             for work in self.works:
                 work.wait()
+        except BaseException as error:
+            raise_named(error, "the halo exchange", self.group)
+            raise
 
     def is_completed(self) -> bool:
         return all(work.is_completed() for work in self.works)
@@ -118,18 +121,22 @@ def encode_together(rows: Tensor, precision: str | None, group, index: Tensor | 
 def _to_halo(x: Tensor, plan: "RankPlan", group: dist.ProcessGroup | None,
              precision: str | None = None) -> Tensor:
     """The forward exchange: the rows of ``x`` every peer needs, received as this rank's halo
-    (travelling in ``precision``, :mod:`~pyg_sparsecomm.comm.quantize`; ``None``: exact)."""
-    send = encode_together(x, precision, group, plan.send_index)
-    return decode_rows(all_to_all_rows(send, plan.send_counts, plan.recv_counts, group, "halo"), x, precision)
+    (travelling in ``precision``, :mod:`~pyg_sparsecomm.comm.quantize`; ``None``: exact, the rows
+    themselves with no codec step)."""
+    exact = precision is None
+    send = x.index_select(0, plan.send_index) if exact else encode_together(x, precision, group, plan.send_index)
+    received = all_to_all_rows(send, plan.send_counts, plan.recv_counts, group, "halo")
+    return received if exact else decode_rows(received, x, precision)
 
 
 def _to_owners(halo: Tensor, into: Tensor, plan: "RankPlan", group: dist.ProcessGroup | None,
                precision: str | None = None) -> Tensor:
-    """The reverse exchange: halo rows travel back to their owners (in ``precision``) and are
-    summed into ``into``."""
-    payload = encode_together(halo, precision, group)
+    """The reverse exchange: halo rows travel back to their owners (in ``precision``; ``None``:
+    exact, with no codec step) and are summed into ``into``."""
+    exact = precision is None
+    payload = halo if exact else encode_together(halo, precision, group)
     back = all_to_all_rows(payload, plan.recv_counts, plan.send_counts, group, "halo_grad")
-    return into.index_add_(0, plan.send_index, decode_rows(back, halo, precision))
+    return into.index_add_(0, plan.send_index, back if exact else decode_rows(back, halo, precision))
 
 
 class _HaloExchange(torch.autograd.Function):

@@ -287,10 +287,27 @@ def explain(error: BaseException, what: str, group: dist.ProcessGroup | None = N
                            + "\n".join(lines) + f"\n{own}")
 
 
+def raise_named(error: BaseException, what: str, group: dist.ProcessGroup | None = None) -> None:
+    """Raises :class:`PeerFailedError` (:func:`explain`) from ``error`` if it is a collective's
+    failure in a job; returns otherwise.  What :class:`failures_named` does at the end of its
+    block, for the collectives of every layer call (the halo exchange's wait, ``host_all_reduce``),
+    which spell it ``try: ... except BaseException as e: raise_named(e, what, group); raise``:
+    a ``try`` costs nothing while collectives succeed.
+
+    Args:
+        error (BaseException): the error a collective (or the code around it) raised.
+        what (str): the collective, for the message.
+        group (ProcessGroup, optional): its group (for the grace period). (default: the default group)
+    """
+    if is_collective_failure(error) and dist.is_initialized():
+        raise explain(error, what, group) from error
+
+
 class failures_named:  # noqa: N801 - a context manager, named for its ``with`` statement
     """``with failures_named("the halo exchange", group): ...`` raises :class:`PeerFailedError`
     (:func:`explain`) in place of a collective's failure inside the block; other errors pass
-    unchanged.  Costs a ``with`` block while collectives succeed.
+    unchanged.  Costs a ``with`` block while collectives succeed (:func:`raise_named` is the same
+    for hot paths, at no cost).
 
     Args:
         what (str): the collective, for the message.
@@ -306,9 +323,9 @@ class failures_named:  # noqa: N801 - a context manager, named for its ``with`` 
         return None
 
     def __exit__(self, kind: Any, error: BaseException | None, tb: Any) -> Literal[False]:
-        if error is None or not is_collective_failure(error) or not dist.is_initialized():
-            return False
-        raise explain(error, self.what, self.group) from error
+        if error is not None:
+            raise_named(error, self.what, self.group)
+        return False
 
 
 def uncaught(error: BaseException) -> BaseException:
