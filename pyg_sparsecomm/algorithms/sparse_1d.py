@@ -30,7 +30,7 @@ class SparseAware1D(SpMMAlgorithm):
     multiplies_given_halo = True
 
     def __call__(self, x: Tensor) -> Tensor:
-        return self.multiply(x, self.exchange(x))
+        return self.multiply(x, self.exchanger.halo_of(x))
 
     def multiply(self, x: Tensor, halo: Tensor) -> Tensor:
         """The block row times ``[x | halo]``, given halo rows already fetched (or reused)."""

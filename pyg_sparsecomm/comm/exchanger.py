@@ -20,7 +20,9 @@ and reused every epoch, compressing them would save bytes once but freeze one ro
 into every step.
 """
 import math
+from collections.abc import Callable
 from dataclasses import replace
+from functools import cached_property, partial
 from typing import Any
 
 import torch
@@ -104,6 +106,21 @@ class HaloExchanger(ExchangeSite):
         if options.staleness:
             return stale_halo_exchange(x, self, key)
         return halo_exchange(x, self.plan, self.group, options.precision, options.grad_precision)
+
+    @cached_property
+    def halo_of(self) -> Callable[[Tensor], Tensor]:
+        r""":meth:`exchange` of the call site ``"x"`` with the branch on :attr:`options` taken once
+        (the exchanger never changes): exact options give
+        :func:`~pyg_sparsecomm.comm.halo.halo_exchange` bound to the plan and group, so a caller
+        exchanging at every call (an SpMM algorithm) pays no dispatch per call.
+
+        Shapes:
+            - **input:** ``[num_owned, *]``
+            - **output:** ``[halo_size, *]``, as :meth:`exchange`'s
+        """
+        if self.options.exact:
+            return partial(halo_exchange, plan=self.plan, group=self.group)
+        return self.exchange
 
     def exchange_many(self, tensors: list[Tensor], key: str = "x") -> list[Tensor]:
         """:meth:`exchange` of several tensors in one exchange per dtype.
