@@ -5,12 +5,16 @@ How it counts: ``sys.setprofile`` sees every Python frame entered while the forw
 of the model after a first one, which ran the first-use checks); every frame whose code lives in
 a source file of ``pyg_sparsecomm`` names its module, ``__init__.py`` files, the comm exchange and
 the SpMM algorithm included (C functions and torch's or PyG's own Python code are not package
-modules).  A module counts once however many of its functions run.  The job is one gloo rank
-(P = 1): the exchange functions run there too, returning the empty halo.
+modules).  A module counts once however many of its functions run.  Two jobs, each rank counted
+on its own: one gloo rank (P = 1), where the exchange functions run too, returning the empty
+halo, and two ranks (P = 2), where halo rows move: the second layer's exchange (the all-to-allv,
+its byte counter, its device check) and the agreement that the first layer's cached halo of the
+input features is still valid (one host all-reduce).
 """
 import os
 import sys
 
+import pytest
 import torch
 from test_distribute_layers import make_graph
 from torch_geometric.nn.models import GraphSAGE
@@ -48,8 +52,12 @@ def _walk_worker(rank, world_size):
     return seen
 
 
-def test_one_graphsage_forward_visits_at_most_12_package_modules():
-    seen = launch(_walk_worker, 1)[0]
-    listing = "\n".join(f"  {module}: {', '.join(functions)}" for module, functions in seen.items())
-    assert len(seen) <= MOST_MODULES, f"{len(seen)} package modules visited (at most {MOST_MODULES}):\n{listing}"
-    assert "nn/runtime/call.py" in seen and "nn/runtime/port.py" in seen  # the walk is the runtime's
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_one_graphsage_forward_visits_at_most_12_package_modules(world_size):
+    for rank, seen in enumerate(launch(_walk_worker, world_size)):
+        listing = "\n".join(f"  {module}: {', '.join(functions)}" for module, functions in seen.items())
+        assert len(seen) <= MOST_MODULES, \
+            f"rank {rank} of {world_size}: {len(seen)} package modules visited (at most {MOST_MODULES}):\n{listing}"
+        assert "nn/runtime/call.py" in seen and "nn/runtime/port.py" in seen  # the walk is the runtime's
+        if world_size > 1:  # halo rows moved: the walk went through the exchange
+            assert "comm/halo.py" in seen, listing
