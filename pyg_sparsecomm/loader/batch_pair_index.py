@@ -143,6 +143,10 @@ class BatchPairIndex:
     def __len__(self) -> int:
         return 2
 
+    def __iter__(self):
+        """``row, col = edge_label_index``, as PyG's decoders unpack it: the sources' rows, the targets' index."""
+        return iter((self.source, self.target))
+
     def to(self, *args: Any, **kwargs: Any) -> "BatchPairIndex":
         """Itself: sources index this rank's rows, targets' rows come on ``z``'s device."""
         return self
