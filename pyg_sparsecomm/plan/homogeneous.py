@@ -19,7 +19,6 @@ Layout conventions:
 * ``send_index`` lists, grouped by destination rank in rank order and within
   a destination by ascending global id, the *local* rows this rank sends.
 """
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass, fields
 from functools import cached_property
 from typing import Any
@@ -29,38 +28,8 @@ import torch
 from torch import Tensor
 
 from ..graph.validate import check_edge_index, check_partition
+from .edges import EDGE_CHUNK, edge_chunks, numpy_ids, numpy_long
 from .sorted_keys import SortedUnion, sorted_unique
-
-
-def _numpy_long(t) -> np.ndarray:
-    if isinstance(t, Tensor):
-        return t.detach().cpu().numpy().astype(np.int64, copy=False)
-    return np.asarray(t, dtype=np.int64)
-
-
-def numpy_ids(t) -> np.ndarray:
-    """The ids of ``t`` as a numpy array without a copy when they are ``int32`` or ``int64`` (an
-    ``int32`` graph, a block of an edge file), so callers widen one chunk at a time; any other
-    dtype or byte order becomes native ``int64``."""
-    out = t.detach().cpu().numpy() if isinstance(t, Tensor) else np.asarray(t)
-    return out if out.dtype in (np.int32, np.int64) else out.astype(np.int64)
-
-
-#: ``chunks(step)``: ``(edge ids, sources, targets)`` of every run of at most ``step`` edges of a
-#: graph, in edge order: ``int64`` positions in the graph's edge list, node ids as ``int32`` or
-#: ``int64``; what the passes over the edges read (:func:`edge_chunks` of a graph in memory, the
-#: out-of-core writer's edge files, or a part's in-edges grouped in a scratch file)
-EdgeChunks = Callable[[int], Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]]]
-
-
-def edge_chunks(edge_index) -> EdgeChunks:
-    """The :data:`EdgeChunks` of a ``[2, E]`` ``edge_index`` in memory (node ids as views)."""
-    src, dst = numpy_ids(edge_index)
-
-    def chunks(step: int) -> Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        for a in range(0, src.size, step):
-            yield np.arange(a, min(a + step, src.size), dtype=np.int64), src[a:a + step], dst[a:a + step]
-    return chunks
 
 
 @dataclass
@@ -117,9 +86,6 @@ def owner_rows(part: np.ndarray, num_parts: int) -> tuple[np.ndarray, np.ndarray
     return part_sizes, local_index
 
 
-#: edges per step of :func:`comm_pattern`'s and :func:`local_edges`' passes: their working arrays are
-#: about 80 bytes per edge of a step (40 MB) (plus the pairs found), not per edge of the graph
-EDGE_CHUNK = 1 << 19
 
 
 def comm_pattern(edge_index, part, num_nodes: int, num_parts: int, target_part=None,
@@ -128,7 +94,7 @@ def comm_pattern(edge_index, part, num_nodes: int, num_parts: int, target_part=N
 
     One pass over the edges, ``chunk`` at a time: the working memory is O(N + pairs + chunk), not
     O(E); the result does not depend on ``chunk``.  ``edge_index`` is the ``[2, E]`` graph, or its
-    :data:`EdgeChunks` (the out-of-core writer's edge files, read a chunk at a time:
+    :data:`~pyg_sparsecomm.plan.edges.EdgeChunks` (the out-of-core writer's edge files, read a chunk at a time:
     :mod:`~pyg_sparsecomm.store.from_files`), whose ids the caller has checked.
 
     With ``target_part`` the graph is bipartite (a relation of a heterogeneous graph): row 1 of
@@ -155,11 +121,11 @@ def comm_pattern(edge_index, part, num_nodes: int, num_parts: int, target_part=N
     if isinstance(part, Tensor):
         check_partition(part, num_nodes, num_parts)
     chunks = edge_index if callable(edge_index) else edge_chunks(edge_index)
-    part = _numpy_long(part)
+    part = numpy_long(part)
     P, N = int(num_parts), int(num_nodes)
 
     part_sizes, local_index = owner_rows(part, P)
-    owner = part if target_part is None else _numpy_long(target_part)
+    owner = part if target_part is None else numpy_long(target_part)
     target_index = local_index if target_part is None else owner_rows(owner, P)[1]
 
     block_nnz = np.zeros(P * P, dtype=np.int64)
@@ -375,7 +341,7 @@ class InEdgeRelabel:
     def __init__(self, pattern: CommPattern, plan: RankPlan, target_part=None) -> None:
         self.pattern, self.plan = pattern, plan
         self.target_index = (pattern.local_index if target_part is None
-                             else owner_rows(_numpy_long(target_part), pattern.num_parts)[1])
+                             else owner_rows(numpy_long(target_part), pattern.num_parts)[1])
         halo = plan.halo_n_id.numpy()
         self.halo_key = pattern.part[halo] * pattern.num_nodes + halo  # sorted: pairs are (dst, owner, node)
 
@@ -397,7 +363,7 @@ def local_edges(edge_index, pattern: CommPattern, plan: RankPlan, target_part=No
     The rank's edges are found ``chunk`` edges at a time (O(its edges + chunk) memory).
     """
     src, dst = numpy_ids(edge_index)  # int32 ids index as they are (InEdgeRelabel widens)
-    owner = pattern.part if target_part is None else _numpy_long(target_part)
+    owner = pattern.part if target_part is None else numpy_long(target_part)
     step = max(1, chunk)
     edge_id = np.concatenate([np.empty(0, dtype=np.int64)] + [
         a + np.flatnonzero(owner[dst[a:a + step]] == plan.rank) for a in range(0, dst.size, step)])

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..plan.homogeneous import CommPattern, EdgeChunks, id_dtype
+from ..plan.edges import EdgeChunks
+from ..plan.homogeneous import CommPattern, id_dtype
 from ..plan.sorted_keys import key_groups
 
 _FIELDS = ("e_id", "src", "dst")
@@ -30,7 +31,7 @@ class EdgesByPart:
     dtypes: dict[str, np.dtype]
 
     def chunks_of(self, rank: int) -> EdgeChunks:
-        """Part ``rank``'s in-edges as :data:`~pyg_sparsecomm.plan.homogeneous.EdgeChunks`."""
+        """Part ``rank``'s in-edges as :data:`~pyg_sparsecomm.plan.edges.EdgeChunks`."""
         lo, hi = int(self.offsets[rank]), int(self.offsets[rank + 1])
 
         def chunks(step: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:

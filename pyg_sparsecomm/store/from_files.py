@@ -41,7 +41,8 @@ from torch import Tensor
 
 from ..memory import release_free_heap
 from ..partition import SparsityAwarePartitioner
-from ..plan.homogeneous import EDGE_CHUNK, CommPattern, comm_pattern, id_dtype, numpy_ids, rank_plan
+from ..plan.edges import EDGE_CHUNK, numpy_ids
+from ..plan.homogeneous import CommPattern, comm_pattern, id_dtype, rank_plan
 from ..plan.sorted_keys import key_groups
 from .edges_by_part import EdgesByPart, group_edges_by_part
 from .file_format import hash_header, hash_tensor, plan_record
@@ -148,7 +149,7 @@ class EdgeFiles:
                 start += npy.shape[1]
 
     def chunks(self, step: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """The edges as :data:`~pyg_sparsecomm.plan.homogeneous.EdgeChunks`: ``(edge ids, sources, targets)``
+        """The edges as :data:`~pyg_sparsecomm.plan.edges.EdgeChunks`: ``(edge ids, sources, targets)``
         of every run of at most ``step`` edges."""
         start = 0
         for npy in self.files:

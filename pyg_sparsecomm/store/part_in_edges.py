@@ -24,7 +24,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..plan.homogeneous import EDGE_CHUNK, CommPattern, EdgeChunks, InEdgeRelabel, RankPlan
+from ..plan.edges import EDGE_CHUNK, EdgeChunks
+from ..plan.homogeneous import CommPattern, InEdgeRelabel, RankPlan
 from ..plan.sorted_keys import key_groups
 
 _WORKING_BYTES_PER_EDGE = 64  # a block's arrays while it is sorted: row, col, edge_id, order, 2 gathers
@@ -93,7 +94,7 @@ def sort_in_edges(edges: EdgeChunks, pattern: CommPattern, plan: RankPlan, scrat
     its ``col`` and ``edge_id``), the arrays as files.
 
     Args:
-        edges (EdgeChunks): the whole graph's edges, read twice (:func:`~pyg_sparsecomm.plan.homogeneous.edge_chunks` of
+        edges (EdgeChunks): the whole graph's edges, read twice (:func:`~pyg_sparsecomm.plan.edges.edge_chunks` of
             a graph in memory, or the writer's edge files).
         pattern (CommPattern): the partition's pattern.
         plan (RankPlan): this part's plan.

@@ -104,7 +104,7 @@ def test_stats_report():
 def test_pattern_does_not_depend_on_the_chunk_nor_on_how_edges_are_given(P):
     """``comm_pattern`` one edge at a time, a few at a time, all at once, and from ``edge_chunks``:
     every field equal (halo pairs merged by ``SortedUnion``, spans a chunk of pairs at a time)."""
-    from pyg_sparsecomm.plan.homogeneous import edge_chunks
+    from pyg_sparsecomm.plan.edges import edge_chunks
     for name, data in make_cases(P).items():
         whole = comm_pattern(data.edge_index, data.part, data.num_nodes, P)
         for edges, chunk in ((data.edge_index, 1), (data.edge_index, 5), (edge_chunks(data.edge_index.int()), 3)):

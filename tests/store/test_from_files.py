@@ -207,7 +207,8 @@ def test_edges_are_grouped_by_part_once_and_read_a_bounded_number_of_times(tmp_p
     """The edge files are read in full a fixed number of times whatever P (the range check, the
     pattern, the fingerprint, the grouping by part), not twice per part; every part's group holds
     exactly its in-edges, in edge order, an empty part none."""
-    from pyg_sparsecomm.plan.homogeneous import comm_pattern, edge_chunks
+    from pyg_sparsecomm.plan.edges import edge_chunks
+    from pyg_sparsecomm.plan.homogeneous import comm_pattern
     from pyg_sparsecomm.store.edges_by_part import group_edges_by_part
     from pyg_sparsecomm.store.from_files import EdgeFiles
 
