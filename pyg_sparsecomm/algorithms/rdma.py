@@ -36,7 +36,8 @@ from ..plan.halo_adj import HaloAdj
 from ..rdma import engine_cache
 from ..rdma.engine_cache import MAX_IDLE_ENGINES, Lease, collect, free_engines, set_backend
 from ..rdma.kernels import csr_tile, tile_product
-from ..rdma.tiled import DenseTiledMatrix, SparseTiledMatrix, TileProcessGrid
+from ..rdma.tile_grid import TileProcessGrid
+from ..rdma.tiled import DenseTiledMatrix, SparseTiledMatrix
 from .base import SpMMAlgorithm
 from .cost import CostModel, Prediction, RankVolumes, RowBytes
 

@@ -27,7 +27,8 @@ from .queue import Outbox, RemoteQueue
 from .stationary import MatmulResult, stationary_a, stationary_c
 from .stealing import ReservationGrid, work_stealing
 from .summa import summa
-from .tiled import DenseTiledMatrix, SparseTiledMatrix, TileGrid, TileProcessGrid
+from .tile_grid import TileGrid, TileProcessGrid
+from .tiled import DenseTiledMatrix, SparseTiledMatrix
 
 if TYPE_CHECKING:  # pragma: no cover
     from .mpi_backend import MPIBackend
