@@ -8,6 +8,7 @@ port to many (``diff lightgcn.py lightgcn_distributed.py``; README, "Porting a P
 import argparse
 
 import torch
+from tqdm import tqdm
 
 from torch_geometric.nn import LightGCN
 from torch_geometric.utils import degree
@@ -47,7 +48,7 @@ optimizer = torch.optim.Adam(model.parameters(), lr=0.001)
 def train():
     total_loss = total_examples = 0
 
-    for index in train_loader:
+    for index in tqdm(train_loader):
         # Sample positive and negative labels.
         pos_edge_label_index = train_edge_label_index[:, index]
         neg_edge_label_index = torch.stack([
@@ -71,8 +72,8 @@ def train():
         loss.backward()
         optimizer.step()
 
-        total_loss += float(loss) * index.numel()
-        total_examples += index.numel()
+        total_loss += float(loss) * pos_rank.numel()
+        total_examples += pos_rank.numel()
 
     return total_loss / total_examples
 
@@ -115,5 +116,5 @@ def test(k: int):
 for epoch in range(1, args.epochs + 1):
     loss = train()
     precision, recall = test(k=20)
-    print(f'Epoch: {epoch:03d}, Loss: {loss:.6f}, Precision@20: '
-          f'{precision:.6f}, Recall@20: {recall:.6f}')
+    print(f'Epoch: {epoch:03d}, Loss: {loss:.4f}, Precision@20: '
+          f'{precision:.4f}, Recall@20: {recall:.4f}')

@@ -18,10 +18,14 @@ On a shard the methods take the same arguments as PyG's:
 * :meth:`~DistributedLightGCN.forward` scores pairs given as global ids (``[2, m]``, the same on
   every rank: e.g. the training loop's positives and negatives, drawn with one seed on every rank)
   or as a shard's :class:`~pyg_sparsecomm.link.PairIndex`: a rank scores the pairs whose source it
-  owns, in their order, the other end's row brought by the pairs' exchange.  PyG's BPR recipe
-  (negatives ``[src, random item]`` of each positive, concatenated after the positives, then
-  ``.chunk(2)``) keeps each positive with its negative, as both have one source;
-* :meth:`~DistributedLightGCN.recommendation_loss` is the single process's loss
+  owns, in their order, the other end's row brought by the pairs' exchange.  Of global ids it
+  returns the scores of *all* the pairs on every rank, in their order
+  (:func:`~pyg_sparsecomm.training.replicated.replicate_rows`: one all-reduce of :math:`m` floats),
+  so PyG's loop runs unchanged: ``.chunk(2)`` splits positives from negatives, ``pos_rank.numel()``
+  counts the batch's pairs, and a loss of them is the single process's, its gradient reaching each
+  pair once, at the rank that scored it;
+* :meth:`~DistributedLightGCN.recommendation_loss` (of all pairs' scores, or of each rank's from a
+  ``PairIndex``) is the single process's loss
   :math:`-\frac{1}{M}\sum \ln\sigma(\hat y_{ui} - \hat y_{uj}) + \frac{\lambda}{M}\lVert x^{(0)}_V \rVert^2`
   (:math:`M` pairs of all ranks; :math:`V` the distinct nodes of ``node_id`` over all ranks, each
   counted by its owner) with :func:`~pyg_sparsecomm.distributed_loss`'s conventions: the value on
@@ -50,6 +54,7 @@ from ..link.same_pairs import check_same_pairs
 from ..link.topk import recommend_topk
 from ..plan.halo_adj import HaloAdj
 from ..training.grad_registry import register_synced
+from ..training.replicated import ReplicatedScores, replicate_rows
 from ..training.whole_graph import global_count, whole_graph_value
 
 
@@ -84,33 +89,43 @@ class DistributedLightGCN(LightGCN):
         return super().get_embedding(edge_index, edge_weight)
 
     def forward(self, edge_index: Any, edge_label_index: Any = None, edge_weight: Tensor | None = None) -> Tensor:
-        r"""The scores :math:`\langle z_s, z_t \rangle` of the pairs this rank holds.
+        r"""The scores :math:`\langle z_s, z_t \rangle` of pairs.
 
         Args:
             edge_index (HaloAdj or torch.Tensor): the shard's ``adj`` (see :meth:`get_embedding`).
             edge_label_index (torch.Tensor or PairIndex, optional): ``[2, m]`` global ids of pairs,
-                the same on every rank (this rank scores those whose source it owns, in their
-                order), or a shard's :class:`~pyg_sparsecomm.link.PairIndex`; ``None``: the shard's
-                edges, held by their target's owner, in ``adj``'s edge order. (default: :obj:`None`)
+                the same on every rank: the scores of all of them, in their order, on every rank
+                (:class:`~pyg_sparsecomm.training.replicated.ReplicatedScores`: each rank scores
+                those whose source it owns, then one all-reduce of :math:`m` scores; the gradient
+                reaches each rank's own pairs once); or a shard's
+                :class:`~pyg_sparsecomm.link.PairIndex`: the scores of its pairs, held by this rank;
+                ``None``: the shard's edges, held by their target's owner, in ``adj``'s edge order.
+                (default: :obj:`None`)
             edge_weight (torch.Tensor, optional): the edges' weights. (default: :obj:`None`)
 
         Shapes:
-            - **output:** :math:`(m_r)`, one score per pair this rank holds
+            - **output:** :math:`(m)` for global pairs, :math:`(m_r)`, one score per pair this rank
+              holds, for a ``PairIndex`` or ``None``
         """
         if not isinstance(edge_index, HaloAdj):
             self._shard_rows(edge_index)
             return super().forward(edge_index, edge_label_index, edge_weight)
         out = self.get_embedding(edge_index, edge_weight)
         pairs = self._pair_index(edge_label_index, edge_index)
-        return (out[pairs[0]] * out[pairs[1]]).sum(dim=-1)  # type: ignore[index]  # PairIndex ends index z
+        scores = (out[pairs[0]] * out[pairs[1]]).sum(dim=-1)  # type: ignore[index]  # PairIndex ends index z
+        if not isinstance(edge_label_index, Tensor):
+            return scores
+        held = pairs.pairs  # the global list: every rank gets all its scores, its gradient its own pairs'
+        return replicate_rows(scores, held.pair_id, held.num_pairs, self._sparsecomm_group)
 
     def recommendation_loss(self, pos_edge_rank: Tensor, neg_edge_rank: Tensor, node_id: Tensor | None = None,
                             lambda_reg: float = 1e-4, **kwargs: Any) -> Tensor:
         r"""PyG's BPR loss of the pairs of all ranks (see the module doc); a collective.
 
         Args:
-            pos_edge_rank (torch.Tensor): this rank's positive pairs' scores.
-            neg_edge_rank (torch.Tensor): the matching negative pairs' scores.
+            pos_edge_rank (torch.Tensor): the positive pairs' scores: all of them, the same on
+                every rank (:meth:`forward` of global pairs), or this rank's (of a ``PairIndex``).
+            neg_edge_rank (torch.Tensor): the matching negative pairs' scores, alike.
             node_id (torch.Tensor, optional): global ids of the nodes whose :math:`x^{(0)}` is
                 regularised (their union over the ranks, each once); ``None``: all nodes.
                 (default: :obj:`None`)
@@ -122,6 +137,14 @@ class DistributedLightGCN(LightGCN):
             return super().recommendation_loss(pos_edge_rank, neg_edge_rank, node_id, lambda_reg, **kwargs)
         BPRLoss(lambda_reg, **kwargs)  # PyG's checks of its arguments
         group = self._sparsecomm_group
+        replicated = isinstance(pos_edge_rank, ReplicatedScores)
+        if replicated != isinstance(neg_edge_rank, ReplicatedScores):
+            raise ValueError("LightGCN.recommendation_loss: one of the scores is of the whole list of pairs (forward "
+                             "of global pairs, the same on every rank), the other this rank's (forward of a "
+                             "PairIndex): score positives and negatives alike, e.g. model(adj, edge_label_index)"
+                             ".chunk(2) of their concatenation")
+        if replicated:
+            return self._replicated_loss(pos_edge_rank, neg_edge_rank, node_id, lambda_reg, rows)
         count = max(global_count(pos_edge_rank.size(0) if pos_edge_rank.dim() else 1, group), 1)
         elements = max(global_count(pos_edge_rank.numel(), group), 1)
         share = -F.logsigmoid(pos_edge_rank - neg_edge_rank).sum() / elements
@@ -131,6 +154,18 @@ class DistributedLightGCN(LightGCN):
                 emb = emb[rows.owned_rows(node_id, "lightgcn_node_ids").to(emb.device)]
             share = share + lambda_reg * emb.norm(p=2).pow(2) / count
         return whole_graph_value(share, group)
+
+    def _replicated_loss(self, pos: Tensor, neg: Tensor, node_id: Tensor | None, lambda_reg: float,
+                         rows: EmbeddingRows) -> Tensor:
+        r"""The loss of the scores of a global list (on every rank): PyG's BPR term computed here, the
+        same on every rank (its gradient reaches each rank's own pairs through the scores' gather), plus
+        the :math:`\lambda`-term, each rank's owned rows of the distinct nodes summed over the ranks."""
+        log_prob = F.logsigmoid(pos.as_subclass(Tensor) - neg.as_subclass(Tensor)).mean()
+        emb = self.embedding.weight
+        if node_id is not None:
+            emb = emb[rows.owned_rows(node_id, "lightgcn_node_ids").to(emb.device)]
+        regularization = lambda_reg * emb.norm(p=2).pow(2) / pos.size(0) if lambda_reg != 0 else emb.new_zeros(())
+        return whole_graph_value(regularization, self._sparsecomm_group) - log_prob
 
     def recommend(self, edge_index: Any, edge_weight: Tensor | None = None, src_index: Tensor | None = None,
                   dst_index: Tensor | None = None, k: int = 1, sorted: bool = True,

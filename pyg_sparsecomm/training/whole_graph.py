@@ -31,6 +31,7 @@ from ..comm.peer_failure import failures_named
 from .grad_registry import is_synced, mark_normalised
 from .loss_reduction import local_terms, takes_reduction
 from .per_rank import check_product
+from .replicated import ReplicatedScores
 
 
 class WholeGraphFloat(float):
@@ -179,7 +180,10 @@ def distributed_loss(loss_fn: Callable[..., Tensor] | torch.nn.Module, input: Te
             (``F.cross_entropy``, ``F.binary_cross_entropy_with_logits``, ...) or a loss module
             of ``torch.nn`` (``torch.nn.BCEWithLogitsLoss(pos_weight=w)``), whose own arguments
             and ``reduction`` hold (``"mean"``: the global mean; ``"sum"``: the global sum).
-        input (Tensor): this rank's scored rows (``out[local.train_mask]``).
+        input (Tensor): this rank's scored rows (``out[local.train_mask]``), or the
+            :class:`~pyg_sparsecomm.training.replicated.ReplicatedScores` of a global list of
+            pairs (``LightGCN``'s scores): then ``target`` holds the whole list's targets and the
+            loss is ``loss_fn(input, target, **kwargs)``, as in one process.
         target (Tensor): their targets.
         group (ProcessGroup, optional): the ranks the rows are spread over. (default: all)
         **kwargs (optional): passed to a function ``loss_fn`` (``weight=``, ``ignore_index=``,
@@ -198,6 +202,9 @@ def distributed_loss(loss_fn: Callable[..., Tensor] | torch.nn.Module, input: Te
     if group is not None and not isinstance(group, dist.ProcessGroup):
         raise TypeError(f"distributed_loss: its fourth argument is the process group, got {type(group).__name__}: "
                         f"pass the loss's own arguments by keyword, e.g. distributed_loss(fn, pred, target, weight=w)")
+    if isinstance(input, ReplicatedScores):  # every rank holds every row: the loss itself, the same everywhere
+        value = loss_fn(input.as_subclass(Tensor), target, **kwargs)
+        return mark_normalised(value).as_subclass(WholeGraphLoss)
     if takes_reduction(loss_fn):
         total, denominator = local_terms(loss_fn, input, target, kwargs)
     else:  # its checks may fail on some ranks only (rows given twice): every rank raises

@@ -6,10 +6,12 @@ bipartite graph with users without interactions, books nobody rated and, at P = 
 ``LGConv`` on a relation within one node type (``HeteroConv``) equals PyG's; misuse raises naming the fix."""
 import pytest
 import torch
+import torch.nn.functional as F
 from torch_geometric.metrics import LinkPredPrecision, LinkPredRecall
 from torch_geometric.nn import HeteroConv, LGConv, LightGCN
 
-from pyg_sparsecomm import distribute, shard
+from pyg_sparsecomm import comm_counter, distribute, distributed_loss, shard
+from pyg_sparsecomm.comm.collectives import ring_allreduce_nbytes
 from pyg_sparsecomm.graph.datasets import amazon_book_like
 from pyg_sparsecomm.link import DistributedLinkPredPrecision, DistributedLinkPredRecall
 from pyg_sparsecomm.testing import launch
@@ -46,18 +48,32 @@ def batches(train: torch.Tensor) -> list[torch.Tensor]:
 
 
 def run(model, edge_index, train, steps):
-    """Losses of the steps, the table's gradient after the first, the final embedding."""
+    """Losses of the steps, the table's gradient after the first, the final embedding, the first step's
+    scores (of all its pairs: on a shard too)."""
     optimizer = torch.optim.Adam(model.parameters(), lr=0.05)
-    losses, grad = [], None
+    losses, grad, scores = [], None, None
     for edge_label_index in steps:
         optimizer.zero_grad()
-        pos, neg = model(edge_index, edge_label_index).chunk(2)
+        out = model(edge_index, edge_label_index)
+        scores = out.detach().as_subclass(torch.Tensor).clone() if scores is None else scores
+        pos, neg = out.chunk(2)
+        assert pos.numel() == edge_label_index.size(1) // 2  # upstream's count of the batch's pairs
         loss = model.recommendation_loss(pos, neg, node_id=edge_label_index.unique(), lambda_reg=0.1)
         loss.backward()
         grad = model.embedding.weight.grad.clone() if grad is None else grad
         optimizer.step()
         losses.append(float(loss))
-    return torch.tensor(losses, dtype=torch.float64), grad, model.embedding.weight.detach().clone()
+    return torch.tensor(losses, dtype=torch.float64), grad, model.embedding.weight.detach().clone(), scores
+
+
+def bce(model, edge_index, edge_label_index, loss_fn):
+    """A binary cross-entropy of the scores of positives (1) and negatives (0) through ``loss_fn`` (PyG's
+    function, or distributed_loss of it): its value and the table's gradient."""
+    model.zero_grad()
+    label = torch.cat([torch.ones(edge_label_index.size(1) // 2), torch.zeros(edge_label_index.size(1) // 2)])
+    loss = loss_fn(model(edge_index, edge_label_index), label)
+    loss.backward()
+    return float(loss), model.embedding.weight.grad.clone()
 
 
 def users_items(top: torch.Tensor, test: torch.Tensor, users: torch.Tensor):
@@ -76,7 +92,12 @@ def _worker(rank, world_size):
     with pytest.raises(ValueError, match="got a plain edge_index .* pass the shard's graph") if world_size > 1 \
             else _nothing():
         model.get_embedding(data.edge_index)
-    out["losses"], out["grad"], out["weight"] = run(model, local.adj, train, batches(train))
+    counter = comm_counter()
+    before = counter.bytes_sent("replicated_rows")
+    out["losses"], out["grad"], out["weight"], out["scores"] = run(model, local.adj, train, batches(train))
+    out["replicated_bytes"] = counter.bytes_sent("replicated_rows") - before
+    out["bce"] = bce(model, local.adj, batches(train)[0],
+                     lambda s, y: distributed_loss(F.binary_cross_entropy_with_logits, s, y))
     with torch.no_grad():
         users, books = torch.arange(USERS), torch.arange(USERS, USERS + BOOKS)
         top = model.recommend(local.adj, src_index=users, dst_index=books, k=K, exclude=train)
@@ -115,7 +136,8 @@ def reference():
     data, train = make_graph()
     torch.manual_seed(0)
     model = LightGCN(data.num_nodes, DIM, num_layers=2)
-    losses, grad, weight = run(model, data.edge_index, train, batches(train))
+    losses, grad, weight, scores = run(model, data.edge_index, train, batches(train))
+    loss_bce = bce(model, data.edge_index, batches(train)[0], F.binary_cross_entropy_with_logits)
     with torch.no_grad():
         emb = model.get_embedding(data.edge_index)
         logits = emb[:USERS] @ emb[USERS:].t()
@@ -125,17 +147,22 @@ def reference():
     for metric in (LinkPredPrecision(K), LinkPredRecall(K)):
         metric.update(top, data.edge_label_index)
         metrics.append(float(metric.compute()))
-    return losses, grad, weight, emb, top, metrics
+    return losses, grad, weight, emb, top, metrics, scores, loss_bce
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3])
 def test_lightgcn_equals_single_process_pyg(world_size):
-    losses, grad, weight, emb, top, metrics = reference()
+    losses, grad, weight, emb, top, metrics, scores, loss_bce = reference()
     assert losses[-1] < losses[0]
     assert (top >= USERS).all()
     for rank, out in enumerate(launch(_worker, world_size, timeout=240)):
         n_id = out["n_id"]
         torch.testing.assert_close(out["losses"], losses, rtol=0, atol=1e-6, msg=f"rank {rank}: losses")
+        torch.testing.assert_close(out["scores"], scores, msg=f"rank {rank}: all pairs' scores on every rank")
+        # one all-reduce of a batch's 2 * BATCH float32 scores per step, counted (ring model)
+        assert out["replicated_bytes"] == STEPS * ring_allreduce_nbytes(2 * BATCH * 4, world_size)
+        assert out["bce"][0] == pytest.approx(loss_bce[0], abs=1e-6), f"rank {rank}: BCE of the scores"
+        torch.testing.assert_close(out["bce"][1], loss_bce[1][n_id], rtol=1e-5, atol=1e-7, msg=f"rank {rank}: BCE")
         torch.testing.assert_close(out["grad"], grad[n_id], rtol=1e-5, atol=1e-7, msg=f"rank {rank}: grad")
         torch.testing.assert_close(out["weight"], weight[n_id], rtol=1e-5, atol=1e-6, msg=f"rank {rank}")
         torch.testing.assert_close(out["emb"], emb[n_id], rtol=1e-5, atol=1e-6, msg=f"rank {rank}")
