@@ -28,8 +28,9 @@ The order of the steps:
 
 Every epoch prints the loss, precision@20 and recall@20 (whole-graph values, the same on every rank),
 and the bytes all ranks sent (``comm_counter``): the ``LGConv`` layers' halo (forward), the pairs'
-exchange (forward: the books' or users' rows of pairs owned elsewhere, and the pairs' plans), all
-gradients sent back (backward) and the top-:math:`k` exchange of the evaluation.  Every rank's peak
+exchange (forward: the books' or users' rows of pairs owned elsewhere, the pairs' plans and the
+all-reduce that gives every rank every pair's score, as PyG's loop expects), all gradients sent back
+(backward) and the top-:math:`k` exchange of the evaluation.  Every rank's peak
 memory is printed at the end.  Lines that differ from a single-process PyG script are marked
 ``# <- distributed``.  Without torchrun it runs on one process.
 """
@@ -46,6 +47,9 @@ from pyg_sparsecomm.link import DistributedLinkPredPrecision, DistributedLinkPre
 CPU = torch.device("cpu")
 #: the kinds of ``comm_counter`` the top-k exchange of ``recommend`` counts under
 TOPK_KINDS = ("topk_users", "topk_user_ids", "topk_scores", "topk_ids")
+#: the kinds a training step's forward counts under: the layers' halo and the pairs' rows (``"halo"``),
+#: the pairs' plans, the all-reduce that gives every rank all the pairs' scores
+FORWARD_KINDS = ("halo", "pair_plan", "pair_plan_counts", "replicated_rows")
 
 
 def make_graph(args):
@@ -157,7 +161,7 @@ def run(args, rank: int, world_size: int, device: torch.device = CPU, verbose: b
         loss = train_epoch(model, optimizer, local.edge_index, steps, args.lambda_reg)
         epoch_s = device_clock(device) - t0
         layers = layer_bytes.take()
-        sent = [layers, bytes_by_kind(("halo", "pair_plan", "pair_plan_counts")) - layers,
+        sent = [layers, bytes_by_kind(FORWARD_KINDS) - layers,
                 bytes_by_kind(("halo_grad",))]
         comm_counter().reset()
         precision, recall = evaluate(model, local, args, train, test, args.k)
