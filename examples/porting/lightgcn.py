@@ -38,7 +38,11 @@ train_loader = torch.utils.data.DataLoader(
     batch_size=batch_size,
 )
 
-model = LightGCN(num_nodes=data.num_nodes, embedding_dim=64, num_layers=2).to(device)
+model = LightGCN(
+    num_nodes=data.num_nodes,
+    embedding_dim=64,
+    num_layers=2,
+).to(device)
 optimizer = torch.optim.Adam(model.parameters(), lr=0.001)
 
 

@@ -40,7 +40,11 @@ train_loader = torch.utils.data.DataLoader(
     batch_size=batch_size,
 )
 
-model = distribute(LightGCN(num_nodes=data.num_nodes, embedding_dim=64, num_layers=2)).to(device)
+model = distribute(LightGCN(
+    num_nodes=data.num_nodes,
+    embedding_dim=64,
+    num_layers=2,
+)).to(device)
 data = partition_and_shard(data)
 optimizer = torch.optim.Adam(model.parameters(), lr=0.001)
 
