@@ -76,7 +76,7 @@ def test_what_the_heterogeneous_path_does_not_cover_is_refused_by_name():
     cites = ("paper", "cites", "paper")
     gcn2 = distribute(HeteroConv({cites: GCN2Conv(8, alpha=0.1)}))
     supported = (r"SAGEConv, GraphConv, GATConv, GATv2Conv, GINConv, TransformerConv; on relations between nodes of "
-                 r"one type also GCNConv, SGConv, TAGConv, ChebConv, ARMAConv, SSGConv")
+                 r"one type also GCNConv, SGConv, TAGConv, ChebConv, ARMAConv, SSGConv, LGConv")
     with pytest.raises(NotImplementedError, match=r"GCN2Conv on a relation of a heterogeneous graph is not supported "
                                                   rf"yet \(supported: {supported}\)"):
         gcn2(x_dict, local.adj_dict)
