@@ -66,17 +66,7 @@ class DistributedHeteroNeighborLoader(DistributedNeighborLoader, heterogeneous=T
               **batching: Any) -> tuple[HeteroNeighborSampling, Tensor | None]:
         if not isinstance(local, HeteroData):
             raise ValueError("DistributedHeteroNeighborLoader takes a heterogeneous shard: shard(hetero_data)")
-        if isinstance(input_nodes, str):
-            input_type, ids = input_nodes, None
-        elif isinstance(input_nodes, (tuple, list)) and len(input_nodes) == 2 and isinstance(input_nodes[0], str):
-            input_type, ids = input_nodes
-        else:
-            raise ValueError(f"input_nodes on a heterogeneous graph is (node type, ids or mask) or a node type, as "
-                             f"PyG's NeighborLoader takes it, e.g. ('paper', data['paper'].train_mask); got "
-                             f"{type(input_nodes).__name__}")
-        if input_type not in local.node_types:
-            raise ValueError(f"input_nodes names node type {input_type!r}, which the graph does not have "
-                             f"(node types: {local.node_types})")
+        input_type, ids = hetero_input_nodes(local, input_nodes)
         relations = tuple((et, _fanouts(num_neighbors, et)) for et in local.edge_types)
         if isinstance(num_neighbors, dict):
             unknown = [et for et in num_neighbors if tuple(et) not in local.edge_types]
@@ -90,15 +80,7 @@ class DistributedHeteroNeighborLoader(DistributedNeighborLoader, heterogeneous=T
         """Checks the shard; keeps every relation's adjacency, edge ids and canonical in-edge order on the
         shard's device (``self.device``) and every source type's plan; returns the input type's global ids
         and number of nodes."""
-        adjs = {et: local[et].get("adj") for et in local.edge_types}
-        if any(not isinstance(a, RelationAdj) for a in adjs.values()) or any(
-                local[et].get("e_id") is None for et in adjs):
-            raise ValueError("the loader takes a rank's heterogeneous shard: local = shard(hetero_data), whose "
-                             "relations carry adj and e_id")
-        sizes = {a.plan.world_size for a in adjs.values()}
-        if sizes != {world_size(group)}:
-            raise ValueError(f"the shard was made for {sorted(sizes)} ranks but the process group has "
-                             f"{world_size(group)}")
+        adjs = relation_adjs(local, group)
         self.adjs = dict(adjs)
         self.device = next(iter(adjs.values())).device
         self.e_ids = {et: local[et].e_id.to(self.device) for et in adjs}
@@ -170,3 +152,35 @@ def _fanouts(num_neighbors: Any, edge_type: EdgeType) -> tuple[int, ...]:
         raise ValueError(f"num_neighbors must be a list of fanouts per hop (e.g. [10, 5]) or a dict of such lists "
                          f"per edge type, got {num_neighbors!r}")
     return tuple(num_neighbors)
+
+
+def hetero_input_nodes(local: HeteroData, input_nodes: Any) -> tuple[str, Any]:
+    """``(node type, ids or mask)`` of PyG's ``input_nodes`` on a heterogeneous shard (a node type alone:
+    ``(node type, None)``); raises ``ValueError`` naming the fix for another form or an unknown type."""
+    if isinstance(input_nodes, str):
+        input_type, ids = input_nodes, None
+    elif isinstance(input_nodes, (tuple, list)) and len(input_nodes) == 2 and isinstance(input_nodes[0], str):
+        input_type, ids = input_nodes
+    else:
+        raise ValueError(f"input_nodes on a heterogeneous graph is (node type, ids or mask) or a node type, as "
+                         f"PyG's loaders take it, e.g. ('paper', data['paper'].train_mask); got "
+                         f"{type(input_nodes).__name__}")
+    if input_type not in local.node_types:
+        raise ValueError(f"input_nodes names node type {input_type!r}, which the graph does not have "
+                         f"(node types: {local.node_types})")
+    return input_type, ids
+
+
+def relation_adjs(local: HeteroData, group: dist.ProcessGroup | None) -> dict[EdgeType, RelationAdj]:
+    """Every relation's adjacency of a heterogeneous shard; raises ``ValueError`` naming the fix for
+    something else or a shard made for another number of ranks."""
+    adjs = {et: local[et].get("adj") for et in local.edge_types}
+    if any(not isinstance(a, RelationAdj) for a in adjs.values()) or any(
+            local[et].get("e_id") is None for et in adjs):
+        raise ValueError("the loader takes a rank's heterogeneous shard: local = shard(hetero_data), whose "
+                         "relations carry adj and e_id")
+    sizes = {a.plan.world_size for a in adjs.values()}
+    if sizes != {world_size(group)}:
+        raise ValueError(f"the shard was made for {sorted(sizes)} ranks but the process group has "
+                         f"{world_size(group)}")
+    return adjs

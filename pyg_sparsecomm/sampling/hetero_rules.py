@@ -85,16 +85,18 @@ class HeteroGlobalBatch(NamedTuple):
         n_id (dict[str, torch.Tensor]): per node type, ``[n_t]`` global ids ordered by (hop, id); the
             seeds lead ``n_id[input_type]``.
         num_seeds (int): seeds at the front of ``n_id[input_type]``.
-        num_sampled_nodes (dict[str, list[int]]): per node type, nodes per hop ``0 .. L``.
+        num_sampled_nodes (dict[str, list[int]]): per node type, nodes per hop ``0 .. L`` (``None`` for
+            node subsets).
         e_id (dict[EdgeType, torch.Tensor]): per relation, ``[m_r]`` global edge ids ordered by
             (hop, target, source).
-        num_sampled_edges (dict[EdgeType, list[int]]): per relation, edges per hop ``1 .. L``.
+        num_sampled_edges (dict[EdgeType, list[int]]): per relation, edges per hop ``1 .. L`` (``None``
+            for node subsets).
     """
     n_id: dict[str, Tensor]
     num_seeds: int
-    num_sampled_nodes: dict[str, list[int]]
+    num_sampled_nodes: dict[str, list[int]] | None
     e_id: dict[EdgeType, Tensor]
-    num_sampled_edges: dict[EdgeType, list[int]]
+    num_sampled_edges: dict[EdgeType, list[int]] | None
 
 
 def hetero_global_batches(data, sampling: HeteroNeighborSampling, input_nodes: Tensor | None = None,
