@@ -5,6 +5,7 @@ from ..sampling import (
     GlobalBatch,
     HeteroGlobalBatch,
     HeteroNeighborSampling,
+    HeteroNodeSubsetSampling,
     LinkBatching,
     NeighborSampling,
     NodeSubsetSampling,
@@ -13,10 +14,12 @@ from ..sampling import (
     global_batches,
     hetero_global_batches,
     hetero_link_global_batches,
+    hetero_subset_global_batches,
     trim_to_layer,
 )
 from .hetero_link_loader import DistributedHeteroLinkNeighborLoader
 from .hetero_neighbor_loader import DistributedHeteroNeighborLoader
+from .hetero_subset_loader import DistributedHeteroNodeSubsetLoader
 from .link_neighbor_loader import DistributedLinkNeighborLoader
 from .neighbor_loader import DistributedNeighborLoader
 from .node_subset_loader import DistributedNodeSubsetLoader
@@ -25,4 +28,5 @@ __all__ = ["DistributedNeighborLoader", "DistributedHeteroNeighborLoader", "Dist
            "DistributedNodeSubsetLoader", "SampledAdj", "trim_to_layer", "NeighborSampling", "NodeSubsetSampling",
            "GlobalBatch", "global_batches", "HeteroNeighborSampling", "HeteroGlobalBatch", "hetero_global_batches",
            "SampledRelationAdj", "DistributedHeteroLinkNeighborLoader", "LinkBatching",
-           "hetero_link_global_batches"]
+           "hetero_link_global_batches", "DistributedHeteroNodeSubsetLoader", "HeteroNodeSubsetSampling",
+           "hetero_subset_global_batches"]

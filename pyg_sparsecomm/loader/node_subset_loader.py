@@ -23,10 +23,12 @@ class DistributedNodeSubsetLoader(DistributedLoader):
     too.  The rows scored (``batch.seed_mask``, the first ``batch.batch_size`` rows) are the
     members in ``input_nodes``; batches with none on any rank are skipped.  The batch plan
     costs one request exchange (:mod:`.halo_requests`) and one reply.  Every layer runs on the
-    whole induced subgraph (no trimming).
+    whole induced subgraph (no trimming).  A ``HeteroData`` shard gets
+    :class:`~.hetero_subset_loader.DistributedHeteroNodeSubsetLoader` (nodes of every type, seeds of
+    ``input_nodes=(node_type, mask)``), as PyG's loaders take both.
 
     Args:
-        local (torch_geometric.data.Data): the rank's shard.
+        local (torch_geometric.data.Data or torch_geometric.data.HeteroData): the rank's shard.
         batch_size (int, optional): nodes per batch, on average. (default: :obj:`1`)
         input_nodes (torch.Tensor, optional): nodes to score, as :class:`~.neighbor_loader.DistributedNeighborLoader`
             takes them: global ids, a bool mask over all nodes or over the shard's rows
@@ -45,25 +47,48 @@ class DistributedNodeSubsetLoader(DistributedLoader):
     """
 
     sampling: NodeSubsetSampling
+    #: the subclass a heterogeneous shard gets (:mod:`.hetero_subset_loader` registers itself)
+    _heterogeneous: type["DistributedNodeSubsetLoader"] | None = None
+
+    def __init_subclass__(cls, heterogeneous: bool = False, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if heterogeneous:
+            DistributedNodeSubsetLoader._heterogeneous = cls
+
+    def __new__(cls, local: Any = None, *args: Any, **kwargs: Any) -> "DistributedNodeSubsetLoader":
+        """A ``HeteroData`` shard gets the heterogeneous loader, as PyG's loaders take both."""
+        if isinstance(local, HeteroData) and cls is DistributedNodeSubsetLoader and cls._heterogeneous is not None:
+            return object.__new__(cls._heterogeneous)
+        return object.__new__(cls)
 
     def __init__(self, local: Data, batch_size: int = 1, input_nodes: Tensor | None = None,
                  shuffle: bool | None = False, seed: int = 0, group: dist.ProcessGroup | None = None,
                  transform: Callable[[Data], Data] | None = None, prefetch: int | None = None,
                  drop_last: bool = False, **pyg_options: Any) -> None:
-        if isinstance(local, HeteroData):
-            raise NotImplementedError(
-                "DistributedNodeSubsetLoader does not take a heterogeneous shard yet: for mini-batches of a HeteroData "
-                "use DistributedNeighborLoader(shard(hetero_data), num_neighbors, input_nodes=(node_type, mask)) "
-                "(-1: every in-edge), or partition and shard data.to_homogeneous() for random node subsets")
         if drop_last:
             raise ValueError("DistributedNodeSubsetLoader(drop_last=True) is not supported: a batch is a random set "
                              "of about batch_size nodes (each node falls in one by a hash of its id), so there is no "
                              "short last batch to drop; DistributedNeighborLoader takes drop_last=True (exactly "
                              "batch_size seeds per batch)")
-        sampling = NodeSubsetSampling(batch_size=batch_size, shuffle=bool(shuffle), seed=seed)
-        self.num_batches = sampling.num_batches(int(local.global_num_nodes))
+        sampling, input_nodes = self._rule(local, input_nodes, group, batch_size=batch_size, shuffle=bool(shuffle),
+                                           seed=seed)
         super().__init__(local, sampling, input_nodes, group, transform, prefetch, pyg_options)
+        self.num_batches = sampling.num_batches(self._num_members(local))
+
+    def _rule(self, local: Data, input_nodes: Any, group: dist.ProcessGroup | None,
+              **batching: Any) -> tuple[NodeSubsetSampling, Any]:
+        """The batch rule of the arguments, and the seed candidates as :mod:`~.seeds` reads them."""
+        return NodeSubsetSampling(**batching), input_nodes
+
+    def _num_members(self, local: Data) -> int:
+        """The nodes the epoch's batches split: the graph's."""
+        return int(local.global_num_nodes)
+
+    def _seed_rows(self, local: Data, group: dist.ProcessGroup | None) -> tuple[Tensor, int]:
+        """As the base class; also makes the request layout of the shard's plan."""
+        seed_n_id, num_nodes = super()._seed_rows(local, group)
         self.halo_requests = HaloRequests([self.adj.plan])
+        return seed_n_id, num_nodes
 
     def _batches(self, epoch: int, global_seeds: Tensor) -> Iterator[Data]:
         plan = self.adj.plan
@@ -87,3 +112,4 @@ class DistributedNodeSubsetLoader(DistributedLoader):
         asks.hop([[adj.col.index_select(0, pos)]], 1)
         sampled = Sampled(row_hop, pos, torch.ones_like(pos), int((row_hop == 0).sum()))
         return build_batch(self.local, adj, sampled, asks.requests(), None, self.sample_group)
+

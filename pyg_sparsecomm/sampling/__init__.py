@@ -1,12 +1,13 @@
 """Mini-batch sampling shared by the loaders, the layers and the partitioner: the batch rules
-(:mod:`.rules`, :mod:`.hetero_rules` for heterogeneous graphs, :mod:`.link_rules` for link
-batches, drawn with the counter-based hashes of :mod:`.randomness`) and a batch's trimmable
+(:mod:`.rules`, :mod:`.hetero_rules` and :mod:`.hetero_subset_rules` for heterogeneous graphs,
+:mod:`.link_rules` for link batches, drawn with the counter-based hashes of :mod:`.randomness`) and a batch's trimmable
 adjacency (:mod:`.sampled_adj`).
 
 It sits below :mod:`pyg_sparsecomm.loader`, :mod:`pyg_sparsecomm.nn` and
 :mod:`pyg_sparsecomm.partition`, which all import it, so none of them imports another for it.
 """
 from .hetero_rules import HeteroGlobalBatch, HeteroNeighborSampling, hetero_global_batches
+from .hetero_subset_rules import HeteroNodeSubsetSampling, hetero_subset_global_batches
 from .link_rules import LinkBatching, hetero_link_global_batches
 from .rules import GlobalBatch, NeighborSampling, NodeSubsetSampling, global_batches
 from .sampled_adj import SampledAdj, trim_to_layer
@@ -14,4 +15,5 @@ from .sampled_relation_adj import SampledRelationAdj
 
 __all__ = ["SampledAdj", "trim_to_layer", "NeighborSampling", "NodeSubsetSampling", "GlobalBatch", "global_batches",
            "HeteroNeighborSampling", "HeteroGlobalBatch", "hetero_global_batches",
-           "SampledRelationAdj", "LinkBatching", "hetero_link_global_batches"]
+           "SampledRelationAdj", "LinkBatching", "hetero_link_global_batches", "HeteroNodeSubsetSampling",
+           "hetero_subset_global_batches"]

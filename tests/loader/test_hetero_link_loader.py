@@ -15,7 +15,7 @@ from torch_geometric.nn import SAGEConv, to_hetero
 from torch_geometric.sampler import NegativeSampling
 
 from pyg_sparsecomm import distribute, distributed_loss, shard
-from pyg_sparsecomm.loader import DistributedLinkNeighborLoader, DistributedNodeSubsetLoader, HeteroNeighborSampling
+from pyg_sparsecomm.loader import DistributedLinkNeighborLoader, HeteroNeighborSampling
 from pyg_sparsecomm.sampling.link_rules import LinkBatching, hetero_link_global_batches
 from pyg_sparsecomm.testing import launch
 
@@ -277,8 +277,3 @@ def test_pairs_within_one_node_type(P):
         for _, held, z_src, z_dst in parts:
             assert torch.equal(z_src, data["user"].x[held[0]]) and torch.equal(z_dst, data["user"].x[held[1]])
 
-
-def test_node_subset_loader_refuses_a_heterogeneous_shard_by_name():
-    local = shard(partition(make_graph()[0], 1), rank=0, world_size=1)
-    with pytest.raises(NotImplementedError, match=r"heterogeneous shard yet: .*DistributedNeighborLoader"):
-        DistributedNodeSubsetLoader(local, batch_size=4)
