@@ -217,3 +217,19 @@ def test_hetero_subset_loader_errors_name_the_fix_on_every_rank():
         assert "rank 0" not in bad_type
         assert f"bool mask of length {USERS + 1}, but the graph has {USERS} nodes" in bad_mask and "rank 0" in bad_mask
         assert "needs the seeds' node type: pass input_nodes=(node_type, mask or ids)" in no_type
+
+
+def test_a_restored_hetero_subset_loader_continues_within_the_epoch():
+    local = shard(partition(make_graph(), 1), rank=0, world_size=1)
+    make = lambda: DistributedNodeSubsetLoader(local, batch_size=BATCH, input_nodes="user", shuffle=True,  # noqa: E731
+                                               seed=SEED, prefetch=0)
+    loader = make()
+    loader.set_epoch(1)
+    whole = [b["user"].n_id.tolist() for b in loader]
+    loader.set_epoch(1)
+    next(iter(loader))  # one batch of epoch 1 taken
+    state = loader.state_dict()
+    restored = make()
+    restored.load_state_dict(state)
+    assert state == {"epoch": 1, "position": 1} and len(restored) == len(whole) - 1 > 2
+    assert [b["user"].n_id.tolist() for b in restored] == whole[1:]
