@@ -227,7 +227,8 @@ def test_a_restored_hetero_subset_loader_continues_within_the_epoch():
     loader.set_epoch(1)
     whole = [b["user"].n_id.tolist() for b in loader]
     loader.set_epoch(1)
-    next(iter(loader))  # one batch of epoch 1 taken
+    epoch = iter(loader)
+    next(epoch)  # one batch of epoch 1 taken (the iterator kept: the epoch is still being iterated)
     state = loader.state_dict()
     restored = make()
     restored.load_state_dict(state)
