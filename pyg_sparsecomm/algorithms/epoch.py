@@ -2,8 +2,8 @@ r"""What a partition's exchanges cost per training epoch, priced by every algori
 
 The plan predicts rows (:class:`~pyg_sparsecomm.plan.stats.CommStats`: who sends how many rows
 to whom per SpMM); what those rows cost depends on the algorithm that moves them, so the pricing
-lives here, with the algorithms.  :meth:`CommStats.bytes_per_epoch
-<pyg_sparsecomm.plan.stats.CommStats.bytes_per_epoch>` calls :func:`bytes_per_epoch`.
+lives here, with the algorithms (the plan imports nothing above it):
+``bytes_per_epoch(data.comm_stats, widths, algorithm="1.5d", replication=2)``.
 """
 from collections.abc import Sequence
 from typing import Protocol

@@ -6,9 +6,7 @@ any ``P`` without launching processes.  Rows become bytes with a feature width:
 :meth:`CommStats.bytes_per_spmm` or ``as_dict(width=...)``; what they cost each algorithm per epoch
 is priced with the algorithms (:func:`pyg_sparsecomm.algorithms.epoch.bytes_per_epoch`).
 """
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -89,16 +87,6 @@ class CommStats:
     def messages_received(self) -> np.ndarray:
         return (self.volume > 0).sum(axis=0)
 
-    def bytes_per_epoch(self, widths: Sequence[int], element_size: int = 4, algorithm: str = "1d",
-                        replication: int = 1, options: Any = None) -> int:
-        """Bytes all ranks send in one training epoch of a GCN whose layers exchange ``widths``
-        columns: :func:`pyg_sparsecomm.algorithms.epoch.bytes_per_epoch` of these statistics (the
-        algorithms price their own rows; see there for the arguments; ``options``: a
-        :class:`~pyg_sparsecomm.comm.halo_options.HaloOptions` or :obj:`None`)."""
-        # imported at the call: pricing belongs to the algorithms (and their comm/), which the plan and
-        # the partitioner do not load (algorithms.epoch reads these statistics without importing this module)
-        from ..algorithms.epoch import bytes_per_epoch
-        return bytes_per_epoch(self, widths, element_size, algorithm, replication, options)
 
     def bytes_per_spmm(self, width: int, element_size: int = 4) -> dict[str, float]:
         """Payload bytes of one SpMM whose dense operand has ``width`` columns.

@@ -13,7 +13,7 @@ from _symm_emulation import emulated_backend
 from graphs import make_cases
 
 from pyg_sparsecomm import CommStats, comm_counter, shard
-from pyg_sparsecomm.algorithms import ALGORITHMS, make_algorithm
+from pyg_sparsecomm.algorithms import ALGORITHMS, bytes_per_epoch, make_algorithm
 from pyg_sparsecomm.algorithms.cost import CostModel, volumes_of_all_ranks
 from pyg_sparsecomm.comm.grid import process_grid
 from pyg_sparsecomm.plan import comm_pattern
@@ -81,7 +81,7 @@ def test_counted_bytes_equal_predicted_for_every_algorithm(world_size, c, case, 
                 np.testing.assert_array_equal(sent, received, err_msg=f"{where}, {phase} {kind!r}")
         total = sum(res[name]["sent"] for res in per_rank)
         assert total == sum(res[name]["received"] for res in per_rank), where
-        assert stats.bytes_per_epoch([width], element_size, name, c) == total, where
+        assert bytes_per_epoch(stats, [width], element_size, name, c) == total, where
         assert (total > 0) == (world_size > 1), where
 
 

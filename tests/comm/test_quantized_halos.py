@@ -16,7 +16,7 @@ from configs_per_launch import by_world_size, run_each
 from graphs import make_cases
 
 from pyg_sparsecomm import CommStats, comm_counter, shard
-from pyg_sparsecomm.algorithms import ALGORITHMS, make_algorithm
+from pyg_sparsecomm.algorithms import ALGORITHMS, bytes_per_epoch, make_algorithm
 from pyg_sparsecomm.algorithms.cost import CostModel, volumes_of_all_ranks
 from pyg_sparsecomm.comm.exchanger import HaloExchanger
 from pyg_sparsecomm.comm.grid import process_grid
@@ -166,7 +166,7 @@ def _check_bytes(per_rank, name, options, world_size, c, case):
     data = make_cases(world_size // c)[case]
     stats = CommStats.from_pattern(comm_pattern(data.edge_index, data.part, data.num_nodes, world_size // c))
     total = sum(res["runs"][(name, options)]["sent"] for res in per_rank)
-    assert stats.bytes_per_epoch([WIDTH], 4, name, c, HaloOptions(*options)) == total, where
+    assert bytes_per_epoch(stats, [WIDTH], 4, name, c, HaloOptions(*options)) == total, where
     return total
 
 

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from pyg_sparsecomm import CommStats
+from pyg_sparsecomm.algorithms import bytes_per_epoch
 from pyg_sparsecomm.plan import comm_pattern
 
 # Nodes 0-2 on rank 0, 3-4 on rank 1, 5-6 on rank 2.
@@ -42,7 +43,7 @@ def test_bytes_per_spmm_is_rows_times_width_times_element_size(stats):
             "oblivious_total_bytes": 14 * b,
         })
     # A GCN epoch exchanges every layer's width forward and backward.
-    assert stats.bytes_per_epoch([16, 7]) == 2 * stats.bytes_per_spmm(23)["total_bytes"]
+    assert bytes_per_epoch(stats, [16, 7]) == 2 * stats.bytes_per_spmm(23)["total_bytes"]
 
 
 def test_as_dict_adds_byte_keys_only_with_a_width(stats):
@@ -86,24 +87,24 @@ def test_one_sided_spans_by_hand(stats):
 
 def test_bytes_per_epoch_prices_every_algorithm_by_its_prediction(stats):
     widths, b = [16, 7], 23 * 4
-    assert stats.bytes_per_epoch(widths, algorithm="oblivious") == 2 * 14 * b  # broadcasts + reduces
+    assert bytes_per_epoch(stats, widths, algorithm="oblivious") == 2 * 14 * b  # broadcasts + reduces
     for name in ("1d_overlap", "1d_overlap_p2p", "1.5d"):  # the "1d" exchange (1.5d at c = 1: no all-reduce)
-        assert stats.bytes_per_epoch(widths, algorithm=name) == stats.bytes_per_epoch(widths) == 2 * 4 * b
-    assert stats.bytes_per_epoch(widths, algorithm="1.5d_oblivious") == 2 * 14 * b
+        assert bytes_per_epoch(stats, widths, algorithm=name) == bytes_per_epoch(stats, widths) == 2 * 4 * b
+    assert bytes_per_epoch(stats, widths, algorithm="1.5d_oblivious") == 2 * 14 * b
     # rdma: the spans above, forward 4 rows + backward 5 rows, always float64
-    assert stats.bytes_per_epoch(widths, algorithm="rdma") == (4 + 5) * 23 * 8
-    assert stats.bytes_per_epoch(widths, element_size=2, algorithm="rdma") == (4 + 5) * 23 * 8
+    assert bytes_per_epoch(stats, widths, algorithm="rdma") == (4 + 5) * 23 * 8
+    assert bytes_per_epoch(stats, widths, element_size=2, algorithm="rdma") == (4 + 5) * 23 * 8
     # c = 3 on P = 9: one stage block per grid column, plus the row all-reduce
-    assert stats.bytes_per_epoch(widths, algorithm="1.5d", replication=3) > stats.bytes_per_epoch(widths)
+    assert bytes_per_epoch(stats, widths, algorithm="1.5d", replication=3) > bytes_per_epoch(stats, widths)
 
 
 def test_bytes_per_epoch_refuses_what_it_cannot_price(stats):
     with pytest.raises(ValueError, match=r"unknown algorithm 'sparse'; choose one of \[.*'oblivious'.*'rdma'"):
-        stats.bytes_per_epoch([16], algorithm="sparse")  # used to be priced as oblivious, silently
+        bytes_per_epoch(stats, [16], algorithm="sparse")  # used to be priced as oblivious, silently
     with pytest.raises(ValueError, match="is a 1D algorithm"):
-        stats.bytes_per_epoch([16], algorithm="1d", replication=3)
+        bytes_per_epoch(stats, [16], algorithm="1d", replication=3)
     with pytest.raises(ValueError, match="does not divide|must be an integer"):
-        stats.bytes_per_epoch([16], algorithm="1.5d", replication=2)
+        bytes_per_epoch(stats, [16], algorithm="1.5d", replication=2)
     without_spans = CommStats(stats.num_parts, stats.volume, stats.part_sizes, stats.nnz)
     with pytest.raises(ValueError, match="known only from the whole edge list"):
-        without_spans.bytes_per_epoch([16], algorithm="rdma")
+        bytes_per_epoch(without_spans, [16], algorithm="rdma")
