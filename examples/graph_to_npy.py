@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pyg_sparsecomm.graph.datasets import load_dataset
+from pyg_sparsecomm.launch.datasets import load_dataset
 
 
 def main(argv=None) -> None:

@@ -40,7 +40,7 @@ from pyg_sparsecomm import (  # <- dist.
 )
 from pyg_sparsecomm.algorithms import ALGORITHMS
 from pyg_sparsecomm.comm.grid import process_grid
-from pyg_sparsecomm.graph.datasets import load_dataset
+from pyg_sparsecomm.launch.datasets import load_dataset
 from pyg_sparsecomm.launch.runtime import device_clock, run_job
 from pyg_sparsecomm.store.files import partition_source
 

@@ -28,7 +28,7 @@ from pyg_sparsecomm import (  # <- distributed
     global_sum,
     shard,
 )
-from pyg_sparsecomm.graph.datasets import load_dataset
+from pyg_sparsecomm.launch.datasets import load_dataset
 from pyg_sparsecomm.launch.runtime import device_clock, run_job
 
 MODELS = {"gcn": GCN, "sage": GraphSAGE, "gin": GIN, "gat": GAT}

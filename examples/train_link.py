@@ -31,7 +31,7 @@ from torch_geometric.data import Data
 from torch_geometric.nn.models import GraphSAGE
 
 from pyg_sparsecomm import SparsityAwarePartitioner, comm_counter, distribute, distributed_loss, global_sum, shard
-from pyg_sparsecomm.graph.datasets import load_dataset
+from pyg_sparsecomm.launch.datasets import load_dataset
 from pyg_sparsecomm.launch.runtime import device_clock, run_job
 from pyg_sparsecomm.link import (  # <- distributed
     distribute_pairs,

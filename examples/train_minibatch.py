@@ -36,7 +36,7 @@ from pyg_sparsecomm import (  # <- distributed
     shard,
     sync_gradients,
 )
-from pyg_sparsecomm.graph.datasets import load_dataset
+from pyg_sparsecomm.launch.datasets import load_dataset
 from pyg_sparsecomm.launch.runtime import device_clock, run_job
 from pyg_sparsecomm.loader import (  # <- distributed
     DistributedNeighborLoader,

@@ -8,7 +8,7 @@ this module):
   these before compiling anything. Neither starts a thread nor touches CUDA, so forking stays safe.
   These are torch's private modules: where a torch release moved them, the ranks import what they
   need themselves, as without this warm-up (nothing a test checks depends on it)."""
-from pyg_sparsecomm.graph.datasets import load_dataset
+from pyg_sparsecomm.launch.datasets import load_dataset
 
 load_dataset("SBM")
 try:

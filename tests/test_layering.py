@@ -207,7 +207,7 @@ def test_plan_imports_no_torch_distributed():
 #: what each folder may import from the package's other folders and root modules, as ARCHITECTURE.md's
 #: table says (every import statement counted); a new edge must be added here and there, or avoided
 FOLDER_IMPORTS = {
-    "graph": {"comm"},
+    "graph": set(),
     "partition": {"graph", "plan", "sampling", "compat", "memory"},
     "plan": {"graph", "_lazy"},
     "store": {"graph", "plan", "partition", "comm", "memory", "compat", "_lazy"},
@@ -221,7 +221,7 @@ FOLDER_IMPORTS = {
     "launch": {"graph", "partition", "plan", "store", "comm", "link", "memory", "_lazy"},
     "checkpoint": {"store", "nn", "plan", "comm"},
     "rdma": {"comm", "plan", "launch", "compat", "_lazy"},
-    "cli": {"graph", "partition", "plan", "store", "memory"},
+    "cli": {"graph", "partition", "plan", "store", "launch", "memory"},
     "testing": {"", "comm", "nn"},  # "": the root package (its export table)
 }
 

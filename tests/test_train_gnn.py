@@ -8,7 +8,7 @@ import pytest
 import torch
 from reference import reference_epoch
 
-from pyg_sparsecomm.graph.datasets import load_dataset
+from pyg_sparsecomm.launch.datasets import load_dataset
 from pyg_sparsecomm.testing import launch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))

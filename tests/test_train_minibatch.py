@@ -6,7 +6,7 @@ from pathlib import Path
 import torch
 from reference import reference_minibatch_epoch
 
-from pyg_sparsecomm.graph.datasets import load_dataset
+from pyg_sparsecomm.launch.datasets import load_dataset
 from pyg_sparsecomm.loader import NeighborSampling, global_batches
 from pyg_sparsecomm.testing import launch
 

@@ -73,7 +73,7 @@ def load_graph(spec: str, root: str | None):
     if spec in ("Cora", "CiteSeer", "PubMed"):
         if root is None:
             raise SystemExit(f"--graph {spec} needs --root DIR holding {spec}/raw (Planetoid files)")
-        from ..graph.datasets import load_dataset
+        from ..launch.datasets import load_dataset
         try:
             return load_dataset(spec, root, barrier=False)
         except FileNotFoundError as e:

@@ -1,3 +1,4 @@
 """The global graph, before it is partitioned: the input forms the package accepts and their checks
-(:mod:`.inputs`, :mod:`.validate`), graph files (:mod:`.io`), graphs that need no download and PyG datasets
-loaded offline (:mod:`.datasets`, :mod:`.offline`)."""
+(:mod:`.inputs`, :mod:`.validate`), graph files (:mod:`.io`), generated graphs that need no download
+(:mod:`.datasets`) and the offline switch for PyG datasets (:mod:`.offline`). It imports nothing else
+of the package: the bottom of the flow."""

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from typing import Any
 
 #: set (to anything but ``""`` or ``"0"``) to make a missing raw file an error at once, never a
-#: download attempt: in :func:`~pyg_sparsecomm.graph.datasets.load_dataset` and in every PyG dataset
+#: download attempt: in :func:`~pyg_sparsecomm.launch.datasets.load_dataset` and in every PyG dataset
 #: built under :func:`~pyg_sparsecomm.rank_zero_first`
 OFFLINE_ENV = "PYG_SPARSECOMM_OFFLINE"
 

@@ -13,7 +13,7 @@ import pytest
 import torch.distributed as dist
 
 from pyg_sparsecomm import checkpoint
-from pyg_sparsecomm.graph.datasets import load_dataset
+from pyg_sparsecomm.launch.datasets import load_dataset
 from pyg_sparsecomm.testing import launch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))

@@ -10,7 +10,9 @@ import torch
 from torch_geometric.datasets import Planetoid
 from torch_geometric.utils import stochastic_blockmodel_graph
 
-from pyg_sparsecomm.graph.datasets import OFFLINE_ENV, load_dataset, sbm_edges
+from pyg_sparsecomm.graph.datasets import sbm_edges
+from pyg_sparsecomm.graph.offline import OFFLINE_ENV
+from pyg_sparsecomm.launch.datasets import load_dataset
 from pyg_sparsecomm.testing import launch
 
 

@@ -22,7 +22,7 @@ from torch_geometric.utils import coalesce
 from torch_geometric.utils import negative_sampling as pyg_negative_sampling
 
 from pyg_sparsecomm import comm_counter, distribute, distributed_loss, shard
-from pyg_sparsecomm.graph.datasets import load_dataset
+from pyg_sparsecomm.launch.datasets import load_dataset
 from pyg_sparsecomm.link import (
     distribute_pairs,
     global_auc,

@@ -13,7 +13,7 @@ from torch_geometric.nn import GCNConv
 
 from pyg_sparsecomm import NodeDropout, load_shard
 from pyg_sparsecomm.comm import ProcessGrid
-from pyg_sparsecomm.graph.datasets import load_dataset
+from pyg_sparsecomm.launch.datasets import load_dataset
 from pyg_sparsecomm.testing import launch
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
