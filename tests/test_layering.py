@@ -362,3 +362,9 @@ def test_lazy_registry_loads_declared_names_on_lookup(tmp_path, monkeypatch):
     assert "three" in registry  # still declared: the error repeats at the next lookup
     del registry["three"], registry["two"]
     assert dict(registry) == {"zero": 0, "one": 1}
+
+
+def test_version_is_the_one_pyproject_declares():
+    import re
+    declared = re.search(r'^version = "([^"]+)"', (PACKAGE.parent / "pyproject.toml").read_text(), re.M)
+    assert declared and declared.group(1) == pyg_sparsecomm.__version__, (declared, pyg_sparsecomm.__version__)
