@@ -112,7 +112,7 @@ def _worker(rank, world_size):
     return out
 
 
-@pytest.mark.parametrize("world_size", [1, 2, 3])
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
 def test_hetero_pairs_equal_single_process(world_size):
     per_rank = launch(_worker, world_size, timeout=300)
     _, pairs = _graph(world_size)

@@ -124,7 +124,7 @@ def _equal(a, b) -> bool:
     return torch.equal(a, b)
 
 
-@pytest.mark.parametrize("P", [2, 3])
+@pytest.mark.parametrize("P", [2, 3, 4])
 def test_same_negatives_for_any_p_and_partition(P):
     data = _graph()
     per_rank = launch(_worker, P, timeout=300)

@@ -203,7 +203,7 @@ def run(P):
     return _RUNS[P]
 
 
-@pytest.mark.parametrize("P", [1, 2, 3])
+@pytest.mark.parametrize("P", [1, 2, 3, 4])
 def test_hetero_link_batches_and_training_equal_single_process(P):
     data, pairs, label = make_graph()
     per_rank = run(P)

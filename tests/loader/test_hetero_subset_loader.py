@@ -176,7 +176,7 @@ def test_reference_is_the_subset_batch_of_to_homogeneous():
                 assert sorted(hetero.e_id[et].tolist()) == sorted(ids.tolist())
 
 
-@pytest.mark.parametrize("P", [1, 2, 3])
+@pytest.mark.parametrize("P", [1, 2, 3, 4])
 def test_hetero_subset_batches_and_training_equal_single_process(P):
     data = make_graph()
     per_rank = run(P)

@@ -150,7 +150,7 @@ def reference():
     return losses, grad, weight, emb, top, metrics, scores, loss_bce
 
 
-@pytest.mark.parametrize("world_size", [1, 2, 3])
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
 def test_lightgcn_equals_single_process_pyg(world_size):
     losses, grad, weight, emb, top, metrics, scores, loss_bce = reference()
     assert losses[-1] < losses[0]
