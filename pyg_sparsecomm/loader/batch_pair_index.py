@@ -1,13 +1,14 @@
-r"""The pair indices of a heterogeneous link batch: PyG's batch positions, where a target may live on another rank.
+r"""The pair indices of a link batch: PyG's batch positions, where a target may live on another rank.
 
-PyG's ``LinkNeighborLoader`` gives a batch's pairs as positions in the batch's rows of each end type:
-``batch[edge_type].edge_label_index`` (binary) or ``batch[src].src_index``,
-``batch[dst].dst_pos_index`` and ``batch[dst].dst_neg_index`` (triplet), scored with
-``z_dict[src][edge_label_index[0]]`` and ``z_dict[dst][edge_label_index[1]]``.  In a distributed
+PyG's ``LinkNeighborLoader`` gives a batch's pairs as positions in the batch's rows:
+``batch.edge_label_index`` (binary; ``batch[edge_type].edge_label_index`` on ``HeteroData``) or
+``batch.src_index``, ``batch.dst_pos_index`` and ``batch.dst_neg_index`` (triplet; on ``HeteroData``
+``batch[src].src_index``, ``batch[dst].dst_pos_index``, ...), scored with ``z[edge_label_index[0]]``
+and ``z[edge_label_index[1]]`` (``z_dict[src]`` and ``z_dict[dst]`` on ``HeteroData``).  In a distributed
 batch a rank holds the pairs whose source it owns, so a source is one of its own rows and its
 position is a plain tensor; a target may be another rank's row.  A :class:`TargetIndex` then indexes
-``z_dict[dst]`` (this rank's batch rows of ``dst``) through the batch's sparsity-aware exchange:
-``z_dst[index]`` is every target's row, those owned elsewhere brought from their owners (each once
+``z`` (this rank's batch rows of the targets' type) through the batch's sparsity-aware exchange:
+``z[index]`` is every target's row, those owned elsewhere brought from their owners (each once
 per rank; differentiable: their gradients travel back).  The indices of one batch and end type share
 one exchange: the first to index a ``z`` brings the rows, the others reuse them while they index the
 same, unmodified ``z``.  Indexing is a collective: every rank indexes, also one holding no pairs.
@@ -28,12 +29,12 @@ class TargetRows:
 
     Args:
         plan (RankPlan): the exchange bringing the targets this rank does not own (over its batch rows).
-        node_type (str): the targets' node type.
+        node_type (str or None): the targets' node type (:obj:`None` on a homogeneous graph).
         num_views (int): the :class:`TargetIndex` objects reading it.
         group (torch.distributed.ProcessGroup, optional): the process group. (default: :obj:`None`)
     """
 
-    def __init__(self, plan: RankPlan, node_type: str, num_views: int,
+    def __init__(self, plan: RankPlan, node_type: str | None, num_views: int,
                  group: dist.ProcessGroup | None = None) -> None:
         self.plan, self.node_type, self.num_views, self.group = plan, node_type, num_views, group
         self._rows: tuple[Any, int, Tensor] | None = None  # (weakref to z, z's version, [z | halo])
@@ -42,6 +43,10 @@ class TargetRows:
     def rows(self, z: Tensor, view: int) -> Tensor:
         """``[z | halo]`` for ``view``: exchanged unless another view of the same ``z`` did (a collective)."""
         if z.size(0) != self.plan.num_owned:
+            if self.node_type is None:
+                raise ValueError(f"a link batch's target index: z has {z.size(0)} rows but this rank's batch holds "
+                                 f"{self.plan.num_owned} rows: index the encoder's output on the batch, "
+                                 f"z = model(batch.x, batch.edge_index)")
             raise ValueError(f"a link batch's target index: z of node type {self.node_type!r} has {z.size(0)} rows "
                              f"but this rank's batch holds {self.plan.num_owned} {self.node_type!r} rows: index "
                              f"the encoder's output on the batch, z_dict = model(batch.x_dict, batch.adj_dict)")
@@ -58,7 +63,7 @@ class TargetRows:
 
 
 class TargetIndex:
-    """Positions of a batch's targets in ``z_dict[dst]``: ``z_dst[index]`` (see the module doc).
+    """Positions of a batch's targets in ``z`` (``z_dict[dst]`` on ``HeteroData``): ``z[index]`` (see the module doc).
 
     Args:
         rows (TargetRows): the exchange it shares.
@@ -72,7 +77,11 @@ class TargetIndex:
         self.target_rows, self.view, self.column, self.global_ids = rows, view, column, global_ids
 
     def gather(self, z: Tensor) -> Tensor:
-        """Every target's row of ``z`` (this rank's batch rows of the targets' type); a collective."""
+        """Every target's row of ``z`` (this rank's batch rows of the targets' type); a collective.
+
+        Args:
+            z (torch.Tensor): the encoder's output on the batch (of the targets' type).
+        """
         rows = self.target_rows.rows(z, self.view)
         return rows[self.column.to(z.device)]
 
@@ -100,7 +109,8 @@ class TargetIndex:
         return self
 
     def __repr__(self) -> str:
-        return f"TargetIndex({self.target_rows.node_type!r} targets, shape={list(self.column.shape)})"
+        of = "" if self.target_rows.node_type is None else f"{self.target_rows.node_type!r} "
+        return f"TargetIndex({of}targets, shape={list(self.column.shape)})"
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
@@ -110,11 +120,11 @@ class TargetIndex:
 
 
 class BatchPairIndex:
-    """A heterogeneous link batch's ``edge_label_index``: ``[0]`` the sources' batch rows (a tensor),
+    """A link batch's ``edge_label_index``: ``[0]`` the sources' batch rows (a tensor),
     ``[1]`` the targets' :class:`TargetIndex`; ``global_ids`` the ``[2, m]`` pairs in global ids.
 
     Args:
-        source (torch.Tensor): ``[m]`` every pair's source row in this rank's batch rows of ``src``.
+        source (torch.Tensor): ``[m]`` every pair's source row in this rank's batch rows (of ``src``).
         target (TargetIndex): every pair's target.
         global_ids (torch.Tensor): ``[2, m]`` the pairs' global ids.
     """
@@ -164,5 +174,5 @@ class BatchPairIndex:
 
 def _refusal(what: str) -> str:
     return (f"{what} on a distributed link batch's pair index: its targets may be rows of other ranks; it "
-            f"supports z_dict[src][edge_label_index[0]], z_dict[dst][edge_label_index[1]] (and z[dst_pos_index], "
-            f"z[dst_neg_index]), size(); the pairs' global ids are .global_ids")
+            f"supports z[edge_label_index[0]], z[edge_label_index[1]] (z_dict[src], z_dict[dst] on HeteroData), "
+            f"z[src_index], z[dst_pos_index], z[dst_neg_index], size(); the pairs' global ids are .global_ids")

@@ -16,15 +16,22 @@ the same global pairs), by hashes of global ids, so it is the same for any parti
   ``num_neighbors`` rule, the same ranks' exchanges).
 
 A yielded batch is this rank's :class:`~pyg_sparsecomm.loader.DistributedNeighborLoader` batch of those
-seeds (its rows: the seeds it owns first, by global id) plus ``batch.pairs``, the
-:class:`~pyg_sparsecomm.link.DistributedPairs` this rank holds -- the pairs whose source it owns,
-with their plan over the batch's rows -- so ``batch.pairs.gather(model(batch.x, batch.adj))`` gives
-both endpoints' embeddings.  ``batch.edge_label_index_global`` holds those pairs' global ids and
-``batch.edge_label`` their labels.  A batch has no ``edge_label_index``: PyG's holds batch positions,
-which do not exist here (an endpoint may sit on another rank), and global ids under PyG's name would
-index ``z[batch.edge_label_index[0]]`` silently wrong, so reading it raises naming ``pairs.gather``;
-with ``"triplet"`` the pairs are the positives, then every positive's ``amount`` negatives
-(``batch.num_positive_pairs`` positives on this rank).
+seeds (its rows: the seeds it owns first, by global id) holding the pairs whose source this rank owns,
+as PyG's batch holds them (``out = model(batch.x, batch.edge_index)``):
+
+* ``neg_sampling=None`` or ``"binary"``: ``batch.edge_label_index``, a
+  :class:`~.batch_pair_index.BatchPairIndex`: ``out[batch.edge_label_index[0]]`` (the sources: this
+  rank's rows) and ``out[batch.edge_label_index[1]]`` (the targets, those owned elsewhere brought by
+  the batch's exchange) are the pairs' embeddings; ``batch.edge_label`` their labels;
+* ``"triplet"``: ``batch.src_index`` (``[k]`` rows of the held positives' sources), ``batch.dst_pos_index``
+  (``[k]``) and ``batch.dst_neg_index`` (``[k, amount]``, ``[k]`` for one), the last two
+  :class:`~.batch_pair_index.TargetIndex` objects: ``out[batch.dst_pos_index]``;
+* ``batch.input_id``: the held positives' positions in the global ``edge_label_index``.
+
+Besides, ``batch.pairs`` is the :class:`~pyg_sparsecomm.link.DistributedPairs` of the held pairs (their
+plan over the batch's rows: ``batch.pairs.gather(out)`` gives both endpoints' embeddings) and
+``batch.edge_label_index_global`` their global ids; with ``"triplet"`` these pairs are the positives,
+then every positive's ``amount`` negatives (``batch.num_positive_pairs`` positives on this rank).
 """
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -41,22 +48,10 @@ from ..graph.validate import check_edge_index
 from ..link.pairs import DistributedPairs, endpoint_plan
 from ..link.partition_vector import partition_vector
 from ..link.same_pairs import check_same_pairs
-from ..plan.homogeneous import owner_rows
+from ..plan.homogeneous import RankPlan, owner_rows
 from ..sampling.link_rules import LinkBatching, negative_sampling_mode, supervision_labels
+from .batch_pair_index import BatchPairIndex, TargetIndex, TargetRows
 from .neighbor_loader import DistributedNeighborLoader
-
-
-class LinkBatch(Data):
-    """A batch of :class:`DistributedLinkNeighborLoader`: a ``Data`` whose ``edge_label_index``
-    (PyG's batch positions of the pairs' endpoints) raises naming what replaces it."""
-
-    def __getattr__(self, key: str) -> Any:
-        if key == "edge_label_index":
-            raise AttributeError(
-                "a DistributedLinkNeighborLoader batch has no edge_label_index: its pairs' endpoints may live on "
-                "other ranks, so they have no batch positions; use z_src, z_dst = batch.pairs.gather(z) for the "
-                "endpoints' embeddings (batch.edge_label_index_global: the pairs' global ids)")
-        return super().__getattr__(key)
 
 
 class DistributedLinkNeighborLoader:
@@ -85,7 +80,8 @@ class DistributedLinkNeighborLoader:
           :math:`(|\mathcal{E}_{sup}|)` *(optional)*, global on every rank
         - **output:** batches whose ``edge_label_index`` :math:`(2, |\mathcal{E}_b|)` indexes the
           batch's node rows and whose ``edge_label`` is :math:`(|\mathcal{E}_b|)` for the
-          :math:`|\mathcal{E}_b|` pairs (with negatives) this rank scores
+          :math:`|\mathcal{E}_b|` pairs (with negatives) this rank scores; with ``"triplet"``,
+          ``src_index`` :math:`(k)`, ``dst_pos_index`` :math:`(k)`, ``dst_neg_index`` :math:`(k, \text{amount})`
     """
 
     #: the subclass a heterogeneous shard gets (:mod:`.hetero_link_loader` registers itself)
@@ -164,16 +160,36 @@ class DistributedLinkNeighborLoader:
                                      np.bincount(part[seeds], minlength=group_world_size(self.group)).tolist(),
                                      self.group)
         index = column.view(2, -1)
-        edge_label = None if label is None else label[torch.from_numpy(held)]
-        num_pairs = int(pairs.size(1))
         held_t = torch.from_numpy(held)
-        batch = LinkBatch.from_dict(batch.to_dict())
-        batch.pairs = DistributedPairs(pairs[:, held_t], edge_label, pair_id[held_t], index, plan, num_pairs,
-                                       self.group)
+        edge_label = None if label is None else label[held_t]
+        batch.pairs = DistributedPairs(pairs[:, held_t], edge_label, pair_id[held_t], index, plan,
+                                       int(pairs.size(1)), self.group)
         batch.edge_label_index_global = pairs[:, held_t]
-        batch.edge_label = edge_label
         batch.num_positive_pairs = int((held < num_positive).sum())
+        batch.input_id = pair_id[held_t[held_t < num_positive]]
         batch.batch_index = b
+        return self._pair_indices(batch, plan, index, pairs[:, held_t], edge_label)
+
+    def _pair_indices(self, batch: Data, plan: RankPlan, index: Tensor, held_pairs: Tensor,
+                      edge_label: Tensor | None) -> Data:
+        """PyG's pair attributes of the batch: ``edge_label_index`` and ``edge_label``, or ``src_index``,
+        ``dst_pos_index``, ``dst_neg_index`` (triplet); the targets share one exchange over ``plan``."""
+        for key in ("edge_label_index", "edge_label", "edge_label_time"):  # the shard's own, as PyG drops them
+            if key in batch:
+                del batch[key]
+        if self.neg_sampling != "triplet":
+            rows = TargetRows(plan, None, 1, self.group)
+            target = TargetIndex(rows, 0, index[1], held_pairs[1])
+            batch.edge_label_index = BatchPairIndex(index[0], target, held_pairs)
+            batch.edge_label = edge_label
+            return batch
+        k = batch.num_positive_pairs  # the held positives, then their negatives ([k, amount], by positive)
+        per = int(self.amount)
+        rows = TargetRows(plan, None, 2, self.group)
+        neg_shape = (k, per) if per > 1 else (k,)  # PyG squeezes one negative per positive
+        batch.src_index = index[0, :k]
+        batch.dst_pos_index = TargetIndex(rows, 0, index[1, :k], held_pairs[1, :k])
+        batch.dst_neg_index = TargetIndex(rows, 1, index[1, k:].view(neg_shape), held_pairs[1, k:].view(neg_shape))
         return batch
 
     def __repr__(self) -> str:
