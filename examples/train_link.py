@@ -84,15 +84,15 @@ def minibatch_epoch(model, optimizer, loader, device):
     bytes sent (counted, predicted)."""
     model.train()
     losses, pair_bytes, predicted = [], 0, 0
-    for batch in loader:                        # rows on the shard's device; the pairs' plan on the CPU
-        pairs = batch.pairs.to(device)
+    for batch in loader:                        # rows on the shard's device; the pair index follows z's device
         optimizer.zero_grad()
-        z = model(batch.x, batch.adj)
+        z = model(batch.x, batch.edge_index)
         before = comm_counter().bytes_sent("halo")
-        score = decode(*pairs.gather(z))                                                                # <- dist.
+        score = decode(z[batch.edge_label_index[0]], z[batch.edge_label_index[1]])  # targets of other ranks: exchanged
         pair_bytes += comm_counter().bytes_sent("halo") - before
-        predicted += pairs.predicted_bytes(z.size(1), z.element_size())["sent"]
-        loss = distributed_loss(F.binary_cross_entropy_with_logits, score, pairs.edge_label.to(z.dtype))
+        predicted += batch.pairs.predicted_bytes(z.size(1), z.element_size())["sent"]  # the same exchange's plan
+        label = batch.edge_label.to(z.device, z.dtype)
+        loss = distributed_loss(F.binary_cross_entropy_with_logits, score, label)                        # <- dist.
         loss.backward()
         optimizer.step()
         losses.append(float(loss.detach()))
