@@ -227,18 +227,20 @@ def _local_candidates(users: Tensor, user_ids: Tensor | None, item_emb: Tensor, 
     order = item_ids.argsort()  # columns in id order: ties by the lower column are ties by the lower id
     items, column_ids = item_emb[order], item_ids[order].long()
     seen_rows, seen_columns = _seen(user_ids, column_ids, exclude)
-    batch = max(1, _SCORES_PER_BATCH // items.size(0))
-    scores, columns = [], []
-    for start in range(0, users.size(0), batch):
-        block = users[start:start + batch] @ items.t()
-        lo, hi = torch.searchsorted(seen_rows, torch.tensor([start, start + block.size(0)])).tolist()
+    batch, n = max(1, _SCORES_PER_BATCH // items.size(0)), users.size(0)
+    # results written in place and one score buffer reused: small results kept between the blocks
+    # fragmented glibc's heap (4.2 GB free but resident on one rank of 1.03M interactions at P = 4)
+    scores, columns = users.new_empty((n, c)), torch.empty((n, c), dtype=torch.long, device=users.device)
+    differentiable = torch.is_grad_enabled() and (users.requires_grad or items.requires_grad)
+    buffer = None if differentiable else users.new_empty((min(batch, n), items.size(0)))  # out= has no autograd
+    for start in range(0, n, batch):
+        rows = min(batch, n - start)
+        block = (users[start:start + rows] @ items.t() if buffer is None
+                 else torch.mm(users[start:start + rows], items.t(), out=buffer[:rows]))
+        lo, hi = torch.searchsorted(seen_rows, torch.tensor([start, start + rows])).tolist()
         block[seen_rows[lo:hi] - start, seen_columns[lo:hi]] = float("-inf")
-        top_scores, top_columns_ = top_columns(block, c)
-        scores.append(top_scores)
-        columns.append(top_columns_)
-    if not scores:
-        return users.new_empty((0, c)), column_ids.new_empty((0, c))
-    return torch.cat(scores), column_ids[torch.cat(columns)]
+        scores[start:start + rows], columns[start:start + rows] = top_columns(block, c)
+    return scores, column_ids[columns]
 
 
 def _seen(user_ids: Tensor | None, column_ids: Tensor, exclude: Tensor | None) -> tuple[Tensor, Tensor]:
