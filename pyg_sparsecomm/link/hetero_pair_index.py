@@ -15,17 +15,15 @@ runs unchanged.  When ``src == dst`` both ends share one exchange, as for a
 :class:`~pyg_sparsecomm.link.pair_index.PairIndex`.  Indexing is a collective: every rank indexes,
 also one holding no pairs.  Other tensor operations raise naming :attr:`global_ids`.
 """
-import weakref
-from typing import Any
 
-import torch
 from torch import Tensor
 
 from .hetero_pairs import HeteroPairs
 from .pair_index import PairEnd
+from .two_row_index import SharedEndRows, TwoRowIndex
 
 
-class HeteroPairIndex:
+class HeteroPairIndex(TwoRowIndex):
     r"""``[2, m]`` pairs of one relation this rank holds, as a heterogeneous shard's
     ``data[edge_type].edge_label_index`` (see the module doc).
 
@@ -41,13 +39,10 @@ class HeteroPairIndex:
 
     def __init__(self, pairs: HeteroPairs) -> None:
         self.pairs = pairs
-        self._rows: tuple[Any, int, Tensor] | None = None  # src == dst: (weakref to z, z's version, [z | halo])
-        self._served: set[int] = set()
+        #: ``[2, m]`` (source id of type ``src``, target id of type ``dst``) of this rank's pairs
+        self.global_ids = pairs.edge_label_index
+        self._shared = SharedEndRows()  # src == dst: one exchange for both ends of the same z
 
-    @property
-    def global_ids(self) -> Tensor:
-        """``[2, m]`` (source id of type ``src``, target id of type ``dst``) of this rank's pairs."""
-        return self.pairs.edge_label_index
 
     @property
     def edge_type(self) -> tuple[str, str, str]:
@@ -59,47 +54,15 @@ class HeteroPairIndex:
         if self.edge_type[0] != self.edge_type[2]:
             rows = self.pairs.rows(node_type, z)
         else:  # one exchange for both ends of the same z
-            cached = self._rows
-            if cached is None or cached[0]() is not z or cached[1] != z._version or end in self._served:
-                cached = (weakref.ref(z), z._version, self.pairs.rows(node_type, z))
-                self._rows, self._served = cached, set()
-            self._served.add(end)
-            rows = cached[2]
-            if self._served == {0, 1}:
-                self._rows = None  # both ends taken: do not keep the step's graph alive
+            rows = self._shared.rows(z, end, lambda z: self.pairs.rows(node_type, z))
         return rows.index_select(0, self.pairs.index[end].to(z.device))
 
-    # tensor habits PyG's heterogeneous link prediction uses --------------------------------------
-    def __getitem__(self, end: Any) -> PairEnd:
-        if isinstance(end, int) and -2 <= end <= 1:
-            return PairEnd(self, end % 2)  # type: ignore[arg-type]  # PairEnd only calls end_rows, global_ids
-        raise TypeError(_refusal(f"indexing with {end!r}"))
+    # tensor habits PyG's heterogeneous link prediction uses (TwoRowIndex: row, col = ..., size(), numel())
+    def _end_of(self, end: int) -> PairEnd:
+        return PairEnd(self, end)  # type: ignore[arg-type]  # PairEnd only calls end_rows, global_ids
 
-    def __iter__(self):
-        return iter((self[0], self[1]))
-
-    def __len__(self) -> int:
-        return 2
-
-    def size(self, dim: int | None = None) -> Any:
-        return self.global_ids.size() if dim is None else self.global_ids.size(dim)
-
-    @property
-    def shape(self) -> torch.Size:
-        return self.global_ids.shape
-
-    def dim(self) -> int:
-        return 2
-
-    def numel(self) -> int:
-        return self.global_ids.numel()
-
-    def to(self, *args: Any, **kwargs: Any) -> "HeteroPairIndex":
-        """Itself: the pairs are indices (the rows they take come on ``z``'s device)."""
-        return self
-
-    def cpu(self) -> "HeteroPairIndex":
-        return self
+    def _refusal_of(self, what: str) -> str:
+        return _refusal(what)
 
     def __repr__(self) -> str:
         return f"HeteroPairIndex({self.edge_type}, pairs={self.global_ids.size(1)}, held by this rank)"

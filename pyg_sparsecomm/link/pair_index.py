@@ -17,7 +17,6 @@ indices (and ``[2, k]`` tensors of global ids) along the last dimension gives th
 all of them, as PyG's script concatenates its positives and negatives; its plan is built at the
 first indexing (two small exchanges).  Other tensor operations raise naming :attr:`global_ids`.
 """
-import weakref
 from typing import Any
 
 import numpy as np
@@ -26,9 +25,10 @@ import torch.distributed as dist
 from torch import Tensor
 
 from .pairs import DistributedPairs, local_pairs
+from .two_row_index import SharedEndRows, TwoRowIndex
 
 
-class PairIndex:
+class PairIndex(TwoRowIndex):
     r"""``[2, m]`` pairs this rank holds, as a shard's ``edge_label_index`` (see the module doc).
 
     Args:
@@ -46,8 +46,7 @@ class PairIndex:
             raise ValueError(f"PairIndex takes [2, m] global ids, got shape {list(global_ids.shape)}")
         self.global_ids, self.part, self.group = global_ids, part, group
         self._pairs = pairs
-        self._rows: tuple[Any, int, Tensor] | None = None  # (weakref to z, z's version, [z | halo])
-        self._served: set[int] = set()
+        self._shared = SharedEndRows()
 
     @property
     def pairs(self) -> DistributedPairs:
@@ -58,44 +57,15 @@ class PairIndex:
 
     def end_rows(self, z: Tensor, end: int) -> Tensor:
         """``z`` of every pair's source (``end=0``) or target (``end=1``); one exchange for both ends."""
-        cached = self._rows
-        if cached is None or cached[0]() is not z or cached[1] != z._version or end in self._served:
-            cached = (weakref.ref(z), z._version, self.pairs.rows(z))
-            self._rows, self._served = cached, set()
-        self._served.add(end)
-        rows = cached[2]
-        if self._served == {0, 1}:
-            self._rows = None  # both ends taken: do not keep the step's graph alive
+        rows = self._shared.rows(z, end, self.pairs.rows)
         return rows.index_select(0, self.pairs.index[end].to(z.device))
 
-    # tensor habits PyG's link prediction uses ---------------------------------------------------
-    def __getitem__(self, end: Any) -> "PairEnd":
-        if isinstance(end, int) and -2 <= end <= 1:
-            return PairEnd(self, end % 2)
-        raise TypeError(self._refuse(f"indexing with {end!r}"))
+    # tensor habits PyG's link prediction uses (TwoRowIndex: [0]/[1], row, col = ..., size(), numel())
+    def _end_of(self, end: int) -> "PairEnd":
+        return PairEnd(self, end)
 
-    def size(self, dim: int | None = None) -> Any:
-        return self.global_ids.size() if dim is None else self.global_ids.size(dim)
-
-    @property
-    def shape(self) -> torch.Size:
-        return self.global_ids.shape
-
-    def dim(self) -> int:
-        return 2
-
-    def numel(self) -> int:
-        return self.global_ids.numel()
-
-    def __len__(self) -> int:
-        return 2
-
-    def to(self, *args: Any, **kwargs: Any) -> "PairIndex":
-        """Itself: the pairs are indices (the rows they take come on ``z``'s device)."""
-        return self
-
-    def cpu(self) -> "PairIndex":
-        return self
+    def _refusal_of(self, what: str) -> str:
+        return _refusal(what)
 
     def __repr__(self) -> str:
         return f"PairIndex(pairs={self.global_ids.size(1)}, held by this rank; global_ids=[2, m])"
@@ -108,9 +78,6 @@ class PairIndex:
         if func is Tensor.__getitem__ and len(args) == 2 and isinstance(args[1], PairEnd):
             return args[1].parent.end_rows(args[0], args[1].end)
         raise TypeError(_refusal(f"torch.{getattr(func, '__name__', func)}"))
-
-    def _refuse(self, what: str) -> str:
-        return _refusal(what)
 
 
 class PairEnd:

@@ -13,7 +13,6 @@ per rank; differentiable: their gradients travel back).  The indices of one batc
 one exchange: the first to index a ``z`` brings the rows, the others reuse them while they index the
 same, unmodified ``z``.  Indexing is a collective: every rank indexes, also one holding no pairs.
 """
-import weakref
 from typing import Any
 
 import torch
@@ -21,6 +20,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from ..link.pair_exchange import rows_with_halo
+from ..link.two_row_index import SharedEndRows, TwoRowIndex
 from ..plan.homogeneous import RankPlan
 
 
@@ -37,8 +37,7 @@ class TargetRows:
     def __init__(self, plan: RankPlan, node_type: str | None, num_views: int,
                  group: dist.ProcessGroup | None = None) -> None:
         self.plan, self.node_type, self.num_views, self.group = plan, node_type, num_views, group
-        self._rows: tuple[Any, int, Tensor] | None = None  # (weakref to z, z's version, [z | halo])
-        self._served: set[int] = set()
+        self._shared = SharedEndRows(num_views)
 
     def rows(self, z: Tensor, view: int) -> Tensor:
         """``[z | halo]`` for ``view``: exchanged unless another view of the same ``z`` did (a collective)."""
@@ -50,16 +49,12 @@ class TargetRows:
             raise ValueError(f"a link batch's target index: z of node type {self.node_type!r} has {z.size(0)} rows "
                              f"but this rank's batch holds {self.plan.num_owned} {self.node_type!r} rows: index "
                              f"the encoder's output on the batch, z_dict = model(batch.x_dict, batch.adj_dict)")
-        cached = self._rows
-        if cached is None or cached[0]() is not z or cached[1] != z._version or view in self._served:
-            if self.plan.n_id.device != z.device:
-                self.plan = self.plan.to(z.device)
-            cached = (weakref.ref(z), z._version, rows_with_halo(z, self.plan, self.group))
-            self._rows, self._served = cached, set()
-        self._served.add(view)
-        if len(self._served) == self.num_views:
-            self._rows = None  # every view taken: do not keep the step's graph alive
-        return cached[2]
+        return self._shared.rows(z, view, self._exchange)
+
+    def _exchange(self, z: Tensor) -> Tensor:
+        if self.plan.n_id.device != z.device:
+            self.plan = self.plan.to(z.device)
+        return rows_with_halo(z, self.plan, self.group)
 
 
 class TargetIndex:
@@ -119,7 +114,7 @@ class TargetIndex:
         raise TypeError(_refusal(f"torch.{getattr(func, '__name__', func)}"))
 
 
-class BatchPairIndex:
+class BatchPairIndex(TwoRowIndex):
     """A link batch's ``edge_label_index``: ``[0]`` the sources' batch rows (a tensor),
     ``[1]`` the targets' :class:`TargetIndex`; ``global_ids`` the ``[2, m]`` pairs in global ids.
 
@@ -132,37 +127,12 @@ class BatchPairIndex:
     def __init__(self, source: Tensor, target: TargetIndex, global_ids: Tensor) -> None:
         self.source, self.target, self.global_ids = source, target, global_ids
 
-    def __getitem__(self, end: Any) -> Any:
-        if isinstance(end, int) and -2 <= end <= 1:
-            return self.source if end % 2 == 0 else self.target
-        raise TypeError(_refusal(f"indexing with {end!r}"))
+    # tensor habits (TwoRowIndex): [0] the sources' rows, [1] the targets' index, row, col = ..., size()
+    def _end_of(self, end: int) -> Any:
+        return self.source if end == 0 else self.target
 
-    def size(self, dim: int | None = None) -> Any:
-        return self.global_ids.size() if dim is None else self.global_ids.size(dim)
-
-    @property
-    def shape(self) -> torch.Size:
-        return self.global_ids.shape
-
-    def dim(self) -> int:
-        return 2
-
-    def numel(self) -> int:
-        return self.global_ids.numel()
-
-    def __len__(self) -> int:
-        return 2
-
-    def __iter__(self):
-        """``row, col = edge_label_index``, as PyG's decoders unpack it: the sources' rows, the targets' index."""
-        return iter((self.source, self.target))
-
-    def to(self, *args: Any, **kwargs: Any) -> "BatchPairIndex":
-        """Itself: sources index this rank's rows, targets' rows come on ``z``'s device."""
-        return self
-
-    def cpu(self) -> "BatchPairIndex":
-        return self
+    def _refusal_of(self, what: str) -> str:
+        return _refusal(what)
 
     def __repr__(self) -> str:
         return f"BatchPairIndex(pairs={self.global_ids.size(1)} held by this rank)"

@@ -112,7 +112,7 @@ class DistributedLightGCN(LightGCN):
             return super().forward(edge_index, edge_label_index, edge_weight)
         out = self.get_embedding(edge_index, edge_weight)
         pairs = self._pair_index(edge_label_index, edge_index)
-        scores = (out[pairs[0]] * out[pairs[1]]).sum(dim=-1)  # type: ignore[index]  # PairIndex ends index z
+        scores = (out[pairs[0]] * out[pairs[1]]).sum(dim=-1)  # PairIndex ends index z (__torch_function__)
         if not isinstance(edge_label_index, Tensor):
             return scores
         held = pairs.pairs  # the global list: every rank gets all its scores, its gradient its own pairs'
