@@ -6,8 +6,6 @@ where one part holds no positive pair.  The noise of ``reparametrize`` and of th
 node ids (the reference draws the same through ``torch.randn_like``).  Misuse gets an error or warning naming the
 fix."""
 import random
-import sys
-import types
 import warnings
 
 import numpy as np
@@ -18,41 +16,13 @@ from torch_geometric.data import Data
 from torch_geometric.nn import ARGA, ARGVA, GAE, VGAE, GCNConv
 
 from pyg_sparsecomm import distribute, gather_nodes, partition_and_shard
-from pyg_sparsecomm.nn.models import node_normal
 from pyg_sparsecomm.testing import launch
+from keyed_noise import keyed_noise
+from sklearn_stand_in import install, installed
 
 N, F_IN, OUT, STEPS = 64, 8, 6, 3
 SOURCES = 40  # nodes 0..39 hold the edges' sources; 40..63 are targets or isolated
 KINDS = ("gae", "vgae", "arga", "argva")
-
-
-def _pairwise_auc(y_true, y_score) -> float:
-    y, s = torch.as_tensor(y_true).bool(), torch.as_tensor(y_score).double()
-    difference = s[y][:, None] - s[~y][None, :]
-    return float(((difference > 0).double() + 0.5 * (difference == 0).double()).mean())
-
-
-def _precision_at_thresholds(y_true, y_score) -> float:
-    """scikit-learn's average precision by its definition: the precision at every distinct score, weighted
-    by the recall it adds (isolated nodes score alike: ties)."""
-    y, s = torch.as_tensor(y_true).bool(), torch.as_tensor(y_score).double()
-    total, recall = 0.0, 0.0
-    for threshold in s.unique().flip(0):
-        chosen = s >= threshold
-        hits = int((chosen & y).sum())
-        total += (hits / int(y.sum()) - recall) * hits / int(chosen.sum())
-        recall = hits / int(y.sum())
-    return total
-
-
-def _stub_sklearn():
-    try:
-        import sklearn.metrics  # noqa: F401
-    except ImportError:
-        module = types.ModuleType("sklearn.metrics")
-        module.roc_auc_score, module.average_precision_score = _pairwise_auc, _precision_at_thresholds
-        sys.modules["sklearn"] = types.ModuleType("sklearn")
-        sys.modules["sklearn.metrics"] = module
 
 
 def make_graph():
@@ -120,35 +90,18 @@ def train(kind, model, train_data, test_data, num_nodes):
             "z": z}
 
 
-class KeyedNoise:
-    """``torch.randn_like`` of PyG's ``reparametrize`` and ``discriminator_loss`` in the reference: the noise the
-    distributed model draws for global ids ``arange(N)`` (stream 0 and 1, a step per call, seed 0)."""
-
-    def __init__(self):
-        self.steps = {}
-        self.randn_like = torch.randn_like
-
-    def __call__(self, like, *args, **kwargs):
-        stream = {"reparametrize": 0, "discriminator_loss": 1}[sys._getframe(1).f_code.co_name]
-        self.steps[stream] = self.steps.get(stream, -1) + 1
-        return node_normal(torch.arange(like.size(0)), like.size(1), 0, stream, self.steps[stream], like.dtype)
-
-
 def reference(kind: str):
-    _stub_sklearn()
     train_data, _, test_data = split(0)
     model = build(kind)
-    torch.randn_like = KeyedNoise()
-    try:
+    with installed(), keyed_noise():
         out = train(kind, model, train_data, test_data, train_data.num_nodes)
-    finally:
-        torch.randn_like = torch.randn_like.randn_like
     with torch.no_grad():
         out["all"] = model.decoder.forward_all(out["z"])
     return out
 
 
 def _worker(rank, world_size):
+    install()
     from pyg_sparsecomm.partition import register
     register("sources_apart")(sources_apart)
     train_data, val_data, test_data = partition_and_shard(split(0 if rank == 0 else 1000 + rank),

@@ -4,9 +4,6 @@ gradients (through the permutation's exchange), and ``test``'s accuracy, with Py
 corruption function, on a directed graph with isolated nodes where one part has no training rows; the ranks'
 torch generators start apart (rank 0's as the single process's).  User functions that cannot be exact are
 refused by name; so are subclasses overriding what ``distribute()`` replaces."""
-import sys
-import types
-
 import numpy as np
 import pytest
 import torch
@@ -15,37 +12,9 @@ from torch_geometric.nn import DeepGraphInfomax, GCNConv
 
 from pyg_sparsecomm import distribute, shard
 from pyg_sparsecomm.testing import launch
+from sklearn_stand_in import install, installed
 
 N, F_IN, HIDDEN, STEPS = 64, 8, 16, 4
-
-
-class NearestCentroid:
-    """A stand-in for scikit-learn's ``LogisticRegression`` where scikit-learn is missing (deterministic,
-    fitted on every row it is given: the class of the nearest class mean)."""
-
-    def __init__(self, *args, solver="lbfgs", **kwargs):
-        self.kwargs = kwargs
-
-    def fit(self, x, y):
-        self.classes = np.unique(y)
-        self.means = np.stack([x[y == c].mean(0) for c in self.classes])
-        return self
-
-    def predict(self, x):
-        return self.classes[((x[:, None, :] - self.means[None]) ** 2).sum(-1).argmin(1)]
-
-    def score(self, x, y):
-        return float((self.predict(x) == y).mean())
-
-
-def _stub_sklearn():
-    try:
-        import sklearn.linear_model  # noqa: F401
-    except ImportError:
-        module = types.ModuleType("sklearn.linear_model")
-        module.LogisticRegression = NearestCentroid
-        sys.modules["sklearn"] = types.ModuleType("sklearn")
-        sys.modules["sklearn.linear_model"] = module
 
 
 def make_graph():
@@ -110,13 +79,13 @@ def train(model, x, edge_index, mask, test_mask, y):
 
 
 def reference(P: int):
-    _stub_sklearn()
     data = make_graph()
-    return train(build(), data.x, data.edge_index, train_mask(P), data.test_mask, data.y)
+    with installed():
+        return train(build(), data.x, data.edge_index, train_mask(P), data.test_mask, data.y)
 
 
 def _worker(rank, world_size):
-    _stub_sklearn()
+    install()
     data = make_graph()
     data.train_mask = train_mask(world_size)
     data.part, data.num_parts = partition(world_size), world_size
