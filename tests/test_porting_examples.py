@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from sklearn_stand_in import installed
 
 from pyg_sparsecomm.testing import launch
-from sklearn_stand_in import installed
 
 PORTING = Path(__file__).resolve().parents[1] / "examples" / "porting"
 #: lines added / removed by a port (``diff single.py distributed.py``): the import, the dataset

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from keyed_noise import keyed_noise
-from pyg_sparsecomm.testing import launch
 from sklearn_stand_in import installed
+
+from pyg_sparsecomm.testing import launch
 
 PORTING = Path(__file__).resolve().parents[2] / "examples" / "porting"
 SINGLE, DISTRIBUTED = PORTING / "gae.py", PORTING / "gae_distributed.py"

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 import torch
 import torch_geometric.transforms as T
+from keyed_noise import keyed_noise
+from sklearn_stand_in import install, installed
 from torch_geometric.data import Data
 from torch_geometric.nn import ARGA, ARGVA, GAE, VGAE, GCNConv
 
 from pyg_sparsecomm import distribute, gather_nodes, partition_and_shard
 from pyg_sparsecomm.testing import launch
-from keyed_noise import keyed_noise
-from sklearn_stand_in import install, installed
 
 N, F_IN, OUT, STEPS = 64, 8, 6, 3
 SOURCES = 40  # nodes 0..39 hold the edges' sources; 40..63 are targets or isolated

@@ -7,12 +7,12 @@ refused by name; so are subclasses overriding what ``distribute()`` replaces."""
 import numpy as np
 import pytest
 import torch
+from sklearn_stand_in import install, installed
 from torch_geometric.data import Data
 from torch_geometric.nn import DeepGraphInfomax, GCNConv
 
 from pyg_sparsecomm import distribute, shard
 from pyg_sparsecomm.testing import launch
-from sklearn_stand_in import install, installed
 
 N, F_IN, HIDDEN, STEPS = 64, 8, 16, 4
 

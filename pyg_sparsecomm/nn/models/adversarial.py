@@ -13,11 +13,10 @@ Their own terms are means over all nodes of all ranks, with
 with the prior's samples :math:`\varepsilon_v` drawn per global node id (:mod:`.node_noise`; PyG
 draws ``torch.randn_like(z)``), the same for any number of ranks.
 """
+import torch
 from torch import Tensor
 from torch_geometric.nn.models import ARGA, ARGVA
 from torch_geometric.nn.models.autoencoder import EPS
-
-import torch
 
 from .autoencoder import PRIOR, ShardAutoEncoder
 

@@ -59,7 +59,7 @@ def convert_model(module: torch.nn.Module, group: dist.ProcessGroup | None) -> N
 
     Args:
         module (torch.nn.Module): any module of the model (after its rule's class swap).
-        group (torch.distributed.ProcessGroup, optional): the ranks the graph is sharded over.
+        group (torch.distributed.ProcessGroup): the ranks the graph is sharded over (``None``: all).
     """
     entry = _model_of(type(module))
     if entry is not None and not isinstance(module, entry[1]):

@@ -25,6 +25,7 @@ graph, the loss over all nodes and the linear evaluation fit on every rank's tra
 Without a shard on one process it is PyG's model.
 """
 import copy
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -63,7 +64,7 @@ class DistributedDeepGraphInfomax(ShardModel, DeepGraphInfomax):
         cor = self._corruption(shard, args, kwargs)
         cor = cor if isinstance(cor, tuple) else (cor,)
         cor_kwargs = copy.copy(kwargs)
-        for key, value in zip(kwargs.keys(), cor[len(args):]):
+        for key, value in zip(kwargs.keys(), cor[len(args):], strict=False):  # as PyG's
             cor_kwargs[key] = value
         neg_z = self.encoder(*cor[:len(args)], **cor_kwargs)
         return pos_z, neg_z, self._summary(shard, pos_z, args, kwargs)
@@ -75,9 +76,9 @@ class DistributedDeepGraphInfomax(ShardModel, DeepGraphInfomax):
         out = self.corruption(*_whole(args, shard, what), **_whole(kwargs, shard, what))
         for value in out if isinstance(out, tuple) else (out,):
             if isinstance(value, Tensor) and value.dim() and value.size(0) == shard.num_nodes != shard.num_owned:
-                raise NotImplementedError(f"{what} returned a new tensor of {shard.num_nodes} rows (the whole graph's): "
-                                          f"on a shard only a permutation of the given node tensor (x[index]) or "
-                                          f"row-wise operations of it can be computed exactly")
+                raise NotImplementedError(f"{what} returned a new tensor of {shard.num_nodes} rows (the whole "
+                                          f"graph's): on a shard only a permutation of the given node tensor "
+                                          f"(x[index]) or row-wise operations of it can be computed exactly")
         return local_rows(out)
 
     def _summary(self, shard: ShardContext, pos_z: Tensor, args: tuple, kwargs: dict) -> Tensor:
@@ -169,7 +170,7 @@ def _rank_zero_generator(group: dist.ProcessGroup | None, like: Tensor | None) -
     if group_world_size(group) == 1:
         return
     device = collective_device(group)
-    states = [(torch.get_rng_state, torch.set_rng_state)]
+    states: list[tuple[Callable[[], Tensor], Callable[[Tensor], None]]] = [(torch.get_rng_state, torch.set_rng_state)]
     if like is not None and like.device.type == "cuda":
         index = like.device.index
         states.append((lambda: torch.cuda.get_rng_state(index), lambda s: torch.cuda.set_rng_state(s, index)))

@@ -10,7 +10,6 @@ are reduced over ranks, so every rank must pass its shard.  On one process witho
 is PyG's.
 """
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import torch
@@ -32,6 +31,7 @@ class ShardContext:
     Args:
         plan (RankPlan): the shard adjacency's plan (``n_id``: the owned rows' global ids).
         group (torch.distributed.ProcessGroup, optional): the ranks the graph is sharded over.
+            (default: :obj:`None`, all)
     """
     plan: RankPlan
     group: dist.ProcessGroup | None = None
@@ -76,7 +76,7 @@ class ShardModel:
         rank 0's ``torch.initial_seed()`` (what ``torch.manual_seed`` set; the generator is not drawn from).
 
         Args:
-            group (torch.distributed.ProcessGroup, optional): the ranks the graph is sharded over.
+            group (torch.distributed.ProcessGroup): the ranks the graph is sharded over (``None``: all).
         """
         self._sparsecomm_group = group
         self._sparsecomm_shard = None
@@ -90,10 +90,10 @@ class ShardModel:
         group = self._sparsecomm_group
         if adj is None:
             if group_world_size(group) > 1:
-                raise ValueError(f"{what} under distribute() in a job of {group_world_size(group)} ranks got no shard's "
-                                 f"graph: it computes over all nodes of the graph, so every rank passes its shard "
-                                 f"(data = partition_and_shard(data); model(data.x, data.edge_index)); mini-batches "
-                                 f"are not supported")
+                raise ValueError(f"{what} under distribute() in a job of {group_world_size(group)} ranks got no "
+                                 f"shard's graph: it computes over all nodes of the graph, so every rank passes its "
+                                 f"shard (data = partition_and_shard(data); model(data.x, data.edge_index)); "
+                                 f"mini-batches are not supported")
             self._sparsecomm_shard = None
             return None
         shard = self._sparsecomm_shard
@@ -108,8 +108,8 @@ class ShardModel:
         if shard is None:
             return torch.arange(rows.size(0), device=rows.device)
         if rows.size(0) != shard.num_owned:
-            raise ValueError(f"{what}: got {rows.size(0)} rows but this rank's shard owns {shard.num_owned} nodes: pass "
-                             f"the encoder's output on the shard (z = model.encode(data.x, data.edge_index))")
+            raise ValueError(f"{what}: got {rows.size(0)} rows but this rank's shard owns {shard.num_owned} nodes: "
+                             f"pass the encoder's output on the shard (z = model.encode(data.x, data.edge_index))")
         return shard.n_id.to(rows.device)
 
     def _node_noise(self, like: Tensor, stream: int, what: str) -> Tensor:
