@@ -77,7 +77,7 @@ class EmbeddingRows:
             bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
             raise ValueError(f"node_id names node {bad} of a graph of {self.num_nodes} nodes: pass global node ids "
                              f"in 0..{self.num_nodes - 1}")
-        if group_world_size(self.group) > 1 and not _same_everywhere(ids, self.group):
+        if group_world_size(self.group) > 1 and not same_everywhere(ids, self.group):
             ids = self._at_owners(ids, kind)
         return self.local_rows(ids)[1]
 
@@ -93,9 +93,15 @@ class EmbeddingRows:
         return received.cpu().unique()
 
 
-def _same_everywhere(ids: Tensor, group: dist.ProcessGroup | None) -> bool:
-    """Whether every rank holds the same ``ids`` (their count and CRC-32, compared in one host all-reduce)."""
-    code, count = zlib.crc32(ids.contiguous().numpy().tobytes()), ids.numel()
+def same_everywhere(ids: Tensor, group: dist.ProcessGroup | None = None) -> bool:
+    """Whether every rank holds the same ``ids`` (their count and CRC-32 of their bytes, compared in one host
+    all-reduce; a collective).
+
+    Args:
+        ids (torch.Tensor): this rank's tensor (any dtype; copied to the host).
+        group (torch.distributed.ProcessGroup, optional): the ranks. (default: all)
+    """
+    code, count = zlib.crc32(ids.detach().cpu().contiguous().numpy().tobytes()), ids.numel()
     largest, minus_smallest, most, minus_fewest = host_all_reduce([code, -code, count, -count], dist.ReduceOp.MAX,
                                                                   group)
     return largest == -minus_smallest and most == -minus_fewest

@@ -3,6 +3,8 @@ r"""Link-prediction metrics over the pairs of all ranks, exactly as one process 
 * :func:`global_auc`: the area under the ROC curve of every rank's (score, label) pairs, i.e.
   scikit-learn's ``roc_auc_score`` (what PyG's ``examples/link_pred.py`` reports) on the
   concatenation;
+* :func:`global_average_precision`: the average precision of every rank's (score, label) pairs,
+  scikit-learn's ``average_precision_score`` (what PyG's ``GAE.test`` reports) on the concatenation;
 * :func:`global_hits_at_k`: OGB's Hits@K (``ogb.linkproppred.Evaluator``): the fraction of
   positive pairs scoring above the :math:`K`-th highest negative score of all ranks.
 
@@ -78,6 +80,43 @@ def global_auc(scores: Tensor, labels: Tensor, group: dist.ProcessGroup | None =
     both = torch.stack([scores.detach().double().view(-1), _binary(labels).double().view(-1)], dim=1)
     every = gather_rows(both, group)
     return auc(every[:, 0], every[:, 1])
+
+
+def average_precision(scores: Tensor, labels: Tensor) -> float:
+    r"""The average precision of one process's scores, scikit-learn's step-wise sum over the distinct
+    scores :math:`t_1 > t_2 > \dots` (tied scores form one step):
+
+    .. math::
+        \mathrm{AP} = \sum_k (R_k - R_{k-1})\, P_k, \qquad R_0 = 0,
+
+    :math:`P_k` and :math:`R_k` the precision and recall of the pairs scoring at least :math:`t_k`.
+    """
+    scores, positive = scores.detach().double().view(-1).cpu(), _binary(labels).view(-1).cpu()
+    num_pos = int(positive.sum())
+    if num_pos == 0:
+        raise ValueError("average precision needs positive pairs, got none (over all ranks)")
+    order = torch.argsort(scores, descending=True, stable=True)
+    ordered, true_positives = scores[order], torch.cumsum(positive[order].double(), 0)
+    last = torch.cat([(ordered[1:] != ordered[:-1]).nonzero().view(-1), torch.tensor([ordered.numel() - 1])])
+    tps = true_positives[last]
+    precision, recall = tps / (last + 1).double(), tps / num_pos
+    return float(((recall - torch.cat([recall.new_zeros(1), recall[:-1]])) * precision).sum())
+
+
+def global_average_precision(scores: Tensor, labels: Tensor, group: dist.ProcessGroup | None = None) -> float:
+    """The average precision of the (score, label) pairs of all ranks (see :func:`average_precision`);
+    the same on every rank.
+
+    Args:
+        scores (torch.Tensor): ``[m]`` this rank's pair scores (logits or probabilities).
+        labels (torch.Tensor): ``[m]`` their labels (1: an edge, 0: a negative).
+        group (torch.distributed.ProcessGroup, optional): the ranks holding pairs. (default: the default group)
+    """
+    if scores.numel() != labels.numel():
+        raise ValueError(f"global_average_precision: {scores.numel()} scores but {labels.numel()} labels")
+    both = torch.stack([scores.detach().double().view(-1), _binary(labels).double().view(-1)], dim=1)
+    every = gather_rows(both, group)
+    return average_precision(every[:, 0], every[:, 1])
 
 
 def global_hits_at_k(pos_scores: Tensor, neg_scores: Tensor, k: int, group: dist.ProcessGroup | None = None) -> float:

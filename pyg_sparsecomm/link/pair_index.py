@@ -102,6 +102,9 @@ class PairEnd:
     def __repr__(self) -> str:
         return f"PairEnd({'source' if self.end == 0 else 'target'}s of {self.global_ids.numel()} pairs)"
 
+    def __getitem__(self, key: Any) -> Any:
+        raise TypeError(_refusal(f"indexing edge_label_index[{self.end}] with {key!r}"))
+
     __torch_function__ = PairIndex.__torch_function__
 
 
@@ -109,7 +112,9 @@ def _refusal(what: str) -> str:
     return (f"{what} on a shard's edge_label_index (a PairIndex): it holds the pairs whose source this rank owns, "
             f"as global ids whose rows may live on other ranks; it supports z[edge_label_index[0]], "
             f"z[edge_label_index[1]], size() and torch.cat(..., dim=-1). For the ids themselves read "
-            f"edge_label_index.global_ids ([2, m] global ids)")
+            f"edge_label_index.global_ids ([2, m] global ids). PyG's functions of an edge_index tensor do not take "
+            f"it: negatives of these pairs are pyg_sparsecomm.link.negative_sampling(edge_label_index, num_nodes), and "
+            f"a GAE/VGAE/ARGA/ARGVA scoring them must be distribute(model)d (its recon_loss and test take them)")
 
 
 def _cat(tensors, dim: int = 0, *, out=None, axis: int | None = None) -> PairIndex:

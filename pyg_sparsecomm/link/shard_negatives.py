@@ -17,6 +17,10 @@ share and the ranks' shares are added (``train_data.edge_label_index.size(1)`` o
 number of all positives); a ``float`` is a ratio of the whole graph's edges, ``None`` their number,
 as PyG's.
 
+A shard's pairs (a :class:`~pyg_sparsecomm.link.pair_index.PairIndex`: ``train_data.pos_edge_label_index``,
+what PyG's ``GAE.recon_loss`` samples against) are drawn from likewise: PyG's draw on the union of
+every rank's pairs (gathered once and kept), with the graph's number of nodes.
+
 Any other ``edge_index`` (a tensor of global ids) goes to the hash-based
 :func:`~pyg_sparsecomm.link.negative_sampling.negative_sampling` (``seed=``, ``epoch=``, ``part=``).
 """
@@ -40,6 +44,8 @@ from .same_pairs import check_same_pairs
 
 #: a shard adjacency's whole-graph edges and partition, gathered at its first negative sampling
 _WHOLE_GRAPH: "weakref.WeakKeyDictionary[HaloAdj, tuple[Tensor, np.ndarray]]" = weakref.WeakKeyDictionary()
+#: a shard's pairs over all ranks, gathered at their first negative sampling
+_WHOLE_PAIRS: "weakref.WeakKeyDictionary[PairIndex, Tensor]" = weakref.WeakKeyDictionary()
 
 
 def negative_sampling(edge_index, num_nodes: int | tuple[int, int] | None = None,
@@ -50,8 +56,9 @@ def negative_sampling(edge_index, num_nodes: int | tuple[int, int] | None = None
     (see the module doc).
 
     Args:
-        edge_index (HaloAdj or torch.Tensor): a shard's ``edge_index`` (its adjacency), or a
-            ``[2, E]`` tensor of the whole graph's edges (then the hash-based sampler).
+        edge_index (HaloAdj or PairIndex or torch.Tensor): a shard's ``edge_index`` (its adjacency) or
+            pairs (``train_data.pos_edge_label_index``), or a ``[2, E]`` tensor of the whole graph's
+            edges (then the hash-based sampler).
         num_nodes (int or tuple[int, int], optional): the shard's ``num_nodes`` or the graph's (a shard
             knows both); with a tensor ``edge_index`` also bipartite sizes ``(num_src, num_dst)``, as PyG's.
             (default: :obj:`None`, the shard's, or the largest id + 1)
@@ -68,7 +75,7 @@ def negative_sampling(edge_index, num_nodes: int | tuple[int, int] | None = None
         :class:`~pyg_sparsecomm.link.pair_index.PairIndex`: the negatives whose source this rank
         owns (a tensor of global ids for a tensor ``edge_index``).
     """
-    if not isinstance(edge_index, HaloAdj):
+    if not isinstance(edge_index, (HaloAdj, PairIndex)):
         return hashed_negative_sampling(edge_index, num_nodes, num_neg_samples, method, force_undirected,
                                         group=group, **hashed)
     if hashed:
@@ -79,10 +86,16 @@ def negative_sampling(edge_index, num_nodes: int | tuple[int, int] | None = None
                          f"homogeneous shard has one node set; for a relation of a HeteroData pass the partitioned "
                          f"graph or its shard to link.hetero_negative_sampling(data, edge_type, ...), or the "
                          f"relation's global edge_index tensor with part= to this function")
-    edges, part = whole_graph(edge_index, group)
+    if isinstance(edge_index, PairIndex):
+        group = edge_index.group if group is None else group
+        edges, part = whole_pairs(edge_index), edge_index.part
+        num_owned = int((part == group_rank(group)).sum())
+    else:
+        edges, part = whole_graph(edge_index, group)
+        num_owned = edge_index.num_owned
     N = part.size
-    if num_nodes is not None and int(num_nodes) not in (N, edge_index.num_owned):
-        raise ValueError(f"negative_sampling: num_nodes={num_nodes} is neither this shard's {edge_index.num_owned} "
+    if num_nodes is not None and int(num_nodes) not in (N, num_owned):
+        raise ValueError(f"negative_sampling: num_nodes={num_nodes} is neither this shard's {num_owned} "
                          f"nodes nor the graph's {N}: pass the shard's num_nodes (train_data.num_nodes)")
     if isinstance(num_neg_samples, bool) or not isinstance(num_neg_samples, (int, float, type(None))):
         raise ValueError(f"num_neg_samples must be an int, a float or None, got {num_neg_samples!r}")
@@ -98,6 +111,14 @@ def negative_sampling(edge_index, num_nodes: int | tuple[int, int] | None = None
                          "rank and draw the same number of times") from error
     mine = torch.from_numpy(part[neg[0].numpy()] == group_rank(group))
     return PairIndex(neg[:, mine], part, group)
+
+
+def whole_pairs(pairs: PairIndex) -> Tensor:
+    """``[2, M]`` global ids of the pairs of every rank's ``pairs`` (grouped by rank; a collective at the
+    first call for ``pairs``, then kept while they live): PyG's sampler reads them as a set."""
+    if pairs not in _WHOLE_PAIRS:
+        _WHOLE_PAIRS[pairs] = gather_rows(pairs.global_ids.cpu().t().contiguous(), pairs.group).t().contiguous()
+    return _WHOLE_PAIRS[pairs]
 
 
 def whole_graph(adj: HaloAdj, group: dist.ProcessGroup | None = None) -> tuple[Tensor, np.ndarray]:

@@ -15,7 +15,9 @@ Rank 0 with the single-process script's seeds thus splits as the single process 
 
 :func:`with_pairs` then gives a split's shard its ``edge_label_index`` (a
 :class:`~pyg_sparsecomm.link.pair_index.PairIndex` of the pairs whose source the rank owns) and
-``edge_label`` (their labels, in that order).
+``edge_label`` (their labels, in that order); a split of ``RandomLinkSplit(split_labels=True)`` gets
+``pos_edge_label_index`` / ``neg_edge_label_index`` likewise (pair indices of this rank's positives and
+negatives) with ``pos_edge_label`` / ``neg_edge_label``.
 """
 import copy
 import random
@@ -31,14 +33,18 @@ from .pair_index import PairIndex
 from .pairs import distribute_pairs
 from .partition_vector import partition_vector
 
+#: the supervision pairs of a link split and their labels: ``RandomLinkSplit``'s, then with ``split_labels=True``
+PAIR_KEYS = (("edge_label_index", "edge_label"), ("pos_edge_label_index", "pos_edge_label"),
+             ("neg_edge_label_index", "neg_edge_label"))
 #: the supervision attributes of a link split, which a shard holds as the rank's pairs
-LABEL_KEYS = ("edge_label_index", "edge_label")
+LABEL_KEYS = tuple(key for pair in PAIR_KEYS for key in pair)
 
 
 def is_link_split(data) -> bool:
-    """Whether ``data`` is a ``(train, val, test)``-like sequence of graphs carrying ``edge_label_index``."""
+    """Whether ``data`` is a ``(train, val, test)``-like sequence of graphs carrying ``edge_label_index``
+    (or ``pos_edge_label_index``, as ``RandomLinkSplit(split_labels=True)`` gives)."""
     return isinstance(data, (tuple, list)) and len(data) > 0 and all(
-        isinstance(d, Data) and "edge_label_index" in d for d in data)
+        isinstance(d, Data) and ("edge_label_index" in d or "pos_edge_label_index" in d) for d in data)
 
 
 def _split_keys(data: Data) -> list[str]:
@@ -89,7 +95,9 @@ def without_pairs(split: Data) -> Data:
 
 def with_pairs(local: Data, split: Data, part, group: dist.ProcessGroup | None = None) -> Data:
     """Sets ``local.edge_label_index`` (a :class:`~pyg_sparsecomm.link.pair_index.PairIndex` of the
-    pairs of ``split`` whose source this rank owns) and ``local.edge_label`` (their labels).
+    pairs of ``split`` whose source this rank owns) and ``local.edge_label`` (their labels), and so
+    ``pos_edge_label_index`` / ``neg_edge_label_index`` with their labels where ``split`` has them
+    (``RandomLinkSplit(split_labels=True)``).
 
     Args:
         local (torch_geometric.data.Data): this rank's shard of ``split``'s graph.
@@ -100,9 +108,12 @@ def with_pairs(local: Data, split: Data, part, group: dist.ProcessGroup | None =
         group (torch.distributed.ProcessGroup, optional): the ranks. (default: :obj:`None`, all)
     """
     part_np = partition_vector(part, group)
-    label = split.get("edge_label")
-    pairs = distribute_pairs(split.edge_label_index.cpu(), None if label is None else label.cpu(), part_np, group)
-    local.edge_label_index = PairIndex(pairs.edge_label_index, part_np, group, pairs)
-    if pairs.edge_label is not None:
-        local.edge_label = pairs.edge_label.to(label.device)
+    for index_key, label_key in PAIR_KEYS:
+        if index_key not in split:
+            continue
+        label = split.get(label_key)
+        pairs = distribute_pairs(split[index_key].cpu(), None if label is None else label.cpu(), part_np, group)
+        local[index_key] = PairIndex(pairs.edge_label_index, part_np, group, pairs)
+        if pairs.edge_label is not None:
+            local[label_key] = pairs.edge_label.to(label.device)
     return local

@@ -21,6 +21,9 @@ keys stay, as with ``torch.nn.SyncBatchNorm.convert_sync_batchnorm``):
   swapped; parameters and buffers stay) and reduce their statistics over all ranks;
 * PyG's ``LightGCN`` becomes :class:`~.lightgcn.DistributedLightGCN`: its embedding table is cut to
   the owned rows at its first call on a shard (:mod:`.lightgcn`);
+* PyG's ``DeepGraphInfomax``, ``GAE``, ``VGAE``, ``ARGA``, ``ARGVA`` and ``InnerProductDecoder`` (and
+  users' subclasses) get their distributed classes (:mod:`.models`): summaries, corruptions, losses,
+  negatives, noise and evaluation over all nodes of all ranks;
 * PyG's ``TrimToLayer`` modules also trim mini-batch adjacencies (:mod:`.trim`);
 * the model's parameters get the gradient synchronisation of :mod:`.gradient_sync`.
 
@@ -39,6 +42,7 @@ from ..comm.halo_options import HaloOptions
 from ..compat import edge_update_arguments, message_arguments
 from . import gradient_sync, trim
 from .lightgcn import DistributedLightGCN, attach_embedding
+from .models.classes import convert_model, model_refusal
 from .norms import convert_norm
 from .rules import pyg as _pyg_rules  # noqa: F401  (PyG's rules registered before any lookup)
 from .rules.registry import layer_rule, swap_class
@@ -90,7 +94,7 @@ def refusal(module: torch.nn.Module) -> str | None:
 
     A functional global pooling inside a ``forward`` (``global_mean_pool(x, batch)``) cannot be
     seen here: under ``distribute()`` it pools each rank's rows only."""
-    reason = layer_rule(type(module)).refused or _whole_graph_child(module)
+    reason = layer_rule(type(module)).refused or _whole_graph_child(module) or model_refusal(module)
     if reason:
         return reason
     if isinstance(module, MessagePassing) and module.flow != "source_to_target":
@@ -182,6 +186,7 @@ def distribute(module: torch.nn.Module, algorithm: str = "1d", group: dist.Proce
             convert_norm(child, settings)  # and LightGCN: its rule's DistributedLightGCN
             if isinstance(child, DistributedLightGCN):
                 attach_embedding(child, settings.group)  # a table sharded by owner: its gradient not summed
+            convert_model(child, settings.group)  # DeepGraphInfomax, GAE and kin (and users' subclasses of them)
     gradient_sync.install(module, group, broadcast, sync_gradients)
     return module
 

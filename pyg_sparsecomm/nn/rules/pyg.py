@@ -15,6 +15,7 @@ from .. import norms
 from ..han_conv import DistributedHANConv
 from ..hgt_conv import DistributedHGTConv
 from ..lightgcn import DistributedLightGCN
+from ..models.classes import MODELS
 from ..runtime.adapters import cheb_laplacian, node_embedding_ids
 from .registry import GcnNormalisation, LayerRule, register_named
 
@@ -94,7 +95,8 @@ def conv_rules() -> dict[str, LayerRule]:
 
 def module_rules() -> dict[str, LayerRule]:
     """Models, attention and pooling modules of ``torch_geometric.nn`` computing over all nodes;
-    ``LabelPropagation``'s normalisation; ``LightGCN``'s sharded embedding table."""
+    ``LabelPropagation``'s normalisation; ``LightGCN``'s sharded embedding table; the distributed classes
+    of ``DeepGraphInfomax``, ``GAE``, ``VGAE``, ``ARGA``, ``ARGVA`` and ``InnerProductDecoder``."""
     refused = {
         "SGFormer": "mixes every node with all nodes of the graph in its global attention (SGFormerAttention)",
         "SGFormerAttention": _ATTENDS,
@@ -110,6 +112,8 @@ def module_rules() -> dict[str, LayerRule]:
     rules = {name: LayerRule(refused=reason) for name, reason in refused.items()}
     rules["LabelPropagation"] = LayerRule(normalisation=normalisations()["LabelPropagation"])
     rules["LightGCN"] = LayerRule(distributed_class=DistributedLightGCN)  # its embedding table sharded by owner
+    for model, distributed, _ in MODELS:  # DeepGraphInfomax, GAE and kin: their whole-graph terms over all ranks
+        rules[model.__name__] = LayerRule(distributed_class=distributed)
     return rules
 
 
