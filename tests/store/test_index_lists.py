@@ -2,10 +2,11 @@
 ``Entities``' ``train_y`` travel with the data through partition_and_shard / shard / save_partition,
 an ad-hoc list goes through ``shard_index``, and on every rank each becomes the rows of its owned
 nodes, in the list's order; the loss, accuracy and count of them equal single-process PyG's; the
-loaders take them; a plain integer index is refused (global_count, gather_nodes, an index of
-another shard's rows) on every rank, in real gloo runs at P = 1..4 on a directed graph with isolated
-nodes, an empty part (P >= 3) and a part owning none of the ids; heterogeneous index lists, the 1.5D
-replicas, and the rule that tells an index list from a node attribute."""
+loaders take them; GlobalEvaluator scores all ranks' rows; a plain integer index is refused
+(global_count, gather_nodes, an index of another shard's rows) on every rank, in real gloo runs at
+P = 1..4 on a directed graph with isolated nodes, an empty part (P >= 3) and a part owning none of
+the ids; heterogeneous index lists, the 1.5D replicas, and the rule that tells an index list from a
+node attribute."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -13,6 +14,7 @@ from torch_geometric.data import Data, HeteroData
 from torch_geometric.nn import GCNConv
 
 from pyg_sparsecomm import (
+    GlobalEvaluator,
     ShardIndex,
     distribute,
     distributed_loss,
@@ -60,6 +62,14 @@ def reference(data: Data) -> dict:
                                                                              .double().mean())}
 
 
+class Accuracy:
+    """OGB's Evaluator's accuracy (NumPy or torch inputs of shape [n, 1])."""
+
+    def eval(self, input_dict):
+        y_true, y_pred = (torch.as_tensor(input_dict[k]) for k in ("y_true", "y_pred"))
+        return {"acc": float((y_true == y_pred).double().mean())}
+
+
 def _expected_rows(local, ids: torch.Tensor) -> torch.Tensor:
     """The rows of the owned nodes among ``ids``, in their order (duplicates kept), computed plainly."""
     where = {int(g): r for r, g in enumerate(local.n_id)}
@@ -97,7 +107,9 @@ def _worker(rank, world_size):
     test = local.split_idx["test"]
     results = {"loss": float(loss), "grad": conv.lin.weight.grad,
                "acc": global_accuracy(out.argmax(-1)[test], local.y[test]),
-               "count": global_count(local.train_idx)}
+               "count": global_count(local.train_idx),
+               "evaluator": GlobalEvaluator(Accuracy()).eval({"y_true": local.y[test].view(-1, 1).numpy(),
+                                                               "y_pred": out.argmax(-1, keepdim=True)[test]})}
     seeds = {}
     for form, nodes in {"ShardIndex": local.train_idx, "global ids": data.train_idx}.items():
         loaders = (DistributedNeighborLoader(local, [2], batch_size=4, input_nodes=nodes, shuffle=True),
@@ -126,6 +138,7 @@ def test_index_lists_sharded_like_masks(world_size):
         assert results["loss"] == pytest.approx(ref["loss"], abs=1e-6)
         torch.testing.assert_close(results["grad"], ref["grad"], atol=1e-6, rtol=1e-5)
         assert results["acc"] == pytest.approx(ref["acc"], abs=1e-9)
+        assert results["evaluator"]["acc"] == pytest.approx(ref["acc"], abs=1e-9)
         assert results["count"] == data.train_idx.numel()
         assert seeds["ShardIndex"] == seeds["global ids"], rank
         assert "shard_index" in refusals["gather_nodes"], refusals
@@ -168,7 +181,8 @@ def test_saved_partition_and_replicas(tmp_path):
         ids += local.n_id[local.train_idx].tolist()
         labels += local.train_y.tolist()
         assert shard_index(data.train_idx, local).tolist() == local.train_idx.tolist()
-    assert sorted(zip(ids, labels)) == sorted(zip(data.train_idx.tolist(), data.train_y.tolist()))
+    assert sorted(zip(ids, labels, strict=True)) == sorted(zip(data.train_idx.tolist(), data.train_y.tolist(),
+                                                                    strict=True))
 
 
 def hetero(world_size: int = 2) -> HeteroData:
