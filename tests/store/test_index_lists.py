@@ -217,3 +217,21 @@ def test_heterogeneous_index_lists():
     data.test_idx = torch.tensor([1, 2])
     with pytest.raises(ValueError, match=r"data.test_idx of a HeteroData names no node type"):
         shard(data, rank=0, world_size=2)
+
+
+def _hetero_loader_worker(rank, world_size):
+    data = hetero(world_size)
+    local = shard(data)
+    seeds = {}
+    for form, nodes in {"ShardIndex": local["paper"].train_idx, "global ids": data["paper"].train_idx}.items():
+        loader = DistributedNeighborLoader(local, {et: [2] for et in local.edge_types}, batch_size=2,
+                                           input_nodes=("paper", nodes), shuffle=True)
+        seeds[form] = [b["paper"].n_id[:b["paper"].batch_size].tolist() for b in loader]
+    return seeds
+
+
+def test_heterogeneous_loader_takes_an_index_of_rows():
+    per_rank = launch(_hetero_loader_worker, 2, timeout=300)
+    for seeds in per_rank:
+        assert seeds["ShardIndex"] == seeds["global ids"]
+    assert sorted(i for seeds in per_rank for batch in seeds["ShardIndex"] for i in batch) == [2, 5, 11, 19]
