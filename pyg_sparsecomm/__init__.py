@@ -19,6 +19,7 @@ _EXPORTS = {
     "shard": ".store.rank_data", "HaloAdj": ".plan.halo_adj", "CommStats": ".plan.stats",
     "save_partition": ".store.files", "load_shard": ".store.files", "graph_fingerprint": ".store.files",
     "partition_source": ".store.files", "partition_files": ".store.from_files",
+    "shard_index": ".store.shard_index", "ShardIndex": ".graph.node_index",
     # launching a job
     "init_distributed": ".launch.runtime", "rank_zero_first": ".launch.startup",
     "partition_and_shard": ".launch.startup", "partition_on_rank_zero": ".launch.startup",
@@ -31,6 +32,7 @@ _EXPORTS = {
     "global_sum": ".training.whole_graph", "global_count": ".training.whole_graph",
     "global_bincount": ".training.whole_graph",
     "global_accuracy": ".training.whole_graph", "gather_nodes": ".training.whole_graph",
+    "GlobalEvaluator": ".training.evaluator",
     "LossNormalisationWarning": ".nn.gradient_sync", "PerRankValueWarning": ".training.per_rank",
     "comm_counter": ".comm.counters",
 }
@@ -46,6 +48,7 @@ if TYPE_CHECKING:  # pragma: no cover  (what type checkers and IDEs see; _EXPORT
     from .comm.counters import comm_counter
     from .comm.grid import process_grid
     from .comm.peer_failure import PeerFailedError
+    from .graph.node_index import ShardIndex
     from .launch.runtime import init_distributed
     from .launch.startup import partition_and_shard, partition_on_rank_zero, rank_zero_first
     from .loader import DistributedNeighborLoader, DistributedNodeSubsetLoader
@@ -57,6 +60,8 @@ if TYPE_CHECKING:  # pragma: no cover  (what type checkers and IDEs see; _EXPORT
     from .store.files import graph_fingerprint, load_shard, partition_source, save_partition
     from .store.from_files import partition_files
     from .store.rank_data import shard
+    from .store.shard_index import shard_index
+    from .training.evaluator import GlobalEvaluator
     from .training.per_rank import PerRankValueWarning
     from .training.whole_graph import (
         distributed_loss,
@@ -72,10 +77,11 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, _MOVED)
 
 __all__ = [
     "__version__", "SparsityAwarePartitioner", "AutomaticOptionsWarning", "shard", "HaloAdj", "CommStats",
-    "save_partition", "load_shard", "graph_fingerprint", "partition_source", "partition_files",
-    "init_distributed", "rank_zero_first", "partition_and_shard", "partition_on_rank_zero", "process_grid",
+    "save_partition", "load_shard", "graph_fingerprint", "partition_source", "partition_files", "shard_index",
+    "ShardIndex", "init_distributed", "rank_zero_first", "partition_and_shard", "partition_on_rank_zero",
+    "process_grid",
     "PeerFailedError", "distribute", "DistributedGCNConv", "NodeDropout", "DistributedNeighborLoader",
     "DistributedNodeSubsetLoader", "distributed_loss", "sync_gradients", "global_sum", "global_count",
-    "global_bincount", "global_accuracy", "gather_nodes", "LossNormalisationWarning", "PerRankValueWarning",
-    "comm_counter",
+    "global_bincount", "global_accuracy", "gather_nodes", "GlobalEvaluator", "LossNormalisationWarning",
+    "PerRankValueWarning", "comm_counter",
 ]

@@ -21,11 +21,15 @@ PORTING = Path(__file__).resolve().parents[1] / "examples" / "porting"
 #: (rank_zero_first), partition_and_shard, distribute, distributed_loss and global_accuracy; the
 #: import is the only line without a counterpart (``float(loss)`` stays: issue 23 allows 6)
 ADDED, REMOVED = 6, 5
+#: an OGB-style script also converts its split_idx (the README's first line) and scores with an
+#: Evaluator (GlobalEvaluator, in place of global_accuracy): one line more each way (issue 54)
+PORT_LINES = {"ogb_index": (7, 6)}
 PAIRS = {
     "gcn": ["--epochs", "12", "--dropout", "0"],
     "gat": ["--epochs", "8", "--dropout", "0", "--heads", "2"],
     "gcn2": ["--epochs", "8", "--dropout", "0", "--num_layers", "4"],
     "dgi": ["--epochs", "6", "--hidden", "64"],  # DeepGraphInfomax (issue 54): its own loss and test()
+    "ogb_index": ["--epochs", "8", "--dropout", "0"],
 }
 
 
@@ -73,7 +77,8 @@ def test_port_changes_few_lines(name):
     diff = list(difflib.unified_diff(single, distributed, lineterm="", n=0))
     added = [line for line in diff if line.startswith("+") and not line.startswith("+++")]
     removed = [line for line in diff if line.startswith("-") and not line.startswith("---")]
-    assert len(added) <= ADDED and len(removed) <= REMOVED, "\n".join(diff)
+    most_added, most_removed = PORT_LINES.get(name, (ADDED, REMOVED))
+    assert len(added) <= most_added and len(removed) <= most_removed, "\n".join(diff)
 
 
 def _pair_params():

@@ -9,7 +9,10 @@ each rank keeps the candidates it owns; a mask over the shard's rows is accepted
 * a bool mask of length ``N`` (the graph's nodes, e.g. ``data.train_mask``) is read at the
   rank's global ids, :math:`\text{mask}[n\_id]`;
 * a bool mask of length ``num_owned`` (the shard's rows, e.g. ``local.train_mask``) is taken
-  as it is.
+  as it is;
+* a :class:`~pyg_sparsecomm.graph.node_index.ShardIndex` (rows of the shard: ``local.train_idx`` of
+  a graph that carried ``train_idx``, or ``shard_index(split_idx, local)['train']``) is read as
+  rows of this shard, and refused if it indexes another shard's rows.
 
 A mask whose length is both ``N`` and ``num_owned`` (one rank owns every node) is ambiguous
 unless the shard keeps the global order (``n_id = 0 .. N - 1``, where both readings agree):
@@ -24,21 +27,23 @@ import torch.distributed as dist
 from torch import Tensor
 
 from ..comm.group import world_size
+from ..graph.node_index import ShardIndex
 from ..sampling.rules import NeighborSampling, NodeSubsetSampling
 from ..training.whole_graph import global_count
 
 _CHUNK = 1 << 20  # ids hashed at a time when every node is a seed (bounds the temporary arrays)
 
 _FORMS = ("pass global node ids (an int64 index such as split_idx['train']), a bool mask over all nodes "
-          "(data.train_mask) or a bool mask over this rank's shard rows (local.train_mask)")
+          "(data.train_mask), a bool mask over this rank's shard rows (local.train_mask) or an index of the "
+          "shard's rows (local.train_idx, shard_index(split_idx, local)['train'])")
 
 
 def owned_seed_mask(input_nodes: Tensor | None, n_id: Tensor, num_nodes: int) -> Tensor:
     """``[num_owned]`` bool mask of this rank's rows that are seed candidates (see the module docstring).
 
     Args:
-        input_nodes (torch.Tensor): ``None`` (every node), global ids, or a bool mask over all nodes or the shard's
-            rows.
+        input_nodes (torch.Tensor): ``None`` (every node), global ids, a bool mask over all nodes or the shard's
+            rows, or a ``ShardIndex`` of the shard's rows.
         n_id (torch.Tensor): ``[num_owned]`` global id of every row of the shard.
         num_nodes (int): ``N``, the graph's number of nodes.
     """
@@ -51,6 +56,8 @@ def owned_seed_mask(input_nodes: Tensor | None, n_id: Tensor, num_nodes: int) ->
                          f"distributed loaders do not support: {_FORMS}")
     if not isinstance(input_nodes, Tensor):
         raise TypeError(f"input_nodes must be a tensor, got {type(input_nodes).__name__}: {_FORMS}")
+    if isinstance(input_nodes, ShardIndex):
+        return _shard_rows(input_nodes, num_owned, num_nodes)
     input_nodes = input_nodes.detach().cpu()
     if input_nodes.dim() != 1:
         raise ValueError(f"input_nodes must be one-dimensional, got shape {list(input_nodes.shape)}: {_FORMS}")
@@ -88,6 +95,20 @@ def _global_ids(ids: Tensor, n_id: Tensor, num_nodes: int) -> Tensor:
         raise ValueError(f"input_nodes holds {ids.numel() - unique.numel()} duplicate node ids: every seed is "
                          f"drawn once per epoch here; pass torch.unique(input_nodes)")
     return torch.isin(n_id, unique)
+
+
+def _shard_rows(index: ShardIndex, num_owned: int, num_nodes: int) -> Tensor:
+    if index.num_rows != num_owned or index.num_nodes != num_nodes:
+        raise ValueError(f"input_nodes is an index of the rows of another shard ({index.num_rows} rows of a graph of "
+                         f"{index.num_nodes} nodes; this one holds {num_owned} of {num_nodes}): pass the loader's own "
+                         f"shard's index (shard_index(ids, local) with the local passed to the loader) or global ids")
+    rows = index.rows().cpu()
+    mask = torch.zeros(num_owned, dtype=torch.bool)
+    mask[rows] = True
+    if int(mask.sum()) != rows.numel():
+        raise ValueError(f"input_nodes holds {rows.numel() - int(mask.sum())} duplicate node ids: every seed is "
+                         f"drawn once per epoch here; pass torch.unique(input_nodes)")
+    return mask
 
 
 def global_seed_ids(owned: Tensor, n_id: Tensor, num_nodes: int, group: dist.ProcessGroup | None) -> Tensor | None:

@@ -14,6 +14,7 @@ from ..graph.validate import check_edge_index, check_edge_weight, check_node_ten
 from ..plan.halo_adj import HaloAdj
 from ..plan.homogeneous import CommPattern, local_edges, rank_plan
 from ..plan.known_pattern import pattern_of
+from .shard_index import index_attributes, owned_by_replica
 
 # Attributes a shard rebuilds itself (adjacency, weights, ids) or that describe the whole partition.
 _SKIP = {"edge_index", "adj_t", "edge_weight", "e_id", "part", "num_parts", "comm_stats", "num_nodes"}
@@ -42,7 +43,12 @@ def shard(data: Data, group: dist.ProcessGroup | None = None, rank: int | None =
     by ``T.ToSparseTensor()``), ``adj`` is also ``adj_t``, so the script's ``data.adj_t`` reads it.
     A link split's supervision pairs (``edge_label_index``, ``edge_label``, ``edge_label_time`` of
     ``RandomLinkSplit``) are no edges: they are kept whole, in global ids, on every rank
-    (:func:`~pyg_sparsecomm.link.distribute_pairs` gives each rank its own).
+    (:func:`~pyg_sparsecomm.link.distribute_pairs` gives each rank its own).  Index lists of
+    nodes (``train_idx``, ``idx_test``, a ``split_idx`` dict: the rule of
+    :mod:`~pyg_sparsecomm.graph.node_index`) become the rows of the owned nodes among their ids, in
+    their order (a :class:`~pyg_sparsecomm.graph.node_index.ShardIndex`), and their labels
+    (``Entities``' ``train_y``) the labels of those entries, so ``out[local.train_idx]`` and
+    ``local.train_y`` stay aligned (:mod:`~pyg_sparsecomm.store.shard_index`).
 
     With a :class:`~pyg_sparsecomm.comm.grid.ProcessGrid` ``grid`` of replication
     ``c`` (the 1.5D algorithms), ``data`` must be partitioned into ``P / c``
@@ -50,8 +56,8 @@ def shard(data: Data, group: dist.ProcessGroup | None = None, rank: int | None =
     same on the ``c`` ranks of a grid row.  So that losses and metrics count
     every node once across replicas, ``owner_mask`` marks the rows this replica
     scores (local row ``l`` on replica ``l mod c``) and every boolean node
-    attribute whose name ends in ``mask`` (``train_mask``, ...) is restricted to
-    them; ``distributed_loss``, ``global_accuracy`` and ``sync_gradients`` over
+    attribute whose name ends in ``mask`` (``train_mask``, ...) and every index list is
+    restricted to them; ``distributed_loss``, ``global_accuracy`` and ``sync_gradients`` over
     the whole world then equal single-process training.  AND your own masks
     with ``owner_mask``.
 
@@ -126,6 +132,7 @@ def replicate(local: Data, replica: int, replication: int) -> Data:
         if key.endswith("mask") and isinstance(value, Tensor) and value.dtype == torch.bool \
                 and value.dim() >= 1 and value.size(0) == local.num_nodes:
             local[key] = value & owner_mask.view((-1,) + (1,) * (value.dim() - 1)).to(value.device)
+    owned_by_replica(local, owner_mask)
     local.owner_mask = owner_mask
     local.replica, local.replication = replica, replication
     return local
@@ -143,9 +150,12 @@ def shard_from_pattern(data: Data, pattern: CommPattern, rank: int) -> Data:
 
     local = Data()
     pairs = SUPERVISION_KEYS if "edge_label_index" in data else ()
+    indexes = index_attributes(data, plan.n_id, data.num_nodes)  # train_idx, split_idx, ... and train_y
     for key, value in data.items():
         if key in pairs:
             local[key] = value  # the split's pairs, whole, in global ids (link.distribute_pairs takes them)
+        elif key in indexes:
+            local[key] = indexes[key]
         elif key not in _SKIP:
             local[key] = _local_attr(data, key, value, plan.n_id, edge_id)
     return attach_adjacency(local, adj, edge_id)

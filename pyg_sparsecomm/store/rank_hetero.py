@@ -9,8 +9,12 @@ heterogeneous PyG model takes as ``edge_index_dict``.  A relation's supervision 
 graph: every rank keeps them whole, in global ids of the two types, for
 :func:`~pyg_sparsecomm.link.hetero_pairs.distribute_hetero_pairs`.  Every relation reading a source type
 shares that type's :class:`~pyg_sparsecomm.plan.homogeneous.RankPlan`: its halo is the union of their halos
-(:func:`~pyg_sparsecomm.plan.hetero.source_pattern`).
+(:func:`~pyg_sparsecomm.plan.hetero.source_pattern`).  A node type's index lists
+(``data['paper'].train_idx``) become its rows of the owned nodes among their ids, as on a ``Data``
+(:mod:`~pyg_sparsecomm.store.shard_index`); a graph-level one is a dict keyed by node type
+(``data.split_idx = {'train': {'paper': ids}}``, ``ogbn-mag``'s form).
 """
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -21,10 +25,12 @@ from torch_geometric.data import HeteroData
 from ..comm.group import rank as group_rank
 from ..comm.group import world_size as group_world_size
 from ..graph.inputs import SUPERVISION_KEYS
+from ..graph.node_index import is_index_name
 from ..graph.validate import check_edge_weight, check_hetero, check_partition
 from ..plan.hetero import source_pattern
 from ..plan.homogeneous import RankPlan, local_edges, rank_plan
 from ..plan.relation_adj import RelationAdj
+from .shard_index import index_attributes, shard_index, unplaced_index_keys
 
 # attributes the shard rebuilds (ids, adjacency) or that describe the whole partition
 _NODE_SKIP = {"part", "num_nodes", "n_id"}
@@ -105,12 +111,16 @@ def shard_hetero(data: HeteroData, group: dist.ProcessGroup | None = None, rank:
     if world_size != num_parts:
         raise ValueError(f"the graph was partitioned into num_parts={num_parts} but the world size is "
                          f"{world_size}: re-run SparsityAwarePartitioner(num_parts={world_size})")
+    unplaced = unplaced_index_keys(data._global_store)
+    if unplaced:
+        raise ValueError(f"data.{unplaced[0]} of a HeteroData names no node type: store an index list on its node "
+                         f"type (data['paper'].{unplaced[0]}) or as a dict keyed by node type")
     local = HeteroShard()
-    for key, value in data._global_store.items():
-        if key not in _GLOBAL_SKIP:
-            local[key] = value
     for node_type in data.node_types:
         _shard_nodes(data, local, node_type, parts[node_type], rank)
+    for key, value in data._global_store.items():
+        if key not in _GLOBAL_SKIP:  # a graph-level index list: a dict keyed by node type
+            local[key] = shard_index(value, local) if is_index_name(key) and isinstance(value, Mapping) else value
     plans: dict[str, tuple[Any, RankPlan]] = {}
     for edge_type in data.edge_types:
         src = edge_type[0]
@@ -124,10 +134,13 @@ def shard_hetero(data: HeteroData, group: dist.ProcessGroup | None = None, rank:
 def _shard_nodes(data: HeteroData, local: HeteroData, node_type: str, part: Tensor, rank: int) -> None:
     store = data[node_type]
     n_id = torch.nonzero(part.cpu() == rank).view(-1)
+    indexes = index_attributes(store, n_id, store.num_nodes)  # train_idx, ... and their labels
     for key, value in store.items():
         if key in _NODE_SKIP:
             continue
-        if isinstance(value, Tensor) and store.is_node_attr(key):
+        if key in indexes:
+            value = indexes[key]
+        elif isinstance(value, Tensor) and store.is_node_attr(key):
             value = value[n_id.to(value.device)]
         local[node_type][key] = value
     local[node_type].n_id = n_id

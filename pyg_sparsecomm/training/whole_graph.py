@@ -28,6 +28,7 @@ from ..comm.collectives import all_reduce_value
 from ..comm.device_check import check_devices
 from ..comm.group import collective_device, global_rank, host_all_reduce, is_distributed, raise_together
 from ..comm.peer_failure import failures_named
+from ..graph.node_index import FIX, ShardIndex
 from .grad_registry import is_synced, mark_normalised
 from .loss_reduction import local_terms, takes_reduction
 from .per_rank import check_product
@@ -121,11 +122,21 @@ def global_count(mask_or_count, group: dist.ProcessGroup | None = None) -> int:
     Counts travel as host integers (:func:`~pyg_sparsecomm.comm.group.host_all_reduce`), so an
     ``int`` count never waits for a device; a bool mask is counted on its device first.
 
+    A plain integer tensor over more than one rank is refused on every rank: it could be the whole
+    graph's ids (``split_idx['train']``, counted once per rank) or this rank's rows.
+
     Args:
-        mask_or_count (torch.Tensor or int): this rank's rows: a bool mask, an index tensor or a count.
+        mask_or_count (torch.Tensor or int): this rank's rows: a bool mask, an index of the shard's
+            rows (:class:`~pyg_sparsecomm.graph.node_index.ShardIndex`: ``shard_index(ids, data)``,
+            ``data.train_idx``) or a count.
         group (torch.distributed.ProcessGroup, optional): the ranks to count over. (default: all ranks)
     """
     if isinstance(mask_or_count, Tensor):
+        if mask_or_count.dtype != torch.bool and not isinstance(mask_or_count, ShardIndex) \
+                and is_distributed(group) and dist.get_world_size(group) > 1:
+            raise ValueError(f"global_count: a plain integer tensor of {mask_or_count.numel()} entries could be the "
+                             f"whole graph's node ids (counted once per rank) or this rank's rows: {FIX}; or pass a "
+                             f"bool mask or a count (int)")
         local = int(mask_or_count.sum()) if mask_or_count.dtype == torch.bool else mask_or_count.numel()
     else:
         local = int(mask_or_count)
@@ -278,9 +289,22 @@ def global_accuracy(pred: Tensor, target: Tensor, group: dist.ProcessGroup | Non
           rank's (selected) rows
         - **output:** a Python :obj:`float`
     """
+    pred, target = _same_rows(pred, target)
     correct = global_sum(torch.tensor(float((pred == target).sum()), dtype=torch.float64), group)
     total = global_count(pred.numel(), group)
     return float(correct) / max(total, 1)
+
+
+def _same_rows(pred: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
+    """``(pred, target)`` compared row by row: ``[n]`` against ``[n, 1]`` (OGB's labels) as ``[n]``
+    (``==`` would broadcast them to ``[n, n]``); other shapes that differ raise ``ValueError``."""
+    if pred.shape == target.shape:
+        return pred, target
+    if pred.numel() != target.numel() or pred.dim() > 2 or target.dim() > 2:
+        raise ValueError(f"global_accuracy: pred has shape {list(pred.shape)} and target {list(target.shape)}, which "
+                         f"compare element by element only if they hold the same rows: pass both as [n] (or both "
+                         f"as [n, 1], as OGB's Evaluator takes them)")
+    return pred.reshape(-1), target.reshape(-1)
 
 
 def gather_nodes(tensor: Tensor, local, dst: int | None = 0,
@@ -309,6 +333,10 @@ def gather_nodes(tensor: Tensor, local, dst: int | None = 0,
         ``[global_num_nodes, ...]`` on ``dst`` (every rank if ``dst is None``), ``None`` elsewhere.
     """
     n_id = local.n_id
+    if isinstance(tensor, ShardIndex):
+        raise ValueError("gather_nodes: tensor is an index of the shard's rows (shard_index(), data.train_idx), not "
+                         "one row per node: gather the values (gather_nodes(pred, data)) and index the result with "
+                         "the whole graph's ids (the list before shard_index); local.n_id[idx] gives this rank's")
     if tensor.size(0) != n_id.numel():
         raise ValueError(f"gather_nodes: tensor has {tensor.size(0)} rows but the shard holds {n_id.numel()} "
                          f"nodes (local.n_id): pass this rank's rows, e.g. model(data.x, data.edge_index)")

@@ -12,11 +12,13 @@ import torch_geometric.nn as pyg_nn
 from torch_geometric.nn import conv, norm
 
 from .. import norms
+from ..correct_and_smooth import DistributedCorrectAndSmooth
 from ..han_conv import DistributedHANConv
 from ..hgt_conv import DistributedHGTConv
 from ..lightgcn import DistributedLightGCN
+from ..mask_label import DistributedMaskLabel
 from ..models.classes import MODELS
-from ..runtime.adapters import cheb_laplacian, node_embedding_ids
+from ..runtime.adapters import cheb_laplacian, label_propagation_inputs, node_embedding_ids
 from .registry import GcnNormalisation, LayerRule, register_named
 
 _KNN = "builds a k-nearest-neighbour graph from the features of all nodes"
@@ -95,8 +97,9 @@ def conv_rules() -> dict[str, LayerRule]:
 
 def module_rules() -> dict[str, LayerRule]:
     """Models, attention and pooling modules of ``torch_geometric.nn`` computing over all nodes;
-    ``LabelPropagation``'s normalisation; ``LightGCN``'s sharded embedding table; the distributed classes
-    of ``DeepGraphInfomax``, ``GAE``, ``VGAE``, ``ARGA``, ``ARGVA`` and ``InnerProductDecoder``."""
+    ``LabelPropagation``'s normalisation and inputs, ``CorrectAndSmooth``'s and ``MaskLabel``'s
+    distributed classes; ``LightGCN``'s sharded embedding table; the distributed classes of
+    ``DeepGraphInfomax``, ``GAE``, ``VGAE``, ``ARGA``, ``ARGVA`` and ``InnerProductDecoder``."""
     refused = {
         "SGFormer": "mixes every node with all nodes of the graph in its global attention (SGFormerAttention)",
         "SGFormerAttention": _ATTENDS,
@@ -110,7 +113,11 @@ def module_rules() -> dict[str, LayerRule]:
         "DMoNPooling": "soft-assigns all nodes of a dense graph to clusters",
     }
     rules = {name: LayerRule(refused=reason) for name, reason in refused.items()}
-    rules["LabelPropagation"] = LayerRule(normalisation=normalisations()["LabelPropagation"])
+    # its labels one-hot over the whole graph's classes, its mask the shard's rows (adapters.py)
+    rules["LabelPropagation"] = LayerRule(normalisation=normalisations()["LabelPropagation"],
+                                          adapter=label_propagation_inputs)
+    rules["CorrectAndSmooth"] = LayerRule(distributed_class=DistributedCorrectAndSmooth)  # its scale over all ranks
+    rules["MaskLabel"] = LayerRule(distributed_class=DistributedMaskLabel)  # its mask the shard's rows
     rules["LightGCN"] = LayerRule(distributed_class=DistributedLightGCN)  # its embedding table sharded by owner
     for model, distributed, _ in MODELS:  # DeepGraphInfomax, GAE and kin: their whole-graph terms over all ranks
         rules[model.__name__] = LayerRule(distributed_class=distributed)

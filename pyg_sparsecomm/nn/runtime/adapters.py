@@ -13,6 +13,12 @@ pre-hook on the call's bound arguments, that passes the whole-graph value explic
   self-loops, and ``propagate`` the scaled Laplacian with global degrees
   (:func:`~.degree_norm.scaled_laplacian`, the ``"placeholder"`` delivery of
   :mod:`.normalisation`).
+* ``LabelPropagation``: labels given as classes are one-hot encoded with the classes of the whole
+  graph (PyG counts ``y.max() + 1``, which on a shard is the rank's own maximum), and ``mask``
+  must select the shard's rows: a bool mask over them or a
+  :class:`~pyg_sparsecomm.graph.node_index.ShardIndex` (``shard_index(split_idx, data)``); a plain
+  integer index on a partitioned graph is refused on every rank, naming ``shard_index``
+  (:func:`~pyg_sparsecomm.graph.node_index.node_selection`).
 * ``RGCNConv``: with ``x=None`` node :math:`i`'s features are row :math:`i` of the layer's
   weights, ``x = arange(num_nodes)`` of the whole graph: the owned rows' global ids are passed
   instead.  ``FastRGCNConv`` without features is refused: its message reads the embedding row at
@@ -23,10 +29,12 @@ import inspect
 import torch
 import torch.distributed as dist
 from torch import Tensor
-from torch_geometric.nn import ChebConv, FastRGCNConv, MessagePassing, RGCNConv
+from torch_geometric.nn import ChebConv, FastRGCNConv, LabelPropagation, MessagePassing, RGCNConv
+from torch_geometric.utils import one_hot
 
 from ...comm.collectives import all_reduce_value
-from ...comm.group import is_distributed
+from ...comm.group import host_all_reduce, is_distributed, raise_together
+from ...graph.node_index import node_selection
 from . import degree_norm
 from .normalisation import normalise_call, replace_graph
 from .plan import LayerPlan
@@ -67,6 +75,30 @@ def cheb_laplacian(conv: ChebConv, bound: inspect.BoundArguments, context: Shard
         return degree_norm.scaled_laplacian(context, edge_index, edge_weight, normalization, lambda_max, x.dtype,
                                             batch)
     replace_graph(conv, bound, context, normalise, "norm")
+
+
+def label_propagation_inputs(conv: LabelPropagation, bound: inspect.BoundArguments, context: Shard) -> None:
+    r"""``LabelPropagation``'s adapter: ``y`` of classes becomes its one-hot rows with the number of
+    classes of the whole graph (:math:`1 + \max_r \max y_r`), and ``mask`` the shard's rows it selects,
+    agreed by every rank (see the module doc).
+
+    Args:
+        conv (LabelPropagation): the layer.
+        bound (inspect.BoundArguments): its ``forward`` arguments (edited in place).
+        context (Shard): the shard the call runs on.
+    """
+    args = bound.arguments
+    y = args["y"]
+    if args.get("mask") is not None:
+        partitioned = context.plan.world_size > 1
+        args["mask"] = raise_together(lambda: node_selection(args["mask"], y.size(0), partitioned,
+                                                             f"{type(conv).__name__}(mask=...)"),
+                                      type(conv).__name__, context.group, flag_first=True)
+    if y.dtype == torch.long and y.size(0) == y.numel():  # PyG's test for labels given as classes
+        classes = int(y.max()) + 1 if y.numel() else 0
+        if is_distributed(context.group):
+            classes = host_all_reduce([classes], dist.ReduceOp.MAX, context.group)[0]
+        args["y"] = one_hot(y.view(-1), num_classes=classes)
 
 
 def node_embedding_ids(conv: RGCNConv, bound: inspect.BoundArguments, context: Shard) -> None:
