@@ -56,6 +56,7 @@ from ..plan.halo_adj import HaloAdj
 from ..training.grad_registry import register_synced
 from ..training.replicated import ReplicatedScores, replicate_rows
 from ..training.whole_graph import global_count, whole_graph_value
+from .owner_sharded import OwnerRows
 
 
 def attach_embedding(model: LightGCN, group: dist.ProcessGroup | None) -> None:
@@ -207,6 +208,22 @@ class DistributedLightGCN(LightGCN):
         return dst[top.indices.cpu()].to(emb.device)
 
     # the shard's rows ---------------------------------------------------------------------------
+    def owner_sharded_rows(self, shard: Any) -> dict[str, OwnerRows]:
+        """The table's rows this rank holds, for a checkpoint (:mod:`~pyg_sparsecomm.nn.owner_sharded`):
+        cut to ``shard``'s rows first if no call on a shard did yet.
+
+        Args:
+            shard (torch_geometric.data.Data): the rank's shard (its ``adj``).
+        """
+        adj = getattr(shard, "adj", None)
+        if not isinstance(adj, HaloAdj):
+            raise ValueError("LightGCN: a checkpoint takes the rank's shard (shard(data) or partition_and_shard(...), "
+                             "which carries adj, a HaloAdj): its embedding table is sharded by owner")
+        self._shard_rows(adj)
+        rows = self._sparsecomm_rows
+        assert rows is not None
+        return {"embedding.weight": OwnerRows(rows.n_id, rows.num_nodes)}
+
     def _rows_of(self, edge_index: Any) -> EmbeddingRows:
         """The table's rows on one process without a shard: all nodes, in order."""
         if self._sparsecomm_rows is not None:
