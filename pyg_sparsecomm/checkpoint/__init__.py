@@ -12,11 +12,12 @@ r"""Checkpoint and resume: long runs survive failures under ``torchrun --max-res
 :func:`save` writes, through ``torch.distributed.checkpoint``, the model, optimizer, LR scheduler,
 the loader's epoch and position in it, the caller's ``extra``, every rank's random streams and the
 package's own state (rounding streams of compressed halos, stale pipelines of ``staleness=1``
-layers, ``NodeDropout`` steps) and the partition's fingerprint, atomically (:mod:`.directory`).
+layers, ``NodeDropout`` steps), every rank's rows of the tables sharded by owner (LightGCN's, by global
+row id: :mod:`.owner_rows`) and the partition's fingerprint, atomically (:mod:`.directory`).
 :func:`load` restores the newest complete one: on the same partition, training continues bitwise
 as if never interrupted; on another partition (``allow_repartition=True``, e.g. another number of
-ranks) from the same parameters, optimizer state and loader position, with the ranks' own state
-started anew (:class:`ResumePoint`).
+ranks) from the same parameters (a sharded table's rows re-sharded by global id), optimizer state
+and loader position, with the ranks' own state started anew (:class:`ResumePoint`).
 """
 from .directory import complete_checkpoints, latest_checkpoint
 from .rank_state import partition_fingerprint

@@ -9,9 +9,11 @@ One checkpoint holds, as DCP entries:
   caller's ``extra``: the same on every rank, one entry each;
 * ``rank_state/<r>``: rank ``r``'s own state (:mod:`.rank_state`: random streams, rounding
   streams, stale pipelines);
+* ``owner_rows/<r>/...``: rank ``r``'s rows of the parameters sharded by owner (LightGCN's
+  table) and of their optimizer state, by global row id (:mod:`.owner_rows`);
 
-and ``checkpoint.json`` (:mod:`.directory`): step, world size and every rank's
-:func:`~.rank_state.partition_fingerprint`.
+and ``checkpoint.json`` (:mod:`.directory`): step, world size, every rank's
+:func:`~.rank_state.partition_fingerprint` and the layout of the tables sharded by owner.
 """
 import io
 import warnings
@@ -27,11 +29,14 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch_geometric.data import Data
 
-from ..comm.group import host_all_reduce, is_distributed
+from ..comm.group import host_all_reduce, is_distributed, raise_together
+from ..nn.owner_sharded import owner_sharded_parameters
 from . import directory as layout
+from . import owner_rows
 from .rank_state import load_rank_state, partition_fingerprint, rank_state
 
-FORMAT_VERSION = 1
+#: 2: parameters sharded by owner saved per rank (1 kept one rank's rows of them)
+FORMAT_VERSION = 2
 
 
 class PartitionMismatchError(ValueError):
@@ -90,9 +95,8 @@ def _unpack(data: bytes) -> Any:
     return torch.load(io.BytesIO(data), weights_only=False)  # written by _pack (DCP loads its own bytes so too)
 
 
-def _fingerprints(local: Data) -> list[str]:
-    """Every rank's :func:`partition_fingerprint`, on every rank."""
-    mine = partition_fingerprint(local)
+def _every_rank(mine: Any) -> list[Any]:
+    """Every rank's ``mine``, on every rank."""
     if not is_distributed(None):
         return [mine]
     every: list[Any] = [None] * dist.get_world_size()
@@ -129,9 +133,11 @@ def save(directory: str | Path, step: int, *, model: torch.nn.Module, shard: Dat
     """
     if keep is not None and keep < 1:
         raise ValueError(f"checkpoint.save: keep must be >= 1 or None, got {keep}")
-    fingerprints = _fingerprints(shard)
-    model_state, optimizer_state = _model_and_optimizer(model, optimizer)
+    model_state, optimizer_state, sharded = _state_dicts(model, shard, optimizer, "checkpoint.save")
+    every = _every_rank((partition_fingerprint(shard), sharded.layout()))
+    sharded_layout = owner_rows.saved_layout([rows for _, rows in every])
     state: dict[str, Any] = {"model": model_state, f"rank_state/{_rank()}": rank_state(model),
+                             **sharded.entries(_rank()),
                              "replicated": _pack({"scheduler": None if scheduler is None else scheduler.state_dict(),
                                                   "loader": None if loader is None else loader.state_dict(),
                                                   "extra": extra})}
@@ -141,8 +147,19 @@ def save(directory: str | Path, step: int, *, model: torch.nn.Module, shard: Dat
     with _single_process_quietly():
         dcp.save(state, checkpoint_id=partial, no_dist=not is_distributed(None))
     info = {"format_version": FORMAT_VERSION, "step": int(step), "world_size": _world_size(),
-            "partition_fingerprints": fingerprints, "optimizer": optimizer is not None}
+            "partition_fingerprints": [fingerprint for fingerprint, _ in every], "optimizer": optimizer is not None,
+            owner_rows.ENTRY: sharded_layout}
     return layout.publish(partial, step, info, keep)
+
+
+def _state_dicts(model: torch.nn.Module, shard: Data, optimizer: torch.optim.Optimizer | None,
+                 what: str) -> tuple[dict, dict | None, owner_rows.OwnerRowState]:
+    """DCP's state dicts of the model and optimizer, the parameters sharded by owner (sharded to
+    ``shard`` first, before the optimizer's state is made) taken out of them."""
+    declared = raise_together(lambda: owner_sharded_parameters(model, shard), what)
+    model_state, optimizer_state = _model_and_optimizer(model, optimizer)
+    sharded = raise_together(lambda: owner_rows.take(declared, model_state, optimizer_state), what)
+    return model_state, optimizer_state, sharded
 
 
 def _model_and_optimizer(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> tuple[dict, dict | None]:
@@ -189,16 +206,22 @@ def load(directory: str | Path, *, model: torch.nn.Module, shard: Data,
             f"state (stale pipelines, random and rounding streams) cannot continue here; pass "
             f"allow_repartition=True to resume its parameters, optimizer, scheduler and loader position anyway, "
             f"or resume on the partition it was saved on")
-    model_state, optimizer_state = _model_and_optimizer(model, optimizer)
+    if optimizer is not None and not info.get("optimizer"):
+        raise ValueError(f"checkpoint {path} holds no optimizer state (saved without optimizer=)")
+    model_state, optimizer_state, sharded = _state_dicts(model, shard, optimizer, "checkpoint.load")
+    saved_layout = info.get(owner_rows.ENTRY)
+    raise_together(lambda: owner_rows.check_layout(path, saved_layout, sharded), "checkpoint.load")
     state: dict[str, Any] = {"model": model_state, "replicated": b""}
     if optimizer is not None:
-        if not info.get("optimizer"):
-            raise ValueError(f"checkpoint {path} holds no optimizer state (saved without optimizer=)")
         state["optimizer"] = optimizer_state
     if same:
         state[f"rank_state/{_rank()}"] = b""
     with _single_process_quietly():
         dcp.load(state, checkpoint_id=path, no_dist=not is_distributed(None))
+        if sharded.tensors:
+            assert saved_layout is not None  # check_layout refused a checkpoint without it
+            raise_together(lambda: owner_rows.restore(path, saved_layout, sharded, _rank(), same), "checkpoint.load")
+    owner_rows.put_back(sharded, state["model"], state.get("optimizer"))
     set_state_dict(model, [] if optimizer is None else optimizer, model_state_dict=state["model"],
                    optim_state_dict=state.get("optimizer", {}))
     replicated = _unpack(state["replicated"])

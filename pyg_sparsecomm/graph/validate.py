@@ -12,18 +12,21 @@ from torch import Tensor
 from torch_geometric.data import HeteroData
 
 
-def check_edge_index(edge_index: Tensor, num_nodes: int) -> None:
+def check_edge_index(edge_index: Tensor, num_nodes: int, name: str = "edge_index") -> None:
+    """Raises ``ValueError`` naming ``name`` (the argument the user passed: ``edge_index``,
+    ``edge_label_index``, ...) unless it is a ``[2, m]`` integer tensor of ids in ``0..num_nodes - 1``."""
     if not isinstance(edge_index, Tensor):
-        raise ValueError(f"edge_index must be a torch.Tensor, got {type(edge_index).__name__}")
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(edge_index).__name__}")
     if edge_index.is_floating_point() or edge_index.dtype == torch.bool:
-        raise ValueError(f"edge_index must hold integer node ids (torch.long), got dtype {edge_index.dtype}")
+        raise ValueError(f"{name} must hold integer node ids (torch.long), got dtype {edge_index.dtype}")
     if edge_index.dim() != 2 or edge_index.size(0) != 2:
-        raise ValueError(f"edge_index must have shape [2, num_edges], got {list(edge_index.shape)}")
+        raise ValueError(f"{name} must have shape [2, {'num_edges' if name == 'edge_index' else 'num_pairs'}], got "
+                         f"{list(edge_index.shape)}")
     if edge_index.numel() > 0:
         lo, hi = int(edge_index.min()), int(edge_index.max())
         if lo < 0 or hi >= num_nodes:
             raise ValueError(
-                f"edge_index holds node ids in [{lo}, {hi}] but the graph has num_nodes={num_nodes}: "
+                f"{name} holds node ids in [{lo}, {hi}] but the graph has num_nodes={num_nodes}: "
                 f"ids must lie in [0, {num_nodes - 1}]")
 
 

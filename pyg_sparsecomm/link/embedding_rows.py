@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from ..comm.group import host_all_gather, host_all_reduce
+from ..comm.group import host_all_gather, host_all_reduce, raise_together
 from ..comm.group import rank as group_rank
 from ..comm.group import world_size as group_world_size
 from ..comm.halo import all_to_all_rows
@@ -73,13 +73,19 @@ class EmbeddingRows:
                 (default: :obj:`"node_ids"`)
         """
         ids = node_id.detach().cpu().long().reshape(-1).unique()
+        raise_together(lambda: self._check_ids(node_id, ids), "node_id", self.group, flag_first=True)  # may differ
+        if group_world_size(self.group) > 1 and not same_everywhere(ids, self.group):
+            ids = self._at_owners(ids, kind)
+        return self.local_rows(ids)[1]
+
+    def _check_ids(self, node_id: Tensor, ids: Tensor) -> None:
+        if node_id.is_floating_point() or node_id.dtype == torch.bool:
+            raise ValueError(f"node_id must hold integer global node ids, got {node_id.dtype}: pass e.g. "
+                             f"edge_label_index.unique()")
         if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.num_nodes):
             bad = int(ids.min()) if int(ids.min()) < 0 else int(ids.max())
             raise ValueError(f"node_id names node {bad} of a graph of {self.num_nodes} nodes: pass global node ids "
                              f"in 0..{self.num_nodes - 1}")
-        if group_world_size(self.group) > 1 and not same_everywhere(ids, self.group):
-            ids = self._at_owners(ids, kind)
-        return self.local_rows(ids)[1]
 
     def _at_owners(self, ids: Tensor, kind: str) -> Tensor:
         """The distinct ids any rank named that this rank owns: each rank sends its ids to their owners."""

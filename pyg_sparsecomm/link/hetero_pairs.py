@@ -128,12 +128,12 @@ def distribute_hetero_pairs(edge_label_index: Tensor, edge_type: EdgeType, edge_
     """
     parts = type_partitions(part, edge_type, group)
     src, _, dst = edge_type
-    check_pair_ids(edge_label_index, edge_type, parts[src].size, parts[dst].size)
+    def check() -> None:  # bad pairs on one rank raise on every rank
+        check_pair_ids(edge_label_index, edge_type, parts[src].size, parts[dst].size)
+        check_edge_label(edge_label, edge_label_index.size(1))
+    raise_together(check, "distribute_pairs", group, flag_first=True)
     m = edge_label_index.size(1)
-    if edge_label is not None and (edge_label.dim() < 1 or edge_label.size(0) != m):
-        raise ValueError(f"edge_label must hold one entry per pair ({m}, edge_label_index.size(1)), got shape "
-                         f"{list(edge_label.shape)}")
-    check_same_pairs(edge_label_index, "distribute_pairs", group, settings=repr(edge_type))
+    check_same_pairs(edge_label_index, "distribute_pairs", group, settings={"edge_type": edge_type})
     mine = torch.from_numpy(np.flatnonzero(parts[src][edge_label_index[0].cpu().numpy()] == group_rank(group)))
     pairs = local_hetero_pairs(edge_label_index[:, mine.to(edge_label_index.device)], edge_type, parts,
                                None if edge_label is None else edge_label[mine.to(edge_label.device)], group)
@@ -159,6 +159,13 @@ def local_hetero_pairs(edge_label_index: Tensor, edge_type: EdgeType, part, edge
     num_pairs = global_count(int(edge_label_index.size(1)), group)
     return HeteroPairs(tuple(edge_type), edge_label_index, edge_label,  # type: ignore[arg-type]
                        torch.full((edge_label_index.size(1),), -1), index, plans, num_pairs, group)
+
+
+def check_edge_label(edge_label: Tensor | None, num_pairs: int) -> None:
+    """Raises ``ValueError`` unless ``edge_label`` is ``None`` or holds one entry per pair."""
+    if edge_label is not None and (edge_label.dim() < 1 or edge_label.size(0) != num_pairs):
+        raise ValueError(f"edge_label must hold one entry per pair ({num_pairs}, edge_label_index.size(1)), got shape "
+                         f"{list(edge_label.shape)}")
 
 
 def check_pair_ids(edge_label_index: Tensor, edge_type: EdgeType, num_src: int, num_dst: int) -> None:

@@ -39,6 +39,8 @@ Both draw only from the sizes, the edges and global ids, never from the partitio
 ranks' shares is the same set for any ``P`` and partition.  Per edge type of a ``HeteroData``:
 :mod:`~pyg_sparsecomm.link.hetero_negatives`.
 """
+from typing import Any
+
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -190,15 +192,24 @@ def negative_sampling(edge_index: Tensor, num_nodes: int | tuple[int, int] | Non
     return torch.cat([out, out.flip(0)], dim=1) if mode == _UPPER else out
 
 
+def check_num_neg_samples(num_neg_samples: Any, share: bool = False) -> None:
+    """Raises ``ValueError`` naming the accepted values unless ``num_neg_samples`` is an ``int`` or a
+    ``float`` >= 0 or ``None`` (``share``: an ``int`` is this rank's share, as on a shard)."""
+    if isinstance(num_neg_samples, bool) or not isinstance(num_neg_samples, (int, np.integer, float, type(None))) \
+            or (num_neg_samples is not None and not num_neg_samples >= 0):
+        count = "this rank's share of the negatives, added over the ranks" if share else "the negatives of all ranks"
+        raise ValueError(f"negative_sampling: num_neg_samples={num_neg_samples!r}: pass an int >= 0 ({count}), a "
+                         f"float >= 0 (a ratio of the graph's edges) or None (as many negatives as edges)")
+
+
 def _num_negatives(num_neg_samples, num_edges: int, force_undirected: bool) -> int:
+    check_num_neg_samples(num_neg_samples)
     if num_neg_samples is None:
         k = num_edges
     elif isinstance(num_neg_samples, float):
         k = int(num_neg_samples * num_edges)
     else:
         k = int(num_neg_samples)
-    if k < 0:
-        raise ValueError(f"num_neg_samples must be >= 0, got {num_neg_samples}")
     return k // 2 if force_undirected else k
 
 

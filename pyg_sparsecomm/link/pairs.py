@@ -37,7 +37,7 @@ from ..comm.group import rank as group_rank
 from ..graph.validate import check_edge_index
 from ..plan.homogeneous import RankPlan
 from ..training.whole_graph import global_count
-from .hetero_pairs import distribute_hetero_pairs, local_hetero_pairs
+from .hetero_pairs import check_edge_label, distribute_hetero_pairs, local_hetero_pairs
 from .pair_exchange import endpoint_plan, pair_plan, rows_with_halo
 from .partition_vector import partition_vector
 from .same_pairs import check_same_pairs
@@ -145,12 +145,11 @@ def distribute_pairs(edge_label_index: Tensor, edge_label: Tensor | None = None,
     if edge_type is not None:
         return distribute_hetero_pairs(edge_label_index, edge_type, edge_label, part, group)
     part_np = partition_vector(part, group)
-    num_nodes = part_np.size
-    check_edge_index(edge_label_index, num_nodes)
+    def check() -> None:  # bad pairs on one rank raise on every rank
+        check_edge_index(edge_label_index, part_np.size, "edge_label_index")
+        check_edge_label(edge_label, edge_label_index.size(1))
+    raise_together(check, "distribute_pairs", group, flag_first=True)
     m = edge_label_index.size(1)
-    if edge_label is not None and (edge_label.dim() < 1 or edge_label.size(0) != m):
-        raise ValueError(f"edge_label must hold one entry per pair ({m}, edge_label_index.size(1)), got shape "
-                         f"{list(edge_label.shape)}")
     check_same_pairs(edge_label_index, "distribute_pairs", group)
     rank = group_rank(group)
     mine = torch.from_numpy(np.flatnonzero(part_np[edge_label_index[0].cpu().numpy()] == rank))
@@ -183,7 +182,8 @@ def local_pairs(edge_label_index: Tensor, part, edge_label: Tensor | None = None
         return local_hetero_pairs(edge_label_index, edge_type, part, edge_label, group)
     part_np = partition_vector(part, group)
     # this rank's own pairs: a bad one raises on every rank (its peers would wait in the plan's exchange)
-    raise_together(lambda: check_edge_index(edge_label_index, part_np.size), "local_pairs", group, flag_first=True)
+    raise_together(lambda: check_edge_index(edge_label_index, part_np.size, "edge_label_index"), "local_pairs", group,
+                   flag_first=True)
     plan, index = pair_plan(edge_label_index, part_np, group)
     num_pairs = global_count(int(edge_label_index.size(1)), group)  # a host integer (any backend)
     return DistributedPairs(edge_label_index, edge_label, torch.full((edge_label_index.size(1),), -1),

@@ -25,6 +25,7 @@ Any other ``edge_index`` (a tensor of global ids) goes to the hash-based
 :func:`~pyg_sparsecomm.link.negative_sampling.negative_sampling` (``seed=``, ``epoch=``, ``part=``).
 """
 import weakref
+from typing import Any
 
 import numpy as np
 import torch
@@ -32,15 +33,16 @@ import torch.distributed as dist
 from torch import Tensor
 from torch_geometric.utils import negative_sampling as pyg_negative_sampling
 
-from ..comm.group import host_all_reduce, is_distributed
+from ..comm.group import host_all_reduce, is_distributed, raise_together
 from ..comm.group import rank as group_rank
 from ..comm.group import world_size as group_world_size
 from ..plan.halo_adj import HaloAdj
 from .metrics import gather_rows
+from .negative_sampling import check_num_neg_samples
 from .negative_sampling import negative_sampling as hashed_negative_sampling
 from .pair_index import PairIndex
 from .partition_vector import partition_vector
-from .same_pairs import check_same_pairs
+from .same_pairs import check_same_pairs, check_same_settings
 
 #: a shard adjacency's whole-graph edges and partition, gathered at its first negative sampling
 _WHOLE_GRAPH: "weakref.WeakKeyDictionary[HaloAdj, tuple[Tensor, np.ndarray]]" = weakref.WeakKeyDictionary()
@@ -94,12 +96,12 @@ def negative_sampling(edge_index, num_nodes: int | tuple[int, int] | None = None
         edges, part = whole_graph(edge_index, group)
         num_owned = edge_index.num_owned
     N = part.size
-    if num_nodes is not None and int(num_nodes) not in (N, num_owned):
-        raise ValueError(f"negative_sampling: num_nodes={num_nodes} is neither this shard's {num_owned} "
-                         f"nodes nor the graph's {N}: pass the shard's num_nodes (train_data.num_nodes)")
-    if isinstance(num_neg_samples, bool) or not isinstance(num_neg_samples, (int, float, type(None))):
-        raise ValueError(f"num_neg_samples must be an int, a float or None, got {num_neg_samples!r}")
-    if isinstance(num_neg_samples, int) and is_distributed(group):
+    raise_together(lambda: _check_counts(num_nodes, num_neg_samples, num_owned, N), "negative_sampling",
+                   group, flag_first=True)  # a rank's own counts: a bad one raises on every rank
+    share = isinstance(num_neg_samples, (int, np.integer))  # the ranks' shares may differ; a ratio may not
+    check_same_settings({"num_neg_samples": "an int (a rank's share)" if share else num_neg_samples, "method": method,
+                         "force_undirected": force_undirected}, "negative_sampling", group)
+    if isinstance(num_neg_samples, (int, np.integer)) and is_distributed(group):
         num_neg_samples = host_all_reduce([int(num_neg_samples)], dist.ReduceOp.SUM, group)[0]
     neg = pyg_negative_sampling(edges, N, num_neg_samples, method, force_undirected)
     try:
@@ -119,6 +121,13 @@ def whole_pairs(pairs: PairIndex) -> Tensor:
     if pairs not in _WHOLE_PAIRS:
         _WHOLE_PAIRS[pairs] = gather_rows(pairs.global_ids.cpu().t().contiguous(), pairs.group).t().contiguous()
     return _WHOLE_PAIRS[pairs]
+
+
+def _check_counts(num_nodes: Any, num_neg_samples: Any, num_owned: int, N: int) -> None:
+    if num_nodes is not None and int(num_nodes) not in (N, num_owned):
+        raise ValueError(f"negative_sampling: num_nodes={num_nodes} is neither this shard's {num_owned} "
+                         f"nodes nor the graph's {N}: pass the shard's num_nodes (train_data.num_nodes)")
+    check_num_neg_samples(num_neg_samples, share=True)
 
 
 def whole_graph(adj: HaloAdj, group: dist.ProcessGroup | None = None) -> tuple[Tensor, np.ndarray]:

@@ -112,9 +112,13 @@ def _check_ids(name: str, ids: Tensor, rows: int) -> None:
 
 
 def _check_exclude(exclude: Tensor, item_ids: Tensor) -> None:
-    if exclude.dim() != 2 or exclude.size(0) != 2 or exclude.is_floating_point():
+    if exclude.dim() != 2 or exclude.size(0) != 2 or exclude.is_floating_point() or exclude.dtype == torch.bool:
         raise ValueError(f"exclude must be integer (user, item) pairs of shape [2, m], got {exclude.dtype} of "
                          f"shape {list(exclude.shape)}")
+    if exclude.numel() and int(exclude.min()) < 0:
+        end = "user" if int(exclude[0].min()) < 0 else "item"
+        raise ValueError(f"exclude holds the negative {end} id {int(exclude.min())}: its pairs are (user, item) "
+                         f"global ids >= 0, users as user_ids names them, items as item_ids")
     owned = torch.isin(exclude[1], item_ids)
     if not bool(owned.all()):
         item = int(exclude[1][~owned][0])

@@ -40,7 +40,7 @@ from ..link.hetero_pairs import check_pair_ids, type_partitions
 from ..link.pair_exchange import endpoint_plan
 from ..link.same_pairs import check_same_pairs
 from ..plan.homogeneous import owner_rows
-from ..sampling.link_rules import LinkBatching, link_seeds, negative_sampling_mode, supervision_labels
+from ..sampling.link_rules import LinkBatching, check_batch_size, link_seeds, negative_sampling_mode, supervision_labels
 from .batch_pair_index import BatchPairIndex, TargetIndex, TargetRows
 from .hetero_batch import build_hetero_batch
 from .hetero_neighbor_loader import DistributedHeteroNeighborLoader
@@ -68,8 +68,9 @@ class DistributedHeteroLinkNeighborLoader(DistributedLinkNeighborLoader, heterog
         shuffle (bool, optional): new batches every epoch. (default: :obj:`False`)
         seed (int, optional): the random stream shared by all ranks. (default: :obj:`0`)
         group (torch.distributed.ProcessGroup, optional): the process group. (default: the default group)
-        neg_sampling_ratio (float, optional): negatives per positive (PyG's older keyword).
-            (default: :obj:`1`)
+        neg_sampling_ratio (float, optional): when nonzero, binary negatives at this ratio
+            per positive, whatever ``neg_sampling`` says (PyG's older keyword, read as PyG reads it).
+            (default: :obj:`None`)
         amount (float, optional): negatives per positive, as ``NegativeSampling``'s ``amount``.
             (default: :obj:`1`)
 
@@ -92,8 +93,10 @@ class DistributedHeteroLinkNeighborLoader(DistributedLinkNeighborLoader, heterog
         self.edge_type, pairs = supervision_relation(local, edge_label_index)
         src, _, dst = self.edge_type
         sizes = {t: int(local[t].global_num_nodes) for t in (src, dst)}
-        raise_together(lambda: check_pair_ids(pairs, self.edge_type, sizes[src], sizes[dst]),
-                       type(self).__name__, group, flag_first=True)
+        def check() -> None:  # a rank's bad pairs or batch_size raise on every rank
+            check_pair_ids(pairs, self.edge_type, sizes[src], sizes[dst])
+            check_batch_size(batch_size)
+        raise_together(check, type(self).__name__, group, flag_first=True)
         self.edge_label_index = pairs.cpu()
         m = self.edge_label_index.size(1)
         self.edge_label = supervision_labels(edge_label, m, neg_sampling, self.amount)
@@ -108,7 +111,8 @@ class DistributedHeteroLinkNeighborLoader(DistributedLinkNeighborLoader, heterog
         self.parts = type_partitions(local, self.edge_type, group)
         self.epoch = 0
         check_same_pairs(self.edge_label_index, type(self).__name__, group,
-                         f"{self.edge_type};{self.neg_sampling};{self.amount};{batch_size};{shuffle};{seed}")
+                         {"edge_type": self.edge_type, "neg_sampling": self.neg_sampling, "amount": self.amount,
+                          "batch_size": batch_size, "shuffle": shuffle, "seed": seed})
 
     def sample(self, epoch: int, b: int) -> HeteroData:
         """Batch ``b`` of ``epoch`` on this rank; collective."""

@@ -42,6 +42,7 @@ import torch.distributed as dist
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
+from ..comm.group import raise_together
 from ..comm.group import rank as group_rank
 from ..comm.group import world_size as group_world_size
 from ..graph.validate import check_edge_index
@@ -49,7 +50,7 @@ from ..link.pairs import DistributedPairs, endpoint_plan
 from ..link.partition_vector import partition_vector
 from ..link.same_pairs import check_same_pairs
 from ..plan.homogeneous import RankPlan, owner_rows
-from ..sampling.link_rules import LinkBatching, negative_sampling_mode, supervision_labels
+from ..sampling.link_rules import LinkBatching, check_batch_size, negative_sampling_mode, supervision_labels
 from .batch_pair_index import BatchPairIndex, TargetIndex, TargetRows
 from .neighbor_loader import DistributedNeighborLoader
 
@@ -70,8 +71,9 @@ class DistributedLinkNeighborLoader:
         shuffle (bool, optional): new batches every epoch. (default: :obj:`False`)
         seed (int, optional): the random stream shared by all ranks. (default: :obj:`0`)
         group (torch.distributed.ProcessGroup, optional): the process group. (default: the default group)
-        neg_sampling_ratio (float, optional): negatives per positive (PyG's older keyword).
-            (default: :obj:`1`)
+        neg_sampling_ratio (float, optional): when nonzero, binary negatives at this ratio
+            per positive, whatever ``neg_sampling`` says (PyG's older keyword, read as PyG reads it).
+            (default: :obj:`None`)
         amount (float, optional): negatives per positive, as ``NegativeSampling``'s ``amount``.
             (default: :obj:`1`)
 
@@ -105,7 +107,10 @@ class DistributedLinkNeighborLoader:
         neg_sampling, self.amount = negative_sampling_mode(neg_sampling, amount, neg_sampling_ratio)
         self.nodes = DistributedNeighborLoader(local, num_neighbors, batch_size=1, seed=seed, group=group, prefetch=0)
         self.num_nodes = self.nodes.num_nodes
-        check_edge_index(edge_label_index, self.num_nodes)
+        def check() -> None:  # a rank's bad pairs or batch_size raise on every rank
+            check_edge_index(edge_label_index, self.num_nodes, "edge_label_index")
+            check_batch_size(batch_size)
+        raise_together(check, type(self).__name__, group, flag_first=True)
         self.edge_label_index = edge_label_index.cpu()
         m = self.edge_label_index.size(1)
         self.edge_label = supervision_labels(edge_label, m, neg_sampling, self.amount)
@@ -117,7 +122,8 @@ class DistributedLinkNeighborLoader:
         self.part = self._partition()
         self.epoch = 0
         check_same_pairs(self.edge_label_index, type(self).__name__, group,
-                         f"{self.neg_sampling};{self.amount};{self.batch_size};{self.shuffle};{self.seed}")
+                         {"neg_sampling": self.neg_sampling, "amount": self.amount, "batch_size": self.batch_size,
+                          "shuffle": self.shuffle, "seed": self.seed})
 
     def _partition(self) -> np.ndarray:
         """The owner of every node (gathered from the shards' ``n_id``, once)."""

@@ -11,6 +11,8 @@ optimizer built before the first call keeps working (it must not have stepped ye
 ``embedding.weight`` and its ``state_dict`` entry hold :math:`N_r` rows, and its gradient is that
 of the single process at those rows: every row gets its gradient from the halo and pair exchanges'
 backward and from the :math:`\lambda`-term of its owner alone, so it is not summed over ranks.
+The table is declared sharded by owner (:meth:`~DistributedLightGCN.owner_sharded_rows`,
+:mod:`.owner_sharded`), so a checkpoint saves and restores every rank's rows and their optimizer state.
 
 On a shard the methods take the same arguments as PyG's:
 
@@ -56,6 +58,8 @@ from ..plan.halo_adj import HaloAdj
 from ..training.grad_registry import register_synced
 from ..training.replicated import ReplicatedScores, replicate_rows
 from ..training.whole_graph import global_count, whole_graph_value
+from .owner_sharded import OwnerRows
+from .recommend_inputs import check_recommend_ids
 
 
 def attach_embedding(model: LightGCN, group: dist.ProcessGroup | None) -> None:
@@ -183,8 +187,10 @@ class DistributedLightGCN(LightGCN):
             k (int, optional): recommendations per source. (default: :obj:`1`)
             sorted (bool, optional): PyG's argument; the result is always sorted. (default: :obj:`True`)
             exclude (torch.Tensor, optional): ``[2, m]`` global (source, target) pairs never
-                recommended (the training interactions), the same on every rank. Not in PyG's
-                signature. (default: :obj:`None`)
+                recommended (the training interactions), the same on every rank; in the numbering
+                of the graph LightGCN runs on (``to_homogeneous()``: items after the users), each
+                target a candidate of ``dst_index`` when it is given (:mod:`.recommend_inputs`).
+                Not in PyG's signature. (default: :obj:`None`)
 
         Shapes:
             - **output:** :math:`(|S_r|, k)` global target ids, for the sources of ``src_index``
@@ -195,18 +201,35 @@ class DistributedLightGCN(LightGCN):
             return super().recommend(edge_index, edge_weight, src_index, dst_index, k, sorted)
         emb = self.get_embedding(edge_index, edge_weight)
         rows = self._rows_of(edge_index)
+        raise_together(lambda: check_recommend_ids(src_index, dst_index, exclude, rows.num_nodes), "LightGCN.recommend",
+                       self._sparsecomm_group, flag_first=True)
         src = torch.arange(rows.num_nodes) if src_index is None else src_index.detach().cpu().long()
         dst = torch.arange(rows.num_nodes) if dst_index is None else dst_index.detach().cpu().long()
         src_found, src_rows = rows.local_rows(src)
         dst_found, dst_rows = rows.local_rows(dst)
         item_ids = dst_found.nonzero().view(-1)  # positions in dst_index: the items' ids
-        local_exclude = raise_together(lambda: _checked_exclusions(src, dst, rows.num_nodes, exclude, item_ids),
-                                       "LightGCN.recommend", self._sparsecomm_group, flag_first=True)
+        local_exclude = None if exclude is None else _owned_exclusions(exclude.detach().cpu().long(), dst, item_ids)
         top = recommend_topk(emb[src_rows.to(emb.device)], emb[dst_rows.to(emb.device)], item_ids, k,
                              src[src_found] if exclude is not None else None, local_exclude, self._sparsecomm_group)
         return dst[top.indices.cpu()].to(emb.device)
 
     # the shard's rows ---------------------------------------------------------------------------
+    def owner_sharded_rows(self, shard: Any) -> dict[str, OwnerRows]:
+        """The table's rows this rank holds, for a checkpoint (:mod:`~pyg_sparsecomm.nn.owner_sharded`):
+        cut to ``shard``'s rows first if no call on a shard did yet.
+
+        Args:
+            shard (torch_geometric.data.Data): the rank's shard (its ``adj``).
+        """
+        adj = getattr(shard, "adj", None)
+        if not isinstance(adj, HaloAdj):
+            raise ValueError("LightGCN: a checkpoint takes the rank's shard (shard(data) or partition_and_shard(...), "
+                             "which carries adj, a HaloAdj): its embedding table is sharded by owner")
+        self._shard_rows(adj)
+        rows = self._sparsecomm_rows
+        assert rows is not None
+        return {"embedding.weight": OwnerRows(rows.n_id, rows.num_nodes)}
+
     def _rows_of(self, edge_index: Any) -> EmbeddingRows:
         """The table's rows on one process without a shard: all nodes, in order."""
         if self._sparsecomm_rows is not None:
@@ -267,22 +290,6 @@ def _distributed_pairs(edge_label_index: Tensor, rows: EmbeddingRows, group: dis
     check_same_pairs(edge_label_index.cpu(), what, group)
     pairs = distribute_pairs(edge_label_index.cpu(), None, rows.part, group)
     return PairIndex(pairs.edge_label_index, rows.part, group, pairs)
-
-
-def _checked_exclusions(src: Tensor, dst: Tensor, num_nodes: int, exclude: Tensor | None,
-                        item_ids: Tensor) -> Tensor | None:
-    """:func:`_owned_exclusions` after checking ``recommend``'s arguments (``None`` without ``exclude``)."""
-    for name, ids in (("src_index", src), ("dst_index", dst)):
-        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= num_nodes):
-            raise ValueError(f"LightGCN.recommend: {name} holds ids outside 0..{num_nodes - 1}: pass global node ids")
-    if dst.unique().numel() != dst.numel():
-        raise ValueError("LightGCN.recommend: dst_index repeats a node: pass distinct candidate targets")
-    if exclude is None:
-        return None
-    if exclude.dim() != 2 or exclude.size(0) != 2 or exclude.is_floating_point():
-        raise ValueError(f"LightGCN.recommend: exclude must be integer [2, m] (source, target) pairs of global ids, "
-                         f"got {exclude.dtype} of shape {list(exclude.shape)}")
-    return _owned_exclusions(exclude.detach().cpu().long(), dst, item_ids)
 
 
 def _owned_exclusions(exclude: Tensor, dst: Tensor, item_ids: Tensor) -> Tensor:

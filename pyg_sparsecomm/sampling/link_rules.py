@@ -32,6 +32,13 @@ from .randomness import bucket, stream_key, uniform
 _PAIR_BATCHES, _NEGATIVES = 21, 22  # stream names
 
 
+def check_batch_size(batch_size: Any) -> None:
+    """Raises ``ValueError`` unless ``batch_size`` (a link loader's pairs per batch) is a positive integer."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer (supervision pairs per batch), got {batch_size!r}: "
+                         f"pass batch_size >= 1")
+
+
 @dataclass(frozen=True)
 class LinkBatching:
     r"""Supervision pairs in batches, with negatives (see the module docstring).
@@ -54,6 +61,9 @@ class LinkBatching:
     amount: float = 1.0
     shuffle: bool = False
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_batch_size(self.batch_size)
 
     @property
     def num_batches(self) -> int:
@@ -106,7 +116,11 @@ class LinkBatching:
 def negative_sampling_mode(neg_sampling: Any, amount: float | None, neg_sampling_ratio: float | None
                            ) -> tuple[str | None, float]:
     """``(mode, amount)`` of a loader's ``neg_sampling`` (``None``, ``"binary"``, ``"triplet"`` or PyG's
-    ``NegativeSampling``) and negatives per positive; raises ``ValueError`` naming what is supported."""
+    ``NegativeSampling``) and negatives per positive; raises ``ValueError`` naming what is supported.
+    PyG's older ``neg_sampling_ratio``, when nonzero, means binary negatives at that ratio, whatever
+    ``neg_sampling`` says (as PyG's ``LinkLoader`` reads it)."""
+    if neg_sampling_ratio is not None and neg_sampling_ratio != 0.0:
+        neg_sampling, amount = "binary", neg_sampling_ratio
     if hasattr(neg_sampling, "mode"):  # PyG's NegativeSampling(mode, amount, src_weight, dst_weight)
         if getattr(neg_sampling, "src_weight", None) is not None or \
                 getattr(neg_sampling, "dst_weight", None) is not None:
@@ -117,7 +131,10 @@ def negative_sampling_mode(neg_sampling: Any, amount: float | None, neg_sampling
     if neg_sampling not in (None, "binary", "triplet"):
         raise ValueError(f"neg_sampling must be None, 'binary' or 'triplet' (as PyG's LinkNeighborLoader), "
                          f"got {neg_sampling!r}")
-    amount = float(amount if amount is not None else neg_sampling_ratio if neg_sampling_ratio is not None else 1.0)
+    amount = float(amount if amount is not None else 1.0)
+    if not amount > 0:  # also NaN
+        raise ValueError(f"the negatives per positive pair (neg_sampling_ratio, or NegativeSampling's amount) must be "
+                         f"> 0, got {amount}: pass a positive ratio, or neg_sampling=None for no negatives")
     if neg_sampling == "triplet" and (amount < 1 or amount != int(amount)):
         raise ValueError(f"triplet negative sampling draws a whole number of negatives per pair, got {amount}")
     return neg_sampling, amount

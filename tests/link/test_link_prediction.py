@@ -213,7 +213,7 @@ def test_link_prediction_equals_single_process():
         if P == 3:
             assert outs[2]["n_id"].numel() == 0  # the empty part took part in every exchange
         for out in outs:
-            assert f"rank {P - 1}: ValueError: edge_index holds node ids in [0, {N}]" in out["bad_pair_error"]
+            assert f"rank {P - 1}: ValueError: edge_label_index holds node ids in [0, {N}]" in out["bad_pair_error"]
             assert P == 1 or "ranks passed different edge_label_index" in out["different_pairs_error"]
             torch.testing.assert_close(torch.tensor(out["losses"]), torch.tensor(ref_losses), rtol=1e-5, atol=1e-6)
             assert out["val_auc"] == outs[0]["val_auc"] and out["given_auc"] == outs[0]["given_auc"]
