@@ -117,6 +117,16 @@ def trim_to_layer_module() -> type:
     return TrimToLayer
 
 
+def torch_function_disabled() -> Any:
+    """A context in which a tensor subclass's ``__torch_function__`` is not consulted
+    (``torch._C.DisableTorchFunctionSubclass``), so that a subclass can call ``func`` on itself
+    without recursing; PyTorch's own subclass examples use it."""
+    try:
+        return torch._C.DisableTorchFunctionSubclass()
+    except AttributeError as e:
+        raise _missing("torch._C.DisableTorchFunctionSubclass", e) from e
+
+
 def current_graph_task_id() -> int:
     """The id of the running backward call (``torch._C._current_graph_task_id``; ``-1`` outside one)."""
     try:

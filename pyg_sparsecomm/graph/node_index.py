@@ -34,6 +34,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..compat import torch_function_disabled
+
 #: names that are index lists of nodes whatever their length (PyG's and OGB's split names)
 SPLIT_INDEX_KEYS = frozenset({"train_idx", "val_idx", "valid_idx", "test_idx", "idx_train", "idx_val",
                               "idx_valid", "idx_test", "split_idx"})
@@ -107,7 +109,7 @@ class ShardIndex(Tensor):
         use = _indexes_rows(func, args)
         if use is not None:
             _check_indexed(*use)
-        with torch._C.DisableTorchFunctionSubclass():
+        with torch_function_disabled():
             out = func(*args, **kwargs)
         source = args[0] if args else None
         if func is torch.cat and isinstance(source, (list, tuple)):
