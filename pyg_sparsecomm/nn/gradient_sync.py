@@ -25,6 +25,13 @@ summed once each.  ``torch.autograd.grad`` is left alone (it returns this rank's
 parameters (``in_channels=-1``) are broadcast and hooked in their module's first forward.  The
 loss check is local: :func:`~pyg_sparsecomm.distributed_loss` marks its result's autograd node,
 and the callback warns once if the backward did not pass through a marked node.
+
+Activation checkpointing (``torch.utils.checkpoint``, ``DeepGCNLayer(ckpt_grad=True)``) runs a
+part's forward again inside backward (its halo exchanges too, on every rank, as the part's first
+forward did).  A reentrant checkpoint then runs that part's backward as a nested backward call:
+its gradients are collected with those of the enclosing backward (a forward pre-hook on the
+model's modules notices the recomputation and queues the sum on the enclosing call), so the
+sum, and the loss check, happen once, at the end of the backward the user started.
 """
 from __future__ import annotations
 
@@ -92,6 +99,7 @@ class GradientSync:
         self.accumulators: list = []  # each parameter's AccumulateGrad node (kept alive, as DDP does)
         self.buckets: list[list[int]] | None = None
         self.task: int | None = None
+        self.recomputed = False  # a forward ran inside backward ``self.task`` (activation checkpointing)
         self.shares: dict[int, Tensor] = {}
         self.works: list[tuple[list[int], Tensor, dist.Work]] = []
         self.warned = False
@@ -99,6 +107,10 @@ class GradientSync:
             if p.requires_grad and not is_lazy(p) and not is_synced(p):  # lazy ones: at first forward
                 self._hook(p)
         module.register_forward_pre_hook(_refuse_ddp)
+        ref = weakref.ref(self)
+        for child in module.modules():  # a checkpointed part's forward runs again inside backward
+            if any(p.requires_grad for p in child.parameters(recurse=False)):
+                child.register_forward_pre_hook(lambda _module, _args: _note_recomputation(ref))
         # the module keeps this alive; the parameters' hooks refer to it weakly, as it holds their
         # AccumulateGrad nodes, which hold the parameters (a cycle through C++ the GC cannot free)
         module.__dict__.setdefault("_sparsecomm_gradient_syncs", []).append(self)
@@ -128,14 +140,28 @@ class GradientSync:
         if not self._accumulates(index):
             return grad
         task = current_graph_task_id()
-        if task != self.task:  # the first gradient of a backward
-            self.task, self.shares, self.works = task, {}, []
-            if self.buckets is None:
-                self.buckets = _buckets(self.params)
-            queue_backward_callback(self._finish)
+        if task != self.task and not (self.task is not None and self.recomputed):
+            self._begin(task)  # the first gradient of a backward (not of one nested in it)
         self.shares[index] = grad
         self._launch(complete_only=True)
         return torch.zeros_like(grad)
+
+    def _begin(self, task: int) -> None:
+        """Starts collecting the shares of backward call ``task`` and queues the sum at its end."""
+        self.task, self.recomputed, self.shares, self.works = task, False, {}, []
+        if self.buckets is None:
+            self.buckets = _buckets(self.params)
+        queue_backward_callback(self._finish)
+
+    def recomputation(self, task: int) -> None:
+        """A forward of the model ran inside backward call ``task``: activation checkpointing
+        recomputes a part.  A reentrant checkpoint (``use_reentrant=True``, ``DeepGCNLayer(ckpt_grad=
+        True)``) then runs that part's backward as a nested backward call, whose gradients belong to
+        ``task``: they are collected with its shares, and summed once at its end (so the sum is
+        queued on ``task`` now, if its first gradient is still to come from the nested call)."""
+        if self.task != task and not (self.task is not None and self.recomputed):
+            self._begin(task)
+        self.recomputed = True
 
     def _accumulates(self, index: int) -> bool:
         try:
@@ -177,7 +203,7 @@ class GradientSync:
                     p.grad.add_(summed)
         assert self.task is not None
         normalised = was_normalised(self.task)
-        self.task, self.shares, self.works = None, {}, []
+        self.task, self.recomputed, self.shares, self.works = None, False, {}, []
         if not normalised and not self.warned:
             self.warned = True
             warnings.warn(
@@ -226,6 +252,17 @@ def _hook_when_materialised(child: torch.nn.Module, sync: GradientSync | None, g
         handle.remove()
 
     handle = child.register_forward_pre_hook(hook)
+
+
+def _note_recomputation(ref: weakref.ref) -> None:
+    """A forward pre-hook: a forward inside a backward call is a checkpointed part recomputed
+    (:meth:`GradientSync.recomputation`); any other forward costs one check."""
+    if torch.compiler.is_compiling() or not torch.is_grad_enabled():
+        return
+    task = current_graph_task_id()
+    sync = ref()
+    if task != -1 and sync is not None:
+        sync.recomputation(task)
 
 
 @torch.compiler.disable  # it reads the caller's frames, which dynamo cannot trace: run it eagerly

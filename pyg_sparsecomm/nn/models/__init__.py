@@ -1,12 +1,17 @@
 """PyG's models that compute over all nodes, on a shard: ``DeepGraphInfomax`` (:mod:`.deep_graph_infomax`),
 ``GAE``/``VGAE``/``InnerProductDecoder`` (:mod:`.autoencoder`), ``ARGA``/``ARGVA`` (:mod:`.adversarial`); the
 whole graph's node tensors a user's function sees (:mod:`.whole_graph_nodes`), node noise keyed by global ids
-(:mod:`.node_noise`), what the models share (:mod:`.shard_model`) and which class each gets (:mod:`.classes`)."""
+(:mod:`.node_noise`), ``RECT_L``'s class centres (:mod:`.rect`), what the models share (:mod:`.shard_model`),
+which class each gets (:mod:`.classes`) and the verdict of every class of ``torch_geometric.nn.models``
+(:mod:`.verdicts`)."""
 from .adversarial import DistributedARGA, DistributedARGVA
 from .autoencoder import DistributedGAE, DistributedInnerProductDecoder, DistributedVGAE
 from .deep_graph_infomax import DistributedDeepGraphInfomax
 from .node_noise import node_normal
+from .rect import DistributedRECT_L
+from .verdicts import MODEL_VERDICTS, model_table
 from .whole_graph_nodes import WholeGraphNodes
 
 __all__ = ["DistributedDeepGraphInfomax", "DistributedGAE", "DistributedVGAE", "DistributedARGA", "DistributedARGVA",
-           "DistributedInnerProductDecoder", "WholeGraphNodes", "node_normal"]
+           "DistributedInnerProductDecoder", "WholeGraphNodes", "node_normal",
+           "DistributedRECT_L", "MODEL_VERDICTS", "model_table"]

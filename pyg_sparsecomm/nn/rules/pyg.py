@@ -5,6 +5,7 @@ lacks are skipped).  Classes not listed run the default exchange (see :mod:`.reg
 Importing this module registers them (:func:`register_pyg_rules`); :mod:`pyg_sparsecomm.nn`
 imports it first, so every lookup of a rule sees PyG's.  It sits above the registry: the rules
 name the distributed classes and adapters they swap in."""
+import importlib
 from typing import Any
 
 import torch
@@ -18,6 +19,8 @@ from ..hgt_conv import DistributedHGTConv
 from ..lightgcn import DistributedLightGCN
 from ..mask_label import DistributedMaskLabel
 from ..models.classes import MODELS
+from ..models.rect import DistributedRECT_L
+from ..models.verdicts import SUBMODULE_CLASSES, refused_models
 from ..runtime.adapters import cheb_laplacian, label_propagation_inputs, node_embedding_ids
 from .registry import GcnNormalisation, LayerRule, register_named
 
@@ -101,9 +104,8 @@ def module_rules() -> dict[str, LayerRule]:
     distributed classes; ``LightGCN``'s sharded embedding table; the distributed classes of
     ``DeepGraphInfomax``, ``GAE``, ``VGAE``, ``ARGA``, ``ARGVA`` and ``InnerProductDecoder``."""
     refused = {
-        "SGFormer": "mixes every node with all nodes of the graph in its global attention (SGFormerAttention)",
+        **{name: why for name, why in refused_models().items() if name not in SUBMODULE_CLASSES},
         "SGFormerAttention": _ATTENDS,
-        "Polynormer": "mixes every node with all nodes of the graph in its global attention (PolynormerAttention)",
         "PolynormerAttention": _ATTENDS,
         "PerformerAttention": "attends from every node to all nodes of the graph (kernelised attention)",
         "TopKPooling": _TOP_K, "SAGPooling": _TOP_K, "ASAPooling": _TOP_K, "PANPooling": _TOP_K,
@@ -119,6 +121,7 @@ def module_rules() -> dict[str, LayerRule]:
     rules["CorrectAndSmooth"] = LayerRule(distributed_class=DistributedCorrectAndSmooth)  # its scale over all ranks
     rules["MaskLabel"] = LayerRule(distributed_class=DistributedMaskLabel)  # its mask the shard's rows
     rules["LightGCN"] = LayerRule(distributed_class=DistributedLightGCN)  # its embedding table sharded by owner
+    rules["RECT_L"] = LayerRule(distributed_class=DistributedRECT_L)  # its class centres over all ranks
     for model, distributed, _ in MODELS:  # DeepGraphInfomax, GAE and kin: their whole-graph terms over all ranks
         rules[model.__name__] = LayerRule(distributed_class=distributed)
     return rules
@@ -150,7 +153,10 @@ def torch_rules() -> dict[str, LayerRule]:
 
 def pyg_rules() -> list[tuple[Any, dict[str, LayerRule]]]:
     """``[(module, {class name: rule})]`` of the built-in rules."""
-    return [(conv, conv_rules()), (pyg_nn, module_rules()), (norm, norm_rules()), (torch.nn, torch_rules())]
+    submodules = [(importlib.import_module(module), {name: LayerRule(refused=refused_models()[name])})
+                  for name, module in SUBMODULE_CLASSES.items()]  # LINKX's SparseLinear
+    return [(conv, conv_rules()), (pyg_nn, module_rules()), (norm, norm_rules()), (torch.nn, torch_rules()),
+            *submodules]
 
 
 def register_pyg_rules() -> None:
