@@ -16,6 +16,8 @@ COMMANDS = {
                         "communication volumes of partitioning methods on a graph: a table, a heatmap, bars"),
     "partition": ("partition",
                   "partition a graph stored as .npy files, out of core, into the part files load_shard reads"),
+    "check-port": ("check_port",
+                   "run a PyG script and its port side by side; name the first loss or parameter that differs"),
 }
 
 

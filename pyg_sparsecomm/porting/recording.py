@@ -1,0 +1,60 @@
+"""One run's recording (:mod:`.record` writes it): its losses, parameter digests, error and end,
+read back from ``<role>-rank<r>.jsonl`` and the parameter files beside it."""
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+@dataclass
+class Recording:
+    """What one process of a check recorded.
+
+    Attributes:
+        label (str): ``"original"`` or ``"port rank r"``.
+        losses (dict[int, list[dict]]): step ``k`` -> the losses passed to ``backward()`` before step ``k + 1``.
+        steps (dict[int, dict]): step ``k`` -> parameter name -> ``[sha1, max_abs, shape]`` after step ``k``.
+        error (dict, optional): the script's error (type, message, where, code).
+        end (dict, optional): the end record (``None``: the process was killed).
+    """
+    label: str
+    path: Path
+    losses: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    steps: dict[int, dict[str, list[Any]]] = field(default_factory=dict)
+    error: dict[str, Any] | None = None
+    end: dict[str, Any] | None = None
+    exists: bool = True
+
+    @classmethod
+    def read(cls, directory: Path, role: str, rank: int, label: str) -> "Recording":
+        path = directory / f"{role}-rank{rank}.jsonl"
+        out = cls(label, path)
+        if not path.exists():
+            out.exists = False
+            return out
+        for line in path.read_text().splitlines():
+            if not line.strip():
+                continue
+            record = json.loads(line)
+            kind = record["kind"]
+            if kind == "loss":
+                out.losses.setdefault(record["step"], []).append(record)
+            elif kind == "step":
+                out.steps[record["step"]] = record["params"]
+            elif kind == "error":
+                out.error = record
+            elif kind == "end":
+                out.end = record
+        return out
+
+    @property
+    def num_steps(self) -> int:
+        """Optimizer steps made (the initial parameters are step 0)."""
+        return max(self.steps, default=0)
+
+    def parameters(self, step: int) -> dict[str, torch.Tensor]:
+        """The parameters after ``step`` (``0``: before the first step)."""
+        path = self.path.with_name(f"{self.path.stem}-step{step}.pt")
+        return torch.load(path, weights_only=True)
