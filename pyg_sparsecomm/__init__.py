@@ -8,6 +8,7 @@ the SpMM algorithms or the one-sided engine.
 """
 from typing import TYPE_CHECKING
 
+from . import _moved_modules
 from ._lazy import lazy_exports
 
 __version__ = "0.3.0"
@@ -74,6 +75,7 @@ if TYPE_CHECKING:  # pragma: no cover  (what type checkers and IDEs see; _EXPORT
     )
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, _MOVED)
+_moved_modules.install(__name__)  # 0.2's module paths (pyg_sparsecomm.runtime, ...) warn, then work
 
 __all__ = [
     "__version__", "SparsityAwarePartitioner", "AutomaticOptionsWarning", "shard", "HaloAdj", "CommStats",
