@@ -38,7 +38,6 @@ REFUSED_BUILDERS = {
     "SignedGCN": lambda: SignedGCN(4, 8, num_layers=2),
     "GraphUNet": lambda: models.GraphUNet(4, 8, 3, depth=2),
     "SchNet": lambda: SchNet(hidden_channels=8, num_filters=8, num_interactions=1),
-    "GroupAddRev": lambda: GroupAddRev(GCNConv(4, 4), num_groups=2),
     "MetaLayer": lambda: MetaLayer(edge_model=_EdgeModel()),
     "ARLinkPredictor": lambda: ARLinkPredictor(4, 8),
 }
@@ -52,6 +51,7 @@ EXACT_BUILDERS = {
     "PMLP": lambda: models.PMLP(4, 8, 3, num_layers=2),
     "RECT_L": lambda: models.RECT_L(4, 8),
     "GPSENodeEncoder": lambda: models.GPSENodeEncoder(16, 8, 4, 4),
+    "GroupAddRev": lambda: GroupAddRev(GCNConv(4, 4), num_groups=2),
 }
 
 

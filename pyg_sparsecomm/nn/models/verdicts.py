@@ -98,9 +98,8 @@ MODEL_VERDICTS: dict[str, tuple[str, str]] = {
                               "edge_index by their ids, which on a shard are local columns (LINKX's edge part)"),
     "LightGCN": (EXACT, "exact: its embedding table sharded by owner, `recommendation_loss`, `link_pred_loss`, "
                         "`recommend` over all ranks (tests/nn/test_lightgcn.py)"),
-    "GroupAddRev": (REFUSED, "recomputes its inputs in backward by inverting its blocks (InvertibleModule), which "
-                             "distribute() does not check against PyG: use DeepGCNLayer(ckpt_grad=True) or "
-                             "torch.utils.checkpoint, which trade memory for compute exactly"),
+    "GroupAddRev": (EXACT, "exact: its backward inverts its blocks (their halo exchanges run again, on every rank) "
+                           "and recomputes them, gradients summed once (PyG's RevGNN; tests/nn/test_node_models.py)"),
     "PMLP": (EXACT, "exact: training is node-wise (its BatchNorm1d reduced over all ranks), evaluation runs its "
                     "SimpleConv as one distributed SpMM (tests/nn/test_node_models.py)"),
     "LPFormer": (REFUSED, "computes personalised PageRank over the whole graph and attends over each target pair's "
