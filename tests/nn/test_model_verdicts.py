@@ -1,6 +1,7 @@
 """Every entry of torch_geometric.nn.models has one verdict (nn/models/verdicts.py): exact (and tested
 against PyG where the verdict says), refused by name at distribute() with the verdict's reason, or not a
 model class; a class PyG adds fails here until it has one.  The README's table is rendered from it."""
+import re
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,13 @@ def test_every_class_of_the_module_has_a_verdict():
         assert verdict in (EXACT, REFUSED, NOT_APPLICABLE) and text, name
         if verdict == NOT_APPLICABLE:
             assert not isinstance(getattr(models, name), type), f"{name} is a class: give it exact or refused"
+
+
+def test_the_tests_a_verdict_cites_exist():
+    root = README.parent
+    for name, (_, text) in MODEL_VERDICTS.items():
+        for cited in re.findall(r"tests/[\w/]+\.py", text):
+            assert (root / cited).is_file(), f"{name}'s verdict cites {cited}, which does not exist"
 
 
 @pytest.mark.parametrize("name", sorted(n for n, (v, _) in MODEL_VERDICTS.items() if v == REFUSED))
