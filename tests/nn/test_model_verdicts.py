@@ -31,7 +31,6 @@ class _EdgeModel(torch.nn.Module):
 #: refused classes built as a user would (the others, Node2Vec needing pyg-lib among them, are judged on
 #: an uninitialised instance)
 REFUSED_BUILDERS = {
-    "LINKX": lambda: LINKX(20, 4, 8, 3, num_layers=2),
     "MetaPath2Vec": lambda: MetaPath2Vec({("a", "to", "b"): torch.tensor([[0], [0]]),
                                           ("b", "to", "a"): torch.tensor([[0], [0]])}, embedding_dim=4,
                                          metapath=[("a", "to", "b"), ("b", "to", "a")], walk_length=2,
@@ -53,6 +52,7 @@ EXACT_BUILDERS = {
     "RECT_L": lambda: models.RECT_L(4, 8),
     "GPSENodeEncoder": lambda: models.GPSENodeEncoder(16, 8, 4, 4),
     "GroupAddRev": lambda: GroupAddRev(GCNConv(4, 4), num_groups=2),
+    "LINKX": lambda: LINKX(20, 4, 8, 3, num_layers=2),
 }
 
 
@@ -93,11 +93,9 @@ def test_a_refused_class_inside_a_model_is_named():
         def __init__(self) -> None:
             super().__init__()
             self.gnn = models.GCN(4, 8, 2)
-            self.link = LINKX(20, 4, 8, 3, num_layers=2)
-    with pytest.raises(NotImplementedError, match="LINKX \\(link\\)"):
+            self.unet = models.GraphUNet(4, 8, 3, depth=2)
+    with pytest.raises(NotImplementedError, match="GraphUNet \\(unet\\)"):
         distribute(Net())
-    with pytest.raises(NotImplementedError, match="SparseLinear"):
-        distribute(torch.nn.ModuleList([LINKX(20, 4, 8, 3, num_layers=2).edge_lin]))
 
 
 @pytest.mark.parametrize("name", sorted(EXACT_BUILDERS))

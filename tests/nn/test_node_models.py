@@ -1,18 +1,21 @@
 """The node-wise classes of torch_geometric.nn.models the verdict table (nn/models/verdicts.py) calls exact,
 under distribute() == single-process PyG in real gloo runs at P = 1..4 (outputs, input and parameter
 gradients, buffers): MLP with BatchNorm, JumpingKnowledge (cat, max, lstm) after GCNConv layers,
-HeteroJumpingKnowledge, GroupAddRev (PyG's RevGNN: its backward inverts
-its blocks, halo exchanges included), PMLP in training (node-wise, its BatchNorm over all ranks) and evaluation (its
-SimpleConv), GPSENodeEncoder, and RECT_L's forward, embed and get_semantic_labels (its class centres
-over all ranks: before, each rank's own centres)."""
+HeteroJumpingKnowledge, GroupAddRev (PyG's RevGNN: its backward inverts its blocks, halo exchanges
+included), PMLP in training (node-wise, its BatchNorm over all ranks) and evaluation (its SimpleConv),
+LINKX (its SparseLinear's weight rows read by global id; with and without node features, weighted;
+before: refused by the default exchange, the weight not a node tensor of the shard), GPSENodeEncoder,
+and RECT_L's forward, embed and get_semantic_labels (its class centres over all ranks: before, each
+rank's own centres)."""
 import warnings
 
 import pytest
 import torch
 from layer_specs import F
-from test_distribute_layers import make_graph
+from test_distribute_layers import N, make_graph
 from torch_geometric.nn import GCNConv, SAGEConv
 from torch_geometric.nn.models import (
+    LINKX,
     MLP,
     PMLP,
     RECT_L,
@@ -112,6 +115,9 @@ MODELS = {
     "PMLP eval": (lambda: PMLP(F, 8, C, num_layers=3), _pmlp_eval),
     "GPSENodeEncoder": (lambda: GPSENodeEncoder(12, F, 4, F, expand_x=True, dropout_be=0.0, dropout_ae=0.0),
                         lambda m, d, e: m(d.x, d.x.flip(1))),
+    "LINKX": (lambda: LINKX(N, F, 8, C, num_layers=2, num_edge_layers=2), lambda m, d, e: m(d.x, e)),
+    "LINKX without x, weighted": (lambda: LINKX(N, F, 8, C, num_layers=1),
+                                  lambda m, d, e: m(None, e, d.edge_weight)),
     "GroupAddRev (RevGNN)": (RevGNN, lambda m, d, e: m(d.x, e)),
     "RECT_L forward": (lambda: RECT_L(F, 8, dropout=0.0), lambda m, d, e: m(d.x, e)),
     "RECT_L embed": (lambda: RECT_L(F, 8, dropout=0.0), lambda m, d, e: m.embed(d.x, e)),
