@@ -24,6 +24,8 @@ keys stay, as with ``torch.nn.SyncBatchNorm.convert_sync_batchnorm``):
 * PyG's ``DeepGraphInfomax``, ``GAE``, ``VGAE``, ``ARGA``, ``ARGVA`` and ``InnerProductDecoder`` (and
   users' subclasses) get their distributed classes (:mod:`.models`): summaries, corruptions, losses,
   negatives, noise and evaluation over all nodes of all ranks;
+* PyG's ``SparseLinear`` (``LINKX``'s) reads its weight row per node at the global ids of the shard's
+  sources (:mod:`.models.sparse_linear`), with no exchange attached;
 * PyG's ``TrimToLayer`` modules also trim mini-batch adjacencies (:mod:`.trim`);
 * the model's parameters get the gradient synchronisation of :mod:`.gradient_sync`.
 
@@ -181,7 +183,8 @@ def distribute(module: torch.nn.Module, algorithm: str = "1d", group: dist.Proce
     for child in module.modules():
         if isinstance(child, MessagePassing):
             swap_class(child)  # HGTConv, HANConv: their forward on a heterogeneous shard's adj_dict
-            attach(child, settings)
+            if not getattr(child, "runs_on_shard", False):  # LINKX's SparseLinear reads its rows by global id
+                attach(child, settings)
         else:
             convert_norm(child, settings)  # and LightGCN: its rule's DistributedLightGCN
             if isinstance(child, DistributedLightGCN):

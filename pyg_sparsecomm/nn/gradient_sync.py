@@ -256,13 +256,19 @@ def _hook_when_materialised(child: torch.nn.Module, sync: GradientSync | None, g
 
 def _note_recomputation(ref: weakref.ref) -> None:
     """A forward pre-hook: a forward inside a backward call is a checkpointed part recomputed
-    (:meth:`GradientSync.recomputation`); any other forward costs one check."""
-    if torch.compiler.is_compiling() or not torch.is_grad_enabled():
+    (:meth:`GradientSync.recomputation`); one outside any while a backward's sum is pending means
+    that backward raised before its end, and its shares are dropped (as autograd dropped it)."""
+    if torch.compiler.is_compiling():
         return
     task = current_graph_task_id()
     sync = ref()
-    if task != -1 and sync is not None:
-        sync.recomputation(task)
+    if sync is None:
+        return
+    if task != -1:
+        if torch.is_grad_enabled():
+            sync.recomputation(task)
+    elif sync.task is not None:  # (a reentrant checkpoint's first forward runs without grad: checked too)
+        sync.task, sync.recomputed, sync.shares, sync.works = None, False, {}, []
 
 
 @torch.compiler.disable  # it reads the caller's frames, which dynamo cannot trace: run it eagerly

@@ -4,7 +4,8 @@ DeepGCN as PyG's ogbn_proteins_deepgcn.py builds it (DeepGCNLayer(GENConv, Layer
 ckpt_grad=True), reentrant checkpoints whose forward runs again inside backward, halo exchanges
 included).  Before: use_reentrant=True ended in a bare AssertionError in nn/gradient_sync.py, or (the
 last layer checkpointed) a LossNormalisationWarning for a loss that did go through distributed_loss and
-gradients summed in pieces.  The warning fires when the loss really is a plain local mean."""
+gradients summed in pieces.  The warning fires when the loss really is a plain local mean; a backward
+that raised midway (after a nested backward ran) leaves nothing behind for the next step."""
 import warnings
 
 import pytest
@@ -97,6 +98,44 @@ def step(build, data, edge_index, distributed: bool, plain_mean: bool = False):
     return out.detach(), grads
 
 
+class _Stop(Exception):
+    pass
+
+
+class FailingGCN(CheckpointedGCN):
+    """CheckpointedGCN whose backward raises (while ``fail``) after the last checkpoint's nested backward."""
+
+    def __init__(self) -> None:
+        super().__init__(use_reentrant=True)
+        self.fail = True
+
+    def forward(self, x, edge_index):
+        x = x.requires_grad_()
+        for i, conv in enumerate(self.convs):
+            if i == len(self.convs) - 1 and self.fail:
+                x.register_hook(self._stop)
+            x = checkpoint(conv, x, edge_index, use_reentrant=True)
+            x = x.relu() if i < len(self.convs) - 1 else x
+        return x
+
+    @staticmethod
+    def _stop(grad):
+        raise _Stop
+
+
+def _after_failed_backward(local, adj):
+    """The gradients of a normal step after a backward that raised once a nested backward had run."""
+    torch.manual_seed(0)
+    model = distribute(FailingGCN())
+    mask = local.train_mask
+    with pytest.raises(_Stop):
+        distributed_loss(Fn.cross_entropy, model(local.x, adj)[mask], local.y[mask]).backward()
+    model.fail = False
+    model.zero_grad()
+    distributed_loss(Fn.cross_entropy, model(local.x, adj)[mask], local.y[mask]).backward()
+    return {k: p.grad.clone() for k, p in model.named_parameters() if p.grad is not None}
+
+
 def _worker(rank, world_size):
     local = shard(labelled(world_size))
     adj = local.adj.with_value(None)  # compared with PyG called on edge_index alone
@@ -107,7 +146,7 @@ def _worker(rank, world_size):
         warnings.simplefilter("always", LossNormalisationWarning)
         step(MODELS["checkpoint(GCNConv, use_reentrant=True)"], local, adj, distributed=True, plain_mean=True)
     warned = any(issubclass(w.category, LossNormalisationWarning) for w in caught)
-    return local.n_id, results, warned
+    return local.n_id, results, warned, _after_failed_backward(local, adj)
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])
@@ -118,7 +157,7 @@ def test_checkpointed_layers_match_pyg(world_size):
     for name, build in MODELS.items():
         ref_out, ref_grads = step(build, data, data.edge_index, distributed=False)
         out = torch.zeros_like(ref_out)
-        for rank, (n_id, results, _) in enumerate(per_rank):
+        for rank, (n_id, results, _, _) in enumerate(per_rank):
             o, grads = results[name]
             out[n_id] = o
             for i, (got, ref) in enumerate(zip(grads, ref_grads, strict=True)):
@@ -128,4 +167,10 @@ def test_checkpointed_layers_match_pyg(world_size):
         failures += [f"{name}: output"] if not torch.allclose(out, ref_out, atol=1e-5, rtol=1e-4) else []
     assert not failures, f"P={world_size}: " + ", ".join(failures)
     if world_size > 1:  # one process: no gradient sum, no warning
-        assert all(warned for _, _, warned in per_rank), "a plain local mean loss must warn on every rank"
+        assert all(warned for _, _, warned, _ in per_rank), "a plain local mean loss must warn on every rank"
+    _, ref_grads = step(MODELS["checkpoint(GCNConv, use_reentrant=True)"], data, data.edge_index, distributed=False)
+    for rank, (_, _, _, grads) in enumerate(per_rank):
+        assert set(grads) == set(ref_grads[0]), f"rank {rank}: a step after a failed backward lost gradients"
+        for k, r in ref_grads[0].items():
+            torch.testing.assert_close(grads[k], r, atol=1e-5, rtol=1e-4,
+                                       msg=lambda m: f"rank {rank}, a step after a failed backward, {k}: {m}")

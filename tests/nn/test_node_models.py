@@ -1,17 +1,29 @@
 """The node-wise classes of torch_geometric.nn.models the verdict table (nn/models/verdicts.py) calls exact,
 under distribute() == single-process PyG in real gloo runs at P = 1..4 (outputs, input and parameter
 gradients, buffers): MLP with BatchNorm, JumpingKnowledge (cat, max, lstm) after GCNConv layers,
-HeteroJumpingKnowledge, PMLP in training (node-wise, its BatchNorm over all ranks) and evaluation (its
-SimpleConv), GPSENodeEncoder, and RECT_L's forward, embed and get_semantic_labels (its class centres
-over all ranks: before, each rank's own centres)."""
+HeteroJumpingKnowledge, GroupAddRev (PyG's RevGNN: its backward inverts its blocks, halo exchanges
+included), PMLP in training (node-wise, its BatchNorm over all ranks) and evaluation (its SimpleConv),
+LINKX (its SparseLinear's weight rows read by global id; with and without node features, weighted;
+before: refused by the default exchange, the weight not a node tensor of the shard), GPSENodeEncoder,
+and RECT_L's forward, embed and get_semantic_labels (its class centres over all ranks: before, each
+rank's own centres)."""
 import warnings
 
 import pytest
 import torch
 from layer_specs import F
-from test_distribute_layers import make_graph
-from torch_geometric.nn import GCNConv
-from torch_geometric.nn.models import MLP, PMLP, RECT_L, GPSENodeEncoder, HeteroJumpingKnowledge, JumpingKnowledge
+from test_distribute_layers import N, make_graph
+from torch_geometric.nn import GCNConv, SAGEConv
+from torch_geometric.nn.models import (
+    LINKX,
+    MLP,
+    PMLP,
+    RECT_L,
+    GPSENodeEncoder,
+    GroupAddRev,
+    HeteroJumpingKnowledge,
+    JumpingKnowledge,
+)
 
 from pyg_sparsecomm import LossNormalisationWarning, distribute, shard
 from pyg_sparsecomm.testing import launch
@@ -48,6 +60,34 @@ class HeteroJK(torch.nn.Module):
         return torch.cat([out["paper"], out["author"]], dim=1)
 
 
+class RevBlock(torch.nn.Module):
+    """The block of PyG's rev_gnn.py (LayerNorm, ReLU, SAGEConv)."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(channels)
+        self.conv = SAGEConv(channels, channels)
+
+    def forward(self, x, edge_index):
+        return self.conv(self.norm(x).relu(), edge_index)
+
+
+class RevGNN(torch.nn.Module):
+    """PyG's RevGNN: reversible GroupAddRev layers, whose backward inverts them (their halo exchanges again)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(F, 8)
+        self.revs = torch.nn.ModuleList([GroupAddRev(RevBlock(4), num_groups=2) for _ in range(3)])
+        self.out = torch.nn.Linear(8, C)
+
+    def forward(self, x, edge_index):
+        x = self.lin(x)
+        for rev in self.revs:
+            x = rev(x, edge_index)
+        return self.out(x)
+
+
 def _pmlp_eval(model, data, edge_index):
     model.eval()
     return model(data.x, edge_index)
@@ -75,6 +115,10 @@ MODELS = {
     "PMLP eval": (lambda: PMLP(F, 8, C, num_layers=3), _pmlp_eval),
     "GPSENodeEncoder": (lambda: GPSENodeEncoder(12, F, 4, F, expand_x=True, dropout_be=0.0, dropout_ae=0.0),
                         lambda m, d, e: m(d.x, d.x.flip(1))),
+    "LINKX": (lambda: LINKX(N, F, 8, C, num_layers=2, num_edge_layers=2), lambda m, d, e: m(d.x, e)),
+    "LINKX without x, weighted": (lambda: LINKX(N, F, 8, C, num_layers=1),
+                                  lambda m, d, e: m(None, e, d.edge_weight)),
+    "GroupAddRev (RevGNN)": (RevGNN, lambda m, d, e: m(d.x, e)),
     "RECT_L forward": (lambda: RECT_L(F, 8, dropout=0.0), lambda m, d, e: m(d.x, e)),
     "RECT_L embed": (lambda: RECT_L(F, 8, dropout=0.0), lambda m, d, e: m.embed(d.x, e)),
     "RECT_L get_semantic_labels": (lambda: RECT_L(F, 8), _rect_labels),

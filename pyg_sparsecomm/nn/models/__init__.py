@@ -1,7 +1,8 @@
 """PyG's models that compute over all nodes, on a shard: ``DeepGraphInfomax`` (:mod:`.deep_graph_infomax`),
 ``GAE``/``VGAE``/``InnerProductDecoder`` (:mod:`.autoencoder`), ``ARGA``/``ARGVA`` (:mod:`.adversarial`); the
 whole graph's node tensors a user's function sees (:mod:`.whole_graph_nodes`), node noise keyed by global ids
-(:mod:`.node_noise`), ``RECT_L``'s class centres (:mod:`.rect`), what the models share (:mod:`.shard_model`),
+(:mod:`.node_noise`), ``RECT_L``'s class centres (:mod:`.rect`),
+``LINKX``'s weight rows by global id (:mod:`.sparse_linear`), what the models share (:mod:`.shard_model`),
 which class each gets (:mod:`.classes`) and the verdict of every class of ``torch_geometric.nn.models``
 (:mod:`.verdicts`)."""
 from .adversarial import DistributedARGA, DistributedARGVA
@@ -9,9 +10,10 @@ from .autoencoder import DistributedGAE, DistributedInnerProductDecoder, Distrib
 from .deep_graph_infomax import DistributedDeepGraphInfomax
 from .node_noise import node_normal
 from .rect import DistributedRECT_L
+from .sparse_linear import DistributedSparseLinear
 from .verdicts import MODEL_VERDICTS, model_table
 from .whole_graph_nodes import WholeGraphNodes
 
 __all__ = ["DistributedDeepGraphInfomax", "DistributedGAE", "DistributedVGAE", "DistributedARGA", "DistributedARGVA",
            "DistributedInnerProductDecoder", "WholeGraphNodes", "node_normal",
-           "DistributedRECT_L", "MODEL_VERDICTS", "model_table"]
+           "DistributedRECT_L", "DistributedSparseLinear", "MODEL_VERDICTS", "model_table"]

@@ -90,17 +90,15 @@ MODEL_VERDICTS: dict[str, tuple[str, str]] = {
     "MaskLabel": (EXACT, "exact: its mask the shard's rows (tests/nn/test_label_models.py)"),
     "RECT_L": (EXACT, "exact: `forward`, `embed`, and `get_semantic_labels` with its class centres over all ranks "
                       "(tests/nn/test_node_models.py)"),
-    "LINKX": (REFUSED, "reads a parameter with one row per node of the whole graph (SparseLinear's weight, "
-                       "`num_nodes` rows) at the sources of edge_index by their ids, which on a shard are local "
-                       "columns: train it in one process, or use a BasicGNN model (or LightGCN's table sharded by "
-                       "owner) for per-node parameters"),
-    "SparseLinear": (REFUSED, "reads a parameter with one row per node of the whole graph at the sources of "
-                              "edge_index by their ids, which on a shard are local columns (LINKX's edge part)"),
+    "LINKX": (EXACT, "exact: its `SparseLinear` reads its weight row per node of the whole graph at the global ids "
+                     "of `local.adj`'s sources (no row exchanged; every rank holds the `[N, H]` weight, as PyG does, "
+                     "its gradient all-reduced), its MLPs node-wise, their BatchNorm over all ranks; full-graph only "
+                     "(tests/nn/test_node_models.py)"),
+    "SparseLinear": (EXACT, "exact: as in `LINKX` (its module `torch_geometric.nn.models.linkx`)"),
     "LightGCN": (EXACT, "exact: its embedding table sharded by owner, `recommendation_loss`, `link_pred_loss`, "
                         "`recommend` over all ranks (tests/nn/test_lightgcn.py)"),
-    "GroupAddRev": (REFUSED, "recomputes its inputs in backward by inverting its blocks (InvertibleModule), which "
-                             "distribute() does not check against PyG: use DeepGCNLayer(ckpt_grad=True) or "
-                             "torch.utils.checkpoint, which trade memory for compute exactly"),
+    "GroupAddRev": (EXACT, "exact: its backward inverts its blocks (their halo exchanges run again, on every rank) "
+                           "and recomputes them, gradients summed once (PyG's RevGNN; tests/nn/test_node_models.py)"),
     "PMLP": (EXACT, "exact: training is node-wise (its BatchNorm1d reduced over all ranks), evaluation runs its "
                     "SimpleConv as one distributed SpMM (tests/nn/test_node_models.py)"),
     "LPFormer": (REFUSED, "computes personalised PageRank over the whole graph and attends over each target pair's "

@@ -5,12 +5,12 @@ lacks are skipped).  Classes not listed run the default exchange (see :mod:`.reg
 Importing this module registers them (:func:`register_pyg_rules`); :mod:`pyg_sparsecomm.nn`
 imports it first, so every lookup of a rule sees PyG's.  It sits above the registry: the rules
 name the distributed classes and adapters they swap in."""
-import importlib
 from typing import Any
 
 import torch
 import torch_geometric.nn as pyg_nn
 from torch_geometric.nn import conv, norm
+from torch_geometric.nn.models import linkx
 
 from .. import norms
 from ..correct_and_smooth import DistributedCorrectAndSmooth
@@ -20,6 +20,7 @@ from ..lightgcn import DistributedLightGCN
 from ..mask_label import DistributedMaskLabel
 from ..models.classes import MODELS
 from ..models.rect import DistributedRECT_L
+from ..models.sparse_linear import DistributedSparseLinear
 from ..models.verdicts import SUBMODULE_CLASSES, refused_models
 from ..runtime.adapters import cheb_laplacian, label_propagation_inputs, node_embedding_ids
 from .registry import GcnNormalisation, LayerRule, register_named
@@ -153,10 +154,8 @@ def torch_rules() -> dict[str, LayerRule]:
 
 def pyg_rules() -> list[tuple[Any, dict[str, LayerRule]]]:
     """``[(module, {class name: rule})]`` of the built-in rules."""
-    submodules = [(importlib.import_module(module), {name: LayerRule(refused=refused_models()[name])})
-                  for name, module in SUBMODULE_CLASSES.items()]  # LINKX's SparseLinear
     return [(conv, conv_rules()), (pyg_nn, module_rules()), (norm, norm_rules()), (torch.nn, torch_rules()),
-            *submodules]
+            (linkx, {"SparseLinear": LayerRule(distributed_class=DistributedSparseLinear)})]  # rows read by global id
 
 
 def register_pyg_rules() -> None:
