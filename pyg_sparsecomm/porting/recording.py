@@ -54,7 +54,8 @@ class Recording:
         """Optimizer steps made (the initial parameters are step 0)."""
         return max(self.steps, default=0)
 
-    def parameters(self, step: int) -> dict[str, torch.Tensor]:
-        """The parameters after ``step`` (``0``: before the first step)."""
-        path = self.path.with_name(f"{self.path.stem}-step{step}.pt")
-        return torch.load(path, weights_only=True)
+    def parameters(self, step: int) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """The parameters after ``step`` (``0``: before the first step), and the global row ids of
+        those sharded by owner."""
+        saved = torch.load(self.path.with_name(f"{self.path.stem}-step{step}.pt"), weights_only=True)
+        return saved["values"], saved["rows"]
