@@ -137,9 +137,11 @@ def report(directory: Path, args: argparse.Namespace, seconds: float, problems: 
     status = verdict.status if not problems or verdict.status != EQUAL else CRASHED
     if status == EQUAL and unreproducible:
         status = INCOMPARABLE
-    word = "equal" if status == EQUAL else "not equal"
-    print(f"{word}: {'equal to rtol %g for %d steps' % (args.rtol, steps) if status == EQUAL else 'see above'}"
-          f" ({seconds:.1f} s)")
+    if status == EQUAL:
+        print(f"equal: every loss and parameter equal to rtol {args.rtol:g} (atol {args.atol:g}) for {steps} steps "
+              f"on {args.nproc} ranks ({seconds:.1f} s)")
+    else:
+        print(f"not equal (exit status {status}, {seconds:.1f} s)")
     return status
 
 
