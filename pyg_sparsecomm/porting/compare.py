@@ -152,7 +152,7 @@ def _parameter_line(when: str, name: str, a: torch.Tensor, b: torch.Tensor | Non
 
 def _walk(verdict: Verdict, tol: Tolerance, a: Recording, b: Recording, steps: int) -> int | None:
     """Compares ``b`` with ``a`` step by step; the first step that differs (``None``: none)."""
-    names_at = {}
+    names_at: dict[int, str] = {}
     for step in range(steps + 1):
         if step not in a.steps or step not in b.steps:
             break

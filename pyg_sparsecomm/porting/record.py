@@ -77,9 +77,9 @@ class Recorder:
     def parameters(self, optimizer: torch.optim.Optimizer) -> None:
         params = [p for group in optimizer.param_groups for p in group["params"]]
         if any(id(p) not in self.names for p in params):
-            names, rows = parameter_names(params)
-            self.names.update(names)
-            self.rows.update(rows)
+            found_names, found_rows = parameter_names(params)
+            self.names.update(found_names)
+            self.rows.update(found_rows)
         values = {self.names[id(p)]: p.detach().cpu().clone() for p in params}
         rows = {self.names[id(p)]: self.rows[id(p)] for p in params if id(p) in self.rows}
         torch.save({"values": values, "rows": rows}, self.directory / f"{self.prefix}-step{self.steps}.pt")
@@ -148,7 +148,7 @@ def _install(recorder: Recorder) -> None:
             recorder.in_backward = False
 
     torch.Tensor.backward = backward  # type: ignore[method-assign]
-    torch.autograd.backward = any_backward  # type: ignore[assignment]
+    torch.autograd.backward = any_backward
     register_optimizer_step_pre_hook(recorder.before_step)
     register_optimizer_step_post_hook(recorder.after_step)
 

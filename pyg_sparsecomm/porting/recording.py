@@ -14,10 +14,14 @@ class Recording:
 
     Attributes:
         label (str): ``"original"`` or ``"port rank r"``.
-        losses (dict[int, list[dict]]): step ``k`` -> the losses passed to ``backward()`` before step ``k + 1``.
-        steps (dict[int, dict]): step ``k`` -> parameter name -> ``[sha1, max_abs, shape]`` after step ``k``.
-        error (dict, optional): the script's error (type, message, where, code).
-        end (dict, optional): the end record (``None``: the process was killed).
+        path (pathlib.Path): the record file.
+        losses (dict[int, list[dict]], optional): step ``k`` -> the losses passed to ``backward()`` before
+            step ``k + 1``. (default: none)
+        steps (dict[int, dict], optional): step ``k`` -> parameter name -> ``[sha1, max_abs, shape,
+            sharded]`` after step ``k``. (default: none)
+        error (dict, optional): the script's error (type, message, where, code). (default: :obj:`None`)
+        end (dict, optional): the end record (``None``: the process was killed). (default: :obj:`None`)
+        exists (bool, optional): whether the record file was written. (default: :obj:`True`)
     """
     label: str
     path: Path
