@@ -221,7 +221,8 @@ FOLDER_IMPORTS = {
     "launch": {"graph", "partition", "plan", "store", "comm", "link", "memory", "_lazy"},
     "checkpoint": {"store", "nn", "plan", "comm"},
     "rdma": {"comm", "plan", "launch", "compat", "_lazy"},
-    "cli": {"graph", "partition", "plan", "store", "launch", "memory"},
+    "cli": {"graph", "partition", "plan", "store", "launch", "memory", "porting"},
+    "porting": {"sampling"},
     "testing": {"", "comm", "nn"},  # "": the root package (its export table)
 }
 

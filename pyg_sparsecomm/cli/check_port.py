@@ -39,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nproc", type=int, default=2, help="processes of the port (default: 2)")
     p.add_argument("--steps", type=int, help="compare the first N optimizer steps, then stop both (default: all)")
     p.add_argument("--rtol", type=float, default=1e-5, help="relative tolerance (default: 1e-5)")
-    p.add_argument("--atol", type=float, default=1e-8, help="absolute tolerance (default: 1e-8)")
+    p.add_argument("--atol", type=float, default=1e-6, help="absolute tolerance (default: 1e-6)")
     p.add_argument("--seed", type=int, default=0, help="torch's, random's and NumPy's seed in every process")
     p.add_argument("--timeout", type=float, default=900, help="seconds each script may run (default: 900)")
     p.add_argument("--keep", metavar="DIR", help="write the recordings and the scripts' output to DIR")
@@ -127,7 +127,7 @@ def report(directory: Path, args: argparse.Namespace, seconds: float, problems: 
     for note in notes + [f"not reproducible: {u}; compared the initial parameters only" for u in unreproducible]:
         print(f"  {note}")
     print(f"  tolerance: rtol {args.rtol:g}, atol {args.atol:g} (a loss: |a - b| <= atol + rtol |a|; "
-          f"a parameter: max |a - b| <= atol + rtol max |a|; a = the original's)")
+          f"a parameter: ||a - b|| <= atol + rtol ||a||; a = the original's)")
     for line in problems + verdict.lines:
         print(line)
     if verdict.status == CRASHED:
@@ -137,9 +137,11 @@ def report(directory: Path, args: argparse.Namespace, seconds: float, problems: 
     status = verdict.status if not problems or verdict.status != EQUAL else CRASHED
     if status == EQUAL and unreproducible:
         status = INCOMPARABLE
-    word = "equal" if status == EQUAL else "not equal"
-    print(f"{word}: {'equal to rtol %g for %d steps' % (args.rtol, steps) if status == EQUAL else 'see above'}"
-          f" ({seconds:.1f} s)")
+    if status == EQUAL:
+        print(f"equal: every loss and parameter equal to rtol {args.rtol:g} (atol {args.atol:g}) for {steps} steps "
+              f"on {args.nproc} ranks ({seconds:.1f} s)")
+    else:
+        print(f"not equal (exit status {status}, {seconds:.1f} s)")
     return status
 
 

@@ -56,7 +56,9 @@ class Recorder:
     def __init__(self, script: str, directory: Path, role: str, rank: int, steps: int | None) -> None:
         self.script, self.directory, self.prefix = script, directory, f"{role}-rank{rank}"
         self.file = open(directory / f"{self.prefix}.jsonl", "w")  # noqa: SIM115 -- open while the script runs
-        self.steps, self.limit, self.names = 0, steps, {}  # type: dict[int, str]
+        self.steps, self.limit = 0, steps
+        self.names: dict[int, str] = {}
+        self.rows: dict[int, torch.Tensor] = {}  # id -> global row ids of a parameter sharded by owner
         self.in_backward = False
 
     def write(self, record: dict[str, Any]) -> None:
@@ -75,11 +77,15 @@ class Recorder:
     def parameters(self, optimizer: torch.optim.Optimizer) -> None:
         params = [p for group in optimizer.param_groups for p in group["params"]]
         if any(id(p) not in self.names for p in params):
-            self.names.update(parameter_names(params))
+            found_names, found_rows = parameter_names(params)
+            self.names.update(found_names)
+            self.rows.update(found_rows)
         values = {self.names[id(p)]: p.detach().cpu().clone() for p in params}
-        torch.save(values, self.directory / f"{self.prefix}-step{self.steps}.pt")
-        digests = {name: [hashlib.sha1(v.contiguous().view(-1).numpy().tobytes()).hexdigest()[:16],
-                          float(v.abs().max()) if v.numel() else 0.0, list(v.shape)] for name, v in values.items()}
+        rows = {self.names[id(p)]: self.rows[id(p)] for p in params if id(p) in self.rows}
+        torch.save({"values": values, "rows": rows}, self.directory / f"{self.prefix}-step{self.steps}.pt")
+        digests = {name: [hashlib.sha1(v.contiguous().view(-1).float().numpy().tobytes()).hexdigest()[:16],
+                          float(v.abs().max()) if v.numel() else 0.0, list(v.shape), name in rows]
+                   for name, v in values.items()}
         self.write({"kind": "step", "step": self.steps, "params": digests})
 
     def before_step(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
@@ -94,22 +100,30 @@ class Recorder:
             raise StopRecording
 
 
-def parameter_names(params: list[torch.Tensor]) -> dict[int, str]:
-    """id -> qualified name of each of ``params`` in the largest module that holds it (ties: the
-    shortest name); ``param<i>`` where no module holds it."""
+def parameter_names(params: list[torch.Tensor]) -> tuple[dict[int, str], dict[int, torch.Tensor]]:
+    """id -> qualified name of each of ``params`` in the largest module tree holding it (ties: the
+    shortest name; ``param<i>`` where no module holds it); and id -> global row ids of each one
+    sharded by owner (a module's table whose rows are ``module._sparsecomm_rows.n_id``, as
+    ``distribute(LightGCN)``'s)."""
     wanted = {id(p) for p in params}
-    best: dict[int, tuple[int, int, str]] = {}
     with warnings.catch_warnings():  # isinstance on deprecated module proxies warns
         warnings.simplefilter("ignore")
         modules = [o for o in gc.get_objects() if isinstance(o, torch.nn.Module)]
+    children = {id(c) for m in modules for c in m.modules() if c is not m}
+    best: dict[int, tuple[int, int, str]] = {}
+    rows: dict[int, torch.Tensor] = {}
     for module in modules:
         named = list(module.named_parameters())
+        sharded = getattr(module, "_sparsecomm_rows", None) if hasattr(module, "owner_sharded_rows") else None
         for name, p in named:
-            if id(p) in wanted:
+            if id(p) in wanted and sharded is not None and p.dim() and p.size(0) == sharded.n_id.numel():
+                rows[id(p)] = sharded.n_id.detach().cpu().clone()
+            if id(p) in wanted and id(module) not in children:
                 rank = (-len(named), len(name), name)
                 if id(p) not in best or rank < best[id(p)]:
                     best[id(p)] = rank
-    return {id(p): best[id(p)][2] if id(p) in best else f"param{i}" for i, p in enumerate(params)}
+    names = {id(p): best[id(p)][2] if id(p) in best else f"param{i}" for i, p in enumerate(params)}
+    return names, rows
 
 
 def _install(recorder: Recorder) -> None:
@@ -134,7 +148,7 @@ def _install(recorder: Recorder) -> None:
             recorder.in_backward = False
 
     torch.Tensor.backward = backward  # type: ignore[method-assign]
-    torch.autograd.backward = any_backward  # type: ignore[assignment]
+    torch.autograd.backward = any_backward
     register_optimizer_step_pre_hook(recorder.before_step)
     register_optimizer_step_post_hook(recorder.after_step)
 

@@ -14,10 +14,14 @@ class Recording:
 
     Attributes:
         label (str): ``"original"`` or ``"port rank r"``.
-        losses (dict[int, list[dict]]): step ``k`` -> the losses passed to ``backward()`` before step ``k + 1``.
-        steps (dict[int, dict]): step ``k`` -> parameter name -> ``[sha1, max_abs, shape]`` after step ``k``.
-        error (dict, optional): the script's error (type, message, where, code).
-        end (dict, optional): the end record (``None``: the process was killed).
+        path (pathlib.Path): the record file.
+        losses (dict[int, list[dict]], optional): step ``k`` -> the losses passed to ``backward()`` before
+            step ``k + 1``. (default: none)
+        steps (dict[int, dict], optional): step ``k`` -> parameter name -> ``[sha1, max_abs, shape,
+            sharded]`` after step ``k``. (default: none)
+        error (dict, optional): the script's error (type, message, where, code). (default: :obj:`None`)
+        end (dict, optional): the end record (``None``: the process was killed). (default: :obj:`None`)
+        exists (bool, optional): whether the record file was written. (default: :obj:`True`)
     """
     label: str
     path: Path
@@ -54,7 +58,8 @@ class Recording:
         """Optimizer steps made (the initial parameters are step 0)."""
         return max(self.steps, default=0)
 
-    def parameters(self, step: int) -> dict[str, torch.Tensor]:
-        """The parameters after ``step`` (``0``: before the first step)."""
-        path = self.path.with_name(f"{self.path.stem}-step{step}.pt")
-        return torch.load(path, weights_only=True)
+    def parameters(self, step: int) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """The parameters after ``step`` (``0``: before the first step), and the global row ids of
+        those sharded by owner."""
+        saved = torch.load(self.path.with_name(f"{self.path.stem}-step{step}.pt"), weights_only=True)
+        return saved["values"], saved["rows"]

@@ -80,4 +80,4 @@ def neighbor_loader(pyg_loader: type) -> type:
 def install() -> None:
     """Puts :func:`neighbor_loader` in place of ``torch_geometric.loader.NeighborLoader``."""
     import torch_geometric.loader as pyg_loader
-    pyg_loader.NeighborLoader = neighbor_loader(pyg_loader.NeighborLoader)  # type: ignore[misc]
+    pyg_loader.NeighborLoader = neighbor_loader(pyg_loader.NeighborLoader)
