@@ -8,6 +8,7 @@ batches of a few seeds), and ``len(loader)`` -- the batches an epoch yields -- i
 every rank, as are ``len(loader.dataset)`` (the global number of seeds) and every batch's
 ``global_batch_size`` (what a progress bar over seeds adds up).
 """
+import inspect
 import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -38,7 +39,8 @@ class DistributedLoader:
         self.seed_n_id, self.num_nodes = self._seed_rows(local, group)
         n_id = self.seed_n_id
         self.local, self.sampling, self.group, self.transform = local, sampling, group, transform
-        self.prefetch = prefetch_depth(prefetch, pyg_options, type(self).__name__)
+        self.prefetch = prefetch_depth(prefetch, pyg_options, type(self).__name__,
+                                       inspect.signature(type(self).__init__).parameters)
         # a bad input_nodes on one rank raises on every rank (its peers would wait in the next collective)
         input_mask = raise_together(lambda: self._input_mask(input_nodes, n_id),
                                     f"{type(self).__name__}(input_nodes=...)", group)

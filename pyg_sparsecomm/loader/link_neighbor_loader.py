@@ -33,6 +33,7 @@ plan over the batch's rows: ``batch.pairs.gather(out)`` gives both endpoints' em
 ``batch.edge_label_index_global`` their global ids; with ``"triplet"`` these pairs are the positives,
 then every positive's ``amount`` negatives (``batch.num_positive_pairs`` positives on this rank).
 """
+import inspect
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -137,7 +138,8 @@ class DistributedLinkNeighborLoader:
     def _prefetching(self, prefetch: int | None, pyg_options: dict[str, Any], group: dist.ProcessGroup | None) -> None:
         """Batches sampled ahead (``prefetch``, or PyG's ``num_workers``: :mod:`.pyg_options`), on a
         thread whose exchanges run on a gloo group of their own, as the node loaders' (:mod:`.prefetch`)."""
-        self.prefetch = prefetch_depth(prefetch, pyg_options, type(self).__name__)
+        self.prefetch = prefetch_depth(prefetch, pyg_options, type(self).__name__,
+                                       inspect.signature(type(self).__init__).parameters)
         self.sample_group = (twin_group(group, backend="gloo") if self.prefetch and group_world_size(group) > 1
                              else group)
         self.nodes.sample_group = self.sample_group
