@@ -10,7 +10,9 @@ other, with each prefetching thread left sampling ahead when the next loader sta
 * ``exception``: an exception raised inside the loop, caught outside it; after the last loader
   one more is raised and not caught (the job's exit code is then 1, on every rank);
 * ``gc``: ``it = iter(loader); next(it)`` then ``del it`` and ``gc.collect()``;
-* ``exit``: ``it = iter(loader); next(it)`` kept in a global until the interpreter exits.
+* ``exit``: ``it = iter(loader); next(it)`` kept in a global until the interpreter exits;
+* ``exception_one``: after the others ended by ``break``, rank 1 raises in the first loader's loop (not
+  caught) while rank 0 goes on iterating: rank 1 exits 1, rank 0 fails or is stopped by torchrun.
 
 DESTROY (``1``/``0``) calls ``dist.destroy_process_group()`` before the script ends; PREFETCH is
 every loader's ``prefetch=``.  Prints ``ENDED <rank>`` as its last line.
@@ -97,13 +99,16 @@ def main() -> None:
     rank = dist.get_rank()
     made = loaders(prefetch)
     for loader in made:
-        end(loader, ending)
+        end(loader, "break" if ending == "exception_one" else ending)
     if destroy:
         dist.destroy_process_group()
     print(f"ENDED {rank}", flush=True)
-    if ending == "exception":
+    if ending == "exception" or (ending == "exception_one" and rank == 1):
         for _ in made[0]:
             raise Ended("raised in the loop and not caught")
+    if ending == "exception_one":
+        for _ in made[0]:  # rank 0: its peer stopped taking part
+            pass
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Every loader's loop ends cleanly however it ends (issue 55, item 2), in real ``torchrun`` jobs at
 P = 2 (gloo): ``break``, an exception (caught, then one not caught), the iterator garbage-collected,
 an iterator kept until the interpreter exits, each with and without ``dist.destroy_process_group()``,
+an exception on one rank only,
 for the six loader kinds in every job (tests/loader_ending_job.py).  Before the fix 2 of 6 such jobs
 aborted in interpreter teardown (``terminate called without an active exception``, exit 134): a
 prefetching thread was still inside a gloo exchange.  Jobs whose threads are left sampling at
@@ -35,7 +36,7 @@ def check(ending: str, destroy: bool, returncode: int, out: str, err: str) -> No
     where = f"ending={ending} destroy={destroy}: rc={returncode}\n{err[-3000:]}"
     assert "terminate called" not in err and "SIGABRT" not in err and "Signal 6" not in err, where
     assert "ENDED 0" in out and "ENDED 1" in out, where  # every loader's loop ended on both ranks
-    if ending == "exception":  # the uncaught one: the exception's exit code, its message named
+    if ending in ("exception", "exception_one"):  # the uncaught one: the exception's exit code, its message named
         assert returncode == 1 and "raised in the loop and not caught" in err, where
     else:
         assert returncode == 0, where
@@ -48,6 +49,12 @@ def test_every_loader_ends_cleanly_however_its_loop_ends(destroy):
         jobs = [(case, start(*case, prefetch=1)) for case in cases[first:first + 2]]
         for (ending, destroyed), job in jobs:
             check(ending, destroyed, *finish(job))
+
+
+def test_an_exception_on_one_rank_ends_the_job_with_its_exit_code():
+    """Rank 1 raises in the loop while rank 0 goes on: rank 0 fails naming rank 1's error (or torchrun
+    stops it), and no rank aborts."""
+    check("exception_one", False, *finish(start("exception_one", False, prefetch=1)))
 
 
 def test_the_job_script_runs_without_prefetching():
