@@ -47,6 +47,8 @@ def tensors(obj: Any, path: str = "obj") -> list[tuple[str, torch.Tensor]]:
         seen.add(id(item))
         if isinstance(item, torch.Tensor):
             found.append((where, item))
+            if type(item) is not torch.Tensor:  # a subclass's own tensors (a batch's n_id: its rows)
+                stack.extend((f"{where}.{name}", v) for name, v in vars(item).items() if isinstance(v, torch.Tensor))
             continue
         stack.extend((where + name, child) for name, child in _children(item))
     return sorted(found, key=lambda pair: pair[0])

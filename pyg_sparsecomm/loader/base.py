@@ -8,6 +8,7 @@ batches of a few seeds), and ``len(loader)`` -- the batches an epoch yields -- i
 every rank, as are ``len(loader.dataset)`` (the global number of seeds) and every batch's
 ``global_batch_size`` (what a progress bar over seeds adds up).
 """
+import inspect
 import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -22,7 +23,7 @@ from ..plan.halo_adj import HaloAdj
 from ..sampling.rules import NeighborSampling, NodeSubsetSampling
 from .prefetch import PrefetchedBatches
 from .pyg_options import prefetch_depth
-from .seeds import global_seed_ids, owned_seed_mask, seeds_per_batch
+from .seeds import check_in_order, global_seed_ids, owned_seed_mask, seeds_per_batch
 
 
 class DistributedLoader:
@@ -38,9 +39,10 @@ class DistributedLoader:
         self.seed_n_id, self.num_nodes = self._seed_rows(local, group)
         n_id = self.seed_n_id
         self.local, self.sampling, self.group, self.transform = local, sampling, group, transform
-        self.prefetch = prefetch_depth(prefetch, pyg_options, type(self).__name__)
+        self.prefetch = prefetch_depth(prefetch, pyg_options, type(self).__name__,
+                                       inspect.signature(type(self).__init__).parameters)
         # a bad input_nodes on one rank raises on every rank (its peers would wait in the next collective)
-        input_mask = raise_together(lambda: owned_seed_mask(input_nodes, n_id, self.num_nodes),
+        input_mask = raise_together(lambda: self._input_mask(input_nodes, n_id),
                                     f"{type(self).__name__}(input_nodes=...)", group)
         self.global_seeds = global_seed_ids(input_mask, n_id, self.num_nodes, group)  # on the host
         self.input_mask = input_mask.to(self.device)
@@ -75,6 +77,17 @@ class DistributedLoader:
         self.adj, self.device = adj, adj.device
         self.e_id = local.e_id.to(adj.device)
         return adj.plan.n_id, int(adj.plan.num_nodes)
+
+    def _input_mask(self, input_nodes: Tensor | None, n_id: Tensor) -> Tensor:
+        check_in_order(input_nodes, self.sampling, type(self).__name__)
+        return owned_seed_mask(input_nodes, n_id, self.num_nodes)
+
+    @property
+    def data(self) -> Data:
+        """The shard the batches are cut from (PyG's ``loader.data``): attributes deleted from it
+        (``del loader.data.x``) or added to it (node-level, one row per shard row) leave or join
+        the batches."""
+        return self.local
 
     def _check_same_sampling(self) -> None:
         """Ranks that drew batches by different rules would wait for each other forever in the
@@ -163,6 +176,12 @@ class DistributedLoader:
                 self._taken += 1
                 yield batch if self.transform is None else self.transform(batch)
         finally:
+            # the loop ended (exhausted, break, an exception, the iterator dropped): the prefetching
+            # thread stops after the batches it was allowed and is joined here (:mod:`.prefetch`)
+            if isinstance(batches, PrefetchedBatches):
+                batches.close()
+                if self._running is batches:
+                    self._running = None
             if self._iterating == epoch:
                 self._iterating = None
             if self._resume is not None and self._resume[0] == epoch:

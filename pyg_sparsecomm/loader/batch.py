@@ -17,6 +17,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from ..comm.ids import exchange_ids
+from ..graph.batch_node_ids import BatchNodeIds
 from ..plan.halo_adj import HaloAdj, csr_order
 from ..plan.homogeneous import RankPlan
 from ..sampling.sampled_adj import SampledAdj
@@ -172,7 +173,9 @@ def batch_attributes(local: Data, rows: Tensor, edge_pos: Tensor, adj: SampledAd
       also ``edge_index`` (where PyG's ``NeighborLoader`` batch holds its graph, so
       ``model(batch.x, batch.edge_index)`` runs on a ``distribute()``d model) and any other key
       of the shard that holds its :class:`~pyg_sparsecomm.plan.halo_adj.HaloAdj` (e.g. ``adj_t``);
-    * ``n_id`` / ``e_id``: global ids of the batch's rows / edges;
+    * ``n_id`` / ``e_id``: global ids of the batch's rows / edges (``n_id`` a
+      :class:`~pyg_sparsecomm.graph.batch_node_ids.BatchNodeIds`: ``x[batch.n_id]`` of the shard's
+      ``x`` takes the batch's rows, as PyG's ``x_all[batch.n_id]``);
     * ``batch_size``: this rank's seed rows, the first ones (score ``out[:batch.batch_size]``);
     * ``seed_mask``: the same as a mask;
     * ``num_sampled_nodes`` / ``num_sampled_edges``: this rank's rows and edges per hop (neighbour batches),
@@ -186,6 +189,8 @@ def batch_attributes(local: Data, rows: Tensor, edge_pos: Tensor, adj: SampledAd
         batch[key] = (adj if isinstance(value, HaloAdj)
                       else slice_attribute(key, value, local.num_nodes, nnz, rows, edge_pos))
     batch.adj = batch.edge_index = adj
+    # global ids (the shard's n_id, or the script's loader.data.n_id) that index the shard's tensors at rows
+    batch.n_id = BatchNodeIds.of(batch.n_id if "n_id" in batch else adj.plan.n_id, rows, local.num_nodes)
     batch.edge_weight = adj.value
     batch.num_nodes = rows.numel()
     batch.global_num_nodes = local.global_num_nodes

@@ -73,6 +73,9 @@ class DistributedHeteroLinkNeighborLoader(DistributedLinkNeighborLoader, heterog
             (default: :obj:`None`)
         amount (float, optional): negatives per positive, as ``NegativeSampling``'s ``amount``.
             (default: :obj:`1`)
+        prefetch (int, optional): batches sampled ahead on a background thread (``0``: none), as the other
+            loaders'. (default: :obj:`1`, or PyG's ``num_workers``)
+        **pyg_options (optional): PyG loader keywords, read as the other loaders read them (:mod:`~.pyg_options`).
 
     Shapes:
         - **input:** supervision pairs :math:`(2, |\mathcal{E}_{sup}|)` of ``edge_type``, labels
@@ -88,7 +91,8 @@ class DistributedHeteroLinkNeighborLoader(DistributedLinkNeighborLoader, heterog
     def __init__(self, local: HeteroData, num_neighbors: Any, edge_label_index: Any,
                  edge_label: Tensor | None = None, neg_sampling: Any = None, batch_size: int = 1,
                  shuffle: bool = False, seed: int = 0, group: dist.ProcessGroup | None = None,
-                 neg_sampling_ratio: float | None = None, amount: float | None = None) -> None:
+                 neg_sampling_ratio: float | None = None, amount: float | None = None, prefetch: int | None = None,
+                 **pyg_options: Any) -> None:
         neg_sampling, self.amount = negative_sampling_mode(neg_sampling, amount, neg_sampling_ratio)
         self.edge_type, pairs = supervision_relation(local, edge_label_index)
         src, _, dst = self.edge_type
@@ -104,6 +108,7 @@ class DistributedHeteroLinkNeighborLoader(DistributedLinkNeighborLoader, heterog
         seed_type: Any = src  # the node loader takes PyG's input_nodes=node_type
         self.nodes = DistributedHeteroNeighborLoader(local, num_neighbors, batch_size=1, input_nodes=seed_type,
                                                      seed=seed, group=group, prefetch=0)
+        self._prefetching(prefetch, pyg_options, group)
         self.batch_size, self.shuffle, self.seed, self.group = batch_size, shuffle, seed, group
         self.rule = LinkBatching(m, batch_size, sizes[src], sizes[dst], neg_sampling, self.amount, bool(shuffle),
                                  seed)
@@ -112,7 +117,8 @@ class DistributedHeteroLinkNeighborLoader(DistributedLinkNeighborLoader, heterog
         self.epoch = 0
         check_same_pairs(self.edge_label_index, type(self).__name__, group,
                          {"edge_type": self.edge_type, "neg_sampling": self.neg_sampling, "amount": self.amount,
-                          "batch_size": batch_size, "shuffle": shuffle, "seed": seed})
+                          "batch_size": batch_size, "shuffle": shuffle, "seed": seed,
+                          "prefetching": bool(self.prefetch)})
 
     def sample(self, epoch: int, b: int) -> HeteroData:
         """Batch ``b`` of ``epoch`` on this rank; collective."""
@@ -164,7 +170,7 @@ class DistributedHeteroLinkNeighborLoader(DistributedLinkNeighborLoader, heterog
         _, seed_row = owner_rows(part[dst_seeds], P)
         at = np.searchsorted(dst_seeds, ends)
         plan, column = endpoint_plan(ends, part[ends], seed_row[at], batch_n_id.cpu(), part.size,
-                                     np.bincount(part[dst_seeds], minlength=P).tolist(), self.group)
+                                     np.bincount(part[dst_seeds], minlength=P).tolist(), self.sample_group)
         rows = TargetRows(plan, dst, len(positions), self.group)
         out, start = [], 0
         for view, p in enumerate(positions):

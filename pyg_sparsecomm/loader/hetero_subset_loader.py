@@ -52,6 +52,8 @@ class DistributedHeteroNodeSubsetLoader(DistributedNodeSubsetLoader, heterogeneo
             (default: :obj:`1`, or PyG's ``num_workers``)
         drop_last (bool, optional): PyG's default ``False`` only, as in
             :class:`~.node_subset_loader.DistributedNodeSubsetLoader`. (default: :obj:`False`)
+        num_parts (int, optional): batches per epoch instead of ``batch_size`` (``ceil(N / num_parts)`` nodes of
+            all types per batch), as PyG's ``RandomNodeLoader``. (default: :obj:`None`)
         **pyg_options (optional): PyG loader keywords, as in
             :class:`~.neighbor_loader.DistributedNeighborLoader`.
     """
@@ -67,7 +69,8 @@ class DistributedHeteroNodeSubsetLoader(DistributedNodeSubsetLoader, heterogeneo
         return HeteroNodeSubsetSampling(input_type=self.input_type, node_types=node_types, **batching), ids
 
     def _num_members(self, local: Any) -> int:
-        return self.sampling.num_nodes
+        """The nodes the epoch's batches split: the graph's, of every type."""
+        return sum(int(local[t].global_num_nodes) for t in local.node_types)
 
     def _seed_rows(self, local: Any, group: dist.ProcessGroup | None) -> tuple[Tensor, int]:
         """Checks the shard; keeps every relation's adjacency, every node type's global ids and every

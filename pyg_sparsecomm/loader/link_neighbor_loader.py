@@ -33,6 +33,7 @@ plan over the batch's rows: ``batch.pairs.gather(out)`` gives both endpoints' em
 ``batch.edge_label_index_global`` their global ids; with ``"triplet"`` these pairs are the positives,
 then every positive's ``amount`` negatives (``batch.num_positive_pairs`` positives on this rank).
 """
+import inspect
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -42,7 +43,7 @@ import torch.distributed as dist
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
-from ..comm.group import raise_together
+from ..comm.group import raise_together, twin_group
 from ..comm.group import rank as group_rank
 from ..comm.group import world_size as group_world_size
 from ..graph.validate import check_edge_index
@@ -53,6 +54,8 @@ from ..plan.homogeneous import RankPlan, owner_rows
 from ..sampling.link_rules import LinkBatching, check_batch_size, negative_sampling_mode, supervision_labels
 from .batch_pair_index import BatchPairIndex, TargetIndex, TargetRows
 from .neighbor_loader import DistributedNeighborLoader
+from .prefetch import PrefetchedBatches, closing
+from .pyg_options import prefetch_depth
 
 
 class DistributedLinkNeighborLoader:
@@ -76,6 +79,11 @@ class DistributedLinkNeighborLoader:
             (default: :obj:`None`)
         amount (float, optional): negatives per positive, as ``NegativeSampling``'s ``amount``.
             (default: :obj:`1`)
+        prefetch (int, optional): batches sampled ahead on a background thread, as
+            :class:`~.neighbor_loader.DistributedNeighborLoader`'s (``0``: none). (default: :obj:`1`, or PyG's
+            ``num_workers``)
+        **pyg_options (optional): PyG loader keywords (``num_workers``, ``persistent_workers``, ...), as
+            :class:`~.neighbor_loader.DistributedNeighborLoader` reads them (:mod:`~.pyg_options`).
 
     Shapes:
         - **input:** supervision pairs :math:`(2, |\mathcal{E}_{sup}|)`, labels
@@ -103,9 +111,11 @@ class DistributedLinkNeighborLoader:
     def __init__(self, local: Data, num_neighbors: Sequence[int], edge_label_index: Tensor,
                  edge_label: Tensor | None = None, neg_sampling: Any = None, batch_size: int = 1,
                  shuffle: bool = False, seed: int = 0, group: dist.ProcessGroup | None = None,
-                 neg_sampling_ratio: float | None = None, amount: float | None = None) -> None:
+                 neg_sampling_ratio: float | None = None, amount: float | None = None, prefetch: int | None = None,
+                 **pyg_options: Any) -> None:
         neg_sampling, self.amount = negative_sampling_mode(neg_sampling, amount, neg_sampling_ratio)
         self.nodes = DistributedNeighborLoader(local, num_neighbors, batch_size=1, seed=seed, group=group, prefetch=0)
+        self._prefetching(prefetch, pyg_options, group)
         self.num_nodes = self.nodes.num_nodes
         def check() -> None:  # a rank's bad pairs or batch_size raise on every rank
             check_edge_index(edge_label_index, self.num_nodes, "edge_label_index")
@@ -123,7 +133,17 @@ class DistributedLinkNeighborLoader:
         self.epoch = 0
         check_same_pairs(self.edge_label_index, type(self).__name__, group,
                          {"neg_sampling": self.neg_sampling, "amount": self.amount, "batch_size": self.batch_size,
-                          "shuffle": self.shuffle, "seed": self.seed})
+                          "shuffle": self.shuffle, "seed": self.seed, "prefetching": bool(self.prefetch)})
+
+    def _prefetching(self, prefetch: int | None, pyg_options: dict[str, Any], group: dist.ProcessGroup | None) -> None:
+        """Batches sampled ahead (``prefetch``, or PyG's ``num_workers``: :mod:`.pyg_options`), on a
+        thread whose exchanges run on a gloo group of their own, as the node loaders' (:mod:`.prefetch`)."""
+        self.prefetch = prefetch_depth(prefetch, pyg_options, type(self).__name__,
+                                       inspect.signature(type(self).__init__).parameters)
+        self.sample_group = (twin_group(group, backend="gloo") if self.prefetch and group_world_size(group) > 1
+                             else group)
+        self.nodes.sample_group = self.sample_group
+        self._running: PrefetchedBatches | None = None
 
     def _partition(self) -> np.ndarray:
         """The owner of every node (gathered from the shards' ``n_id``, once)."""
@@ -145,9 +165,13 @@ class DistributedLinkNeighborLoader:
         epoch = self.epoch
         self.epoch += 1
         counts = np.bincount(self.pair_batches(epoch), minlength=self.num_batches)
-        for b in range(self.num_batches):
-            if counts[b]:
-                yield self.sample(epoch, b)
+        batches = (self.sample(epoch, b) for b in range(self.num_batches) if counts[b])
+        if not self.prefetch:
+            return batches
+        if self._running is not None:  # an epoch left early: its thread stops before this one samples
+            self._running.close()
+        self._running = PrefetchedBatches(batches, self.prefetch, self.nodes.device)
+        return closing(self._running)
 
     def sample(self, epoch: int, b: int) -> Data:
         """Batch ``b`` of ``epoch`` on this rank; collective."""
@@ -164,7 +188,7 @@ class DistributedLinkNeighborLoader:
         at = np.searchsorted(seeds, ends)
         plan, column = endpoint_plan(ends, part[ends], seed_row[at], batch.n_id.cpu(), self.num_nodes,
                                      np.bincount(part[seeds], minlength=group_world_size(self.group)).tolist(),
-                                     self.group)
+                                     self.sample_group)
         index = column.view(2, -1)
         held_t = torch.from_numpy(held)
         edge_label = None if label is None else label[held_t]

@@ -1,4 +1,5 @@
 r"""``DistributedNodeSubsetLoader``: random node subsets and the subgraphs they induce."""
+import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -43,6 +44,9 @@ class DistributedNodeSubsetLoader(DistributedLoader):
         drop_last (bool, optional): PyG's default ``False`` only: a batch is a random set of about ``batch_size``
             nodes, so there is no short last batch to drop (``DistributedNeighborLoader`` takes
             ``drop_last=True``). (default: :obj:`False`)
+        num_parts (int, optional): batches per epoch instead of ``batch_size``, as PyG's ``RandomNodeLoader(data,
+            num_parts)``: ``batch_size = ceil(N / num_parts)`` (``RandomNodeLoader`` ports in one line:
+            ``DistributedNodeSubsetLoader(data, num_parts=..., shuffle=True)``). (default: :obj:`None`)
         **pyg_options (optional): PyG loader keywords, as in :class:`~.neighbor_loader.DistributedNeighborLoader`.
     """
 
@@ -61,10 +65,11 @@ class DistributedNodeSubsetLoader(DistributedLoader):
             return object.__new__(cls._heterogeneous)
         return object.__new__(cls)
 
-    def __init__(self, local: Data, batch_size: int = 1, input_nodes: Tensor | None = None,
+    def __init__(self, local: Data, batch_size: int | None = None, input_nodes: Tensor | None = None,
                  shuffle: bool | None = False, seed: int = 0, group: dist.ProcessGroup | None = None,
                  transform: Callable[[Data], Data] | None = None, prefetch: int | None = None,
-                 drop_last: bool = False, **pyg_options: Any) -> None:
+                 drop_last: bool = False, num_parts: int | None = None, **pyg_options: Any) -> None:
+        batch_size = self._batch_size(local, batch_size, num_parts)
         if drop_last:
             raise ValueError("DistributedNodeSubsetLoader(drop_last=True) is not supported: a batch is a random set "
                              "of about batch_size nodes (each node falls in one by a hash of its id), so there is no "
@@ -74,6 +79,18 @@ class DistributedNodeSubsetLoader(DistributedLoader):
                                            seed=seed)
         super().__init__(local, sampling, input_nodes, group, transform, prefetch, pyg_options)
         self.num_batches = sampling.num_batches(self._num_members(local))
+
+    def _batch_size(self, local: Data, batch_size: int | None, num_parts: int | None) -> int:
+        """``batch_size``, or the nodes per batch of PyG's ``RandomNodeLoader(data, num_parts)``:
+        ``ceil(N / num_parts)`` of the ``N`` nodes the batches split."""
+        if num_parts is None:
+            return 1 if batch_size is None else batch_size
+        if batch_size is not None:
+            raise ValueError(f"{type(self).__name__} got batch_size={batch_size} and num_parts={num_parts}: pass one "
+                             f"(num_parts, as PyG's RandomNodeLoader, sets batch_size = ceil(num_nodes / num_parts))")
+        if isinstance(num_parts, bool) or not isinstance(num_parts, int) or num_parts < 1:
+            raise ValueError(f"num_parts must be a positive integer (batches per epoch), got {num_parts!r}")
+        return max(1, math.ceil(self._num_members(local) / num_parts))
 
     def _rule(self, local: Data, input_nodes: Any, group: dist.ProcessGroup | None,
               **batching: Any) -> tuple[NodeSubsetSampling, Any]:

@@ -26,7 +26,18 @@ Three rules keep every rank's collectives matched:
 
 On a CUDA shard the thread samples on a stream of its own and hands every batch over with an
 event the caller's stream waits for (:mod:`.stream_handoff`).
+
+However the loop ends, the thread is stopped and joined before the process goes on to anything
+that could meet it half-way through a collective: a loop left by ``break`` or by an exception
+closes its epoch (the loaders close it when the epoch's generator is finalised, at once in
+CPython), and an epoch still open when the interpreter exits (an iterator kept in a global) is
+closed by an ``atexit`` handler registered when its thread starts.  Interpreter teardown never
+meets a live thread inside gloo: a daemon thread woken there is ended by a forced unwind of its
+C++ frames, which aborts the process (``terminate called without an active exception``, exit
+134), and ``dist.destroy_process_group()`` after the loop destroys the group the thread would
+still be using.
 """
+import atexit
 import queue
 import threading
 from collections.abc import Iterator
@@ -73,6 +84,7 @@ class PrefetchedBatches:
         # the current device is per thread: the caller's, set again in the new thread
         self._device = torch.cuda.current_device() if torch.cuda.is_available() else None
         self._thread = threading.Thread(target=self._run, name="pyg_sparsecomm-prefetch", daemon=True)
+        atexit.register(self.close)  # before interpreter teardown (unregistered by close)
         self._thread.start()
 
     def _run(self) -> None:
@@ -118,12 +130,26 @@ class PrefetchedBatches:
 
     def close(self) -> None:
         """Stops after the batches already allowed (the same on every rank: ``depth`` plus the
-        batches taken, whether or not the thread had started them) and waits for the thread."""
+        batches taken, whether or not the thread had started them) and waits for the thread;
+        the batches made and not taken are dropped.  Idempotent."""
         with self._turn:
             self._stop.set()
             self._turn.notify()
-        self._thread.join()
+        if threading.current_thread() is not self._thread:
+            self._thread.join()
+        atexit.unregister(self.close)
+        while not self._ready.empty():  # drop the batches made ahead (their memory, their device events)
+            self._ready.get_nowait()
 
     def __del__(self) -> None:
         if self._thread.is_alive():
             self.close()
+
+
+def closing(batches: PrefetchedBatches) -> Iterator[Data]:
+    """The batches of ``batches``; however the caller's loop ends (exhausted, ``break``, an
+    exception, the iterator dropped), the thread is stopped and joined when it does."""
+    try:
+        yield from batches
+    finally:
+        batches.close()

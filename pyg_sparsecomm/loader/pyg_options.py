@@ -13,6 +13,8 @@ are refused by name with the reason.
 * keywords that would change the batches are accepted at PyG's default value only
   (:data:`DEFAULT_ONLY` says why another value is refused).
 """
+import difflib
+from collections.abc import Iterable
 from typing import Any
 
 #: keyword -> why any value changes nothing here
@@ -58,10 +60,11 @@ DEFAULT_ONLY: dict[str, tuple[Any, str]] = {
 }
 
 
-def prefetch_depth(prefetch: int | None, options: dict[str, Any], loader: str) -> int:
+def prefetch_depth(prefetch: int | None, options: dict[str, Any], loader: str, own: Iterable[str] = ()) -> int:
     """Batches sampled ahead, from ``prefetch`` or PyG's ``num_workers`` / ``prefetch_factor``
     (default 1); checks every other keyword of ``options`` (PyG's) and raises naming it when it
-    cannot mean here what it means in PyG."""
+    cannot mean here what it means in PyG, or, for a keyword neither PyG's nor the loader's
+    (``own``: its argument names), the closest accepted one and all of them."""
     options = dict(options)
     num_workers = options.pop("num_workers", None)
     prefetch_factor = options.pop("prefetch_factor", None)
@@ -74,9 +77,7 @@ def prefetch_depth(prefetch: int | None, options: dict[str, Any], loader: str) -
                 raise ValueError(f"{loader}({key}={value!r}) is not supported: {reason} (PyG's default "
                                  f"{key}={accepted!r} is accepted)")
             continue
-        known = sorted(["num_workers", "prefetch_factor", *HARMLESS, *DEFAULT_ONLY])
-        raise TypeError(f"{loader} got an unexpected keyword argument {key!r}; besides its own arguments it "
-                        f"takes PyG NeighborLoader's {', '.join(known)}")
+        raise TypeError(unknown_keyword(key, loader, own))
     for key, value in (("prefetch", prefetch), ("num_workers", num_workers), ("prefetch_factor", prefetch_factor)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
             raise ValueError(f"{key} must be a non-negative integer (batches sampled ahead), got {value!r}")
@@ -90,3 +91,13 @@ def prefetch_depth(prefetch: int | None, options: dict[str, Any], loader: str) -
         raise ValueError(f"prefetch={prefetch} and num_workers={num_workers} disagree: both set the batches "
                          f"sampled ahead ({depth} from num_workers); pass one of them")
     return depth
+
+
+def unknown_keyword(key: str, loader: str, own: Iterable[str]) -> str:
+    """The error of a keyword neither the loader's nor PyG's: the closest accepted one, then all."""
+    own = [name for name in own if name not in ("self", "local", "pyg_options", "args", "kwargs")]
+    pyg = sorted(["num_workers", "prefetch_factor", *HARMLESS, *DEFAULT_ONLY])
+    close = difflib.get_close_matches(key, [*own, *pyg], n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return (f"{loader} got an unexpected keyword argument {key!r}{hint}; it takes {', '.join(own) or 'its own'} "
+            f"arguments, and PyG NeighborLoader's {', '.join(pyg)}")

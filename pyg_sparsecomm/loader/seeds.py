@@ -68,6 +68,23 @@ def owned_seed_mask(input_nodes: Tensor | None, n_id: Tensor, num_nodes: int) ->
     return _global_ids(input_nodes.long(), n_id, num_nodes)
 
 
+def check_in_order(input_nodes: Tensor | None, sampling: NeighborSampling | NodeSubsetSampling, loader: str) -> None:
+    """Raises ``ValueError`` naming the fix when a neighbour loader without ``shuffle`` (batches of
+    the seeds in ascending order) is given seed ids in another order, which PyG's loader would keep
+    (a script concatenating the batches' seed rows would get them in another order, silently)."""
+    if sampling.shuffle or not isinstance(sampling, NeighborSampling) or not isinstance(input_nodes, Tensor):
+        return
+    ids = input_nodes.rows() if isinstance(input_nodes, ShardIndex) else input_nodes
+    if ids.dtype == torch.bool or ids.dim() != 1 or ids.numel() < 2 or ids.is_floating_point():
+        return
+    ids = ids.detach()
+    if not bool((ids[1:] > ids[:-1]).all()):
+        raise ValueError(f"{loader}(shuffle=False) cuts the seeds in ascending id order into batches, but input_nodes "
+                         f"holds ids in another order (PyG's loader would keep it, and a script concatenating the "
+                         f"batches' seed rows would get them reordered): pass torch.sort(input_nodes).values (and "
+                         f"read the outputs in that order), a bool mask, or shuffle=True")
+
+
 def _mask(mask: Tensor, n_id: Tensor, num_nodes: int) -> Tensor:
     length, num_owned = mask.numel(), n_id.numel()
     if length == num_nodes and length == num_owned:
@@ -131,8 +148,12 @@ def seeds_per_batch(sampling: NeighborSampling | NodeSubsetSampling, epoch: int,
     (``None``: every node), without communication."""
     if getattr(sampling, "drop_last", False):   # exactly batch_size each, by construction
         return torch.full((num_batches,), sampling.batch_size, dtype=torch.long)
-    counts = torch.zeros(num_batches, dtype=torch.long)
     total = num_nodes if seeds is None else seeds.numel()
+    if isinstance(sampling, NeighborSampling) and not sampling.shuffle:  # runs of the seeds in order
+        counts = torch.full((num_batches,), sampling.batch_size, dtype=torch.long)
+        counts[-1] = total - (num_batches - 1) * sampling.batch_size
+        return counts.clamp_(min=0)
+    counts = torch.zeros(num_batches, dtype=torch.long)
     for start in range(0, total, _CHUNK):
         end = min(start + _CHUNK, total)
         ids = torch.arange(start, end) if seeds is None else seeds[start:end]

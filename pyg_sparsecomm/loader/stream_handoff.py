@@ -77,6 +77,8 @@ def tensors_of(obj: Any) -> Iterator[Tensor]:
         seen.add(id(item))
         if isinstance(item, Tensor):
             yield item
+            if type(item) is not Tensor:  # a subclass's own tensors (BatchNodeIds' rows)
+                stack.extend(v for v in vars(item).values() if isinstance(v, Tensor))
         elif isinstance(item, BaseData):
             stack.extend(item.stores)
         elif isinstance(item, Mapping):

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..graph.foreign_loader import replacement_note
 from .homogeneous import RankPlan
 
 
@@ -288,7 +289,7 @@ class HaloAdj:
         """Only reached for a name this class lacks: a public attribute of ``torch.Tensor``
         (``size``, ``t``, ``dim``, ...) raises ``AttributeError`` naming the fix; any other
         name PyG's own ``AttributeError`` (``hasattr`` answers as before)."""
-        if not name.startswith("_") and hasattr(Tensor, name):
+        if not name.startswith("_") and (hasattr(Tensor, name) or replacement_note()):  # (a PyG loader: any name)
             raise AttributeError(self._not_a_tensor(f"has no {name!r}"))
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
@@ -296,7 +297,8 @@ class HaloAdj:
         raise TypeError(self._not_a_tensor("is not subscriptable"))
 
     def _not_a_tensor(self, what: str) -> str:
-        return (f"{type(self).__name__} {what}: a shard's adjacency is a CSR block of this rank's rows over "
+        return (f"{type(self).__name__} {what}: {replacement_note()}a shard's adjacency is a CSR block of this rank's "
+                f"rows over "
                 f"[owned | halo] columns, not an edge_index tensor. A PyG transform that reads or rewrites the graph "
                 f"(T.GDC(), T.GCNNorm(), T.ToUndirected(), ...) runs on the whole graph: apply it before "
                 f"partitioning (the dataset's pre_transform or transform, or on data before partition_and_shard / "

@@ -6,8 +6,11 @@ same whichever rank draws it and whatever the partition:
 
 * **batches of seeds** -- node ``v`` of the input set falls in batch
   :math:`\lfloor u(s, e, v) \cdot B \rfloor` of the :math:`B = \lceil n_{in} / b \rceil`
-  batches of an epoch (``b`` = ``batch_size``; ``e`` the epoch when shuffling, else 0), so a
-  batch holds ``b`` seeds on average and each rank finds its own seeds without talking;
+  batches of an epoch (``b`` = ``batch_size``, ``e`` the epoch), so a batch holds ``b`` seeds on
+  average and each rank finds its own seeds without talking; without ``shuffle`` (PyG's
+  ``shuffle=False``) batch ``k`` holds the seeds at positions :math:`[kb, (k + 1)b)` of the
+  ascending seed list, in order, as PyG's loader cuts ``input_nodes`` (layer-wise inference
+  concatenates the batches' seed rows and gets the rows in order);
 * **neighbours** (:class:`NeighborSampling`) -- at hop ``h`` every node first reached at
   hop ``h - 1`` keeps ``num_neighbors[h - 1]`` of its in-edges (all of them for ``-1``),
   uniformly without replacement as PyG's ``NeighborLoader``, drawn by Floyd's algorithm from
@@ -62,12 +65,13 @@ class NeighborSampling(_Batching):
     r"""Seeds in batches of ``batch_size`` (on average), ``num_neighbors[h]`` sampled in-edges per
     node at hop ``h + 1`` (``-1``: all), as PyG's ``NeighborLoader``.
 
-    With ``drop_last`` every batch holds exactly ``batch_size`` seeds over all ranks, as PyG's
-    ``drop_last=True`` batches do: the :math:`n` seeds (all ranks') are put in the random order of
-    :math:`u(s, e, v)` (ties by id; ``e`` = 0 without ``shuffle``, so the same order every epoch)
-    and cut into :math:`\lfloor n / b \rfloor` runs of ``batch_size``; the last
-    :math:`n \bmod b` seeds of the order are not drawn that epoch.  Every rank needs the whole
-    seed set for it (the loaders gather it once).
+    Without ``shuffle`` the seeds (all ranks', ascending) are cut in order into runs of
+    ``batch_size``, as PyG's ``shuffle=False``.  With ``drop_last`` and ``shuffle`` every batch
+    holds exactly ``batch_size`` seeds over all ranks, as PyG's ``drop_last=True`` batches do: the
+    :math:`n` seeds are put in the random order of :math:`u(s, e, v)` (ties by id) and cut into
+    :math:`\lfloor n / b \rfloor` runs of ``batch_size``; the last :math:`n \bmod b` seeds of the
+    order are not drawn that epoch.  Every rank needs the whole seed set for both (the loaders
+    gather it once).
 
     Args:
         batch_size (int): seeds per batch (on average; exactly with ``drop_last``).
@@ -103,8 +107,10 @@ class NeighborSampling(_Batching):
 
     def batch_of(self, epoch: int, node_ids: Tensor, num_batches: int, seeds: Tensor | None = None) -> Tensor:
         """The batch of every seed of ``node_ids`` (global ids) in ``epoch``; with ``drop_last``, ``-1``
-        for the seeds not drawn, and ``seeds`` (the sorted global ids of all ranks' seeds, which
-        ``node_ids`` must be among) is required."""
+        for the seeds not drawn.  ``seeds`` (the sorted global ids of all ranks' seeds, which
+        ``node_ids`` must be among) is required with ``drop_last`` or without ``shuffle``."""
+        if not self.shuffle:
+            return self._in_order(node_ids, num_batches, seeds)
         if not self.drop_last:
             return super().batch_of(epoch, node_ids, num_batches)
         if seeds is None:
@@ -115,6 +121,15 @@ class NeighborSampling(_Batching):
         position = torch.empty_like(order).index_copy_(0, order, torch.arange(order.numel(), device=order.device))
         batch = (position // self.batch_size).masked_fill_(position >= num_batches * self.batch_size, -1)
         return batch.index_select(0, torch.searchsorted(seeds, node_ids))
+
+    def _in_order(self, node_ids: Tensor, num_batches: int, seeds: Tensor | None) -> Tensor:
+        """PyG's ``shuffle=False``: batch ``b`` holds the seeds at positions ``b * batch_size ..`` of the
+        ascending seed list (``-1`` past the last full batch with ``drop_last``)."""
+        if seeds is None:
+            raise ValueError("NeighborSampling(shuffle=False).batch_of needs the whole seed set (seeds=)")
+        position = torch.searchsorted(seeds.to(node_ids.device), node_ids)
+        batch = torch.div(position, self.batch_size, rounding_mode="floor")
+        return batch.masked_fill_(batch >= num_batches, -1)
 
     def draw(self, epoch: int, batch: int, hop: int) -> tuple[np.uint64, int]:
         """``(key, fanout)`` of the in-edges drawn at ``hop`` (1-based) of ``batch``
