@@ -55,3 +55,32 @@ def test_later_calls_agree_only_when_a_shard_changes(name, switch):
         assert others[-1] == 0 and others[-2] == 0, f"rank {rank}: collectives besides the halo's per step: {others}"
         if not switch:
             assert all(n == 0 for n in steady), f"rank {rank}: {others}"
+
+
+def _model_steps(rank, world_size, switch_rank):
+    """A two-layer GraphSAGE and GCN on shards where the last rank owns no rows (P = 3), one rank
+    taking an equal new shard at step 3."""
+    from test_distribute_layers import make_graph
+    from torch_geometric.nn.models import GCN, GraphSAGE
+    data = make_graph(world_size)
+    local = shard(data)
+    outs = []
+    for build in (GraphSAGE, GCN):
+        torch.manual_seed(0)
+        model = distribute(build(data.x.size(1), 8, num_layers=2, out_channels=3))
+        for step in range(STEPS):
+            if step == 3 and rank == switch_rank:
+                local = shard(data)
+            out = model(local.x, local.adj)
+            out.square().sum().backward()
+            outs.append(out.detach())
+    return outs
+
+
+@pytest.mark.parametrize("switch_rank", [0, 2])
+def test_models_on_a_rank_owning_nothing_agree_when_one_rank_switches(switch_rank):
+    for rank, outs in enumerate(launch(_model_steps, 3, switch_rank, timeout=120, pg_timeout=20)):
+        for model in range(2):
+            first = outs[model * STEPS]
+            for step in range(STEPS):
+                torch.testing.assert_close(outs[model * STEPS + step], first, msg=f"rank {rank}, step {step}")
