@@ -126,7 +126,7 @@ class LayerCall:
     def begin(self, shard: Shard) -> None:
         """Runs the layer on ``shard`` until :meth:`leave`."""
         self.shard = shard
-        _stack().append(self)
+        (getattr(_local, "stack", None) or _stack()).append(self)
         self.state.calls.append(self)
         self.state.port.begin_call(self.conv.training, self.state.settings)
 
@@ -295,7 +295,8 @@ class EagerCall:
 
 def propagate(conv: MessagePassing, edge_index: Any, size: Any = None, **kwargs: Any) -> Any:
     """The ``propagate`` override: the call's propagate stage on a shard, else PyG's ``propagate``."""
-    call = running(conv)
+    calls = conv._sparsecomm.calls  # running(conv), inlined: once per propagate
+    call = calls[-1] if calls else None
     if call is None:
         return pyg_propagate(conv)(edge_index, size=size, **kwargs)
     return call.propagate(edge_index, size, kwargs)
@@ -324,7 +325,10 @@ def install_overrides(conv: MessagePassing) -> None:
 
 def _adjacency_at(conv: MessagePassing, args: tuple, kwargs: dict) -> int | str | None:
     """Where the call passes its ``HaloAdj`` (``None``: it passes none)."""
-    at = [k for k, v in list(enumerate(args)) + list(kwargs.items()) if isinstance(v, HaloAdj)]
+    at: list[int | str] = []
+    for k, v in (*enumerate(args), *kwargs.items()):  # a loop, not a comprehension: no frame per call
+        if isinstance(v, HaloAdj):
+            at.append(k)
     if len(at) > 1:
         raise ValueError(f"{type(conv).__name__} got {len(at)} HaloAdj arguments; distribute() runs layers "
                          f"over one adjacency")

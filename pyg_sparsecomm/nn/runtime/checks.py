@@ -198,10 +198,15 @@ def call_key(conv: MessagePassing, args: tuple, kwargs: dict, adj: HaloAdj, stat
         state (LayerState): what the layer keeps (its plan's ``forward`` signature).
     """
     arguments = state.plan.signature.bind_partial(conv, *args, **kwargs).arguments
-    x = node_features(arguments, args)
-    edges = tuple(tuple(v.shape) if isinstance(v, Tensor) else None for v in map(arguments.get, _EDGE_ARGUMENTS))
+    x = arguments["x"] if "x" in arguments else node_features(arguments, args)
+    if isinstance(x, (tuple, list)) and x:
+        x = x[0]
+    edges = []
+    for name in _EDGE_ARGUMENTS:  # a loop, not a generator: no frame per call
+        value = arguments.get(name)
+        edges.append(tuple(value.shape) if isinstance(value, Tensor) else None)
     features = (tuple(x.shape), x.dtype, x.device) if isinstance(x, Tensor) else None
-    return (id(adj.plan), adj.nnz, adj.num_owned, features, edges)
+    return (id(adj.plan), adj.nnz, adj.num_owned, features, tuple(edges))
 
 
 def check_stage(call: Any, args: tuple, kwargs: dict) -> None:
