@@ -218,3 +218,106 @@ def halo_reduce(x_ext: Tensor, plan: "RankPlan", group: dist.ProcessGroup | None
     if plan.world_size == 1:
         return owned
     return _HaloReduce.apply(owned, halo, plan, group)
+
+
+class HeaderedPlan:
+    """The rows of a headered exchange over a plan (:func:`headered_exchange`): one header row
+    after each peer's rows.
+
+    Args:
+        plan (RankPlan): the exchange's plan.
+        me (int): this rank in the exchange's group.
+    """
+
+    def __init__(self, plan: "RankPlan", me: int) -> None:
+        peers = [int(r != me) for r in range(len(plan.send_counts))]
+        self.send_counts = [c + p for c, p in zip(plan.send_counts, peers, strict=True)]
+        self.recv_counts = [c + p for c, p in zip(plan.recv_counts, peers, strict=True)]
+        self.send_body, self.send_header = _positions(plan.send_counts, peers)
+        self.recv_body, self.recv_header = _positions(plan.recv_counts, peers)
+        self.send_index, self.num_owned = plan.send_index, plan.num_owned
+        self.body_counts = (plan.send_counts, plan.recv_counts)
+
+
+def _positions(counts: list[int], peers: list[int]) -> tuple[Tensor, Tensor]:
+    """The positions of the rows and of the header rows in a buffer of peers' segments."""
+    body, header, at = [], [], 0
+    for count, peer in zip(counts, peers, strict=True):
+        body.append(torch.arange(at, at + count))
+        at += count
+        if peer:
+            header.append(at)
+            at += 1
+    return torch.cat(body) if body else torch.zeros(0, dtype=torch.long), torch.tensor(header, dtype=torch.long)
+
+
+def _all_to_all_body(send: Tensor, send_counts: list[int], recv_counts: list[int],
+                     body: tuple[list[int], list[int]], group: dist.ProcessGroup | None, kind: str) -> Tensor:
+    """:func:`all_to_all_rows` counting the rows of ``body`` only (the header rows are no halo bytes)."""
+    counter = comm_counter()
+    row_bytes = row_nbytes(send)
+    check_devices("all_to_all_rows", group, send)
+    with counter.timed(send.device):
+        recv = send.new_empty((sum(recv_counts),) + tuple(send.shape[1:]))
+        dist.all_to_all_single(recv, send.contiguous(), output_split_sizes=recv_counts, input_split_sizes=send_counts,
+                               group=group)
+    counter.record(kind, [c * row_bytes for c in body[0]], [c * row_bytes for c in body[1]], group)
+    return recv
+
+
+class _HeaderedExchange(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: Tensor, header: Tensor, plan: HeaderedPlan, group: dist.ProcessGroup | None):
+        ctx.plan, ctx.group, ctx.num_owned = plan, group, x.size(0)
+        send = x.new_empty((sum(plan.send_counts),) + tuple(x.shape[1:]))
+        send.index_copy_(0, plan.send_body, x.index_select(0, plan.send_index))
+        send.index_copy_(0, plan.send_header, header.expand((plan.send_header.numel(),) + tuple(x.shape[1:])))
+        received = _all_to_all_body(send, plan.send_counts, plan.recv_counts, plan.body_counts, group, "halo")
+        headers = received.index_select(0, plan.recv_header)
+        ctx.mark_non_differentiable(headers)
+        return received.index_select(0, plan.recv_body), headers
+
+    @staticmethod
+    def backward(ctx, grad_halo: Tensor, grad_headers: Tensor):
+        plan = ctx.plan
+        payload = grad_halo.new_zeros((sum(plan.recv_counts),) + tuple(grad_halo.shape[1:]))
+        payload.index_copy_(0, plan.recv_body, grad_halo)
+        body = (plan.body_counts[1], plan.body_counts[0])
+        back = _all_to_all_body(payload, plan.recv_counts, plan.send_counts, body, ctx.group, "halo_grad")
+        grad_x = grad_halo.new_zeros((ctx.num_owned,) + tuple(grad_halo.shape[1:]))
+        return grad_x.index_add_(0, plan.send_index, back.index_select(0, plan.send_body)), None, None, None
+
+
+def headered_exchange(x: Tensor, plan: HeaderedPlan, group: dist.ProcessGroup | None = None,
+                      flag: int = 0) -> tuple[Tensor, bool]:
+    """The exact halo rows of ``x`` (as :func:`halo_exchange`'s, with its gradients and counted
+    bytes) and whether a peer's header row carried a set flag: one extra row per peer in the same
+    all-to-allv, whose first element is the sender's ``flag`` (the layers' agreed checks,
+    :class:`~pyg_sparsecomm.nn.runtime.checks.AgreementWatch`).  Host tensors only: the flags are
+    read on the host.
+
+    Args:
+        x (Tensor): this rank's owned rows (at least one element per row).
+        plan (HeaderedPlan): the exchange's plan with its header rows.
+        group (ProcessGroup, optional): the exchange's process group. (default: :obj:`None`)
+        flag (int, optional): this rank's flag. (default: ``0``)
+
+    Shapes:
+        - **input:** ``[num_owned, *]``
+        - **output:** ``[halo_size, *]``
+    """
+    header = x.new_zeros((1,) + tuple(x.shape[1:]))
+    header.view(-1)[0] = flag
+    halo, headers = _HeaderedExchange.apply(x, header, plan, group)
+    flags = headers.detach().reshape(headers.size(0), -1)[:, 0].tolist()
+    return halo, any(v != 0 for v in flags)
+
+
+def announce_rows(recorded: tuple, group: dist.ProcessGroup | None = None) -> None:
+    """Sends the rows of a headered exchange ``recorded`` as ``(send counts, receive counts, trailing
+    shape, dtype)``, zeros with every flag set, and drops what arrives (counted as ``"agreement"``)."""
+    send_counts, recv_counts, shape, dtype = recorded
+    send = torch.zeros((sum(send_counts),) + shape, dtype=dtype)
+    send.view(send.size(0), -1)[:, 0] = 1
+    _all_to_all_body(send, send_counts, recv_counts, ([0] * len(send_counts), [0] * len(recv_counts)), group,
+                     "agreement")

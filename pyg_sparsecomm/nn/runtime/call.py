@@ -49,7 +49,6 @@ from torch_geometric.nn import MessagePassing
 from ...compat import compiled_call, module_call, pyg_edge_updater, pyg_propagate, set_compiled_call
 from ...plan.halo_adj import HaloAdj
 from ...plan.relation_adj import RelationAdj
-from ...sampling.sampled_adj import SampledAdj
 from . import hetero
 from .adapters import adapt
 from .adjacency_values import torch_sparse_weights, with_adjacency_values
@@ -63,7 +62,7 @@ from .aggregation import (
     node_rows,
 )
 from .call_halos import CallHalos
-from .checks import check_call
+from .checks import check_stage
 from .normalisation import end_call, propagated_graph
 from .plain_call import check_plain_call
 from .port import Shard
@@ -109,6 +108,7 @@ class LayerCall:
         self.halos: CallHalos | None = None  # halos fetched in this call (see call_halos)
         self.swapped: list[tuple[torch.nn.Module, str]] = []  # Linear modules replaced by AppliedLinear
         self.applied_first: str | None = None  # post-aggregation Linear moved before the exchange
+        self.key: tuple | None = None  # what its checks covered (see checks.AgreementWatch)
 
     def enter(self, args: tuple, kwargs: dict, at: int | str) -> tuple[tuple, dict]:
         """The stages before ``forward``: ``(args, kwargs)`` of the call on the shard.
@@ -118,33 +118,15 @@ class LayerCall:
             kwargs (dict): its keyword arguments.
             at (int or str): where they hold the adjacency.
         """
-        self.check(args, kwargs)
+        check_stage(self, args, kwargs)
         args, kwargs = self.local_graph(args, kwargs, at)
         args, kwargs = self.move_linears(args, kwargs)
         return self.normalise(args, kwargs)
 
-    def check(self, args: tuple, kwargs: dict) -> None:
-        """The checks of a call on a shard, agreed by every rank (:func:`~.checks.check_call`)."""
-        conv, state, adj = self.conv, self.state, self.adj
-        if getattr(conv, "explain", False):
-            raise ValueError(f"{type(conv).__name__} is in explain mode (set by PyG's Explainer), whose edge masks "
-                             f"cover the whole graph's edges; a shard's layer cannot apply them: explain on one "
-                             f"process with the whole graph, or set conv.explain = False")
-        settings = state.settings
-        state.cached_key = check_call(conv, args, kwargs, adj, state.checked_plan, state.cached_key, settings.group,
-                                      state.port.collective_checks(settings), self.plan.signature)
-        if isinstance(adj, SampledAdj) and getattr(conv, "cached", False):
-            raise ValueError(f"{type(conv).__name__}(cached=True) keeps the normalised adjacency of the first graph "
-                             f"it sees, but every mini-batch is another graph: build the layer with cached=False")
-        if settings.halo_options.staleness and adj.is_minibatch:
-            raise ValueError("staleness needs full-graph training on the same shard: every mini-batch is another "
-                             "graph with another halo, so the previous step's halo rows cannot stand in; use "
-                             "staleness=0 with mini-batch loaders")
-
     def begin(self, shard: Shard) -> None:
         """Runs the layer on ``shard`` until :meth:`leave`."""
         self.shard = shard
-        _stack().append(self)
+        (getattr(_local, "stack", None) or _stack()).append(self)
         self.state.calls.append(self)
         self.state.port.begin_call(self.conv.training, self.state.settings)
 
@@ -276,6 +258,8 @@ class LayerCall:
             container._modules[key] = applied.linear
         if self.shard is not None and self.shard.normalisation is not None:
             end_call(self.shard.normalisation)
+        if self.key is not None:
+            self.state.port.watch.end(self.key)
         if self.halos is not None and self.halos.unused_fusion():
             self.state.fuse = False  # the same code on every rank: every rank stops fusing together
         stack = _stack()
@@ -311,7 +295,8 @@ class EagerCall:
 
 def propagate(conv: MessagePassing, edge_index: Any, size: Any = None, **kwargs: Any) -> Any:
     """The ``propagate`` override: the call's propagate stage on a shard, else PyG's ``propagate``."""
-    call = running(conv)
+    calls = conv._sparsecomm.calls  # running(conv), inlined: once per propagate
+    call = calls[-1] if calls else None
     if call is None:
         return pyg_propagate(conv)(edge_index, size=size, **kwargs)
     return call.propagate(edge_index, size, kwargs)
@@ -340,7 +325,10 @@ def install_overrides(conv: MessagePassing) -> None:
 
 def _adjacency_at(conv: MessagePassing, args: tuple, kwargs: dict) -> int | str | None:
     """Where the call passes its ``HaloAdj`` (``None``: it passes none)."""
-    at = [k for k, v in list(enumerate(args)) + list(kwargs.items()) if isinstance(v, HaloAdj)]
+    at: list[int | str] = []
+    for k, v in (*enumerate(args), *kwargs.items()):  # a loop, not a comprehension: no frame per call
+        if isinstance(v, HaloAdj):
+            at.append(k)
     if len(at) > 1:
         raise ValueError(f"{type(conv).__name__} got {len(at)} HaloAdj arguments; distribute() runs layers "
                          f"over one adjacency")

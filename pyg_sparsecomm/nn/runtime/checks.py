@@ -16,6 +16,8 @@ from torch_geometric.nn import MessagePassing
 from ...comm.group import host_all_reduce, is_distributed, raise_together, world_size
 from ...plan.halo_adj import HaloAdj
 from ...plan.homogeneous import RankPlan
+from ...plan.relation_adj import RelationAdj
+from ...sampling.sampled_adj import SampledAdj
 from .first_use import _digest, check_first_use, check_parameters, parameter_digest
 from .plan import forward_signature
 
@@ -183,9 +185,138 @@ def check_call(conv: MessagePassing, args: tuple, kwargs: dict, adj: HaloAdj, ch
     return cached_key
 
 
+def call_key(conv: MessagePassing, args: tuple, kwargs: dict, adj: HaloAdj, state: Any) -> tuple:
+    """What the checks of a call on a full-graph shard read: the shard's plan (by identity) and
+    size, the shapes of the edge arguments, the shape, dtype and device of ``x``.  Equal keys, equal
+    verdicts: a call with the key of the last agreed one need not agree again (:class:`AgreementWatch`).
+
+    Args:
+        conv (MessagePassing): the layer.
+        args (tuple): the call's positional arguments.
+        kwargs (dict): its keyword arguments.
+        adj (HaloAdj): the adjacency of the call.
+        state (LayerState): what the layer keeps (its plan's ``forward`` signature).
+    """
+    arguments = state.plan.signature.bind_partial(conv, *args, **kwargs).arguments
+    x = arguments["x"] if "x" in arguments else node_features(arguments, args)
+    if isinstance(x, (tuple, list)) and x:
+        x = x[0]
+    edges = []
+    for name in _EDGE_ARGUMENTS:  # a loop, not a generator: no frame per call
+        value = arguments.get(name)
+        edges.append(tuple(value.shape) if isinstance(value, Tensor) else None)
+    features = (tuple(x.shape), x.dtype, x.device) if isinstance(x, Tensor) else None
+    return (id(adj.plan), adj.nnz, adj.num_owned, features, tuple(edges))
+
+
+def check_stage(call: Any, args: tuple, kwargs: dict) -> None:
+    """The check stage of a :class:`~.call.LayerCall`: the checks of :func:`check_call`, agreed by
+    every rank when the call's :func:`call_key` changed since the last agreed call, else by the
+    header of its first exchange (:class:`AgreementWatch`); and the checks of this rank alone.
+
+    Args:
+        call (LayerCall): the call on a shard.
+        args (tuple): its positional arguments.
+        kwargs (dict): its keyword arguments.
+    """
+    conv, state, adj = call.conv, call.state, call.adj
+    if getattr(conv, "explain", False):
+        raise ValueError(f"{type(conv).__name__} is in explain mode (set by PyG's Explainer), whose edge masks "
+                         f"cover the whole graph's edges; a shard's layer cannot apply them: explain on one "
+                         f"process with the whole graph, or set conv.explain = False")
+    settings, port = state.settings, state.port
+    collective = port.collective_checks(settings)
+    call.key = call_key(conv, args, kwargs, adj, state) if collective and _may_watch(call) else None
+    watch = port.watch
+    if call.key is None or call.key != watch.key or not state.checked_plan.is_(adj.plan):
+        if collective and watch.key is not None:
+            port.announce_change(settings)  # peers in a steady-state call wait in its first exchange
+        watch.forget()
+        agree(call, args, kwargs)
+    if call.key is not None:
+        watch.begin(lambda: agree(call, args, kwargs))
+    if isinstance(adj, SampledAdj) and getattr(conv, "cached", False):
+        raise ValueError(f"{type(conv).__name__}(cached=True) keeps the normalised adjacency of the first graph "
+                         f"it sees, but every mini-batch is another graph: build the layer with cached=False")
+    if settings.halo_options.staleness and adj.is_minibatch:
+        raise ValueError("staleness needs full-graph training on the same shard: every mini-batch is another "
+                         "graph with another halo, so the previous step's halo rows cannot stand in; use "
+                         "staleness=0 with mini-batch loaders")
+
+
+def agree(call: Any, args: tuple, kwargs: dict) -> None:
+    """The checks of :func:`check_call` of a layer call, agreed by every rank."""
+    state = call.state
+    state.cached_key = check_call(call.conv, args, kwargs, call.adj, state.checked_plan, state.cached_key,
+                                  state.settings.group, state.port.collective_checks(state.settings),
+                                  state.plan.signature)
+
+
+def _may_watch(call: Any) -> bool:
+    """Whether the call's first collective is its first halo exchange whatever its inputs."""
+    state, plan, adj = call.state, call.plan, call.adj
+    return (state.port.exact_halos(state.settings) and not adj.is_minibatch and plan.rule.adapter is None
+            and not isinstance(adj, RelationAdj) and (plan.spmm_weight is None or state.port.chosen_algorithm == "1d"))
+
+
 def _later_checks(conv: MessagePassing, arguments: dict[str, Any], args: tuple, adj: HaloAdj) -> None:
     """This rank's checks of a call after the first on its shard: the edge arguments and (full-graph
     shards: a mini-batch's rows are trimmed per layer) the rows of ``x``."""
     check_edge_arguments(conv, arguments, adj)
     if not adj.is_minibatch:
         check_rows(conv, node_features(arguments, args), adj)
+
+
+class AgreementWatch:
+    r"""What lets a layer's steady-state calls skip the agreed checks: its agreement is carried by
+    the header of the call's first halo exchange (:func:`~pyg_sparsecomm.comm.halo.headered_exchange`).
+
+    The checks of a layer call are agreed by every rank so that a bad input on one rank is every
+    rank's ``ValueError``, never a peer waiting in the exchange.  A steady-state call (the
+    :func:`call_key` of the last agreed call: the same shard, edge arguments of the same shapes,
+    ``x`` of the same shape, dtype and device) would agree on the same verdict again, so it runs no
+    collective but its exchange, whose first one carries one header row per peer.  A rank whose
+    key changed first sends the peers' steady-state first exchange (:attr:`recorded` at the last
+    call) with the flag set (``HaloPort.announce_change``), then runs :func:`check_call`; a rank
+    receiving a set flag drops the halo, runs :func:`check_call` too (which raises on every rank,
+    naming the rank and the fix, or passes) and exchanges again.  Calls whose first collective may
+    be another one agree every call, as before: compressed or stale halos, mini-batches, rules with
+    an adapter, SpMM algorithms other than ``"1d"``, tensors off the CPU, and any call whose first
+    collective turned out not to be the headered exchange (a reused static halo agreeing on its
+    reuse, a fold of out-degrees: :meth:`taint`).  A key counts as agreed from the second call in a
+    row whose first exchange was the same (a ``cached=True`` layer exchanges degrees first only at
+    its first call).  Correct programs change keys on every rank together: all announce, all agree.
+    """
+
+    def __init__(self) -> None:
+        self.key: tuple | None = None  # the key of the last agreed call (None: the next call agrees)
+        self.recorded: tuple | None = None  # (send counts, recv counts, shape, dtype) of its first exchange
+        self.previous: tuple | None = None  # the same of the call before
+        self.armed = False  # the running call's next exchange is its first
+        self.headered = False  # the running call's first collective was the headered exchange
+        self.agree: Any = None  # the running call's agreed checks
+        self.headered_plan: tuple[Any, Any] | None = None  # (plan, HeaderedPlan) of the last plan
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "key": None, "recorded": None, "previous": None, "armed": False,
+                "headered": False, "agree": None, "headered_plan": None}
+
+    def forget(self) -> None:
+        """The next call agrees (and announces nothing): every rank's watch is off together."""
+        self.key, self.headered = None, False
+
+    def begin(self, agree: Any) -> None:
+        """A call that may watch starts: ``agree()`` runs its agreed checks when a peer asks."""
+        self.armed, self.headered, self.agree = True, False, agree
+
+    def taint(self) -> None:
+        """The running call's first collective is not the headered exchange: the next call agrees."""
+        self.armed = False
+
+    def end(self, key: tuple | None) -> None:
+        """The call ended: ``key`` is agreed if its first collective was the headered exchange, the
+        same as the previous call's."""
+        steady = self.headered and self.recorded == self.previous
+        self.previous = self.recorded if self.headered else None
+        self.key = key if steady else None
+        self.armed, self.agree = False, None

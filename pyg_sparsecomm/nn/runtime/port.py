@@ -9,10 +9,9 @@ heterogeneous shard (:func:`exchange_rows`).  Nothing else in ``nn/`` imports
 :mod:`~pyg_sparsecomm.comm.exchanger` or builds an SpMM algorithm.
 
 A layer's :class:`HaloPort` keeps what persists across its calls: the exchanger of the shard it
-last ran on (the exchange group checked once per shard), its stale-exchange slots, the static
-halos, the SpMM algorithm chosen (``"auto"``) and the one last built (reused while the call's
-aggregation adjacency is the same object on the same exchanger: an algorithm's ``__call__`` may
-be invoked many times), and what ``summary()`` reports.
+last ran on (the group checked once per shard; its first exchange of a call headered,
+:class:`WatchedExchanger`), stale-exchange slots, static halos, the SpMM algorithm chosen and the
+one last built (while the aggregation adjacency and exchanger are the same), and ``summary()``'s.
 """
 import math
 import weakref
@@ -29,10 +28,14 @@ from ...algorithms.choice import CostRow, choose_algorithm
 from ...algorithms.settings import exchange_group
 from ...comm.exchanger import HaloExchanger
 from ...comm.group import host_all_reduce, world_size
-from ...comm.halo_options import ExchangeSlots
+from ...comm.group import rank as group_rank
+from ...comm.halo import HeaderedPlan, announce_rows, headered_exchange
+from ...comm.halo_options import EXACT, ExchangeSlots
 from ...compat import tensor_version
 from ...plan.halo_adj import HaloAdj
 from ...plan.homogeneous import RankPlan
+from .cached_spmm import CachedSpMM
+from .checks import AgreementWatch
 from .plan import DistributedSettings
 
 
@@ -128,21 +131,67 @@ def _all_ranks(flag: bool, shard: Shard) -> bool:
     """Whether ``flag`` holds on every rank of the shard's group (host-side, no device wait)."""
     if shard.world == 1:
         return flag
+    if (watch := getattr(shard.exchanger, "watch", None)) is not None:
+        watch.taint()  # if it is the call's first collective: the next call agrees
     return bool(host_all_reduce([int(flag)], dist.ReduceOp.MIN, shard.group)[0])
+
+
+@dataclass(frozen=True, eq=False)
+class WatchedExchanger(HaloExchanger):
+    """An exchanger whose call's first exact exchange is headered (:class:`~.checks.AgreementWatch`):
+    a peer's flag runs the call's agreed checks, then the exchange again.
+
+    Args:
+        watch (AgreementWatch, optional): the layer's watch. (default: ``None``)
+        watched_options (HaloOptions, optional): the layer's (exact) options. (default: ``None``)
+    """
+    watch: AgreementWatch | None = None
+    watched_options: Any = None
+
+    def exchange(self, x: Tensor, key: str = "x") -> Tensor:
+        watch = self.watch
+        if watch is None or not watch.armed or self.plan.world_size == 1:
+            return super().exchange(x, key)
+        watch.armed = False
+        watched = self.options is EXACT or self.options is self.watched_options  # exact, as armed calls' are
+        if (not watched or x.device.type != "cpu" or x.dim() == 0 or math.prod(x.shape[1:]) == 0
+                or x.size(0) != self.plan.num_owned):  # (the same on every rank, one owning no rows too)
+            return super().exchange(x, key)  # no header: this call's first collective is a plain one
+        kept = watch.headered_plan
+        if kept is None or kept[0] is not self.plan:
+            kept = watch.headered_plan = (self.plan, HeaderedPlan(self.plan, group_rank(self.group)))
+        while True:
+            halo, flagged = headered_exchange(x, kept[1], self.group)
+            watch.headered, watch.recorded = True, (kept[1].send_counts, kept[1].recv_counts, x.shape[1:], x.dtype)
+            if not flagged:
+                return halo
+            try:
+                watch.agree()  # raises on every rank, or passes: the announcing rank exchanges next
+            except BaseException:
+                watch.forget()  # every rank agrees at its next call
+                raise
+
+    @property
+    def halo_of(self) -> Callable[[Tensor], Tensor]:
+        """:meth:`exchange` (a call's first exchange may carry the header)."""
+        return self.exchange
+
+    def reduce(self, x_ext: Tensor) -> Tensor:
+        """The exact fold; as a call's first collective it turns the watch off for the next call."""
+        if self.watch is not None:
+            self.watch.taint()
+        return super().reduce(x_ext)
 
 
 class StaticHalo:
     """Halo rows of source tensors that need no gradient and did not change since the previous
     call (a model's input features): fetched once per layer, then reused.
 
-    A tensor counts as unchanged while it is the same object at the same version (in-place
-    writes bump the version) on the same plan.  Rows computed from the source with other
-    tensors (``x W^T`` when a narrowing ``Linear`` is applied before the exchange) name those
-    too, so an optimizer step on ``W`` fetches the halo again.  The exchange is a collective, so
-    every rank must take the same decision: a first call misses on every rank; later ones agree
-    with one host-side all-reduce (``MIN``) of one integer per call.  These halos are exact
-    whatever the layer's ``halo_precision``: they are reused across calls, so a compressed copy
-    would repeat one rounding draw in every step (and save bytes once).
+    Unchanged: the same object at the same version on the same plan, and so the other tensors
+    the rows were computed from (``x W^T``: an optimizer step on ``W`` fetches again).  Every
+    rank takes the same decision: a first call misses everywhere; later ones agree with one host
+    all-reduce (``MIN``) of one integer.  Exact whatever ``halo_precision`` (reused: a compressed
+    copy would repeat one rounding draw in every step).
     """
 
     def __init__(self) -> None:
@@ -199,8 +248,9 @@ class HaloPort:
         self.exchanged_width: tuple[int, int] | None = None
         self.cached_spmm = CachedSpMM()  # the SpMM a cached=True layer built on its first call
         self._link: _Link | None = None
-        self._checks: tuple[DistributedSettings, bool] | None = None
+        self._checks: tuple[DistributedSettings, bool, bool] | None = None
         self._built: tuple[HaloAdj, HaloExchanger, SpMMAlgorithm] | None = None
+        self.watch = AgreementWatch()  # lets steady-state calls skip the agreed checks (see watch)
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -213,6 +263,7 @@ class HaloPort:
         self.slots.clear()
         self.forget_spmm()
         self._link = None  # its exchangers hold the shard's plan
+        self.watch = AgreementWatch()
 
     def forget_spmm(self) -> None:
         """Drops the SpMM algorithms kept (it releases an ``"rdma"`` engine's lease)."""
@@ -233,20 +284,33 @@ class HaloPort:
         if (link is None or link.plan() is not adj.plan or link.settings is not settings
                 or (outer is not None and link.exact is not outer.exchanger)):
             grid = settings.grid()
-            exact = outer.exchanger if outer is not None else HaloExchanger(
-                adj.plan, exchange_group(adj, grid, settings.group))
+            group = exchange_group(adj, grid, settings.group)
+            exact = outer.exchanger if outer is not None else WatchedExchanger(
+                adj.plan, group, watch=self.watch, watched_options=settings.halo_options)
             bound = exact.bind(options=settings.halo_options, slots=self.slots)
             link = self._link = _Link(weakref.ref(adj.plan), settings, exact, bound, grid, world_size(exact.group))
         if outer is not None:
             return Shard(adj, link.exact, outer.edge_index, link.world, outer.memo)
         return Shard(adj, link.exact, adj.edge_index(), link.world)
 
+    def announce_change(self, settings: DistributedSettings) -> None:
+        """Sends the peers' steady-state first exchange with the flag set (:class:`~.checks.AgreementWatch`)."""
+        if self.watch.recorded is not None:
+            announce_rows(self.watch.recorded, settings.group)
+            self.watch.recorded = None
+
     def collective_checks(self, settings: DistributedSettings) -> bool:
         """Whether a call's checks are agreed by all ranks: a 1D layout (1.5D block rows:
         ``exchange_group`` checks them) over a group of more than one rank."""
         if self._checks is None or self._checks[0] is not settings:
-            self._checks = (settings, not settings.replicated and world_size(settings.group) > 1)
+            self._checks = (settings, not settings.replicated and world_size(settings.group) > 1,
+                            settings.halo_options.exact)
         return self._checks[1]
+
+    def exact_halos(self, settings: DistributedSettings) -> bool:
+        """Whether the halos are exact (no compression, no staleness), after :meth:`collective_checks`."""
+        assert self._checks is not None and self._checks[0] is settings
+        return self._checks[2]
 
     def begin_call(self, training: bool, settings: DistributedSettings) -> None:
         """A new call of the layer: the stale exchanges' call sites count from the start.
@@ -334,46 +398,3 @@ class HaloPort:
         if spmm.multiplies_given_halo and not rows.requires_grad:
             return spmm.multiply(rows, self.static_halo("x", src, rows, shard, depends_on))
         return spmm(rows)
-
-
-def halo_width(tensors: list[Tensor]) -> tuple[int, int]:
-    """``(columns, element size)`` of rows exchanged together, for ``summary()``."""
-    return (sum(math.prod(t.shape[1:]) for t in tensors), tensors[0].element_size())
-
-
-class CachedSpMM:
-    """The SpMM algorithm a ``cached=True`` layer built over its cached normalised adjacency.
-
-    PyG's ``cached=True`` layers (``GCNConv``) compute their normalisation once and then
-    propagate over the same ``edge_index`` and weights every call; the algorithm built on them
-    (with its CSR, its transpose and, for ``"rdma"``, its engine lease) is kept too.  It is reused
-    while the call's local edge index and weights are the same tensors (at the same version) on
-    the same plan and dtype; weights that need a gradient are never kept (their autograd graph is
-    per step)."""
-
-    def __init__(self) -> None:
-        self.spmm: Any = None
-        self._key: tuple = ()
-        self._refs: list[Callable[[], Any]] = []
-
-    @staticmethod
-    def _key_of(edge_index: Tensor, weight: Tensor | None, dtype: torch.dtype, algorithm: str) -> tuple:
-        return (dtype, algorithm, tensor_version(edge_index), None if weight is None else tensor_version(weight))
-
-    def get(self, edge_index: Tensor, weight: Tensor | None, like: HaloAdj, dtype: torch.dtype,
-            algorithm: str) -> Any:
-        """The kept algorithm if it was built on these inputs, else ``None``."""
-        inputs = (edge_index, weight, like.plan)
-        same = bool(self._refs) and all(r() is t for r, t in zip(self._refs, inputs, strict=True))
-        return self.spmm if same and self._key == self._key_of(edge_index, weight, dtype, algorithm) else None
-
-    def keep(self, spmm: Any, edge_index: Tensor, weight: Tensor | None, like: HaloAdj, dtype: torch.dtype,
-             algorithm: str) -> None:
-        if weight is not None and weight.requires_grad:
-            return
-        self.spmm, self._key = spmm, self._key_of(edge_index, weight, dtype, algorithm)
-        self._refs = [weakref.ref(edge_index), (lambda: None) if weight is None else weakref.ref(weight),
-                      weakref.ref(like.plan)]
-
-    def __getstate__(self) -> dict:
-        return {"spmm": None, "_key": (), "_refs": []}  # a cache: a copy builds its own

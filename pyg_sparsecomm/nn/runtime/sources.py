@@ -19,6 +19,7 @@ its pre-hooks only after gathering ``*_j`` (an index check on the owned rows fir
 ``"attention"`` aggregation completes ``x`` here too and runs one CSR SpMM per head
 (:func:`attention_propagate`).
 """
+import math
 from typing import Any
 
 import torch
@@ -28,7 +29,7 @@ from torch_geometric.nn import MessagePassing
 from ...plan.halo_adj import spmm
 from .aggregation import AdjacencyCache, aggregation_weights, from_node_rows, node_rows
 from .call_halos import CallHalos
-from .port import HaloPort, Shard, halo_width
+from .port import HaloPort, Shard
 
 
 def propagate_sources(conv: MessagePassing, inputs: tuple, call: Shard, halos: CallHalos, port: HaloPort,
@@ -150,3 +151,8 @@ def attention_propagate(conv: MessagePassing, call: Shard, halos: CallHalos, por
     outs = [spmm(adjacency.adjacency(edge_index, value[:, h], call.adj), x[:, h].contiguous())
             for h in range(heads)]
     return torch.stack(outs, dim=1)
+
+
+def halo_width(tensors: list[Tensor]) -> tuple[int, int]:
+    """``(columns, element size)`` of rows exchanged together, for ``summary()``."""
+    return (sum(math.prod(t.shape[1:]) for t in tensors), tensors[0].element_size())
