@@ -13,7 +13,15 @@ graphs of average in-degree 8 and 96 (same node count, same fanouts) and its rat
 and PyG's ``NeighborLoader`` with the same fanouts, batch size and model when torch_sparse or
 pyg-lib is installed (its sampler named in the table).
 
-    python benchmarks/minibatch_speed.py [--nodes 20000] [--degrees 10 50 100 500] [--parts 1 2 4]
+    python benchmarks/minibatch_speed.py --sweep [--nodes 20000] [--degrees 10 50 100 500] [--parts 1 2 4]
+
+Issue 56: ``--account`` prints the per-part table of a batch (sampling, id exchanges, planning,
+feature gather, the layers' halo exchanges forward and backward, the layer-call checks, gradient
+sync, optimizer, the rest of the model's compute) at ``--parts`` on a uniform random graph and on a
+graph with locality (SBM, METIS partition); the default run (no flag) makes that table for the tree
+at ``--before`` and for this one in the same job and writes both RESULTS.md sections (~1-2 min):
+
+    python benchmarks/minibatch_speed.py [--before f7b2bf0] [--batches 8]
 """
 import argparse
 import functools
@@ -231,6 +239,34 @@ def account(kind: str, num_nodes: int, degree: int, P: int, args) -> dict:
     return out
 
 
+#: the tree before issue 56's changes, which the default run compares with this one
+BEFORE_REV = "f7b2bf0"
+
+
+def compare_main(args) -> None:
+    """The default run: the per-part tables of the package at ``--before`` (its ``pyg_sparsecomm/``
+    extracted by ``git archive`` into a temporary folder, this script run on it) and of this tree,
+    one after the other in the same job, each written to its RESULTS.md section."""
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+    here = Path(__file__).resolve().parent
+    common = ["--account", "--batches", str(args.batches), "--nodes", str(args.nodes),
+              "--degrees", str(args.degrees[0]), "--parts", *map(str, args.parts), "--graphs", *args.graphs,
+              *(["--no-write"] if args.no_write else [])]
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = subprocess.run(["git", "archive", args.before, "pyg_sparsecomm"], cwd=here.parent,
+                                 capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([tmp, str(here)])}
+        subprocess.run([sys.executable, __file__, *common, "--label", f"before ({args.before})",
+                        "--section", "_before"], env=env, check=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here.parent), str(here)])}
+    subprocess.run([sys.executable, __file__, *common, "--label", "after (this tree)", "--section", "_after"],
+                   env=env, check=True)
+
+
 def account_main(args) -> None:
     """Prints (and writes to RESULTS.md) the per-part table of ``--account`` for every graph and ``P``."""
     import subprocess
@@ -317,11 +353,17 @@ def main() -> None:
                         help="the per-part table of a batch (issue 56) on --graphs at the first of --degrees")
     parser.add_argument("--graphs", nargs="+", default=["uniform", "sbm"], choices=["uniform", "sbm"])
     parser.add_argument("--section", default="", help="suffix of the RESULTS.md section (--account)")
+    parser.add_argument("--before", default=BEFORE_REV, help="the git revision the default run compares with")
+    parser.add_argument("--sweep", action="store_true",
+                        help="issue 46's table instead: --degrees at --parts, per-edge sampling cost, PyG's loader")
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     torch.set_num_threads(1)
     if args.account:
         account_main(args)
+        return
+    if not args.sweep:
+        compare_main(args)
         return
     headers = ["avg in-degree", "P", "sampler", "seeds / s", "ms / batch", *[f"{p} ms" for p in PARTS],
                "sampled edges / batch", "sampling ns / edge", "prefetch=1: seeds / s", "prefetch=1: loader share"]
@@ -360,7 +402,7 @@ def main() -> None:
                   "the subgraph and the feature gather), the same GraphSAGE (untrimmed with torch_sparse's sampler, "
                   "which gives no per-hop counts), exactly `batch_size` seeds per batch.")
     title = "Mini-batch speed: O(fanout) sampling (issue 46)" + (f", {args.label}" if args.label else "")
-    write_section("minibatch_speed", f"## {title}\n\n`python benchmarks/minibatch_speed.py` — machine: "
+    write_section("minibatch_speed", f"## {title}\n\n`python benchmarks/minibatch_speed.py --sweep` — machine: "
                                      f"{machine()}.\n{notes}\n\n" + markdown_table(headers, rows))
 
 
