@@ -55,20 +55,23 @@ class ExclusiveTimer:
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = defaultdict(float)
-        self._stack: list[float] = []
+        self.idle: dict[str, float] = defaultdict(float)  # of those, the seconds this thread ran no code
+        self._stack: list[tuple[float, float]] = []
 
     def wrap(self, name: str, fn):
         @functools.wraps(fn)
         def timed(*args, **kwargs):
-            self._stack.append(0.0)
-            start = time.perf_counter()
+            self._stack.append((0.0, 0.0))
+            start, cpu = time.perf_counter(), time.thread_time()
             try:
                 return fn(*args, **kwargs)
             finally:
-                total = time.perf_counter() - start
-                self.seconds[name] += total - self._stack.pop()
+                total, total_cpu = time.perf_counter() - start, time.thread_time() - cpu
+                inner, inner_cpu = self._stack.pop()
+                self.seconds[name] += total - inner
+                self.idle[name] += (total - total_cpu) - (inner - inner_cpu)
                 if self._stack:
-                    self._stack[-1] += total
+                    self._stack[-1] = (self._stack[-1][0] + total, self._stack[-1][1] + total_cpu)
         return timed
 
 
@@ -160,6 +163,8 @@ def _worker(rank, world_size, num_nodes, degree, fanouts, batch_size, batches, k
         split = {**loader_split, **{k: v for k, v in timer.seconds.items() if k not in loader_split}}
         step_split = dict(timer.seconds)
         timer.seconds.clear()
+        idle_s = sum(timer.idle.values()) if account else 0.0
+        timer.idle.clear()
         if i:  # the first batch warms up
             row = {"model": model_s, **{k: split.get(k, 0.0) for k in PARTS[:3]},
                    "seeds": int(batch.global_batch_size), "edges": sum(batch.num_sampled_edges)}
@@ -168,6 +173,7 @@ def _worker(rank, world_size, num_nodes, degree, fanouts, batch_size, batches, k
                 row["feature gather"] = loader_split.get("feature gather", 0.0)
                 row.update({k: step_split.get(k, 0.0) for k in STEP_PARTS[1:-1]})
                 row["model rest"] = model_s - sum(step_split.values())
+                row["idle"] = idle_s
             rows.append(row)
     if account:
         return rows, []
@@ -224,6 +230,9 @@ def measure(num_nodes: int, degree: int, P: int, args) -> dict:
 
 
 ACCOUNT_PARTS = ("sampling", "exchange", "plan", *STEP_PARTS)
+#: not a part: the wrapped parts' wall time in which the rank's thread ran no code (waiting for a
+#: peer in a collective, or descheduled by other load)
+IDLE = "idle"
 
 
 def account(kind: str, num_nodes: int, degree: int, P: int, args) -> dict:
@@ -232,7 +241,8 @@ def account(kind: str, num_nodes: int, degree: int, P: int, args) -> dict:
     results = launch(_worker, P, num_nodes, degree, args.fanouts, args.batch_size, args.batches, kind, True,
                      timeout=3600)
     per_rank = [rows for rows, _ in results]
-    out = {k: median([max(r[b][k] for r in per_rank) for b in range(len(per_rank[0]))]) for k in ACCOUNT_PARTS}
+    out = {k: median([max(r[b][k] for r in per_rank) for b in range(len(per_rank[0]))])
+           for k in (*ACCOUNT_PARTS, IDLE)}
     totals = [max(sum(r[b][k] for k in ACCOUNT_PARTS) for r in per_rank) for b in range(len(per_rank[0]))]
     out["total"] = median(totals)
     out["seeds_per_s"] = sum(per_rank[0][b]["seeds"] for b in range(len(totals))) / sum(totals)
@@ -271,7 +281,8 @@ def account_main(args) -> None:
     """Prints (and writes to RESULTS.md) the per-part table of ``--account`` for every graph and ``P``."""
     import subprocess
     load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-    headers = ["graph", "P", "seeds / s", "vs P = 1", "ms / batch", *[f"{p} ms" for p in ACCOUNT_PARTS]]
+    headers = ["graph", "P", "seeds / s", "vs P = 1", "ms / batch", *[f"{p} ms" for p in ACCOUNT_PARTS],
+               "of which idle ms"]
     rows = []
     for kind in args.graphs:
         base = None
@@ -279,7 +290,7 @@ def account_main(args) -> None:
             r = account(kind, args.nodes, args.degrees[0], P, args)
             base = base or r["seeds_per_s"]
             rows.append([kind, P, f"{r['seeds_per_s']:,.0f}", f"{r['seeds_per_s'] / base:.2f}x", ms(r["total"]),
-                         *[ms(r[p]) for p in ACCOUNT_PARTS]])
+                         *[ms(r[p]) for p in ACCOUNT_PARTS], ms(r[IDLE])])
             print_table(headers, rows[-1:])
     if args.no_write:
         return
@@ -288,7 +299,9 @@ def account_main(args) -> None:
              f"partition) and *sbm* (64 blocks, 90% of pairs inside one, METIS partition); GraphSAGE "
              f"{args.fanouts}, global batch {args.batch_size}, one thread per rank, `prefetch=0`; median over "
              f"{args.batches} batches of the slowest rank's part.  *plan* excludes the feature gather; *model "
-             f"rest* is the forward/backward compute (and the loss) outside the wrapped parts.  Load at the "
+             f"rest* is the forward/backward compute (and the loss) outside the wrapped parts; *of which idle*: "
+             f"the wrapped parts' wall time in which the rank's thread ran no code (wall less thread CPU time: "
+             f"waiting for a peer in a collective, or descheduled by the machine's other load).  Load at the "
              f"start: `{load}` -- a shared machine: compare ratios within this table only.")
     write_section(f"minibatch_accounting{args.section}", f"## Mini-batch accounting (issue 56){label}\n\n"
                   f"`python benchmarks/minibatch_speed.py --account` -- machine: {machine()}.\n{notes}\n\n"
