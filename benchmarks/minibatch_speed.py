@@ -13,7 +13,15 @@ graphs of average in-degree 8 and 96 (same node count, same fanouts) and its rat
 and PyG's ``NeighborLoader`` with the same fanouts, batch size and model when torch_sparse or
 pyg-lib is installed (its sampler named in the table).
 
-    python benchmarks/minibatch_speed.py [--nodes 20000] [--degrees 10 50 100 500] [--parts 1 2 4]
+    python benchmarks/minibatch_speed.py --sweep [--nodes 20000] [--degrees 10 50 100 500] [--parts 1 2 4]
+
+Issue 56: ``--account`` prints the per-part table of a batch (sampling, id exchanges, planning,
+feature gather, the layers' halo exchanges forward and backward, the layer-call checks, gradient
+sync, optimizer, the rest of the model's compute) at ``--parts`` on a uniform random graph and on a
+graph with locality (SBM, METIS partition); the default run (no flag) makes that table for the tree
+at ``--before`` and for this one in the same job and writes both RESULTS.md sections (~1-2 min):
+
+    python benchmarks/minibatch_speed.py [--before f7b2bf0] [--batches 8]
 """
 import argparse
 import functools
@@ -47,20 +55,23 @@ class ExclusiveTimer:
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = defaultdict(float)
-        self._stack: list[float] = []
+        self.idle: dict[str, float] = defaultdict(float)  # of those, the seconds this thread ran no code
+        self._stack: list[tuple[float, float]] = []
 
     def wrap(self, name: str, fn):
         @functools.wraps(fn)
         def timed(*args, **kwargs):
-            self._stack.append(0.0)
-            start = time.perf_counter()
+            self._stack.append((0.0, 0.0))
+            start, cpu = time.perf_counter(), time.thread_time()
             try:
                 return fn(*args, **kwargs)
             finally:
-                total = time.perf_counter() - start
-                self.seconds[name] += total - self._stack.pop()
+                total, total_cpu = time.perf_counter() - start, time.thread_time() - cpu
+                inner, inner_cpu = self._stack.pop()
+                self.seconds[name] += total - inner
+                self.idle[name] += (total - total_cpu) - (inner - inner_cpu)
                 if self._stack:
-                    self._stack[-1] += total
+                    self._stack[-1] = (self._stack[-1][0] + total, self._stack[-1][1] + total_cpu)
         return timed
 
 
@@ -86,17 +97,56 @@ def instrument() -> ExclusiveTimer:
     return timer
 
 
-def _worker(rank, world_size, num_nodes, degree, fanouts, batch_size, batches):
+#: the model step's parts (``--account``): what the timers below wrap, each less what it calls
+STEP_PARTS = ("feature gather", "halo fwd", "halo bwd", "layer checks", "gradient sync", "optimizer",
+              "model rest")
+
+
+def instrument_step(timer: ExclusiveTimer) -> None:
+    """Also wraps the batch's feature gather, the layers' halo exchanges (forward, backward), the
+    layer-call checks and the gradient sync (module globals, as their callers call them)."""
+    from pyg_sparsecomm.comm import halo
+    from pyg_sparsecomm.loader import batch as batch_module
+    from pyg_sparsecomm.nn import gradient_sync
+    from pyg_sparsecomm.nn.runtime import call
+    batch_module.batch_attributes = timer.wrap("feature gather", batch_module.batch_attributes)
+    halo._to_halo = timer.wrap("halo fwd", halo._to_halo)
+    halo._to_owners = timer.wrap("halo bwd", halo._to_owners)
+    call.check_call = timer.wrap("layer checks", call.check_call)
+    sync = gradient_sync.GradientSync
+    sync._finish = timer.wrap("gradient sync", sync._finish)  # type: ignore[method-assign]
+    sync._launch = timer.wrap("gradient sync", sync._launch)  # type: ignore[method-assign]
+
+
+def graph_of(kind: str, num_nodes: int, degree: int, world_size: int):
+    """The benchmark's graph and its partition into ``world_size`` parts: ``"uniform"`` (uniform random
+    endpoints, a random partition) or ``"sbm"`` (a sparse SBM of 64 blocks, 90% of the pairs inside
+    a block, a METIS partition: a graph with locality, partitioned as the README recommends)."""
+    if kind == "uniform":
+        data = random_graph(num_nodes, degree)
+        data.part = torch.randint(0, world_size, (num_nodes,), generator=torch.Generator().manual_seed(1))
+    else:
+        from _common import sparse_sbm_graph, with_features
+
+        from pyg_sparsecomm.partition.methods import metis_partition
+        data = with_features(sparse_sbm_graph(num_nodes, 64, degree, 0.9, seed=0), FEATURES, CLASSES)
+        del data.train_mask
+        data.part = metis_partition(data.edge_index, num_nodes, world_size, seed=1)
+    data.num_parts = world_size
+    return data
+
+
+def _worker(rank, world_size, num_nodes, degree, fanouts, batch_size, batches, kind="uniform", account=False):
     from torch_geometric.nn.models import GraphSAGE
 
     from pyg_sparsecomm import distribute, shard
     from pyg_sparsecomm.loader import DistributedNeighborLoader
-    data = random_graph(num_nodes, degree)
-    data.part = torch.randint(0, world_size, (num_nodes,), generator=torch.Generator().manual_seed(1))
-    data.num_parts = world_size
+    data = graph_of(kind, num_nodes, degree, world_size)
     local = shard(data) if world_size > 1 else shard(data, rank=0, world_size=1)
     del data
     timer = instrument()
+    if account:
+        instrument_step(timer)
     loader = DistributedNeighborLoader(local, fanouts, batch_size=batch_size, shuffle=True, seed=0, prefetch=0)
     torch.manual_seed(0)
     model = distribute(GraphSAGE(FEATURES, HIDDEN, len(fanouts), CLASSES))
@@ -105,26 +155,40 @@ def _worker(rank, world_size, num_nodes, degree, fanouts, batch_size, batches):
     for i, batch in enumerate(loader):
         if i > batches:
             break
-        start = time.perf_counter()
-        _step(model, optimizer, batch)
-        model_s = time.perf_counter() - start
-        split = dict(timer.seconds)
+        loader_split = dict(timer.seconds)
         timer.seconds.clear()
+        start = time.perf_counter()
+        _step(model, optimizer, batch, timer)
+        model_s = time.perf_counter() - start
+        split = {**loader_split, **{k: v for k, v in timer.seconds.items() if k not in loader_split}}
+        step_split = dict(timer.seconds)
+        timer.seconds.clear()
+        idle_s = sum(timer.idle.values()) if account else 0.0
+        timer.idle.clear()
         if i:  # the first batch warms up
-            rows.append({"model": model_s, **{k: split.get(k, 0.0) for k in PARTS[:3]},
-                         "seeds": int(batch.global_batch_size), "edges": sum(batch.num_sampled_edges)})
+            row = {"model": model_s, **{k: split.get(k, 0.0) for k in PARTS[:3]},
+                   "seeds": int(batch.global_batch_size), "edges": sum(batch.num_sampled_edges)}
+            if account:
+                # the loader's feature gather is part of "plan" (build_batch calls it): moved out of it
+                row["feature gather"] = loader_split.get("feature gather", 0.0)
+                row.update({k: step_split.get(k, 0.0) for k in STEP_PARTS[1:-1]})
+                row["model rest"] = model_s - sum(step_split.values())
+                row["idle"] = idle_s
+            rows.append(row)
+    if account:
+        return rows, []
     ahead = DistributedNeighborLoader(local, fanouts, batch_size=batch_size, shuffle=True, seed=0, prefetch=1)
     waits = _waits(ahead, model, optimizer, batches)
     return rows, waits
 
 
-def _step(model, optimizer, batch) -> None:
+def _step(model, optimizer, batch, timer: ExclusiveTimer | None = None) -> None:
     optimizer.zero_grad()
     out = model(batch.x, batch.adj, num_sampled_nodes_per_hop=batch.num_sampled_nodes,
                 num_sampled_edges_per_hop=batch.num_sampled_edges)
     s = int(batch.batch_size)
     distributed_loss(F.cross_entropy, out[:s], batch.y[:s]).backward()
-    optimizer.step()
+    (optimizer.step if timer is None else timer.wrap("optimizer", optimizer.step))()
 
 
 def _waits(loader, model, optimizer, batches: int) -> list[tuple[float, float]]:
@@ -163,6 +227,85 @@ def measure(num_nodes: int, degree: int, P: int, args) -> dict:
     out["loader_share"] = sum(waits) / sum(steps)  # prefetch=1: the sampling the step did not hide
     out["seeds_per_s_ahead"] = sum(s["seeds"] for s in per_batch) / sum(steps) * len(per_batch) / len(steps)
     return out
+
+
+ACCOUNT_PARTS = ("sampling", "exchange", "plan", *STEP_PARTS)
+#: not a part: the wrapped parts' wall time in which the rank's thread ran no code (waiting for a
+#: peer in a collective, or descheduled by other load)
+IDLE = "idle"
+
+
+def account(kind: str, num_nodes: int, degree: int, P: int, args) -> dict:
+    """``--account``: the per-part milliseconds of a batch (each part the slowest rank's, median over
+    batches), their sum and the seeds / s of the sums, on graph ``kind``."""
+    results = launch(_worker, P, num_nodes, degree, args.fanouts, args.batch_size, args.batches, kind, True,
+                     timeout=3600)
+    per_rank = [rows for rows, _ in results]
+    out = {k: median([max(r[b][k] for r in per_rank) for b in range(len(per_rank[0]))])
+           for k in (*ACCOUNT_PARTS, IDLE)}
+    totals = [max(sum(r[b][k] for k in ACCOUNT_PARTS) for r in per_rank) for b in range(len(per_rank[0]))]
+    out["total"] = median(totals)
+    out["seeds_per_s"] = sum(per_rank[0][b]["seeds"] for b in range(len(totals))) / sum(totals)
+    return out
+
+
+#: the tree before issue 56's changes, which the default run compares with this one
+BEFORE_REV = "f7b2bf0"
+
+
+def compare_main(args) -> None:
+    """The default run: the per-part tables of the package at ``--before`` (its ``pyg_sparsecomm/``
+    extracted by ``git archive`` into a temporary folder, this script run on it) and of this tree,
+    one after the other in the same job, each written to its RESULTS.md section."""
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+    here = Path(__file__).resolve().parent
+    common = ["--account", "--batches", str(args.batches), "--nodes", str(args.nodes),
+              "--degrees", str(args.degrees[0]), "--parts", *map(str, args.parts), "--graphs", *args.graphs,
+              *(["--no-write"] if args.no_write else [])]
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = subprocess.run(["git", "archive", args.before, "pyg_sparsecomm"], cwd=here.parent,
+                                 capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([tmp, str(here)])}
+        subprocess.run([sys.executable, __file__, *common, "--label", f"before ({args.before})",
+                        "--section", "_before"], env=env, check=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here.parent), str(here)])}
+    subprocess.run([sys.executable, __file__, *common, "--label", "after (this tree)", "--section", "_after"],
+                   env=env, check=True)
+
+
+def account_main(args) -> None:
+    """Prints (and writes to RESULTS.md) the per-part table of ``--account`` for every graph and ``P``."""
+    import subprocess
+    load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    headers = ["graph", "P", "seeds / s", "vs P = 1", "ms / batch", *[f"{p} ms" for p in ACCOUNT_PARTS],
+               "of which idle ms"]
+    rows = []
+    for kind in args.graphs:
+        base = None
+        for P in args.parts:
+            r = account(kind, args.nodes, args.degrees[0], P, args)
+            base = base or r["seeds_per_s"]
+            rows.append([kind, P, f"{r['seeds_per_s']:,.0f}", f"{r['seeds_per_s'] / base:.2f}x", ms(r["total"]),
+                         *[ms(r[p]) for p in ACCOUNT_PARTS], ms(r[IDLE])])
+            print_table(headers, rows[-1:])
+    if args.no_write:
+        return
+    label = f", {args.label}" if args.label else ""
+    notes = (f"{args.nodes:,} nodes, average in-degree {args.degrees[0]}: *uniform* (random endpoints, random "
+             f"partition) and *sbm* (64 blocks, 90% of pairs inside one, METIS partition); GraphSAGE "
+             f"{args.fanouts}, global batch {args.batch_size}, one thread per rank, `prefetch=0`; median over "
+             f"{args.batches} batches of the slowest rank's part.  *plan* excludes the feature gather; *model "
+             f"rest* is the forward/backward compute (and the loss) outside the wrapped parts; *of which idle*: "
+             f"the wrapped parts' wall time in which the rank's thread ran no code (wall less thread CPU time: "
+             f"waiting for a peer in a collective, or descheduled by the machine's other load).  Load at the "
+             f"start: `{load}` -- a shared machine: compare ratios within this table only.")
+    write_section(f"minibatch_accounting{args.section}", f"## Mini-batch accounting (issue 56){label}\n\n"
+                  f"`python benchmarks/minibatch_speed.py --account` -- machine: {machine()}.\n{notes}\n\n"
+                  + markdown_table(headers, rows))
 
 
 def pyg_sampler() -> str | None:
@@ -219,9 +362,22 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=8, help="batches timed after one warm-up")
     parser.add_argument("--label", default="", help="a note for the table's title (e.g. the code version)")
     parser.add_argument("--no-write", action="store_true", help="print only; leave RESULTS.md alone")
+    parser.add_argument("--account", action="store_true",
+                        help="the per-part table of a batch (issue 56) on --graphs at the first of --degrees")
+    parser.add_argument("--graphs", nargs="+", default=["uniform", "sbm"], choices=["uniform", "sbm"])
+    parser.add_argument("--section", default="", help="suffix of the RESULTS.md section (--account)")
+    parser.add_argument("--before", default=BEFORE_REV, help="the git revision the default run compares with")
+    parser.add_argument("--sweep", action="store_true",
+                        help="issue 46's table instead: --degrees at --parts, per-edge sampling cost, PyG's loader")
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     torch.set_num_threads(1)
+    if args.account:
+        account_main(args)
+        return
+    if not args.sweep:
+        compare_main(args)
+        return
     headers = ["avg in-degree", "P", "sampler", "seeds / s", "ms / batch", *[f"{p} ms" for p in PARTS],
                "sampled edges / batch", "sampling ns / edge", "prefetch=1: seeds / s", "prefetch=1: loader share"]
     rows, per_edge = [], {}
@@ -259,7 +415,7 @@ def main() -> None:
                   "the subgraph and the feature gather), the same GraphSAGE (untrimmed with torch_sparse's sampler, "
                   "which gives no per-hop counts), exactly `batch_size` seeds per batch.")
     title = "Mini-batch speed: O(fanout) sampling (issue 46)" + (f", {args.label}" if args.label else "")
-    write_section("minibatch_speed", f"## {title}\n\n`python benchmarks/minibatch_speed.py` — machine: "
+    write_section("minibatch_speed", f"## {title}\n\n`python benchmarks/minibatch_speed.py --sweep` — machine: "
                                      f"{machine()}.\n{notes}\n\n" + markdown_table(headers, rows))
 
 

@@ -20,6 +20,7 @@ from ..comm.ids import exchange_ids
 from ..graph.batch_node_ids import BatchNodeIds
 from ..plan.halo_adj import HaloAdj, csr_order
 from ..plan.homogeneous import RankPlan
+from ..sampling.host_reads import read_counts
 from ..sampling.sampled_adj import SampledAdj
 from ..training.per_rank import LocalCount
 
@@ -59,15 +60,16 @@ def build_batch(local: Data, adj: HaloAdj, sampled: Sampled, requests: Requests,
     rows = batch_rows(sampled.row_hop, levels)
     col = adj.col.index_select(0, sampled.edge_pos)
     is_halo = col >= adj.num_owned
-    planned = batch_plan(adj.plan, rows, col[is_halo] - adj.num_owned, sampled.edge_hop[is_halo], requests, group)
+    edge_counts = torch.bincount(sampled.edge_hop, minlength=levels)[1:]
+    planned = batch_plan(adj.plan, rows, col[is_halo] - adj.num_owned, sampled.edge_hop[is_halo], requests, group,
+                         edge_counts)
     row = adj.row().index_select(0, sampled.edge_pos)
     rowptr, new_col, perm = relabel(row, col, is_halo, planned, rows, rows)
     edge_pos = sampled.edge_pos.index_select(0, perm)
     value = None if adj.value is None else adj.value.index_select(0, edge_pos)
     trimmable = num_hops is not None
-    edge_counts = torch.bincount(sampled.edge_hop, minlength=levels)[1:].tolist()
-    batch_adj = SampledAdj(rowptr, new_col, value, planned.plan, rows.counts.tolist() if trimmable else None,
-                           edge_counts if trimmable else None, planned.halo_hop, planned.send_hop,
+    batch_adj = SampledAdj(rowptr, new_col, value, planned.plan, planned.node_counts if trimmable else None,
+                           planned.edge_counts if trimmable else None, planned.halo_hop, planned.send_hop,
                            planned.part_rows if trimmable else None)
     batch_adj.given_as = adj.given_as  # the script's form of the graph, for the layers' self-loops and values
     return batch_attributes(local, rows.rows, edge_pos, batch_adj.to(local.adj.device), sampled.num_seeds)
@@ -84,10 +86,12 @@ def batch_rows(row_hop: Tensor, levels: int) -> BatchRows:
     """The shard rows in the batch (``row_hop >= 0``) ordered by (hop, id), every shard row's batch
     row, and the rows per hop ``0 .. levels - 1``."""
     in_batch = torch.nonzero(row_hop >= 0).view(-1)
-    rows = in_batch.index_select(0, torch.argsort(row_hop.index_select(0, in_batch) * row_hop.numel() + in_batch))
+    hop = row_hop.index_select(0, in_batch)
+    # a hop's rows are ascending in in_batch already: one pass per hop over the batch, not a sort
+    rows = torch.cat([in_batch[hop == h] for h in range(levels)]) if levels > 1 else in_batch
     batch_row = torch.full((row_hop.numel(),), -1, dtype=torch.long, device=row_hop.device)
     batch_row.index_copy_(0, rows, torch.arange(rows.numel(), device=row_hop.device))
-    return BatchRows(rows, batch_row, torch.bincount(row_hop.index_select(0, rows), minlength=levels))
+    return BatchRows(rows, batch_row, torch.bincount(hop, minlength=levels))
 
 
 class BatchPlan(NamedTuple):
@@ -97,27 +101,37 @@ class BatchPlan(NamedTuple):
     halo_hop: Tensor   # [halo_size] first hop an edge reads each halo entry at
     send_hop: Tensor   # [len(send_index)] first hop a peer's edge reads each sent row at
     part_rows: Tensor  # [P, hops + 1] every rank's rows per hop
+    node_counts: list[int]         # this rank's rows per hop (rows.counts, read with the plan's counts)
+    edge_counts: list[int] | None  # this rank's edges per hop 1 .. L, when batch_plan was given them
 
 
 def batch_plan(plan: RankPlan, rows: BatchRows, halo_col: Tensor, edge_hop: Tensor, requests: Requests,
-               group: dist.ProcessGroup | None) -> BatchPlan:
+               group: dist.ProcessGroup | None, edge_counts: Tensor | None = None) -> BatchPlan:
     """The batch's :class:`~pyg_sparsecomm.plan.homogeneous.RankPlan` over ``rows``: its halo is the shard halo
     columns ``halo_col`` the batch's edges read (sampled at ``edge_hop``), its send lists the rows
-    peers ``requests``-ed; one reply exchange (:func:`_reply`)."""
+    peers ``requests``-ed; one reply exchange (:func:`_reply`).  Every size the host needs before the
+    reply (send and receive counts, rows per hop, ``edge_counts`` when given, the requests' check) is
+    read from the device at once, and the ranks' rows per hop once after it."""
     P, levels = plan.world_size, rows.counts.numel()
     used_halo, halo_pos = torch.unique(halo_col, return_inverse=True)  # (owner, id) order
     halo_hop = torch.full((used_halo.numel(),), levels, dtype=torch.long, device=halo_col.device)
     halo_hop.scatter_reduce_(0, halo_pos, edge_hop, "amin")  # first hop reading it
     send_peer, send_index, send_hop = _send_lists(requests, rows.batch_row, plan.num_owned)
-    send_counts = torch.bincount(send_peer, minlength=P).tolist()
     halo_owner = plan.halo_owner.index_select(0, used_halo)
-    recv_counts = torch.bincount(halo_owner, minlength=P).tolist()
+    extra = () if edge_counts is None else (edge_counts,)
+    counts = read_counts(torch.bincount(send_peer, minlength=P), torch.bincount(halo_owner, minlength=P), rows.counts,
+                         (send_index < 0).any(), *extra)
+    send_counts, recv_counts, node_counts = counts[:P], counts[P:2 * P], counts[2 * P:2 * P + levels]
+    if counts[2 * P + levels]:
+        raise RuntimeError("a peer requested a row that is not in this rank's batch (ranks sampled different batches)")
     remote_index, part_rows = _reply(send_index, send_counts, recv_counts, rows.counts, group)
+    part_sizes = [sum(node_counts)] if P == 1 else part_rows.sum(1).tolist()
     batch = RankPlan(rank=plan.rank, world_size=P, num_nodes=plan.num_nodes, n_id=plan.n_id.index_select(0, rows.rows),
                      halo_n_id=plan.halo_n_id.index_select(0, used_halo), halo_owner=halo_owner,
                      halo_remote_index=remote_index, send_index=send_index, send_counts=send_counts,
-                     recv_counts=recv_counts, part_sizes=part_rows.sum(1).tolist(), minibatch=True)
-    return BatchPlan(batch, halo_pos, halo_hop, send_hop, part_rows)
+                     recv_counts=recv_counts, part_sizes=part_sizes, minibatch=True)
+    return BatchPlan(batch, halo_pos, halo_hop, send_hop, part_rows, node_counts,
+                     None if edge_counts is None else counts[2 * P + levels + 1:])
 
 
 def relabel(row: Tensor, col: Tensor, is_halo: Tensor, planned: BatchPlan, src: BatchRows,
@@ -141,10 +155,7 @@ def _send_lists(requests: Requests, batch_row: Tensor, n_local: int) -> tuple[Te
     every requester's halo (its halo is sorted by owner, then id)."""
     order = torch.argsort(requests.peer * n_local + requests.row)
     peer, row, hop = (t.index_select(0, order) for t in requests)
-    send_index = batch_row.index_select(0, row)
-    if bool((send_index < 0).any()):
-        raise RuntimeError("a peer requested a row that is not in this rank's batch (ranks sampled different batches)")
-    return peer, send_index, hop
+    return peer, batch_row.index_select(0, row), hop  # (batch_plan checks that every row is in the batch)
 
 
 def _reply(send_index: Tensor, send_counts: list[int], recv_counts: list[int], row_counts: Tensor,
