@@ -127,12 +127,21 @@ def torch_function_disabled() -> Any:
         raise _missing("torch._C.DisableTorchFunctionSubclass", e) from e
 
 
-def current_graph_task_id() -> int:
-    """The id of the running backward call (``torch._C._current_graph_task_id``; ``-1`` outside one)."""
-    try:
-        return int(torch._C._current_graph_task_id())
-    except AttributeError as e:
-        raise _missing("torch._C._current_graph_task_id", e) from e
+def _graph_task_id_reader() -> Callable[[], int]:
+    """``torch._C._current_graph_task_id`` itself where torch has it (a builtin: a forward hook
+    on every layer call reads it, so no Python frame of ours in between), else a function that
+    names what changed."""
+    reader = getattr(torch._C, "_current_graph_task_id", None)
+    if reader is not None:
+        return reader
+
+    def missing() -> int:
+        raise _missing("torch._C._current_graph_task_id", AttributeError("_current_graph_task_id"))
+    return missing
+
+
+#: the id of the running backward call (``-1`` outside one)
+current_graph_task_id: Callable[[], int] = _graph_task_id_reader()
 
 
 def tensor_version(t: torch.Tensor) -> object:

@@ -261,7 +261,11 @@ def _all_to_all_body(send: Tensor, send_counts: list[int], recv_counts: list[int
         recv = send.new_empty((sum(recv_counts),) + tuple(send.shape[1:]))
         dist.all_to_all_single(recv, send.contiguous(), output_split_sizes=recv_counts, input_split_sizes=send_counts,
                                group=group)
-    counter.record(kind, [c * row_bytes for c in body[0]], [c * row_bytes for c in body[1]], group)
+    sent_bytes, received_bytes = [], []
+    for n_send, n_recv in zip(body[0], body[1], strict=True):  # a loop, not two comprehensions: a hot path
+        sent_bytes.append(n_send * row_bytes)
+        received_bytes.append(n_recv * row_bytes)
+    counter.record(kind, sent_bytes, received_bytes, group)
     return recv
 
 

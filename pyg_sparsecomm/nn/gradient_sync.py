@@ -35,6 +35,7 @@ sum, and the loss check, happen once, at the end of the backward the user starte
 """
 from __future__ import annotations
 
+import functools
 import sys
 import warnings
 import weakref
@@ -110,7 +111,7 @@ class GradientSync:
         ref = weakref.ref(self)
         for child in module.modules():  # a checkpointed part's forward runs again inside backward
             if any(p.requires_grad for p in child.parameters(recurse=False)):
-                child.register_forward_pre_hook(lambda _module, _args: _note_recomputation(ref))
+                child.register_forward_pre_hook(functools.partial(_note_recomputation, ref))
         # the module keeps this alive; the parameters' hooks refer to it weakly, as it holds their
         # AccumulateGrad nodes, which hold the parameters (a cycle through C++ the GC cannot free)
         module.__dict__.setdefault("_sparsecomm_gradient_syncs", []).append(self)
@@ -254,7 +255,7 @@ def _hook_when_materialised(child: torch.nn.Module, sync: GradientSync | None, g
     handle = child.register_forward_pre_hook(hook)
 
 
-def _note_recomputation(ref: weakref.ref) -> None:
+def _note_recomputation(ref: weakref.ref, _module: torch.nn.Module, _args: tuple) -> None:
     """A forward pre-hook: a forward inside a backward call is a checkpointed part recomputed
     (:meth:`GradientSync.recomputation`); one outside any while a backward's sum is pending means
     that backward raised before its end, and its shares are dropped (as autograd dropped it)."""
