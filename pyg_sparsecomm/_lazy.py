@@ -4,12 +4,29 @@ that defines each name; the module loads at the first lookup of one of its names
 Why lazily: ``import pyg_sparsecomm.partition`` (or ``from pyg_sparsecomm import SparsityAwarePartitioner``)
 must not import the layers, the SpMM algorithms or the one-sided engine, and ``import pyg_sparsecomm.rdma``
 must not initialise MPI; only what a user touches is imported.
+
+A name may be both an export and a submodule (``pyg_sparsecomm.nn.distribute``: the function and its
+module): the import system binds a submodule to its package's attribute when it loads it, which would
+hide the export once anything imported the module; a lazy package (:class:`LazyPackage`) keeps the
+export, as an eager ``from .distribute import distribute`` did.
 """
 import importlib
 import importlib.util
+import sys
+import types
 import warnings
 from collections.abc import Callable
 from typing import Any
+
+
+class LazyPackage(types.ModuleType):
+    """A package of :func:`lazy_exports`: a submodule loaded by the name of an export does not replace it."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, types.ModuleType) and value.__name__ == f"{self.__name__}.{name}" \
+                and name in self.__dict__.get("__lazy_exports__", ()):
+            return  # the import system binding the submodule: the export of that name keeps it
+        super().__setattr__(name, value)
 
 
 def lazy_exports(package: str, exports: dict[str, str], moved: dict[str, str] | None = None,
@@ -24,6 +41,8 @@ def lazy_exports(package: str, exports: dict[str, str], moved: dict[str, str] | 
             import, then returns it. (default: :obj:`None`)
     """
     moved = moved or {}
+    sys.modules[package].__class__ = LazyPackage
+    vars(sys.modules[package])["__lazy_exports__"] = frozenset(exports)
 
     def __getattr__(name: str) -> Any:
         module = importlib.import_module(package)

@@ -19,9 +19,19 @@ as if never interrupted; on another partition (``allow_repartition=True``, e.g. 
 ranks) from the same parameters (a sharded table's rows re-sharded by global id), optimizer state
 and loader position, with the ranks' own state started anew (:class:`ResumePoint`).
 """
-from .directory import complete_checkpoints, latest_checkpoint
-from .rank_state import partition_fingerprint
-from .resume import PartitionMismatchError, ResumePoint, load, save
+from typing import TYPE_CHECKING
 
+from .._lazy import lazy_exports
+
+_EXPORTS = {"complete_checkpoints": ".directory", "latest_checkpoint": ".directory",
+            "partition_fingerprint": ".rank_state", "PartitionMismatchError": ".resume", "ResumePoint": ".resume",
+            "load": ".resume", "save": ".resume"}
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .directory import complete_checkpoints, latest_checkpoint
+    from .rank_state import partition_fingerprint
+    from .resume import PartitionMismatchError, ResumePoint, load, save
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 __all__ = ["save", "load", "ResumePoint", "PartitionMismatchError", "latest_checkpoint", "complete_checkpoints",
            "partition_fingerprint"]

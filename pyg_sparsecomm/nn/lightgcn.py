@@ -38,7 +38,7 @@ On a shard the methods take the same arguments as PyG's:
 
 Without a shard (a plain ``edge_index`` on one process) it is PyG's ``LightGCN``.
 """
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -49,17 +49,18 @@ from torch_geometric.nn.models.lightgcn import BPRLoss
 
 from ..comm.group import raise_together
 from ..comm.group import world_size as group_world_size
-from ..link.embedding_rows import EmbeddingRows
-from ..link.pair_index import PairIndex
-from ..link.pairs import distribute_pairs, local_pairs
-from ..link.same_pairs import check_same_pairs
-from ..link.topk import recommend_topk
 from ..plan.halo_adj import HaloAdj
 from ..training.grad_registry import register_synced
 from ..training.replicated import ReplicatedScores, replicate_rows
 from ..training.whole_graph import global_count, whole_graph_value
 from .owner_sharded import OwnerRows
 from .recommend_inputs import check_recommend_ids
+
+# link/ (pairs, top-k, the table's rows) is imported where a call on a shard needs it, not here:
+# distribute() registers this class for every model, and importing the layers loads nothing of link/
+if TYPE_CHECKING:  # pragma: no cover
+    from ..link.embedding_rows import EmbeddingRows
+    from ..link.pair_index import PairIndex
 
 
 def attach_embedding(model: LightGCN, group: dist.ProcessGroup | None) -> None:
@@ -75,7 +76,7 @@ class DistributedLightGCN(LightGCN):
     ``distribute`` swaps it in for ``LightGCN`` instances."""
 
     _sparsecomm_group: dist.ProcessGroup | None = None
-    _sparsecomm_rows: EmbeddingRows | None = None
+    _sparsecomm_rows: "EmbeddingRows | None" = None
 
     def get_embedding(self, edge_index: Any, edge_weight: Tensor | None = None) -> Tensor:
         r"""The final embedding :math:`\sum_l \alpha_l x^{(l)}` of this rank's nodes (PyG's, on a shard).
@@ -160,7 +161,7 @@ class DistributedLightGCN(LightGCN):
         return whole_graph_value(share, group)
 
     def _replicated_loss(self, pos: Tensor, neg: Tensor, node_id: Tensor | None, lambda_reg: float,
-                         rows: EmbeddingRows) -> Tensor:
+                         rows: "EmbeddingRows") -> Tensor:
         r"""The loss of the scores of a global list (on every rank): PyG's BPR term computed here, the
         same on every rank (its gradient reaches each rank's own pairs through the scores' gather), plus
         the :math:`\lambda`-term, each rank's owned rows of the distinct nodes summed over the ranks."""
@@ -208,6 +209,7 @@ class DistributedLightGCN(LightGCN):
         src_found, src_rows = rows.local_rows(src)
         dst_found, dst_rows = rows.local_rows(dst)
         item_ids = dst_found.nonzero().view(-1)  # positions in dst_index: the items' ids
+        from ..link.topk import recommend_topk
         local_exclude = None if exclude is None else _owned_exclusions(exclude.detach().cpu().long(), dst, item_ids)
         top = recommend_topk(emb[src_rows.to(emb.device)], emb[dst_rows.to(emb.device)], item_ids, k,
                              src[src_found] if exclude is not None else None, local_exclude, self._sparsecomm_group)
@@ -230,8 +232,9 @@ class DistributedLightGCN(LightGCN):
         assert rows is not None
         return {"embedding.weight": OwnerRows(rows.n_id, rows.num_nodes)}
 
-    def _rows_of(self, edge_index: Any) -> EmbeddingRows:
+    def _rows_of(self, edge_index: Any) -> "EmbeddingRows":
         """The table's rows on one process without a shard: all nodes, in order."""
+        from ..link.embedding_rows import EmbeddingRows
         if self._sparsecomm_rows is not None:
             return self._sparsecomm_rows
         return EmbeddingRows(torch.arange(self.num_nodes), self.num_nodes)
@@ -254,12 +257,15 @@ class DistributedLightGCN(LightGCN):
         if weight.size(0) != plan.num_nodes:
             raise ValueError(f"LightGCN(num_nodes={weight.size(0)}) but the shard's graph has {plan.num_nodes} nodes: "
                              f"build the model with num_nodes of the whole graph (data.num_nodes before sharding)")
+        from ..link.embedding_rows import EmbeddingRows
         with torch.no_grad():
             weight.data = weight.data.index_select(0, plan.n_id.to(weight.device))  # the rest is freed
         self._sparsecomm_rows = EmbeddingRows(plan.n_id, plan.num_nodes, group)
 
-    def _pair_index(self, edge_label_index: Any, adj: HaloAdj) -> PairIndex:
+    def _pair_index(self, edge_label_index: Any, adj: HaloAdj) -> "PairIndex":
         """The pairs this rank holds, as a :class:`~pyg_sparsecomm.link.PairIndex`."""
+        from ..link.pair_index import PairIndex
+        from ..link.pairs import local_pairs
         rows = self._sparsecomm_rows
         assert rows is not None
         group = self._sparsecomm_group
@@ -284,9 +290,12 @@ _WHOLE_GRAPH = ("LightGCN under distribute() in a job of {P} ranks got a plain e
                 "graph (data = partition_and_shard(data); model(data.edge_index, ...), or local.adj of shard())")
 
 
-def _distributed_pairs(edge_label_index: Tensor, rows: EmbeddingRows, group: dist.ProcessGroup | None,
-                       what: str) -> PairIndex:
+def _distributed_pairs(edge_label_index: Tensor, rows: "EmbeddingRows", group: dist.ProcessGroup | None,
+                       what: str) -> "PairIndex":
     """The pairs of the global list whose source this rank owns (after checking every rank passed it)."""
+    from ..link.pair_index import PairIndex
+    from ..link.pairs import distribute_pairs
+    from ..link.same_pairs import check_same_pairs
     check_same_pairs(edge_label_index.cpu(), what, group)
     pairs = distribute_pairs(edge_label_index.cpu(), None, rows.part, group)
     return PairIndex(pairs.edge_label_index, rows.part, group, pairs)

@@ -82,7 +82,9 @@ def _worker(fn, rank, world_size, store_path, args, results, threads, pg_timeout
 # PyG's per-class generated code (testing_warm: 0.1 s per conv class and process otherwise), METIS's binding and
 # numpy.ma (numpy imports it lazily, at a process's first np.unique)
 _PRELOAD = ["torch", "torch_geometric", "pyg_sparsecomm", *sorted({f"pyg_sparsecomm{m}" for m in _EXPORTS.values()}),
-            "pyg_sparsecomm.testing.warm", "pymetis", "numpy.ma"]
+            # the root's names of the lazy nn/ and loader/ packages, by the modules defining them
+            "pyg_sparsecomm.nn.distribute", "pyg_sparsecomm.loader.neighbor_loader",
+            "pyg_sparsecomm.loader.node_subset_loader", "pyg_sparsecomm.testing.warm", "pymetis", "numpy.ma"]
 _EXTRA_PRELOAD: list[str] = []
 #: what the fork server was asked to import when this process first asked for it (None: not yet)
 _SERVER_PRELOAD: list[str] | None = None

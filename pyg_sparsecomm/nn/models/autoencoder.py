@@ -29,7 +29,7 @@ shard (``z = model.encode(data.x, data.edge_index)`` of :func:`~pyg_sparsecomm.p
 Every value is a :func:`~pyg_sparsecomm.distributed_loss`-style loss: the whole graph's on every
 rank, its gradient into this rank's share.  Without a shard on one process the models are PyG's.
 """
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -38,16 +38,15 @@ from torch_geometric.nn.models.autoencoder import EPS, MAX_LOGSTD
 
 from ...comm.group import host_all_reduce
 from ...comm.group import world_size as group_world_size
-from ...link.embedding_rows import same_everywhere
-from ...link.metrics import global_auc, global_average_precision
-from ...link.pair_index import PairIndex
-from ...link.pairs import distribute_pairs, local_pairs
-from ...link.same_pairs import check_same_pairs
-from ...link.shard_negatives import negative_sampling
 from ...plan.halo_adj import HaloAdj
 from ...training.per_rank import warn_once
 from ...training.whole_graph import WholeGraphLoss, whole_graph_value
 from .shard_model import ShardModel
+
+# link/ (pairs, negatives, metrics) is imported by the calls on a shard that need it, not here: distribute()
+# loads this module for every model, and importing the layers loads nothing of link/
+if TYPE_CHECKING:  # pragma: no cover
+    from ...link.pair_index import PairIndex
 
 #: the noise streams of a model (:func:`~.node_noise.node_normal`)
 REPARAMETRIZE, PRIOR = 0, 1
@@ -85,6 +84,7 @@ class ShardAutoEncoder(ShardModel):
         """
         if self._sparsecomm_shard is None:
             return super().recon_loss(z, pos_edge_index, neg_edge_index)  # type: ignore[misc]
+        from ...link.shard_negatives import negative_sampling
         self._node_ids(z, "recon_loss")
         pos = self._pairs(pos_edge_index, "recon_loss")
         neg = negative_sampling(pos, z.size(0)) if neg_edge_index is None else self._pairs(neg_edge_index,
@@ -103,6 +103,7 @@ class ShardAutoEncoder(ShardModel):
         """
         if self._sparsecomm_shard is None:
             return super().test(z, pos_edge_index, neg_edge_index)  # type: ignore[misc]
+        from ...link.metrics import global_auc, global_average_precision
         self._node_ids(z, "test")
         pos_pred = self.decoder(z, self._pairs(pos_edge_index, "test"), sigmoid=True)  # type: ignore[attr-defined]
         neg_pred = self.decoder(z, self._pairs(neg_edge_index, "test"), sigmoid=True)  # type: ignore[attr-defined]
@@ -120,8 +121,11 @@ class ShardAutoEncoder(ShardModel):
         share = sum(t.sum() / max(c, 1) for t, c in zip(terms, counts, strict=True))
         return whole_graph_value(share, group)  # type: ignore[arg-type]
 
-    def _pairs(self, edge_index: Any, what: str) -> PairIndex:
+    def _pairs(self, edge_index: Any, what: str) -> "PairIndex":
         """``edge_index`` as the pairs this rank holds (see the module doc)."""
+        from ...link.pair_index import PairIndex
+        from ...link.pairs import distribute_pairs, local_pairs
+        from ...link.same_pairs import check_same_pairs
         shard, group = self._sparsecomm_shard, self._sparsecomm_group
         assert shard is not None
         name = f"{type(self).__name__}.{what}"
@@ -224,6 +228,7 @@ class DistributedInnerProductDecoder(InnerProductDecoder):
             edge_index (PairIndex or torch.Tensor): the pairs.
             sigmoid (bool, optional): apply the sigmoid. (default: :obj:`True`)
         """
+        from ...link.pair_index import PairIndex
         if not isinstance(edge_index, PairIndex):
             _whole_z(z, "InnerProductDecoder(z, edge_index) with a tensor of global ids")
         return super().forward(z, edge_index, sigmoid)
@@ -241,6 +246,7 @@ class DistributedInnerProductDecoder(InnerProductDecoder):
 
 def _whole_z(z: Tensor, what: str) -> None:
     """Raises on every rank unless every rank passes the same ``z`` (in a job of several ranks)."""
+    from ...link.embedding_rows import same_everywhere
     if group_world_size() > 1 and not same_everywhere(z.detach().float()):
         raise ValueError(f"{what} needs z of all nodes on every rank, but the ranks passed different z (a shard's "
                          f"rows?): gather them first (z = gather_nodes(z, data, dst=None)), or score a shard's pairs "

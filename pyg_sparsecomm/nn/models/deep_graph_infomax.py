@@ -37,7 +37,6 @@ from torch_geometric.nn.models.deep_graph_infomax import EPS
 from ...comm.group import collective_device, global_rank, host_all_reduce, raise_together
 from ...comm.group import rank as group_rank
 from ...comm.group import world_size as group_world_size
-from ...link.metrics import gather_rows
 from ...training.whole_graph import whole_graph_value
 from .shard_model import ShardContext, ShardModel
 from .whole_graph_nodes import WholeGraphNodes, local_rows
@@ -130,6 +129,7 @@ class DistributedDeepGraphInfomax(ShardModel, DeepGraphInfomax):
                     raise ValueError(f"DeepGraphInfomax.test: {name}_z has {z.size(0)} rows but {name}_y "
                                      f"{y.size(0)}: pass this rank's rows of both (z[mask], data.y[mask])")
         raise_together(sizes, "DeepGraphInfomax.test", group, flag_first=True)
+        from ...link.metrics import gather_rows  # at the call: importing the layers loads nothing of link/
         features = gather_rows(train_z.detach().cpu(), group).numpy()
         labels = gather_rows(train_y.detach().cpu(), group).numpy()
         fitted: list[Any] = [None]

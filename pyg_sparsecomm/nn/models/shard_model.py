@@ -18,7 +18,6 @@ from torch import Tensor
 
 from ...comm.group import host_all_gather
 from ...comm.group import world_size as group_world_size
-from ...link.partition_vector import gathered_partition
 from ...plan.halo_adj import HaloAdj
 from ...plan.homogeneous import RankPlan
 from .node_noise import node_normal
@@ -53,6 +52,7 @@ class ShardContext:
     def part(self) -> np.ndarray:
         """``[N]`` owner of every node (every rank's ``n_id`` gathered at first use: a collective)."""
         if self._part is None:
+            from ...link.partition_vector import gathered_partition  # at first use: the layers load no link/
             self._part = gathered_partition(self.plan.n_id, self.num_nodes, self.group)
         return self._part
 

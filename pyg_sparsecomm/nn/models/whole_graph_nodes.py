@@ -38,8 +38,6 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ...comm.collectives import row_all_reduce
-from ...link.embedding_rows import same_everywhere
-from ...link.pair_exchange import ends_plan, rows_with_halo
 from .shard_model import ShardContext
 
 _UNARY = {"sigmoid", "tanh", "relu", "exp", "log", "abs", "neg", "sqrt", "rsqrt", "square", "sign", "sin", "cos",
@@ -264,6 +262,8 @@ def _describe(key: Any) -> str:
 
 def _permuted(nodes: WholeGraphNodes, index: Tensor) -> WholeGraphNodes:
     """Row ``v`` of the result is row ``index[v]`` of ``nodes``: this rank's rows fetched from their owners."""
+    from ...link.embedding_rows import same_everywhere  # link/ at the call: importing the layers loads none of it
+    from ...link.pair_exchange import ends_plan, rows_with_halo
     shard, N = nodes.shard, nodes.shard.num_nodes
     if not same_everywhere(index, shard.group):
         raise ValueError(f"{nodes.what}: the ranks indexed the node tensor with different permutations; the "

@@ -2,8 +2,9 @@
 ``distribute`` treats specially, by class name in the module that defines it (names a PyG version
 lacks are skipped).  Classes not listed run the default exchange (see :mod:`.registry`).
 
-Importing this module registers them (:func:`register_pyg_rules`); :mod:`pyg_sparsecomm.nn`
-imports it first, so every lookup of a rule sees PyG's.  It sits above the registry: the rules
+Importing this module registers them (:func:`register_pyg_rules`); :func:`~pyg_sparsecomm.distribute`
+imports it, and :mod:`pyg_sparsecomm.nn` exports ``layer_rule`` and ``layer_table`` from here, so every
+lookup of a rule sees PyG's (a user's rule registered before is kept).  It sits above the registry: the rules
 name the distributed classes and adapters they swap in."""
 from typing import Any
 
@@ -24,6 +25,8 @@ from ..models.sparse_linear import DistributedSparseLinear
 from ..models.verdicts import SUBMODULE_CLASSES, refused_models
 from ..runtime.adapters import cheb_laplacian, label_propagation_inputs, node_embedding_ids
 from .registry import GcnNormalisation, LayerRule, register_named
+from .registry import layer_rule as layer_rule  # re-exported: pyg_sparsecomm.nn.layer_rule sees PyG's rules
+from .registry import layer_table as layer_table
 
 _KNN = "builds a k-nearest-neighbour graph from the features of all nodes"
 _CUGRAPH = "runs in cugraph-ops on the whole graph (CUDA only)"

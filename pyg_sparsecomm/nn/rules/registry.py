@@ -2,7 +2,7 @@ r"""The registry of layer rules: one :class:`LayerRule` per layer class, what
 :func:`~pyg_sparsecomm.distribute` does with it.
 
 This module is a leaf: it imports nothing of :mod:`pyg_sparsecomm.nn`.  PyG's own rules register
-into it from above (:mod:`.pyg`, imported by :mod:`pyg_sparsecomm.nn`), and
+into it from above (:mod:`.pyg`, imported by ``distribute`` and by ``pyg_sparsecomm.nn.layer_rule``), and
 :mod:`~pyg_sparsecomm.nn.runtime.plan` compiles a layer's rule once, when it is attached.
 
 A rule says how the layer's messages aggregate on a shard, which ``Linear`` may move across the
