@@ -2,8 +2,8 @@
 shard's ``edge_label_index`` indexing embeddings as PyG's does (:mod:`.pair_index`), negatives drawn
 by hashes of global ids (:mod:`.negative_sampling`) or, on a shard, as PyG draws them
 (:mod:`.shard_negatives`), whole-graph metrics (:mod:`.metrics`, :mod:`.roc_auc`), PyG's ranking
-metrics over every rank's users (:mod:`.ranking`, :mod:`.ranking_functions`) and top-k recommendation
-over every rank's items (:mod:`.topk`)."""
+metrics over every rank's users (:mod:`.ranking`; :mod:`.ranking_functions`: its deprecated functional
+aliases) and top-k recommendation over every rank's items (:mod:`.topk`)."""
 from typing import TYPE_CHECKING
 
 from .._lazy import lazy_exports
