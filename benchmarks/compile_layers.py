@@ -24,8 +24,8 @@ import torch
 import torch._dynamo
 import torch._inductor.config
 import torch.distributed as dist
-from torch._dynamo.utils import counters
 from _common import median, print_table, write_table_section
+from torch._dynamo.utils import counters
 from torch_geometric.nn.models import GAT, GCN, GraphSAGE
 
 from pyg_sparsecomm import LossNormalisationWarning, SparsityAwarePartitioner, distribute, shard, sync_gradients
