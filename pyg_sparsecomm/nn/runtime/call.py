@@ -69,6 +69,7 @@ from .port import Shard
 from .shared_adjacency import shared_aggregation
 from .sources import attention_propagate, edge_update_sources, propagate_sources
 from .state import LayerState
+from .traced_spmm import traced_aggregation
 
 _local = threading.local()
 
@@ -233,6 +234,9 @@ class LayerCall:
             torch_sparse_weights(conv, self.plan, edge_index, adj)
             if adj.value is not None and adj.given_as == "torch.sparse" else None)
         state.port.exchanged_width = (rows.size(1), rows.element_size())
+        if torch.compiler.is_compiling() and state.port.traces_spmm(shard, state.settings):
+            out = traced_aggregation(shard.halo, shard.num_owned, edge_index, weight, conv.aggr, rows.contiguous())
+            return from_node_rows(out, moved, conv.node_dim)
         dtype = rows.dtype
 
         def aggregation() -> HaloAdj:

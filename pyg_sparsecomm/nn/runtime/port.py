@@ -13,7 +13,6 @@ last ran on (the group checked once per shard; its first exchange of a call head
 :class:`WatchedExchanger`), stale-exchange slots, static halos, the SpMM algorithm chosen and the
 one last built (while the aggregation adjacency and exchanger are the same), and ``summary()``'s.
 """
-import math
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,15 +27,15 @@ from ...algorithms.choice import CostRow, choose_algorithm
 from ...algorithms.settings import exchange_group
 from ...comm.exchanger import HaloExchanger
 from ...comm.group import host_all_reduce, world_size
-from ...comm.group import rank as group_rank
-from ...comm.halo import HeaderedPlan, announce_rows, headered_exchange
-from ...comm.halo_options import EXACT, ExchangeSlots
+from ...comm.halo import announce_rows
+from ...comm.halo_options import ExchangeSlots
 from ...compat import tensor_version
 from ...plan.halo_adj import HaloAdj
 from ...plan.homogeneous import RankPlan
 from .cached_spmm import CachedSpMM
 from .checks import AgreementWatch
 from .plan import DistributedSettings
+from .watched import WatchedExchanger
 
 
 @dataclass
@@ -134,53 +133,6 @@ def _all_ranks(flag: bool, shard: Shard) -> bool:
     if (watch := getattr(shard.exchanger, "watch", None)) is not None:
         watch.taint()  # if it is the call's first collective: the next call agrees
     return bool(host_all_reduce([int(flag)], dist.ReduceOp.MIN, shard.group)[0])
-
-
-@dataclass(frozen=True, eq=False)
-class WatchedExchanger(HaloExchanger):
-    """An exchanger whose call's first exact exchange is headered (:class:`~.checks.AgreementWatch`):
-    a peer's flag runs the call's agreed checks, then the exchange again.
-
-    Args:
-        watch (AgreementWatch, optional): the layer's watch. (default: ``None``)
-        watched_options (HaloOptions, optional): the layer's (exact) options. (default: ``None``)
-    """
-    watch: AgreementWatch | None = None
-    watched_options: Any = None
-
-    def exchange(self, x: Tensor, key: str = "x") -> Tensor:
-        watch = self.watch
-        if watch is None or not watch.armed or self.plan.world_size == 1:
-            return super().exchange(x, key)
-        watch.armed = False
-        watched = self.options is EXACT or self.options is self.watched_options  # exact, as armed calls' are
-        if (not watched or x.device.type != "cpu" or x.dim() == 0 or math.prod(x.shape[1:]) == 0
-                or x.size(0) != self.plan.num_owned):  # (the same on every rank, one owning no rows too)
-            return super().exchange(x, key)  # no header: this call's first collective is a plain one
-        kept = watch.headered_plan
-        if kept is None or kept[0] is not self.plan:
-            kept = watch.headered_plan = (self.plan, HeaderedPlan(self.plan, group_rank(self.group)))
-        while True:
-            halo, flagged = headered_exchange(x, kept[1], self.group)
-            watch.headered, watch.recorded = True, (kept[1].send_counts, kept[1].recv_counts, x.shape[1:], x.dtype)
-            if not flagged:
-                return halo
-            try:
-                watch.agree()  # raises on every rank, or passes: the announcing rank exchanges next
-            except BaseException:
-                watch.forget()  # every rank agrees at its next call
-                raise
-
-    @property
-    def halo_of(self) -> Callable[[Tensor], Tensor]:
-        """:meth:`exchange` (a call's first exchange may carry the header)."""
-        return self.exchange
-
-    def reduce(self, x_ext: Tensor) -> Tensor:
-        """The exact fold; as a call's first collective it turns the watch off for the next call."""
-        if self.watch is not None:
-            self.watch.taint()
-        return super().reduce(x_ext)
 
 
 class StaticHalo:
@@ -286,7 +238,7 @@ class HaloPort:
             grid = settings.grid()
             group = exchange_group(adj, grid, settings.group)
             exact = outer.exchanger if outer is not None else WatchedExchanger(
-                adj.plan, group, watch=self.watch, watched_options=settings.halo_options)
+                adj.plan, group, watch=self.watch, watched_options=settings.halo_options).traced()
             bound = exact.bind(options=settings.halo_options, slots=self.slots)
             link = self._link = _Link(weakref.ref(adj.plan), settings, exact, bound, grid, world_size(exact.group))
         if outer is not None:
@@ -377,6 +329,13 @@ class HaloPort:
         if cached is not None:
             self.cached_spmm.keep(spmm, *cached, shard.adj, rows.dtype, self.chosen_algorithm)
         return spmm
+
+    def traces_spmm(self, shard: Shard, settings: DistributedSettings) -> bool:
+        """Whether a traced call's SpMM is :func:`~.traced_spmm.traced_aggregation`: exact halos by the
+        ``"1d"`` algorithm (chosen at an eager first call) over the shard's traced exchanger."""
+        traced = bool(getattr(shard.exchanger, "handle", ""))
+        return (settings.halo_options.exact and not settings.replicated
+                and (shard.world == 1 or (self.chosen_algorithm == "1d" and traced)))
 
     def multiply(self, spmm: SpMMAlgorithm, rows: Tensor, src: Tensor, shard: Shard,
                  depends_on: tuple[Tensor, ...]) -> Tensor:

@@ -1,0 +1,119 @@
+r"""The exact halo exchange as a registered custom op, so that ``torch.compile`` traces a layer
+call through it instead of breaking the graph (issue 57, item 6).
+
+Dynamo cannot trace a collective whose result is read on the host (the agreement header's flags,
+:func:`~pyg_sparsecomm.comm.halo.headered_exchange`) nor gloo's asynchronous all-to-allv; an op
+it does not look into, with a known output shape (``register_fake``) and gradient
+(``register_autograd``), it puts into the graph as one node.  The op runs the exchanger's own
+eager code at run time, so what an exchange does is unchanged under compilation: the call's first
+exchange still carries the header rows, a peer's flag still runs the agreed checks and the
+exchange again, bytes are counted.
+
+* ``pyg_sparsecomm::halo_exchange(x, handle)``: the halo rows of ``x``,
+  ``[num_owned, *] -> [halo_size, *]``;
+* ``pyg_sparsecomm::halo_to_owners(grad, handle)``: its adjoint, the backward: halo gradients travel
+  back to their owners (the reverse all-to-allv, send and receive counts swapped) and are summed
+  into the owned rows.  Nothing assumes ``A = A^T``; its own backward is the forward exchange.
+
+``handle`` names an exchanger registered with :func:`register`: a string, as a custom op's
+arguments are tensors and plain values and dynamo may turn an integer attribute into a symbolic
+one.  Every rank runs the same ops in the same order, as the eager exchanges.
+"""
+import itertools
+import weakref
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .halo import _to_halo, _to_owners
+
+_EXCHANGERS: "weakref.WeakValueDictionary[str, Any]" = weakref.WeakValueDictionary()
+_HANDLES = itertools.count()
+
+
+@torch.compiler.disable(reason="registering an exchanger happens once per shard, eagerly")
+def register(exchanger: Any) -> str:
+    """A handle of ``exchanger`` (an exact :class:`~pyg_sparsecomm.comm.exchanger.HaloExchanger` whose
+    ``exchange(x)`` returns the halo rows) for :func:`halo_exchange`, valid while it lives.
+
+    Args:
+        exchanger (HaloExchanger): the exchanger (kept by weak reference).
+    """
+    handle = str(next(_HANDLES))
+    _EXCHANGERS[handle] = exchanger
+    return handle
+
+
+def _exchanger(handle: str) -> Any:
+    exchanger = _EXCHANGERS.get(handle)
+    if exchanger is None:
+        raise RuntimeError(f"pyg_sparsecomm::halo_exchange: exchanger {handle} is gone (a compiled graph outlived "
+                           f"the shard it was traced on); call torch._dynamo.reset() or compile again")
+    return exchanger
+
+
+@torch.library.custom_op("pyg_sparsecomm::halo_exchange", mutates_args=())
+def _halo_exchange_op(x: Tensor, handle: str) -> Tensor:
+    with torch.no_grad():  # the op's autograd is registered below
+        return _exchanger(handle).exchange(x)
+
+
+@_halo_exchange_op.register_fake
+def _(x: Tensor, handle: str) -> Tensor:
+    return x.new_empty((_exchanger(handle).plan.halo_size,) + tuple(x.shape[1:]))
+
+
+@torch.library.custom_op("pyg_sparsecomm::halo_to_owners", mutates_args=())
+def _halo_to_owners_op(grad: Tensor, handle: str) -> Tensor:
+    exchanger = _exchanger(handle)
+    zeros = grad.new_zeros((exchanger.plan.num_owned,) + tuple(grad.shape[1:]))
+    return _to_owners(grad.contiguous(), zeros, exchanger.plan, exchanger.group)
+
+
+@_halo_to_owners_op.register_fake
+def _(grad: Tensor, handle: str) -> Tensor:
+    return grad.new_empty((_exchanger(handle).plan.num_owned,) + tuple(grad.shape[1:]))
+
+
+def _setup(ctx: Any, inputs: tuple, output: Any) -> None:
+    ctx.handle = inputs[1]
+
+
+def _exchange_backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
+    return _halo_to_owners_op(grad, ctx.handle), None
+
+
+def _to_owners_backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
+    return _halo_exchange_plain_op(grad, ctx.handle), None
+
+
+@torch.library.custom_op("pyg_sparsecomm::halo_exchange_plain", mutates_args=())
+def _halo_exchange_plain_op(x: Tensor, handle: str) -> Tensor:
+    """The exchange without the agreement header (the adjoint's backward)."""
+    exchanger = _exchanger(handle)
+    return _to_halo(x.contiguous(), exchanger.plan, exchanger.group)
+
+
+@_halo_exchange_plain_op.register_fake
+def _(x: Tensor, handle: str) -> Tensor:
+    return x.new_empty((_exchanger(handle).plan.halo_size,) + tuple(x.shape[1:]))
+
+
+_halo_exchange_op.register_autograd(_exchange_backward, setup_context=_setup)
+_halo_to_owners_op.register_autograd(_to_owners_backward, setup_context=_setup)
+_halo_exchange_plain_op.register_autograd(_exchange_backward, setup_context=_setup)
+
+
+def halo_exchange(x: Tensor, handle: str) -> Tensor:
+    """The halo rows of ``x`` by the exchanger ``handle`` (:func:`register`), as one op of a traced graph.
+
+    Args:
+        x (Tensor): this rank's owned rows.
+        handle (str): the exchanger's handle.
+
+    Shapes:
+        - **input:** ``[num_owned, *]``
+        - **output:** ``[halo_size, *]``
+    """
+    return _halo_exchange_op(x, handle)
