@@ -246,8 +246,8 @@ def test_unreproducible_draws_compare_the_first_step_on_a_fixed_batch(runner, ca
 
 
 def test_a_first_step_gradient_that_differs_is_named(runner, capsys, tmp_path, cora_root):
-    """A gradient the port scales (a loss of twice the value passed to backward() only through its
-    gradient) is named as the gradient of the first step, before the parameters after it."""
+    """A port that doubles its gradients (``(2 * loss - loss.detach()).backward()``: the loss's value,
+    twice its gradient) is named at the first step's gradients, which Adam's first step barely shows."""
     original, port = _broken(tmp_path, "gcn", "    loss.backward()\n", "    (2 * loss - loss.detach()).backward()\n")
     status, output = check(runner, capsys, tmp_path, original, port, ["--root", cora_root], steps="1")
     assert status == 1, output[-4000:]
