@@ -113,12 +113,15 @@ def _listing(params: dict[str, list]) -> str:
 
 
 def compare_parameters(verdict: Verdict, tol: Tolerance, a: Recording, b: Recording, step: int,
-                       names: dict[str, str]) -> bool:
-    """Compares the parameters after ``step``; ``True`` if every one agrees (all differing ones named)."""
-    if all(a.steps[step][k][0] == b.steps[step][names[k]][0] for k in a.steps[step]):
+                       names: dict[str, str], kind: str = "step") -> bool:
+    """Compares the parameters after ``step`` (``kind="grads"``: the gradients step ``step + 1``
+    takes); ``True`` if every one agrees (all differing ones named)."""
+    digests_a, digests_b = (a.steps, b.steps) if kind == "step" else (a.grads, b.grads)
+    if all(digests_a[step][k][0] == digests_b[step][names[k]][0] for k in digests_a[step]):
         return True  # bitwise equal (the digests)
-    (pa, rows_a), (pb, rows_b) = a.parameters(step), b.parameters(step)
-    when = "before the first step" if step == 0 else f"after step {step}"
+    (pa, rows_a), (pb, rows_b) = a.parameters(step, kind), b.parameters(step, kind)
+    when = ("before the first step" if step == 0 else f"after step {step}") if kind == "step" else \
+        f"step {step + 1}, the gradients optimizer.step() takes"
     found = 0
     for name, tensor in pa.items():
         other = pb.get(names.get(name, name))
@@ -157,6 +160,9 @@ def _walk(verdict: Verdict, tol: Tolerance, a: Recording, b: Recording, steps: i
         if step not in a.steps or step not in b.steps:
             break
         if step > 0 and not compare_losses(verdict, tol, a, b, step - 1):
+            return step
+        if step == 1 and 0 in a.grads and 0 in b.grads and not compare_parameters(
+                verdict, tol, a, b, 0, match_names(a.grads[0], b.grads[0])[0], "grads"):
             return step
         try:
             names, note = match_names(a.steps[step], b.steps[step])

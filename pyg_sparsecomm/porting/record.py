@@ -13,9 +13,13 @@ the package's batches (:mod:`.stand_ins`).  While it runs, one JSON line per eve
   of the optimizer after its ``k``-th ``step()`` (``k = 0``: before the first), named by its
   qualified name in the largest module holding it; the values go to
   ``<role>-rank<r>-step<k>.pt``;
+* ``{"kind": "grads", "step": 0, "params": {...}}``: their gradients before the first step (zeros
+  where ``.grad`` is ``None``), the values in ``<role>-rank<r>-grads0.pt``;
 * ``{"kind": "error", "type": ..., "message": ..., "where": "file:line", "code": ...}``: the
   script raised (``where``: its own line the traceback passes last);
-* ``{"kind": "end", "steps": k, "stopped": bool, "switched_off": {...}, "notes": [...]}``.
+* ``{"kind": "end", "steps": k, "stopped": bool, "switched_off": {...}, "notes": [...],
+  "unreproducible": [...], "first_step_only": [...]}`` (the last: the script stops after its first
+  step, see :mod:`.stand_ins`).
 
 ``$PYG_SPARSECOMM_CHECK_STEPS`` stops the script after that many optimizer steps (an exception
 the recorder catches), ``$PYG_SPARSECOMM_CHECK_SEED`` is the seed (default ``0``),
@@ -74,30 +78,39 @@ class Recorder:
         self.write({"kind": "loss", "step": self.steps, "value": value, "where": self.where(),
                     "numel": int(tensor.numel()) if torch.is_tensor(tensor) else 0})
 
-    def parameters(self, optimizer: torch.optim.Optimizer) -> None:
+    def parameters(self, optimizer: torch.optim.Optimizer, gradients: bool = False) -> None:
+        """Saves every parameter of ``optimizer`` (``gradients``: their ``.grad``, zeros where
+        ``None``) and writes their digests."""
         params = [p for group in optimizer.param_groups for p in group["params"]]
         if any(id(p) not in self.names for p in params):
             found_names, found_rows = parameter_names(params)
             self.names.update(found_names)
             self.rows.update(found_rows)
-        values = {self.names[id(p)]: p.detach().cpu().clone() for p in params}
+        values = {self.names[id(p)]: _gradient(p) if gradients else p.detach().cpu().clone() for p in params}
         rows = {self.names[id(p)]: self.rows[id(p)] for p in params if id(p) in self.rows}
-        torch.save({"values": values, "rows": rows}, self.directory / f"{self.prefix}-step{self.steps}.pt")
+        kind = "grads" if gradients else "step"
+        torch.save({"values": values, "rows": rows}, self.directory / f"{self.prefix}-{kind}{self.steps}.pt")
         digests = {name: [hashlib.sha1(v.contiguous().view(-1).float().numpy().tobytes()).hexdigest()[:16],
                           float(v.abs().max()) if v.numel() else 0.0, list(v.shape), name in rows]
                    for name, v in values.items()}
-        self.write({"kind": "step", "step": self.steps, "params": digests})
+        self.write({"kind": kind, "step": self.steps, "params": digests})
 
     def before_step(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
         if self.steps == 0 and not getattr(self, "initial_written", False):
             self.initial_written = True
             self.parameters(optimizer)
+            self.parameters(optimizer, gradients=True)  # the first step's: a check of one step compares them
 
     def after_step(self, optimizer: torch.optim.Optimizer, *_: Any) -> None:
         self.steps += 1
         self.parameters(optimizer)
-        if self.limit is not None and self.steps >= self.limit:
+        limit = 1 if stand_ins.FIRST_STEP_ONLY else self.limit  # one fixed batch: its step is all that compares
+        if limit is not None and self.steps >= limit:
             raise StopRecording
+
+
+def _gradient(p: torch.Tensor) -> torch.Tensor:
+    return p.grad.detach().cpu().clone() if p.grad is not None else torch.zeros_like(p, device="cpu")
 
 
 def parameter_names(params: list[torch.Tensor]) -> tuple[dict[int, str], dict[int, torch.Tensor]]:
@@ -204,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     stopped, status = _run(recorder, argv[1:])
     recorder.write({"kind": "end", "steps": recorder.steps, "stopped": stopped, "switched_off": switched,
                     "dropout_calls": dict(switch_off.CALLS), "notes": stand_ins.REPLACED[:1],
-                    "unreproducible": sorted(set(stand_ins.UNREPRODUCIBLE))})
+                    "unreproducible": sorted(set(stand_ins.UNREPRODUCIBLE)),
+                    "first_step_only": sorted(set(stand_ins.FIRST_STEP_ONLY))})
     recorder.file.close()
     return status
 

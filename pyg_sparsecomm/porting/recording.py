@@ -19,6 +19,8 @@ class Recording:
             step ``k + 1``. (default: none)
         steps (dict[int, dict], optional): step ``k`` -> parameter name -> ``[sha1, max_abs, shape,
             sharded]`` after step ``k``. (default: none)
+        grads (dict[int, dict], optional): step ``k`` -> the same of the gradients step ``k + 1`` takes
+            (recorded for the first step). (default: none)
         error (dict, optional): the script's error (type, message, where, code). (default: :obj:`None`)
         end (dict, optional): the end record (``None``: the process was killed). (default: :obj:`None`)
         exists (bool, optional): whether the record file was written. (default: :obj:`True`)
@@ -27,6 +29,7 @@ class Recording:
     path: Path
     losses: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     steps: dict[int, dict[str, list[Any]]] = field(default_factory=dict)
+    grads: dict[int, dict[str, list[Any]]] = field(default_factory=dict)
     error: dict[str, Any] | None = None
     end: dict[str, Any] | None = None
     exists: bool = True
@@ -47,6 +50,8 @@ class Recording:
                 out.losses.setdefault(record["step"], []).append(record)
             elif kind == "step":
                 out.steps[record["step"]] = record["params"]
+            elif kind == "grads":
+                out.grads[record["step"]] = record["params"]
             elif kind == "error":
                 out.error = record
             elif kind == "end":
@@ -58,8 +63,8 @@ class Recording:
         """Optimizer steps made (the initial parameters are step 0)."""
         return max(self.steps, default=0)
 
-    def parameters(self, step: int) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-        """The parameters after ``step`` (``0``: before the first step), and the global row ids of
-        those sharded by owner."""
-        saved = torch.load(self.path.with_name(f"{self.path.stem}-step{step}.pt"), weights_only=True)
+    def parameters(self, step: int, kind: str = "step") -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """The parameters after ``step`` (``0``: before the first step; ``kind="grads"``: the gradients
+        step ``step + 1`` takes), and the global row ids of those sharded by owner."""
+        saved = torch.load(self.path.with_name(f"{self.path.stem}-{kind}{step}.pt"), weights_only=True)
         return saved["values"], saved["rows"]
