@@ -23,14 +23,12 @@ def report_outcome(report: str, work: Callable[[], object]) -> None:
     Path(report).write_text(f"{time.monotonic() - start:.1f}\n{outcome}")
 
 
-def assert_survivor_raised(worker: Callable, report: Path, within: float = 30.0) -> None:
+def assert_survivor_raised(worker: Callable, report: Path) -> None:
     """Launches ``worker(rank, 2, report)`` (rank 1 dies) and checks that rank 0 got an error,
-    not a hang, within ``within`` seconds of the death."""
+    not a hang: its collectives time out after 10 s at the latest, and the launcher gives it two
+    minutes to end by itself (no clock is read: a loaded machine only slows it down)."""
     with pytest.raises(RuntimeError, match="rank 1 of 2 failed"):
-        launch(worker, 2, str(report), pg_timeout=10, timeout=120)
-    deadline = time.monotonic() + within  # rank 0 writes its report once its exchange gave up
-    while not report.exists() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    seconds, outcome = report.read_text().split("\n", 1)
+        launch(worker, 2, str(report), pg_timeout=10, timeout=120, settle=120)
+    assert report.exists(), "rank 0 did not end by itself: it hung"
+    outcome = report.read_text().split("\n", 1)[1]
     assert outcome.startswith("RuntimeError"), outcome
-    assert float(seconds) < within

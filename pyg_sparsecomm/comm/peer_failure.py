@@ -40,6 +40,7 @@ import torch
 import torch.distributed as dist
 
 from ..compat import default_store, process_group_timeout
+from . import error_file
 
 _ROOT = "pyg_sparsecomm/failures/"
 #: what a report says about a rank, weakest first: it left the job without an error, it waits in
@@ -277,6 +278,7 @@ def explain(error: BaseException, what: str, group: dist.ProcessGroup | None = N
     if silent and timed_out:
         lines.append(f"  {_ranks(silent)}: did not arrive, and sent no report within {seconds:.1f} s of this rank's "
                      f"failure: stopped (SIGSTOP, a debugger), hung, or still computing outside any collective")
+        lines += _stalled(silent, what)
     elif silent:
         lines.append(f"  {_ranks(silent)}: closed its connections without a report: killed (a signal, the "
                      f"out-of-memory killer), crashed in native code, or called dist.destroy_process_group() "
@@ -285,6 +287,19 @@ def explain(error: BaseException, what: str, group: dist.ProcessGroup | None = N
         lines.append(f"  {_ranks(by_kind[WAITING])}: waiting in a collective that failed, as this rank")
     return PeerFailedError(f"{what} failed on rank {me} of {size} because {_headline(by_kind, silent, timed_out)}:\n"
                            + "\n".join(lines) + f"\n{own}")
+
+
+def _stalled(silent: list[int], what: str) -> list[str]:
+    """A line per rank that did not arrive: its host, pid and what shows where it is stuck; its
+    error file (on this host) says so for torchrun's summary (:mod:`.error_file`)."""
+    try:
+        processes = _bounded(lambda: {r: error_file.process_of(r) for r in silent}, STORE_SECONDS)
+    except Exception:  # noqa: BLE001 - the store is gone: the ranks stay named without where they are
+        return []
+    for r in silent:
+        error_file.write_for_stalled(r, processes[r], f"rank {r} did not arrive at {what} of rank {dist.get_rank()}: "
+                                                      f"{error_file.where(processes[r])}")
+    return [f"  rank {r}: {error_file.where(processes[r])}" for r in silent]
 
 
 def raise_named(error: BaseException, what: str, group: dist.ProcessGroup | None = None) -> None:
@@ -348,8 +363,11 @@ _hooks: dict[str, Any] = {}
 def install_failure_hooks() -> None:
     """Chains the reporting of uncaught errors (:func:`uncaught`) to ``sys.excepthook`` and
     ``threading.excepthook`` (once per process): a rank's uncaught error reaches the store before
-    its process ends and closes its connections.  A process that ends with the job's group still
-    initialised (a script that called ``init_process_group`` itself) reports that it left."""
+    its process ends and closes its connections, and under ``torchrun`` to its elastic error file
+    (:mod:`.error_file`: the rank that failed first is torchrun's root cause).  A process that ends
+    with the job's group still initialised (a script that called ``init_process_group`` itself)
+    reports that it left."""
+    error_file.announce()  # once per job: where this rank runs, for a peer it may stall
     if _hooks:
         return
     _hooks.update(sys=sys.excepthook, threading=threading.excepthook)
@@ -359,6 +377,7 @@ def install_failure_hooks() -> None:
         try:
             shown = uncaught(error)
         finally:
+            error_file.write_error_file(shown, isinstance(shown, PeerFailedError) or is_collective_failure(error))
             if shown is error:
                 _hooks["sys"](kind, error, tb)
             else:

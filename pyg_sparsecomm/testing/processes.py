@@ -148,7 +148,7 @@ def _context():
 
 
 def launch(fn: Callable[..., Any], world_size: int, *args, timeout: float = 300.0,
-           threads: int = 1, pg_timeout: float = 60.0) -> list[Any]:
+           threads: int = 1, pg_timeout: float = 60.0, settle: float = 0.5) -> list[Any]:
     """Runs ``fn(rank, world_size, *args)`` on ``world_size`` gloo processes; returns results by rank.
 
     A job whose gloo mesh failed to connect (``connectFullMesh`` ... ``Connection closed by peer``
@@ -166,9 +166,12 @@ def launch(fn: Callable[..., Any], world_size: int, *args, timeout: float = 300.
         threads (int, optional): torch threads per process. (default: :obj:`1`)
         pg_timeout (float, optional): seconds every collective of the process group may wait.
             (default: :obj:`60.0`)
+        settle (float, optional): seconds each other rank gets to end by itself once one failed, before it is
+            killed (peers stuck in a collective); a test of what the peers do then gives them as long as they
+            need, so that a loaded machine does not kill them first. (default: :obj:`0.5`)
     """
     for attempt in range(1, CONNECT_ATTEMPTS + 1):
-        outputs, errors = _run_job(fn, world_size, args, timeout, threads, pg_timeout)
+        outputs, errors = _run_job(fn, world_size, args, timeout, threads, pg_timeout, settle)
         if not mesh_failed_to_connect(errors) or attempt == CONNECT_ATTEMPTS:
             break
     if errors:
@@ -187,9 +190,10 @@ def mesh_failed_to_connect(errors: dict[int, tuple[str, str]]) -> bool:
 
 
 def _run_job(fn: Callable[..., Any], world_size: int, args: tuple, timeout: float, threads: int,
-             pg_timeout: float) -> tuple[dict[int, Any], dict[int, tuple[str, str]]]:
+             pg_timeout: float, settle: float = 0.5) -> tuple[dict[int, Any], dict[int, tuple[str, str]]]:
     """One attempt: ``({rank: result}, {rank: (status, traceback)})``; stops at the first error
-    (the failed rank's peers may be stuck in a collective) and kills what is left."""
+    (the failed rank's peers may be stuck in a collective) and kills what is left, each rank after
+    ``settle`` seconds."""
     ctx = _context()
     results = ctx.Queue()
     with tempfile.TemporaryDirectory() as tmp:
@@ -224,7 +228,7 @@ def _run_job(fn: Callable[..., Any], world_size: int, args: tuple, timeout: floa
                     break  # peers of a failed rank may be stuck in a collective
         finally:
             for p in procs:
-                p.join(timeout=5 if not errors else 0.5)
+                p.join(timeout=5 if not errors else settle)
                 if p.is_alive():
                     p.kill()
                     p.join()

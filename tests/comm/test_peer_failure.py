@@ -44,10 +44,8 @@ def _outcome(folder: str, rank: int, work) -> None:
     Path(folder, f"rank{rank}").write_text(f"{time.monotonic() - start:.2f}\n{outcome}")
 
 
-def _outcomes(folder: Path, ranks: list[int], within: float = 30.0) -> dict[int, tuple[float, str]]:
-    deadline = time.monotonic() + within
-    while not all((folder / f"rank{r}").exists() for r in ranks) and time.monotonic() < deadline:
-        time.sleep(0.1)
+def _outcomes(folder: Path, ranks: list[int]) -> dict[int, tuple[float, str]]:
+    """What ``ranks`` wrote: the launcher let them end by themselves (``settle``)."""
     found = {}
     for r in ranks:
         seconds, outcome = (folder / f"rank{r}").read_text().split("\n", 1)
@@ -61,9 +59,17 @@ def _model_and_shard(world_size: int):
     return distribute(GCNConv(NUM_FEATURES, 4)), local
 
 
+def _no_grace_needed() -> None:
+    """A grace period of ten minutes: where the cause is known at once (a peer reported it, or the
+    only peer is the one gone) the reports are read without waiting, else the job times out; no
+    clock is read, so a loaded machine only slows the job down."""
+    peer_failure.grace_seconds = lambda group, timed_out: 600.0
+
+
 def _label_99(rank, world_size, folder):
     """Rank 2's labels hold a 99 (F.cross_entropy raises there); rank 0 meets it in
     distributed_loss, rank 1 in a torch.distributed call of its own, uncaught (sys.excepthook)."""
+    _no_grace_needed()
     with distributed_job():
         model, local = _model_and_shard(world_size)
         out = model(local.x, local.adj)
@@ -91,23 +97,23 @@ def _uncaught(work) -> None:
 
 def test_every_rank_names_the_rank_that_raised_and_its_error(tmp_path):
     with pytest.raises(RuntimeError, match="rank 2 of 3 failed"):
-        launch(_label_99, 3, str(tmp_path), pg_timeout=20, timeout=120)
+        launch(_label_99, 3, str(tmp_path), pg_timeout=20, timeout=120, settle=120)
     found = _outcomes(tmp_path, [0, 1])
     seconds, message = found[0]
     assert message.startswith("PeerFailedError: distributed_loss failed on rank 0 of 3 because rank 2 failed"), message
     assert "rank 2: IndexError: Target 99 is out of bounds" in message, message
-    assert "Connection" in message  # what gloo said stays in the message, last
-    assert seconds < 10, found
+    assert "Connection" in message and "Timed out" not in message  # gloo's lost connection, last: no timeout
     seconds, printed = found[1]
     # the user's own torch.distributed call: the traceback of gloo's error, then the explanation
     assert "Connection closed by peer" in printed or "Connection reset by peer" in printed, printed
     assert "PeerFailedError: a torch.distributed call outside pyg_sparsecomm failed on rank 1 of 3 because rank 2 " \
            "failed" in printed, printed
-    assert "rank 2: IndexError: Target 99 is out of bounds" in printed and seconds < 10, printed
+    assert "rank 2: IndexError: Target 99 is out of bounds" in printed and "Timed out" not in printed, printed
 
 
 def _meta_x(rank, world_size, folder):
     """Rank 1 passes its features on the meta device to a distribute()d layer."""
+    _no_grace_needed()
     with distributed_job():
         model, local = _model_and_shard(world_size)
         if rank == 1:
@@ -117,11 +123,11 @@ def _meta_x(rank, world_size, folder):
 
 def test_the_layers_halo_exchange_names_the_rank_whose_call_failed(tmp_path):
     with pytest.raises(RuntimeError, match="rank 1 of 2 failed"):
-        launch(_meta_x, 2, str(tmp_path), pg_timeout=20, timeout=120)
+        launch(_meta_x, 2, str(tmp_path), pg_timeout=20, timeout=120, settle=120)
     seconds, message = _outcomes(tmp_path, [0])[0]
     assert message.startswith("PeerFailedError: the halo exchange failed on rank 0 of 2 because rank 1 failed"), \
         message
-    assert "rank 1: " in message and "meta" in message.lower() and seconds < 10, message
+    assert "rank 1: " in message and "meta" in message.lower() and "Timed out" not in message, message
 
 
 def _stopped(rank, world_size, folder):
@@ -140,20 +146,20 @@ def _stopped(rank, world_size, folder):
 
 def test_a_timeout_names_the_rank_that_did_not_arrive(tmp_path):
     with pytest.raises(RuntimeError, match="rank 2 of 3 failed"):
-        launch(_stopped, 3, str(tmp_path), pg_timeout=30, timeout=120)
-    for rank, (seconds, message) in _outcomes(tmp_path, [0, 1]).items():
+        launch(_stopped, 3, str(tmp_path), pg_timeout=30, timeout=120, settle=120)
+    for rank, (_, message) in _outcomes(tmp_path, [0, 1]).items():
         assert message.startswith(f"PeerFailedError: global_sum failed on rank {rank} of 3 because rank 2 did "
                                   f"not arrive"), message
         assert re.search(r"rank 2: did not arrive, and sent no report within \d\.\d s", message), message
         assert f"rank {1 - rank}: waiting in a collective that failed" in message, message
         # gloo closes a pair that timed out: a rank may see its peer's timeout first, as a lost connection
         assert "Timed out waiting 3000ms" in message or "Connection closed by peer" in message, message
-        assert 3 <= seconds < 3 + 1 + 5, message  # the timeout, the grace period, a loaded machine
 
 
 def _killed_or_left(rank, world_size, folder, how):
     """Rank 1 is killed (os._exit: no Python error) before a global_accuracy, or leaves the job
     (its script ends) before rank 0's final gather_nodes."""
+    _no_grace_needed()
     with distributed_job():
         local = shard(make_cases(world_size)["directed"])
         pred = torch.arange(4)
@@ -174,10 +180,10 @@ def _killed_or_left(rank, world_size, folder, how):
 def test_a_rank_killed_or_gone_early_is_named(tmp_path, how, words):
     context = pytest.raises(RuntimeError, match="rank 1 of 2 failed") if how == "killed" else contextlib.nullcontext()
     with context:
-        launch(_killed_or_left, 2, str(tmp_path), how, pg_timeout=10, timeout=120)
+        launch(_killed_or_left, 2, str(tmp_path), how, pg_timeout=10, timeout=120, settle=120)
     seconds, message = _outcomes(tmp_path, [0])[0]
     assert message.startswith(f"PeerFailedError: {words}"), message
-    assert seconds < 3, message  # no wait for reports: the only peer is the one gone
+    assert "Timed out" not in message, message  # the lost connection, and no grace: the only peer is the one gone
 
 
 def _thread_error(rank, world_size):

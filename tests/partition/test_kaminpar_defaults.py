@@ -139,7 +139,9 @@ def test_a_large_graphs_choices_reach_kaminpar_and_named_options_win(large_below
         == (2, 1, True, True, 24) and first["degree"] == 1  # the choice's degrees, reused by the sample
     assert [(c["blocks"], c["degree"]) for c in calls[1:]] == [(8, 0), (8, 0)]  # the halves: their own
     weights = np.bincount(part.numpy(), weights=row_nnz(data.edge_index, data.num_nodes), minlength=P)
-    assert sorted(part.unique().tolist()) == list(range(P)) and weights.max() <= 1.03 * weights.sum() / P + 2
+    # KaMinPar's balance (split: per level, rounded) is a heuristic's: the package enforces this bound
+    assert sorted(part.unique().tolist()) == list(range(P))
+    assert weights.max() <= np.ceil(1.03 * np.ceil(weights.sum() / P)), weights
     assert calls[0]["ids"] == np.int64
     with pytest.warns(AutomaticOptionsWarning):  # int32 ids (partition_files' edges) go in without an int64 copy
         SparsityAwarePartitioner(P, "kaminpar", seed=3).assign(data.edge_index.int(), data.num_nodes)
