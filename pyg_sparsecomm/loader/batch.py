@@ -59,7 +59,7 @@ def build_batch(local: Data, adj: HaloAdj, sampled: Sampled, requests: Requests,
         group (torch.distributed.ProcessGroup): the process group.
     """
     levels = (num_hops if num_hops is not None else 1) + 1  # hops 0 .. L
-    rows = batch_rows(sampled.row_hop, levels)
+    rows = batch_rows(sampled.row_hop, levels, adj.num_owned)
     col = adj.col.index_select(0, sampled.edge_pos)
     is_halo = col >= adj.num_owned
     edge_counts = torch.bincount(sampled.edge_hop, minlength=levels)[1:]
@@ -84,14 +84,14 @@ class BatchRows(NamedTuple):
     counts: Tensor     # [hops + 1] rows per hop
 
 
-def batch_rows(row_hop: Tensor | list[Tensor], levels: int) -> BatchRows:
+def batch_rows(row_hop: Tensor | list[Tensor], levels: int, num_rows: int | None = None) -> BatchRows:
     """The shard rows in the batch (``row_hop >= 0``, or the rows of every hop) ordered by (hop, id),
     every shard row's batch row (a :class:`~pyg_sparsecomm.sampling.row_sets.RowLookup` given the
-    rows per hop: O(batch)), and the rows per hop ``0 .. levels - 1``."""
+    rows per hop: O(batch); ``num_rows``: the shard's rows), and the rows per hop ``0 .. levels - 1``."""
     if isinstance(row_hop, list):
         rows = torch.cat(row_hop) if len(row_hop) > 1 else row_hop[0]
         counts = torch.tensor([r.numel() for r in row_hop], dtype=torch.long, device=rows.device)
-        return BatchRows(rows, RowLookup(rows), counts)
+        return BatchRows(rows, RowLookup(rows, num_rows), counts)
     in_batch = torch.nonzero(row_hop >= 0).view(-1)
     hop = row_hop.index_select(0, in_batch)
     # a hop's rows are ascending in in_batch already: one pass per hop over the batch, not a sort

@@ -201,7 +201,7 @@ class BatchRowRequests:
         plans, fresh, reached = self.layouts.plans, [], []
         for s, (plan, columns) in enumerate(zip(plans, cols, strict=True)):
             read_halo, read_rows = _read_sets(plan, columns)
-            new = difference(read_halo, self.asked[s])
+            new = difference(read_halo, self.asked[s], plan.halo_size)
             self.asked[s] = disjoint_union(self.asked[s], new)
             fresh.append(new)
             reached.append(read_rows)
@@ -209,7 +209,8 @@ class BatchRowRequests:
             answered = self.layouts.exchange_entries(fresh, self.group)
             for s, (plan, entries) in enumerate(zip(plans, answered, strict=True)):
                 self.answered[s].append((entries, hop))
-                reached[s] = unique_rows(torch.cat([reached[s], plan.send_index.index_select(0, entries)]))
+                reached[s] = unique_rows(torch.cat([reached[s], plan.send_index.index_select(0, entries)]),
+                                         plan.num_owned)
         return reached
 
     def requests(self, source: int = 0) -> Requests:
@@ -231,4 +232,4 @@ def _read_sets(plan: RankPlan, columns: list[Tensor]) -> tuple[Tensor, Tensor]:
     n = plan.num_owned
     col = columns[0] if len(columns) == 1 else torch.cat(columns)
     is_halo = col >= n
-    return unique_rows(col[is_halo] - n), unique_rows(col[~is_halo])
+    return unique_rows(col[is_halo] - n, plan.halo_size), unique_rows(col[~is_halo], n)

@@ -45,7 +45,7 @@ def build_hetero_batch(local: HeteroData, adjs: dict[EdgeType, RelationAdj], sam
         num_hops (int): hops of the batch.
         group (torch.distributed.ProcessGroup): the process group.
     """
-    rows = {t: batch_rows(hop, num_hops + 1) for t, hop in sampled.row_hop.items()}
+    rows = {t: batch_rows(hop, num_hops + 1, int(local[t].num_nodes)) for t, hop in sampled.row_hop.items()}
     cols = {et: adj.col.index_select(0, sampled.edge_pos[et]) for et, adj in adjs.items()}
     planned = {s: _source_plan(s, adjs, cols, sampled, rows[s], group) for s in sampled.requests}
     batch_adjs, edge_pos = {}, {}

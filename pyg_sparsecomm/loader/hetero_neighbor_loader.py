@@ -119,7 +119,7 @@ class DistributedHeteroNeighborLoader(DistributedNeighborLoader, heterogeneous=T
             frontier = {t: rows[-1] for t, rows in hop_rows.items()}
             reached = self._hop(epoch, b, h, frontier, {et: None for et in self.adjs}, edges, hops, asks.hop_rows)
             for t, rows in hop_rows.items():  # a type that is no relation's source is reached by no edge
-                new = difference(reached[t], in_batch[t]) if t in reached else empty
+                new = difference(reached[t], in_batch[t], self.num_owned[t]) if t in reached else empty
                 in_batch[t] = disjoint_union(in_batch[t], new)
                 rows.append(new)
         return self._sampled(hop_rows, edges, hops, asks, seeds)

@@ -145,7 +145,7 @@ class DistributedNeighborLoader(DistributedLoader):
             edges.append(pos)
             hops.append(torch.full_like(pos, h))
             (reached,) = asks.hop_rows([[adj.col.index_select(0, pos)]], h)
-            frontier = difference(reached, in_batch)
+            frontier = difference(reached, in_batch, adj.num_owned)
             in_batch = disjoint_union(in_batch, frontier)
             hop_rows.append(frontier)
         sampled = Sampled(hop_rows, torch.cat(edges), torch.cat(hops), int(seeds.numel()))
