@@ -8,14 +8,15 @@ batch's entries: memory and work grow with the batch, not with the shard (issue 
 
 Given the number of rows of the shard (``num_rows``), an operation on sets of at least
 ``num_rows / DENSE`` rows goes through a mask or table of the shard's rows instead: it is then at
-most ``DENSE`` times the sets' size (still O(batch)), and a gather beats a binary search per entry
-(a batch covering most of a small shard: 2x the sampling time, measured in ``benchmarks/RESULTS.md``).
+most ``DENSE`` times the sets' size (still O(batch)), and one gather beats a binary search per entry
+(``benchmarks/minibatch_speed.py --row-sets``, RESULTS.md ``minibatch_row_sets``).
 """
 import torch
 from torch import Tensor
 
-#: a mask of the shard's rows is used where the sets hold at least 1 / DENSE of them
-DENSE = 4
+#: a mask of the shard's rows is used where the sets hold at least 1 / DENSE of them (the crossover measured
+#: by `benchmarks/minibatch_speed.py --row-sets`: sets 0.78x the masks' time at 1.5% of a shard, 2.1x at 22%)
+DENSE = 16
 
 
 def _dense(size: int, num_rows: int | None) -> bool:
