@@ -22,6 +22,9 @@ graph with locality (SBM, METIS partition); the default run (no flag) makes that
 at ``--before`` and for this one in the same job and writes both RESULTS.md sections (~1-2 min):
 
     python benchmarks/minibatch_speed.py [--before f7b2bf0] [--batches 8]
+
+``--row-sets``: a batch's sampling on the host's sorted row sets against the masks of the shard's rows
+an accelerator keeps (issue 56, item 3), at P = 1 on shards of ``--row-set-nodes`` rows.
 """
 import argparse
 import functools
@@ -105,6 +108,8 @@ STEP_PARTS = ("feature gather", "halo fwd", "halo bwd", "layer checks", "gradien
 def instrument_step(timer: ExclusiveTimer) -> None:
     """Also wraps the batch's feature gather, the layers' halo exchanges (forward, backward), the
     layer-call checks and the gradient sync (module globals, as their callers call them)."""
+    import importlib
+
     from pyg_sparsecomm.comm import halo
     from pyg_sparsecomm.loader import batch as batch_module
     from pyg_sparsecomm.nn import gradient_sync
@@ -112,7 +117,18 @@ def instrument_step(timer: ExclusiveTimer) -> None:
     batch_module.batch_attributes = timer.wrap("feature gather", batch_module.batch_attributes)
     halo._to_halo = timer.wrap("halo fwd", halo._to_halo)
     halo._to_owners = timer.wrap("halo bwd", halo._to_owners)
-    call.check_call = timer.wrap("layer checks", call.check_call)
+    if hasattr(halo, "_all_to_all_body"):  # the headered exchange (issue 57): forward and backward by their kind
+        body = halo._all_to_all_body
+        forward, backward = timer.wrap("halo fwd", body), timer.wrap("halo bwd", body)
+
+        def headered(send, send_counts, recv_counts, counted, group, kind):
+            return (backward if kind == "halo_grad" else forward)(send, send_counts, recv_counts, counted, group, kind)
+        halo._all_to_all_body = headered
+    # the agreed checks: called from call.py in trees before issue 57, from checks.py (check_stage) after
+    checks = importlib.import_module("pyg_sparsecomm.nn.runtime.checks")
+    for module in (call, checks):
+        if hasattr(module, "check_call"):
+            module.check_call = timer.wrap("layer checks", module.check_call)  # type: ignore[attr-defined]
     sync = gradient_sync.GradientSync
     sync._finish = timer.wrap("gradient sync", sync._finish)  # type: ignore[method-assign]
     sync._launch = timer.wrap("gradient sync", sync._launch)  # type: ignore[method-assign]
@@ -308,6 +324,49 @@ def account_main(args) -> None:
                   + markdown_table(headers, rows))
 
 
+def row_sets_main(args) -> None:
+    """``--row-sets``: one rank's sampling and planning of a batch (``DistributedNeighborLoader.sample``)
+    with the hops' sorted row sets (the host's path) against masks of the shard's rows (the
+    accelerator's path, ``_sample_masks``), alternated batch by batch in one process, at P = 1."""
+    import subprocess
+
+    from pyg_sparsecomm import shard
+    from pyg_sparsecomm.loader import DistributedNeighborLoader
+    load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    headers = ["shard rows", "batch seeds", "rows / batch", "sets ms", "masks ms", "sets / masks"]
+    rows = []
+    for num_nodes in args.row_set_nodes:
+        data = random_graph(num_nodes, args.degrees[0])
+        data.part, data.num_parts = torch.zeros(num_nodes, dtype=torch.long), 1
+        local = shard(data, rank=0, world_size=1)
+        del data
+        for batch_size in args.row_set_batches:
+            loader = DistributedNeighborLoader(local, args.fanouts, batch_size=batch_size, prefetch=0)
+            gen = torch.Generator().manual_seed(0)
+            times: dict[str, list[float]] = {"sets": [], "masks": []}
+            sizes = []
+            for b in range(args.batches + 1):
+                seeds = torch.randperm(num_nodes, generator=gen)[:batch_size].sort().values
+                for name, sample in (("sets", loader.sample), ("masks", loader._sample_masks)):
+                    start = time.perf_counter()
+                    batch = sample(0, b, seeds)
+                    if b:
+                        times[name].append(time.perf_counter() - start)
+                sizes.append(batch.num_nodes)
+            sets, masks = median(times["sets"]), median(times["masks"])
+            rows.append([f"{num_nodes:,}", batch_size, f"{median(sizes):,.0f}", ms(sets), ms(masks),
+                         f"{sets / masks:.2f}x"])
+            print_table(headers, rows[-1:])
+    if args.no_write:
+        return
+    notes = (f"Random graphs of average in-degree {args.degrees[0]}, fanouts {args.fanouts}, one rank (P = 1), one "
+             f"thread; median over {args.batches} batches, the two paths alternated batch by batch on the same "
+             f"seeds (their batches are equal: `tests/loader/test_loader_devices.py`). Load at the start: `{load}`.")
+    write_section("minibatch_row_sets", "## Mini-batch hops: sorted row sets vs masks of the shard (issue 56, item 3)"
+                  f"\n\n`python benchmarks/minibatch_speed.py --row-sets` -- machine: {machine()}.\n{notes}\n\n"
+                  + markdown_table(headers, rows))
+
+
 def pyg_sampler() -> str | None:
     """The sampler PyG's ``NeighborLoader`` uses here, or ``None`` when it has none."""
     import torch_geometric.typing as pyg_typing
@@ -369,9 +428,16 @@ def main() -> None:
     parser.add_argument("--before", default=BEFORE_REV, help="the git revision the default run compares with")
     parser.add_argument("--sweep", action="store_true",
                         help="issue 46's table instead: --degrees at --parts, per-edge sampling cost, PyG's loader")
+    parser.add_argument("--row-sets", action="store_true",
+                        help="issue 56 item 3: a batch's sampling with sorted row sets vs masks of the shard (P = 1)")
+    parser.add_argument("--row-set-nodes", type=int, nargs="+", default=[20_000, 400_000])
+    parser.add_argument("--row-set-batches", type=int, nargs="+", default=[64, 1024])
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     torch.set_num_threads(1)
+    if args.row_sets:
+        row_sets_main(args)
+        return
     if args.account:
         account_main(args)
         return

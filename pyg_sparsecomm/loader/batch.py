@@ -21,6 +21,7 @@ from ..graph.batch_node_ids import BatchNodeIds
 from ..plan.halo_adj import HaloAdj, csr_order
 from ..plan.homogeneous import RankPlan
 from ..sampling.host_reads import read_counts
+from ..sampling.row_sets import RowLookup
 from ..sampling.sampled_adj import SampledAdj
 from ..training.per_rank import LocalCount
 
@@ -38,7 +39,8 @@ class Requests(NamedTuple):
 
 class Sampled(NamedTuple):
     """What one rank sampled for one batch (see the module docstring)."""
-    row_hop: Tensor   # [num_owned] hop of each shard row in the batch, -1 if absent
+    # the rows of each hop (sets, ascending: O(batch)), or [num_owned] hop of each shard row, -1 if absent
+    row_hop: Tensor | list[Tensor]
     edge_pos: Tensor  # [m] positions of the kept in-edges in local.adj (CSR order)
     edge_hop: Tensor  # [m] hop each was sampled at (1-based)
     num_seeds: int    # rows of hop 0 are the seeds
@@ -57,7 +59,7 @@ def build_batch(local: Data, adj: HaloAdj, sampled: Sampled, requests: Requests,
         group (torch.distributed.ProcessGroup): the process group.
     """
     levels = (num_hops if num_hops is not None else 1) + 1  # hops 0 .. L
-    rows = batch_rows(sampled.row_hop, levels)
+    rows = batch_rows(sampled.row_hop, levels, adj.num_owned)
     col = adj.col.index_select(0, sampled.edge_pos)
     is_halo = col >= adj.num_owned
     edge_counts = torch.bincount(sampled.edge_hop, minlength=levels)[1:]
@@ -78,13 +80,18 @@ def build_batch(local: Data, adj: HaloAdj, sampled: Sampled, requests: Requests,
 class BatchRows(NamedTuple):
     """A rank's rows of one node set in a batch."""
     rows: Tensor       # shard rows in the batch, ordered by (hop, id)
-    batch_row: Tensor  # [num_owned] batch row of every shard row (-1: absent)
+    batch_row: Tensor | RowLookup  # [num_owned] batch row of every shard row (-1: absent), or its lookup
     counts: Tensor     # [hops + 1] rows per hop
 
 
-def batch_rows(row_hop: Tensor, levels: int) -> BatchRows:
-    """The shard rows in the batch (``row_hop >= 0``) ordered by (hop, id), every shard row's batch
-    row, and the rows per hop ``0 .. levels - 1``."""
+def batch_rows(row_hop: Tensor | list[Tensor], levels: int, num_rows: int | None = None) -> BatchRows:
+    """The shard rows in the batch (``row_hop >= 0``, or the rows of every hop) ordered by (hop, id),
+    every shard row's batch row (a :class:`~pyg_sparsecomm.sampling.row_sets.RowLookup` given the
+    rows per hop: O(batch); ``num_rows``: the shard's rows), and the rows per hop ``0 .. levels - 1``."""
+    if isinstance(row_hop, list):
+        rows = torch.cat(row_hop) if len(row_hop) > 1 else row_hop[0]
+        counts = torch.tensor([r.numel() for r in row_hop], dtype=torch.long, device=rows.device)
+        return BatchRows(rows, RowLookup(rows, num_rows), counts)
     in_batch = torch.nonzero(row_hop >= 0).view(-1)
     hop = row_hop.index_select(0, in_batch)
     # a hop's rows are ascending in in_batch already: one pass per hop over the batch, not a sort
@@ -150,7 +157,7 @@ def relabel(row: Tensor, col: Tensor, is_halo: Tensor, planned: BatchPlan, src: 
     return rowptr, new_col.index_select(0, perm), perm
 
 
-def _send_lists(requests: Requests, batch_row: Tensor, n_local: int) -> tuple[Tensor, Tensor, Tensor]:
+def _send_lists(requests: Requests, batch_row: Tensor | RowLookup, n_local: int) -> tuple[Tensor, Tensor, Tensor]:
     """The requests as send lists: ``(peer, batch row, hop)`` sorted by (peer, id), the order of
     every requester's halo (its halo is sorted by owner, then id)."""
     order = torch.argsort(requests.peer * n_local + requests.row)

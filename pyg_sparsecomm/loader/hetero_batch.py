@@ -8,7 +8,7 @@ columns the batch's edges of every relation :math:`(s, r, d)` read, so one excha
 relation becomes a :class:`~pyg_sparsecomm.sampling.SampledRelationAdj` over that plan
 (:func:`~.batch.relabel`), rows the batch's destination rows.
 """
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 import torch.distributed as dist
@@ -26,7 +26,7 @@ EdgeType = tuple[str, str, str]
 
 class HeteroSampled(NamedTuple):
     """What one rank sampled for one heterogeneous batch."""
-    row_hop: dict[str, Tensor]         # per node type, [num_owned] hop of each shard row, -1 if absent
+    row_hop: dict[str, Any]  # per node type: as Sampled.row_hop (rows per hop, or a hop per row)
     edge_pos: dict[EdgeType, Tensor]   # per relation, positions of the kept in-edges in its shard CSR
     edge_hop: dict[EdgeType, Tensor]   # per relation, hop each was sampled at (1-based)
     requests: dict[str, Requests]      # per source type, the requests peers sent for its rows
@@ -45,7 +45,7 @@ def build_hetero_batch(local: HeteroData, adjs: dict[EdgeType, RelationAdj], sam
         num_hops (int): hops of the batch.
         group (torch.distributed.ProcessGroup): the process group.
     """
-    rows = {t: batch_rows(hop, num_hops + 1) for t, hop in sampled.row_hop.items()}
+    rows = {t: batch_rows(hop, num_hops + 1, int(local[t].num_nodes)) for t, hop in sampled.row_hop.items()}
     cols = {et: adj.col.index_select(0, sampled.edge_pos[et]) for et, adj in adjs.items()}
     planned = {s: _source_plan(s, adjs, cols, sampled, rows[s], group) for s in sampled.requests}
     batch_adjs, edge_pos = {}, {}

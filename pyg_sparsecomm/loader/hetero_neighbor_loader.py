@@ -1,5 +1,5 @@
 r"""``DistributedNeighborLoader`` on a heterogeneous shard: PyG's ``NeighborLoader`` on ``HeteroData``."""
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -9,10 +9,12 @@ from torch_geometric.data import HeteroData
 
 from ..comm.group import world_size
 from ..plan.relation_adj import RelationAdj
+from ..sampling import host_reads
 from ..sampling.frontier import frontiers
 from ..sampling.hetero_rules import EdgeType, HeteroNeighborSampling
 from ..sampling.in_edge_sample import sample_in_edges, shard_in_edge_order
-from .halo_requests import BatchRequests, HaloRequests
+from ..sampling.row_sets import difference, disjoint_union
+from .halo_requests import HaloRequests
 from .hetero_batch import HeteroSampled, build_hetero_batch
 from .neighbor_loader import DistributedNeighborLoader
 
@@ -102,7 +104,28 @@ class DistributedHeteroNeighborLoader(DistributedNeighborLoader, heterogeneous=T
 
     def sample_from(self, epoch: int, b: int, seeds: dict[str, Tensor]) -> HeteroSampled:
         """What this rank samples for batch ``b`` of ``epoch`` from its ``seeds`` (shard rows per node
-        type: those of the input type, or the two end types of a link batch); collective."""
+        type, ascending: those of the input type, or the two end types of a link batch); collective.
+        On the host the rows of every hop are sorted sets of the batch's rows (O(batch), as
+        :meth:`DistributedNeighborLoader.sample`), on an accelerator masks of the shard's rows."""
+        if host_reads.waits_for_device(self.device):
+            return self._sample_from_masks(epoch, b, seeds)
+        empty = torch.zeros(0, dtype=torch.long, device=self.device)
+        in_batch = {t: seeds.get(t, empty) for t in self.num_owned}
+        hop_rows = {t: [rows] for t, rows in in_batch.items()}
+        asks = self.halo_requests.batch_sets(self.sample_group)
+        edges: dict[EdgeType, list[Tensor]] = {et: [] for et in self.adjs}
+        hops: dict[EdgeType, list[Tensor]] = {et: [] for et in self.adjs}
+        for h in range(1, self.sampling.num_hops + 1):
+            frontier = {t: rows[-1] for t, rows in hop_rows.items()}
+            reached = self._hop(epoch, b, h, frontier, {et: None for et in self.adjs}, edges, hops, asks.hop_rows)
+            for t, rows in hop_rows.items():  # a type that is no relation's source is reached by no edge
+                new = difference(reached[t], in_batch[t], self.num_owned[t]) if t in reached else empty
+                in_batch[t] = disjoint_union(in_batch[t], new)
+                rows.append(new)
+        return self._sampled(hop_rows, edges, hops, asks, seeds)
+
+    def _sample_from_masks(self, epoch: int, b: int, seeds: dict[str, Tensor]) -> HeteroSampled:
+        """:meth:`sample_from` with masks of the shard's rows, read once per hop (an accelerator's path)."""
         row_hop = {t: torch.full((n,), -1, dtype=torch.long, device=self.device) for t, n in self.num_owned.items()}
         for t, rows in seeds.items():
             row_hop[t].index_fill_(0, rows, 0)
@@ -111,33 +134,37 @@ class DistributedHeteroNeighborLoader(DistributedNeighborLoader, heterogeneous=T
         edges: dict[EdgeType, list[Tensor]] = {et: [] for et in self.adjs}
         hops: dict[EdgeType, list[Tensor]] = {et: [] for et in self.adjs}
         for h in range(1, self.sampling.num_hops + 1):
-            reached = self._hop(epoch, b, h, newly, edges, hops, asks)
+            keys = {et: self.sampling.draw_relation(epoch, b, h, i) for i, et in enumerate(self.adjs)}
+            frontier, sizes = frontiers(newly, {et: (et[2], self.degrees[et], keys[et][1]) for et in self.adjs})
+            reached = self._hop(epoch, b, h, frontier, sizes, edges, hops, asks.hop)
             # a type that is no relation's source is reached by no edge: its mask stays empty
             newly = {t: reached.get(t, torch.zeros_like(mask)).logical_and_(row_hop[t] < 0)
                      for t, mask in newly.items()}
             for t, mask in newly.items():
                 row_hop[t].masked_fill_(mask, h)
+        return self._sampled(row_hop, edges, hops, asks, seeds)
+
+    def _sampled(self, row_hop: dict, edges: dict, hops: dict, asks: Any, seeds: dict[str, Tensor]) -> HeteroSampled:
         requests = {s: asks.requests(i) for i, s in enumerate(self.plans)}
         return HeteroSampled(row_hop, {et: torch.cat(e) for et, e in edges.items()},
                              {et: torch.cat(h) for et, h in hops.items()}, requests,
                              int(seeds[self.input_type].numel()) if self.input_type in seeds else 0)
 
-    def _hop(self, epoch: int, b: int, h: int, newly: dict[str, Tensor], edges: dict, hops: dict,
-             asks: BatchRequests) -> dict[str, Tensor]:
+    def _hop(self, epoch: int, b: int, h: int, frontier: dict[str, Tensor], sizes: dict, edges: dict, hops: dict,
+             ask: Callable[[list[list[Tensor]], int], list[Tensor]]) -> dict[str, Tensor]:
         """Hop ``h``: every relation's in-edges of the rows of its target type first reached at hop
-        ``h - 1`` (``newly``), then one request exchange for all source types; returns the mask of the
-        shard rows reached per source type."""
-        keys = {et: self.sampling.draw_relation(epoch, b, h, i) for i, et in enumerate(self.adjs)}
-        frontier, sizes = frontiers(newly, {et: (et[2], self.degrees[et], keys[et][1]) for et in self.adjs})
+        ``h - 1`` (``frontier``, ascending; ``sizes`` of their draws, or ``None``), then one request
+        exchange for all source types (``ask``); returns what ``ask`` does per source type (the shard
+        rows reached: a mask, or a set)."""
         cols: dict[str, list[Tensor]] = {s: [] for s in self.plans}
-        for et, adj in self.adjs.items():
+        for i, (et, adj) in enumerate(self.adjs.items()):
             rows = frontier[et[2]]
-            pos = sample_in_edges(*keys[et], adj.rowptr, self.in_orders[et], rows,
+            pos = sample_in_edges(*self.sampling.draw_relation(epoch, b, h, i), adj.rowptr, self.in_orders[et], rows,
                                   self.row_ids[et[2]].index_select(0, rows), sizes[et])
             edges[et].append(pos)
             hops[et].append(torch.full_like(pos, h))
             cols[et[0]].append(adj.col.index_select(0, pos))
-        return dict(zip(self.plans, asks.hop(list(cols.values()), h), strict=True))
+        return dict(zip(self.plans, ask(list(cols.values()), h), strict=True))
 
 
 def _fanouts(num_neighbors: Any, edge_type: EdgeType) -> tuple[int, ...]:

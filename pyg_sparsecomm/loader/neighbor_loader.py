@@ -7,8 +7,10 @@ import torch.distributed as dist
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
+from ..sampling import host_reads
 from ..sampling.frontier import frontiers
 from ..sampling.in_edge_sample import sample_in_edges, shard_in_edge_order
+from ..sampling.row_sets import difference, disjoint_union
 from ..sampling.rules import NeighborSampling
 from .base import DistributedLoader
 from .batch import Sampled, build_batch
@@ -125,8 +127,32 @@ class DistributedNeighborLoader(DistributedLoader):
             yield batch
 
     def sample(self, epoch: int, b: int, seeds: Tensor) -> Data:
-        """Batch ``b`` of ``epoch`` from this rank's ``seeds`` (shard rows); collective.  Reads the
-        device once per hop (:mod:`~pyg_sparsecomm.sampling.frontier`); one all-to-all per hop."""
+        """Batch ``b`` of ``epoch`` from this rank's ``seeds`` (shard rows, ascending); collective: one
+        all-to-all per hop.  On the host every set of rows a hop keeps (its frontier, the rows reached,
+        the batch's rows so far) is a sorted tensor of the batch's rows
+        (:mod:`~pyg_sparsecomm.sampling.row_sets`): O(batch) memory and work per hop, no mask of the
+        shard's rows.  On an accelerator, masks of the shard's rows, read once per hop
+        (:mod:`~pyg_sparsecomm.sampling.frontier`): finding a set's size would wait for the device."""
+        if host_reads.waits_for_device(self.adj.device):  # (looked up here: tests stand in for a GPU)
+            return self._sample_masks(epoch, b, seeds)
+        adj, num_hops = self.adj, self.sampling.num_hops
+        asks, edges, hops = self.halo_requests.batch_sets(self.sample_group), [], []
+        frontier, in_batch, hop_rows = seeds, seeds, [seeds]
+        for h in range(1, num_hops + 1):
+            key, fanout = self.sampling.draw(epoch, b, h)
+            pos = sample_in_edges(key, fanout, adj.rowptr, self.in_order, frontier,
+                                  self.seed_n_id.index_select(0, frontier))
+            edges.append(pos)
+            hops.append(torch.full_like(pos, h))
+            (reached,) = asks.hop_rows([[adj.col.index_select(0, pos)]], h)
+            frontier = difference(reached, in_batch, adj.num_owned)
+            in_batch = disjoint_union(in_batch, frontier)
+            hop_rows.append(frontier)
+        sampled = Sampled(hop_rows, torch.cat(edges), torch.cat(hops), int(seeds.numel()))
+        return build_batch(self.local, adj, sampled, asks.requests(), num_hops, self.sample_group)
+
+    def _sample_masks(self, epoch: int, b: int, seeds: Tensor) -> Data:
+        """:meth:`sample` with masks of the shard's rows (the path an accelerator takes)."""
         adj, num_hops = self.adj, self.sampling.num_hops
         row_hop = torch.full((adj.num_owned,), -1, dtype=torch.long, device=adj.device)
         row_hop.index_fill_(0, seeds, 0)

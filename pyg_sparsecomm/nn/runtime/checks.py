@@ -18,7 +18,7 @@ from ...plan.halo_adj import HaloAdj
 from ...plan.homogeneous import RankPlan
 from ...plan.relation_adj import RelationAdj
 from ...sampling.sampled_adj import SampledAdj
-from .first_use import _digest, check_first_use, check_parameters, parameter_digest
+from .first_use import _digest, check_batch_inputs, check_first_use, check_parameters, parameter_digest
 from .plan import forward_signature
 
 #: attributes in which PyG's ``cached=True`` layers keep what they computed from the first graph
@@ -31,12 +31,14 @@ class CheckedPlan:
     layer: a copy checks again), and whether its parameters were compared across the ranks.
 
     A mini-batch's plan is new every step, so mini-batch calls are not keyed on it: the layer's
-    first mini-batch call compares its parameters once (:func:`check_parameters`), and later
-    batches only run the per-call checks."""
+    first mini-batch call compares its parameters once (:func:`check_parameters`; a watched call, also
+    its features: :func:`~.first_use.check_batch_inputs`, again when its :func:`call_key` changes,
+    :attr:`batch_key`), and later batches only run the per-call checks."""
 
     def __init__(self) -> None:
         self._ref: weakref.ref | None = None
         self.parameters = False  # the ranks' parameters were found equal (a first-use check passed)
+        self.batch_key: tuple | None = None  # the mini-batch call key whose features were agreed
 
     def is_(self, plan: RankPlan) -> bool:
         return self._ref is not None and self._ref() is plan
@@ -46,7 +48,7 @@ class CheckedPlan:
         self.parameters = True
 
     def __getstate__(self) -> dict:
-        return {"_ref": None, "parameters": False}
+        return {"_ref": None, "parameters": False, "batch_key": None}
 
 
 def shard_key(adj: HaloAdj) -> tuple:
@@ -130,7 +132,7 @@ def check_first_call(conv: MessagePassing, arguments: dict[str, Any], args: tupl
 
 def check_call(conv: MessagePassing, args: tuple, kwargs: dict, adj: HaloAdj, checked: CheckedPlan,
                cached_key: tuple | None, group: dist.ProcessGroup | None, collective: bool = True,
-               signature: inspect.Signature | None = None) -> tuple | None:
+               signature: inspect.Signature | None = None, key: tuple | None = None) -> tuple | None:
     """The checks of every call of a distributed layer, agreed over ``group`` (see the module doc).
 
     Args:
@@ -146,6 +148,8 @@ def check_call(conv: MessagePassing, args: tuple, kwargs: dict, adj: HaloAdj, ch
             ``exchange_group`` checks, or a group of one rank). (default: :obj:`True`)
         signature (inspect.Signature, optional): the signature of the layer's ``forward``.
             (default: :obj:`None`, computed from its class)
+        key (tuple, optional): the call's :func:`call_key` on a mini-batch whose checks the halo header
+            carries (a new key: every rank compares the features and parameters). (default: :obj:`None`)
 
     Returns:
         the key of the shard a ``cached=True`` layer now holds.
@@ -154,10 +158,10 @@ def check_call(conv: MessagePassing, args: tuple, kwargs: dict, adj: HaloAdj, ch
         ValueError: on every rank, if a check failed on any rank.
     """
     arguments = (signature or forward_signature(type(conv))).bind_partial(conv, *args, **kwargs).arguments
-    new = not adj.is_minibatch and not checked.is_(adj.plan)
+    new = not checked.is_(adj.plan) if not adj.is_minibatch else key is not None and key != checked.batch_key
     unchecked_parameters = adj.is_minibatch and not checked.parameters  # once per layer, not per batch
     if not collective or not is_distributed(group) or world_size(group) == 1:
-        if new:
+        if new and not adj.is_minibatch:
             cached_key = check_first_call(conv, arguments, args, adj, cached_key, group, collective)
             checked.set(adj.plan)
         else:
@@ -170,25 +174,35 @@ def check_call(conv: MessagePassing, args: tuple, kwargs: dict, adj: HaloAdj, ch
         error = e
     some_new, some_unchecked, some_failed = host_all_reduce(
         [int(new), int(unchecked_parameters), int(error is not None)], dist.ReduceOp.MAX, group)
-    if some_new:  # every rank checks its shard against the others' (one all-gather)
+    if some_new and not adj.is_minibatch:  # every rank checks its shard against the others' (one all-gather)
         cached_key = check_first_call(conv, arguments, args, adj, cached_key, group, collective)
-        if not adj.is_minibatch:
-            checked.set(adj.plan)
+        checked.set(adj.plan)
     elif some_failed:
         def local() -> None:
             if error is not None:
                 raise error
         raise_together(local, f"{type(conv).__name__} (a later call on this shard)", group)
+    elif some_new:  # a watched mini-batch call of new inputs on some rank: features and parameters (one all-gather)
+        check_batch_inputs(type(conv).__name__, node_features(arguments, args), parameter_digest(conv), group,
+                           checked.parameters)
+        checked.parameters, checked.batch_key = True, key
     elif some_unchecked:  # a layer's first mini-batch: its parameters must be every rank's
         check_parameters(type(conv).__name__, parameter_digest(conv), group)
         checked.parameters = True
     return cached_key
 
 
+#: the first entry of a mini-batch call's key (:func:`call_key`)
+MINIBATCH = "minibatch"
+
+
 def call_key(conv: MessagePassing, args: tuple, kwargs: dict, adj: HaloAdj, state: Any) -> tuple:
     """What the checks of a call on a full-graph shard read: the shard's plan (by identity) and
     size, the shapes of the edge arguments, the shape, dtype and device of ``x``.  Equal keys, equal
     verdicts: a call with the key of the last agreed one need not agree again (:class:`AgreementWatch`).
+    On a mini-batch (a new plan and new sizes every batch) what stays from batch to batch: the shapes
+    after the first dimension, and whether this rank's checks of the edge arguments pass (a failing
+    one changes the key, so the call agrees and every rank raises).
 
     Args:
         conv (MessagePassing): the layer.
@@ -201,7 +215,14 @@ def call_key(conv: MessagePassing, args: tuple, kwargs: dict, adj: HaloAdj, stat
     x = arguments["x"] if "x" in arguments else node_features(arguments, args)
     if isinstance(x, (tuple, list)) and x:
         x = x[0]
-    edges = []
+    edges: list[Any] = []
+    if adj.is_minibatch:
+        for name in _EDGE_ARGUMENTS:
+            value = arguments.get(name)
+            edges.append((tuple(value.shape[1:]), value.dim() == 0 or value.size(0) == adj.nnz)
+                         if isinstance(value, Tensor) else None)
+        features = (tuple(x.shape[1:]), x.dtype, x.device) if isinstance(x, Tensor) else None
+        return (MINIBATCH, features, tuple(edges))
     for name in _EDGE_ARGUMENTS:  # a loop, not a generator: no frame per call
         value = arguments.get(name)
         edges.append(tuple(value.shape) if isinstance(value, Tensor) else None)
@@ -228,9 +249,9 @@ def check_stage(call: Any, args: tuple, kwargs: dict) -> None:
     collective = port.collective_checks(settings)
     call.key = call_key(conv, args, kwargs, adj, state) if collective and _may_watch(call) else None
     watch = port.watch
-    if call.key is None or call.key != watch.key or not state.checked_plan.is_(adj.plan):
+    if call.key is None or call.key != watch.key or not (adj.is_minibatch or state.checked_plan.is_(adj.plan)):
         if collective and watch.key is not None:
-            port.announce_change(settings)  # peers in a steady-state call wait in its first exchange
+            port.announce_change(settings, adj)  # peers in a steady-state call wait in its first exchange
         watch.forget()
         agree(call, args, kwargs)
     if call.key is not None:
@@ -249,13 +270,13 @@ def agree(call: Any, args: tuple, kwargs: dict) -> None:
     state = call.state
     state.cached_key = check_call(call.conv, args, kwargs, call.adj, state.checked_plan, state.cached_key,
                                   state.settings.group, state.port.collective_checks(state.settings),
-                                  state.plan.signature)
+                                  state.plan.signature, call.key)
 
 
 def _may_watch(call: Any) -> bool:
     """Whether the call's first collective is its first halo exchange whatever its inputs."""
     state, plan, adj = call.state, call.plan, call.adj
-    return (state.port.exact_halos(state.settings) and not adj.is_minibatch and plan.rule.adapter is None
+    return (state.port.exact_halos(state.settings) and plan.rule.adapter is None
             and not isinstance(adj, RelationAdj) and (plan.spmm_weight is None or state.port.chosen_algorithm == "1d"))
 
 
@@ -280,12 +301,18 @@ class AgreementWatch:
     call) with the flag set (``HaloPort.announce_change``), then runs :func:`check_call`; a rank
     receiving a set flag drops the halo, runs :func:`check_call` too (which raises on every rank,
     naming the rank and the fix, or passes) and exchanges again.  Calls whose first collective may
-    be another one agree every call, as before: compressed or stale halos, mini-batches, rules with
+    be another one agree every call, as before: compressed or stale halos, rules with
     an adapter, SpMM algorithms other than ``"1d"``, tensors off the CPU, and any call whose first
     collective turned out not to be the headered exchange (a reused static halo agreeing on its
     reuse, a fold of out-degrees: :meth:`taint`).  A key counts as agreed from the second call in a
     row whose first exchange was the same (a ``cached=True`` layer exchanges degrees first only at
     its first call).  Correct programs change keys on every rank together: all announce, all agree.
+
+    Mini-batch calls are watched too (issue 56): their plan is new every batch, so their key is what
+    stays (:func:`call_key`: the rows' shapes after the first dimension, this rank's verdict on the
+    edge arguments); a steady call is one whose first exchange had the previous call's trailing shape
+    and dtype, and a rank announcing sends its rows over the current batch's plan (every rank's
+    first exchange of the call runs over it), in the shape and dtype recorded.
     """
 
     def __init__(self) -> None:
@@ -313,10 +340,28 @@ class AgreementWatch:
         """The running call's first collective is not the headered exchange: the next call agrees."""
         self.armed = False
 
+    def announcement(self, adj: HaloAdj, me: int) -> tuple | None:
+        """The rows a rank announcing a change sends (``None``: no steady call to announce to): the
+        recorded first exchange, over ``adj``'s plan with its header rows on a watched mini-batch.
+
+        Args:
+            adj (HaloAdj): the adjacency of the announcing call.
+            me (int): this rank in the exchange's group.
+        """
+        recorded, key = self.recorded, self.key
+        if recorded is None or not (adj.is_minibatch and key is not None and key[0] == MINIBATCH):
+            return recorded
+        headers = [int(r != me) for r in range(adj.plan.world_size)]
+        return ([c + h for c, h in zip(adj.plan.send_counts, headers, strict=True)],
+                [c + h for c, h in zip(adj.plan.recv_counts, headers, strict=True)], *recorded[2:])
+
     def end(self, key: tuple | None) -> None:
         """The call ended: ``key`` is agreed if its first collective was the headered exchange, the
         same as the previous call's."""
-        steady = self.headered and self.recorded == self.previous
+        recorded, previous = self.recorded, self.previous
+        if key is not None and key[0] == MINIBATCH and recorded is not None and previous is not None:
+            recorded, previous = recorded[2:], previous[2:]  # a new batch, new counts: the same rows' shape
+        steady = self.headered and recorded == previous
         self.previous = self.recorded if self.headered else None
         self.key = key if steady else None
         self.armed, self.agree = False, None

@@ -192,6 +192,36 @@ def check_parameters(who: str, parameters: str, group: dist.ProcessGroup | None)
         raise ValueError(f"{who} (first call on a mini-batch; every rank raises this error):\n{problems[0]}")
 
 
+def check_batch_inputs(who: str, x: Any, parameters: str, group: dist.ProcessGroup | None,
+                       parameters_checked: bool = False) -> None:
+    """Raises ``ValueError`` on every rank of ``group`` unless every rank's node features ``x`` have
+    the same shape after the first dimension and dtype, and every rank's ``parameters`` (a
+    :func:`parameter_digest`) are the same: one host all-gather of two integers per rank (and, to
+    word a difference of features, one of the shapes).  A watched mini-batch call whose inputs
+    changed on some rank runs it (:class:`~.checks.AgreementWatch`): its halo exchange would not pair
+    up otherwise; every rank calls it together.
+
+    Args:
+        who (str): the layer's class name, for messages.
+        x (Any): the call's node features (a tensor, else not compared).
+        parameters (str): the layer's :func:`parameter_digest`.
+        group (ProcessGroup or None): the process group of the layer's exchanges.
+        parameters_checked (bool, optional): the layer's parameters were compared before (the message
+            then names a later call). (default: :obj:`False`)
+    """
+    features = (tuple(x.shape[1:]), str(x.dtype).replace("torch.", "")) if isinstance(x, Tensor) else None
+    rows = host_all_gather([_text_digest(repr(features)), _text_digest(parameters)], group)
+    problems: list[str] = []
+    if len({row[0] for row in rows}) > 1:
+        gathered: list[Any] = [None] * len(rows)
+        dist.all_gather_object(gathered, features, group=group)
+        problems = _feature_problems([{"features": f} for f in gathered], who)
+    problems = problems or _parameter_problems([{"parameters": row[1]} for row in rows], who)
+    if problems:
+        when = "a later call on a mini-batch" if parameters_checked else "first call on a mini-batch"
+        raise ValueError(f"{who} ({when}; every rank raises this error):\n{problems[0]}")
+
+
 def verdict(entries: list[dict], who: str) -> str | None:
     """The one error message every rank derives from the gathered ``entries`` (``None``: consistent)."""
     errors = [f"rank {r}: {e['error']}" for r, e in enumerate(entries) if e["error"]]

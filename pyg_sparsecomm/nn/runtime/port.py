@@ -163,6 +163,8 @@ class StaticHalo:
             depends_on (tuple[Tensor, ...], optional): the other tensors ``rows`` were computed
                 from (e.g. a ``Linear``'s weight). (default: ``()``)
         """
+        if shard.plan.minibatch:  # a new plan every batch: never a hit, and no all-reduce to find it out
+            return shard.halo(rows)
         tensors = (src, *depends_on)
         entry = self.entries.get(key)
         hit = (entry is not None and entry[1] is shard.plan and len(entry[0]) == len(tensors)
@@ -245,10 +247,13 @@ class HaloPort:
             return Shard(adj, link.exact, outer.edge_index, link.world, outer.memo)
         return Shard(adj, link.exact, adj.edge_index(), link.world)
 
-    def announce_change(self, settings: DistributedSettings) -> None:
-        """Sends the peers' steady-state first exchange with the flag set (:class:`~.checks.AgreementWatch`)."""
-        if self.watch.recorded is not None:
-            announce_rows(self.watch.recorded, settings.group)
+    def announce_change(self, settings: DistributedSettings, adj: HaloAdj) -> None:
+        """Sends the peers' steady-state first exchange with the flag set (:class:`~.checks.AgreementWatch`):
+        the rows recorded at the last call, over ``adj``'s plan when the watch and ``adj`` are a mini-batch's
+        (the peers exchange over the current batch's plan)."""
+        recorded = self.watch.announcement(adj, group_rank(settings.group))
+        if recorded is not None:
+            announce_rows(recorded, settings.group)
             self.watch.recorded = None
 
     def collective_checks(self, settings: DistributedSettings) -> bool:
