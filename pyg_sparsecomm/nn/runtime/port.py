@@ -27,6 +27,7 @@ from ...algorithms.choice import CostRow, choose_algorithm
 from ...algorithms.settings import exchange_group
 from ...comm.exchanger import HaloExchanger
 from ...comm.group import host_all_reduce, world_size
+from ...comm.group import rank as group_rank
 from ...comm.halo import announce_rows
 from ...comm.halo_options import ExchangeSlots
 from ...compat import tensor_version
