@@ -189,7 +189,7 @@ def check_plan_matches_group(plan_world_size: int, plan_rank: int,
     if plan_world_size > 1 and not is_distributed(group):
         raise RuntimeError(f"this shard belongs to a {plan_world_size}-rank partition but "
                            f"torch.distributed is not initialised: call init_process_group first")
-    install_failure_hooks()  # before the shard's first collective (comm.peer_failure)
+    install_failure_hooks(announce=False)  # before the shard's first collective (comm.peer_failure); announced at join
     ws, r = world_size(group), rank(group)
     if plan_world_size != ws:
         raise ValueError(f"the graph was partitioned into {plan_world_size} parts but the process group "

@@ -360,14 +360,17 @@ def uncaught(error: BaseException) -> BaseException:
 _hooks: dict[str, Any] = {}
 
 
-def install_failure_hooks() -> None:
+def install_failure_hooks(announce: bool = True) -> None:
     """Chains the reporting of uncaught errors (:func:`uncaught`) to ``sys.excepthook`` and
     ``threading.excepthook`` (once per process): a rank's uncaught error reaches the store before
     its process ends and closes its connections, and under ``torchrun`` to its elastic error file
     (:mod:`.error_file`: the rank that failed first is torchrun's root cause).  A process that ends
     with the job's group still initialised (a script that called ``init_process_group`` itself)
-    reports that it left."""
-    error_file.announce()  # once per job: where this rank runs, for a peer it may stall
+    reports that it left.  ``announce``: also write where this rank runs into the job's store, for a
+    peer it may stall (once per job; a layer call's per-call check passes ``False``: a store read per
+    call)."""
+    if announce:
+        error_file.announce()
     if _hooks:
         return
     _hooks.update(sys=sys.excepthook, threading=threading.excepthook)
