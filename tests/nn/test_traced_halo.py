@@ -15,8 +15,8 @@ from pyg_sparsecomm import shard
 from pyg_sparsecomm.comm.halo import announce_rows
 from pyg_sparsecomm.comm.halo_options import EXACT
 from pyg_sparsecomm.nn.runtime.checks import AgreementWatch
+from pyg_sparsecomm.nn.runtime.port import WatchedExchanger
 from pyg_sparsecomm.nn.runtime.traced_spmm import traced_aggregation
-from pyg_sparsecomm.nn.runtime.watched import WatchedExchanger
 from pyg_sparsecomm.testing import launch
 
 WIDTH = 3
