@@ -231,12 +231,18 @@ class HeaderedPlan:
 
     def __init__(self, plan: "RankPlan", me: int) -> None:
         peers = [int(r != me) for r in range(len(plan.send_counts))]
-        self.send_counts = [c + p for c, p in zip(plan.send_counts, peers, strict=True)]
-        self.recv_counts = [c + p for c, p in zip(plan.recv_counts, peers, strict=True)]
+        self.send_counts, self.recv_counts = headered_counts(plan, me)
         self.send_body, self.send_header = _positions(plan.send_counts, peers)
         self.recv_body, self.recv_header = _positions(plan.recv_counts, peers)
         self.send_index, self.num_owned = plan.send_index, plan.num_owned
         self.body_counts = (plan.send_counts, plan.recv_counts)
+
+
+def headered_counts(plan: "RankPlan", me: int) -> tuple[list[int], list[int]]:
+    """The send and receive counts of a headered exchange over ``plan``: one row more per peer."""
+    peers = [int(r != me) for r in range(len(plan.send_counts))]
+    return ([c + p for c, p in zip(plan.send_counts, peers, strict=True)],
+            [c + p for c, p in zip(plan.recv_counts, peers, strict=True)])
 
 
 def _positions(counts: list[int], peers: list[int]) -> tuple[Tensor, Tensor]:

@@ -340,20 +340,10 @@ class AgreementWatch:
         """The running call's first collective is not the headered exchange: the next call agrees."""
         self.armed = False
 
-    def announcement(self, adj: HaloAdj, me: int) -> tuple | None:
-        """The rows a rank announcing a change sends (``None``: no steady call to announce to): the
-        recorded first exchange, over ``adj``'s plan with its header rows on a watched mini-batch.
-
-        Args:
-            adj (HaloAdj): the adjacency of the announcing call.
-            me (int): this rank in the exchange's group.
-        """
-        recorded, key = self.recorded, self.key
-        if recorded is None or not (adj.is_minibatch and key is not None and key[0] == MINIBATCH):
-            return recorded
-        headers = [int(r != me) for r in range(adj.plan.world_size)]
-        return ([c + h for c, h in zip(adj.plan.send_counts, headers, strict=True)],
-                [c + h for c, h in zip(adj.plan.recv_counts, headers, strict=True)], *recorded[2:])
+    def replans(self, adj: HaloAdj) -> bool:
+        """Whether a rank announcing a change sends its recorded rows over ``adj``'s plan (a watched
+        mini-batch: every rank's first exchange of the call runs over the current batch's plan)."""
+        return adj.is_minibatch and self.key is not None and self.key[0] == MINIBATCH
 
     def end(self, key: tuple | None) -> None:
         """The call ended: ``key`` is agreed if its first collective was the headered exchange, the

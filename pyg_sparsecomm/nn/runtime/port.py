@@ -34,7 +34,7 @@ from ...comm import traced_exchange
 from ...comm.exchanger import HaloExchanger
 from ...comm.group import host_all_reduce, world_size
 from ...comm.group import rank as group_rank
-from ...comm.halo import HeaderedPlan, announce_rows, headered_exchange
+from ...comm.halo import HeaderedPlan, announce_rows, headered_counts, headered_exchange
 from ...comm.halo_options import EXACT, ExchangeSlots
 from ...compat import tensor_version
 from ...plan.halo_adj import HaloAdj
@@ -322,7 +322,9 @@ class HaloPort:
         """Sends the peers' steady-state first exchange with the flag set (:class:`~.checks.AgreementWatch`):
         the rows recorded at the last call, over ``adj``'s plan when the watch and ``adj`` are a mini-batch's
         (the peers exchange over the current batch's plan)."""
-        recorded = self.watch.announcement(adj, group_rank(settings.group))
+        recorded = self.watch.recorded
+        if recorded is not None and self.watch.replans(adj):
+            recorded = (*headered_counts(adj.plan, group_rank(settings.group)), *recorded[2:])
         if recorded is not None:
             announce_rows(recorded, settings.group)
             self.watch.recorded = None
