@@ -21,6 +21,7 @@ _EXPORTS = {
     "save_partition": ".store.files", "load_shard": ".store.files", "graph_fingerprint": ".store.files",
     "partition_source": ".store.files", "partition_files": ".store.from_files",
     "shard_index": ".store.shard_index", "ShardIndex": ".graph.node_index",
+    "ShardSelection": ".graph.shard_selection", "PerRankSelectionError": ".graph.shard_selection",
     # launching a job
     "init_distributed": ".launch.runtime", "rank_zero_first": ".launch.startup",
     "partition_and_shard": ".launch.startup", "partition_on_rank_zero": ".launch.startup",
@@ -50,6 +51,7 @@ if TYPE_CHECKING:  # pragma: no cover  (what type checkers and IDEs see; _EXPORT
     from .comm.grid import process_grid
     from .comm.peer_failure import PeerFailedError
     from .graph.node_index import ShardIndex
+    from .graph.shard_selection import PerRankSelectionError, ShardSelection
     from .launch.runtime import init_distributed
     from .launch.startup import partition_and_shard, partition_on_rank_zero, rank_zero_first
     from .loader import DistributedNeighborLoader, DistributedNodeSubsetLoader
@@ -80,7 +82,8 @@ _moved_modules.install(__name__)  # 0.2's module paths (pyg_sparsecomm.runtime, 
 __all__ = [
     "__version__", "SparsityAwarePartitioner", "AutomaticOptionsWarning", "shard", "HaloAdj", "CommStats",
     "save_partition", "load_shard", "graph_fingerprint", "partition_source", "partition_files", "shard_index",
-    "ShardIndex", "init_distributed", "rank_zero_first", "partition_and_shard", "partition_on_rank_zero",
+    "ShardIndex", "ShardSelection", "PerRankSelectionError", "init_distributed", "rank_zero_first",
+    "partition_and_shard", "partition_on_rank_zero",
     "process_grid",
     "PeerFailedError", "distribute", "DistributedGCNConv", "NodeDropout", "DistributedNeighborLoader",
     "DistributedNodeSubsetLoader", "distributed_loss", "sync_gradients", "global_sum", "global_count",

@@ -35,11 +35,12 @@ def get_idx_split(data):
 
 
 class Evaluator:
-    """OGB's ``Evaluator('ogbn-products')``: the accuracy of ``y_pred`` against ``y_true``, both ``[n, 1]``."""
+    """OGB's ``Evaluator('ogbn-products')``: the accuracy of ``y_pred`` against ``y_true``, both ``[n, 1]``,
+    read as OGB reads them (``.detach().cpu().numpy()``)."""
 
     def eval(self, input_dict):
-        y_true, y_pred = input_dict['y_true'], input_dict['y_pred']
-        return {'acc': int((y_true == y_pred).sum()) / max(y_true.numel(), 1)}
+        y_true, y_pred = (input_dict[key].detach().cpu().numpy() for key in ('y_true', 'y_pred'))
+        return {'acc': float((y_true == y_pred).sum()) / max(len(y_true), 1)}
 
 
 class SAGE(torch.nn.Module):

@@ -1,6 +1,7 @@
 """Counted collectives: block-row broadcast and reduce (the oblivious CAGNET baseline) and the
-differentiable row-group all-reduce of the 1.5D algorithms; and the all-reduce of a small value
-(a loss, a count, a calibration figure) that the rest of the package agrees on."""
+differentiable row-group all-reduce of the 1.5D algorithms; the all-reduce of a small value
+(a loss, a count, a calibration figure) that the rest of the package agrees on; and the gather of
+every rank's rows (an evaluator's labels, a split's pairs), any number per rank."""
 
 import torch
 import torch.distributed as dist
@@ -8,7 +9,7 @@ from torch import Tensor
 
 from .counters import comm_counter, row_nbytes
 from .device_check import check_devices
-from .group import collective_device, global_rank, is_distributed, rank, world_size
+from .group import collective_device, global_rank, host_all_gather, is_distributed, rank, world_size
 from .peer_failure import failures_named
 
 
@@ -103,3 +104,30 @@ def row_all_reduce(partial: Tensor, group: dist.ProcessGroup | None = None) -> T
     if world_size(group) == 1:
         return partial
     return _RowAllReduce.apply(partial, group)
+
+
+def gather_rows(rows: Tensor, group: dist.ProcessGroup | None = None, who: str = "gather_rows") -> Tensor:
+    r"""Every rank's ``rows`` concatenated in rank order, on every rank (a collective: the counts
+    all-gathered on the host, then the rows padded to the longest).  Not differentiable.
+
+    Args:
+        rows (torch.Tensor): this rank's rows (any number, the same trailing shape and dtype on
+            every rank).
+        group (torch.distributed.ProcessGroup, optional): the ranks. (default: all ranks)
+        who (str, optional): the caller, in the error when a peer fails. (default: ``"gather_rows"``)
+
+    Shapes:
+        - **input:** :math:`(k_r, *)`
+        - **output:** :math:`(\sum_r k_r, *)`
+    """
+    if not is_distributed(group) or world_size(group) == 1:
+        return rows
+    rows = rows.detach().as_subclass(Tensor)  # a marked tensor (a ShardSelection) gathered is the whole
+    counts = [c[0] for c in host_all_gather([int(rows.size(0))], group)]
+    device = collective_device(group) or rows.device
+    padded = rows.new_zeros((max(counts), *rows.shape[1:]), device=device)
+    padded[:rows.size(0)] = rows.to(device)
+    parts = [torch.empty_like(padded) for _ in counts]
+    with failures_named(who, group):
+        dist.all_gather(parts, padded, group=group)
+    return torch.cat([p[:c] for p, c in zip(parts, counts, strict=True)]).to(rows.device)

@@ -35,6 +35,7 @@ import torch
 from torch import Tensor
 
 from ..compat import torch_function_disabled
+from .shard_selection import ShardSelection
 
 #: names that are index lists of nodes whatever their length (PyG's and OGB's split names)
 SPLIT_INDEX_KEYS = frozenset({"train_idx", "val_idx", "valid_idx", "test_idx", "idx_train", "idx_val",
@@ -67,7 +68,10 @@ class ShardIndex(Tensor):
     r"""Rows of a shard selected by an index list of the whole graph's node ids (see the module
     doc): what :func:`~pyg_sparsecomm.shard_index` and ``shard()`` give for OGB's ``split_idx`` or
     ``data.train_idx``.  It indexes the shard's tensors (``out[idx]``, ``data.y[idx]``) as the ids
-    indexed the whole graph's; the package's functions read it as rows.
+    indexed the whole graph's; the package's functions read it as rows.  What it selects from a
+    tensor of the shard is a :class:`~pyg_sparsecomm.graph.shard_selection.ShardSelection` when the
+    shard holds a share of the nodes (``partial``): this rank's share of the selection, which
+    refuses ``.numpy()`` and ``.tolist()`` (a metric of it would be a per-rank number).
 
     It stays a :class:`ShardIndex` through ``.to(device)``, ``clone()``, ``detach()``, slicing
     (``idx[perm]``, ``idx.split(size)``) and ``torch.cat`` of several; arithmetic gives a plain
@@ -77,13 +81,16 @@ class ShardIndex(Tensor):
     Attributes:
         num_rows (int): the rows of the shard it indexes (``local.num_nodes``).
         num_nodes (int): the nodes of the whole graph.
+        partial (bool): the shard's rows select a share of the listed nodes (the graph is
+            partitioned, or a 1.5D replica scores a share of its rows).
     """
 
     num_rows: int
     num_nodes: int
+    partial: bool
 
     @staticmethod
-    def of(rows: Tensor, num_rows: int, num_nodes: int) -> "ShardIndex":
+    def of(rows: Tensor, num_rows: int, num_nodes: int, partial: bool | None = None) -> "ShardIndex":
         """``rows`` (an integer tensor of rows of a shard of ``num_rows`` rows, of a graph of
         ``num_nodes`` nodes) marked as such.
 
@@ -91,9 +98,12 @@ class ShardIndex(Tensor):
             rows (torch.Tensor): ``[k]`` rows of the shard.
             num_rows (int): the shard's number of rows.
             num_nodes (int): the whole graph's number of nodes.
+            partial (bool, optional): the rows select a share of the listed nodes. (default: whether
+                ``num_rows < num_nodes``)
         """
         out = rows.as_subclass(ShardIndex) if type(rows) is Tensor else rows.as_subclass(Tensor).as_subclass(ShardIndex)
         out.num_rows, out.num_nodes = int(num_rows), int(num_nodes)
+        out.partial = bool(num_rows < num_nodes if partial is None else partial)
         return out
 
     def rows(self) -> Tensor:
@@ -101,7 +111,7 @@ class ShardIndex(Tensor):
         return self.as_subclass(Tensor)
 
     def __deepcopy__(self, memo: dict) -> "ShardIndex":
-        return ShardIndex.of(self.rows().clone(), self.num_rows, self.num_nodes)
+        return ShardIndex.of(self.rows().clone(), self.num_rows, self.num_nodes, self.partial)
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
@@ -111,6 +121,8 @@ class ShardIndex(Tensor):
             _check_indexed(*use)
         with torch_function_disabled():
             out = func(*args, **kwargs)
+        if use is not None and func in _SELECTS and not isinstance(use[0], ShardIndex):
+            return _selected(out, use[1])
         source = args[0] if args else None
         if func is torch.cat and isinstance(source, (list, tuple)):
             return _rewrap(out, *source)
@@ -132,7 +144,19 @@ def _rewrap(out: Any, *sources: Any) -> Any:
         return out
     if type(out) is ShardIndex and out is sources[0]:
         return out
-    return ShardIndex.of(out, sources[0].num_rows, sources[0].num_nodes)
+    return ShardIndex.of(out, sources[0].num_rows, sources[0].num_nodes, sources[0].partial)
+
+
+#: the row indexing whose result is what the list selects (``Tensor.__getitem__``: ``y[idx]``)
+_SELECTS = {Tensor.__getitem__, Tensor.index_select, torch.index_select}
+
+
+def _selected(out: Any, index: Any) -> Any:
+    """``out``, the rows a :class:`ShardIndex` selected, as this rank's share of the selection
+    (:class:`~pyg_sparsecomm.graph.shard_selection.ShardSelection`) when the shard holds a share."""
+    if isinstance(index, ShardIndex) and index.partial and type(out) is Tensor and out.dim() >= 1:
+        return ShardSelection.of(out)
+    return out
 
 
 def _check_indexed(tensor: Any, index: Any) -> None:

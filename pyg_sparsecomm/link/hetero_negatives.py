@@ -20,8 +20,8 @@ import torch.distributed as dist
 from torch import Tensor
 from torch_geometric.data import HeteroData
 
+from ..comm.collectives import gather_rows
 from ..comm.group import is_distributed, world_size
-from .metrics import gather_rows
 from .negative_sampling import negative_sampling, structured_negative_sampling
 from .partition_vector import gathered_partition
 

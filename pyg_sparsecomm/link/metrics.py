@@ -15,27 +15,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from ..comm.group import collective_device
-from ..comm.group import world_size as group_world_size
+from ..comm.collectives import gather_rows
 from ..training.whole_graph import global_count
-
-
-def gather_rows(t: Tensor, group: dist.ProcessGroup | None = None) -> Tensor:
-    """Every rank's rows of ``t`` (any number per rank), concatenated in rank order, on every rank.
-
-    Two ``all_gather`` calls: the row counts, then the rows padded to the longest."""
-    P = group_world_size(group)
-    if P == 1:
-        return t
-    device = collective_device(group) or t.device
-    counts = [torch.zeros(1, dtype=torch.long, device=device) for _ in range(P)]
-    dist.all_gather(counts, torch.tensor([t.size(0)], device=device), group=group)
-    width = max(int(c) for c in counts)
-    padded = t.new_zeros((width, *t.shape[1:]), device=device)
-    padded[:t.size(0)] = t.to(device)
-    pieces = [torch.empty_like(padded) for _ in range(P)]
-    dist.all_gather(pieces, padded, group=group)
-    return torch.cat([p[:int(c)] for p, c in zip(pieces, counts, strict=True)]).to(t.device)
 
 
 def auc(scores: Tensor, labels: Tensor) -> float:

@@ -33,11 +33,11 @@ import torch.distributed as dist
 from torch import Tensor
 from torch_geometric.utils import negative_sampling as pyg_negative_sampling
 
+from ..comm.collectives import gather_rows
 from ..comm.group import host_all_reduce, is_distributed, raise_together
 from ..comm.group import rank as group_rank
 from ..comm.group import world_size as group_world_size
 from ..plan.halo_adj import HaloAdj
-from .metrics import gather_rows
 from .negative_sampling import check_num_neg_samples
 from .negative_sampling import negative_sampling as hashed_negative_sampling
 from .pair_index import PairIndex

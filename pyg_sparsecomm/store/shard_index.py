@@ -56,7 +56,8 @@ def _selection_rows(value: Any, n_id: Tensor, num_nodes: int, owner_mask: Tensor
     if owner_mask is not None:  # a replica scores its share of the block row's rows
         kept = owner_mask.to(rows.device)[rows]
         rows, entries = rows[kept], entries[kept]
-    return ShardIndex.of(rows.to(value.device), num_rows, num_nodes), entries
+    return ShardIndex.of(rows.to(value.device), num_rows, num_nodes, num_rows < num_nodes or owner_mask is not None), \
+        entries
 
 
 def _mask_rows(mask: Tensor, n_id: Tensor, num_nodes: int, owner_mask: Tensor | None, what: str) -> Tensor:
@@ -189,4 +190,4 @@ def _replica_rows(value: Any, owner_mask: Tensor) -> Any:
     if not isinstance(value, ShardIndex):
         return value
     rows = value.rows()
-    return ShardIndex.of(rows[owner_mask.to(rows.device)[rows]], value.num_rows, value.num_nodes)
+    return ShardIndex.of(rows[owner_mask.to(rows.device)[rows]], value.num_rows, value.num_nodes, partial=True)

@@ -21,33 +21,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from ..comm.group import collective_device, host_all_gather, is_distributed, world_size
-from ..comm.peer_failure import failures_named
-
-
-def gather_rows(rows: Tensor, group: dist.ProcessGroup | None = None) -> Tensor:
-    r"""Every rank's ``rows`` concatenated in rank order, on every rank (a collective: two
-    all-gathers, the counts on the host, then the rows padded to the longest).
-
-    Args:
-        rows (torch.Tensor): this rank's rows (any number, the same trailing shape and dtype on
-            every rank).
-        group (torch.distributed.ProcessGroup, optional): the ranks. (default: all ranks)
-
-    Shapes:
-        - **input:** :math:`(k_r, *)`
-        - **output:** :math:`(\sum_r k_r, *)`
-    """
-    if not is_distributed(group) or world_size(group) == 1:
-        return rows
-    counts = [c[0] for c in host_all_gather([int(rows.size(0))], group)]
-    device = collective_device(group) or rows.device
-    padded = rows.new_zeros((max(counts), *rows.shape[1:]), device=device)
-    padded[:rows.size(0)] = rows.detach().to(device)
-    parts = [torch.empty_like(padded) for _ in counts]
-    with failures_named("GlobalEvaluator", group):
-        dist.all_gather(parts, padded, group=group)
-    return torch.cat([p[:c] for p, c in zip(parts, counts, strict=True)]).to(rows.device)
+from ..comm.collectives import gather_rows
 
 
 class GlobalEvaluator:
@@ -74,9 +48,9 @@ class GlobalEvaluator:
 
     def _gathered(self, value: Any) -> Any:
         if isinstance(value, Tensor):
-            return gather_rows(value, self.group)
+            return gather_rows(value, self.group, "GlobalEvaluator")
         if isinstance(value, np.ndarray):
-            return gather_rows(torch.from_numpy(value), self.group).numpy()
+            return gather_rows(torch.from_numpy(value), self.group, "GlobalEvaluator").numpy()
         return value
 
     def __getattr__(self, name: str) -> Any:

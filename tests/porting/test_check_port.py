@@ -211,6 +211,19 @@ def test_broken_ports_are_caught(runner, capsys, tmp_path, cora_root, variant):
     assert named, output[-4000:]
 
 
+def test_a_plain_evaluator_is_refused_naming_the_wrap(runner, capsys, tmp_path, cora_root):
+    """The OGB pair with its ``Evaluator`` left unwrapped: the Evaluator reads this rank's rows as NumPy
+    (a per-rank accuracy, silently, before ShardSelection); the port now crashes at that line, naming
+    ``GlobalEvaluator``."""
+    original, port = _broken(tmp_path, "ogb_index", "evaluator = GlobalEvaluator(Evaluator())",
+                             "evaluator = Evaluator()")
+    status, output = check(runner, capsys, tmp_path, original, port, _arguments("ogb_index", cora_root), steps=STEPS)
+    assert status == 3, output[-4000:]
+    assert re.search(r"crashed at \S+ogb_index_distributed\.py:\d+: PerRankSelectionError: this tensor holds this "
+                     r"rank's \d+ rows of a selection", output), output[-4000:]
+    assert "GlobalEvaluator(Evaluator(name))" in output, output[-4000:]
+
+
 def test_a_crashing_port_names_its_line(runner, capsys, tmp_path, cora_root):
     original, port = _broken(tmp_path, "gcn", "    loss.backward()\n", "    loss.backward()\n"
                              "    raise RuntimeError('the port fails here')\n")

@@ -70,6 +70,18 @@ class Accuracy:
         return {"acc": float((y_true == y_pred).double().mean())}
 
 
+class HostAccuracy(Accuracy):
+    """OGB's Evaluator as it reads its input: ``y.detach().cpu().numpy()`` first."""
+
+    def eval(self, input_dict):
+        return super().eval({k: v.detach().cpu().numpy() for k, v in input_dict.items()})
+
+
+def plain(t: torch.Tensor) -> torch.Tensor:
+    """This rank's rows of a selection as a plain tensor, NumPy on purpose (GlobalEvaluator takes arrays too)."""
+    return t.as_subclass(torch.Tensor)
+
+
 def _expected_rows(local, ids: torch.Tensor) -> torch.Tensor:
     """The rows of the owned nodes among ``ids``, in their order (duplicates kept), computed plainly."""
     where = {int(g): r for r, g in enumerate(local.n_id)}
@@ -79,7 +91,7 @@ def _expected_rows(local, ids: torch.Tensor) -> torch.Tensor:
 def _refusal(call) -> str | None:
     try:
         call()
-    except (ValueError, IndexError) as error:
+    except (ValueError, IndexError, TypeError) as error:
         return f"{type(error).__name__}: {error}"
     return None
 
@@ -108,8 +120,10 @@ def _worker(rank, world_size):
     results = {"loss": float(loss), "grad": conv.lin.weight.grad,
                "acc": global_accuracy(out.argmax(-1)[test], local.y[test]),
                "count": global_count(local.train_idx),
-               "evaluator": GlobalEvaluator(Accuracy()).eval({"y_true": local.y[test].view(-1, 1).numpy(),
-                                                               "y_pred": out.argmax(-1, keepdim=True)[test]})}
+               "evaluator": GlobalEvaluator(Accuracy()).eval({"y_true": plain(local.y[test].view(-1, 1)).numpy(),
+                                                               "y_pred": out.argmax(-1, keepdim=True)[test]}),
+               "host evaluator": GlobalEvaluator(HostAccuracy()).eval({"y_true": local.y[test].view(-1, 1),
+                                                                       "y_pred": out.argmax(-1, keepdim=True)[test]})}
     seeds = {}
     for form, nodes in {"ShardIndex": local.train_idx, "global ids": data.train_idx}.items():
         loaders = (DistributedNeighborLoader(local, [2], batch_size=4, input_nodes=nodes, shuffle=True),
@@ -120,6 +134,8 @@ def _worker(rank, world_size):
         "global_count": _refusal(lambda: global_count(data.train_idx)),
         "gather_nodes": _refusal(lambda: gather_nodes(local.train_idx, local)),
         "gathered[idx]": _refusal(lambda: gathered[local.train_idx]),
+        "plain evaluator": _refusal(lambda: HostAccuracy().eval({"y_true": local.y[test].view(-1, 1), "y_pred":
+                                                                 out.detach().argmax(-1, keepdim=True)[test]})),
         "loader": _refusal(lambda: DistributedNeighborLoader(  # rows of a shard of one row more: another's
             local, [2], input_nodes=ShardIndex.of(torch.tensor([0]), local.num_nodes + 1, N))),
     }
@@ -139,14 +155,18 @@ def test_index_lists_sharded_like_masks(world_size):
         torch.testing.assert_close(results["grad"], ref["grad"], atol=1e-6, rtol=1e-5)
         assert results["acc"] == pytest.approx(ref["acc"], abs=1e-9)
         assert results["evaluator"]["acc"] == pytest.approx(ref["acc"], abs=1e-9)
+        assert results["host evaluator"]["acc"] == pytest.approx(ref["acc"], abs=1e-9)
         assert results["count"] == data.train_idx.numel()
         assert seeds["ShardIndex"] == seeds["global ids"], rank
         assert "shard_index" in refusals["gather_nodes"], refusals
         if world_size > 1:
             assert "shard_index(split_idx, data)" in refusals["global_count"], refusals
             assert refusals["gathered[idx]"].startswith("IndexError: an index of a shard's rows"), refusals
+            # a plain Evaluator would score this rank's rows: refused on every rank, naming the wrap
+            assert "GlobalEvaluator(Evaluator(name))" in refusals["plain evaluator"], refusals
         else:  # one part: the rows are the graph's nodes in order; both readings agree
             assert refusals["global_count"] is None and refusals["gathered[idx]"] is None, refusals
+            assert refusals["plain evaluator"] is None, refusals
         assert "the rows of another shard" in refusals["loader"], refusals
 
 

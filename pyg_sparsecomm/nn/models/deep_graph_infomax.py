@@ -34,6 +34,7 @@ from torch import Tensor
 from torch_geometric.nn.models import DeepGraphInfomax
 from torch_geometric.nn.models.deep_graph_infomax import EPS
 
+from ...comm.collectives import gather_rows
 from ...comm.group import collective_device, global_rank, host_all_reduce, raise_together
 from ...comm.group import rank as group_rank
 from ...comm.group import world_size as group_world_size
@@ -129,7 +130,6 @@ class DistributedDeepGraphInfomax(ShardModel, DeepGraphInfomax):
                     raise ValueError(f"DeepGraphInfomax.test: {name}_z has {z.size(0)} rows but {name}_y "
                                      f"{y.size(0)}: pass this rank's rows of both (z[mask], data.y[mask])")
         raise_together(sizes, "DeepGraphInfomax.test", group, flag_first=True)
-        from ...link.metrics import gather_rows  # at the call: importing the layers loads nothing of link/
         features = gather_rows(train_z.detach().cpu(), group).numpy()
         labels = gather_rows(train_y.detach().cpu(), group).numpy()
         fitted: list[Any] = [None]
