@@ -1,12 +1,13 @@
-"""Layer-wise inference with PyG's NeighborLoader on Cora, across processes (pyg_sparsecomm).
+"""Layer-wise inference with PyG's NeighborLoader on Cora, written as PyG's examples/reddit.py:
+mini-batch training with a NeighborLoader, then inference layer by layer over every node, each
+layer over batches of all in-edges (num_neighbors=[-1], shuffle=False) whose seed rows are
+concatenated in order.  layerwise.py is plain PyG in one process (PyG's NeighborLoader needs
+pyg-lib or torch-sparse installed); layerwise_distributed.py is its port (see README, "Mini-batch
+training"; `diff` the two files: the docstrings are the same), which without torchrun runs on one
+process.
 
+    python examples/porting/layerwise.py --root data/Planetoid
     torchrun --standalone --nproc-per-node 2 examples/porting/layerwise_distributed.py --root data/Planetoid
-
-The single-process half of a pair, written as PyG's examples/reddit.py: mini-batch training
-with a NeighborLoader, then inference layer by layer over every node, each layer over batches
-of all in-edges (num_neighbors=[-1], shuffle=False) whose seed rows are concatenated in order.
-This is examples/porting/layerwise.py made distributed (see README, "Mini-batch training");
-`diff` the two files.  Without torchrun it runs on one process.
 """
 import argparse
 import copy

@@ -1,10 +1,10 @@
-"""Node classification with PyG's NeighborLoader on Cora, in one process (plain PyG).
+"""Node classification with PyG's NeighborLoader on Cora.  neighbor.py is plain PyG in one process
+(PyG's NeighborLoader needs pyg-lib or torch-sparse installed); neighbor_distributed.py is its port
+(see README, "Mini-batch training"; `diff` the two files: the docstrings are the same), which
+without torchrun runs on one process.
 
     python examples/porting/neighbor.py --root data/Planetoid
-
-The single-process half of a pair: examples/porting/neighbor_distributed.py is this script
-made distributed (see README, "Mini-batch training"); `diff` the two files.  PyG's
-NeighborLoader needs pyg-lib or torch-sparse installed.
+    torchrun --standalone --nproc-per-node 2 examples/porting/neighbor_distributed.py --root data/Planetoid
 """
 import argparse
 

@@ -1,9 +1,10 @@
-"""Node classification with PyG's NeighborLoader on Cora, across processes (pyg_sparsecomm).
+"""Node classification with PyG's NeighborLoader on Cora.  neighbor.py is plain PyG in one process
+(PyG's NeighborLoader needs pyg-lib or torch-sparse installed); neighbor_distributed.py is its port
+(see README, "Mini-batch training"; `diff` the two files: the docstrings are the same), which
+without torchrun runs on one process.
 
+    python examples/porting/neighbor.py --root data/Planetoid
     torchrun --standalone --nproc-per-node 2 examples/porting/neighbor_distributed.py --root data/Planetoid
-
-examples/porting/neighbor.py made distributed (see README, "Mini-batch training"); `diff` the
-two files.  Without torchrun it runs on one process.
 """
 import argparse
 
