@@ -25,6 +25,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch import Tensor
 
+from ..graph.sorted_lookup import lookup_sorted
 from ..nn.owner_sharded import OwnerRows
 
 ENTRY = "owner_rows"
@@ -182,8 +183,7 @@ def _copy_rows(path: Path, prefix: str, saved_ids: Tensor, ids: Tensor, tensors:
                filled: Tensor) -> None:
     """Copies the rows of ``ids`` that one saved rank held (entries under ``prefix``) into ``tensors``."""
     sorted_saved, order = saved_ids.sort()
-    at = torch.searchsorted(sorted_saved, ids).clamp(max=sorted_saved.numel() - 1)
-    hit = sorted_saved[at] == ids
+    at, hit = lookup_sorted(sorted_saved, ids)
     if not bool(hit.any()):
         return
     here, there = hit.nonzero().view(-1), order[at[hit]]

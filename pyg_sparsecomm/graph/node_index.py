@@ -36,6 +36,7 @@ from torch import Tensor
 
 from ..compat import torch_function_disabled
 from .shard_selection import ShardSelection
+from .sorted_lookup import lookup_sorted
 
 #: names that are index lists of nodes whatever their length (PyG's and OGB's split names)
 SPLIT_INDEX_KEYS = frozenset({"train_idx", "val_idx", "valid_idx", "test_idx", "idx_train", "idx_val",
@@ -244,8 +245,7 @@ def owned_rows(ids: Tensor, n_id: Tensor, num_nodes: int, what: str = "index") -
     ascending = bool((n_id[1:] > n_id[:-1]).all())  # a shard's n_id is ascending (plan/homogeneous.py)
     order = None if ascending else torch.argsort(n_id)
     sorted_ids = n_id if order is None else n_id[order]
-    position = torch.searchsorted(sorted_ids, ids).clamp_(max=n_id.numel() - 1)
-    hit = sorted_ids[position] == ids
+    position, hit = lookup_sorted(sorted_ids, ids)
     entries = torch.nonzero(hit).view(-1)
     rows = position[entries]
     return (rows if order is None else order[rows]), entries

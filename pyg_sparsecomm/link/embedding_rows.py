@@ -19,6 +19,7 @@ from ..comm.group import host_all_gather, host_all_reduce, raise_together
 from ..comm.group import rank as group_rank
 from ..comm.group import world_size as group_world_size
 from ..comm.halo import all_to_all_rows
+from ..graph.sorted_lookup import lookup_sorted
 from .partition_vector import gathered_partition
 
 
@@ -55,8 +56,7 @@ class EmbeddingRows:
         ids = ids.detach().cpu().long()
         if not self.n_id.numel():
             return torch.zeros(ids.numel(), dtype=torch.bool), ids[:0]
-        at = torch.searchsorted(self.sorted_ids, ids).clamp(max=self.n_id.numel() - 1)
-        found = self.sorted_ids[at] == ids
+        at, found = lookup_sorted(self.sorted_ids, ids)
         return found, self.order[at[found]]
 
     def owned_rows(self, node_id: Tensor, kind: str = "node_ids") -> Tensor:

@@ -49,6 +49,7 @@ from torch_geometric.nn.models.lightgcn import BPRLoss
 
 from ..comm.group import raise_together
 from ..comm.group import world_size as group_world_size
+from ..graph.sorted_lookup import lookup_sorted
 from ..plan.halo_adj import HaloAdj
 from ..training.grad_registry import register_synced
 from ..training.replicated import ReplicatedScores, replicate_rows
@@ -304,8 +305,7 @@ def _distributed_pairs(edge_label_index: Tensor, rows: "EmbeddingRows", group: d
 def _owned_exclusions(exclude: Tensor, dst: Tensor, item_ids: Tensor) -> Tensor:
     """The excluded pairs whose target this rank owns, as (source id, position in ``dst_index``)."""
     sorted_dst, order = dst.sort()
-    at = torch.searchsorted(sorted_dst, exclude[1]).clamp(max=max(dst.numel() - 1, 0))
-    candidate = sorted_dst[at] == exclude[1] if dst.numel() else torch.zeros(exclude.size(1), dtype=torch.bool)
-    position = order[at]
-    mine = candidate & torch.isin(position, item_ids)
-    return torch.stack([exclude[0][mine], position[mine]])
+    at, found = lookup_sorted(sorted_dst, exclude[1])
+    source, position = exclude[0][found], order[at[found]]
+    mine = torch.isin(position, item_ids)
+    return torch.stack([source[mine], position[mine]])

@@ -14,6 +14,8 @@ most ``DENSE`` times the sets' size (still O(batch)), and one gather beats a bin
 import torch
 from torch import Tensor
 
+from ..graph.sorted_lookup import lookup_sorted
+
 #: a mask of the shard's rows is used where the sets hold at least 1 / DENSE of them (the crossover measured
 #: by `benchmarks/minibatch_speed.py --row-sets`: sets 0.78x the masks' time at 1.5% of a shard, 2.1x at 22%)
 DENSE = 16
@@ -92,6 +94,5 @@ class RowLookup:
             return self.table.index_select(0, rows)
         if self.sorted.numel() == 0:
             return torch.full_like(rows, -1)
-        at = torch.searchsorted(self.sorted, rows).clamp_(max=self.sorted.numel() - 1)
-        found = self.sorted.index_select(0, at) == rows
+        at, found = lookup_sorted(self.sorted, rows)
         return torch.where(found, self.order.index_select(0, at), -1)
