@@ -47,12 +47,13 @@ class DistributedLoader:
     """Base class: iterates the batches of one epoch on this rank's shard, sampled by a strategy of
     its kind (:class:`ShardSampler`; see the loaders)."""
 
+    sampler: ShardSampler  # the strategy of the shard's kind (the loader picks it)
     sampling: NeighborSampling | NodeSubsetSampling
     num_batches: int  # batches an epoch draws from (set by the subclass; those without seeds are skipped)
 
     def __init__(self, sampler: ShardSampler, group: dist.ProcessGroup | None,
                  transform: Callable[[Any], Any] | None, prefetch: int | None, pyg_options: dict[str, Any]) -> None:
-        self.local, self.sampling = sampler.local, sampler.sampling
+        self.sampler, self.local, self.sampling = sampler, sampler.local, sampler.sampling
         self.seed_n_id, self.num_nodes, self.device = sampler.seed_n_id, sampler.num_nodes, sampler.device
         n_id = self.seed_n_id
         self.group, self.transform = group, transform

@@ -100,9 +100,9 @@ class DistributedNeighborLoader(DistributedLoader):
                  group: dist.ProcessGroup | None = None, transform: Callable[[Any], Any] | None = None,
                  prefetch: int | None = None, drop_last: bool = False, **pyg_options: Any) -> None:
         kind = HeteroNeighborSampler if isinstance(local, HeteroData) else HomoNeighborSampler
-        self.sampler = kind(local, num_neighbors, input_nodes, group, batch_size=batch_size, shuffle=bool(shuffle),
-                            seed=seed, drop_last=bool(drop_last))
-        super().__init__(self.sampler, group, transform, prefetch, pyg_options)
+        sampler = kind(local, num_neighbors, input_nodes, group, batch_size=batch_size, shuffle=bool(shuffle),
+                       seed=seed, drop_last=bool(drop_last))
+        super().__init__(sampler, group, transform, prefetch, pyg_options)
         self.input_rows = torch.nonzero(self.input_mask).view(-1)
         self.num_batches = self.sampling.num_batches(len(self.dataset))
 

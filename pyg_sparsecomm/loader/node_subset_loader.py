@@ -78,9 +78,8 @@ class DistributedNodeSubsetLoader(DistributedLoader):
                              "of about batch_size nodes (each node falls in one by a hash of its id), so there is no "
                              "short last batch to drop; DistributedNeighborLoader takes drop_last=True (exactly "
                              "batch_size seeds per batch)")
-        self.sampler = kind(local, input_nodes, group, batch_size=batch_size,
-                            shuffle=bool(shuffle), seed=seed)
-        super().__init__(self.sampler, group, transform, prefetch, pyg_options)
+        super().__init__(kind(local, input_nodes, group, batch_size=batch_size, shuffle=bool(shuffle), seed=seed),
+                         group, transform, prefetch, pyg_options)
         self.num_batches = self.sampling.num_batches(kind.num_members(local))
 
     def _batch_size(self, num_members: Callable[[], int], batch_size: int | None, num_parts: int | None) -> int:
