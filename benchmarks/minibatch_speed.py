@@ -82,13 +82,13 @@ def instrument() -> ExclusiveTimer:
     """Wraps the loader's sampling, planning and id exchanges (module globals, as the loader calls them)."""
     import importlib
 
-    from pyg_sparsecomm.loader import neighbor_loader
+    from pyg_sparsecomm.loader import neighbor_loader, neighbor_sampler
     timer = ExclusiveTimer()
     loader_class = neighbor_loader.DistributedNeighborLoader
     if hasattr(loader_class.sample, "__wrapped__"):
         raise RuntimeError("instrument() runs once per process")
     loader_class.sample = timer.wrap("sampling", loader_class.sample)
-    neighbor_loader.build_batch = timer.wrap("plan", neighbor_loader.build_batch)
+    neighbor_sampler.build_batch = timer.wrap("plan", neighbor_sampler.build_batch)
     # the id exchanges: the plan's reply (batch) and the hops' requests (halo_requests; batch before it)
     for name in ("batch", "halo_requests"):
         try:
@@ -327,7 +327,7 @@ def account_main(args) -> None:
 def row_sets_main(args) -> None:
     """``--row-sets``: one rank's sampling and planning of a batch (``DistributedNeighborLoader.sample``)
     with the hops' sorted row sets (the host's path) against masks of the shard's rows (the
-    accelerator's path, ``_sample_masks``), alternated batch by batch in one process, at P = 1."""
+    accelerator's path, ``loader.sampler._sample_masks``), alternated batch by batch in one process, at P = 1."""
     import subprocess
 
     from pyg_sparsecomm import shard
@@ -347,9 +347,9 @@ def row_sets_main(args) -> None:
             sizes = []
             for b in range(args.batches + 1):
                 seeds = torch.randperm(num_nodes, generator=gen)[:batch_size].sort().values
-                for name, sample in (("sets", loader.sample), ("masks", loader._sample_masks)):
+                for name, sample in (("sets", loader.sampler.sample), ("masks", loader.sampler._sample_masks)):
                     start = time.perf_counter()
-                    batch = sample(0, b, seeds)
+                    batch = sample(0, b, seeds, loader.sample_group)
                     if b:
                         times[name].append(time.perf_counter() - start)
                 sizes.append(batch.num_nodes)

@@ -30,6 +30,7 @@ class LazyPackage(types.ModuleType):
 
 
 def lazy_exports(package: str, exports: dict[str, str], moved: dict[str, str] | None = None,
+                 renamed: dict[str, tuple[str, str]] | None = None,
                  ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """The ``__getattr__`` and ``__dir__`` of ``package``.
 
@@ -39,8 +40,12 @@ def lazy_exports(package: str, exports: dict[str, str], moved: dict[str, str] | 
         moved (dict[str, str], optional): names that used to be exported here -> the module they are now
             imported from (absolute); looking one up warns with a :class:`DeprecationWarning` naming the new
             import, then returns it. (default: :obj:`None`)
+        renamed (dict[str, tuple[str, str]], optional): deprecated aliases, kept for one release: old name ->
+            (the export of ``package`` it now is, why); looking one up warns with a :class:`DeprecationWarning`
+            naming the new name and why, then returns the new name's value (the same object).
+            (default: :obj:`None`)
     """
-    moved = moved or {}
+    moved, renamed = moved or {}, renamed or {}
     sys.modules[package].__class__ = LazyPackage
     vars(sys.modules[package])["__lazy_exports__"] = frozenset(exports)
 
@@ -54,6 +59,11 @@ def lazy_exports(package: str, exports: dict[str, str], moved: dict[str, str] | 
             warnings.warn(f"{package}.{name} moved: import it with 'from {moved[name]} import {name}' "
                           f"(it is no longer exported by {package})", DeprecationWarning, stacklevel=2)
             return getattr(importlib.import_module(moved[name]), name)
+        if name in renamed:
+            new, why = renamed[name]
+            warnings.warn(f"{package}.{name} is deprecated: use {new} ({why}); the old name is an alias of it "
+                          f"and goes in the next release", DeprecationWarning, stacklevel=2)
+            return __getattr__(new)
         if importlib.util.find_spec(f"{package}.{name}") is not None:  # a subpackage or module: pyg_sparsecomm.nn
             return importlib.import_module(f".{name}", package)
         raise AttributeError(f"module {package!r} has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""What both distributed loaders share: the shard, the seeds, the epochs, the batch count.
+"""What the node loaders share, whatever the kind of shard: the seeds, the epochs, the batch count.
 
 Every rank must iterate the same batches in the same order, because sampling and training
 exchange rows within a batch.  Every rank knows the global seed set (gathered once when the
@@ -11,38 +11,56 @@ every rank, as are ``len(loader.dataset)`` (the global number of seeds) and ever
 import inspect
 import zlib
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
-from torch_geometric.data import Data
+from torch_geometric.data import Data, HeteroData
 
 from ..comm.group import host_all_reduce, raise_together, twin_group, world_size
-from ..plan.halo_adj import HaloAdj
 from ..sampling.rules import NeighborSampling, NodeSubsetSampling
 from .prefetch import PrefetchedBatches
 from .pyg_options import prefetch_depth
 from .seeds import check_in_order, global_seed_ids, owned_seed_mask, seeds_per_batch
 
 
-class DistributedLoader:
-    """Base class: iterates the batches of one epoch on this rank's shard (see subclasses)."""
+class ShardSampler(Protocol):
+    """What a loader's sampling strategy holds, whatever the kind of shard (one strategy per kind: a
+    homogeneous shard's, a heterogeneous shard's, chosen by the loader)."""
 
+    @property
+    def sampling(self) -> NeighborSampling | NodeSubsetSampling: ...  # the batch rule
+    @property
+    def local(self) -> Data | HeteroData: ...  # the shard
+    @property
+    def input_nodes(self) -> Any: ...  # the seed candidates, as :mod:`.seeds` reads them
+    @property
+    def seed_n_id(self) -> Tensor: ...  # global ids of the rows the seeds are drawn from
+    @property
+    def num_nodes(self) -> int: ...  # their global number
+    @property
+    def device(self) -> torch.device: ...  # the shard's, where batches are sampled and planned
+
+
+class DistributedLoader:
+    """Base class: iterates the batches of one epoch on this rank's shard, sampled by a strategy of
+    its kind (:class:`ShardSampler`; see the loaders)."""
+
+    sampler: ShardSampler  # the strategy of the shard's kind (the loader picks it)
     sampling: NeighborSampling | NodeSubsetSampling
-    device: torch.device  # the shard's adjacency's, where batches are sampled (set by _seed_rows)
     num_batches: int  # batches an epoch draws from (set by the subclass; those without seeds are skipped)
 
-    def __init__(self, local: Data, sampling: NeighborSampling | NodeSubsetSampling,
-                 input_nodes: Tensor | None, group: dist.ProcessGroup | None,
-                 transform: Callable[[Data], Data] | None, prefetch: int | None, pyg_options: dict[str, Any]) -> None:
-        self.seed_n_id, self.num_nodes = self._seed_rows(local, group)
+    def __init__(self, sampler: ShardSampler, group: dist.ProcessGroup | None,
+                 transform: Callable[[Any], Any] | None, prefetch: int | None, pyg_options: dict[str, Any]) -> None:
+        self.sampler, self.local, self.sampling = sampler, sampler.local, sampler.sampling
+        self.seed_n_id, self.num_nodes, self.device = sampler.seed_n_id, sampler.num_nodes, sampler.device
         n_id = self.seed_n_id
-        self.local, self.sampling, self.group, self.transform = local, sampling, group, transform
+        self.group, self.transform = group, transform
         self.prefetch = prefetch_depth(prefetch, pyg_options, type(self).__name__,
                                        inspect.signature(type(self).__init__).parameters)
         # a bad input_nodes on one rank raises on every rank (its peers would wait in the next collective)
-        input_mask = raise_together(lambda: self._input_mask(input_nodes, n_id),
+        input_mask = raise_together(lambda: self._input_mask(sampler.input_nodes, n_id),
                                     f"{type(self).__name__}(input_nodes=...)", group)
         self.global_seeds = global_seed_ids(input_mask, n_id, self.num_nodes, group)  # on the host
         self.input_mask = input_mask.to(self.device)
@@ -60,30 +78,12 @@ class DistributedLoader:
         self._taken = 0  # batches of that epoch the caller took (with those skipped on resuming)
         self._resume: tuple[int, int] | None = None  # (epoch, batches to skip) of load_state_dict
 
-    def _seed_rows(self, local: Data, group: dist.ProcessGroup | None) -> tuple[Tensor, int]:
-        """Checks the shard; returns the global ids of its rows the seeds are drawn from and their
-        global number (here: the shard's nodes); keeps its adjacency as ``self.adj`` and its device
-        as ``self.device``, where batches are sampled and planned."""
-        adj = getattr(local, "adj", None)
-        if not isinstance(adj, HaloAdj) or getattr(local, "e_id", None) is None:
-            raise ValueError("the loader takes a rank's shard: local = shard(data) (or load_shard(...)), "
-                             "which carries adj and e_id")
-        if getattr(local, "replication", 1) > 1:
-            raise ValueError("this shard is a replicated 1.5D block row (shard(data, grid=...)); the mini-batch "
-                             "loaders run on 1D shards: partition into P parts and call shard(data)")
-        if adj.plan.world_size != world_size(group):
-            raise ValueError(f"the shard was made for {adj.plan.world_size} ranks but the process group has "
-                             f"{world_size(group)}")
-        self.adj, self.device = adj, adj.device
-        self.e_id = local.e_id.to(adj.device)
-        return adj.plan.n_id, int(adj.plan.num_nodes)
-
     def _input_mask(self, input_nodes: Tensor | None, n_id: Tensor) -> Tensor:
         check_in_order(input_nodes, self.sampling, type(self).__name__)
         return owned_seed_mask(input_nodes, n_id, self.num_nodes)
 
     @property
-    def data(self) -> Data:
+    def data(self) -> Data | HeteroData:
         """The shard the batches are cut from (PyG's ``loader.data``): attributes deleted from it
         (``del loader.data.x``) or added to it (node-level, one row per shard row) leave or join
         the batches."""
@@ -118,8 +118,12 @@ class DistributedLoader:
         key = epoch if self.sampling.shuffle else 0
         if self._counts is None or self._counts[0] != key:
             self._counts = (key, seeds_per_batch(self.sampling, epoch, self.global_seeds, self.num_nodes,
-                                                 self.num_batches))
+                                                 self.num_batches, self._seed_batch))
         return self._counts[1]
+
+    def _seed_batch(self, epoch: int, node_ids: Tensor, num_batches: int) -> Tensor:
+        """The batch of every seed candidate of ``node_ids`` (global ids) in ``epoch``."""
+        return self.sampling.batch_of(epoch, node_ids, num_batches)
 
     def _epoch_batches(self, epoch: int) -> Tensor:
         """:meth:`seeds_per_batch` of ``epoch`` with the batches a resumed epoch skips set to 0."""
@@ -155,14 +159,14 @@ class DistributedLoader:
             raise ValueError(f"{type(self).__name__}.load_state_dict: epoch and position must be >= 0, got {state}")
         self.epoch, self._resume = epoch, (epoch, position)
 
-    def __iter__(self) -> Iterator[Data]:
+    def __iter__(self) -> Iterator[Any]:
         epoch = self.epoch
         self.epoch += 1
         if self._resume is not None and self._resume[0] != epoch:
             self._resume = None  # another epoch was asked for (set_epoch): the resume point is gone
         counts = self._epoch_batches(epoch)
         self._taken = 0 if self._resume is None else self._resume[1]
-        batches: Iterator[Data] = self._batches(epoch, counts)
+        batches: Iterator[Any] = self._batches(epoch, counts)
         if self.prefetch:
             if self._running is not None:  # an epoch left early: its thread stops before this one samples
                 self._running.close()
@@ -170,7 +174,7 @@ class DistributedLoader:
         self._iterating = epoch
         return self._epoch(epoch, batches)
 
-    def _epoch(self, epoch: int, batches: Iterator[Data]) -> Iterator[Data]:
+    def _epoch(self, epoch: int, batches: Iterator[Any]) -> Iterator[Any]:
         try:
             for batch in batches:
                 self._taken += 1
@@ -187,7 +191,7 @@ class DistributedLoader:
             if self._resume is not None and self._resume[0] == epoch:
                 self._resume = None  # resumed once; iterating this epoch again draws all of it
 
-    def _batches(self, epoch: int, global_seeds: Tensor) -> Iterator[Data]:
+    def _batches(self, epoch: int, global_seeds: Tensor) -> Iterator[Any]:
         """The batches of ``epoch`` whose ``global_seeds`` (per batch) are not 0, in order; collective."""
         raise NotImplementedError
 

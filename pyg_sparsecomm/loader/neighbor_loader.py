@@ -1,5 +1,6 @@
-r"""``DistributedNeighborLoader``: PyG's ``NeighborLoader`` over a partitioned graph."""
-from collections.abc import Callable, Iterator, Sequence
+r"""``DistributedNeighborLoader``: PyG's ``NeighborLoader`` over a partitioned graph, homogeneous
+(``Data``) or heterogeneous (``HeteroData``), as PyG's takes both."""
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -7,14 +8,10 @@ import torch.distributed as dist
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
-from ..sampling import host_reads
-from ..sampling.frontier import frontiers
-from ..sampling.in_edge_sample import sample_in_edges, shard_in_edge_order
-from ..sampling.row_sets import difference, disjoint_union
 from ..sampling.rules import NeighborSampling
 from .base import DistributedLoader
-from .batch import Sampled, build_batch
-from .halo_requests import HaloRequests
+from .hetero_neighbor_sampler import HeteroNeighborSampler
+from .neighbor_sampler import HomoNeighborSampler
 
 
 class DistributedNeighborLoader(DistributedLoader):
@@ -41,21 +38,39 @@ class DistributedNeighborLoader(DistributedLoader):
     ``.squeeze()`` on it would drop a dimension at 1 seed only), and a rank without seeds
     still takes part (its rows feed the others' seeds).
 
+    A ``HeteroData`` shard (``shard(hetero_data)``) is sampled by
+    :class:`~.hetero_neighbor_sampler.HeteroNeighborSampler`: the batches are those of
+    :class:`~pyg_sparsecomm.sampling.hetero_rules.HeteroNeighborSampling` (seeds of one node type,
+    ``num_neighbors`` per relation), one request exchange per hop for all source types.  A yielded
+    batch (:func:`~.hetero_batch.hetero_batch_attributes`) is this rank's ``HeteroData``:
+    ``batch.x_dict`` (rows of every type ordered by hop, the seeds first in the input type) and
+    ``batch.adj_dict``, which ``distribute(to_hetero(model))`` / ``distribute(HeteroConv(...))``
+    take as ``edge_index_dict`` (one exchange per source type and layer); score
+    ``out[input_type][:batch[input_type].batch_size]``.  Before layer ``i``,
+    :func:`~pyg_sparsecomm.sampling.trim_to_layer` ``(i, batch.num_sampled_nodes_dict,
+    batch.num_sampled_edges_dict, x_dict, adj_dict)`` keeps the hops that layer needs (PyG's
+    heterogeneous ``trim_to_layer``), and its exchanges shrink with them.
+
     Args:
-        local (torch_geometric.data.Data): the rank's shard (``shard(data)`` / ``load_shard``).
-        num_neighbors (Sequence[int]): fanout per hop, integers (``-1``: all in-edges).
+        local (torch_geometric.data.Data or torch_geometric.data.HeteroData): the rank's shard (``shard(data)`` /
+            ``load_shard``, or ``shard(hetero_data)``).
+        num_neighbors (List[int] or Dict[Tuple[str, str, str], List[int]]): fanout per hop, integers (``-1``: all
+            in-edges); on a heterogeneous shard one list for every relation, or a dict ``{edge type: list}``
+            naming every relation (``0``: none).
         batch_size (int, optional): seeds per batch, on average over the epoch's batches (each input node
             falls in one of ``ceil(n_inputs / batch_size)`` batches uniformly at random). (default: :obj:`1`)
-        input_nodes (torch.Tensor, optional): the seed candidates, as PyG's ``NeighborLoader`` takes them: global node
-            ids (``split_idx["train"]``) or a bool mask over all nodes (``data.train_mask``);
-            each rank keeps those it owns.  A bool mask over the shard's rows
-            (``local.train_mask``) works too (:mod:`~.seeds`). (default: every node)
+        input_nodes (torch.Tensor or str or Tuple[str, torch.Tensor or None], optional): the seed candidates, as
+            PyG's ``NeighborLoader`` takes them: global node ids (``split_idx["train"]``) or a bool mask over all
+            nodes (``data.train_mask``); each rank keeps those it owns.  A bool mask over the shard's rows
+            (``local.train_mask``) works too (:mod:`~.seeds`).  On a heterogeneous shard ``(node type, ids or
+            mask)`` (ids of that type; ``None``: every node of it) or a node type alone, required.
+            (default: every node)
         shuffle (bool, optional): draw new batches every epoch (else the same seeds per batch; neighbours
             are drawn anew every epoch either way). (default: :obj:`False`)
         seed (int, optional): the random stream shared by all ranks. (default: :obj:`0`)
         group (torch.distributed.ProcessGroup, optional): the process group (default: the default group).
-        transform (Callable[[Data], Data], optional): a function applied to every batch (as PyG loaders' ``transform``).
-            (default: :obj:`None`)
+        transform (Callable[[Data], Data], optional): a function applied to every batch (as PyG loaders'
+            ``transform``; ``HeteroData`` batches on a heterogeneous shard). (default: :obj:`None`)
         prefetch (int, optional): batches sampled ahead on a background thread while the current one trains
             (:mod:`~.prefetch`; its exchanges use a process group of their own, made here);
             ``0``: sample in the iterating thread. (default: :obj:`1`, or PyG's ``num_workers``)
@@ -68,54 +83,30 @@ class DistributedNeighborLoader(DistributedLoader):
         **pyg_options (optional): PyG ``NeighborLoader`` keywords (``num_workers``, ``persistent_workers``,
             ``replace``, ``disjoint``, ...): taken where they mean the same, else refused by
             name with the reason (:mod:`~.pyg_options`).
+
+    Shapes:
+        - **input:** a shard of :math:`|\mathcal{V}_r|` rows (per node type on a heterogeneous shard),
+          ``input_nodes`` :math:`(|\mathcal{V}_{in}|)` ids or :math:`(|\mathcal{V}|)` or :math:`(|\mathcal{V}_r|)`
+          a mask *(optional)*
+        - **output:** batches of :math:`|\mathcal{V}_b|` rows of this rank (``batch.x``
+          :math:`(|\mathcal{V}_b|, F)`, ``x_dict`` per type), the first ``batch.batch_size`` the seeds
     """
 
     sampling: NeighborSampling
-    #: the subclass a heterogeneous shard gets (:mod:`.hetero_neighbor_loader` registers itself)
-    _heterogeneous: type["DistributedNeighborLoader"] | None = None
+    sampler: HomoNeighborSampler | HeteroNeighborSampler  # the strategy of the shard's kind
 
-    def __init_subclass__(cls, heterogeneous: bool = False, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if heterogeneous:
-            DistributedNeighborLoader._heterogeneous = cls
-
-    def __new__(cls, local: Any = None, *args: Any, **kwargs: Any) -> "DistributedNeighborLoader":
-        """A ``HeteroData`` shard gets the heterogeneous loader, as PyG's ``NeighborLoader`` takes both."""
-        if isinstance(local, HeteroData) and cls is DistributedNeighborLoader and cls._heterogeneous is not None:
-            return object.__new__(cls._heterogeneous)
-        return object.__new__(cls)
-
-    def __init__(self, local: Data, num_neighbors: Sequence[int], batch_size: int = 1,
-                 input_nodes: Tensor | None = None, shuffle: bool | None = False, seed: int = 0,
-                 group: dist.ProcessGroup | None = None, transform: Callable[[Data], Data] | None = None,
+    def __init__(self, local: Data | HeteroData, num_neighbors: Any, batch_size: int = 1,
+                 input_nodes: Any = None, shuffle: bool | None = False, seed: int = 0,
+                 group: dist.ProcessGroup | None = None, transform: Callable[[Any], Any] | None = None,
                  prefetch: int | None = None, drop_last: bool = False, **pyg_options: Any) -> None:
-        sampling, input_nodes = self._rule(local, num_neighbors, input_nodes, batch_size=batch_size,
-                                           shuffle=bool(shuffle), seed=seed, drop_last=bool(drop_last))
-        super().__init__(local, sampling, input_nodes, group, transform, prefetch, pyg_options)
+        kind = HeteroNeighborSampler if isinstance(local, HeteroData) else HomoNeighborSampler
+        sampler = kind(local, num_neighbors, input_nodes, group, batch_size=batch_size, shuffle=bool(shuffle),
+                       seed=seed, drop_last=bool(drop_last))
+        super().__init__(sampler, group, transform, prefetch, pyg_options)
         self.input_rows = torch.nonzero(self.input_mask).view(-1)
-        self.num_batches = sampling.num_batches(len(self.dataset))
+        self.num_batches = self.sampling.num_batches(len(self.dataset))
 
-    def _rule(self, local: Data, num_neighbors: Any, input_nodes: Any,
-              **batching: Any) -> tuple[NeighborSampling, Tensor | None]:
-        """The batch rule of the arguments, and the seed candidates as :mod:`~.seeds` reads them."""
-        if isinstance(num_neighbors, dict):
-            raise ValueError("num_neighbors is a dict (per edge type, heterogeneous graphs): pass a HeteroData shard "
-                             "(shard(hetero_data)), or one list of fanouts, one per hop")
-        if not isinstance(num_neighbors, Sequence) or isinstance(num_neighbors, str):
-            raise ValueError(f"num_neighbors must be a list of fanouts, one per hop (e.g. [10, 5]), "
-                             f"got {num_neighbors!r}")
-        return NeighborSampling(num_neighbors=tuple(num_neighbors), **batching), input_nodes
-
-    def _seed_rows(self, local: Data, group: dist.ProcessGroup | None) -> tuple[Tensor, int]:
-        """As the base class; also puts every row's in-edges in the canonical order they are drawn
-        from (:mod:`~pyg_sparsecomm.sampling.in_edge_sample`), once, on the shard's device."""
-        seed_n_id, num_nodes = super()._seed_rows(local, group)
-        self.in_order = shard_in_edge_order(self.adj, self.e_id)
-        self.degree = self.adj.rowptr.diff()
-        self.halo_requests = HaloRequests([self.adj.plan])
-        return seed_n_id, num_nodes
-
-    def _batches(self, epoch: int, global_seeds: Tensor) -> Iterator[Data]:
+    def _batches(self, epoch: int, global_seeds: Tensor) -> Iterator[Any]:
         n_id = self.seed_n_id
         seeds = torch.arange(self.num_nodes, device=n_id.device) if self.global_seeds is None else self.global_seeds
         seed_batch = self.sampling.batch_of(epoch, n_id.index_select(0, self.input_rows), self.num_batches, seeds)
@@ -126,49 +117,16 @@ class DistributedNeighborLoader(DistributedLoader):
             batch.global_batch_size = int(global_seeds[b])
             yield batch
 
-    def sample(self, epoch: int, b: int, seeds: Tensor) -> Data:
-        """Batch ``b`` of ``epoch`` from this rank's ``seeds`` (shard rows, ascending); collective: one
-        all-to-all per hop.  On the host every set of rows a hop keeps (its frontier, the rows reached,
-        the batch's rows so far) is a sorted tensor of the batch's rows
-        (:mod:`~pyg_sparsecomm.sampling.row_sets`): O(batch) memory and work per hop, no mask of the
-        shard's rows.  On an accelerator, masks of the shard's rows, read once per hop
-        (:mod:`~pyg_sparsecomm.sampling.frontier`): finding a set's size would wait for the device."""
-        if host_reads.waits_for_device(self.adj.device):  # (looked up here: tests stand in for a GPU)
-            return self._sample_masks(epoch, b, seeds)
-        adj, num_hops = self.adj, self.sampling.num_hops
-        asks, edges, hops = self.halo_requests.batch_sets(self.sample_group), [], []
-        frontier, in_batch, hop_rows = seeds, seeds, [seeds]
-        for h in range(1, num_hops + 1):
-            key, fanout = self.sampling.draw(epoch, b, h)
-            pos = sample_in_edges(key, fanout, adj.rowptr, self.in_order, frontier,
-                                  self.seed_n_id.index_select(0, frontier))
-            edges.append(pos)
-            hops.append(torch.full_like(pos, h))
-            (reached,) = asks.hop_rows([[adj.col.index_select(0, pos)]], h)
-            frontier = difference(reached, in_batch, adj.num_owned)
-            in_batch = disjoint_union(in_batch, frontier)
-            hop_rows.append(frontier)
-        sampled = Sampled(hop_rows, torch.cat(edges), torch.cat(hops), int(seeds.numel()))
-        return build_batch(self.local, adj, sampled, asks.requests(), num_hops, self.sample_group)
+    def sample(self, epoch: int, b: int, seeds: Tensor) -> Any:
+        """Batch ``b`` of ``epoch`` from this rank's ``seeds`` (shard rows, of the input type on a
+        heterogeneous shard, ascending); collective: one all-to-all per hop (the strategy's ``sample``).
 
-    def _sample_masks(self, epoch: int, b: int, seeds: Tensor) -> Data:
-        """:meth:`sample` with masks of the shard's rows (the path an accelerator takes)."""
-        adj, num_hops = self.adj, self.sampling.num_hops
-        row_hop = torch.full((adj.num_owned,), -1, dtype=torch.long, device=adj.device)
-        row_hop.index_fill_(0, seeds, 0)
-        newly, asks, edges, hops = row_hop == 0, self.halo_requests.batch(self.sample_group), [], []
-        for h in range(1, num_hops + 1):
-            key, fanout = self.sampling.draw(epoch, b, h)
-            frontier, sizes = frontiers({0: newly}, {0: (0, self.degree, fanout)})
-            pos = sample_in_edges(key, fanout, adj.rowptr, self.in_order, frontier[0],
-                                  self.seed_n_id.index_select(0, frontier[0]), sizes[0])
-            edges.append(pos)
-            hops.append(torch.full_like(pos, h))
-            (reached,) = asks.hop([[adj.col.index_select(0, pos)]], h)
-            newly = reached.logical_and_(row_hop < 0)
-            row_hop.masked_fill_(newly, h)
-        sampled = Sampled(row_hop, torch.cat(edges), torch.cat(hops), int(seeds.numel()))
-        return build_batch(self.local, adj, sampled, asks.requests(), num_hops, self.sample_group)
+        Args:
+            epoch (int): the epoch.
+            b (int): the batch.
+            seeds (torch.Tensor): ``[k]`` this rank's seed rows of the batch.
+        """
+        return self.sampler.sample(epoch, b, seeds, self.sample_group)
 
 
 def seeds_by_batch(rows: Tensor, batch: Tensor, num_batches: int) -> tuple[Tensor, ...]:

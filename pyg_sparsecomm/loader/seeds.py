@@ -22,6 +22,8 @@ Every rank also knows the whole seed set (:func:`global_seed_ids`, gathered once
 the seeds of every batch of an epoch without talking (:func:`seeds_per_batch`): ``len(loader)``
 and the batches skipped for having no seed are the same on every rank, known before an epoch starts.
 """
+from collections.abc import Callable
+
 import torch
 import torch.distributed as dist
 from torch import Tensor
@@ -143,9 +145,12 @@ def global_seed_ids(owned: Tensor, n_id: Tensor, num_nodes: int, group: dist.Pro
 
 
 def seeds_per_batch(sampling: NeighborSampling | NodeSubsetSampling, epoch: int, seeds: Tensor | None,
-                    num_nodes: int, num_batches: int) -> Tensor:
+                    num_nodes: int, num_batches: int,
+                    batch_of: Callable[[int, Tensor, int], Tensor] | None = None) -> Tensor:
     """``[num_batches]`` seeds of every batch of ``epoch`` over all ranks, from the global ``seeds``
-    (``None``: every node), without communication."""
+    (``None``: every node), without communication; ``batch_of(epoch, ids, num_batches)`` is the batch of
+    seed ids (default: ``sampling.batch_of``; a heterogeneous subset rule hashes ids of the input type)."""
+    batch_of = sampling.batch_of if batch_of is None else batch_of
     if getattr(sampling, "drop_last", False):   # exactly batch_size each, by construction
         return torch.full((num_batches,), sampling.batch_size, dtype=torch.long)
     total = num_nodes if seeds is None else seeds.numel()
@@ -157,5 +162,5 @@ def seeds_per_batch(sampling: NeighborSampling | NodeSubsetSampling, epoch: int,
     for start in range(0, total, _CHUNK):
         end = min(start + _CHUNK, total)
         ids = torch.arange(start, end) if seeds is None else seeds[start:end]
-        counts += torch.bincount(sampling.batch_of(epoch, ids, num_batches), minlength=num_batches)
+        counts += torch.bincount(batch_of(epoch, ids, num_batches), minlength=num_batches)
     return counts

@@ -4,7 +4,7 @@ import torch
 from torch_geometric.data import Data
 
 from pyg_sparsecomm import shard
-from pyg_sparsecomm.loader import DistributedNeighborLoader, neighbor_loader
+from pyg_sparsecomm.loader import DistributedNeighborLoader, neighbor_sampler
 
 
 def _graph(num_nodes: int = 300, degree: int = 6) -> Data:
@@ -19,7 +19,7 @@ def test_build_batch_reads_the_device_once_at_one_rank(monkeypatch):
     local = shard(_graph(), rank=0, world_size=1)
     loader = DistributedNeighborLoader(local, [5, 3], batch_size=64, prefetch=0)
     reads = []
-    real_build, real_tolist, real_item, real_bool = (neighbor_loader.build_batch, torch.Tensor.tolist,
+    real_build, real_tolist, real_item, real_bool = (neighbor_sampler.build_batch, torch.Tensor.tolist,
                                                      torch.Tensor.item, torch.Tensor.__bool__)
     counting = [False]
 
@@ -37,7 +37,7 @@ def test_build_batch_reads_the_device_once_at_one_rank(monkeypatch):
             return real(self, *args, **kwargs)
         return read
 
-    monkeypatch.setattr(neighbor_loader, "build_batch", build)
+    monkeypatch.setattr(neighbor_sampler, "build_batch", build)
     monkeypatch.setattr(torch.Tensor, "tolist", counted(real_tolist, "tolist"))
     monkeypatch.setattr(torch.Tensor, "item", counted(real_item, "item"))
     monkeypatch.setattr(torch.Tensor, "__bool__", counted(real_bool, "bool"))

@@ -14,13 +14,13 @@ from torch_geometric.nn import GraphSAGE, to_hetero
 
 from pyg_sparsecomm import distribute, distributed_loss, shard
 from pyg_sparsecomm.loader import (
-    DistributedHeteroNodeSubsetLoader,
     DistributedNodeSubsetLoader,
     HeteroNodeSubsetSampling,
     NodeSubsetSampling,
     global_batches,
     hetero_subset_global_batches,
 )
+from pyg_sparsecomm.loader.hetero_subset_sampler import HeteroSubsetSampler
 from pyg_sparsecomm.testing import launch
 
 USERS, ITEMS, FEATURES, CLASSES, BATCH, SEED, EPOCHS = 24, 18, 4, 3, 9, 3, 2
@@ -90,7 +90,8 @@ def _worker(rank, P, data):
             grads.append(flat_grad(model))
             opt.step()
             losses.append(float(loss.detach()))
-    return {"type": type(loader), "batches": batches, "losses": losses, "grads": grads, "lengths": lengths,
+    return {"type": type(loader), "sampler": type(loader.sampler), "batches": batches, "losses": losses,
+            "grads": grads, "lengths": lengths,
             "dataset": len(loader.dataset), "errors": _errors(rank, P, local)}
 
 
@@ -183,7 +184,9 @@ def test_hetero_subset_batches_and_training_equal_single_process(P):
     expected = [b for epoch in range(EPOCHS) for b in reference(data, epoch)]
     assert len(expected) > 4 and any(b.e_id[FOLLOWS].numel() for b in expected)
     for r in per_rank:
-        assert r["type"] is DistributedHeteroNodeSubsetLoader
+        # the one subset loader, sampling the HeteroData shard by the heterogeneous strategy (the old name
+        # DistributedHeteroNodeSubsetLoader is a deprecated alias of it: tests/loader/test_loader_kinds.py)
+        assert r["type"] is DistributedNodeSubsetLoader and r["sampler"] is HeteroSubsetSampler
         assert r["dataset"] == int(data["user"].train_mask.sum())
         assert sum(r["lengths"]) == len(r["batches"]) == len(expected)
     if P == 3:  # a part owning no user: no seed, no user row, yet it trains with the others

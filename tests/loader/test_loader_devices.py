@@ -146,7 +146,7 @@ def _two_rank_worker(rank, world_size):
         on_device, mode = _sample_epoch(sampler, accelerator=True)
         on_cpu, _ = _sample_epoch(sampler, accelerator=False)
         epochs[name] = (_differences(on_device, on_cpu), mode.summary(), len(on_device), sampler.sampling.num_hops,
-                        len(sampler.halo_requests.plans))
+                        len(sampler.sampler.halo_requests.plans))
     return (calls, group_module.dist.get_backend(loader.sample_group), batches), epochs
 
 
@@ -236,7 +236,7 @@ def _sample_epoch(loader, accelerator: bool, epoch: int = 1):
     ``accelerator``: on the path the samplers take on a GPU (counts read together, index sets made at
     known sizes: ``host_reads.waits_for_device`` answers yes)."""
     mode = _HostPlacements()
-    module = sys.modules[type(loader).sample.__module__]
+    module = sys.modules[type(loader.sampler).sample.__module__]  # the strategy of the shard's kind builds it
     build = "build_hetero_batch" if hasattr(module, "build_hetero_batch") else "build_batch"
     saved = getattr(module, build), dist.all_to_all_single, host_reads.waits_for_device
     setattr(module, build, mode.in_phase("plan", saved[0]))
@@ -291,7 +291,7 @@ def test_sampling_a_batch_keeps_every_tensor_on_the_shards_device():
         name = type(loader).__name__
         assert mode.found == [], (name, sorted(set(mode.found)))
         assert _differences(batches, _sample_epoch(loader, accelerator=False)[0]) == [], name
-        per_batch = loader.sampling.num_hops + len(loader.halo_requests.plans)
+        per_batch = loader.sampling.num_hops + len(loader.sampler.halo_requests.plans)
         assert mode.reads["sampling"] == len(batches) * per_batch, (name, mode.summary()["where"])
         assert mode.reads["seeds"] == 1, (name, mode.summary()["where"])  # seeds_by_batch, once per epoch
         edges += sum(int(e.numel()) for b in batches for e in (b.e_id_dict.values() if isinstance(b, HeteroData)

@@ -1,10 +1,11 @@
-r"""``DistributedLinkNeighborLoader`` on a heterogeneous shard: PyG's ``LinkNeighborLoader`` on ``HeteroData``.
+r"""How :class:`~pyg_sparsecomm.loader.DistributedLinkNeighborLoader` samples a heterogeneous shard (PyG's
+``LinkNeighborLoader`` on ``HeteroData``).
 
 The pairs of one relation :math:`(s, r, d)` fall in batches, with their negatives, by
 :class:`~pyg_sparsecomm.sampling.link_rules.LinkBatching` (negative sources uniform over the
 :math:`s` nodes, targets over the :math:`d` nodes); a batch's seeds are its pairs' sources (type
 :math:`s`) and targets (type :math:`d`; both in one set when :math:`s = d`), sampled from per relation
-as :class:`~.hetero_neighbor_loader.DistributedHeteroNeighborLoader` samples (the same
+as :class:`~.hetero_neighbor_sampler.HeteroNeighborSampler` samples (the same
 ``num_neighbors`` rule, the same exchanges).  Every choice is a function of global ids, so a batch
 is the same for any partition and ``P`` (:func:`~pyg_sparsecomm.sampling.link_rules.hetero_link_global_batches`
 is the single-process reference).
@@ -25,7 +26,7 @@ A rank holds the batch's pairs whose source it owns.  As PyG's batch, this rank'
 The positives come first, as PyG's; a model's loss over the pairs of all ranks is
 :func:`~pyg_sparsecomm.distributed_loss` of the held ones.
 """
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -38,99 +39,77 @@ from ..comm.group import rank as group_rank
 from ..comm.group import world_size as group_world_size
 from ..link.hetero_pairs import check_pair_ids, type_partitions
 from ..link.pair_exchange import endpoint_plan
-from ..link.same_pairs import check_same_pairs
 from ..plan.homogeneous import owner_rows
-from ..sampling.link_rules import LinkBatching, check_batch_size, link_seeds, negative_sampling_mode, supervision_labels
+from ..sampling.link_rules import check_batch_size, link_seeds
 from .batch_pair_index import BatchPairIndex, TargetIndex, TargetRows
 from .hetero_batch import build_hetero_batch
-from .hetero_neighbor_loader import DistributedHeteroNeighborLoader
-from .link_neighbor_loader import DistributedLinkNeighborLoader
+from .hetero_neighbor_sampler import HeteroNeighborSampler
+from .link_sampler import BatchPairs
+from .neighbor_loader import DistributedNeighborLoader
 
 EdgeType = tuple[str, str, str]
 _SUPERVISION = ("edge_label_index", "edge_label", "edge_label_time")  # the shard keeps these whole
 
 
-class DistributedHeteroLinkNeighborLoader(DistributedLinkNeighborLoader, heterogeneous=True):
-    r"""Mini-batches of one relation's supervision pairs and the sampled heterogeneous neighbourhoods of
-    their endpoints (see the module docstring); ``DistributedLinkNeighborLoader(shard(hetero_data), ...)``
-    makes one.  Every rank iterates it together.
+class HeteroLinkSampler:
+    r"""The link sampling of a heterogeneous shard (the strategy a ``HeteroData`` shard gets; see the
+    module docstring).
 
     Args:
         local (torch_geometric.data.HeteroData): the rank's heterogeneous shard (``shard(hetero_data)``).
         num_neighbors (List[int] or Dict[Tuple[str, str, str], List[int]]): fanouts per hop, one list for
-            every relation or a dict naming every relation (``-1``: all in-edges, ``0``: none).
+            every relation or a dict naming every relation.
         edge_label_index (Tuple[Tuple[str, str, str], torch.Tensor]): ``(edge_type, pairs)``: the relation
-            and its ``[2, m]`` supervision pairs in global ids of its two end types, the same on every rank.
-        edge_label (torch.Tensor, optional): ``[m]`` their labels. (default: :obj:`None`)
-        neg_sampling (str or NegativeSampling, optional): ``None``, ``"binary"`` or ``"triplet"`` (or PyG's
-            ``NegativeSampling(mode, amount)``, without weights). (default: :obj:`None`)
-        batch_size (int, optional): pairs per batch, on average. (default: :obj:`1`)
-        shuffle (bool, optional): new batches every epoch. (default: :obj:`False`)
-        seed (int, optional): the random stream shared by all ranks. (default: :obj:`0`)
-        group (torch.distributed.ProcessGroup, optional): the process group. (default: the default group)
-        neg_sampling_ratio (float, optional): when nonzero, binary negatives at this ratio
-            per positive, whatever ``neg_sampling`` says (PyG's older keyword, read as PyG reads it).
-            (default: :obj:`None`)
-        amount (float, optional): negatives per positive, as ``NegativeSampling``'s ``amount``.
-            (default: :obj:`1`)
-        prefetch (int, optional): batches sampled ahead on a background thread (``0``: none), as the other
-            loaders'. (default: :obj:`1`, or PyG's ``num_workers``)
-        **pyg_options (optional): PyG loader keywords, read as the other loaders read them (:mod:`~.pyg_options`).
-
-    Shapes:
-        - **input:** supervision pairs :math:`(2, |\mathcal{E}_{sup}|)` of ``edge_type``, labels
-          :math:`(|\mathcal{E}_{sup}|)` *(optional)*, global on every rank
-        - **output:** batches whose ``batch[edge_type].edge_label_index`` :math:`(2, |\mathcal{E}_b|)`
-          indexes ``z_dict[src]`` and ``z_dict[dst]`` and ``edge_label`` is :math:`(|\mathcal{E}_b|)` for the
-          pairs this rank holds; with ``"triplet"``, ``src_index`` :math:`(k)`, ``dst_pos_index`` :math:`(k)`,
-          ``dst_neg_index`` :math:`(k, \text{amount})`
+            and its ``[2, m]`` supervision pairs in global ids of its two end types.
+        group (torch.distributed.ProcessGroup or None): the process group (``None``: the default group).
+        loader (str): the loader's name, in errors.
+        neg_sampling (str or None): ``None``, ``"binary"`` or ``"triplet"``.
+        amount (float): negatives per positive.
+        batch_size (int): pairs per batch, on average.
+        seed (int): the random stream shared by all ranks.
     """
 
-    nodes: DistributedHeteroNeighborLoader  # the node loader of the heterogeneous shard
-
     def __init__(self, local: HeteroData, num_neighbors: Any, edge_label_index: Any,
-                 edge_label: Tensor | None = None, neg_sampling: Any = None, batch_size: int = 1,
-                 shuffle: bool = False, seed: int = 0, group: dist.ProcessGroup | None = None,
-                 neg_sampling_ratio: float | None = None, amount: float | None = None, prefetch: int | None = None,
-                 **pyg_options: Any) -> None:
-        neg_sampling, self.amount = negative_sampling_mode(neg_sampling, amount, neg_sampling_ratio)
+                 group: dist.ProcessGroup | None, loader: str, *, neg_sampling: str | None, amount: float,
+                 batch_size: int, seed: int) -> None:
         self.edge_type, pairs = supervision_relation(local, edge_label_index)
         src, _, dst = self.edge_type
         sizes = {t: int(local[t].global_num_nodes) for t in (src, dst)}
         def check() -> None:  # a rank's bad pairs or batch_size raise on every rank
             check_pair_ids(pairs, self.edge_type, sizes[src], sizes[dst])
             check_batch_size(batch_size)
-        raise_together(check, type(self).__name__, group, flag_first=True)
-        self.edge_label_index = pairs.cpu()
-        m = self.edge_label_index.size(1)
-        self.edge_label = supervision_labels(edge_label, m, neg_sampling, self.amount)
-        self.neg_sampling = neg_sampling
+        raise_together(check, loader, group, flag_first=True)
+        self.pairs, self.end_sizes = pairs, (sizes[src], sizes[dst])
+        self.group, self.neg_sampling, self.amount, self.local = group, neg_sampling, amount, local
         seed_type: Any = src  # the node loader takes PyG's input_nodes=node_type
-        self.nodes = DistributedHeteroNeighborLoader(local, num_neighbors, batch_size=1, input_nodes=seed_type,
-                                                     seed=seed, group=group, prefetch=0)
-        self._prefetching(prefetch, pyg_options, group)
-        self.batch_size, self.shuffle, self.seed, self.group = batch_size, shuffle, seed, group
-        self.rule = LinkBatching(m, batch_size, sizes[src], sizes[dst], neg_sampling, self.amount, bool(shuffle),
-                                 seed)
-        self.num_batches = self.rule.num_batches
-        self.parts = type_partitions(local, self.edge_type, group)
-        self.epoch = 0
-        check_same_pairs(self.edge_label_index, type(self).__name__, group,
-                         {"edge_type": self.edge_type, "neg_sampling": self.neg_sampling, "amount": self.amount,
-                          "batch_size": batch_size, "shuffle": shuffle, "seed": seed,
-                          "prefetching": bool(self.prefetch)})
+        self.nodes = DistributedNeighborLoader(local, num_neighbors, batch_size=1, input_nodes=seed_type,
+                                               seed=seed, group=group, prefetch=0)
+        self.node_sampler = cast(HeteroNeighborSampler, self.nodes.sampler)  # a HeteroData shard's
+        self.identity: dict[str, Any] = {"edge_type": self.edge_type}  # what every rank must agree on
 
-    def sample(self, epoch: int, b: int) -> HeteroData:
-        """Batch ``b`` of ``epoch`` on this rank; collective."""
-        pairs, label, pair_id, num_positive = self.batch_pairs(epoch, b)
+    def partition(self) -> None:
+        """Gathers the owner of every node of the relation's two end types (once; collective)."""
+        self.parts = type_partitions(self.local, self.edge_type, self.group)
+
+    def sample(self, epoch: int, b: int, drawn: BatchPairs) -> HeteroData:
+        """Batch ``b`` of ``epoch`` on this rank from its pairs over all ranks (``drawn``); collective.
+
+        Args:
+            epoch (int): the epoch.
+            b (int): the batch.
+            drawn (Tuple[torch.Tensor, torch.Tensor or None, torch.Tensor, int]): the batch's pairs over all
+                ranks, their labels, their positions and the number of positives.
+        """
+        pairs, label, pair_id, num_positive = drawn
         seeds = link_seeds(pairs, self.edge_type)
-        rank, nodes = group_rank(self.group), self.nodes
+        rank, nodes = group_rank(self.group), self.node_sampler
         mine = {t: ids[self.parts[t][ids] == rank] for t, ids in seeds.items()}
         rows = {t: torch.searchsorted(nodes.row_ids[t], torch.from_numpy(ids).to(nodes.device))
                 for t, ids in mine.items()}
-        sampled = nodes.sample_from(epoch, b, rows)
+        group = self.nodes.sample_group
+        sampled = nodes.sample_from(epoch, b, rows, group)
         batch = build_hetero_batch(nodes.local, nodes.adjs, sampled, nodes.input_type, nodes.sampling.num_hops,
-                                   nodes.sample_group)
+                                   group)
         src, _, dst = self.edge_type
         for key in ("batch_size", "seed_mask"):  # the node loader's seeds: a link batch scores pairs
             del batch[src][key]
@@ -170,7 +149,7 @@ class DistributedHeteroLinkNeighborLoader(DistributedLinkNeighborLoader, heterog
         _, seed_row = owner_rows(part[dst_seeds], P)
         at = np.searchsorted(dst_seeds, ends)
         plan, column = endpoint_plan(ends, part[ends], seed_row[at], batch_n_id.cpu(), part.size,
-                                     np.bincount(part[dst_seeds], minlength=P).tolist(), self.sample_group)
+                                     np.bincount(part[dst_seeds], minlength=P).tolist(), self.nodes.sample_group)
         rows = TargetRows(plan, dst, len(positions), self.group)
         out, start = [], 0
         for view, p in enumerate(positions):
@@ -190,8 +169,6 @@ def supervision_relation(local: Any, edge_label_index: Any) -> tuple[EdgeType, T
     raises ``ValueError`` naming the fix for another form, a relation the graph lacks, or an end type
     no relation leads to (the sampler follows in-edges, and a ``to_hetero`` encoder embeds only the
     destination types of relations)."""
-    if not isinstance(local, HeteroData):
-        raise ValueError("DistributedHeteroLinkNeighborLoader takes a heterogeneous shard: shard(hetero_data)")
     if not (isinstance(edge_label_index, (tuple, list)) and len(edge_label_index) == 2):
         raise ValueError(f"edge_label_index on a heterogeneous graph is (edge_type, pairs), as PyG's "
                          f"LinkNeighborLoader takes it, e.g. (('user', 'rates', 'item'), pairs); got "

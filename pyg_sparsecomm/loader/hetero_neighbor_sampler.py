@@ -1,4 +1,14 @@
-r"""``DistributedNeighborLoader`` on a heterogeneous shard: PyG's ``NeighborLoader`` on ``HeteroData``."""
+r"""How :class:`~pyg_sparsecomm.loader.DistributedNeighborLoader` samples a heterogeneous shard (PyG's
+``NeighborLoader`` on ``HeteroData``).
+
+The batches are those of :class:`~pyg_sparsecomm.sampling.hetero_rules.HeteroNeighborSampling` on the
+whole graph, the same for any partition and ``P``: seeds of one node type, and at hop ``h`` for every
+relation :math:`(s, r, d)` at most ``num_neighbors[(s, r, d)][h - 1]`` sampled in-edges of that relation
+of every :math:`d` node first reached at hop ``h - 1``.  As on a homogeneous shard each rank samples the
+in-edges of its own nodes and asks the owners of new remote sources to sample theirs (one request
+exchange per hop for all source types); then one reply per source type fixes that type's batch plan,
+shared by every relation reading it.
+"""
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -7,8 +17,6 @@ import torch.distributed as dist
 from torch import Tensor
 from torch_geometric.data import HeteroData
 
-from ..comm.group import world_size
-from ..plan.relation_adj import RelationAdj
 from ..sampling import host_reads
 from ..sampling.frontier import frontiers
 from ..sampling.hetero_rules import EdgeType, HeteroNeighborSampling
@@ -16,103 +24,70 @@ from ..sampling.in_edge_sample import sample_in_edges, shard_in_edge_order
 from ..sampling.row_sets import difference, disjoint_union
 from .halo_requests import HaloRequests
 from .hetero_batch import HeteroSampled, build_hetero_batch
-from .neighbor_loader import DistributedNeighborLoader
+from .shards import hetero_input_nodes, relation_adjs
 
 
-class DistributedHeteroNeighborLoader(DistributedNeighborLoader, heterogeneous=True):
-    r"""Mini-batches of sampled heterogeneous neighbourhoods, drawn by all ranks from their
-    ``HeteroData`` shards (``DistributedNeighborLoader(shard(hetero_data), ...)`` makes one).
-
-    The batches are those of :class:`~pyg_sparsecomm.sampling.hetero_rules.HeteroNeighborSampling`
-    on the whole graph, the same for any partition and ``P``: seeds of one node type, and at hop
-    ``h`` for every relation :math:`(s, r, d)` at most ``num_neighbors[(s, r, d)][h - 1]`` sampled
-    in-edges of that relation of every :math:`d` node first reached at hop ``h - 1``.  As in the
-    homogeneous loader each rank samples the in-edges of its own nodes and asks the owners of new
-    remote sources to sample theirs (one request exchange per hop for all source types); then one
-    reply per source type fixes that type's batch plan, shared by every relation reading it.  A
-    yielded batch (:func:`~.hetero_batch.hetero_batch_attributes`) is this rank's ``HeteroData``:
-    ``batch.x_dict`` (rows of every type ordered by hop, the seeds first in ``input_type``) and
-    ``batch.adj_dict``, which ``distribute(to_hetero(model))`` / ``distribute(HeteroConv(...))``
-    take as ``edge_index_dict`` (one exchange per source type and layer); score
-    ``out[input_type][:batch[input_type].batch_size]``.  Before layer ``i``,
-    :func:`~pyg_sparsecomm.sampling.trim_to_layer` ``(i, batch.num_sampled_nodes_dict,
-    batch.num_sampled_edges_dict, x_dict, adj_dict)`` keeps the hops that layer needs (PyG's
-    heterogeneous ``trim_to_layer``), and its exchanges shrink with them.
+class HeteroNeighborSampler:
+    r"""The neighbour sampling of a heterogeneous shard (the strategy a ``HeteroData`` shard gets; see
+    the module docstring).
 
     Args:
         local (torch_geometric.data.HeteroData): the rank's heterogeneous shard (``shard(hetero_data)``).
         num_neighbors (List[int] or Dict[Tuple[str, str, str], List[int]]): fanouts per hop, one list
             for every relation, or a dict ``{edge type: list}`` naming every relation (``-1``: all
             in-edges, ``0``: none).
-        batch_size (int, optional): seeds per batch, as in
-            :class:`~.neighbor_loader.DistributedNeighborLoader`. (default: :obj:`1`)
-        input_nodes (str or Tuple[str, torch.Tensor or None], optional): ``(node type, ids or mask)`` as
-            PyG takes it (ids: global ids of that type; masks over that type's nodes or the shard's rows
-            of it; ``None``: every node), or a node type alone. (default: :obj:`None`)
-        shuffle (bool, optional): draw new batches every epoch. (default: :obj:`False`)
-        seed (int, optional): the random stream shared by all ranks. (default: :obj:`0`)
-        group (torch.distributed.ProcessGroup, optional): the process group. (default: the default group)
-        transform (Callable[[HeteroData], HeteroData], optional): a function applied to every batch.
-            (default: :obj:`None`)
-        prefetch (int, optional): batches sampled ahead on a background thread.
-            (default: :obj:`1`, or PyG's ``num_workers``)
-        drop_last (bool, optional): every batch holds exactly ``batch_size`` seeds over all ranks, as in
-            :class:`~.neighbor_loader.DistributedNeighborLoader`. (default: :obj:`False`)
-        **pyg_options (optional): PyG ``NeighborLoader`` keywords, as in
-            :class:`~.neighbor_loader.DistributedNeighborLoader`.
+        input_nodes (str or Tuple[str, torch.Tensor or None]): ``(node type, ids or mask)`` or a node type.
+        group (torch.distributed.ProcessGroup or None): the process group (``None``: the default group).
+        **batching (optional): the rule's ``batch_size``, ``shuffle``, ``seed`` and ``drop_last``.
     """
 
-    sampling: HeteroNeighborSampling
-
-    def _rule(self, local: Any, num_neighbors: Any, input_nodes: Any,
-              **batching: Any) -> tuple[HeteroNeighborSampling, Tensor | None]:
-        if not isinstance(local, HeteroData):
-            raise ValueError("DistributedHeteroNeighborLoader takes a heterogeneous shard: shard(hetero_data)")
-        input_type, ids = hetero_input_nodes(local, input_nodes)
+    def __init__(self, local: HeteroData, num_neighbors: Any, input_nodes: Any,
+                 group: dist.ProcessGroup | None, **batching: Any) -> None:
+        self.input_type, self.input_nodes = hetero_input_nodes(local, input_nodes)
         relations = tuple((et, _fanouts(num_neighbors, et)) for et in local.edge_types)
         if isinstance(num_neighbors, dict):
             unknown = [et for et in num_neighbors if tuple(et) not in local.edge_types]
             if unknown:
                 raise ValueError(f"num_neighbors names edge type(s) {unknown} the graph does not have "
                                  f"(edge types: {local.edge_types})")
-        self.input_type = input_type
-        return HeteroNeighborSampling(input_type=input_type, relations=relations, **batching), ids
+        self.sampling = HeteroNeighborSampling(input_type=self.input_type, relations=relations, **batching)
+        self.local = local
+        self._shard(local, group)
 
-    def _seed_rows(self, local: Any, group: dist.ProcessGroup | None) -> tuple[Tensor, int]:
+    def _shard(self, local: HeteroData, group: dist.ProcessGroup | None) -> None:
         """Checks the shard; keeps every relation's adjacency, edge ids and canonical in-edge order on the
-        shard's device (``self.device``) and every source type's plan; returns the input type's global ids
-        and number of nodes."""
-        adjs = relation_adjs(local, group)
-        self.adjs = dict(adjs)
-        self.device = next(iter(adjs.values())).device
-        self.e_ids = {et: local[et].e_id.to(self.device) for et in adjs}
+        shard's device (``self.device``) and every source type's plan; the seeds are rows of the input type."""
+        self.adjs = relation_adjs(local, group)
+        self.device = next(iter(self.adjs.values())).device
+        self.e_ids = {et: local[et].e_id.to(self.device) for et in self.adjs}
         self.in_orders = {et: shard_in_edge_order(a, self.e_ids[et]) for et, a in self.adjs.items()}
         self.degrees = {et: a.rowptr.diff() for et, a in self.adjs.items()}
         self.row_ids = {t: local[t].n_id.to(self.device) for t in local.node_types}
         self.plans = {et[0]: a.plan for et, a in self.adjs.items()}
         self.halo_requests = HaloRequests(list(self.plans.values()))
         self.num_owned = {t: int(local[t].num_nodes) for t in local.node_types}
-        return self.row_ids[self.input_type], int(local[self.input_type].global_num_nodes)
+        self.seed_n_id = self.row_ids[self.input_type]
+        self.num_nodes = int(local[self.input_type].global_num_nodes)
 
-    def sample(self, epoch: int, b: int, seeds: Tensor) -> HeteroData:
-        """Batch ``b`` of ``epoch`` from this rank's ``seeds`` (rows of the input type); collective.
+    def sample(self, epoch: int, b: int, seeds: Tensor, group: dist.ProcessGroup | None) -> HeteroData:
+        """Batch ``b`` of ``epoch`` from this rank's ``seeds`` (rows of the input type); collective over ``group``.
         Reads the device once per hop (:mod:`~pyg_sparsecomm.sampling.frontier`); one all-to-all per
         hop for all source types together."""
-        sampled = self.sample_from(epoch, b, {self.input_type: seeds})
-        return build_hetero_batch(self.local, self.adjs, sampled, self.input_type, self.sampling.num_hops,
-                                  self.sample_group)
+        sampled = self.sample_from(epoch, b, {self.input_type: seeds}, group)
+        return build_hetero_batch(self.local, self.adjs, sampled, self.input_type, self.sampling.num_hops, group)
 
-    def sample_from(self, epoch: int, b: int, seeds: dict[str, Tensor]) -> HeteroSampled:
+    def sample_from(self, epoch: int, b: int, seeds: dict[str, Tensor],
+                    group: dist.ProcessGroup | None) -> HeteroSampled:
         """What this rank samples for batch ``b`` of ``epoch`` from its ``seeds`` (shard rows per node
         type, ascending: those of the input type, or the two end types of a link batch); collective.
         On the host the rows of every hop are sorted sets of the batch's rows (O(batch), as
-        :meth:`DistributedNeighborLoader.sample`), on an accelerator masks of the shard's rows."""
+        :meth:`~.neighbor_sampler.HomoNeighborSampler.sample`), on an accelerator masks of the shard's rows."""
         if host_reads.waits_for_device(self.device):
-            return self._sample_from_masks(epoch, b, seeds)
+            return self._sample_from_masks(epoch, b, seeds, group)
         empty = torch.zeros(0, dtype=torch.long, device=self.device)
         in_batch = {t: seeds.get(t, empty) for t in self.num_owned}
         hop_rows = {t: [rows] for t, rows in in_batch.items()}
-        asks = self.halo_requests.batch_sets(self.sample_group)
+        asks = self.halo_requests.batch_sets(group)
         edges: dict[EdgeType, list[Tensor]] = {et: [] for et in self.adjs}
         hops: dict[EdgeType, list[Tensor]] = {et: [] for et in self.adjs}
         for h in range(1, self.sampling.num_hops + 1):
@@ -124,13 +99,14 @@ class DistributedHeteroNeighborLoader(DistributedNeighborLoader, heterogeneous=T
                 rows.append(new)
         return self._sampled(hop_rows, edges, hops, asks, seeds)
 
-    def _sample_from_masks(self, epoch: int, b: int, seeds: dict[str, Tensor]) -> HeteroSampled:
+    def _sample_from_masks(self, epoch: int, b: int, seeds: dict[str, Tensor],
+                           group: dist.ProcessGroup | None) -> HeteroSampled:
         """:meth:`sample_from` with masks of the shard's rows, read once per hop (an accelerator's path)."""
         row_hop = {t: torch.full((n,), -1, dtype=torch.long, device=self.device) for t, n in self.num_owned.items()}
         for t, rows in seeds.items():
             row_hop[t].index_fill_(0, rows, 0)
         newly = {t: hop == 0 for t, hop in row_hop.items()}
-        asks = self.halo_requests.batch(self.sample_group)
+        asks = self.halo_requests.batch(group)
         edges: dict[EdgeType, list[Tensor]] = {et: [] for et in self.adjs}
         hops: dict[EdgeType, list[Tensor]] = {et: [] for et in self.adjs}
         for h in range(1, self.sampling.num_hops + 1):
@@ -179,35 +155,3 @@ def _fanouts(num_neighbors: Any, edge_type: EdgeType) -> tuple[int, ...]:
         raise ValueError(f"num_neighbors must be a list of fanouts per hop (e.g. [10, 5]) or a dict of such lists "
                          f"per edge type, got {num_neighbors!r}")
     return tuple(num_neighbors)
-
-
-def hetero_input_nodes(local: HeteroData, input_nodes: Any) -> tuple[str, Any]:
-    """``(node type, ids or mask)`` of PyG's ``input_nodes`` on a heterogeneous shard (a node type alone:
-    ``(node type, None)``); raises ``ValueError`` naming the fix for another form or an unknown type."""
-    if isinstance(input_nodes, str):
-        input_type, ids = input_nodes, None
-    elif isinstance(input_nodes, (tuple, list)) and len(input_nodes) == 2 and isinstance(input_nodes[0], str):
-        input_type, ids = input_nodes
-    else:
-        raise ValueError(f"input_nodes on a heterogeneous graph is (node type, ids or mask) or a node type, as "
-                         f"PyG's loaders take it, e.g. ('paper', data['paper'].train_mask); got "
-                         f"{type(input_nodes).__name__}")
-    if input_type not in local.node_types:
-        raise ValueError(f"input_nodes names node type {input_type!r}, which the graph does not have "
-                         f"(node types: {local.node_types})")
-    return input_type, ids
-
-
-def relation_adjs(local: HeteroData, group: dist.ProcessGroup | None) -> dict[EdgeType, RelationAdj]:
-    """Every relation's adjacency of a heterogeneous shard; raises ``ValueError`` naming the fix for
-    something else or a shard made for another number of ranks."""
-    adjs = {et: local[et].get("adj") for et in local.edge_types}
-    if any(not isinstance(a, RelationAdj) for a in adjs.values()) or any(
-            local[et].get("e_id") is None for et in adjs):
-        raise ValueError("the loader takes a rank's heterogeneous shard: local = shard(hetero_data), whose "
-                         "relations carry adj and e_id")
-    sizes = {a.plan.world_size for a in adjs.values()}
-    if sizes != {world_size(group)}:
-        raise ValueError(f"the shard was made for {sorted(sizes)} ranks but the process group has "
-                         f"{world_size(group)}")
-    return adjs
