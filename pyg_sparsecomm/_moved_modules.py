@@ -1,4 +1,5 @@
-"""Modules that 0.3.0 moved into folders, importable by their 0.2 paths for one more release.
+"""Modules that 0.3.0 moved into folders, importable by their 0.2 paths for one more release (and
+the heterogeneous loaders' modules, merged into the loaders after 0.3.0, by theirs).
 
 0.3.0 moved every root module into the folder of its step (``pyg_sparsecomm.runtime`` became
 ``pyg_sparsecomm.launch.runtime``, ``pyg_sparsecomm.datasets`` split into ``graph.datasets`` and
@@ -33,6 +34,22 @@ MOVED_MODULES = {
     "per_rank": ("training.per_rank",),
 }
 
+#: modules moved after 0.3.0 (issue 57: one loader per kind) -> their names' modules now, as above
+MOVED_AFTER_0_3 = {
+    "loader.hetero_neighbor_loader": ("loader", "loader.shards"),
+    "loader.hetero_link_loader": ("loader", "loader.hetero_link_sampler"),
+    "loader.hetero_subset_loader": ("loader",),
+}
+
+
+def _moved(old: str) -> tuple[str, tuple[str, ...]] | None:
+    """``(the release that moved it, its new modules)`` of an old module path (relative), if it moved."""
+    if old in MOVED_MODULES:
+        return "0.3.0", MOVED_MODULES[old]
+    if old in MOVED_AFTER_0_3:
+        return "0.4.0", MOVED_AFTER_0_3[old]
+    return None
+
 
 class MovedModule(types.ModuleType):
     """An old path's module: each name is the one of the first new module that defines it."""
@@ -64,22 +81,23 @@ class MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def __init__(self, package: str) -> None:
         self.package = package
 
-    def _targets(self, fullname: str) -> tuple[str, ...] | None:
-        head, _, old = fullname.rpartition(".")
-        if head != self.package or old not in MOVED_MODULES:
+    def _moved(self, fullname: str) -> tuple[str, tuple[str, ...]] | None:
+        if not fullname.startswith(self.package + "."):
             return None
-        return tuple(f"{self.package}.{t}" for t in MOVED_MODULES[old])
+        moved = _moved(fullname[len(self.package) + 1:])
+        return None if moved is None else (moved[0], tuple(f"{self.package}.{t}" for t in moved[1]))
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        if self._targets(fullname) is None:
+        if self._moved(fullname) is None:
             return None
         return importlib.machinery.ModuleSpec(fullname, self)
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
-        targets = self._targets(spec.name)
-        assert targets is not None  # find_spec answered only such names
+        moved = self._moved(spec.name)
+        assert moved is not None  # find_spec answered only such names
+        release, targets = moved
         new = " and ".join(targets)
-        warnings.warn(f"{spec.name} moved in 0.3.0: import from {new} instead (the old path works until 0.5)",
+        warnings.warn(f"{spec.name} moved in {release}: import from {new} instead (the old path works until 0.5)",
                       DeprecationWarning, stacklevel=2)  # warn() skips importlib's frames: the user's import line
         return MovedModule(spec.name, targets)
 

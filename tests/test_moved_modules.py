@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from pyg_sparsecomm._moved_modules import MOVED_MODULES
+from pyg_sparsecomm._moved_modules import MOVED_AFTER_0_3, MOVED_MODULES
 
 
 def _fresh_import(name: str):
@@ -58,6 +58,25 @@ def test_a_script_sees_the_warning_at_its_own_import_line(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "imported pyg_sparsecomm.launch.runtime" in done.stdout
     assert f"{script}:3: DeprecationWarning: pyg_sparsecomm.runtime moved in 0.3.0" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("old", sorted(MOVED_AFTER_0_3))
+def test_the_heterogeneous_loaders_modules_import_and_warn(old):
+    """The three heterogeneous loader modules merged into the loaders (issue 57): their paths import,
+    warn naming the new modules, and give the loaders' classes and the helpers they defined."""
+    from pyg_sparsecomm import loader
+    moved = f"pyg_sparsecomm.{old} moved in 0.4.0: import from pyg_sparsecomm.loader"
+    with pytest.warns(DeprecationWarning, match=moved):
+        module = _fresh_import(f"pyg_sparsecomm.{old}")
+    name = {"loader.hetero_neighbor_loader": "DistributedNeighborLoader",
+            "loader.hetero_link_loader": "DistributedLinkNeighborLoader",
+            "loader.hetero_subset_loader": "DistributedNodeSubsetLoader"}[old]
+    with pytest.warns(DeprecationWarning, match=f"use {name}"):
+        old_class = getattr(module, name.replace("Distributed", "DistributedHetero"))
+    assert old_class is getattr(loader, name)
+    for helper in {"loader.hetero_neighbor_loader": ("hetero_input_nodes", "relation_adjs"),
+                   "loader.hetero_link_loader": ("supervision_relation",)}.get(old, ()):
+        assert callable(getattr(module, helper)), helper
 
 
 def test_a_name_that_never_existed_is_still_a_module_not_found_error():
