@@ -4,8 +4,10 @@ At P = 2 (gloo, 1 thread per rank) on a small SBM graph (:func:`pyg_sparsecomm.g
 METIS), for 2-layer ``GCN``, ``GraphSAGE`` and ``GAT`` of ``torch_geometric.nn.models`` (hidden 64,
 no dropout), each ``distribute()``\\ d:
 
-* after a few steady-state steps, ``torch._dynamo.explain(model)(x, adj)``: the graph count, the
-  graph-break count and the break reasons of the steady-state forward (rank 0);
+* after the timed steps, ``torch._dynamo.explain(model)(x, adj)`` of the compiled model's module (its
+  layers hold the steady-state records of ``nn/runtime/steady_call.py``, left by its first, eager,
+  compiled step): the graph count, the graph-break count and the break reasons of the steady-state
+  forward (rank 0);
 * the training step (forward + loss + backward + gradient sync + SGD step) eager against
   ``torch.compile(model)`` (Inductor), each timed back to back in every round, median of rank 0
   over ``--rounds`` rounds after ``--warmup`` steps (the compiled ones compile there), and the
@@ -13,7 +15,7 @@ no dropout), each ``distribute()``\\ d:
 
     python benchmarks/compile_layers.py [--nodes 4000] [--rounds 20] [--warmup 3] [--write]
 
-``--write`` replaces the ``compile_layers_<label>`` section of ``RESULTS.md`` (``--label before``/``after``).
+``--write`` replaces the ``compile_layers_<label>`` section of ``RESULTS.md`` (``--label before``/``steady``).
 """
 import argparse
 import os
@@ -79,7 +81,6 @@ def _worker(rank: int, world_size: int, nodes: int, rounds: int, warmup: int):
         eager, compiled_model = _build(name, x.size(1)), _build(name, x.size(1))
         for _ in range(warmup):  # steady state: first-call checks done
             _step(eager, torch.optim.SGD(eager.parameters(), lr=0.0), x, adj, y)
-        explained = _explain(eager, x, adj)
         torch._dynamo.reset()
         compiled = torch.compile(compiled_model)
         opts = {k: torch.optim.SGD(m.parameters(), lr=0.01) for k, m in (("eager", eager), ("compiled", compiled))}
@@ -91,8 +92,8 @@ def _worker(rank: int, world_size: int, nodes: int, rounds: int, warmup: int):
             times["eager"].append(_step(eager, opts["eager"], x, adj, y))
             dist.barrier()
             times["compiled"].append(_step(compiled, opts["compiled"], x, adj, y))
+        results[name] = _explain(compiled_model, x, adj), times
         torch._dynamo.reset()
-        results[name] = explained, times
     return results
 
 
@@ -119,7 +120,8 @@ def main() -> None:
     if args.write:
         notes = (f"SBM graph ({args.nodes} nodes, 32 features), METIS, P = 2 (gloo, 1 thread per rank), 2-layer "
                  f"models (hidden 64, GAT 2 heads of 32), SGD; graphs / breaks / reasons: "
-                 f"`torch._dynamo.explain(model)(x, adj)` of rank 0 after {args.warmup} steady-state steps; times: "
+                 f"`torch._dynamo.explain(model)(x, adj)` of rank 0, the compiled model's module after its steps "
+                 f"(its layers' steady-state records left); times: "
                  f"rank 0's step (forward, loss, backward, gradient sync, SGD) over {args.rounds} rounds of one "
                  f"eager and one compiled step back to back, after {args.warmup} warm-up steps.  Load average "
                  f"(1 min) before / after: {load_before:.2f} / {load_after:.2f} (a shared 2-core machine).")
