@@ -125,3 +125,22 @@ def _bad_rows(rank, world_size):
 def test_traced_steady_call_raises_on_every_rank():
     for rank, error in enumerate(launch(_bad_rows, 2, timeout=600)):
         assert error is not None and "rows but this rank owns" in error, f"rank {rank}: {error}"
+
+
+def _hooked(rank, world_size):
+    """A compiled GCN whose first layer has a user's forward hook: that layer runs eagerly every call."""
+    local = shard(_graph(world_size))
+    torch.manual_seed(0)
+    model = distribute(GCN(F, 8, 2, C))
+    seen = []
+    model.convs[0].register_forward_hook(lambda *_: seen.append(1))
+    compiled = torch.compile(model, backend="aot_eager")
+    outs = [compiled(local.x, local.adj) for _ in range(3)]
+    eager = model(local.x, local.adj)
+    return len(seen), [_close(o, eager) for o in outs], model.convs[1]._sparsecomm.steady is not None
+
+
+def test_a_layer_with_a_user_hook_runs_eagerly():
+    for rank, (calls, equal, recorded) in enumerate(launch(_hooked, 2, timeout=600)):
+        assert calls == 4 and all(equal), f"rank {rank}: the hook ran {calls} times, outputs equal {equal}"
+        assert recorded, f"rank {rank}: the layer without hooks left no record"

@@ -15,13 +15,16 @@ the checks read shapes only) around the exact exchange, as an eager call does
 (:meth:`SteadyRecord.around_exchange`): the agreement header, a peer's flag, every rank's
 ``ValueError``.
 
-Only calls the record reproduces exactly are recorded: full-graph shards with exact halos by the
-``"1d"`` SpMM, one linear aggregation (``spmm``) per call and no edge update, no tensor argument but
-``x`` (edge weights from a ``HaloAdj`` without values), a normalisation passed as the forward's
-arguments or PyG's cache (``GCNConv``, ``SAGEConv``...).  Any other call, and a traced call matching
-no record (the first call of a compiled model), runs eagerly as one graph break
-(:class:`~.call.EagerCall`).  A traced call aggregates before a narrowing ``Linear`` that the eager
-call moved first (the same product; the exchange is as wide as the layer's input).
+Only calls the record reproduces exactly are recorded, made by an eager call that dynamo traced
+(the first step of a compiled model; plain eager calls record nothing): full-graph shards with exact
+halos, no tensor argument but ``x`` (a ``HaloAdj`` without values), not ``cached=True``, no hooks on the
+layer but its own (the traced call calls ``forward``), a normalisation passed as the forward's
+arguments, and either one linear aggregation by the ``"1d"`` SpMM (``GCNConv``, ``SAGEConv``) or one
+edge update and one attention aggregation over the same graph (``GATConv``: the traced forward gets the
+self-looped graph its eager call built, ``add_self_loops=False``; its sources exchanged in two ops, the
+eager call fuses them in one).  Any other call, and a traced call matching no record, runs eagerly as
+one graph break (:class:`~.call.EagerCall`).  A traced call aggregates before a narrowing ``Linear``
+that the eager call moved first (the same product; the exchange is as wide as the layer's input).
 """
 import math
 import weakref
@@ -33,10 +36,21 @@ from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
 from ...comm import traced_exchange
-from ...compat import module_call, pyg_edge_updater, pyg_propagate
+from ...compat import module_call, module_hooks, pyg_edge_updater, pyg_propagate
 from ...plan.halo_adj import HaloAdj
 from .checks import check_stage
 from .traced_spmm import traced_aggregation
+
+#: the attribute marking a module hook a traced steady-state call may skip (it calls ``forward``)
+SKIPPED_WHEN_TRACED = "skipped_when_traced"
+
+
+def only_own_hooks(conv: MessagePassing) -> bool:
+    """Whether every hook around ``conv.forward`` is one a traced call may skip (:data:`SKIPPED_WHEN_TRACED`:
+    the layer's own, ``sync_gradients``' recomputation note, a no-op when traced)."""
+    hooks, others = module_hooks(conv)
+    return not others and all(getattr(hook, SKIPPED_WHEN_TRACED, False) for hook in hooks)
+
 
 #: the attributes of a layer its forward reads around the graph (a change: no longer steady)
 NORMALISATION_ATTRIBUTES = ("normalize", "improved", "add_self_loops", "cached", "flow", "aggr", "node_dim")
@@ -99,7 +113,7 @@ class SteadyRecord:
         for name, value in self.after.items():
             if getattr(conv, name) != value:
                 return None
-        return None if conv.explain else x
+        return None if conv.explain or not only_own_hooks(conv) else x
 
     def forward(self, conv: MessagePassing, x: Tensor) -> Any:
         """The layer's ``forward`` on the recorded arguments with ``x``, its ``propagate`` :meth:`propagate`."""
@@ -235,6 +249,7 @@ def record(call: Any, make_call: Callable[..., Any]) -> None:
     x = None if call_args is None else _single_tensor(call_args[0], call_args[1], adj)
     shard = call.shard
     if (forward_args is None or during is None or x is None or path not in ("spmm", "attention")
+            or during.get("cached") or not only_own_hooks(conv)
             or adj.is_minibatch or adj.value is not None or shard is None
             or type(adj) is not HaloAdj or not _position_ok(forward_args, x) or (x.dim() != 2 and conv.node_dim != 0)
             or (shard.normalisation is not None and (shard.normalisation.normalise is not None
