@@ -103,12 +103,12 @@ def compiled_call(module: torch.nn.Module) -> Any:
     return module.__dict__.get("_compiled_call_impl")
 
 
-def module_hooks(module: torch.nn.Module) -> tuple[list[Any], int]:
-    """What ``module(...)`` runs around ``forward``: its forward pre-hooks and forward hooks, and how
-    many backward and global module hooks there are (``Module._forward_pre_hooks`` ...,
-    ``torch.nn.modules.module._global_*_hooks``)."""
+def module_hooks(module: torch.nn.Module) -> tuple[dict[int, Any], int]:
+    """What ``module(...)`` runs around ``forward``: its forward pre-hooks and forward hooks by their
+    handles' ids (``Module._forward_pre_hooks``, ``_forward_hooks``), and how many backward and global
+    module hooks there are (``torch.nn.modules.module._global_*_hooks``)."""
     try:
-        hooks = [*module._forward_pre_hooks.values(), *module._forward_hooks.values()]
+        hooks = {**module._forward_pre_hooks, **module._forward_hooks}
         others = (len(module._backward_pre_hooks) + len(module._backward_hooks)
                   + len(_module_file._global_forward_pre_hooks) + len(_module_file._global_forward_hooks)
                   + len(_module_file._global_backward_pre_hooks) + len(_module_file._global_backward_hooks))

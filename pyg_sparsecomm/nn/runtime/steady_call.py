@@ -39,7 +39,7 @@ from ...comm import traced_exchange
 from ...compat import module_call, module_hooks, pyg_edge_updater, pyg_propagate
 from ...plan.halo_adj import HaloAdj
 from .checks import check_stage
-from .traced_spmm import traced_aggregation
+from .traced_spmm import local_spmm, register_adjacency
 
 #: the attribute marking a module hook a traced steady-state call may skip (it calls ``forward``)
 SKIPPED_WHEN_TRACED = "skipped_when_traced"
@@ -47,9 +47,15 @@ SKIPPED_WHEN_TRACED = "skipped_when_traced"
 
 def only_own_hooks(conv: MessagePassing) -> bool:
     """Whether every hook around ``conv.forward`` is one a traced call may skip (:data:`SKIPPED_WHEN_TRACED`:
-    the layer's own, ``sync_gradients``' recomputation note, a no-op when traced)."""
+    the layer's own, ``sync_gradients``' recomputation note, a no-op when traced); run eagerly."""
     hooks, others = module_hooks(conv)
-    return not others and all(getattr(hook, SKIPPED_WHEN_TRACED, False) for hook in hooks)
+    return not others and all(getattr(hook, SKIPPED_WHEN_TRACED, False) for hook in hooks.values())
+
+
+def _hook_ids(conv: MessagePassing) -> tuple:
+    """The ids of the hooks around ``conv.forward`` (a new hook: a new id) and the count of the others."""
+    hooks, others = module_hooks(conv)
+    return tuple(hooks), others
 
 
 #: the attributes of a layer its forward reads around the graph (a change: no longer steady)
@@ -74,12 +80,17 @@ class SteadyRecord:
         make_call (callable): ``(conv, state, adj) -> LayerCall`` (its check stage runs at run time).
         path (str): ``"spmm"`` (one linear aggregation) or ``"attention"`` (an edge update, then
             an aggregation weighted by it, over the graph with the layer's self-loops).
+        aggregation (HaloAdj, optional): the adjacency the eager call's SpMM multiplied with (``"spmm"``).
+            (default: ``None``)
     """
 
     def __init__(self, conv: MessagePassing, adj: HaloAdj, call_args: tuple, forward_args: tuple, x: Tensor,
-                 during: dict[str, Any], make_call: Callable[..., Any], path: str) -> None:
+                 during: dict[str, Any], make_call: Callable[..., Any], path: str,
+                 aggregation: HaloAdj | None = None) -> None:
         self.conv_ref, self.adj, self.during, self.make_call = weakref.ref(conv), adj, during, make_call
-        self.path = path
+        self.path, self.aggregation = path, aggregation
+        self.hooks = _hook_ids(conv)  # the record is made only when every hook is skippable
+        self.aggregation_handle = "" if aggregation is None else register_adjacency(aggregation)
         self.x_shape, self.x_dtype, self.x_device = tuple(x.shape), x.dtype, x.device
         self.x_at = _position(forward_args, x)
         args, kwargs = forward_args
@@ -98,9 +109,9 @@ class SteadyRecord:
 
     def same(self, other: "SteadyRecord") -> bool:
         """Whether ``other`` records the same call (a kept record keeps its handle, which traced graphs hold)."""
-        return (self.adj is other.adj and (self.path, self.x_shape, self.x_dtype, self.x_device, self.x_at,
-                                           self.during)
-                == (other.path, other.x_shape, other.x_dtype, other.x_device, other.x_at, other.during)
+        mine = (self.path, self.x_shape, self.x_dtype, self.x_device, self.x_at, self.during)
+        return (self.adj is other.adj and self.aggregation is other.aggregation
+                and mine == (other.path, other.x_shape, other.x_dtype, other.x_device, other.x_at, other.during)
                 and self.exchanger_handle == other.exchanger_handle
                 and _same_tensors(self.forward_args, other.forward_args))
 
@@ -113,7 +124,7 @@ class SteadyRecord:
         for name, value in self.after.items():
             if getattr(conv, name) != value:
                 return None
-        return None if conv.explain or not only_own_hooks(conv) else x
+        return None if conv.explain or _hook_ids(conv) != self.hooks else x
 
     def forward(self, conv: MessagePassing, x: Tensor) -> Any:
         """The layer's ``forward`` on the recorded arguments with ``x``, its ``propagate`` :meth:`propagate`."""
@@ -137,16 +148,16 @@ class SteadyRecord:
                     setattr(conv, name, value)
 
     def propagate(self, conv: MessagePassing, edge_index: Tensor, kwargs: dict[str, Any]) -> Tensor:
-        """The traced call's ``propagate``: the SpMM of a linear aggregation
-        (:func:`~.traced_spmm.traced_aggregation`), or PyG's over ``[owned | halo]`` sources."""
+        """The traced call's ``propagate``: a linear aggregation as the eager call's CSR product of
+        ``[owned | halo]`` rows (:func:`~.traced_spmm.local_spmm`; the recorded graph is the one it
+        multiplied with), an attention one PyG's over ``[owned | halo]`` sources."""
         plan = conv._sparsecomm.plan
         if self.path == "attention":
             kwargs = self._with_halo(conv, kwargs, plan.message_sources, first=False)
             return pyg_propagate(conv)(edge_index, size=(self.num_cols, self.num_owned), **kwargs)
         x = kwargs["x"]
-        rows = x[0] if isinstance(x, (tuple, list)) else x
-        weight = kwargs.get(plan.spmm_weight) if plan.spmm_weight else None
-        return traced_aggregation(self.halo, self.num_owned, edge_index, weight, conv.aggr, rows.contiguous())
+        rows = (x[0] if isinstance(x, (tuple, list)) else x).contiguous()
+        return local_spmm(torch.cat([rows, self.halo(rows)], 0), self.aggregation_handle)
 
     def edge_update(self, conv: MessagePassing, edge_index: Tensor, kwargs: dict[str, Any]) -> Any:
         """The traced call's ``edge_updater``: PyG's over ``[owned | halo]`` sources (the call's first exchange)."""
@@ -262,7 +273,12 @@ def record(call: Any, make_call: Callable[..., Any]) -> None:
             return
         forward_args = _replaced(forward_args, shard.edge_index, call.looped)
         during = {**during, "add_self_loops": False}
-    new = SteadyRecord(conv, adj, call_args, forward_args, x, during, make_call, path)
+    aggregation = state.port.last_aggregation() if path == "spmm" else None
+    if path == "spmm" and (aggregation is None or (aggregation.value is not None
+                                                    and aggregation.value.requires_grad)):
+        state.steady = None
+        return
+    new = SteadyRecord(conv, adj, call_args, forward_args, x, during, make_call, path, aggregation)
     kept = state.steady
     state.steady = kept if kept is not None and kept.same(new) else new
 
