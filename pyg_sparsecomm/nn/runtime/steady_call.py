@@ -23,8 +23,8 @@ arguments, and either one linear aggregation by the ``"1d"`` SpMM (``GCNConv``, 
 edge update and one attention aggregation over the same graph (``GATConv``: the traced forward gets the
 self-looped graph its eager call built, ``add_self_loops=False``; its sources exchanged in two ops, the
 eager call fuses them in one).  Any other call, and a traced call matching no record, runs eagerly as
-one graph break (:class:`~.call.EagerCall`).  A traced call aggregates before a narrowing ``Linear``
-that the eager call moved first (the same product; the exchange is as wide as the layer's input).
+one graph break (:class:`~.call.EagerCall`).  A narrowing ``Linear`` the eager call applied before the
+aggregation (``SAGEConv``'s ``lin_l``) the traced call applies there too.
 """
 import math
 import weakref
@@ -38,6 +38,7 @@ from torch_geometric.nn import MessagePassing
 from ...comm import traced_exchange
 from ...compat import module_call, module_hooks, pyg_edge_updater, pyg_propagate
 from ...plan.halo_adj import HaloAdj
+from .aggregation import AppliedLinear, linear_weight
 from .checks import check_stage
 from .traced_spmm import local_spmm, register_adjacency
 
@@ -82,14 +83,18 @@ class SteadyRecord:
             an aggregation weighted by it, over the graph with the layer's self-loops).
         aggregation (HaloAdj, optional): the adjacency the eager call's SpMM multiplied with (``"spmm"``).
             (default: ``None``)
+        applied_first (str, optional): the narrowing ``Linear`` the eager call applied before the SpMM
+            (``SAGEConv``'s ``lin_l``); the traced call does the same. (default: ``None``)
     """
 
     def __init__(self, conv: MessagePassing, adj: HaloAdj, call_args: tuple, forward_args: tuple, x: Tensor,
                  during: dict[str, Any], make_call: Callable[..., Any], path: str,
-                 aggregation: HaloAdj | None = None) -> None:
+                 aggregation: HaloAdj | None = None, applied_first: str | None = None) -> None:
         self.conv_ref, self.adj, self.during, self.make_call = weakref.ref(conv), adj, during, make_call
         self.path, self.aggregation = path, aggregation
         self.hooks = _hook_ids(conv)  # the record is made only when every hook is skippable
+        self.applied_first = applied_first
+        self.applied = None if applied_first is None else AppliedLinear(conv._modules[applied_first])
         self.aggregation_handle = "" if aggregation is None else register_adjacency(aggregation)
         self.x_shape, self.x_dtype, self.x_device = tuple(x.shape), x.dtype, x.device
         self.x_at = _position(forward_args, x)
@@ -103,6 +108,8 @@ class SteadyRecord:
         self.exchanger_handle = getattr(exchanger, "handle", "")
         self.num_owned, self.num_cols = adj.num_owned, adj.num_cols
         self.handle = traced_exchange.register_call(self)
+        self.static = _StaticRows(self)  # rows needing no gradient: the layer's static halo, as eagerly
+        self.static_handle = traced_exchange.register_call(self.static)
 
     def __getstate__(self) -> dict:
         raise TypeError("a SteadyRecord is not pickled (LayerState drops it)")
@@ -111,6 +118,7 @@ class SteadyRecord:
         """Whether ``other`` records the same call (a kept record keeps its handle, which traced graphs hold)."""
         mine = (self.path, self.x_shape, self.x_dtype, self.x_device, self.x_at, self.during)
         return (self.adj is other.adj and self.aggregation is other.aggregation
+                and self.applied_first == other.applied_first
                 and mine == (other.path, other.x_shape, other.x_dtype, other.x_device, other.x_at, other.during)
                 and self.exchanger_handle == other.exchanger_handle
                 and _same_tensors(self.forward_args, other.forward_args))
@@ -124,6 +132,8 @@ class SteadyRecord:
         for name, value in self.after.items():
             if getattr(conv, name) != value:
                 return None
+        if self.applied is not None and conv._modules[self.applied_first] is not self.applied.linear:
+            return None
         return None if conv.explain or _hook_ids(conv) != self.hooks else x
 
     def forward(self, conv: MessagePassing, x: Tensor) -> Any:
@@ -139,10 +149,14 @@ class SteadyRecord:
         for name, value in self.during.items():
             if value != self.after[name]:
                 setattr(conv, name, value)
+        if self.applied is not None:  # its weight applied before the SpMM (propagate), its bias after
+            conv._modules[self.applied_first] = self.applied
         try:
             return conv.forward(*args, **kwargs)
         finally:
             state.tracing = None
+            if self.applied is not None:
+                conv._modules[self.applied_first] = self.applied.linear
             for name, value in self.after.items():
                 if value != self.during[name]:
                     setattr(conv, name, value)
@@ -157,6 +171,8 @@ class SteadyRecord:
             return pyg_propagate(conv)(edge_index, size=(self.num_cols, self.num_owned), **kwargs)
         x = kwargs["x"]
         rows = (x[0] if isinstance(x, (tuple, list)) else x).contiguous()
+        if self.applied is not None:  # (A x) W^T = A (x W^T): the narrower rows, as the eager call
+            rows = torch.nn.functional.linear(rows, linear_weight(self.applied, "linear"))
         return local_spmm(torch.cat([rows, self.halo(rows)], 0), self.aggregation_handle)
 
     def edge_update(self, conv: MessagePassing, edge_index: Tensor, kwargs: dict[str, Any]) -> Any:
@@ -180,10 +196,13 @@ class SteadyRecord:
 
     def halo(self, rows: Tensor) -> Tensor:
         """The halo rows of ``rows`` by the call's first exchange: at run time the call's check stage
-        around the exact exchange (:meth:`around_exchange`), one op; none on one rank."""
+        around the exact exchange (:meth:`around_exchange`), one op; none on one rank.  Rows needing no
+        gradient (a model's input features) reuse the layer's static halo as an eager call does
+        (:class:`~.port.StaticHalo`: fetched again when they or a peer's changed)."""
         if not self.exchanger_handle:
             return rows.new_zeros((0,) + tuple(rows.shape[1:]))
-        return traced_exchange.halo_exchange(rows, self.exchanger_handle, self.handle)
+        handle = self.handle if rows.requires_grad else self.static_handle
+        return traced_exchange.halo_exchange(rows, self.exchanger_handle, handle)
 
     def plain_halo(self, rows: Tensor) -> Tensor:
         """The halo rows of ``rows`` by a later exchange of the call (one op; none on one rank)."""
@@ -205,6 +224,21 @@ class SteadyRecord:
         finally:
             if call.key is not None:
                 state.port.watch.end(call.key)
+
+
+class _StaticRows:
+    """A record's first exchange of rows needing no gradient, at run time: :meth:`~.port.HaloPort.static_halo`."""
+
+    def __init__(self, record: SteadyRecord) -> None:
+        self.record = weakref.ref(record)
+
+    def around_exchange(self, exchange: Callable[[Tensor], Tensor], rows: Tensor) -> Tensor:
+        record = self.record()
+        conv = None if record is None else record.conv_ref()
+        if record is None or conv is None:
+            raise RuntimeError("pyg_sparsecomm: the layer of a traced steady-state call is gone")
+        port, settings = conv._sparsecomm.port, conv._sparsecomm.settings
+        return record.around_exchange(lambda r: port.static_halo("x", r, r, port.shard(record.adj, settings)), rows)
 
 
 def _position(forward_args: tuple, x: Tensor) -> int | str:
@@ -278,7 +312,8 @@ def record(call: Any, make_call: Callable[..., Any]) -> None:
                                                     and aggregation.value.requires_grad)):
         state.steady = None
         return
-    new = SteadyRecord(conv, adj, call_args, forward_args, x, during, make_call, path, aggregation)
+    new = SteadyRecord(conv, adj, call_args, forward_args, x, during, make_call, path, aggregation,
+                       call.applied_first or None)
     kept = state.steady
     state.steady = kept if kept is not None and kept.same(new) else new
 
