@@ -9,8 +9,9 @@ eager code at run time, so what an exchange does is unchanged under compilation:
 exchange still carries the header rows, a peer's flag still runs the agreed checks and the
 exchange again, bytes are counted.
 
-* ``pyg_sparsecomm::halo_exchange(x, handle)``: the halo rows of ``x``,
-  ``[num_owned, *] -> [halo_size, *]``;
+* ``pyg_sparsecomm::halo_exchange(x, handle, call="")``: the halo rows of ``x``,
+  ``[num_owned, *] -> [halo_size, *]``; with ``call`` (:func:`register_call`, a traced steady-state
+  layer call) the exchange runs inside that call's checks, at run time, as an eager call's first one;
 * ``pyg_sparsecomm::halo_to_owners(grad, handle)``: its adjoint, the backward: halo gradients travel
   back to their owners (the reverse all-to-allv, send and receive counts swapped) and are summed
   into the owned rows.  Nothing assumes ``A = A^T``; its own backward is the forward exchange.
