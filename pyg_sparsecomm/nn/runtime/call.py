@@ -290,7 +290,7 @@ class InstanceMethod:
         self.conv, self.function, self.traced = conv, function, traced  # traced: the propagate override
 
     def __call__(self, edge_index: Any, size: Any = None, **kwargs: Any) -> Any:
-        if torch.compiler.is_compiling():
+        if torch.compiler.is_compiling() or self.conv._sparsecomm.tracing is not None:  # (dynamo fell back)
             return traced_method(self, edge_index, size, kwargs)
         return self.function(self.conv, edge_index, size, **kwargs)
 

@@ -367,7 +367,9 @@ def traced_call(conv: MessagePassing, args: tuple, kwargs: dict) -> Any:
 
 
 def traced_method(method: Any, edge_index: Any, size: Any, kwargs: dict) -> Any:
-    """:class:`~.call.InstanceMethod` as dynamo traces it: a steady-state call's traced ``propagate``, else eagerly."""
+    """:class:`~.call.InstanceMethod` as dynamo traces it: a steady-state call's traced ``propagate``, else
+    eagerly.  Also run eagerly within a steady-state call whose trace dynamo broke (its remaining code runs
+    as Python): the record's ops run eagerly just as well."""
     tracing = method.conv._sparsecomm.tracing
     if tracing is None:
         return _eager_method(method.function, method.conv, edge_index, size, kwargs)
