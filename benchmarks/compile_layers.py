@@ -12,6 +12,7 @@ no dropout), each ``distribute()``\\ d:
   ``torch.compile(model)`` (Inductor), each timed back to back in every round, median of rank 0
   over ``--rounds`` rounds after ``--warmup`` steps (the compiled ones compile there), and the
   median of the per-round ratios compiled / eager (a load swing of the shared machine cancels).
+  Then the same after ``torch._dynamo.reset()`` (the whole forward one graph: ``whole``).
 
     python benchmarks/compile_layers.py [--nodes 4000] [--rounds 20] [--warmup 3] [--write]
 
@@ -84,14 +85,16 @@ def _worker(rank: int, world_size: int, nodes: int, rounds: int, warmup: int):
         torch._dynamo.reset()
         compiled = torch.compile(compiled_model)
         opts = {k: torch.optim.SGD(m.parameters(), lr=0.01) for k, m in (("eager", eager), ("compiled", compiled))}
-        for _ in range(warmup):
-            _step(compiled, opts["compiled"], x, adj, y)
-        times: dict[str, list[float]] = {"eager": [], "compiled": []}
-        for _ in range(rounds):
-            dist.barrier()
-            times["eager"].append(_step(eager, opts["eager"], x, adj, y))
-            dist.barrier()
-            times["compiled"].append(_step(compiled, opts["compiled"], x, adj, y))
+        times: dict[str, list[float]] = {"eager": [], "compiled": [], "eager 2": [], "whole": []}
+        for phase, timed in (("eager", "compiled"), ("eager 2", "whole")):
+            for _ in range(warmup):  # "whole": dynamo traces the forward again, with the records in place
+                _step(compiled, opts["compiled"], x, adj, y)
+            for _ in range(rounds):
+                dist.barrier()
+                times[phase].append(_step(eager, opts["eager"], x, adj, y))
+                dist.barrier()
+                times[timed].append(_step(compiled, opts["compiled"], x, adj, y))
+            torch._dynamo.reset()
         results[name] = _explain(compiled_model, x, adj), times
         torch._dynamo.reset()
     return results
@@ -109,12 +112,14 @@ def main() -> None:
     out = launch(_worker, 2, args.nodes, args.rounds, args.warmup, timeout=3000)[0]
     load_after = os.getloadavg()[0]
     headers = ["model", "graphs", "graph breaks", "break reasons", "eager ms", "compiled ms",
-               "compiled / eager (median of per-round ratios)"]
+               "compiled / eager (median of per-round ratios)", "whole-forward graph ms", "whole / eager"]
     rows = []
     for name, ((graphs, breaks, reasons), times) in out.items():
         ratios = [c / e for e, c in zip(times["eager"], times["compiled"], strict=True)]
+        whole = [c / e for e, c in zip(times["eager 2"], times["whole"], strict=True)]
         rows.append([name, graphs, breaks, "; ".join(reasons) or "-", f"{1e3 * median(times['eager']):.1f}",
-                     f"{1e3 * median(times['compiled']):.1f}", f"{median(ratios):.3f}"])
+                     f"{1e3 * median(times['compiled']):.1f}", f"{median(ratios):.3f}",
+                     f"{1e3 * median(times['whole']):.1f}", f"{median(whole):.3f}"])
     print_table(headers, rows)
     print(f"load average (1 min) before / after: {load_before:.2f} / {load_after:.2f}")
     if args.write:
@@ -123,7 +128,10 @@ def main() -> None:
                  f"`torch._dynamo.explain(model)(x, adj)` of rank 0, the compiled model's module after its steps "
                  f"(its layers' steady-state records left); times: "
                  f"rank 0's step (forward, loss, backward, gradient sync, SGD) over {args.rounds} rounds of one "
-                 f"eager and one compiled step back to back, after {args.warmup} warm-up steps.  Load average "
+                 f"eager and one compiled step back to back, after {args.warmup} warm-up steps (the first eager: "
+                 f"dynamo then runs BasicGNN's forward as Python and compiles one graph per layer call); whole: "
+                 f"the same after torch._dynamo.reset() and {args.warmup} more warm-up steps (the forward one "
+                 f"graph), against eager steps of the same rounds.  Load average "
                  f"(1 min) before / after: {load_before:.2f} / {load_after:.2f} (a shared 2-core machine).")
         write_table_section(f"compile_layers_{args.label}", f"torch.compile of distributed layers ({args.label})",
                             "compile_layers.py", notes, headers, rows)
