@@ -166,13 +166,13 @@ def compiled_vs_eager(data, args) -> None:
              f"{args.warmup} "
              f"warm-up steps each (compiling).  1-minute load average before / after: "
              f"{', '.join(f'{v:.1f}' for v in load)} (a shared 2-core machine: the per-round ratio is the "
-             f"comparison to read).  Every distributed layer call runs eagerly under `torch.compile`, as one graph "
-             f"break (`nn.runtime.call.EagerCall`), and `BasicGNN`'s forward loops over its layers, so dynamo runs "
-             f"that frame eagerly as a whole: nothing of these two models compiles, and the compiled step runs the "
-             f"eager step's kernels (the ratio's spread is the machine's).  Before (one graph per `Linear` or bias "
-             f"add inside the layers, AOTAutograd's wrappers around each): 1.064 GCN, 1.016 GraphSAGE (load 10-14), "
-             f"1.062 and 1.260 in a 40-round run at load 1-3.  The eager call pays one switch of dynamo's frame "
-             f"hook per layer call (2.7 us measured, against a step of about 100 ms).")
+             f"comparison to read).  Layer calls a steady-state record reproduces (`nn/runtime/steady_call.py`) "
+             f"trace without a graph break; the others run eagerly, as one graph break (`nn.runtime.call.EagerCall`), "
+             f"and `BasicGNN`'s forward loops over its layers, so dynamo then runs that frame eagerly as a whole "
+             f"(`graph breaks` and `graphs compiled` below say which).  Before the steady state (2026-12-02: "
+             f"nothing of these models compiled) 0.986 GCN, 0.996 GraphSAGE; before that (one graph per `Linear` "
+             f"or bias add inside the layers, AOTAutograd's wrappers around each): 1.064 GCN, 1.016 GraphSAGE "
+             f"(load 10-14), 1.062 and 1.260 in a 40-round run at load 1-3.")
     if not args.no_write:
         write_table_section("compile_vs_eager", "torch.compile against eager: distribute(model), many rounds",
                             "compile_autocast.py --distributed-only", notes, headers, rows)

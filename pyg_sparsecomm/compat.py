@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.nn.modules import module as _module_file
 
 
 class PrivateAPIChanged(RuntimeError):
@@ -100,6 +101,20 @@ def compiled_call(module: torch.nn.Module) -> Any:
         raise PrivateAPIChanged("torch.nn.Module._compiled_call_impl is gone: torch changed how Module.__call__ "
                                 "dispatches to a compiled call; update pyg_sparsecomm.compat")
     return module.__dict__.get("_compiled_call_impl")
+
+
+def module_hooks(module: torch.nn.Module) -> tuple[dict[int, Any], int]:
+    """What ``module(...)`` runs around ``forward``: its forward pre-hooks and forward hooks by their
+    handles' ids (``Module._forward_pre_hooks``, ``_forward_hooks``), and how many backward and global
+    module hooks there are (``torch.nn.modules.module._global_*_hooks``)."""
+    try:
+        hooks = {**module._forward_pre_hooks, **module._forward_hooks}
+        others = (len(module._backward_pre_hooks) + len(module._backward_hooks)
+                  + len(_module_file._global_forward_pre_hooks) + len(_module_file._global_forward_hooks)
+                  + len(_module_file._global_backward_pre_hooks) + len(_module_file._global_backward_hooks))
+    except AttributeError as e:
+        raise _missing("torch.nn.Module's hook dictionaries", e) from e
+    return hooks, others
 
 
 def set_compiled_call(module: torch.nn.Module, call: Callable[..., Any]) -> None:

@@ -9,8 +9,9 @@ eager code at run time, so what an exchange does is unchanged under compilation:
 exchange still carries the header rows, a peer's flag still runs the agreed checks and the
 exchange again, bytes are counted.
 
-* ``pyg_sparsecomm::halo_exchange(x, handle)``: the halo rows of ``x``,
-  ``[num_owned, *] -> [halo_size, *]``;
+* ``pyg_sparsecomm::halo_exchange(x, handle, call="")``: the halo rows of ``x``,
+  ``[num_owned, *] -> [halo_size, *]``; with ``call`` (:func:`register_call`, a traced steady-state
+  layer call) the exchange runs inside that call's checks, at run time, as an eager call's first one;
 * ``pyg_sparsecomm::halo_to_owners(grad, handle)``: its adjoint, the backward: halo gradients travel
   back to their owners (the reverse all-to-allv, send and receive counts swapped) and are summed
   into the owned rows.  Nothing assumes ``A = A^T``; its own backward is the forward exchange.
@@ -53,14 +54,30 @@ def _exchanger(handle: str) -> Any:
     return exchanger
 
 
+@torch.compiler.disable(reason="registering a layer's steady-state call happens at an eager call")
+def register_call(call: Any) -> str:
+    """A handle of ``call`` (whose ``around_exchange(exchange, x)`` runs a layer call's checks around
+    its first exchange ``exchange(x)``) for :func:`halo_exchange`, valid while it lives.
+
+    Args:
+        call (Any): the call (kept by weak reference).
+    """
+    handle = f"call{next(_HANDLES)}"
+    _EXCHANGERS[handle] = call
+    return handle
+
+
 @torch.library.custom_op("pyg_sparsecomm::halo_exchange", mutates_args=())
-def _halo_exchange_op(x: Tensor, handle: str) -> Tensor:
+def _halo_exchange_op(x: Tensor, handle: str, call: str = "") -> Tensor:
     with torch.no_grad():  # the op's autograd is registered below
-        return _exchanger(handle).exchange(x)
+        exchanger = _exchanger(handle)
+        if call:
+            return _exchanger(call).around_exchange(exchanger.exchange, x)
+        return exchanger.exchange(x)
 
 
 @_halo_exchange_op.register_fake
-def _(x: Tensor, handle: str) -> Tensor:
+def _(x: Tensor, handle: str, call: str = "") -> Tensor:
     return x.new_empty((_exchanger(handle).plan.halo_size,) + tuple(x.shape[1:]))
 
 
@@ -77,11 +94,11 @@ def _(grad: Tensor, handle: str) -> Tensor:
 
 
 def _setup(ctx: Any, inputs: tuple, output: Any) -> None:
-    ctx.handle = inputs[1]
+    ctx.handle, ctx.num_inputs = inputs[1], len(inputs)
 
 
-def _exchange_backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
-    return _halo_to_owners_op(grad, ctx.handle), None
+def _exchange_backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+    return (_halo_to_owners_op(grad, ctx.handle),) + (None,) * (ctx.num_inputs - 1)
 
 
 def _to_owners_backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
@@ -105,15 +122,17 @@ _halo_to_owners_op.register_autograd(_to_owners_backward, setup_context=_setup)
 _halo_exchange_plain_op.register_autograd(_exchange_backward, setup_context=_setup)
 
 
-def halo_exchange(x: Tensor, handle: str) -> Tensor:
+def halo_exchange(x: Tensor, handle: str, call: str = "") -> Tensor:
     """The halo rows of ``x`` by the exchanger ``handle`` (:func:`register`), as one op of a traced graph.
 
     Args:
         x (Tensor): this rank's owned rows.
         handle (str): the exchanger's handle.
+        call (str, optional): the handle of a layer call (:func:`register_call`) whose checks run
+            around this, its first exchange. (default: ``""``: none)
 
     Shapes:
         - **input:** ``[num_owned, *]``
         - **output:** ``[halo_size, *]``
     """
-    return _halo_exchange_op(x, handle)
+    return _halo_exchange_op(x, handle, call)

@@ -52,6 +52,7 @@ from ..comm.peer_failure import failures_named
 from ..compat import current_graph_task_id, queue_backward_callback, will_engine_execute_node
 from ..launch.runtime import join_job
 from ..training.grad_registry import is_synced, register_synced, was_normalised
+from .runtime.steady_call import SKIPPED_WHEN_TRACED
 from .same_model import check_same_model
 
 #: bucket size of the gradient all-reduces (DDP's default is 25 MiB; GNN models are small, so
@@ -111,7 +112,9 @@ class GradientSync:
         ref = weakref.ref(self)
         for child in module.modules():  # a checkpointed part's forward runs again inside backward
             if any(p.requires_grad for p in child.parameters(recurse=False)):
-                child.register_forward_pre_hook(functools.partial(_note_recomputation, ref))
+                note = functools.partial(_note_recomputation, ref)
+                setattr(note, SKIPPED_WHEN_TRACED, True)  # a no-op when traced
+                child.register_forward_pre_hook(note)
         # the module keeps this alive; the parameters' hooks refer to it weakly, as it holds their
         # AccumulateGrad nodes, which hold the parameters (a cycle through C++ the GC cannot free)
         module.__dict__.setdefault("_sparsecomm_gradient_syncs", []).append(self)

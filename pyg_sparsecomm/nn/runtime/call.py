@@ -22,21 +22,18 @@ and installs these interception points, the fewest PyG and torch allow:
    PyG's ``propagate``;
 4. an instance-level **edge_updater**: PyG's generated ``edge_updater`` runs its pre-hooks after
    gathering ``*_j``, too late to complete the sources of ``edge_update``;
-5. ``conv._compiled_call_impl`` (:class:`EagerCall`): under ``torch.compile`` the whole layer call
-   runs eagerly, as one graph break at the same place in every step, so a model compiles once (the
-   stages hold per-call Python state and collectives dynamo traces neither; what it could trace
-   between them compiled to one-op graphs whose wrappers cost more than they saved:
-   ``benchmarks/RESULTS.md``, ``compile_vs_eager``);
+5. ``conv._compiled_call_impl`` (:class:`EagerCall`): under ``torch.compile`` a steady-state call
+   traces without a graph break (:mod:`.steady_call`); any other runs eagerly, as one graph break
+   (the stages hold per-call Python state and collectives dynamo traces neither);
 6. only for a rule with a ``fused_source`` (``GATConv``), a **forward hook on that child**
    (:class:`~.call_halos.RecordFirstOutput`): its output exists before ``edge_updater`` runs but is
    none of its arguments, and is exchanged in one message with the edge update's sources.
 
 ``propagate`` and ``edge_updater`` are installed again before every call (PyG's ``explain``/
-``decomposed_layers`` setters assign ``propagate``); they and the hooks are also
-``torch.compiler.disable``\ d on their own, for a layer whose call implementation the user replaced
-(``conv.compile()``).  Every layer whose forward reaches the graph only through these is exact: a
-target's messages, softmaxes and aggregations see exactly its in-edges, which its owner holds.
-All halo traffic of a call goes through the layer's :class:`~.port.HaloPort`.
+``decomposed_layers`` setters assign ``propagate``); traced, they and the hooks run eagerly on their own
+(``conv.compile()`` replaces the call implementation).  Every layer whose forward reaches the graph only
+through these is exact: a target's messages, softmaxes and aggregations see exactly its in-edges, which
+its owner holds.  All halo traffic of a call goes through the layer's :class:`~.port.HaloPort`.
 """
 import threading
 from typing import Any
@@ -69,6 +66,7 @@ from .port import Shard
 from .shared_adjacency import shared_aggregation
 from .sources import attention_propagate, edge_update_sources, propagate_sources
 from .state import LayerState
+from .steady_call import note_edge_update, note_propagate, record, traced_call, traced_method
 from .traced_spmm import traced_aggregation
 
 _local = threading.local()
@@ -110,6 +108,12 @@ class LayerCall:
         self.swapped: list[tuple[torch.nn.Module, str]] = []  # Linear modules replaced by AppliedLinear
         self.applied_first: str | None = None  # post-aggregation Linear moved before the exchange
         self.key: tuple | None = None  # what its checks covered (see checks.AgreementWatch)
+        # what a traced steady-state call repeats (steady_call; the path under torch.compile only)
+        self.call_args: tuple | None = None
+        self.forward_args: tuple | None = None
+        self.during: dict[str, Any] | None = None
+        self.steady_path: Any = None
+        self.looped: Tensor | None = None  # the graph its edge_updater got
 
     def enter(self, args: tuple, kwargs: dict, at: int | str) -> tuple[tuple, dict]:
         """The stages before ``forward``: ``(args, kwargs)`` of the call on the shard.
@@ -120,9 +124,11 @@ class LayerCall:
             at (int or str): where they hold the adjacency.
         """
         check_stage(self, args, kwargs)
+        self.call_args = (args, kwargs)
         args, kwargs = self.local_graph(args, kwargs, at)
         args, kwargs = self.move_linears(args, kwargs)
-        return self.normalise(args, kwargs)
+        self.forward_args = self.normalise(args, kwargs)
+        return self.forward_args
 
     def begin(self, shard: Shard) -> None:
         """Runs the layer on ``shard`` until :meth:`leave`."""
@@ -197,6 +203,8 @@ class LayerCall:
             edge_index, kwargs = propagated_graph(shard.normalisation, edge_index, kwargs)
         explaining = getattr(conv, "explain", False)
         weight_arg = None if explaining else plan.spmm_weight
+        if self.state.recording:  # an eager call under torch.compile (see steady_call)
+            note_propagate(self, edge_index, kwargs)
         if weight_arg is not None and isinstance(kwargs.get("x"), (Tensor, tuple, list)):
             shard.check_propagation(conv, edge_index, size)
             return self._spmm_propagate(edge_index, kwargs, weight_arg)
@@ -250,6 +258,8 @@ class LayerCall:
     def edge_update(self, edge_index: Any, size: Any, kwargs: dict[str, Any]) -> tuple:
         """``edge_updater``'s sources completed with halo rows, over ``size = (owned + halo, owned)``."""
         assert self.shard is not None
+        if self.state.recording:
+            note_edge_update(self, edge_index)
         return edge_update_sources(self.conv, edge_index, size, kwargs, self.shard, self.call_halos(),
                                    self.state.port, self.plan.edge_update_sources)
 
@@ -266,6 +276,8 @@ class LayerCall:
             self.state.port.watch.end(self.key)
         if self.halos is not None and self.halos.unused_fusion():
             self.state.fuse = False  # the same code on every rank: every rank stops fusing together
+        if self.state.recording:
+            record(self, LayerCall)
         stack = _stack()
         if self in stack:
             stack.remove(self)
@@ -274,26 +286,26 @@ class LayerCall:
 class InstanceMethod:
     """``conv.propagate`` / ``conv.edge_updater`` of a distributed layer: a picklable bound call."""
 
-    def __init__(self, conv: MessagePassing, function) -> None:
-        self.conv, self.function = conv, function
+    def __init__(self, conv: MessagePassing, function, traced: bool = False) -> None:
+        self.conv, self.function, self.traced = conv, function, traced  # traced: the propagate override
 
-    @torch.compiler.disable
     def __call__(self, edge_index: Any, size: Any = None, **kwargs: Any) -> Any:
+        if torch.compiler.is_compiling() or self.conv._sparsecomm.tracing is not None:  # (dynamo fell back)
+            return traced_method(self, edge_index, size, kwargs)
         return self.function(self.conv, edge_index, size, **kwargs)
 
 
 class EagerCall:
     """``conv._compiled_call_impl`` of a distributed layer: what ``torch.nn.Module.__call__`` runs
     in place of ``conv._call_impl`` when it is set (``Module.compile()`` sets it the same way), here
-    the same call with dynamo disabled (see the module doc).  Eager calls pay one switch of the
-    frame evaluation hook (microseconds)."""
+    traced, :func:`~.steady_call.traced_call` (see the module doc); eagerly, the layer's call."""
 
     def __init__(self, conv: MessagePassing) -> None:
         self.conv = conv
 
-    @torch.compiler.disable(reason="a distributed layer runs eagerly: its hooks hold per-call Python state and "
-                                   "collectives (halo exchanges, first-use checks)")
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if torch.compiler.is_compiling():
+            return traced_call(self.conv, args, kwargs)
         return module_call(self.conv)(*args, **kwargs)
 
 
@@ -322,7 +334,7 @@ def install_overrides(conv: MessagePassing) -> None:
     for name, function in (("propagate", propagate), ("edge_updater", edge_updater)):
         current_method = conv.__dict__.get(name)
         if not (isinstance(current_method, InstanceMethod) and current_method.conv is conv):
-            setattr(conv, name, InstanceMethod(conv, function))
+            setattr(conv, name, InstanceMethod(conv, function, traced=function is propagate))
     if compiled_call(conv) is None:
         set_compiled_call(conv, EagerCall(conv))
 

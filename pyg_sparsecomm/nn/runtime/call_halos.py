@@ -109,8 +109,16 @@ class RecordFirstOutput:
     def __init__(self, conv: MessagePassing) -> None:
         self.conv = conv
 
-    @torch.compiler.disable  # per-call Python state, like the layer's other hooks
     def __call__(self, module: torch.nn.Module, args: tuple, output: Any) -> None:
+        if torch.compiler.is_compiling():
+            if self.conv._sparsecomm.tracing is None:  # a traced steady-state call exchanges its sources itself
+                _record_eagerly(self, output)
+            return
         calls = self.conv._sparsecomm.calls
         if calls and calls[-1] is not None:
             calls[-1].call_halos().record(output)
+
+
+@torch.compiler.disable  # per-call Python state, like the layer's other hooks
+def _record_eagerly(hook: RecordFirstOutput, output: Any) -> None:
+    hook(hook.conv, (), output)

@@ -11,8 +11,12 @@ from .call_halos import RecordFirstOutput
 from .checks import CACHE_ATTRIBUTES
 from .plan import DistributedSettings
 from .state import LayerState, distributed_layers
+from .steady_call import SKIPPED_WHEN_TRACED
 
 __all__ = ["attach", "distributed_layers", "DistributedSettings", "LayerState"]
+
+for _hook in (enter, leave):  # a traced steady-state call runs neither (see steady_call)
+    setattr(_hook, SKIPPED_WHEN_TRACED, True)
 
 
 def attach(conv: MessagePassing, settings: DistributedSettings, own: bool = False) -> None:

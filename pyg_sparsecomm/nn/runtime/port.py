@@ -408,6 +408,10 @@ class HaloPort:
             self.cached_spmm.keep(spmm, *cached, shard.adj, rows.dtype, self.chosen_algorithm)
         return spmm
 
+    def last_aggregation(self) -> HaloAdj | None:
+        """The aggregation adjacency of the SpMM last built (a steady-state record multiplies with it)."""
+        return None if self._built is None else self._built[0]
+
     def traces_spmm(self, shard: Shard, settings: DistributedSettings) -> bool:
         """Whether a traced call's SpMM is :func:`~.traced_spmm.traced_aggregation`: exact halos by the
         ``"1d"`` algorithm (chosen at an eager first call) over the shard's traced exchanger."""

@@ -25,6 +25,11 @@ class LayerState:
             (``DistributedGCNConv``): ``distribute()`` keeps them. (default: ``False``)
     """
 
+    #: (class defaults too: a state pickled before they existed has none)
+    steady: Any = None
+    tracing: Any = None
+    recording = False
+
     def __init__(self, conv: MessagePassing, settings: DistributedSettings, own: bool = False) -> None:
         self.settings = settings
         self.own_settings = own
@@ -37,14 +42,21 @@ class LayerState:
         self.fuse = True  # False once a call's fused source rows went unused (see call_halos)
         #: the active calls of the layer, innermost last (``None``: a plain PyG call)
         self.calls: list[Any] = []
+        #: the last eager call's :class:`~.steady_call.SteadyRecord` (``None``: none reproduces it)
+        self.steady: Any = None
+        #: the record a traced call runs (set while dynamo traces its ``forward``)
+        self.tracing: Any = None
+        #: the running eager call leaves a record (it runs under ``torch.compile``)
+        self.recording = False
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "calls": [], "fuse": True}
+        return {**self.__dict__, "calls": [], "fuse": True, "steady": None, "tracing": None, "recording": False}
 
     def forget(self) -> None:
         """Drops every tensor the layer kept across calls (a move to another device, a reset of its
         parameters): the next call builds them again."""
         self.adjacency = AdjacencyCache()
+        self.steady = None
         self.port.forget()
 
     def forget_spmm(self) -> None:
