@@ -72,7 +72,7 @@ class ShardIndex(Tensor):
     indexed the whole graph's; the package's functions read it as rows.  What it selects from a
     tensor of the shard is a :class:`~pyg_sparsecomm.graph.shard_selection.ShardSelection` when the
     shard holds a share of the nodes (``partial``): this rank's share of the selection, which
-    refuses ``.numpy()`` and ``.tolist()`` (a metric of it would be a per-rank number).
+    refuses ``.numpy()`` and ``np.asarray`` (a metric of it would be a per-rank number).
 
     It stays a :class:`ShardIndex` through ``.to(device)``, ``clone()``, ``detach()``, slicing
     (``idx[perm]``, ``idx.split(size)``) and ``torch.cat`` of several; arithmetic gives a plain

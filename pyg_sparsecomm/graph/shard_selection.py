@@ -19,7 +19,7 @@ only the way metrics leave torch refuses, naming the fix:
   ``t.as_subclass(torch.Tensor)`` (which is the tensor itself at any number of ranks).
 
 A refusal, not a gather: a collective hidden in ``.numpy()`` would hang a script that converts on
-one rank only (``if rank == 0: print(y.tolist())``); an error never does.  On one process (the
+one rank only (``if rank == 0: np.save(path, y.numpy())``); an error never does.  On one process (the
 whole graph on one part) nothing is marked.
 """
 from typing import Any
