@@ -20,17 +20,15 @@ exchange again, bytes are counted.
 arguments are tensors and plain values and dynamo may turn an integer attribute into a symbolic
 one.  Every rank runs the same ops in the same order, as the eager exchanges.
 """
-import itertools
-import weakref
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from .halo import _to_halo, _to_owners
+from .op_handles import OpHandles
 
-_EXCHANGERS: "weakref.WeakValueDictionary[str, Any]" = weakref.WeakValueDictionary()
-_HANDLES = itertools.count()
+_EXCHANGERS = OpHandles("pyg_sparsecomm::halo_exchange", "the shard it was traced on")
 
 
 @torch.compiler.disable(reason="registering an exchanger happens once per shard, eagerly")
@@ -41,17 +39,11 @@ def register(exchanger: Any) -> str:
     Args:
         exchanger (HaloExchanger): the exchanger (kept by weak reference).
     """
-    handle = str(next(_HANDLES))
-    _EXCHANGERS[handle] = exchanger
-    return handle
+    return _EXCHANGERS.register(exchanger)
 
 
 def _exchanger(handle: str) -> Any:
-    exchanger = _EXCHANGERS.get(handle)
-    if exchanger is None:
-        raise RuntimeError(f"pyg_sparsecomm::halo_exchange: exchanger {handle} is gone (a compiled graph outlived "
-                           f"the shard it was traced on); call torch._dynamo.reset() or compile again")
-    return exchanger
+    return _EXCHANGERS.get(handle, "exchanger")
 
 
 @torch.compiler.disable(reason="registering a layer's steady-state call happens at an eager call")
@@ -62,9 +54,7 @@ def register_call(call: Any) -> str:
     Args:
         call (Any): the call (kept by weak reference).
     """
-    handle = f"call{next(_HANDLES)}"
-    _EXCHANGERS[handle] = call
-    return handle
+    return _EXCHANGERS.register(call, "call")
 
 
 @torch.library.custom_op("pyg_sparsecomm::halo_exchange", mutates_args=())

@@ -9,13 +9,12 @@ graph.  Equal to the eager SpMM up to float summation order.  A steady-state cal
 multiplies with the CSR adjacency its eager call built instead, as one more op (:func:`local_spmm`,
 differentiable in the rows): the eager kernels, forward and backward.
 """
-import itertools
-import weakref
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from ...comm.op_handles import OpHandles
 from ...plan.halo_adj import HaloAdj, csr_mm, spmm, spmm_dtypes
 
 
@@ -52,8 +51,7 @@ def traced_aggregation(halo_of, num_owned: int, edge_index: Tensor, weight: Tens
     return out
 
 
-_ADJACENCIES: "weakref.WeakValueDictionary[str, HaloAdj]" = weakref.WeakValueDictionary()
-_HANDLES = itertools.count()
+_ADJACENCIES = OpHandles("pyg_sparsecomm::local_spmm", "the layer's record")
 
 
 @torch.compiler.disable(reason="registering an aggregation adjacency happens at an eager call")
@@ -64,17 +62,11 @@ def register_adjacency(adj: HaloAdj) -> str:
     Args:
         adj (HaloAdj): the block row an eager call multiplied with (kept by weak reference).
     """
-    handle = f"adj{next(_HANDLES)}"
-    _ADJACENCIES[handle] = adj
-    return handle
+    return _ADJACENCIES.register(adj, "adj")
 
 
 def _adjacency(handle: str) -> HaloAdj:
-    adj = _ADJACENCIES.get(handle)
-    if adj is None:
-        raise RuntimeError(f"pyg_sparsecomm::local_spmm: adjacency {handle} is gone (a compiled graph outlived "
-                           f"the layer's record); call torch._dynamo.reset() or compile again")
-    return adj
+    return _ADJACENCIES.get(handle, "adjacency")
 
 
 @torch.library.custom_op("pyg_sparsecomm::local_spmm", mutates_args=())
