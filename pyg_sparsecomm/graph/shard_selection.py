@@ -71,13 +71,13 @@ class ShardSelection(Tensor):
             out = func(*args, **(kwargs or {}))
             if func in _PLAIN:
                 return out
-            rows = _selection_rows(args, kwargs)
+            rows = _selection_size(args, kwargs)
         if type(out) in (tuple, list):  # split, chunk (torch.Size and named tuples stay as they are)
             return type(out)(_marked(o, rows) for o in out)
         return _marked(out, rows)
 
 
-def _selection_rows(args: tuple, kwargs: dict | None) -> int:
+def _selection_size(args: tuple, kwargs: dict | None) -> int:
     """The number of rows of the first :class:`ShardSelection` among the arguments (called with the
     subclass's ``__torch_function__`` disabled)."""
     for value in (*args, *(kwargs or {}).values()):
