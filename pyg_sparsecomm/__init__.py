@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from . import _moved_modules
 from ._lazy import lazy_exports
+from .graph.dataset_lock import lock_dataset_files_once_loaded
 
 __version__ = "0.3.0"
 
@@ -78,6 +79,7 @@ if TYPE_CHECKING:  # pragma: no cover  (what type checkers and IDEs see; _EXPORT
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, _MOVED)
 _moved_modules.install(__name__)  # 0.2's module paths (pyg_sparsecomm.runtime, ...) warn, then work
+lock_dataset_files_once_loaded()  # every rank may build the dataset: one downloads and processes, the others load
 
 __all__ = [
     "__version__", "SparsityAwarePartitioner", "AutomaticOptionsWarning", "shard", "HaloAdj", "CommStats",

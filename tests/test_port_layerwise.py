@@ -29,10 +29,11 @@ from pyg_sparsecomm.testing import launch
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "porting"
 PYG, DISTRIBUTED = EXAMPLES / "layerwise.py", EXAMPLES / "layerwise_distributed.py"
-#: issue 54: a mini-batch script converts in at most 8 changed lines; this one takes 7 (two imports,
-#: the dataset, partition_and_shard, distribute, distributed_loss, global_accuracy): the subgraph
-#: loader's lines (copy.copy, del loader.data.x, loader.data.n_id) and model.inference are unchanged
-BUDGET = 7
+#: issue 54: a mini-batch script converts in at most 8 changed lines; this one takes 6 (two imports,
+#: partition_and_shard, distribute, distributed_loss, global_accuracy): the dataset line (a PyG dataset
+#: is locked under torchrun), the subgraph loader's lines (copy.copy, del loader.data.x,
+#: loader.data.n_id) and model.inference are unchanged
+BUDGET = 6
 LINE = re.compile(r"Epoch: (\d+), Loss: ([\d.]+), Train: ([\d.]+), Val: ([\d.]+), Test: ([\d.]+)")
 
 

@@ -26,13 +26,13 @@ from pyg_sparsecomm.testing import launch
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "porting"
 PYG, DISTRIBUTED = EXAMPLES / "neighbor.py", EXAMPLES / "neighbor_distributed.py"
 
-#: issue 23: a NeighborLoader script converts in at most 8 changed lines; this one takes 7 (two
-#: imports, the dataset, partition_and_shard, distribute, distributed_loss, global_accuracy: the
-#: epoch loss ``total_loss += loss.item()`` is unchanged, distributed_loss returning the whole batch's)
-BUDGET = 7
+#: issue 23: a NeighborLoader script converts in at most 8 changed lines; this one takes 6 (two
+#: imports, partition_and_shard, distribute, distributed_loss, global_accuracy: the dataset line is
+#: unchanged (under torchrun the package locks a PyG dataset's download and processing), and so is the
+#: epoch loss ``total_loss += loss.item()``, distributed_loss returning the whole batch's)
+BUDGET = 6
 #: lines that go once ``distribute()`` broadcasts parameters and syncs gradients and
-#: ``partition_and_shard`` joins the job and sets ``data.edge_index`` (branch ``api``); the
-#: dataset line then gains ``rank_zero_first`` (+1)
+#: ``partition_and_shard`` joins the job and sets ``data.edge_index`` (branch ``api``)
 LINE = re.compile(r"Epoch: (\d+), Loss: ([\d.]+), Train: ([\d.]+), Val: ([\d.]+), Test: ([\d.]+)")
 
 

@@ -1,6 +1,6 @@
 """The porting examples (issue 23, item 5): each single-process PyG script in examples/porting and its
 distributed version train Cora with the same loss curve (dropout off) at P = 2 and 4, every rank
-starting from its own random parameters, and the port changes at most PORT_LINES lines."""
+starting from its own random parameters, and the port changes at most ADDED/REMOVED lines."""
 import contextlib
 import difflib
 import io
@@ -17,13 +17,12 @@ from sklearn_stand_in import installed
 from pyg_sparsecomm.testing import launch
 
 PORTING = Path(__file__).resolve().parents[1] / "examples" / "porting"
-#: lines added / removed by a port (``diff single.py distributed.py``): the import, the dataset
-#: (rank_zero_first), partition_and_shard, distribute, distributed_loss and global_accuracy; the
-#: import is the only line without a counterpart (``float(loss)`` stays: issue 23 allows 6)
+#: lines added / removed by a port (``diff single.py distributed.py``): the import, partition_and_shard,
+#: distribute, distributed_loss and global_accuracy (the dataset line stays: under torchrun the package
+#: locks a PyG dataset's download and processing); the import is the only line without a counterpart.
+#: Issue 54's bar is 6 changed lines; an OGB-style script also converts its split_idx (shard_index) and
+#: scores with GlobalEvaluator(Evaluator()) in place of global_accuracy: the most any pair needs.
 ADDED, REMOVED = 6, 5
-#: an OGB-style script also converts its split_idx (the README's first line) and scores with an
-#: Evaluator (GlobalEvaluator, in place of global_accuracy): one line more each way (issue 54)
-PORT_LINES = {"ogb_index": (7, 6)}
 PAIRS = {
     "gcn": ["--epochs", "12", "--dropout", "0"],
     "gat": ["--epochs", "8", "--dropout", "0", "--heads", "2"],
@@ -77,8 +76,7 @@ def test_port_changes_few_lines(name):
     diff = list(difflib.unified_diff(single, distributed, lineterm="", n=0))
     added = [line for line in diff if line.startswith("+") and not line.startswith("+++")]
     removed = [line for line in diff if line.startswith("-") and not line.startswith("---")]
-    most_added, most_removed = PORT_LINES.get(name, (ADDED, REMOVED))
-    assert len(added) <= most_added and len(removed) <= most_removed, "\n".join(diff)
+    assert len(added) <= ADDED and len(removed) <= REMOVED, "\n".join(diff)
 
 
 def _pair_params():

@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 from torch_geometric.datasets import Planetoid
 from torch_geometric.nn import DeepGraphInfomax, GCNConv
-from pyg_sparsecomm import distribute, partition_and_shard, rank_zero_first
+from pyg_sparsecomm import distribute, partition_and_shard
 
 parser = argparse.ArgumentParser()
 parser.add_argument('--root', default='data/Planetoid')
@@ -19,7 +19,7 @@ parser.add_argument('--epochs', type=int, default=300)
 parser.add_argument('--hidden', type=int, default=512)
 args = parser.parse_args()
 
-dataset = rank_zero_first(Planetoid)(args.root, 'Cora')
+dataset = Planetoid(args.root, 'Cora')
 
 
 class Encoder(nn.Module):

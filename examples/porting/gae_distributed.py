@@ -12,7 +12,7 @@ import torch
 import torch_geometric.transforms as T
 from torch_geometric.datasets import Planetoid
 from torch_geometric.nn import GAE, VGAE, GCNConv
-from pyg_sparsecomm import distribute, partition_and_shard, rank_zero_first
+from pyg_sparsecomm import distribute, partition_and_shard
 
 parser = argparse.ArgumentParser()
 parser.add_argument('--variational', action='store_true')
@@ -31,7 +31,7 @@ transform = T.Compose([
     T.RandomLinkSplit(num_val=0.05, num_test=0.1, is_undirected=True,
                       split_labels=True, add_negative_train_samples=False),
 ])
-dataset = rank_zero_first(Planetoid)(args.root, args.dataset, transform=transform)
+dataset = Planetoid(args.root, args.dataset, transform=transform)
 train_data, val_data, test_data = partition_and_shard(dataset[0])
 
 

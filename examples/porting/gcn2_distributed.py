@@ -14,7 +14,7 @@ import torch_geometric.transforms as T
 from torch.nn import Linear
 from torch_geometric.datasets import Planetoid
 from torch_geometric.nn import GCN2Conv
-from pyg_sparsecomm import distribute, distributed_loss, global_accuracy, partition_and_shard, rank_zero_first
+from pyg_sparsecomm import distribute, distributed_loss, global_accuracy, partition_and_shard
 
 parser = argparse.ArgumentParser()
 parser.add_argument('--root', default='data/Planetoid')
@@ -25,7 +25,7 @@ args = parser.parse_args()
 
 transform = T.Compose([T.NormalizeFeatures(), T.GCNNorm(), T.ToSparseTensor()])
 device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
-dataset = rank_zero_first(Planetoid)(args.root, 'Cora', transform=transform)
+dataset = Planetoid(args.root, 'Cora', transform=transform)
 data = partition_and_shard(dataset[0]).to(device)
 
 

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 import torch_geometric.transforms as T
 from torch_geometric.datasets import Planetoid
 from torch_geometric.nn import GCNConv
-from pyg_sparsecomm import distribute, distributed_loss, global_accuracy, partition_and_shard, rank_zero_first
+from pyg_sparsecomm import distribute, distributed_loss, global_accuracy, partition_and_shard
 
 parser = argparse.ArgumentParser()
 parser.add_argument('--root', default='data/Planetoid')
@@ -20,7 +20,7 @@ parser.add_argument('--dropout', type=float, default=0.5)
 args = parser.parse_args()
 
 device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
-dataset = rank_zero_first(Planetoid)(args.root, 'Cora', transform=T.NormalizeFeatures())
+dataset = Planetoid(args.root, 'Cora', transform=T.NormalizeFeatures())
 data = partition_and_shard(dataset[0]).to(device)
 
 

@@ -27,7 +27,7 @@ parser.add_argument('--dropout', type=float, default=0.5)
 args = parser.parse_args()
 device = torch.device('cpu')
 
-dataset = psc.rank_zero_first(Planetoid)(args.root, 'Cora')
+dataset = Planetoid(args.root, 'Cora')
 data = dataset[0]
 data = psc.partition_and_shard(data)
 

@@ -12,7 +12,7 @@ import torch
 import torch_geometric.transforms as T
 from torch_geometric.datasets import Planetoid
 from torch_geometric.nn import GCNConv
-from pyg_sparsecomm import distribute, distributed_loss, gather_nodes, partition_and_shard, rank_zero_first
+from pyg_sparsecomm import distribute, distributed_loss, gather_nodes, partition_and_shard
 from pyg_sparsecomm.link import negative_sampling, roc_auc_score
 
 parser = argparse.ArgumentParser()
@@ -27,7 +27,7 @@ transform = T.Compose([
     T.RandomLinkSplit(num_val=0.05, num_test=0.1, is_undirected=True,
                       add_negative_train_samples=False),
 ])
-dataset = rank_zero_first(Planetoid)(args.root, name='Cora', transform=transform)
+dataset = Planetoid(args.root, name='Cora', transform=transform)
 # After applying the `RandomLinkSplit` transform, the data is transformed from
 # a data object to a list of tuples (train_data, val_data, test_data), with
 # each element representing the corresponding split.

@@ -22,7 +22,7 @@ parser.add_argument('--epochs', type=int, default=10)
 parser.add_argument('--dropout', type=float, default=0.5)
 args = parser.parse_args()
 
-dataset = psc.rank_zero_first(Planetoid)(args.root, 'Cora')
+dataset = Planetoid(args.root, 'Cora')
 data = dataset[0]
 train_idx = data.train_mask.nonzero().view(-1)
 data = psc.partition_and_shard(data)

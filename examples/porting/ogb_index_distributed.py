@@ -17,7 +17,7 @@ import torch.nn.functional as F
 import torch_geometric.transforms as T
 from torch_geometric.datasets import Planetoid
 from torch_geometric.nn import SAGEConv
-from pyg_sparsecomm import GlobalEvaluator, distribute, distributed_loss, partition_and_shard, rank_zero_first, shard_index
+from pyg_sparsecomm import GlobalEvaluator, distribute, distributed_loss, partition_and_shard, shard_index
 
 parser = argparse.ArgumentParser()
 parser.add_argument('--root', default='data/Planetoid')
@@ -79,7 +79,7 @@ def test(model, data, split_idx, evaluator):
 
 
 device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
-dataset = rank_zero_first(Planetoid)(args.root, 'Cora', transform=T.NormalizeFeatures())
+dataset = Planetoid(args.root, 'Cora', transform=T.NormalizeFeatures())
 data = partition_and_shard(dataset[0])
 data.y = data.y.view(-1, 1)  # OGB's labels are [num_nodes, 1]
 data = data.to(device)

@@ -14,8 +14,9 @@ from contextlib import contextmanager
 from typing import Any
 
 #: set (to anything but ``""`` or ``"0"``) to make a missing raw file an error at once, never a
-#: download attempt: in :func:`~pyg_sparsecomm.launch.datasets.load_dataset` and in every PyG dataset
-#: built under :func:`~pyg_sparsecomm.rank_zero_first`
+#: download attempt: in :func:`~pyg_sparsecomm.launch.datasets.load_dataset`, in every PyG dataset
+#: built under :func:`~pyg_sparsecomm.rank_zero_first`, and in every one under ``torchrun``
+#: (:mod:`~pyg_sparsecomm.graph.dataset_lock`)
 OFFLINE_ENV = "PYG_SPARSECOMM_OFFLINE"
 
 _lock = threading.Lock()
@@ -58,11 +59,22 @@ def _patch(step: int) -> None:
 
 
 def _init_refusing_download(self, *args, **kwargs) -> None:
-    self.download = lambda: _refuse_download(self)
-    try:
+    with refusing_download_of(self):
         _original_init(self, *args, **kwargs)
+
+
+@contextmanager
+def refusing_download_of(dataset: Any) -> Iterator[None]:
+    """While offline (:func:`is_offline`), ``dataset.download()`` raises ``FileNotFoundError``
+    naming the missing raw files (an instance attribute over the class's method, for the block)."""
+    if not is_offline() or "download" in vars(dataset):  # online, or an enclosing block refuses already
+        yield
+        return
+    dataset.download = lambda: _refuse_download(dataset)
+    try:
+        yield
     finally:
-        del self.download
+        del dataset.download
 
 
 def _refuse_download(dataset) -> None:

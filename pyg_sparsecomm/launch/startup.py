@@ -5,10 +5,13 @@ A single-process script builds its dataset and takes the graph::
     dataset = Planetoid(root, "Cora", transform=T.NormalizeFeatures())
     data = dataset[0]
 
-Across processes, every rank constructing the dataset on a fresh root races on its processed
-files (``PytorchStreamReader failed reading file``), and every rank needs the same partition::
+Across processes, every rank constructing the dataset on a fresh root would race on its processed
+files (``PytorchStreamReader failed reading file``); importing the package locks a PyG dataset's
+download and processing (:mod:`~pyg_sparsecomm.graph.dataset_lock`), so the dataset line stays, and
+:func:`rank_zero_first` does the same with a broadcast for any other callable.  Every rank needs the
+same partition::
 
-    dataset = rank_zero_first(Planetoid)(root, "Cora", transform=T.NormalizeFeatures())
+    dataset = Planetoid(root, "Cora", transform=T.NormalizeFeatures())
     data = partition_and_shard(dataset[0])      # data.edge_index / data.adj_t: the shard's HaloAdj
 
 Both join ``torchrun``'s job first if the script did not (:func:`~pyg_sparsecomm.launch.runtime.join_job`),
@@ -79,7 +82,9 @@ def _rank_zero_first_steps(group: dist.ProcessGroup | None) -> Iterator[None]:
 
 def rank_zero_first(fn: Callable[..., Any] | None = None, *, group: dist.ProcessGroup | None = None):
     """Runs a block (or a call) on rank 0 first, then on the other ranks: a dataset's download and
-    processing happen once, and the others load the processed files.
+    processing happen once, and the others load the processed files.  A PyG dataset needs no wrap
+    (importing the package locks its download and processing: :mod:`~pyg_sparsecomm.graph.dataset_lock`);
+    this is for the others (OGB's NumPy ``NodePropPredDataset``, a script's own preprocessing).
 
     As a context manager::
 

@@ -150,7 +150,7 @@ def shard_from_pattern(data: Data, pattern: CommPattern, rank: int) -> Data:
 
     local = Data()
     pairs = SUPERVISION_KEYS if "edge_label_index" in data else ()
-    indexes = index_attributes(data, plan.n_id, data.num_nodes)  # train_idx, split_idx, ... and train_y
+    indexes = index_attributes(data, plan.n_id, data.num_nodes, pattern.num_parts)  # train_idx, ... and train_y
     for key, value in data.items():
         if key in pairs:
             local[key] = value  # the split's pairs, whole, in global ids (link.distribute_pairs takes them)

@@ -117,10 +117,11 @@ def shard_hetero(data: HeteroData, group: dist.ProcessGroup | None = None, rank:
                          f"type (data['paper'].{unplaced[0]}) or as a dict keyed by node type")
     local = HeteroShard()
     for node_type in data.node_types:
-        _shard_nodes(data, local, node_type, parts[node_type], rank)
+        _shard_nodes(data, local, node_type, parts[node_type], rank, num_parts)
     for key, value in data._global_store.items():
         if key not in _GLOBAL_SKIP:  # a graph-level index list: a dict keyed by node type
-            local[key] = shard_index(value, local) if is_index_name(key) and isinstance(value, Mapping) else value
+            is_index = is_index_name(key) and isinstance(value, Mapping)
+            local[key] = shard_index(value, local, num_parts=num_parts) if is_index else value
     plans: dict[str, tuple[Any, RankPlan]] = {}
     for edge_type in data.edge_types:
         src = edge_type[0]
@@ -131,10 +132,10 @@ def shard_hetero(data: HeteroData, group: dist.ProcessGroup | None = None, rank:
     return local
 
 
-def _shard_nodes(data: HeteroData, local: HeteroData, node_type: str, part: Tensor, rank: int) -> None:
+def _shard_nodes(data: HeteroData, local: HeteroData, node_type: str, part: Tensor, rank: int, num_parts: int) -> None:
     store = data[node_type]
     n_id = torch.nonzero(part.cpu() == rank).view(-1)
-    indexes = index_attributes(store, n_id, store.num_nodes)  # train_idx, ... and their labels
+    indexes = index_attributes(store, n_id, store.num_nodes, num_parts)  # train_idx, ... and their labels
     for key, value in store.items():
         if key in _NODE_SKIP:
             continue

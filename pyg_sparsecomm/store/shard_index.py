@@ -27,16 +27,22 @@ from torch import Tensor
 from ..graph.node_index import ShardIndex, is_index_name, is_node_index, label_keys, owned_rows
 
 
-def _rows_of(value: Any, n_id: Tensor, num_nodes: int, owner_mask: Tensor | None, what: str) -> Any:
+def _rows_of(value: Any, n_id: Tensor, num_nodes: int, owner_mask: Tensor | None, what: str,
+             num_parts: int | None) -> Any:
     """``value`` (ids, a bool mask over all nodes, or a dict of them) on the shard of ``n_id``."""
     if isinstance(value, Mapping):
-        return {k: _rows_of(v, n_id, num_nodes, owner_mask, f"{what}[{k!r}]") for k, v in value.items()}
-    return _selection_rows(value, n_id, num_nodes, owner_mask, what)[0]
+        return {k: _rows_of(v, n_id, num_nodes, owner_mask, f"{what}[{k!r}]", num_parts) for k, v in value.items()}
+    return _selection_rows(value, n_id, num_nodes, owner_mask, what, num_parts)[0]
 
 
 def _selection_rows(value: Any, n_id: Tensor, num_nodes: int, owner_mask: Tensor | None,
-                    what: str) -> tuple[Tensor, Tensor | None]:
-    """``(rows or mask, entries of value kept)`` of one tensor (``entries``: for an index list)."""
+                    what: str, num_parts: int | None) -> tuple[Tensor, Tensor | None]:
+    """``(rows or mask, entries of value kept)`` of one tensor (``entries``: for an index list).
+
+    The rows are marked ``partial`` (their tensors' selections a share, see
+    :mod:`~pyg_sparsecomm.graph.shard_selection`) on every rank of a partition into more than one
+    part, also on a rank that happens to own every node (the others' parts empty): every rank
+    then refuses the same conversions, none passes where a peer raises."""
     num_rows = n_id.numel()
     if isinstance(value, ShardIndex):
         if value.num_rows != num_rows or value.num_nodes != num_nodes:
@@ -56,8 +62,8 @@ def _selection_rows(value: Any, n_id: Tensor, num_nodes: int, owner_mask: Tensor
     if owner_mask is not None:  # a replica scores its share of the block row's rows
         kept = owner_mask.to(rows.device)[rows]
         rows, entries = rows[kept], entries[kept]
-    return ShardIndex.of(rows.to(value.device), num_rows, num_nodes, num_rows < num_nodes or owner_mask is not None), \
-        entries
+    partial = (num_rows < num_nodes if num_parts is None else num_parts > 1) or owner_mask is not None
+    return ShardIndex.of(rows.to(value.device), num_rows, num_nodes, partial), entries
 
 
 def _mask_rows(mask: Tensor, n_id: Tensor, num_nodes: int, owner_mask: Tensor | None, what: str) -> Tensor:
@@ -73,7 +79,7 @@ def _mask_rows(mask: Tensor, n_id: Tensor, num_nodes: int, owner_mask: Tensor | 
     return local
 
 
-def shard_index(index: Any, local: Any, node_type: str | None = None) -> Any:
+def shard_index(index: Any, local: Any, node_type: str | None = None, num_parts: int | None = None) -> Any:
     r"""The whole graph's node ids (or masks) on this rank's shard: the rows of the owned nodes among
     them, in their order, as a :class:`~pyg_sparsecomm.graph.node_index.ShardIndex` (a mask: its
     rows of the shard).  Call it on every rank with the same ids; no communication.
@@ -97,6 +103,8 @@ def shard_index(index: Any, local: Any, node_type: str | None = None) -> Any:
             ``shard``, ``load_shard``).
         node_type (str, optional): the node type of the ids on a heterogeneous shard, where the
             dict's keys do not name it. (default: :obj:`None`)
+        num_parts (int, optional): the number of parts of the partition (the world size). (default:
+            the shard's, read from its adjacency)
 
     Returns:
         the same structure, each tensor replaced by its rows on the shard.
@@ -106,35 +114,45 @@ def shard_index(index: Any, local: Any, node_type: str | None = None) -> Any:
         - **output:** :math:`(k_r)` rows of the shard, or :math:`(|\mathcal{V}_r|)` a mask
     """
     node_types = getattr(local, "node_types", None)
+    num_parts = _num_parts(local) if num_parts is None else num_parts
     if node_types is None:
         if node_type is not None:
             raise ValueError(f"shard_index(..., node_type={node_type!r}): the shard is homogeneous (a Data)")
-        return _on_store(index, local, "index")
-    return _on_hetero(index, local, node_type, "index")
+        return _on_store(index, local, "index", num_parts)
+    return _on_hetero(index, local, node_type, "index", num_parts)
 
 
-def _on_store(index: Any, store: Any, what: str) -> Any:
+def _num_parts(local: Any) -> int | None:
+    """The world size of a shard, read from its adjacency's plan (``None`` without one)."""
+    adjs = getattr(local, "adj_dict", None) if getattr(local, "node_types", None) is not None \
+        else {"adj": getattr(local, "adj", None)}
+    plans = [getattr(adj, "plan", None) for adj in (adjs or {}).values()]
+    return next((int(plan.world_size) for plan in plans if plan is not None), None)
+
+
+def _on_store(index: Any, store: Any, what: str, num_parts: int | None) -> Any:
     n_id = getattr(store, "n_id", None)
     num_nodes = getattr(store, "global_num_nodes", None)
     if n_id is None or num_nodes is None:
         raise ValueError("shard_index takes this rank's shard (partition_and_shard(data), shard(data)), which holds "
                          "n_id and global_num_nodes; call it after sharding, with the shard")
-    return _rows_of(index, n_id, int(num_nodes), getattr(store, "owner_mask", None), what)
+    return _rows_of(index, n_id, int(num_nodes), getattr(store, "owner_mask", None), what, num_parts)
 
 
-def _on_hetero(index: Any, local: Any, node_type: str | None, what: str) -> Any:
+def _on_hetero(index: Any, local: Any, node_type: str | None, what: str, num_parts: int | None) -> Any:
     if node_type is not None:
         if node_type not in local.node_types:
             raise ValueError(f"shard_index: node type {node_type!r} is not one of the shard's {local.node_types}")
-        return _on_store(index, local[node_type], what)
+        return _on_store(index, local[node_type], what, num_parts)
     if isinstance(index, Mapping):
-        return {k: (_on_store(v, local[k], f"{what}[{k!r}]") if k in local.node_types
-                    else _on_hetero(v, local, None, f"{what}[{k!r}]")) for k, v in index.items()}
+        return {k: (_on_store(v, local[k], f"{what}[{k!r}]", num_parts) if k in local.node_types
+                    else _on_hetero(v, local, None, f"{what}[{k!r}]", num_parts)) for k, v in index.items()}
     raise ValueError(f"shard_index: {what} of a heterogeneous shard names no node type: pass node_type= "
                      f"(shard_index(ids, data, node_type='paper')) or a dict keyed by node type")
 
 
-def index_attributes(store: Any, n_id: Tensor, num_nodes: int, owner_mask: Tensor | None = None) -> dict[str, Any]:
+def index_attributes(store: Any, n_id: Tensor, num_nodes: int, num_parts: int,
+                     owner_mask: Tensor | None = None) -> dict[str, Any]:
     """``{key: value on the shard}`` of the index lists among ``store``'s attributes (the rule of
     :mod:`~pyg_sparsecomm.graph.node_index`) and of their labels (``train_y``), taken at the same
     entries; what ``shard()`` puts in their place.
@@ -143,6 +161,7 @@ def index_attributes(store: Any, n_id: Tensor, num_nodes: int, owner_mask: Tenso
         store (Any): the whole graph's ``Data`` (or a node store of a ``HeteroData``).
         n_id (torch.Tensor): the global id of every row of the shard.
         num_nodes (int): the whole graph's number of nodes.
+        num_parts (int): the partition's number of parts.
         owner_mask (torch.Tensor, optional): the rows a 1.5D replica scores. (default: :obj:`None`)
     """
     out: dict[str, Any] = {}
@@ -150,9 +169,9 @@ def index_attributes(store: Any, n_id: Tensor, num_nodes: int, owner_mask: Tenso
         if not is_node_index(key, value, num_nodes):
             continue
         if isinstance(value, Mapping):
-            out[key] = _rows_of(value, n_id, num_nodes, owner_mask, f"data.{key}")
+            out[key] = _rows_of(value, n_id, num_nodes, owner_mask, f"data.{key}", num_parts)
             continue
-        rows, entries = _selection_rows(value, n_id, num_nodes, owner_mask, f"data.{key}")
+        rows, entries = _selection_rows(value, n_id, num_nodes, owner_mask, f"data.{key}", num_parts)
         out[key] = rows
         for label in label_keys(key):
             labels = store[label] if label in store else None

@@ -22,8 +22,9 @@ from pyg_sparsecomm.testing import launch
 
 PORTING = Path(__file__).resolve().parents[2] / "examples" / "porting"
 SINGLE, DISTRIBUTED = PORTING / "gae.py", PORTING / "gae_distributed.py"
-#: the import, the dataset (rank_zero_first), the split's shards, distribute, the KL term's global node count
-CHANGED_LINES = 6
+#: the import, the split's shards, distribute, the KL term's global node count (the dataset line stays:
+#: under torchrun the package locks a PyG dataset's download and processing)
+CHANGED_LINES = 4
 EPOCHS = 6
 
 

@@ -170,6 +170,28 @@ def test_index_lists_sharded_like_masks(world_size):
         assert "the rows of another shard" in refusals["loader"], refusals
 
 
+def _one_owner_worker(rank, world_size):
+    data = graph(world_size)
+    data.part = torch.zeros(N, dtype=torch.long)  # rank 0 owns every node, the other parts are empty
+    local = partition_and_shard(data)
+    test = local.split_idx["test"]
+    adhoc = shard_index(torch.arange(N), local)
+    return {"marked": [type(local.y[i]).__name__ for i in (local.train_idx, test, adhoc)],
+            "plain evaluator": _refusal(lambda: HostAccuracy().eval({"y_true": local.y[test].view(-1, 1),
+                                                                     "y_pred": local.y[test].view(-1, 1)})),
+            "global_count": global_count(local.train_idx)}
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_a_rank_owning_every_node_refuses_as_its_peers_do(world_size):
+    """Owning every node (the other parts empty), a rank's selections are still its share of a
+    partitioned graph: it refuses NumPy like its peers, not passing where they raise."""
+    for rank, seen in enumerate(launch(_one_owner_worker, world_size)):
+        assert seen["marked"] == ["ShardSelection"] * 3, (rank, seen)
+        assert "GlobalEvaluator(Evaluator(name))" in seen["plain evaluator"], (rank, seen)
+        assert seen["global_count"] == graph(world_size).train_idx.numel()
+
+
 def test_recognition_rule():
     data = graph(2)
     data.node_idx = torch.arange(N)          # one entry per node, not a split name: a node attribute
