@@ -21,7 +21,7 @@ from ..graph.batch_node_ids import BatchNodeIds
 from ..plan.halo_adj import HaloAdj, csr_order
 from ..plan.homogeneous import RankPlan
 from ..sampling.host_reads import read_counts
-from ..sampling.row_sets import RowLookup
+from ..sampling.row_sets import RowLookup, unique_rows_inverse
 from ..sampling.sampled_adj import SampledAdj
 from ..training.per_rank import LocalCount
 
@@ -120,7 +120,7 @@ def batch_plan(plan: RankPlan, rows: BatchRows, halo_col: Tensor, edge_hop: Tens
     reply (send and receive counts, rows per hop, ``edge_counts`` when given, the requests' check) is
     read from the device at once, and the ranks' rows per hop once after it."""
     P, levels = plan.world_size, rows.counts.numel()
-    used_halo, halo_pos = torch.unique(halo_col, return_inverse=True)  # (owner, id) order
+    used_halo, halo_pos = unique_rows_inverse(halo_col, plan.halo_size)  # (owner, id) order
     halo_hop = torch.full((used_halo.numel(),), levels, dtype=torch.long, device=halo_col.device)
     halo_hop.scatter_reduce_(0, halo_pos, edge_hop, "amin")  # first hop reading it
     send_peer, send_index, send_hop = _send_lists(requests, rows.batch_row, plan.num_owned)

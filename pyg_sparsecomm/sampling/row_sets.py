@@ -39,6 +39,22 @@ def unique_rows(rows: Tensor, num_rows: int | None = None) -> Tensor:
     return torch.unique(rows)
 
 
+def unique_rows_inverse(rows: Tensor, num_rows: int | None = None) -> tuple[Tensor, Tensor]:
+    """``(set, inverse)``: the set of ``rows`` (ascending, each once) and where each of ``rows`` sits
+    in it, as ``torch.unique(rows, return_inverse=True)`` (no sort where the set is dense).
+
+    Args:
+        rows (torch.Tensor): row indices.
+        num_rows (int, optional): the shard's rows (above them none is given). (default: :obj:`None`)
+    """
+    if not _dense(rows.numel(), num_rows):
+        return torch.unique(rows, return_inverse=True)
+    assert num_rows is not None
+    mask = torch.zeros(num_rows, dtype=torch.bool, device=rows.device).index_fill_(0, rows, True)
+    position = torch.cumsum(mask, 0).sub_(1)
+    return torch.nonzero(mask).view(-1), position.index_select(0, rows)
+
+
 def members(rows: Tensor, of: Tensor, num_rows: int | None = None) -> Tensor:
     """``[len(rows)]`` whether each of ``rows`` is in the set ``of``.
 
