@@ -19,6 +19,7 @@ from torch import Tensor
 from torch_geometric.data import Data, HeteroData
 
 from ..comm.group import host_all_reduce, raise_together, twin_group, world_size
+from ..comm.host_allocator import keep_host_buffers
 from ..sampling.rules import NeighborSampling, NodeSubsetSampling
 from .prefetch import PrefetchedBatches
 from .pyg_options import prefetch_depth
@@ -53,6 +54,7 @@ class DistributedLoader:
 
     def __init__(self, sampler: ShardSampler, group: dist.ProcessGroup | None,
                  transform: Callable[[Any], Any] | None, prefetch: int | None, pyg_options: dict[str, Any]) -> None:
+        keep_host_buffers()  # each batch's buffers reused, not faulted in afresh (comm/host_allocator.py)
         self.sampler, self.local, self.sampling = sampler, sampler.local, sampler.sampling
         self.seed_n_id, self.num_nodes, self.device = sampler.seed_n_id, sampler.num_nodes, sampler.device
         n_id = self.seed_n_id

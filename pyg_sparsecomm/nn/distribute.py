@@ -41,6 +41,7 @@ from ..algorithms.choice import compression_note, explain_table
 from ..algorithms.cost import CostModel
 from ..algorithms.settings import check_settings
 from ..comm.halo_options import HaloOptions
+from ..comm.host_allocator import keep_host_buffers
 from ..compat import edge_update_arguments, message_arguments
 from . import gradient_sync, trim
 from .lightgcn import DistributedLightGCN, attach_embedding
@@ -177,6 +178,7 @@ def distribute(module: torch.nn.Module, algorithm: str = "1d", group: dist.Proce
     settings = _settings(algorithm, group, replication, cost_model, halo_precision, halo_grad_precision, staleness,
                          stale_smoothing)
     _refuse_inexact(module)
+    keep_host_buffers()  # each step's exchange buffers reused, not faulted in afresh (comm/host_allocator.py)
     trim.install(module)
     if hetero.is_heterogeneous(module):  # homogeneous models get no hooks of it
         hetero.install_scope(module)
