@@ -5,8 +5,8 @@ thousand rows is megabytes) and frees them within the step.  glibc's ``malloc`` 
 by ``mmap`` and returns them to the system when freed (its thresholds adapt, but a rank whose
 threads allocate and free buffers of changing sizes keeps crossing them), so each step faults its
 buffers' pages in again: at P = 2 a GraphSAGE mini-batch step of ``benchmarks/minibatch_speed.py``
-took 600-1,700 minor page faults (P = 1: about 20) and a third more CPU time than with the buffers
-kept (``benchmarks/minibatch_ceiling.py``, RESULTS.md).  :func:`keep_host_buffers` fixes both
+took a median of about 2,300 minor page faults (P = 1: about 20) and a third more CPU time than with
+the buffers kept (about 6 faults; ``tests/comm/test_host_allocator.py``).  :func:`keep_host_buffers` fixes both
 thresholds once per process (``mallopt``): blocks up to :data:`MMAP_THRESHOLD` come from the heap,
 and up to :data:`TRIM_THRESHOLD` of freed heap stays mapped for the next step.  What PyTorch's CPU
 performance guides get by preloading jemalloc or tcmalloc, without a preload.

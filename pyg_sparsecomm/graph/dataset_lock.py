@@ -31,12 +31,10 @@ from typing import Any
 
 #: the lock file, in the dataset's ``root``
 LOCK_NAME = ".pyg_sparsecomm.lock"
-
-_held = threading.local()  # lock paths this thread holds: a dataset built inside another's process()
-
-
 #: the module defining PyG's ``Dataset``
 DATASET_MODULE = "torch_geometric.data.dataset"
+
+_held = threading.local()  # lock paths this thread holds: a dataset built inside another's process()
 
 
 def lock_dataset_files_once_loaded() -> None:

@@ -15,8 +15,8 @@ from typing import Any
 
 #: set (to anything but ``""`` or ``"0"``) to make a missing raw file an error at once, never a
 #: download attempt: in :func:`~pyg_sparsecomm.launch.datasets.load_dataset`, in every PyG dataset
-#: built under :func:`~pyg_sparsecomm.rank_zero_first`, and in every one under ``torchrun``
-#: (:mod:`~pyg_sparsecomm.graph.dataset_lock`)
+#: built under :func:`~pyg_sparsecomm.rank_zero_first`, and in every one built once the package is
+#: imported (:mod:`~pyg_sparsecomm.graph.dataset_lock`)
 OFFLINE_ENV = "PYG_SPARSECOMM_OFFLINE"
 
 _lock = threading.Lock()
