@@ -15,9 +15,10 @@ issue the same all-reduces in the same order. They run on a process group of the
 (:func:`~pyg_sparsecomm.comm.group.dedicated_group`, one per process for all models), apart from
 the halo exchanges that backward runs at the same time. A callback at the end of backward
 launches the remaining buckets (a parameter without a gradient on this rank contributes zeros),
-waits, and writes the sums. Which parameters some rank used is agreed on the host (one small
-all-reduce per backward, no device synchronisation), so a parameter no rank used keeps
-``grad = None``, as in one process.
+waits, and writes the sums. Which parameters some rank used travels in the same all-reduces (a
+flag per parameter after its bucket's gradients, read only by a rank that did not use one: no
+collective of its own, no device synchronisation in the common step), so a parameter no rank used
+keeps ``grad = None``, as in one process.
 
 The hook hands autograd zeros in place of the share and the callback *adds* the sum to
 ``p.grad``, so gradients accumulated over several backwards (no ``zero_grad`` between) are
@@ -46,7 +47,7 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.nn.parameter import is_lazy
 
-from ..comm.group import collective_device, dedicated_group, global_rank, host_all_reduce
+from ..comm.group import collective_device, dedicated_group, global_rank
 from ..comm.group import world_size as group_world_size
 from ..comm.peer_failure import failures_named
 from ..compat import current_graph_task_id, queue_backward_callback, will_engine_execute_node
@@ -183,17 +184,19 @@ class GradientSync:
             parts = [self.shares[i].reshape(-1) if i in self.shares else torch.zeros(p.numel(), dtype=p.dtype,
                                                                                       device=p.device)
                      for i, p in zip(bucket, params, strict=True)]
+            # one flag per parameter after its gradients: summed, how many ranks used it (read only by
+            # a rank that did not, so the common step agrees on it without a collective or a device read)
+            parts.append(torch.tensor([float(i in self.shares) for i in bucket], dtype=params[0].dtype,
+                                      device=params[0].device))
             flat = torch.cat(parts)
             self.works.append((bucket, flat, dist.all_reduce(flat, group=self.group, async_op=True)))
 
     def _finish(self) -> None:
         self._launch(complete_only=False)
-        # which parameters some rank used, agreed on the host (never a wait on the device)
-        used = host_all_reduce([int(i in self.shares) for i in range(len(self.params))], dist.ReduceOp.MAX,
-                               self.group)
         for bucket, flat, work in self.works:
             with failures_named("the gradient all-reduce", self.group):
                 work.wait()
+            used = self._used(bucket, flat)
             offset = 0
             for i in bucket:
                 p = self.params[i]
@@ -218,6 +221,15 @@ class GradientSync:
                 "global count); silence this with warnings.filterwarnings('ignore', "
                 "category=pyg_sparsecomm.LossNormalisationWarning) if your loss is normalised otherwise",
                 LossNormalisationWarning, stacklevel=2)
+
+
+    def _used(self, bucket: list[int], flat: Tensor) -> dict[int, bool]:
+        """Whether some rank used each parameter of a summed bucket: yes for those this rank used; for
+        the others the bucket's summed flags say (read from the device only then)."""
+        if all(i in self.shares for i in bucket):
+            return dict.fromkeys(bucket, True)
+        flags = flat[flat.numel() - len(bucket):].tolist()
+        return {i: i in self.shares or flag > 0 for i, flag in zip(bucket, flags, strict=True)}
 
 
 def _buckets(params: list[Tensor]) -> list[list[int]]:

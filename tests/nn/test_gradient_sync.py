@@ -222,3 +222,29 @@ def test_lazy_parameters_broadcast_and_synced_at_first_forward():
             assert torch.equal(state[k], v), f"rank {rank}: {k}"
         for k, p in ref.named_parameters():
             torch.testing.assert_close(grads[k], p.grad, rtol=1e-4, atol=1e-6, msg=f"rank {rank}: {k}")
+
+
+def _backward_collectives(rank, world_size):
+    from pyg_sparsecomm.testing.call_profile import CallProfile
+    torch.manual_seed(0)
+    model = distribute(Net())
+    local = shard(labelled(make_graph(world_size)))
+    counts = []
+    for _ in range(2):
+        out = model(local.x, local.adj.with_value(None))
+        loss = distributed_loss(Fn.cross_entropy, out[local.train_mask], local.y[local.train_mask])
+        with CallProfile() as profile:
+            loss.backward()
+        counts.append(dict(profile.collectives))
+    return counts, len(model._sparsecomm_gradient_syncs[0].buckets)
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_backward_sums_gradients_in_its_bucket_all_reduces_alone(world_size):
+    """Which parameters some rank used (the last rank of P = 3 owns no row and skips ``shift``) travels
+    in the buckets' all-reduces: backward issues one all-reduce per bucket and the halo's exchanges,
+    no host all-reduce of its own (issue 56: one blocking round trip less per step)."""
+    for rank, (counts, buckets) in enumerate(launch(_backward_collectives, world_size)):
+        for seen in counts:
+            assert seen.get("all_reduce", 0) == buckets, (rank, seen)
+            assert set(seen) <= {"all_reduce", "all_to_all_single"}, (rank, seen)
