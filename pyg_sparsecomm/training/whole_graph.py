@@ -97,6 +97,19 @@ class _WholeGraphValue(torch.autograd.Function):
         return grad, None
 
 
+class _GivenValue(torch.autograd.Function):
+    """Forward: ``value`` (the whole-graph loss, already summed over ranks); backward: the gradient
+    passes to this rank's ``share`` unchanged (as :class:`_WholeGraphValue`'s)."""
+
+    @staticmethod
+    def forward(ctx, share: Tensor, value: Tensor) -> Tensor:
+        return value.clone()
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        return grad, None
+
+
 def global_sum(value, group: dist.ProcessGroup | None = None) -> Tensor:
     """Sum of a (detached) scalar or tensor over all ranks (returned on the input's device).
 
@@ -205,10 +218,10 @@ def distributed_loss(loss_fn: Callable[..., Tensor] | torch.nn.Module, input: Te
     Returns:
         a scalar :class:`WholeGraphLoss` (a :class:`~torch.Tensor`).
 
-    Two collectives per call, neither waiting for the device: the denominator is agreed (a host
-    integer all-reduce when the shapes give it; an all-reduce on the device when the targets do,
-    for ``cross_entropy`` and ``nll_loss``), not cached, since with mini-batches a peer's rows
-    change while this rank's may not; then the value is all-reduced on the group's device.
+    One collective per call, not waiting for the device: the rank's summed terms and its
+    denominator (from the shapes, or from the targets for ``cross_entropy`` and ``nll_loss``) are
+    all-reduced together on the group's device, giving the value and the divisor at once; not
+    cached, since with mini-batches a peer's rows change while this rank's may not.
     """
     if group is not None and not isinstance(group, dist.ProcessGroup):
         raise TypeError(f"distributed_loss: its fourth argument is the process group, got {type(group).__name__}: "
@@ -221,9 +234,9 @@ def distributed_loss(loss_fn: Callable[..., Tensor] | torch.nn.Module, input: Te
     else:  # its checks may fail on some ranks only (rows given twice): every rank raises
         total, denominator = raise_together(lambda: local_terms(loss_fn, input, target, kwargs),
                                             "distributed_loss", group, flag_first=True)
-    if denominator is not None:
-        total = (total / _global_denominator(denominator, total.dtype, group)).to(total.dtype)
-    return whole_graph_value(total, group)
+    if denominator is None:
+        return whole_graph_value(total, group)
+    return _whole_graph_mean(total, denominator, group)
 
 
 def whole_graph_value(share: Tensor, group: dist.ProcessGroup | None = None) -> WholeGraphLoss:
@@ -239,13 +252,18 @@ def whole_graph_value(share: Tensor, group: dist.ProcessGroup | None = None) -> 
     return _WholeGraphValue.apply(mark_normalised(share), group).as_subclass(WholeGraphLoss)
 
 
-def _global_denominator(count: int | Tensor, dtype: torch.dtype, group: dist.ProcessGroup | None) -> int | Tensor:
-    """The sum of every rank's ``count`` (at least 1, as the loss of no rows is 0), to divide a loss
-    of ``dtype`` by: an ``int`` for a host count, else a tensor of at least ``float32`` precision."""
-    if not isinstance(count, Tensor):
-        return max(global_count(count, group), 1)
-    count = all_reduce_value(count.to(torch.float64), dist.ReduceOp.SUM, group, "distributed_loss")
-    return torch.where(count == 0, 1.0, count).to(torch.promote_types(dtype, torch.float32))
+def _whole_graph_mean(total: Tensor, count: int | Tensor, group: dist.ProcessGroup | None) -> WholeGraphLoss:
+    r"""``total`` (this rank's summed loss terms) over the global ``count`` (at least 1, as the loss of
+    no rows is 0): the value :math:`\sum_s t_s / \sum_s d_s` on every rank, the gradient into
+    :math:`t_r / \sum_s d_s` only.  One all-reduce of ``(t_r, d_r)`` in ``float64`` gives both sums."""
+    device = total.device
+    count = count if isinstance(count, Tensor) else torch.tensor(float(count))
+    pair = torch.stack([total.detach().reshape(()).to(torch.float64), count.reshape(()).to(device, torch.float64)])
+    pair = all_reduce_value(pair, dist.ReduceOp.SUM, group, "distributed_loss")
+    divisor = torch.where(pair[1] == 0, 1.0, pair[1])
+    share = (total / divisor.to(torch.promote_types(total.dtype, torch.float32))).to(total.dtype)
+    value = (pair[0] / divisor).to(total.dtype)
+    return _GivenValue.apply(mark_normalised(share), value).as_subclass(WholeGraphLoss)
 
 
 def sync_gradients(module: torch.nn.Module, group: dist.ProcessGroup | None = None) -> None:

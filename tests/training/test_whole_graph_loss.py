@@ -84,3 +84,26 @@ def test_single_process_loss_is_the_plain_loss():
     torch.testing.assert_close(grad, expected_grad)
     with pytest.raises(TypeError, match="distributed_loss already returns the whole-graph loss"):
         global_sum(loss * 2)
+
+
+def _loss_collectives(rank, world_size):
+    from pyg_sparsecomm.testing.call_profile import CallProfile
+    local = shard(labelled(make_graph(world_size)))
+    out = torch.randn(local.num_nodes, 4, requires_grad=True)
+    counts = {}
+    for name, call in {"cross_entropy": lambda: distributed_loss(Fn.cross_entropy, out, local.y),
+                       "mse_loss": lambda: distributed_loss(Fn.mse_loss, out, torch.zeros_like(out)),
+                       "weighted": lambda: distributed_loss(Fn.cross_entropy, out, local.y,
+                                                            weight=torch.tensor([1.0, 2.0, 0.5, 1.0]))}.items():
+        with CallProfile() as profile:
+            call()
+        counts[name] = dict(profile.collectives)
+    return counts
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_a_mean_loss_takes_one_all_reduce(world_size):
+    """The rank's summed terms and its count travel in one all-reduce (issue 56: was two, the count
+    first), whether the count comes from the shapes (``mse_loss``) or from the targets."""
+    for rank, counts in enumerate(launch(_loss_collectives, world_size)):
+        assert all(seen == {"all_reduce": 1} for seen in counts.values()), (rank, counts)
