@@ -353,7 +353,9 @@ class _CSRSpMM(torch.autograd.Function):
         compute, result = spmm_dtypes(None if adj.value is None else adj.value.dtype, x.dtype)
         ctx.compute, ctx.x_dtype = compute, x.dtype
         if value is None:
-            a = adj.csr(compute)
+            a = adj._cache.get(("csr", compute))  # (csr()'s cache, read inline: a hot path)
+            if a is None:
+                a = adj.csr(compute)
         else:
             a = make_csr(adj.rowptr, adj.col, value.detach().to(compute), (adj.num_rows, adj.num_cols))
             ctx.save_for_backward(x, value)
@@ -386,7 +388,8 @@ def sampled_dot(adj: HaloAdj, left: Tensor, right: Tensor) -> Tensor:
 
 def spmm(adj: HaloAdj, x: Tensor) -> Tensor:
     """``adj @ x`` for ``x`` of shape ``[num_cols, f]``; differentiable in ``x`` and in learnable values."""
-    if x.size(0) != adj.num_cols:
+    plan = adj.plan  # (num_cols from the plan's fields: a hot path)
+    if x.size(0) != plan.num_owned + plan.halo_size:
         raise ValueError(f"spmm: x has {x.size(0)} rows, the adjacency has {adj.num_cols} columns")
     learnable = adj.value is not None and adj.value.requires_grad
     return _CSRSpMM.apply(x, adj.value if learnable else None, adj)

@@ -167,6 +167,41 @@ class AppliedLinear(torch.nn.Module):
         return x + bias.to(x.dtype)  # in x's dtype, as the Linear returns it (under autocast: 16-bit)
 
 
+class Narrowing:
+    """A layer's narrowing ``Linear`` modules as its calls move them (:meth:`post_linear`, :meth:`applied`):
+    one :class:`AppliedLinear` per ``Linear``, made at the first call and reused by every later one
+    (the swap itself is per call: PyG's forward applies the module after ``propagate``)."""
+
+    def __init__(self) -> None:
+        self.stand_ins: dict[int, AppliedLinear] = {}
+
+    def __getstate__(self) -> dict:
+        return {"stand_ins": {}}  # (they hold the layer's Linear modules: made again after a copy)
+
+    def post_linear(self, conv: MessagePassing, plan: LayerPlan) -> "tuple[str, AppliedLinear] | None":
+        """``(name, stand-in)`` of ``conv``'s narrowing post-aggregation ``Linear`` (:func:`narrowing_linear`)
+        in a call on a shard (``plan.rule.post_linear`` is set), else ``None``."""
+        name = plan.rule.post_linear
+        if plan.spmm_weight is None or getattr(conv, "explain", False):
+            return None
+        lin = getattr(conv, name, None)  # type: ignore[arg-type]
+        in_channels, out_channels = getattr(lin, "in_channels", -1), getattr(lin, "out_channels", -1)
+        if not 0 < out_channels < in_channels:
+            return None
+        assert lin is not None
+        stand_in = self.stand_ins.get(id(lin))
+        if stand_in is None or stand_in.linear is not lin:
+            stand_in = self.stand_ins[id(lin)] = AppliedLinear(lin)
+        return name, stand_in  # type: ignore[return-value]
+
+    def applied(self, linear: torch.nn.Module) -> "AppliedLinear":
+        """The :class:`AppliedLinear` standing in for ``linear`` (the same object every call)."""
+        stand_in = self.stand_ins.get(id(linear))
+        if stand_in is None or stand_in.linear is not linear:
+            stand_in = self.stand_ins[id(linear)] = AppliedLinear(linear)
+        return stand_in
+
+
 def _first_linear(nn: torch.nn.Module) -> tuple[torch.nn.Module, str] | None:
     """``(container, key)`` of the module ``nn`` applies first, if it is a ``Linear`` with
     initialised weights (a PyG ``MLP``'s ``lins[0]``, a ``torch.nn.Sequential``'s first)."""

@@ -55,7 +55,6 @@ from .aggregation import (
     linear_inputs,
     linear_weight,
     narrowing_input_linear,
-    narrowing_linear,
     node_rows,
 )
 from .call_halos import CallHalos
@@ -123,19 +122,26 @@ class LayerCall:
             kwargs (dict): its keyword arguments.
             at (int or str): where they hold the adjacency.
         """
+        plan = self.plan
         check_stage(self, args, kwargs)
         self.call_args = (args, kwargs)
         args, kwargs = self.local_graph(args, kwargs, at)
-        args, kwargs = self.move_linears(args, kwargs)
-        self.forward_args = self.normalise(args, kwargs)
+        if plan.moves_linears:  # (decided at attach: the stages a layer's plan has, no fork per call)
+            args, kwargs = self.move_linears(args, kwargs)
+        if plan.adapts:
+            args, kwargs = adapt(self.conv, plan, args, kwargs, self.shard)  # type: ignore[arg-type]
+        self.forward_args = (args, kwargs)
         return self.forward_args
 
     def begin(self, shard: Shard) -> None:
         """Runs the layer on ``shard`` until :meth:`leave`."""
         self.shard = shard
-        (getattr(_local, "stack", None) or _stack()).append(self)
-        self.state.calls.append(self)
-        self.state.port.begin_call(self.conv.training, self.state.settings)
+        stack = getattr(_local, "stack", None)
+        (_stack() if stack is None else stack).append(self)
+        state = self.state
+        state.calls.append(self)
+        if state.settings.halo_options.staleness:  # the stale exchanges' call sites count from the start
+            state.port.slots.begin_call(self.conv.training)
 
     def local_graph(self, args: tuple, kwargs: dict, at: int | str) -> tuple[tuple, dict]:
         """The local ``edge_index`` in place of the adjacency at ``at``, and its values."""
@@ -156,9 +162,10 @@ class LayerCall:
         """Applies the rule's narrowing ``post_linear`` / ``input_linear`` before the aggregation."""
         conv, plan = self.conv, self.plan
         if plan.rule.post_linear is not None:
-            self.applied_first = narrowing_linear(conv, plan)
-            if self.applied_first:
-                self._apply_first(conv, self.applied_first)
+            moved = self.state.narrowing.post_linear(conv, plan)
+            if moved is not None:  # (_apply_first, inline: a hot path)
+                self.applied_first, conv._modules[moved[0]] = moved
+                self.swapped.append((conv, moved[0]))
         first = narrowing_input_linear(conv, plan) if plan.rule.input_linear is not None else None
         if first is not None:  # GINConv: nn's first Linear applied to x, so the aggregation runs narrower
             weight = linear_weight(*first)
@@ -172,7 +179,7 @@ class LayerCall:
         """Replaces the Linear ``container[key]`` by :class:`AppliedLinear` (its bias) for this call."""
         linear = container._modules[key]
         assert linear is not None
-        container._modules[key] = AppliedLinear(linear)
+        container._modules[key] = self.state.narrowing.applied(linear)
         self.swapped.append((container, key))
 
     def normalise(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
@@ -199,8 +206,9 @@ class LayerCall:
         """
         conv, plan, shard = self.conv, self.plan, self.shard
         assert shard is not None
-        if shard.normalisation is not None:
-            edge_index, kwargs = propagated_graph(shard.normalisation, edge_index, kwargs)
+        normalisation = shard.normalisation
+        if normalisation is not None and normalisation.normalise is not None:
+            edge_index, kwargs = propagated_graph(normalisation, edge_index, kwargs)
         explaining = getattr(conv, "explain", False)
         weight_arg = None if explaining else plan.spmm_weight
         if self.state.recording:  # an eager call under torch.compile (see steady_call)
@@ -226,17 +234,21 @@ class LayerCall:
         assert shard is not None
         x = kwargs["x"]
         src = x[0] if isinstance(x, (tuple, list)) else x
-        if src.size(conv.node_dim) != shard.num_owned:
-            raise ValueError(f"{type(conv).__name__}: x has {src.size(conv.node_dim)} rows in dimension "
-                             f"{conv.node_dim}, but this rank owns {shard.num_owned} rows")
-        rows, moved = node_rows(src, conv.node_dim)
+        node_dim = conv.node_dim
+        if src.size(node_dim) != shard.num_owned:
+            raise ValueError(f"{type(conv).__name__}: x has {src.size(node_dim)} rows in dimension "
+                             f"{node_dim}, but this rank owns {shard.num_owned} rows")
+        flat = src.dim() == 2 and node_dim in (0, -2)  # rows as they are: no reshape there and back
+        rows, moved = (src, None) if flat else node_rows(src, node_dim)
         depends_on: tuple[Tensor, ...] = ()
         if self.applied_first:  # (A x) W^T = A (x W^T): exchange the narrower rows
             if src.dim() != 2:
                 raise ValueError(f"{type(conv).__name__}: expected 2-D node features, got shape {list(src.shape)}")
-            lin_weight = linear_weight(conv._modules[self.applied_first], "linear")
+            applied = conv._modules[self.applied_first]
+            lin_weight = applied.linear.weight if isinstance(applied, AppliedLinear) else \
+                linear_weight(applied, "linear")
             rows, depends_on = F.linear(rows, lin_weight), (lin_weight,)
-            moved = tuple(rows.shape)
+            moved = None if flat else tuple(rows.shape)
         adj = shard.adj
         weight = kwargs.get(weight_arg) if weight_arg else (
             torch_sparse_weights(conv, self.plan, edge_index, adj)
@@ -244,16 +256,16 @@ class LayerCall:
         state.port.exchanged_width = (rows.size(1), rows.element_size())
         if torch.compiler.is_compiling() and state.port.traces_spmm(shard, state.settings):
             out = traced_aggregation(shard.halo, shard.num_owned, edge_index, weight, conv.aggr, rows.contiguous())
-            return from_node_rows(out, moved, conv.node_dim)
+            return out if moved is None else from_node_rows(out, moved, node_dim)
         dtype = rows.dtype
 
         def aggregation() -> HaloAdj:
             shared = None if weight is None else shared_aggregation(adj, edge_index, weight, conv.aggr, dtype)
             return shared or state.adjacency.aggregation(edge_index, weight, conv.aggr, adj, dtype)
         cached = (edge_index, weight) if getattr(conv, "cached", False) else None
-        spmm = state.port.spmm(aggregation, shard, rows, state.settings, cached)
+        spmm = state.port.spmm(aggregation, shard, rows, state.settings, cached, (edge_index, weight, conv.aggr))
         out = state.port.multiply(spmm, rows.contiguous(), src, shard, depends_on)
-        return from_node_rows(out, moved, conv.node_dim)
+        return out if moved is None else from_node_rows(out, moved, node_dim)
 
     def edge_update(self, edge_index: Any, size: Any, kwargs: dict[str, Any]) -> tuple:
         """``edge_updater``'s sources completed with halo rows, over ``size = (owned + halo, owned)``."""
@@ -278,8 +290,8 @@ class LayerCall:
             self.state.fuse = False  # the same code on every rank: every rank stops fusing together
         if self.state.recording:
             record(self, LayerCall)
-        stack = _stack()
-        if self in stack:
+        stack = getattr(_local, "stack", None)
+        if stack is not None and self in stack:
             stack.remove(self)
 
 
@@ -290,8 +302,11 @@ class InstanceMethod:
         self.conv, self.function, self.traced = conv, function, traced  # traced: the propagate override
 
     def __call__(self, edge_index: Any, size: Any = None, **kwargs: Any) -> Any:
-        if torch.compiler.is_compiling() or self.conv._sparsecomm.tracing is not None:  # (dynamo fell back)
+        state = self.conv._sparsecomm
+        if torch.compiler.is_compiling() or state.tracing is not None:  # (dynamo fell back)
             return traced_method(self, edge_index, size, kwargs)
+        if self.traced and state.calls and state.calls[-1] is not None:  # propagate on a shard: its stage
+            return state.calls[-1].propagate(edge_index, size, kwargs)
         return self.function(self.conv, edge_index, size, **kwargs)
 
 
@@ -302,11 +317,12 @@ class EagerCall:
 
     def __init__(self, conv: MessagePassing) -> None:
         self.conv = conv
+        self.call = module_call(conv)  # bound once
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if torch.compiler.is_compiling():
             return traced_call(self.conv, args, kwargs)
-        return module_call(self.conv)(*args, **kwargs)
+        return self.call(*args, **kwargs)
 
 
 def propagate(conv: MessagePassing, edge_index: Any, size: Any = None, **kwargs: Any) -> Any:
@@ -363,9 +379,17 @@ def enter(conv: MessagePassing, args: tuple, kwargs: dict) -> tuple[tuple, dict]
         args (tuple): its positional arguments.
         kwargs (dict): its keyword arguments.
     """
-    install_overrides(conv)  # PyG's explain / decomposed_layers setters assign conv.propagate
     state: LayerState = conv._sparsecomm
-    at = _adjacency_at(conv, args, kwargs)
+    override = conv.__dict__.get("propagate")
+    if not state.installed or override.__class__ is not InstanceMethod or override.conv is not conv:
+        install_overrides(conv)  # PyG's explain / decomposed_layers setters assign conv.propagate; a copy
+        state.installed = True
+    at = None
+    for k, v in (*enumerate(args), *kwargs.items()):  # where the call passes its HaloAdj (inline: a hot path)
+        if isinstance(v, HaloAdj):
+            if at is not None:
+                _adjacency_at(conv, args, kwargs)  # raises, naming the layer
+            at = k
     if at is None:
         return _enter_without_adjacency(conv, state, args, kwargs)
     adj: HaloAdj = args[at] if isinstance(at, int) else kwargs[at]

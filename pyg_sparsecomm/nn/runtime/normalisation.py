@@ -36,7 +36,6 @@ A call's ``"propagate"``/``"placeholder"`` normalisation is computed at its firs
 ``SGConv`` that reuses its output propagates, and so normalises, nothing.
 """
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from inspect import BoundArguments
 from typing import Any
 
@@ -44,7 +43,7 @@ import torch
 from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
-from ...compat import gcn_norm_cache, set_gcn_norm_cache
+from ...compat import gcn_norm_cache, set_gcn_norm_cache, tensor_version
 from ..rules.registry import GcnNormalisation
 from . import degree_norm
 from .aggregation import linear_weight_arg
@@ -54,30 +53,29 @@ from .shared_adjacency import shared_normalisation
 Normalise = Callable[[Tensor, Tensor | None], tuple[Tensor, Tensor]]
 
 
-@dataclass
 class CallNormalisation:
-    """What one call of a distributed layer changed for its normalisation.
+    """What one call of a distributed layer changed for its normalisation (its fields set as the call
+    needs them; a plain class: making one runs no code).
 
     Attributes:
         normalise (Callable, optional): ``(edge_index, weight) -> (edge_index, weight)``, for
             ``propagate``'s graph (``None``: ``propagate`` gets the graph as the forward passes it).
-            (default: :obj:`None`)
         graph (tuple[Tensor, Tensor or None], optional): the call's real ``(edge_index, weight)`` behind a
-            placeholder (``None``: the graph ``propagate`` receives is normalised). (default: :obj:`None`)
-        target (str, optional): the ``propagate`` argument receiving the normalised weights.
-            (default: :obj:`"edge_weight"`)
-        undo (list[Callable[[], None]], optional): what the forward hook restores. (default: :obj:`[]`)
+            placeholder (``None``: the graph ``propagate`` receives is normalised).
+        target (str): the ``propagate`` argument receiving the normalised weights (``"edge_weight"``).
+        switched_off (tuple, optional): ``(conv, normalize)``: the ``normalize`` flag the forward hook puts back.
         memo (dict, optional): normalisations of this call, by the identity of their (kept alive) inputs.
-            (default: :obj:`{}`)
     """
     normalise: Normalise | None = None
     graph: tuple[Tensor, Tensor | None] | None = None
     target: str = "edge_weight"
-    undo: list[Callable[[], None]] = field(default_factory=list)
-    memo: dict[tuple[int, int], tuple[Tensor, Tensor | None, tuple[Tensor, Tensor]]] = field(default_factory=dict)
+    switched_off: tuple[MessagePassing, bool] | None = None
+    memo: dict[tuple[int, int], tuple[Tensor, Tensor | None, tuple[Tensor, Tensor]]] | None = None
 
     def normalised(self, edge_index: Tensor, weight: Tensor | None) -> tuple[Tensor, Tensor]:
         assert self.normalise is not None
+        if self.memo is None:
+            self.memo = {}
         key = (id(edge_index), id(weight))
         if key not in self.memo:
             self.memo[key] = (edge_index, weight, self.normalise(edge_index, weight))
@@ -90,16 +88,13 @@ def _call(context: Shard) -> CallNormalisation:
     return context.normalisation
 
 
-def _local(edge_index: Any) -> bool:
-    return isinstance(edge_index, Tensor) and edge_index.layout == torch.strided and edge_index.dim() == 2
-
-
 def _applies(conv: MessagePassing, use: GcnNormalisation, arguments: dict) -> bool:
     if not getattr(conv, "normalize", True) or (use.applies is not None and not use.applies(conv)):
         return False
     if use.weight is None and arguments.get("edge_weight") is not None:
         return False  # PyG's own code decides: FAConv asserts, LabelPropagation does not normalise
-    return _local(arguments.get("edge_index"))
+    edge_index = arguments.get("edge_index")  # a local edge index (not an adj_t)
+    return isinstance(edge_index, Tensor) and edge_index.layout == torch.strided and edge_index.dim() == 2
 
 
 def _normaliser(conv: MessagePassing, use: GcnNormalisation, arguments: dict,
@@ -130,16 +125,22 @@ def normalise_call(conv: MessagePassing, use: GcnNormalisation, bound: BoundArgu
     args = bound.arguments
     if not _applies(conv, use, args):
         return
-    normalise, choices = _normaliser(conv, use, args, context)
     weight = args.get(use.weight) if use.weight else None
+    if use.delivery == "arguments" and not (use.pyg_cache and getattr(conv, "cached", False)):
+        args["edge_index"], args[use.target] = kept_normalisation(conv, use, args, context, weight)
+        was = conv.normalize  # normalize=False for this call; the forward hook puts it back
+        conv.normalize = False
+        call = context.normalisation
+        if call is None:
+            call = context.normalisation = CallNormalisation()
+        call.switched_off = (conv, was)
+        return
+    normalise, choices = _normaliser(conv, use, args, context)
     if use.pyg_cache and getattr(conv, "cached", False):
         if gcn_norm_cache(conv) is None:  # one normalised graph per shard and choices (shared_adjacency)
             in_csr_order = linear_weight_arg(conv, conv._sparsecomm.plan) is not None  # propagation is the SpMM
             set_gcn_norm_cache(conv, shared_normalisation(context.adj, choices, args["edge_index"], weight,
                                                           normalise, in_csr_order))
-    elif use.delivery == "arguments":
-        args["edge_index"], args[use.target] = normalise(args["edge_index"], weight)
-        _switch_off(conv, context)
     elif use.delivery == "propagate":
         _switch_off(conv, context)
         call = _call(context)
@@ -150,9 +151,44 @@ def normalise_call(conv: MessagePassing, use: GcnNormalisation, bound: BoundArgu
 
 def _switch_off(conv: MessagePassing, context: Shard) -> None:
     """``normalize=False`` for this call; the forward hook puts back what it was."""
-    was = conv.normalize
+    _call(context).switched_off = (conv, conv.normalize)
     conv.normalize = False
-    _call(context).undo.append(lambda: setattr(conv, "normalize", was))
+
+
+def kept_normalisation(conv: MessagePassing, use: GcnNormalisation, args: dict, context: Shard,
+                       weight: Tensor | None) -> tuple[Tensor, Tensor]:
+    """The ``"arguments"`` delivery's normalised ``(edge_index, weight)`` of a call, kept in the layer's
+    state (``state.normalised``) and reused while its inputs are the same: the shard's adjacency, the
+    local ``edge_index`` (the same object), ``weight`` (the same object at the same version, needing no
+    gradient) and the choices it depends on (``improved``, self-loops, dtype, flow).  The normalisation
+    of an unchanged graph is the same every call, and so its degrees' halo exchange, which runs only
+    when an input changed (a new shard, new or edited edge weights: every rank's, as their call keys).
+
+    Args:
+        conv (MessagePassing): the layer, on a shard.
+        use (GcnNormalisation): its rule's normalisation.
+        args (dict): its ``forward`` arguments.
+        context (Shard): the call on the shard.
+        weight (Tensor or None): the edge weights (``None``: unweighted).
+    """
+    edge_index = args["edge_index"]
+    value = args.get(use.dtype_of) if use.dtype_of else None
+    choices = (bool(conv.improved) if use.improved else False, bool(conv.add_self_loops) if use.self_loops else False,
+               value.dtype if isinstance(value, Tensor) else None, conv.flow)
+    state = conv._sparsecomm
+    version = None if weight is None else tensor_version(weight)
+    kept = state.normalised
+    if (kept is not None and kept[0] is context.adj and kept[1] is edge_index and kept[2] is weight
+            and kept[3] == version and kept[4] == choices):
+        return kept[5]
+    improved, self_loops, dtype, flow = choices
+    normalised = degree_norm.gcn_norm(context, edge_index, weight, None, improved, self_loops, flow, dtype)
+    if (weight is not None and weight.requires_grad) or context.plan.minibatch:  # this call's graph, or batch's
+        state.normalised = None
+    else:  # kept: its degrees' exchange, if the call's first, is a one-off, not the steady-state one
+        state.normalised = (context.adj, edge_index, weight, version, choices, normalised)
+        state.port.watch.filled = state.port.watch.headered  # (the pre-hook's: nothing else exchanged yet)
+    return normalised
 
 
 def replace_graph(conv: MessagePassing, bound: BoundArguments, context: Shard, normalise: Normalise, target: str,
@@ -201,5 +237,7 @@ def end_call(call: CallNormalisation) -> None:
     Args:
         call (CallNormalisation): what the call's normalisation changed.
     """
-    while call.undo:
-        call.undo.pop()()
+    if call.switched_off is not None:
+        conv, was = call.switched_off
+        conv.normalize = was
+

@@ -94,6 +94,8 @@ class LayerPlan:
             (default: ``None``)
         adapts (bool, optional): the call's arguments need the rule's normalisation or adapter.
             (default: ``False``)
+        moves_linears (bool, optional): the rule names a ``post_linear`` or ``input_linear`` (the call
+            has a *move linears* stage). (default: ``False``)
 
     Plain fields only (no properties): reading a plan runs no code.
     """
@@ -108,6 +110,7 @@ class LayerPlan:
     fused_source: str | None = None
     normalisation: GcnNormalisation | None = None
     adapts: bool = False
+    moves_linears: bool = False
 
 
 def source_names(arg_names: list[str]) -> tuple[str, ...]:
@@ -162,4 +165,5 @@ def compile_plan(conv: MessagePassing) -> LayerPlan:
         edge_update_sources=source_names(edge_update_arguments(conv)),
         takes_edge_weight="edge_weight" in signature.parameters,
         drops_adj_values=_drops_values(conv, rule), fused_source=fused, normalisation=rule.normalisation,
-        adapts=rule.normalisation is not None or rule.adapter is not None)
+        adapts=rule.normalisation is not None or rule.adapter is not None,
+        moves_linears=rule.post_linear is not None or rule.input_linear is not None)

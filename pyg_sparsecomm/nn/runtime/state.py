@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch_geometric.nn import MessagePassing
 
-from .aggregation import AdjacencyCache
+from .aggregation import AdjacencyCache, Narrowing
 from .checks import CheckedPlan
 from .plan import DistributedSettings, LayerPlan, compile_plan
 from .port import HaloPort
@@ -29,6 +29,9 @@ class LayerState:
     steady: Any = None
     tracing: Any = None
     recording = False
+    installed = False
+    narrowing: Any = None
+    normalised: Any = None
 
     def __init__(self, conv: MessagePassing, settings: DistributedSettings, own: bool = False) -> None:
         self.settings = settings
@@ -48,15 +51,23 @@ class LayerState:
         self.tracing: Any = None
         #: the running eager call leaves a record (it runs under ``torch.compile``)
         self.recording = False
+        #: the call overrides are installed on this object (a copy's first call installs them again)
+        self.installed = False
+        #: the layer's narrowing ``Linear`` modules and their stand-ins (see aggregation.Narrowing)
+        self.narrowing = Narrowing()
+        #: the last normalised graph of a call, reused while its inputs are the same (see normalisation)
+        self.normalised: Any = None
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "calls": [], "fuse": True, "steady": None, "tracing": None, "recording": False}
+        return {**self.__dict__, "calls": [], "fuse": True, "steady": None, "tracing": None, "recording": False,
+                "installed": False, "normalised": None}
 
     def forget(self) -> None:
         """Drops every tensor the layer kept across calls (a move to another device, a reset of its
         parameters): the next call builds them again."""
         self.adjacency = AdjacencyCache()
         self.steady = None
+        self.normalised = None
         self.port.forget()
 
     def forget_spmm(self) -> None:
