@@ -43,10 +43,11 @@ import torch
 from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
-from ...compat import gcn_norm_cache, set_gcn_norm_cache, tensor_version
+from ...compat import gcn_norm_cache, set_gcn_norm_cache
 from ..rules.registry import GcnNormalisation
 from . import degree_norm
 from .aggregation import linear_weight_arg
+from .checks import shard_key
 from .port import Shard
 from .shared_adjacency import shared_normalisation
 
@@ -157,12 +158,15 @@ def _switch_off(conv: MessagePassing, context: Shard) -> None:
 
 def kept_normalisation(conv: MessagePassing, use: GcnNormalisation, args: dict, context: Shard,
                        weight: Tensor | None) -> tuple[Tensor, Tensor]:
-    """The ``"arguments"`` delivery's normalised ``(edge_index, weight)`` of a call, kept in the layer's
-    state (``state.normalised``) and reused while its inputs are the same: the shard's adjacency, the
-    local ``edge_index`` (the same object), ``weight`` (the same object at the same version, needing no
-    gradient) and the choices it depends on (``improved``, self-loops, dtype, flow).  The normalisation
-    of an unchanged graph is the same every call, and so its degrees' halo exchange, which runs only
-    when an input changed (a new shard, new or edited edge weights: every rank's, as their call keys).
+    """The ``"arguments"`` delivery's normalised ``(edge_index, weight)`` of a call.  An unweighted
+    one is kept in the layer's state (``state.normalised``) and reused while the shard's graph and the
+    choices it depends on (``improved``, self-loops, dtype, flow) are the same: the same adjacency and
+    local ``edge_index``, or (after a new shard object) an equal shard (:func:`~.checks.shard_key`).
+    Its degrees then depend on nothing that changes between calls, so their halo exchange runs once
+    per shard, not per call, and every rank decides alike without a collective: a new shard equal to
+    the last is a hit on that rank as on the others; a different one on some rank only fails the agreed
+    first-use checks (on every rank) before any rank exchanges.  Weighted normalisations (edge
+    weights, which could change on one rank alone) are computed every call, as PyG does.
 
     Args:
         conv (MessagePassing): the layer, on a shard.
@@ -176,17 +180,19 @@ def kept_normalisation(conv: MessagePassing, use: GcnNormalisation, args: dict, 
     choices = (bool(conv.improved) if use.improved else False, bool(conv.add_self_loops) if use.self_loops else False,
                value.dtype if isinstance(value, Tensor) else None, conv.flow)
     state = conv._sparsecomm
-    version = None if weight is None else tensor_version(weight)
     kept = state.normalised
-    if (kept is not None and kept[0] is context.adj and kept[1] is edge_index and kept[2] is weight
-            and kept[3] == version and kept[4] == choices):
-        return kept[5]
+    if weight is None and kept is not None and kept[3] == choices:
+        if kept[0] is context.adj and kept[1] is edge_index:
+            return kept[4]
+        if not context.plan.minibatch and kept[2] == shard_key(context.adj):  # a new shard object, equal
+            state.normalised = (context.adj, edge_index, kept[2], choices, kept[4])
+            return kept[4]
     improved, self_loops, dtype, flow = choices
     normalised = degree_norm.gcn_norm(context, edge_index, weight, None, improved, self_loops, flow, dtype)
-    if (weight is not None and weight.requires_grad) or context.plan.minibatch:  # this call's graph, or batch's
+    if weight is not None or context.plan.minibatch:  # (a mini-batch: another graph every step)
         state.normalised = None
     else:  # kept: its degrees' exchange, if the call's first, is a one-off, not the steady-state one
-        state.normalised = (context.adj, edge_index, weight, version, choices, normalised)
+        state.normalised = (context.adj, edge_index, shard_key(context.adj), choices, normalised)
         state.port.watch.filled = state.port.watch.headered  # (the pre-hook's: nothing else exchanged yet)
     return normalised
 
