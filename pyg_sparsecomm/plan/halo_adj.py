@@ -192,7 +192,7 @@ class HaloAdj:
         return self._structure.setdefault("shared", {})
 
     def with_value(self, value: Tensor | None) -> "HaloAdj":
-        if value is not None and value.numel() != self.nnz:
+        if value is not None and value.numel() != self.col.numel():
             raise ValueError(f"edge_weight has {value.numel()} entries but the local adjacency has "
                              f"{self.nnz} edges (pass weights in the adjacency's edge order: local.adj's, "
                              f"or batch.adj's for a mini-batch)")
@@ -357,7 +357,9 @@ class _CSRSpMM(torch.autograd.Function):
             if a is None:
                 a = adj.csr(compute)
         else:
-            a = make_csr(adj.rowptr, adj.col, value.detach().to(compute), (adj.num_rows, adj.num_cols))
+            plan = adj.plan  # (num_cols from the plan's fields: a hot path)
+            shape = (adj.num_rows, plan.num_owned + plan.halo_size)
+            a = make_csr(adj.rowptr, adj.col, value.detach().to(compute), shape)
             ctx.save_for_backward(x, value)
         return csr_mm(a, x, result)
 

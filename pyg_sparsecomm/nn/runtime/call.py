@@ -63,7 +63,7 @@ from .normalisation import end_call, propagated_graph
 from .plain_call import check_plain_call
 from .port import Shard
 from .shared_adjacency import shared_aggregation
-from .sources import attention_propagate, edge_update_sources, propagate_sources
+from .sources import attention_propagate, propagate_sources, with_halo
 from .state import LayerState
 from .steady_call import note_edge_update, note_propagate, record, traced_call, traced_method
 from .traced_spmm import traced_aggregation
@@ -247,6 +247,7 @@ class LayerCall:
             applied = conv._modules[self.applied_first]
             lin_weight = applied.linear.weight if isinstance(applied, AppliedLinear) else \
                 linear_weight(applied, "linear")
+            assert isinstance(lin_weight, Tensor)
             rows, depends_on = F.linear(rows, lin_weight), (lin_weight,)
             moved = None if flat else tuple(rows.shape)
         adj = shard.adj
@@ -269,11 +270,13 @@ class LayerCall:
 
     def edge_update(self, edge_index: Any, size: Any, kwargs: dict[str, Any]) -> tuple:
         """``edge_updater``'s sources completed with halo rows, over ``size = (owned + halo, owned)``."""
-        assert self.shard is not None
+        shard = self.shard
+        assert shard is not None
         if self.state.recording:
             note_edge_update(self, edge_index)
-        return edge_update_sources(self.conv, edge_index, size, kwargs, self.shard, self.call_halos(),
-                                   self.state.port, self.plan.edge_update_sources)
+        size = shard.check_propagation(self.conv, edge_index, size)
+        return edge_index, size, with_halo(self.conv, kwargs, self.plan.edge_update_sources, shard, self.call_halos(),
+                                           self.state.port, "edge_updater")
 
     def leave(self) -> None:
         """The restore stage: the moved ``Linear`` modules, what the normalisation changed."""
@@ -286,7 +289,8 @@ class LayerCall:
             end_call(self.shard.normalisation)
         if self.key is not None:
             self.state.port.watch.end(self.key)
-        if self.halos is not None and self.halos.unused_fusion():
+        halos = self.halos  # (unused_fusion, inline)
+        if halos is not None and halos.fused is not None and not halos.fused_used:
             self.state.fuse = False  # the same code on every rank: every rank stops fusing together
         if self.state.recording:
             record(self, LayerCall)
@@ -305,9 +309,13 @@ class InstanceMethod:
         state = self.conv._sparsecomm
         if torch.compiler.is_compiling() or state.tracing is not None:  # (dynamo fell back)
             return traced_method(self, edge_index, size, kwargs)
-        if self.traced and state.calls and state.calls[-1] is not None:  # propagate on a shard: its stage
-            return state.calls[-1].propagate(edge_index, size, kwargs)
-        return self.function(self.conv, edge_index, size, **kwargs)
+        call = state.calls[-1] if state.calls else None
+        if call is None:  # plain PyG
+            return self.function(self.conv, edge_index, size, **kwargs)
+        if self.traced:  # propagate on a shard: the call's propagate stage
+            return call.propagate(edge_index, size, kwargs)
+        edge_index, size, kwargs = call.edge_update(edge_index, size, kwargs)  # edge_updater: sources first
+        return pyg_edge_updater(self.conv)(edge_index, size=size, **kwargs)
 
 
 class EagerCall:

@@ -57,8 +57,11 @@ class CallHalos:
     def take_recorded(self) -> Tensor | None:
         """The recorded output to exchange along, unless it was exchanged already."""
         t = self.recorded
-        if t is None or not self.fuse or any(e[0] is t for e in self.entries):
+        if t is None or not self.fuse:
             return None
+        for entry in self.entries:  # (a loop: no generator frame per call)
+            if entry[0] is t:
+                return None
         return t
 
     def add_fused(self, recorded: Tensor, halo: Tensor) -> None:
@@ -115,8 +118,11 @@ class RecordFirstOutput:
                 _record_eagerly(self, output)
             return
         calls = self.conv._sparsecomm.calls
-        if calls and calls[-1] is not None:
-            calls[-1].call_halos().record(output)
+        call = calls[-1] if calls else None
+        if call is not None and isinstance(output, Tensor) and output.dim() == 2:  # (CallHalos.record, inline)
+            halos = call.call_halos()
+            if halos.recorded is None:
+                halos.recorded = output
 
 
 @torch.compiler.disable  # per-call Python state, like the layer's other hooks
