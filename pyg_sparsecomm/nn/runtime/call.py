@@ -2,40 +2,30 @@ r"""One call of a distributed PyG ``MessagePassing`` layer on a shard: :class:`L
 hooks that run it.
 
 :func:`~pyg_sparsecomm.nn.runtime.layer.attach` leaves the layer's class, parameters and code alone
-and installs these interception points, the fewest PyG and torch allow:
+and installs these interception points, the fewest PyG and torch allow (ARCHITECTURE.md says why
+each is needed): a **forward pre-hook** (:func:`enter`: the call's :class:`LayerCall` runs the
+stages of its :class:`~.plan.CallPath`, decided at attach: *check* (:mod:`.checks`), *local graph*
+(the :class:`~pyg_sparsecomm.plan.halo_adj.HaloAdj` becomes a local ``edge_index``, sources in
+``[owned | halo]`` columns, its values passed as PyG's ``adj_t`` path uses them,
+:mod:`.adjacency_values`), *move linears* (the rule's narrowing ``Linear`` applied before the
+aggregation), *normalise* (global degrees and the rule's adapter, :mod:`.normalisation`,
+:mod:`.adapters`)); a **forward hook** (:func:`leave`, ``always_call=True``: the *restore* stage,
+also when the forward raises); instance-level **propagate** and **edge_updater**
+(:class:`InstanceMethod`, as PyG itself shadows ``propagate`` per instance: the path's propagate
+stage, an ``"spmm"`` aggregation as one distributed SpMM, ``"attention"`` as one CSR SpMM per head,
+else sources completed with halo rows (:mod:`.sources`) for PyG's ``propagate``; ``edge_update``'s
+sources completed first); ``conv._compiled_call_impl`` (:class:`EagerCall`: under
+``torch.compile`` a steady-state call traces without a graph break, :mod:`.steady_call`); and for a
+rule with a ``fused_source`` (``GATConv``) a forward hook on that child
+(:class:`~.call_halos.RecordFirstOutput`), whose output is exchanged with the edge update's sources.
 
-1. a **forward pre-hook** (:func:`enter`, ``with_kwargs=True``): the only way to change a call's
-   arguments without replacing ``forward``.  On a shard it creates the call's :class:`LayerCall`,
-   whose stages run in a fixed order: *check* (agreed by all ranks, :mod:`.checks`), *local
-   graph* (the :class:`~pyg_sparsecomm.plan.halo_adj.HaloAdj` becomes a local ``edge_index``,
-   sources in ``[owned | halo]`` columns, in ``adj``'s edge order; its values passed as PyG's
-   ``adj_t`` path uses them, :mod:`.adjacency_values`), *move linears* (the rule's narrowing
-   ``Linear`` applied before the aggregation), *normalise* (the normalisation with global degrees
-   and the rule's adapter, :mod:`.normalisation`, :mod:`.adapters`);
-2. a **forward hook** (:func:`leave`, ``always_call=True``): the *restore* stage (the moved
-   ``Linear`` modules, ``normalize``), which must run also when the forward raises;
-3. an instance-level **propagate** (:class:`InstanceMethod`, as PyG itself shadows ``propagate``
-   per instance for explanations): the *propagate* stage.  No hook can replace what PyG's
-   ``propagate`` computes, nor run before its SpMM path takes the graph: an ``"spmm"`` aggregation
-   runs as one distributed SpMM by ``algorithm``, an ``"attention"`` one as one CSR SpMM per head,
-   anything else gets its source tensors completed with halo rows (:mod:`.sources`) and goes to
-   PyG's ``propagate``;
-4. an instance-level **edge_updater**: PyG's generated ``edge_updater`` runs its pre-hooks after
-   gathering ``*_j``, too late to complete the sources of ``edge_update``;
-5. ``conv._compiled_call_impl`` (:class:`EagerCall`): under ``torch.compile`` a steady-state call
-   traces without a graph break (:mod:`.steady_call`); any other runs eagerly, as one graph break
-   (the stages hold per-call Python state and collectives dynamo traces neither);
-6. only for a rule with a ``fused_source`` (``GATConv``), a **forward hook on that child**
-   (:class:`~.call_halos.RecordFirstOutput`): its output exists before ``edge_updater`` runs but is
-   none of its arguments, and is exchanged in one message with the edge update's sources.
-
-``propagate`` and ``edge_updater`` are installed again before every call (PyG's ``explain``/
-``decomposed_layers`` setters assign ``propagate``); traced, they and the hooks run eagerly on their own
-(``conv.compile()`` replaces the call implementation).  Every layer whose forward reaches the graph only
-through these is exact: a target's messages, softmaxes and aggregations see exactly its in-edges, which
-its owner holds.  All halo traffic of a call goes through the layer's :class:`~.port.HaloPort`.
+``propagate`` and ``edge_updater`` are installed again when PyG's ``explain``/``decomposed_layers``
+setters replaced them or the layer was copied.  Every layer whose forward reaches the graph only
+through these is exact: a target's messages, softmaxes and aggregations see exactly its in-edges,
+which its owner holds.  All halo traffic of a call goes through the layer's :class:`~.port.HaloPort`.
 """
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -43,7 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
-from ...compat import compiled_call, module_call, pyg_edge_updater, pyg_propagate, set_compiled_call
+from ...compat import pyg_propagate
 from ...plan.halo_adj import HaloAdj
 from ...plan.relation_adj import RelationAdj
 from . import hetero
@@ -60,12 +50,15 @@ from .aggregation import (
 from .call_halos import CallHalos
 from .checks import check_stage
 from .normalisation import end_call, propagated_graph
+from .overrides import EagerCall as EagerCall
+from .overrides import InstanceMethod, install_overrides
 from .plain_call import check_plain_call
+from .plan import CallPath
 from .port import Shard
 from .shared_adjacency import shared_aggregation
 from .sources import attention_propagate, propagate_sources, with_halo
 from .state import LayerState
-from .steady_call import note_edge_update, note_propagate, record, traced_call, traced_method
+from .steady_call import note_edge_update, note_propagate, record
 from .traced_spmm import traced_aggregation
 
 _local = threading.local()
@@ -85,12 +78,6 @@ def current() -> "LayerCall | None":
     return stack[-1] if stack else None
 
 
-def running(conv: MessagePassing) -> "LayerCall | None":
-    """``conv``'s running call on a shard, or ``None`` when this call is plain PyG."""
-    calls = conv._sparsecomm.calls
-    return calls[-1] if calls else None
-
-
 class LayerCall:
     """All the state of one call of a distributed layer on a shard, and its stages (see the module doc).
 
@@ -100,8 +87,10 @@ class LayerCall:
         adj (HaloAdj): the adjacency it was called with.
     """
 
-    def __init__(self, conv: MessagePassing, state: LayerState, adj: HaloAdj) -> None:
+    def __init__(self, conv: MessagePassing, state: LayerState, adj: HaloAdj, path: CallPath | None = None) -> None:
         self.conv, self.state, self.plan, self.adj = conv, state, state.plan, adj
+        self.path: CallPath = path or state.plan.path  # type: ignore[assignment]  # its stages (plan.CallPath)
+        self.outer: LayerCall | None = None  # the call whose forward this one runs in (the nested path)
         self.shard: Shard | None = None  # set by the local-graph stage
         self.halos: CallHalos | None = None  # halos fetched in this call (see call_halos)
         self.swapped: list[tuple[torch.nn.Module, str]] = []  # Linear modules replaced by AppliedLinear
@@ -114,24 +103,22 @@ class LayerCall:
         self.steady_path: Any = None
         self.looped: Tensor | None = None  # the graph its edge_updater got
 
-    def enter(self, args: tuple, kwargs: dict, at: int | str) -> tuple[tuple, dict]:
-        """The stages before ``forward``: ``(args, kwargs)`` of the call on the shard.
+    def enter(self, args: tuple, kwargs: dict, at: int | str | None) -> tuple[tuple, dict]:
+        """The stages of its path before ``forward``, in order: ``(args, kwargs)`` of the call on the shard.
 
         Args:
             args (tuple): the call's positional arguments.
             kwargs (dict): its keyword arguments.
-            at (int or str): where they hold the adjacency.
+            at (int or str, optional): where they hold the adjacency (``None``: none, the nested path).
         """
-        plan = self.plan
-        check_stage(self, args, kwargs)
-        self.call_args = (args, kwargs)
-        args, kwargs = self.local_graph(args, kwargs, at)
-        if plan.moves_linears:  # (decided at attach: the stages a layer's plan has, no fork per call)
-            args, kwargs = self.move_linears(args, kwargs)
-        if plan.adapts:
-            args, kwargs = adapt(self.conv, plan, args, kwargs, self.shard)  # type: ignore[arg-type]
-        self.forward_args = (args, kwargs)
-        return self.forward_args
+        nested = self.outer is not None  # (a nested call leaves no steady-state record: steady_call)
+        if not nested:
+            self.call_args = (args, kwargs)
+        for stage in self.path.stages:  # the path's declared stages, nothing else (see plan.CallPath)
+            args, kwargs = STAGES[stage](self, args, kwargs, at)
+        if not nested:
+            self.forward_args = (args, kwargs)
+        return args, kwargs
 
     def begin(self, shard: Shard) -> None:
         """Runs the layer on ``shard`` until :meth:`leave`."""
@@ -142,6 +129,16 @@ class LayerCall:
         state.calls.append(self)
         if state.settings.halo_options.staleness:  # the stale exchanges' call sites count from the start
             state.port.slots.begin_call(self.conv.training)
+
+    def outer_shard(self, args: tuple, kwargs: dict, at: None = None) -> tuple[tuple, dict]:
+        """The nested path's first stage: the outer call's shard (its exchanger, local graph and memo),
+        and the adjacency's values where the forward passes the outer call's local graph."""
+        outer = self.outer
+        assert outer is not None and outer.shard is not None
+        self.begin(self.state.port.shard(outer.adj, self.state.settings, outer.shard))
+        if any(v is outer.shard.edge_index for v in list(args) + list(kwargs.values())):
+            args, kwargs = with_adjacency_values(self.conv, self.plan, args, kwargs, outer.adj)
+        return args, kwargs
 
     def local_graph(self, args: tuple, kwargs: dict, at: int | str) -> tuple[tuple, dict]:
         """The local ``edge_index`` in place of the adjacency at ``at``, and its values."""
@@ -158,7 +155,7 @@ class LayerCall:
             args, kwargs = with_adjacency_values(self.conv, plan, args, kwargs, adj)
         return args, kwargs
 
-    def move_linears(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    def move_linears(self, args: tuple, kwargs: dict, at: int | str | None = None) -> tuple[tuple, dict]:
         """Applies the rule's narrowing ``post_linear`` / ``input_linear`` before the aggregation."""
         conv, plan = self.conv, self.plan
         if plan.rule.post_linear is not None:
@@ -182,13 +179,6 @@ class LayerCall:
         container._modules[key] = self.state.narrowing.applied(linear)
         self.swapped.append((container, key))
 
-    def normalise(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        """The rule's normalisation with global degrees and its adapter, if it has any."""
-        if not self.plan.adapts:
-            return args, kwargs
-        assert self.shard is not None
-        return adapt(self.conv, self.plan, args, kwargs, self.shard)
-
     def call_halos(self) -> CallHalos:
         """The halos of this call (made at the first exchange)."""
         if self.halos is None:
@@ -209,18 +199,16 @@ class LayerCall:
         normalisation = shard.normalisation
         if normalisation is not None and normalisation.normalise is not None:
             edge_index, kwargs = propagated_graph(normalisation, edge_index, kwargs)
-        explaining = getattr(conv, "explain", False)
-        weight_arg = None if explaining else plan.spmm_weight
+        how = "sources" if getattr(conv, "explain", False) else self.path.propagate  # (decided at attach)
         if self.state.recording:  # an eager call under torch.compile (see steady_call)
             note_propagate(self, edge_index, kwargs)
-        if weight_arg is not None and isinstance(kwargs.get("x"), (Tensor, tuple, list)):
+        if how == "spmm" and isinstance(kwargs.get("x"), (Tensor, tuple, list)):
             shard.check_propagation(conv, edge_index, size)
-            return self._spmm_propagate(edge_index, kwargs, weight_arg)
-        alpha_arg = None if explaining else plan.attention_weight
+            return self._spmm_propagate(edge_index, kwargs, plan.spmm_weight)  # type: ignore[arg-type]
         port = self.state.port
-        if alpha_arg is not None and isinstance(kwargs.get(alpha_arg), Tensor):
+        if how == "attention" and isinstance(kwargs.get(plan.attention_weight), Tensor):  # type: ignore[arg-type]
             return attention_propagate(conv, shard, self.call_halos(), port, self.state.adjacency, edge_index, size,
-                                       kwargs, alpha_arg)
+                                       kwargs, plan.attention_weight)  # type: ignore[arg-type]
         if self.applied_first:  # its Linear was replaced by its bias: only the SpMM path applies it first
             raise RuntimeError(f"{type(conv).__name__} propagated without 'x'; distribute() expected the linear "
                                f"aggregation of its {self.applied_first}")
@@ -299,82 +287,6 @@ class LayerCall:
             stack.remove(self)
 
 
-class InstanceMethod:
-    """``conv.propagate`` / ``conv.edge_updater`` of a distributed layer: a picklable bound call."""
-
-    def __init__(self, conv: MessagePassing, function, traced: bool = False) -> None:
-        self.conv, self.function, self.traced = conv, function, traced  # traced: the propagate override
-
-    def __call__(self, edge_index: Any, size: Any = None, **kwargs: Any) -> Any:
-        state = self.conv._sparsecomm
-        if torch.compiler.is_compiling() or state.tracing is not None:  # (dynamo fell back)
-            return traced_method(self, edge_index, size, kwargs)
-        call = state.calls[-1] if state.calls else None
-        if call is None:  # plain PyG
-            return self.function(self.conv, edge_index, size, **kwargs)
-        if self.traced:  # propagate on a shard: the call's propagate stage
-            return call.propagate(edge_index, size, kwargs)
-        edge_index, size, kwargs = call.edge_update(edge_index, size, kwargs)  # edge_updater: sources first
-        return pyg_edge_updater(self.conv)(edge_index, size=size, **kwargs)
-
-
-class EagerCall:
-    """``conv._compiled_call_impl`` of a distributed layer: what ``torch.nn.Module.__call__`` runs
-    in place of ``conv._call_impl`` when it is set (``Module.compile()`` sets it the same way), here
-    traced, :func:`~.steady_call.traced_call` (see the module doc); eagerly, the layer's call."""
-
-    def __init__(self, conv: MessagePassing) -> None:
-        self.conv = conv
-        self.call = module_call(conv)  # bound once
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if torch.compiler.is_compiling():
-            return traced_call(self.conv, args, kwargs)
-        return self.call(*args, **kwargs)
-
-
-def propagate(conv: MessagePassing, edge_index: Any, size: Any = None, **kwargs: Any) -> Any:
-    """The ``propagate`` override: the call's propagate stage on a shard, else PyG's ``propagate``."""
-    calls = conv._sparsecomm.calls  # running(conv), inlined: once per propagate
-    call = calls[-1] if calls else None
-    if call is None:
-        return pyg_propagate(conv)(edge_index, size=size, **kwargs)
-    return call.propagate(edge_index, size, kwargs)
-
-
-def edge_updater(conv: MessagePassing, edge_index: Any, size: Any = None, **kwargs: Any) -> Any:
-    """The ``edge_updater`` override: PyG's, on a shard with the sources completed first."""
-    call = running(conv)
-    if call is not None:
-        edge_index, size, kwargs = call.edge_update(edge_index, size, kwargs)
-    return pyg_edge_updater(conv)(edge_index, size=size, **kwargs)
-
-
-def install_overrides(conv: MessagePassing) -> None:
-    """Sets ``conv.propagate`` and ``conv.edge_updater`` to the distributed versions unless they
-    are (idempotent), and :class:`EagerCall` unless a call implementation is set (the user's
-    ``conv.compile()``).  ``Module.__getstate__`` drops it from copies, whose first call sets it
-    again: a copy compiled before any call traces into its layers as without it."""
-    for name, function in (("propagate", propagate), ("edge_updater", edge_updater)):
-        current_method = conv.__dict__.get(name)
-        if not (isinstance(current_method, InstanceMethod) and current_method.conv is conv):
-            setattr(conv, name, InstanceMethod(conv, function, traced=function is propagate))
-    if compiled_call(conv) is None:
-        set_compiled_call(conv, EagerCall(conv))
-
-
-def _adjacency_at(conv: MessagePassing, args: tuple, kwargs: dict) -> int | str | None:
-    """Where the call passes its ``HaloAdj`` (``None``: it passes none)."""
-    at: list[int | str] = []
-    for k, v in (*enumerate(args), *kwargs.items()):  # a loop, not a comprehension: no frame per call
-        if isinstance(v, HaloAdj):
-            at.append(k)
-    if len(at) > 1:
-        raise ValueError(f"{type(conv).__name__} got {len(at)} HaloAdj arguments; distribute() runs layers "
-                         f"over one adjacency")
-    return at[0] if at else None
-
-
 @torch.compiler.disable
 def enter(conv: MessagePassing, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
     """The forward pre-hook: on a shard, the call's ``(args, kwargs)`` after the stages of its
@@ -393,16 +305,20 @@ def enter(conv: MessagePassing, args: tuple, kwargs: dict) -> tuple[tuple, dict]
         install_overrides(conv)  # PyG's explain / decomposed_layers setters assign conv.propagate; a copy
         state.installed = True
     at = None
-    for k, v in (*enumerate(args), *kwargs.items()):  # where the call passes its HaloAdj (inline: a hot path)
+    for k, v in (*enumerate(args), *kwargs.items()):  # where the call passes its HaloAdj
         if isinstance(v, HaloAdj):
             if at is not None:
-                _adjacency_at(conv, args, kwargs)  # raises, naming the layer
+                count = sum(isinstance(a, HaloAdj) for a in (*args, *kwargs.values()))
+                raise ValueError(f"{type(conv).__name__} got {count} HaloAdj arguments; distribute() runs layers "
+                                 f"over one adjacency")
             at = k
     if at is None:
         return _enter_without_adjacency(conv, state, args, kwargs)
     adj: HaloAdj = args[at] if isinstance(at, int) else kwargs[at]
-    if isinstance(adj, RelationAdj) and not hetero.enter_own_type(conv, state, args, kwargs, adj):
-        return hetero.enter_relation(conv, state, args, kwargs, at, adj)  # sources completed first
+    if isinstance(adj, RelationAdj):
+        if not hetero.enter_own_type(conv, state, args, kwargs, adj):  # the "relation" path: sources, then PyG
+            return hetero.enter_relation(conv, state, args, kwargs, at, adj)
+        return LayerCall(conv, state, adj, state.plan.paths["own-type relation"]).enter(args, kwargs, at)
     return LayerCall(conv, state, adj).enter(args, kwargs, at)
 
 
@@ -414,12 +330,9 @@ def _enter_without_adjacency(conv: MessagePassing, state: LayerState, args: tupl
         check_plain_call(conv, state, args, kwargs)
         state.calls.append(None)
         return None
-    assert outer.shard is not None
-    call = LayerCall(conv, state, outer.adj)
-    call.begin(state.port.shard(outer.adj, state.settings, outer.shard))
-    if any(v is outer.shard.edge_index for v in list(args) + list(kwargs.values())):
-        args, kwargs = with_adjacency_values(conv, state.plan, args, kwargs, outer.adj)
-    return call.normalise(args, kwargs)
+    call = LayerCall(conv, state, outer.adj, state.plan.paths["nested"])
+    call.outer = outer
+    return call.enter(args, kwargs, None)
 
 
 @torch.compiler.disable
@@ -430,3 +343,9 @@ def leave(conv: MessagePassing, args: tuple, output: Any) -> None:
     call = calls.pop() if calls else None
     if call is not None:
         call.leave()
+
+
+#: the pre-hook's stages by name (a :class:`~.plan.CallPath` lists those of a path, in order)
+STAGES: dict[str, Callable[..., tuple[tuple, dict]]] = {
+    "check": check_stage, "outer shard": LayerCall.outer_shard, "local graph": LayerCall.local_graph,
+    "move linears": LayerCall.move_linears, "normalise": adapt}

@@ -231,15 +231,17 @@ def call_key(conv: MessagePassing, args: tuple, kwargs: dict, adj: HaloAdj, stat
     return (id(plan), adj.col.numel(), plan.num_owned, features, tuple(edges))
 
 
-def check_stage(call: Any, args: tuple, kwargs: dict) -> None:
+def check_stage(call: Any, args: tuple, kwargs: dict, at: Any = None) -> tuple[tuple, dict]:
     """The check stage of a :class:`~.call.LayerCall`: the checks of :func:`check_call`, agreed by
     every rank when the call's :func:`call_key` changed since the last agreed call, else by the
     header of its first exchange (:class:`AgreementWatch`); and the checks of this rank alone.
+    Returns ``(args, kwargs)`` unchanged (a stage of a :class:`~.plan.CallPath`).
 
     Args:
         call (LayerCall): the call on a shard.
         args (tuple): its positional arguments.
         kwargs (dict): its keyword arguments.
+        at (int or str, optional): where they hold the adjacency (unused). (default: ``None``)
     """
     conv, state, adj = call.conv, call.state, call.adj
     if getattr(conv, "explain", False):
@@ -260,6 +262,7 @@ def check_stage(call: Any, args: tuple, kwargs: dict) -> None:
         watch.armed, watch.headered, watch.agree = True, False, lambda: agree(call, args, kwargs)
     if plan.minibatch or isinstance(adj, SampledAdj):
         _minibatch_checks(conv, settings, adj)
+    return args, kwargs
 
 
 def _minibatch_checks(conv: MessagePassing, settings: Any, adj: HaloAdj) -> None:
