@@ -128,7 +128,7 @@ class LayerCall:
         state = self.state
         state.calls.append(self)
         if state.settings.halo_options.staleness:  # the stale exchanges' call sites count from the start
-            state.port.slots.begin_call(self.conv.training)
+            state.exchange_slots.begin_call(self.conv.training)
 
     def outer_shard(self, args: tuple, kwargs: dict, at: None = None) -> tuple[tuple, dict]:
         """The nested path's first stage: the outer call's shard (its exchanger, local graph and memo),
@@ -242,7 +242,7 @@ class LayerCall:
         weight = kwargs.get(weight_arg) if weight_arg else (
             torch_sparse_weights(conv, self.plan, edge_index, adj)
             if adj.value is not None and adj.given_as == "torch.sparse" else None)
-        state.port.exchanged_width = (rows.size(1), rows.element_size())
+        state.exchanged_width = (rows.size(1), rows.element_size())
         if torch.compiler.is_compiling() and state.port.traces_spmm(shard, state.settings):
             out = traced_aggregation(shard.halo, shard.num_owned, edge_index, weight, conv.aggr, rows.contiguous())
             return out if moved is None else from_node_rows(out, moved, node_dim)

@@ -30,14 +30,14 @@ import torch.distributed as dist
 from torch import Tensor
 
 from ...algorithms import SpMMAlgorithm, algorithm_class
-from ...algorithms.choice import CostRow, choose_algorithm
+from ...algorithms.choice import choose_algorithm
 from ...algorithms.settings import exchange_group
 from ...comm import traced_exchange
 from ...comm.exchanger import HaloExchanger
 from ...comm.group import host_all_reduce, world_size
 from ...comm.group import rank as group_rank
 from ...comm.halo import HeaderedPlan, announce_rows, headered_counts, headered_exchange
-from ...comm.halo_options import EXACT, ExchangeSlots
+from ...comm.halo_options import EXACT
 from ...compat import tensor_version
 from ...plan.halo_adj import HaloAdj
 from ...plan.homogeneous import RankPlan
@@ -268,16 +268,11 @@ class _Link:
 class HaloPort:
     """A distributed layer's port to the exchanger and the SpMM algorithms (see the module doc)."""
 
-    def __init__(self) -> None:
-        self.slots = ExchangeSlots()  # state of stateful (stale) exchanges across calls
+    def __init__(self, state: Any) -> None:
+        #: the layer's :class:`~.state.LayerState`, which holds what the port finds out across calls
+        #: (its stale exchanges' slots, the algorithm chosen and its cost reports, the kept SpMM)
+        self.state = state
         self.static = StaticHalo()
-        self.chosen_algorithm: str | None = None
-        self.cost_report: list[CostRow] = []
-        self.exact_cost_report: list[CostRow] = []  # the same priced with exact halos
-        self.sync_cost_report: list[CostRow] = []  # the same bytes exchanged synchronously
-        #: (columns, element size) of the last exchanged rows, for summary()'s compressed-bytes line
-        self.exchanged_width: tuple[int, int] | None = None
-        self.cached_spmm = CachedSpMM()  # the SpMM a cached=True layer built on its first call
         self._link: _Link | None = None
         self._checks: tuple[DistributedSettings, bool, bool, str | None] | None = None
         #: (aggregation adjacency, exchanger, algorithm, the inputs' key) of the SpMM last built
@@ -292,14 +287,14 @@ class HaloPort:
     def forget(self) -> None:
         """Drops every tensor kept across calls (a move to another device, a reset)."""
         self.static = StaticHalo()
-        self.slots.clear()
+        self.state.exchange_slots.clear()
         self.forget_spmm()
         self._link = None  # its exchangers hold the shard's plan
         self.watch = AgreementWatch()
 
     def forget_spmm(self) -> None:
         """Drops the SpMM algorithms kept (it releases an ``"rdma"`` engine's lease)."""
-        self.cached_spmm = CachedSpMM()
+        self.state.cached_spmm = CachedSpMM()
         self._built = None
 
     def shard(self, adj: HaloAdj, settings: DistributedSettings, outer: Shard | None = None) -> Shard:
@@ -324,7 +319,7 @@ class HaloPort:
             group = exchange_group(adj, grid, settings.group)
             exact = outer.exchanger if outer is not None else WatchedExchanger(
                 adj.plan, group, watch=self.watch, watched_options=settings.halo_options).traced()
-            bound = exact.bind(options=settings.halo_options, slots=self.slots)
+            bound = exact.bind(options=settings.halo_options, slots=self.state.exchange_slots)
             link = self._link = _Link(weakref.ref(adj.plan), settings, exact, bound, grid, world_size(exact.group))
         if outer is not None:
             return Shard(adj, link.exact, outer.edge_index, link.world, outer.memo)
@@ -356,22 +351,12 @@ class HaloPort:
             adj (HaloAdj): the adjacency of the call.
         """
         modes = self._checks
-        if modes is None or modes[0] is not settings or modes[3] != self.chosen_algorithm:
+        if modes is None or modes[0] is not settings or modes[3] != self.state.chosen_algorithm:
             collective = not settings.replicated and world_size(settings.group) > 1
             watched = (collective and settings.halo_options.exact and plan.rule.adapter is None
-                       and (plan.spmm_weight is None or self.chosen_algorithm == "1d"))
-            modes = self._checks = (settings, collective, watched, self.chosen_algorithm)
+                       and (plan.spmm_weight is None or self.state.chosen_algorithm == "1d"))
+            modes = self._checks = (settings, collective, watched, self.state.chosen_algorithm)
         return modes[1], modes[2] and not isinstance(adj, RelationAdj)
-
-    def begin_call(self, training: bool, settings: DistributedSettings) -> None:
-        """A new call of the layer: the stale exchanges' call sites count from the start.
-
-        Args:
-            training (bool): the layer's ``training`` flag.
-            settings (DistributedSettings): the layer's settings (only stale halos keep slots).
-        """
-        if settings.halo_options.staleness:
-            self.slots.begin_call(training)
 
     def exchange_many(self, tensors: list[Tensor], key: str) -> list[Tensor]:
         """The halo rows of ``tensors`` under the layer's options, one exchange per dtype (see
@@ -419,26 +404,28 @@ class HaloPort:
             kept = None if built is None or built[1] is not link.bound else built[3]
             if (kept is not None and kept[0] is key[0] and kept[1] is key[1] and kept[2] == key[2]  # by identity
                     and kept[3] == key[3] and kept[4] == key[4] and kept[5] is key[5]
-                    and built[2].name == self.chosen_algorithm):  # type: ignore[index]  # (steady: the same SpMM)
+                    and built[2].name == self.state.chosen_algorithm):  # type: ignore[index]  # (steady: the same SpMM)
                 return built[2]  # type: ignore[index]
-        if cached is not None and self.chosen_algorithm is not None:
-            kept = self.cached_spmm.get(*cached, shard.adj, rows.dtype, self.chosen_algorithm)
+        if cached is not None and self.state.chosen_algorithm is not None:
+            kept = self.state.cached_spmm.get(*cached, shard.adj, rows.dtype, self.state.chosen_algorithm)
             if kept is not None:
                 return kept
         adj = adjacency()
-        if self.chosen_algorithm is None:
+        if self.state.chosen_algorithm is None:
             learnable = adj.value is not None and adj.value.requires_grad
             # priced on the shard's block row, as CommStats and predict_layouts price it
-            self.chosen_algorithm, self.cost_report, self.exact_cost_report, self.sync_cost_report = \
+            state = self.state
+            state.chosen_algorithm, state.cost_report, state.exact_cost_report, state.sync_cost_report = \
                 choose_algorithm(shard.adj, link.bound, link.grid, rows.size(1), rows.element_size(), learnable,
                                  settings.cost_model)
-        if built is not None and built[0] is adj and built[1] is link.bound and built[2].name == self.chosen_algorithm:
+        algorithm = self.state.chosen_algorithm
+        if built is not None and built[0] is adj and built[1] is link.bound and built[2].name == algorithm:
             spmm = built[2]
         else:
-            spmm = algorithm_class(self.chosen_algorithm)(adj, link.bound, link.grid)
+            spmm = algorithm_class(algorithm)(adj, link.bound, link.grid)
         self._built = (adj, link.bound, spmm, key)
         if cached is not None:
-            self.cached_spmm.keep(spmm, *cached, shard.adj, rows.dtype, self.chosen_algorithm)
+            self.state.cached_spmm.keep(spmm, *cached, shard.adj, rows.dtype, self.state.chosen_algorithm)
         return spmm
 
     def last_aggregation(self) -> HaloAdj | None:
@@ -450,7 +437,7 @@ class HaloPort:
         ``"1d"`` algorithm (chosen at an eager first call) over the shard's traced exchanger."""
         traced = bool(getattr(shard.exchanger, "handle", ""))
         return (settings.halo_options.exact and not settings.replicated
-                and (shard.world == 1 or (self.chosen_algorithm == "1d" and traced)))
+                and (shard.world == 1 or (self.state.chosen_algorithm == "1d" and traced)))
 
     def multiply(self, spmm: SpMMAlgorithm, rows: Tensor, src: Tensor, shard: Shard,
                  depends_on: tuple[Tensor, ...]) -> Tensor:

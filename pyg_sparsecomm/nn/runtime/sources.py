@@ -117,7 +117,7 @@ def fetch_halos(conv: MessagePassing, sources: list[tuple[str, Tensor, Tensor, A
         width = 0
         for t in tensors:
             width += math.prod(t.shape[1:])
-        port.exchanged_width = (width, tensors[0].element_size())  # (halo_width, inline)
+        port.state.exchanged_width = (width, tensors[0].element_size())  # (halo_width, inline)
         for (name, src, _), halo in zip(moving, port.exchange_many(tensors, key), strict=True):
             if name:
                 halos.add(src, conv.node_dim, halo)
