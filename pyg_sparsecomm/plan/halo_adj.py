@@ -350,7 +350,8 @@ class _CSRSpMM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor, value: Tensor | None, adj: HaloAdj) -> Tensor:
         ctx.adj = adj
-        compute, result = spmm_dtypes(None if adj.value is None else adj.value.dtype, x.dtype)
+        result = x.dtype if adj.value is None else torch.promote_types(adj.value.dtype, x.dtype)  # (spmm_dtypes)
+        compute = torch.float32 if result in HALF_DTYPES else result
         ctx.compute, ctx.x_dtype = compute, x.dtype
         if value is None:
             a = adj._cache.get(("csr", compute))  # (csr()'s cache, read inline: a hot path)
@@ -358,7 +359,7 @@ class _CSRSpMM(torch.autograd.Function):
                 a = adj.csr(compute)
         else:
             plan = adj.plan  # (num_cols from the plan's fields: a hot path)
-            shape = (adj.num_rows, plan.num_owned + plan.halo_size)
+            shape = (adj.rowptr.numel() - 1, plan.num_owned + plan.halo_size)  # (num_rows, num_cols)
             a = make_csr(adj.rowptr, adj.col, value.detach().to(compute), shape)
             ctx.save_for_backward(x, value)
         return csr_mm(a, x, result)

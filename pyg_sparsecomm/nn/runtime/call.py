@@ -207,8 +207,8 @@ class LayerCall:
             return self._spmm_propagate(edge_index, kwargs, plan.spmm_weight)  # type: ignore[arg-type]
         port = self.state.port
         if how == "attention" and isinstance(kwargs.get(plan.attention_weight), Tensor):  # type: ignore[arg-type]
-            return attention_propagate(conv, shard, self.call_halos(), port, self.state.adjacency, edge_index, size,
-                                       kwargs, plan.attention_weight)  # type: ignore[arg-type]
+            return attention_propagate(conv, shard, self.halos or self.call_halos(), port, self.state.adjacency,
+                                       edge_index, size, kwargs, plan.attention_weight)  # type: ignore[arg-type]
         if self.applied_first:  # its Linear was replaced by its bias: only the SpMM path applies it first
             raise RuntimeError(f"{type(conv).__name__} propagated without 'x'; distribute() expected the linear "
                                f"aggregation of its {self.applied_first}")
@@ -263,7 +263,8 @@ class LayerCall:
         if self.state.recording:
             note_edge_update(self, edge_index)
         size = shard.check_propagation(self.conv, edge_index, size)
-        return edge_index, size, with_halo(self.conv, kwargs, self.plan.edge_update_sources, shard, self.call_halos(),
+        return edge_index, size, with_halo(self.conv, kwargs, self.plan.edge_update_sources, shard,
+                                           self.halos or self.call_halos(),
                                            self.state.port, "edge_updater")
 
     def leave(self) -> None:

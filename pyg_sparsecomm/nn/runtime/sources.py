@@ -105,7 +105,11 @@ def fetch_halos(conv: MessagePassing, sources: list[tuple[str, Tensor, Tensor, A
         if name not in found:
             moving.append((name, src, rows))
             tensors.append(rows)
-    recorded = halos.take_recorded() if moving else None
+    recorded = halos.recorded if moving and halos.fuse else None  # (CallHalos.take_recorded, inline)
+    for entry in halos.entries if recorded is not None else ():
+        if entry[0] is recorded:  # exchanged already
+            recorded = None
+            break
     if recorded is not None and recorded.size(0) == call.num_owned and recorded.is_floating_point():
         for _, src, _ in moving:  # (not one of the sources already)
             if src is recorded:
@@ -123,7 +127,8 @@ def fetch_halos(conv: MessagePassing, sources: list[tuple[str, Tensor, Tensor, A
                 halos.add(src, conv.node_dim, halo)
                 found[name] = halo
             else:
-                halos.add_fused(src, halo)
+                halos.add(src, 0, halo)  # (add_fused, inline)
+                halos.fused = src
     for name, src, _, _, _ in sources:
         if halos.lookup(src, conv.node_dim) is None:
             halos.add(src, conv.node_dim, found[name])
