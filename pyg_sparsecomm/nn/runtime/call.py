@@ -109,7 +109,7 @@ class LayerCall:
         Args:
             args (tuple): the call's positional arguments.
             kwargs (dict): its keyword arguments.
-            at (int or str, optional): where they hold the adjacency (``None``: none, the nested path).
+            at (int or str): where they hold the adjacency (``None``: none, the nested path).
         """
         nested = self.outer is not None  # (a nested call leaves no steady-state record: steady_call)
         if not nested:
