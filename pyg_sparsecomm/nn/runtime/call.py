@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
-from ...compat import pyg_propagate
+from ...compat import compiled_call, module_call, pyg_edge_updater, pyg_propagate, set_compiled_call
 from ...plan.halo_adj import HaloAdj
 from ...plan.relation_adj import RelationAdj
 from . import hetero
@@ -50,15 +50,14 @@ from .aggregation import (
 from .call_halos import CallHalos
 from .checks import check_stage
 from .normalisation import end_call, propagated_graph
-from .overrides import EagerCall as EagerCall
-from .overrides import InstanceMethod, install_overrides
+from .overrides import edge_updater, propagate
 from .plain_call import check_plain_call
 from .plan import CallPath
 from .port import Shard
 from .shared_adjacency import shared_aggregation
 from .sources import attention_propagate, propagate_sources, with_halo
 from .state import LayerState
-from .steady_call import note_edge_update, note_propagate, record
+from .steady_call import note_edge_update, note_propagate, record, traced_call, traced_method
 from .traced_spmm import traced_aggregation
 
 _local = threading.local()
@@ -286,6 +285,52 @@ class LayerCall:
         stack = getattr(_local, "stack", None)
         if stack is not None and self in stack:
             stack.remove(self)
+
+
+class InstanceMethod:
+    """``conv.propagate`` / ``conv.edge_updater`` of a distributed layer: a picklable bound call."""
+
+    def __init__(self, conv: MessagePassing, function, traced: bool = False) -> None:
+        self.conv, self.function, self.traced = conv, function, traced  # traced: the propagate override
+
+    def __call__(self, edge_index: Any, size: Any = None, **kwargs: Any) -> Any:
+        state = self.conv._sparsecomm
+        if torch.compiler.is_compiling() or state.tracing is not None:  # (dynamo fell back)
+            return traced_method(self, edge_index, size, kwargs)
+        call = state.calls[-1] if state.calls else None
+        if call is None:  # plain PyG
+            return self.function(self.conv, edge_index, size, **kwargs)
+        if self.traced:  # propagate on a shard: the call's propagate stage
+            return call.propagate(edge_index, size, kwargs)
+        edge_index, size, kwargs = call.edge_update(edge_index, size, kwargs)  # edge_updater: sources first
+        return pyg_edge_updater(self.conv)(edge_index, size=size, **kwargs)
+
+
+class EagerCall:
+    """``conv._compiled_call_impl`` of a distributed layer (``Module.__call__`` runs it in place of
+    ``conv._call_impl``): traced, :func:`~.steady_call.traced_call`; eagerly, the layer's call."""
+
+    def __init__(self, conv: MessagePassing) -> None:
+        self.conv = conv
+        self.call = module_call(conv)  # bound once
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if torch.compiler.is_compiling():
+            return traced_call(self.conv, args, kwargs)
+        return self.call(*args, **kwargs)
+
+
+def install_overrides(conv: MessagePassing) -> None:
+    """Sets ``conv.propagate`` and ``conv.edge_updater`` to the distributed versions unless they
+    are (idempotent), and :class:`EagerCall` unless a call implementation is set (the user's
+    ``conv.compile()``).  ``Module.__getstate__`` drops it from copies, whose first call sets it
+    again: a copy compiled before any call traces into its layers as without it."""
+    for name, function in (("propagate", propagate), ("edge_updater", edge_updater)):
+        current_method = conv.__dict__.get(name)
+        if not (isinstance(current_method, InstanceMethod) and current_method.conv is conv):
+            setattr(conv, name, InstanceMethod(conv, function, traced=function is propagate))
+    if compiled_call(conv) is None:
+        set_compiled_call(conv, EagerCall(conv))
 
 
 @torch.compiler.disable

@@ -6,10 +6,9 @@ between calls is its :class:`~.state.LayerState` (``conv._sparsecomm``), whose
 """
 from torch_geometric.nn import MessagePassing
 
-from .call import enter, leave
+from .call import enter, install_overrides, leave
 from .call_halos import RecordFirstOutput
 from .checks import CACHE_ATTRIBUTES
-from .overrides import install_overrides
 from .plan import DistributedSettings
 from .state import LayerState, distributed_layers
 from .steady_call import SKIPPED_WHEN_TRACED

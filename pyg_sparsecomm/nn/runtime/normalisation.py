@@ -166,8 +166,8 @@ def kept_normalisation(conv: MessagePassing, use: GcnNormalisation, args: dict, 
     per shard, not per call, and every rank decides alike without a collective: a new shard equal to
     the last is a hit on that rank as on the others; a different one on some rank only fails the agreed
     first-use checks (on every rank) before any rank exchanges.  Weighted normalisations (edge
-    weights, which could change on one rank alone) and those of layers with stale or compressed halos
-    are computed every call, as PyG does.
+    weights, which could change on one rank alone) are computed every call, as PyG does.  (Degrees
+    travel exactly whatever the layer's halo options: stale and compressed layers keep them too.)
 
     Args:
         conv (MessagePassing): the layer, on a shard.
@@ -182,7 +182,7 @@ def kept_normalisation(conv: MessagePassing, use: GcnNormalisation, args: dict, 
                value.dtype if isinstance(value, Tensor) else None, conv.flow)
     state = conv._sparsecomm
     kept = state.normalised
-    if weight is None and kept is not None and kept[3] == choices and state.settings.halo_options.exact:
+    if weight is None and kept is not None and kept[3] == choices:
         if kept[0] is context.adj and kept[1] is edge_index:
             return kept[4]
         if not context.plan.minibatch and kept[2] == shard_key(context.adj):  # a new shard object, equal
@@ -190,9 +190,8 @@ def kept_normalisation(conv: MessagePassing, use: GcnNormalisation, args: dict, 
             return kept[4]
     improved, self_loops, dtype, flow = choices
     normalised = degree_norm.gcn_norm(context, edge_index, weight, None, improved, self_loops, flow, dtype)
-    if weight is not None or context.plan.minibatch or not state.settings.halo_options.exact:
-        state.normalised = None  # (a mini-batch: another graph every step; stale or compressed halos agree
-        # every call and move their degrees every step, as their byte accounting says)
+    if weight is not None or context.plan.minibatch:  # (a mini-batch: another graph every step)
+        state.normalised = None
     else:  # kept: its degrees' exchange, if the call's first, is a one-off, not the steady-state one
         state.normalised = (context.adj, edge_index, shard_key(context.adj), choices, normalised)
         state.port.watch.filled = state.port.watch.headered  # (the pre-hook's: nothing else exchanged yet)
