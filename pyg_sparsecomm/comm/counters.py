@@ -134,8 +134,9 @@ class CommCounter:
     def exchanged(self, kind: str, rows: "PeerRows", row_bytes: int, start: object) -> None:
         """Adds one exchange of ``rows`` (rows sent and received per peer, by default-group rank, of
         ``row_bytes`` bytes each) and the time since ``start`` (:meth:`start`): :meth:`record` and
-        :meth:`timed` of an exchange whose per-peer rows are known beforehand."""
-        if start is not None:
+        :meth:`timed` of an exchange whose per-peer rows are known beforehand (``start``: a CUDA event of
+        :meth:`start`, or the host clock's ``time.perf_counter()``; an untimed thread adds no time)."""
+        if start is not None and not getattr(self._thread, "untimed", False):
             if isinstance(start, float):
                 self._clock._host += time.perf_counter() - start
             else:

@@ -14,6 +14,7 @@ straight through the rounding (unbiased: exact in expectation).
 """
 import math
 import os
+import time
 from typing import TYPE_CHECKING
 
 import torch
@@ -270,7 +271,8 @@ def _all_to_all_body(send: Tensor, send_counts: list[int], recv_counts: list[int
     counter = _COUNTER
     if os.environ.get(CHECK_DEVICES_ENV, "") not in ("", "0"):
         check_devices("all_to_all_rows", group, send)
-    start = counter.start(send.device)
+    device = send.device
+    start = time.perf_counter() if device.type != "cuda" else counter.start(device)  # (the host clock: inline)
     recv = send.new_empty((sum(recv_counts),) + tuple(send.shape[1:]))
     dist.all_to_all_single(recv, send.contiguous(), output_split_sizes=recv_counts, input_split_sizes=send_counts,
                            group=group)

@@ -350,7 +350,8 @@ class _CSRSpMM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor, value: Tensor | None, adj: HaloAdj) -> Tensor:
         ctx.adj = adj
-        result = x.dtype if adj.value is None else torch.promote_types(adj.value.dtype, x.dtype)  # (spmm_dtypes)
+        values = adj.value if value is None else value  # (spmm_dtypes, inline: a hot path)
+        result = x.dtype if values is None else torch.promote_types(values.dtype, x.dtype)
         compute = torch.float32 if result in HALF_DTYPES else result
         ctx.compute, ctx.x_dtype = compute, x.dtype
         if value is None:
@@ -387,6 +388,23 @@ def sampled_dot(adj: HaloAdj, left: Tensor, right: Tensor) -> Tensor:
         return (left.index_select(0, adj.row()) * right.index_select(0, adj.col)).sum(dim=-1)
     pattern = make_csr(adj.rowptr, adj.col, left.new_zeros(adj.nnz), (adj.num_rows, adj.num_cols))
     return torch.sparse.sampled_addmm(pattern, left, right.t(), beta=0.0).values()
+
+
+def spmm_values(adj: HaloAdj, value: Tensor, x: Tensor) -> Tensor:
+    """``adj.with_value(value) @ x`` without the copy of the adjacency: ``value`` one entry per stored
+    entry of ``adj``, in its (CSR) order; differentiable in ``x`` and in ``value`` (attention weights).
+
+    Args:
+        adj (HaloAdj): the structure (its own values, if any, are not read).
+        value (Tensor): ``[nnz]`` values.
+        x (Tensor): ``[num_cols, f]`` rows.
+    """
+    plan = adj.plan
+    if x.size(0) != plan.num_owned + plan.halo_size:
+        raise ValueError(f"spmm: x has {x.size(0)} rows, the adjacency has {adj.num_cols} columns")
+    if value.numel() != adj.col.numel():
+        raise ValueError(f"spmm: {value.numel()} values for an adjacency of {adj.col.numel()} entries")
+    return _CSRSpMM.apply(x, value, adj)
 
 
 def spmm(adj: HaloAdj, x: Tensor) -> Tensor:

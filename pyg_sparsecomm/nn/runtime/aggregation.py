@@ -75,7 +75,9 @@ class AdjacencyCache:
         self.structure: HaloAdj | None = None
         self.unweighted: dict[tuple[str, torch.dtype], HaloAdj] = {}
 
-    def _update(self, edge_index: Tensor, like: HaloAdj) -> HaloAdj:
+    def ordered(self, edge_index: Tensor, like: HaloAdj) -> tuple[HaloAdj, Tensor]:
+        """The unweighted CSR structure of ``edge_index`` and the order of its edges in it (``perm``:
+        edge ``perm[k]`` of ``edge_index`` is stored entry ``k``), sorted again only when it changed."""
         same = self.structure is not None and self.structure.plan is like.plan and (
             self.edge_index is edge_index or (self.edge_index is not None and self.edge_index.shape == edge_index.shape
                                               and torch.equal(self.edge_index, edge_index)))
@@ -85,14 +87,13 @@ class AdjacencyCache:
             assert self.perm is not None  # not is_sorted: always a permutation
             self.structure = HaloAdj(rowptr, col[self.perm], None, like.plan)
             self.edge_index, self.unweighted = edge_index, {}
-        assert self.structure is not None
-        return self.structure
+        assert self.structure is not None and self.perm is not None
+        return self.structure, self.perm
 
     def adjacency(self, edge_index: Tensor, value: Tensor | None, like: HaloAdj) -> HaloAdj:
         """The CSR of ``edge_index`` with per-edge ``value`` (in ``edge_index``'s order)."""
-        structure = self._update(edge_index, like)
-        assert self.perm is not None
-        return structure.with_value(None if value is None else value[self.perm])
+        structure, perm = self.ordered(edge_index, like)
+        return structure.with_value(None if value is None else value[perm])
 
     def aggregation(self, edge_index: Tensor, weight: Tensor | None, aggr: str, like: HaloAdj,
                     dtype: torch.dtype) -> HaloAdj:
@@ -100,7 +101,7 @@ class AdjacencyCache:
         if weight is not None:
             return self.adjacency(edge_index, aggregation_weights(edge_index, weight, aggr, like.num_owned, dtype),
                                   like)
-        self._update(edge_index, like)
+        self.ordered(edge_index, like)
         if (aggr, dtype) not in self.unweighted:
             value = aggregation_weights(edge_index, None, aggr, like.num_owned, dtype)
             self.unweighted[aggr, dtype] = self.adjacency(edge_index, value, like)

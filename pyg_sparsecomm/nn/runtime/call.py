@@ -19,10 +19,9 @@ sources completed first); ``conv._compiled_call_impl`` (:class:`EagerCall`: unde
 rule with a ``fused_source`` (``GATConv``) a forward hook on that child
 (:class:`~.call_halos.RecordFirstOutput`), whose output is exchanged with the edge update's sources.
 
-``propagate`` and ``edge_updater`` are installed again when PyG's ``explain``/``decomposed_layers``
-setters replaced them or the layer was copied.  Every layer whose forward reaches the graph only
-through these is exact: a target's messages, softmaxes and aggregations see exactly its in-edges,
-which its owner holds.  All halo traffic of a call goes through the layer's :class:`~.port.HaloPort`.
+``propagate``/``edge_updater`` are installed again after PyG's ``explain``/``decomposed_layers``
+setters or a copy.  A layer whose forward reaches the graph only through these is exact (a target's
+in-edges are its owner's).  All halo traffic of a call goes through the layer's :class:`~.port.HaloPort`.
 """
 import threading
 from collections.abc import Callable
@@ -141,13 +140,17 @@ class LayerCall:
 
     def local_graph(self, args: tuple, kwargs: dict, at: int | str) -> tuple[tuple, dict]:
         """The local ``edge_index`` in place of the adjacency at ``at``, and its values."""
-        adj, plan = self.adj, self.plan
-        self.begin(self.state.port.shard(adj, self.state.settings))
-        assert self.shard is not None
+        adj, plan, state = self.adj, self.plan, self.state
+        shard = self.shard = state.port.shard(adj, state.settings)  # (begin, inline: a hot path)
+        stack = getattr(_local, "stack", None)
+        (_stack() if stack is None else stack).append(self)
+        state.calls.append(self)
+        if state.settings.halo_options.staleness:
+            state.exchange_slots.begin_call(self.conv.training)
         if isinstance(at, int):
-            args = args[:at] + (self.shard.edge_index,) + args[at + 1:]
+            args = args[:at] + (shard.edge_index,) + args[at + 1:]
         else:
-            kwargs = {**kwargs, at: self.shard.edge_index}
+            kwargs = {**kwargs, at: shard.edge_index}
         # a relation's stored weights apply when passed, as PyG's edge_index_dict call
         if not isinstance(adj, RelationAdj) and adj.value is not None and (
                 plan.takes_edge_weight or not plan.drops_adj_values or adj.given_as == "torch.sparse"):

@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
-from ...plan.halo_adj import spmm
+from ...plan.halo_adj import spmm_values
 from .aggregation import AdjacencyCache, aggregation_weights, from_node_rows, node_rows
 from .call_halos import CallHalos
 from .port import HaloPort, Shard
@@ -159,9 +159,14 @@ def attention_propagate(conv: MessagePassing, call: Shard, halos: CallHalos, por
     if x.dim() != 3 or conv.node_dim not in (0, -3) or alpha.shape != (edge_index.size(1), heads):
         raise ValueError(f"{type(conv).__name__}: expected x of shape [N, heads, C] and {alpha_arg} of shape "
                          f"[E, heads], got {list(x.shape)} and {list(alpha.shape)}")
-    value = aggregation_weights(edge_index, alpha, conv.aggr, call.num_owned, x.dtype)
+    if conv.aggr == "mean":
+        value = aggregation_weights(edge_index, alpha, conv.aggr, call.num_owned, x.dtype)
+    else:  # (aggregation_weights of a sum, inline: alpha in the wider of its dtype and x's)
+        value = alpha.to(torch.promote_types(alpha.dtype, x.dtype) if alpha.is_floating_point() else x.dtype)
     assert value is not None  # alpha is given
+    structure, perm = adjacency.ordered(edge_index, call.adj)
+    value = value[perm]  # in CSR order, every head's
     outs = []
     for h in range(heads):  # (a loop: no comprehension frame per call)
-        outs.append(spmm(adjacency.adjacency(edge_index, value[:, h], call.adj), x[:, h].contiguous()))
+        outs.append(spmm_values(structure, value[:, h], x[:, h].contiguous()))
     return torch.stack(outs, dim=1)
