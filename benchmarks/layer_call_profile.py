@@ -65,11 +65,10 @@ NOTES = ("Counts, not timings (the same on any machine): one forward of `distrib
          "functions. Before: `main` at 21347c9 (issue 57 item 2 done: the checks agreed once per shard). After: "
          "items 1 and 3 — each layer's path decided at attach (`CallPath`: its declared stages), the shard, the "
          "narrowing `Linear`'s stand-in and the SpMM kept across calls while their inputs are the same objects, "
-         "an unweighted exact-halo `GCNConv`'s normalisation kept per shard (its degree exchange runs once per "
+         "an unweighted `GCNConv`'s normalisation kept per shard (its degree exchange runs once per "
          "shard: one exchange per steady-state call instead of two), the exchange's byte counts per peer "
-         "computed once per plan, helper chains and comprehensions of the hot path inlined. GATConv stays above "
-         "issue 57's floor of 40: its attention path (the fused `[alpha_src | x_src]` exchange, one CSR SpMM per "
-         "head over learnable values, rebuilt every call) enters about 10 functions more.")
+         "computed once per plan, GAT's per-head SpMM over the kept CSR structure, helper chains and comprehensions "
+         "of the hot path inlined: issue 57's floor of 40 functions is reached by all three.")
 
 
 if __name__ == "__main__":
