@@ -23,6 +23,7 @@ rule with a ``fused_source`` (``GATConv``) a forward hook on that child
 setters or a copy.  A layer whose forward reaches the graph only through these is exact (a target's
 in-edges are its owner's).  All halo traffic of a call goes through the layer's :class:`~.port.HaloPort`.
 """
+import math
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -44,7 +45,6 @@ from .aggregation import (
     linear_inputs,
     linear_weight,
     narrowing_input_linear,
-    node_rows,
 )
 from .call_halos import CallHalos
 from .checks import check_stage
@@ -228,8 +228,8 @@ class LayerCall:
         if src.size(node_dim) != shard.num_owned:
             raise ValueError(f"{type(conv).__name__}: x has {src.size(node_dim)} rows in dimension "
                              f"{node_dim}, but this rank owns {shard.num_owned} rows")
-        flat = src.dim() == 2 and node_dim in (0, -2)  # rows as they are: no reshape there and back
-        rows, moved = (src, None) if flat else node_rows(src, node_dim)
+        first = src.movedim(node_dim, 0)  # (node_rows, inline: the same tensor ops, so the same autograd graph)
+        rows, moved = first.reshape(first.size(0), math.prod(first.shape[1:])), tuple(first.shape)
         depends_on: tuple[Tensor, ...] = ()
         if self.applied_first:  # (A x) W^T = A (x W^T): exchange the narrower rows
             if src.dim() != 2:
@@ -239,7 +239,7 @@ class LayerCall:
                 linear_weight(applied, "linear")
             assert isinstance(lin_weight, Tensor)
             rows, depends_on = F.linear(rows, lin_weight), (lin_weight,)
-            moved = None if flat else tuple(rows.shape)
+            moved = tuple(rows.shape)
         adj = shard.adj
         weight = kwargs.get(weight_arg) if weight_arg else (
             torch_sparse_weights(conv, self.plan, edge_index, adj)
@@ -247,7 +247,7 @@ class LayerCall:
         state.exchanged_width = (rows.size(1), rows.element_size())
         if torch.compiler.is_compiling() and state.port.traces_spmm(shard, state.settings):
             out = traced_aggregation(shard.halo, shard.num_owned, edge_index, weight, conv.aggr, rows.contiguous())
-            return out if moved is None else from_node_rows(out, moved, node_dim)
+            return from_node_rows(out, moved, node_dim)
         dtype = rows.dtype
 
         def aggregation() -> HaloAdj:
@@ -256,7 +256,7 @@ class LayerCall:
         cached = (edge_index, weight) if getattr(conv, "cached", False) else None
         spmm = state.port.spmm(aggregation, shard, rows, state.settings, cached, (edge_index, weight, conv.aggr))
         out = state.port.multiply(spmm, rows.contiguous(), src, shard, depends_on)
-        return out if moved is None else from_node_rows(out, moved, node_dim)
+        return out.reshape((out.size(0),) + moved[1:]).movedim(0, node_dim)  # (from_node_rows, inline)
 
     def edge_update(self, edge_index: Any, size: Any, kwargs: dict[str, Any]) -> tuple:
         """``edge_updater``'s sources completed with halo rows, over ``size = (owned + halo, owned)``."""

@@ -27,7 +27,7 @@ from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
 from ...plan.halo_adj import spmm_values
-from .aggregation import AdjacencyCache, aggregation_weights, from_node_rows, node_rows
+from .aggregation import AdjacencyCache, aggregation_weights
 from .call_halos import CallHalos
 from .port import HaloPort, Shard
 
@@ -72,9 +72,8 @@ def with_halo(conv: MessagePassing, kwargs: dict[str, Any], names: tuple[str, ..
             raise ValueError(f"{type(conv).__name__}: the message reads '{name}_j' from a tensor with "
                              f"{src.size(conv.node_dim)} rows in dimension {conv.node_dim}, but this rank owns "
                              f"{call.num_owned} rows: pass the shard's rows (local.x)")
-        first = conv.node_dim in (0, -src.dim())  # rows first already: a reshape, no move (a hot path)
-        rows, moved = ((src if src.dim() == 2 else src.reshape(src.size(0), math.prod(src.shape[1:]))),
-                       tuple(src.shape)) if first else node_rows(src, conv.node_dim)
+        first = src.movedim(conv.node_dim, 0)  # (node_rows, inline: the same tensor ops, the same autograd graph)
+        rows, moved = first.reshape(first.size(0), math.prod(first.shape[1:])), tuple(first.shape)
         sources.append((name, src, rows, dst, moved))
     if not sources:
         return kwargs
@@ -82,9 +81,7 @@ def with_halo(conv: MessagePassing, kwargs: dict[str, Any], names: tuple[str, ..
     out = dict(kwargs)
     for (name, _, rows, dst, moved), halo in zip(sources, fetched, strict=True):
         ext_shape = (rows.size(0) + halo.size(0),) + moved[1:]
-        ext = torch.cat([rows, halo], 0)
-        out[name] = ((ext if len(moved) == 2 else ext.reshape(ext_shape)) if conv.node_dim in (0, -len(moved))
-                     else from_node_rows(ext, ext_shape, conv.node_dim), dst)
+        out[name] = (torch.cat([rows, halo], 0).reshape(ext_shape).movedim(0, conv.node_dim), dst)  # (from_node_rows)
     return out
 
 
