@@ -119,6 +119,40 @@ class CommCounter:
             self.sent[kind], self.received[kind] = sent.copy(), received.copy()
         self.calls[kind] += 1
 
+    def start(self, device: torch.device) -> object:
+        """The start of an exchange timed by :meth:`exchanged` (the hot path's :meth:`timed`, without
+        a context manager): the host clock for a CPU ``device``, a CUDA event recorded on the current
+        stream for a CUDA one, ``None`` in an untimed thread."""
+        if getattr(self._thread, "untimed", False):
+            return None
+        if device.type != "cuda":
+            return time.perf_counter()
+        begin = torch.cuda.Event(enable_timing=True)
+        begin.record()
+        return begin
+
+    def exchanged(self, kind: str, rows: "PeerRows", row_bytes: int, start: object) -> None:
+        """Adds one exchange of ``rows`` (rows sent and received per peer, by default-group rank, of
+        ``row_bytes`` bytes each) and the time since ``start`` (:meth:`start`): :meth:`record` and
+        :meth:`timed` of an exchange whose per-peer rows are known beforehand (``start``: a CUDA event of
+        :meth:`start`, or the host clock's ``time.perf_counter()``; an untimed thread adds no time)."""
+        if start is not None and not getattr(self._thread, "untimed", False):
+            if isinstance(start, float):
+                self._clock._host += time.perf_counter() - start
+            else:
+                end = torch.cuda.Event(enable_timing=True)
+                end.record()
+                self._clock._events.append((start, end))
+                if len(self._clock._events) % Stopwatch.FOLD_EVERY == 0:
+                    self._clock._fold(wait=False)
+        sent, received = rows.sent * row_bytes, rows.received * row_bytes
+        if kind in self.sent and self.sent[kind].size == sent.size:
+            self.sent[kind] += sent
+            self.received[kind] += received
+        else:
+            self.sent[kind], self.received[kind] = sent, received
+        self.calls[kind] += 1
+
     @contextmanager
     def timed(self, device: torch.device | str | None = None) -> Iterator[None]:
         """Adds the block's time to :attr:`seconds`: CUDA events on the current stream when
@@ -169,6 +203,21 @@ def _to_global(per_group_peer: np.ndarray, group: dist.ProcessGroup | None) -> n
     ranks = [dist.get_global_rank(group, p) for p in range(per_group_peer.size)]
     np.add.at(out, ranks, per_group_peer)
     return out
+
+
+class PeerRows:
+    """Rows one exchange sends and receives per peer, indexed by default-group rank (what
+    :meth:`CommCounter.exchanged` multiplies by the row's bytes), computed once per plan.
+
+    Args:
+        sent (Sequence[int]): rows sent to each rank of ``group``.
+        received (Sequence[int]): rows received from each.
+        group (ProcessGroup, optional): the exchange's group. (default: :obj:`None`, the default group)
+    """
+
+    def __init__(self, sent: Sequence[int], received: Sequence[int], group: dist.ProcessGroup | None = None) -> None:
+        self.sent = _to_global(np.asarray(sent, dtype=np.int64), group)
+        self.received = _to_global(np.asarray(received, dtype=np.int64), group)
 
 
 def row_nbytes(t) -> int:

@@ -141,8 +141,10 @@ class HaloExchanger(ExchangeSite):
         for k, t in enumerate(tensors):
             by_dtype.setdefault(t.dtype, []).append(k)
         for dtype, ks in by_dtype.items():
-            flat = [tensors[k].reshape(tensors[k].size(0), math.prod(tensors[k].shape[1:])) for k in ks]
-            widths = [f.size(1) for f in flat]
+            flat, widths = [], []  # (a loop, not comprehensions: a hot path)
+            for k in ks:
+                flat.append(tensors[k].reshape(tensors[k].size(0), math.prod(tensors[k].shape[1:])))
+                widths.append(flat[-1].size(1))
             rows = flat[0] if len(flat) == 1 else torch.cat(flat, dim=1)
             halo = self.exchange(rows, f"{key}:{dtype}")
             for k, part in zip(ks, torch.split(halo, widths, dim=1), strict=False):

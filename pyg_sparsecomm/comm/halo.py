@@ -12,14 +12,17 @@ Rows and gradients may travel compressed (``halo_precision``, AdaQP): each row i
 counter records the payload, scale and offset included.  The backward passes gradients
 straight through the rounding (unbiased: exact in expectation).
 """
+import math
+import os
+import time
 from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from .counters import comm_counter, row_nbytes
-from .device_check import check_devices
+from .counters import _COUNTER, PeerRows, comm_counter, row_nbytes
+from .device_check import CHECK_DEVICES_ENV, check_devices
 from .group import join_all, raise_together
 from .peer_failure import failures_named, raise_named
 from .quantize import decode_rows, encode_rows
@@ -229,13 +232,16 @@ class HeaderedPlan:
         me (int): this rank in the exchange's group.
     """
 
-    def __init__(self, plan: "RankPlan", me: int) -> None:
+    def __init__(self, plan: "RankPlan", me: int, group: dist.ProcessGroup | None = None) -> None:
         peers = [int(r != me) for r in range(len(plan.send_counts))]
         self.send_counts, self.recv_counts = headered_counts(plan, me)
         self.send_body, self.send_header = _positions(plan.send_counts, peers)
         self.recv_body, self.recv_header = _positions(plan.recv_counts, peers)
         self.send_index, self.num_owned = plan.send_index, plan.num_owned
         self.body_counts = (plan.send_counts, plan.recv_counts)
+        #: the rows counted forward (the body's, not the headers') and backward, by default-group rank
+        self.body_rows = PeerRows(plan.send_counts, plan.recv_counts, group)
+        self.grad_rows = PeerRows(plan.recv_counts, plan.send_counts, group)
 
 
 def headered_counts(plan: "RankPlan", me: int) -> tuple[list[int], list[int]]:
@@ -257,21 +263,20 @@ def _positions(counts: list[int], peers: list[int]) -> tuple[Tensor, Tensor]:
     return torch.cat(body) if body else torch.zeros(0, dtype=torch.long), torch.tensor(header, dtype=torch.long)
 
 
-def _all_to_all_body(send: Tensor, send_counts: list[int], recv_counts: list[int],
-                     body: tuple[list[int], list[int]], group: dist.ProcessGroup | None, kind: str) -> Tensor:
-    """:func:`all_to_all_rows` counting the rows of ``body`` only (the header rows are no halo bytes)."""
-    counter = comm_counter()
-    row_bytes = row_nbytes(send)
-    check_devices("all_to_all_rows", group, send)
-    with counter.timed(send.device):
-        recv = send.new_empty((sum(recv_counts),) + tuple(send.shape[1:]))
-        dist.all_to_all_single(recv, send.contiguous(), output_split_sizes=recv_counts, input_split_sizes=send_counts,
-                               group=group)
-    sent_bytes, received_bytes = [], []
-    for n_send, n_recv in zip(body[0], body[1], strict=True):  # a loop, not two comprehensions: a hot path
-        sent_bytes.append(n_send * row_bytes)
-        received_bytes.append(n_recv * row_bytes)
-    counter.record(kind, sent_bytes, received_bytes, group)
+def _all_to_all_body(send: Tensor, send_counts: list[int], recv_counts: list[int], body: PeerRows,
+                     group: dist.ProcessGroup | None, kind: str) -> Tensor:
+    """:func:`all_to_all_rows` counting the rows of ``body`` only (the header rows are no halo bytes).
+    A hot path (every steady-state layer call's exchange): the byte counts per peer are the plan's,
+    computed once (:class:`~.counters.PeerRows`), the device check reads the environment inline."""
+    counter = _COUNTER
+    if os.environ.get(CHECK_DEVICES_ENV, "") not in ("", "0"):
+        check_devices("all_to_all_rows", group, send)
+    device = send.device
+    start = time.perf_counter() if device.type != "cuda" else counter.start(device)  # (the host clock: inline)
+    recv = send.new_empty((sum(recv_counts),) + tuple(send.shape[1:]))
+    dist.all_to_all_single(recv, send.contiguous(), output_split_sizes=recv_counts, input_split_sizes=send_counts,
+                           group=group)
+    counter.exchanged(kind, body, math.prod(send.shape[1:]) * send.element_size(), start)
     return recv
 
 
@@ -282,7 +287,7 @@ class _HeaderedExchange(torch.autograd.Function):
         send = x.new_empty((sum(plan.send_counts),) + tuple(x.shape[1:]))
         send.index_copy_(0, plan.send_body, x.index_select(0, plan.send_index))
         send.index_copy_(0, plan.send_header, header.expand((plan.send_header.numel(),) + tuple(x.shape[1:])))
-        received = _all_to_all_body(send, plan.send_counts, plan.recv_counts, plan.body_counts, group, "halo")
+        received = _all_to_all_body(send, plan.send_counts, plan.recv_counts, plan.body_rows, group, "halo")
         headers = received.index_select(0, plan.recv_header)
         ctx.mark_non_differentiable(headers)
         return received.index_select(0, plan.recv_body), headers
@@ -292,8 +297,7 @@ class _HeaderedExchange(torch.autograd.Function):
         plan = ctx.plan
         payload = grad_halo.new_zeros((sum(plan.recv_counts),) + tuple(grad_halo.shape[1:]))
         payload.index_copy_(0, plan.recv_body, grad_halo)
-        body = (plan.body_counts[1], plan.body_counts[0])
-        back = _all_to_all_body(payload, plan.recv_counts, plan.send_counts, body, ctx.group, "halo_grad")
+        back = _all_to_all_body(payload, plan.recv_counts, plan.send_counts, plan.grad_rows, ctx.group, "halo_grad")
         grad_x = grad_halo.new_zeros((ctx.num_owned,) + tuple(grad_halo.shape[1:]))
         return grad_x.index_add_(0, plan.send_index, back.index_select(0, plan.send_body)), None, None, None
 
@@ -320,7 +324,7 @@ def headered_exchange(x: Tensor, plan: HeaderedPlan, group: dist.ProcessGroup | 
     header.view(-1)[0] = flag
     halo, headers = _HeaderedExchange.apply(x, header, plan, group)
     flags = headers.detach().reshape(headers.size(0), -1)[:, 0].tolist()
-    return halo, any(v != 0 for v in flags)
+    return halo, any(flags)  # (a list's any(): no generator frame per call)
 
 
 def announce_rows(recorded: tuple, group: dist.ProcessGroup | None = None) -> None:
@@ -329,5 +333,5 @@ def announce_rows(recorded: tuple, group: dist.ProcessGroup | None = None) -> No
     send_counts, recv_counts, shape, dtype = recorded
     send = torch.zeros((sum(send_counts),) + shape, dtype=dtype)
     send.view(send.size(0), -1)[:, 0] = 1
-    _all_to_all_body(send, send_counts, recv_counts, ([0] * len(send_counts), [0] * len(recv_counts)), group,
-                     "agreement")
+    _all_to_all_body(send, send_counts, recv_counts, PeerRows([0] * len(send_counts), [0] * len(recv_counts), group),
+                     group, "agreement")

@@ -192,7 +192,7 @@ class HaloAdj:
         return self._structure.setdefault("shared", {})
 
     def with_value(self, value: Tensor | None) -> "HaloAdj":
-        if value is not None and value.numel() != self.nnz:
+        if value is not None and value.numel() != self.col.numel():
             raise ValueError(f"edge_weight has {value.numel()} entries but the local adjacency has "
                              f"{self.nnz} edges (pass weights in the adjacency's edge order: local.adj's, "
                              f"or batch.adj's for a mini-batch)")
@@ -350,12 +350,18 @@ class _CSRSpMM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor, value: Tensor | None, adj: HaloAdj) -> Tensor:
         ctx.adj = adj
-        compute, result = spmm_dtypes(None if adj.value is None else adj.value.dtype, x.dtype)
+        values = adj.value if value is None else value  # (spmm_dtypes, inline: a hot path)
+        result = x.dtype if values is None else torch.promote_types(values.dtype, x.dtype)
+        compute = torch.float32 if result in HALF_DTYPES else result
         ctx.compute, ctx.x_dtype = compute, x.dtype
         if value is None:
-            a = adj.csr(compute)
+            a = adj._cache.get(("csr", compute))  # (csr()'s cache, read inline: a hot path)
+            if a is None:
+                a = adj.csr(compute)
         else:
-            a = make_csr(adj.rowptr, adj.col, value.detach().to(compute), (adj.num_rows, adj.num_cols))
+            plan = adj.plan  # (num_cols from the plan's fields: a hot path)
+            shape = (adj.rowptr.numel() - 1, plan.num_owned + plan.halo_size)  # (num_rows, num_cols)
+            a = make_csr(adj.rowptr, adj.col, value.detach().to(compute), shape)
             ctx.save_for_backward(x, value)
         return csr_mm(a, x, result)
 
@@ -384,9 +390,27 @@ def sampled_dot(adj: HaloAdj, left: Tensor, right: Tensor) -> Tensor:
     return torch.sparse.sampled_addmm(pattern, left, right.t(), beta=0.0).values()
 
 
+def spmm_values(adj: HaloAdj, value: Tensor, x: Tensor) -> Tensor:
+    """``adj.with_value(value) @ x`` without the copy of the adjacency: ``value`` one entry per stored
+    entry of ``adj``, in its (CSR) order; differentiable in ``x`` and in ``value`` (attention weights).
+
+    Args:
+        adj (HaloAdj): the structure (its own values, if any, are not read).
+        value (Tensor): ``[nnz]`` values.
+        x (Tensor): ``[num_cols, f]`` rows.
+    """
+    plan = adj.plan
+    if x.size(0) != plan.num_owned + plan.halo_size:
+        raise ValueError(f"spmm: x has {x.size(0)} rows, the adjacency has {adj.num_cols} columns")
+    if value.numel() != adj.col.numel():
+        raise ValueError(f"spmm: {value.numel()} values for an adjacency of {adj.col.numel()} entries")
+    return _CSRSpMM.apply(x, value, adj)
+
+
 def spmm(adj: HaloAdj, x: Tensor) -> Tensor:
     """``adj @ x`` for ``x`` of shape ``[num_cols, f]``; differentiable in ``x`` and in learnable values."""
-    if x.size(0) != adj.num_cols:
+    plan = adj.plan  # (num_cols from the plan's fields: a hot path)
+    if x.size(0) != plan.num_owned + plan.halo_size:
         raise ValueError(f"spmm: x has {x.size(0)} rows, the adjacency has {adj.num_cols} columns")
     learnable = adj.value is not None and adj.value.requires_grad
     return _CSRSpMM.apply(x, adj.value if learnable else None, adj)

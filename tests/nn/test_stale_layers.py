@@ -225,18 +225,19 @@ def _composed_worker(rank, world_size):
     for precision in (None, "bf16"):
         model = TwoLayerGCN(DistributedGCNConv, staleness=1, halo_precision=precision)
         runs[precision] = _train(model, local, edge_weight)
-    # each layer's gcn_norm exchanges the degree of every sent row, exactly (fp32)
+    # each layer's gcn_norm exchanges the degree of every sent row, exactly (fp32), at its first call on
+    # the shard (the normalisation is kept per shard, issue 57)
     runs["degree_bytes"] = 2 * 4 * sum(local.adj.plan.send_counts)
     return runs
 
 
 def test_staleness_composes_with_compressed_halos():
     """staleness=1 + halo_precision="bf16": every step moves exactly half the feature bytes of
-    staleness=1 alone (2 B per value instead of 4; the degree exchange of the normalisation stays
-    exact) and trains the same curve up to bf16 rounding."""
+    staleness=1 alone (2 B per value instead of 4; the degree exchange of the normalisation, at the
+    first step, stays exact) and trains the same curve up to bf16 rounding."""
     for runs in launch(_composed_worker, 2):
-        degree = runs["degree_bytes"]
-        for exact, half in zip(runs[None], runs["bf16"], strict=True):
+        for step, (exact, half) in enumerate(zip(runs[None], runs["bf16"], strict=True)):
+            degree = runs["degree_bytes"] if step == 0 else 0  # (kept per shard after the first step)
             assert half["bytes"] == (degree + (exact["bytes"][0] - degree) // 2, exact["bytes"][1] // 2)
             assert abs(half["loss"] - exact["loss"]) < 2e-2
         assert any(not torch.equal(a["out"], b["out"]) for a, b in zip(runs[None], runs["bf16"], strict=True))

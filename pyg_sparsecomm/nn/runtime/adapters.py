@@ -25,11 +25,12 @@ pre-hook on the call's bound arguments, that passes the whole-graph value explic
   the local source index ``edge_index_j``, which on a shard is not the node's id.
 """
 import inspect
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
-from torch_geometric.nn import ChebConv, FastRGCNConv, LabelPropagation, MessagePassing, RGCNConv
+from torch_geometric.nn import ChebConv, FastRGCNConv, LabelPropagation, RGCNConv
 from torch_geometric.utils import one_hot
 
 from ...comm.collectives import all_reduce_value
@@ -37,7 +38,6 @@ from ...comm.group import host_all_reduce, is_distributed, raise_together
 from ...graph.node_index import node_selection
 from . import degree_norm
 from .normalisation import normalise_call, replace_graph
-from .plan import LayerPlan
 from .port import Shard
 
 
@@ -125,17 +125,18 @@ def node_embedding_ids(conv: RGCNConv, bound: inspect.BoundArguments, context: S
     bound.arguments["x"] = context.adj.plan.n_id.to(conv.weight.device)
 
 
-def adapt(conv: MessagePassing, plan: LayerPlan, args: tuple, kwargs: dict, context: Shard) -> tuple[tuple, dict]:
-    """``(args, kwargs)`` with the normalisation and the whole-graph arguments of ``conv``'s rule
-    (:mod:`.normalisation`, the rule's adapter).
+def adapt(call: Any, args: tuple, kwargs: dict, at: int | str | None = None) -> tuple[tuple, dict]:
+    """The *normalise* stage of a layer call (:class:`~.plan.CallPath`): ``(args, kwargs)`` with the
+    normalisation and the whole-graph arguments of the layer's rule (:mod:`.normalisation`, the rule's
+    adapter).
 
     Args:
-        conv (MessagePassing): the layer, on a shard.
-        plan (LayerPlan): its compiled plan.
+        call (LayerCall): the call on a shard (its layer, plan and shard).
         args (tuple): the call's positional arguments.
         kwargs (dict): its keyword arguments.
-        context (Shard): the call on the shard.
+        at (int or str, optional): where they held the adjacency (unused). (default: ``None``)
     """
+    conv, plan, context = call.conv, call.plan, call.shard
     bound = plan.signature.bind(conv, *args, **kwargs)
     if plan.normalisation is not None:
         normalise_call(conv, plan.normalisation, bound, context)

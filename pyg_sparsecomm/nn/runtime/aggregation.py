@@ -75,7 +75,9 @@ class AdjacencyCache:
         self.structure: HaloAdj | None = None
         self.unweighted: dict[tuple[str, torch.dtype], HaloAdj] = {}
 
-    def _update(self, edge_index: Tensor, like: HaloAdj) -> HaloAdj:
+    def ordered(self, edge_index: Tensor, like: HaloAdj) -> tuple[HaloAdj, Tensor]:
+        """The unweighted CSR structure of ``edge_index`` and the order of its edges in it (``perm``:
+        edge ``perm[k]`` of ``edge_index`` is stored entry ``k``), sorted again only when it changed."""
         same = self.structure is not None and self.structure.plan is like.plan and (
             self.edge_index is edge_index or (self.edge_index is not None and self.edge_index.shape == edge_index.shape
                                               and torch.equal(self.edge_index, edge_index)))
@@ -85,14 +87,13 @@ class AdjacencyCache:
             assert self.perm is not None  # not is_sorted: always a permutation
             self.structure = HaloAdj(rowptr, col[self.perm], None, like.plan)
             self.edge_index, self.unweighted = edge_index, {}
-        assert self.structure is not None
-        return self.structure
+        assert self.structure is not None and self.perm is not None
+        return self.structure, self.perm
 
     def adjacency(self, edge_index: Tensor, value: Tensor | None, like: HaloAdj) -> HaloAdj:
         """The CSR of ``edge_index`` with per-edge ``value`` (in ``edge_index``'s order)."""
-        structure = self._update(edge_index, like)
-        assert self.perm is not None
-        return structure.with_value(None if value is None else value[self.perm])
+        structure, perm = self.ordered(edge_index, like)
+        return structure.with_value(None if value is None else value[perm])
 
     def aggregation(self, edge_index: Tensor, weight: Tensor | None, aggr: str, like: HaloAdj,
                     dtype: torch.dtype) -> HaloAdj:
@@ -100,7 +101,7 @@ class AdjacencyCache:
         if weight is not None:
             return self.adjacency(edge_index, aggregation_weights(edge_index, weight, aggr, like.num_owned, dtype),
                                   like)
-        self._update(edge_index, like)
+        self.ordered(edge_index, like)
         if (aggr, dtype) not in self.unweighted:
             value = aggregation_weights(edge_index, None, aggr, like.num_owned, dtype)
             self.unweighted[aggr, dtype] = self.adjacency(edge_index, value, like)
@@ -165,6 +166,41 @@ class AppliedLinear(torch.nn.Module):
         if not isinstance(bias, Tensor):  # a Linear without bias
             return x
         return x + bias.to(x.dtype)  # in x's dtype, as the Linear returns it (under autocast: 16-bit)
+
+
+class Narrowing:
+    """A layer's narrowing ``Linear`` modules as its calls move them (:meth:`post_linear`, :meth:`applied`):
+    one :class:`AppliedLinear` per ``Linear``, made at the first call and reused by every later one
+    (the swap itself is per call: PyG's forward applies the module after ``propagate``)."""
+
+    def __init__(self) -> None:
+        self.stand_ins: dict[int, AppliedLinear] = {}
+
+    def __getstate__(self) -> dict:
+        return {"stand_ins": {}}  # (they hold the layer's Linear modules: made again after a copy)
+
+    def post_linear(self, conv: MessagePassing, plan: LayerPlan) -> "tuple[str, AppliedLinear] | None":
+        """``(name, stand-in)`` of ``conv``'s narrowing post-aggregation ``Linear`` (:func:`narrowing_linear`)
+        in a call on a shard (``plan.rule.post_linear`` is set), else ``None``."""
+        name = plan.rule.post_linear
+        if plan.spmm_weight is None or getattr(conv, "explain", False):
+            return None
+        lin = getattr(conv, name, None)  # type: ignore[arg-type]
+        in_channels, out_channels = getattr(lin, "in_channels", -1), getattr(lin, "out_channels", -1)
+        if not 0 < out_channels < in_channels:
+            return None
+        assert lin is not None
+        stand_in = self.stand_ins.get(id(lin))
+        if stand_in is None or stand_in.linear is not lin:
+            stand_in = self.stand_ins[id(lin)] = AppliedLinear(lin)
+        return name, stand_in  # type: ignore[return-value]
+
+    def applied(self, linear: torch.nn.Module) -> "AppliedLinear":
+        """The :class:`AppliedLinear` standing in for ``linear`` (the same object every call)."""
+        stand_in = self.stand_ins.get(id(linear))
+        if stand_in is None or stand_in.linear is not linear:
+            stand_in = self.stand_ins[id(linear)] = AppliedLinear(linear)
+        return stand_in
 
 
 def _first_linear(nn: torch.nn.Module) -> tuple[torch.nn.Module, str] | None:

@@ -2,40 +2,30 @@ r"""One call of a distributed PyG ``MessagePassing`` layer on a shard: :class:`L
 hooks that run it.
 
 :func:`~pyg_sparsecomm.nn.runtime.layer.attach` leaves the layer's class, parameters and code alone
-and installs these interception points, the fewest PyG and torch allow:
+and installs these interception points, the fewest PyG and torch allow (ARCHITECTURE.md says why
+each is needed): a **forward pre-hook** (:func:`enter`: the call's :class:`LayerCall` runs the
+stages of its :class:`~.plan.CallPath`, decided at attach: *check* (:mod:`.checks`), *local graph*
+(the :class:`~pyg_sparsecomm.plan.halo_adj.HaloAdj` becomes a local ``edge_index``, sources in
+``[owned | halo]`` columns, its values passed as PyG's ``adj_t`` path uses them,
+:mod:`.adjacency_values`), *move linears* (the rule's narrowing ``Linear`` applied before the
+aggregation), *normalise* (global degrees and the rule's adapter, :mod:`.normalisation`,
+:mod:`.adapters`)); a **forward hook** (:func:`leave`, ``always_call=True``: the *restore* stage,
+also when the forward raises); instance-level **propagate** and **edge_updater**
+(:class:`InstanceMethod`, as PyG itself shadows ``propagate`` per instance: the path's propagate
+stage, an ``"spmm"`` aggregation as one distributed SpMM, ``"attention"`` as one CSR SpMM per head,
+else sources completed with halo rows (:mod:`.sources`) for PyG's ``propagate``; ``edge_update``'s
+sources completed first); ``conv._compiled_call_impl`` (:class:`EagerCall`: under
+``torch.compile`` a steady-state call traces without a graph break, :mod:`.steady_call`); and for a
+rule with a ``fused_source`` (``GATConv``) a forward hook on that child
+(:class:`~.call_halos.RecordFirstOutput`), whose output is exchanged with the edge update's sources.
 
-1. a **forward pre-hook** (:func:`enter`, ``with_kwargs=True``): the only way to change a call's
-   arguments without replacing ``forward``.  On a shard it creates the call's :class:`LayerCall`,
-   whose stages run in a fixed order: *check* (agreed by all ranks, :mod:`.checks`), *local
-   graph* (the :class:`~pyg_sparsecomm.plan.halo_adj.HaloAdj` becomes a local ``edge_index``,
-   sources in ``[owned | halo]`` columns, in ``adj``'s edge order; its values passed as PyG's
-   ``adj_t`` path uses them, :mod:`.adjacency_values`), *move linears* (the rule's narrowing
-   ``Linear`` applied before the aggregation), *normalise* (the normalisation with global degrees
-   and the rule's adapter, :mod:`.normalisation`, :mod:`.adapters`);
-2. a **forward hook** (:func:`leave`, ``always_call=True``): the *restore* stage (the moved
-   ``Linear`` modules, ``normalize``), which must run also when the forward raises;
-3. an instance-level **propagate** (:class:`InstanceMethod`, as PyG itself shadows ``propagate``
-   per instance for explanations): the *propagate* stage.  No hook can replace what PyG's
-   ``propagate`` computes, nor run before its SpMM path takes the graph: an ``"spmm"`` aggregation
-   runs as one distributed SpMM by ``algorithm``, an ``"attention"`` one as one CSR SpMM per head,
-   anything else gets its source tensors completed with halo rows (:mod:`.sources`) and goes to
-   PyG's ``propagate``;
-4. an instance-level **edge_updater**: PyG's generated ``edge_updater`` runs its pre-hooks after
-   gathering ``*_j``, too late to complete the sources of ``edge_update``;
-5. ``conv._compiled_call_impl`` (:class:`EagerCall`): under ``torch.compile`` a steady-state call
-   traces without a graph break (:mod:`.steady_call`); any other runs eagerly, as one graph break
-   (the stages hold per-call Python state and collectives dynamo traces neither);
-6. only for a rule with a ``fused_source`` (``GATConv``), a **forward hook on that child**
-   (:class:`~.call_halos.RecordFirstOutput`): its output exists before ``edge_updater`` runs but is
-   none of its arguments, and is exchanged in one message with the edge update's sources.
-
-``propagate`` and ``edge_updater`` are installed again before every call (PyG's ``explain``/
-``decomposed_layers`` setters assign ``propagate``); traced, they and the hooks run eagerly on their own
-(``conv.compile()`` replaces the call implementation).  Every layer whose forward reaches the graph only
-through these is exact: a target's messages, softmaxes and aggregations see exactly its in-edges, which
-its owner holds.  All halo traffic of a call goes through the layer's :class:`~.port.HaloPort`.
+``propagate``/``edge_updater`` are installed again after PyG's ``explain``/``decomposed_layers``
+setters or a copy.  A layer whose forward reaches the graph only through these is exact (a target's
+in-edges are its owner's).  All halo traffic of a call goes through the layer's :class:`~.port.HaloPort`.
 """
+import math
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -55,16 +45,16 @@ from .aggregation import (
     linear_inputs,
     linear_weight,
     narrowing_input_linear,
-    narrowing_linear,
-    node_rows,
 )
 from .call_halos import CallHalos
 from .checks import check_stage
 from .normalisation import end_call, propagated_graph
+from .overrides import edge_updater, propagate
 from .plain_call import check_plain_call
+from .plan import CallPath
 from .port import Shard
 from .shared_adjacency import shared_aggregation
-from .sources import attention_propagate, edge_update_sources, propagate_sources
+from .sources import attention_propagate, propagate_sources, with_halo
 from .state import LayerState
 from .steady_call import note_edge_update, note_propagate, record, traced_call, traced_method
 from .traced_spmm import traced_aggregation
@@ -86,12 +76,6 @@ def current() -> "LayerCall | None":
     return stack[-1] if stack else None
 
 
-def running(conv: MessagePassing) -> "LayerCall | None":
-    """``conv``'s running call on a shard, or ``None`` when this call is plain PyG."""
-    calls = conv._sparsecomm.calls
-    return calls[-1] if calls else None
-
-
 class LayerCall:
     """All the state of one call of a distributed layer on a shard, and its stages (see the module doc).
 
@@ -101,8 +85,10 @@ class LayerCall:
         adj (HaloAdj): the adjacency it was called with.
     """
 
-    def __init__(self, conv: MessagePassing, state: LayerState, adj: HaloAdj) -> None:
+    def __init__(self, conv: MessagePassing, state: LayerState, adj: HaloAdj, path: CallPath | None = None) -> None:
         self.conv, self.state, self.plan, self.adj = conv, state, state.plan, adj
+        self.path: CallPath = path or state.plan.path  # type: ignore[assignment]  # its stages (plan.CallPath)
+        self.outer: LayerCall | None = None  # the call whose forward this one runs in (the nested path)
         self.shard: Shard | None = None  # set by the local-graph stage
         self.halos: CallHalos | None = None  # halos fetched in this call (see call_halos)
         self.swapped: list[tuple[torch.nn.Module, str]] = []  # Linear modules replaced by AppliedLinear
@@ -115,50 +101,70 @@ class LayerCall:
         self.steady_path: Any = None
         self.looped: Tensor | None = None  # the graph its edge_updater got
 
-    def enter(self, args: tuple, kwargs: dict, at: int | str) -> tuple[tuple, dict]:
-        """The stages before ``forward``: ``(args, kwargs)`` of the call on the shard.
+    def enter(self, args: tuple, kwargs: dict, at: int | str | None) -> tuple[tuple, dict]:
+        """The stages of its path before ``forward``, in order: ``(args, kwargs)`` of the call on the shard.
 
         Args:
             args (tuple): the call's positional arguments.
             kwargs (dict): its keyword arguments.
-            at (int or str): where they hold the adjacency.
+            at (int or str): where they hold the adjacency (``None``: none, the nested path).
         """
-        check_stage(self, args, kwargs)
-        self.call_args = (args, kwargs)
-        args, kwargs = self.local_graph(args, kwargs, at)
-        args, kwargs = self.move_linears(args, kwargs)
-        self.forward_args = self.normalise(args, kwargs)
-        return self.forward_args
+        nested = self.outer is not None  # (a nested call leaves no steady-state record: steady_call)
+        if not nested:
+            self.call_args = (args, kwargs)
+        for stage in self.path.stages:  # the path's declared stages, nothing else (see plan.CallPath)
+            args, kwargs = STAGES[stage](self, args, kwargs, at)
+        if not nested:
+            self.forward_args = (args, kwargs)
+        return args, kwargs
 
     def begin(self, shard: Shard) -> None:
         """Runs the layer on ``shard`` until :meth:`leave`."""
         self.shard = shard
-        (getattr(_local, "stack", None) or _stack()).append(self)
-        self.state.calls.append(self)
-        self.state.port.begin_call(self.conv.training, self.state.settings)
+        stack = getattr(_local, "stack", None)
+        (_stack() if stack is None else stack).append(self)
+        state = self.state
+        state.calls.append(self)
+        if state.settings.halo_options.staleness:  # the stale exchanges' call sites count from the start
+            state.exchange_slots.begin_call(self.conv.training)
+
+    def outer_shard(self, args: tuple, kwargs: dict, at: None = None) -> tuple[tuple, dict]:
+        """The nested path's first stage: the outer call's shard (its exchanger, local graph and memo),
+        and the adjacency's values where the forward passes the outer call's local graph."""
+        outer = self.outer
+        assert outer is not None and outer.shard is not None
+        self.begin(self.state.port.shard(outer.adj, self.state.settings, outer.shard))
+        if any(v is outer.shard.edge_index for v in list(args) + list(kwargs.values())):
+            args, kwargs = with_adjacency_values(self.conv, self.plan, args, kwargs, outer.adj)
+        return args, kwargs
 
     def local_graph(self, args: tuple, kwargs: dict, at: int | str) -> tuple[tuple, dict]:
         """The local ``edge_index`` in place of the adjacency at ``at``, and its values."""
-        adj, plan = self.adj, self.plan
-        self.begin(self.state.port.shard(adj, self.state.settings))
-        assert self.shard is not None
+        adj, plan, state = self.adj, self.plan, self.state
+        shard = self.shard = state.port.shard(adj, state.settings)  # (begin, inline: a hot path)
+        stack = getattr(_local, "stack", None)
+        (_stack() if stack is None else stack).append(self)
+        state.calls.append(self)
+        if state.settings.halo_options.staleness:
+            state.exchange_slots.begin_call(self.conv.training)
         if isinstance(at, int):
-            args = args[:at] + (self.shard.edge_index,) + args[at + 1:]
+            args = args[:at] + (shard.edge_index,) + args[at + 1:]
         else:
-            kwargs = {**kwargs, at: self.shard.edge_index}
+            kwargs = {**kwargs, at: shard.edge_index}
         # a relation's stored weights apply when passed, as PyG's edge_index_dict call
         if not isinstance(adj, RelationAdj) and adj.value is not None and (
                 plan.takes_edge_weight or not plan.drops_adj_values or adj.given_as == "torch.sparse"):
             args, kwargs = with_adjacency_values(self.conv, plan, args, kwargs, adj)
         return args, kwargs
 
-    def move_linears(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    def move_linears(self, args: tuple, kwargs: dict, at: int | str | None = None) -> tuple[tuple, dict]:
         """Applies the rule's narrowing ``post_linear`` / ``input_linear`` before the aggregation."""
         conv, plan = self.conv, self.plan
         if plan.rule.post_linear is not None:
-            self.applied_first = narrowing_linear(conv, plan)
-            if self.applied_first:
-                self._apply_first(conv, self.applied_first)
+            moved = self.state.narrowing.post_linear(conv, plan)
+            if moved is not None:  # (_apply_first, inline: a hot path)
+                self.applied_first, conv._modules[moved[0]] = moved
+                self.swapped.append((conv, moved[0]))
         first = narrowing_input_linear(conv, plan) if plan.rule.input_linear is not None else None
         if first is not None:  # GINConv: nn's first Linear applied to x, so the aggregation runs narrower
             weight = linear_weight(*first)
@@ -172,15 +178,8 @@ class LayerCall:
         """Replaces the Linear ``container[key]`` by :class:`AppliedLinear` (its bias) for this call."""
         linear = container._modules[key]
         assert linear is not None
-        container._modules[key] = AppliedLinear(linear)
+        container._modules[key] = self.state.narrowing.applied(linear)
         self.swapped.append((container, key))
-
-    def normalise(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-        """The rule's normalisation with global degrees and its adapter, if it has any."""
-        if not self.plan.adapts:
-            return args, kwargs
-        assert self.shard is not None
-        return adapt(self.conv, self.plan, args, kwargs, self.shard)
 
     def call_halos(self) -> CallHalos:
         """The halos of this call (made at the first exchange)."""
@@ -199,20 +198,19 @@ class LayerCall:
         """
         conv, plan, shard = self.conv, self.plan, self.shard
         assert shard is not None
-        if shard.normalisation is not None:
-            edge_index, kwargs = propagated_graph(shard.normalisation, edge_index, kwargs)
-        explaining = getattr(conv, "explain", False)
-        weight_arg = None if explaining else plan.spmm_weight
+        normalisation = shard.normalisation
+        if normalisation is not None and normalisation.normalise is not None:
+            edge_index, kwargs = propagated_graph(normalisation, edge_index, kwargs)
+        how = "sources" if getattr(conv, "explain", False) else self.path.propagate  # (decided at attach)
         if self.state.recording:  # an eager call under torch.compile (see steady_call)
             note_propagate(self, edge_index, kwargs)
-        if weight_arg is not None and isinstance(kwargs.get("x"), (Tensor, tuple, list)):
+        if how == "spmm" and isinstance(kwargs.get("x"), (Tensor, tuple, list)):
             shard.check_propagation(conv, edge_index, size)
-            return self._spmm_propagate(edge_index, kwargs, weight_arg)
-        alpha_arg = None if explaining else plan.attention_weight
+            return self._spmm_propagate(edge_index, kwargs, plan.spmm_weight)  # type: ignore[arg-type]
         port = self.state.port
-        if alpha_arg is not None and isinstance(kwargs.get(alpha_arg), Tensor):
-            return attention_propagate(conv, shard, self.call_halos(), port, self.state.adjacency, edge_index, size,
-                                       kwargs, alpha_arg)
+        if how == "attention" and isinstance(kwargs.get(plan.attention_weight), Tensor):  # type: ignore[arg-type]
+            return attention_propagate(conv, shard, self.halos or self.call_halos(), port, self.state.adjacency,
+                                       edge_index, size, kwargs, plan.attention_weight)  # type: ignore[arg-type]
         if self.applied_first:  # its Linear was replaced by its bias: only the SpMM path applies it first
             raise RuntimeError(f"{type(conv).__name__} propagated without 'x'; distribute() expected the linear "
                                f"aggregation of its {self.applied_first}")
@@ -226,42 +224,50 @@ class LayerCall:
         assert shard is not None
         x = kwargs["x"]
         src = x[0] if isinstance(x, (tuple, list)) else x
-        if src.size(conv.node_dim) != shard.num_owned:
-            raise ValueError(f"{type(conv).__name__}: x has {src.size(conv.node_dim)} rows in dimension "
-                             f"{conv.node_dim}, but this rank owns {shard.num_owned} rows")
-        rows, moved = node_rows(src, conv.node_dim)
+        node_dim = conv.node_dim
+        if src.size(node_dim) != shard.num_owned:
+            raise ValueError(f"{type(conv).__name__}: x has {src.size(node_dim)} rows in dimension "
+                             f"{node_dim}, but this rank owns {shard.num_owned} rows")
+        first = src.movedim(node_dim, 0)  # (node_rows, inline: the same tensor ops, so the same autograd graph)
+        rows, moved = first.reshape(first.size(0), math.prod(first.shape[1:])), tuple(first.shape)
         depends_on: tuple[Tensor, ...] = ()
         if self.applied_first:  # (A x) W^T = A (x W^T): exchange the narrower rows
             if src.dim() != 2:
                 raise ValueError(f"{type(conv).__name__}: expected 2-D node features, got shape {list(src.shape)}")
-            lin_weight = linear_weight(conv._modules[self.applied_first], "linear")
+            applied = conv._modules[self.applied_first]
+            lin_weight = applied.linear.weight if isinstance(applied, AppliedLinear) else \
+                linear_weight(applied, "linear")
+            assert isinstance(lin_weight, Tensor)
             rows, depends_on = F.linear(rows, lin_weight), (lin_weight,)
             moved = tuple(rows.shape)
         adj = shard.adj
         weight = kwargs.get(weight_arg) if weight_arg else (
             torch_sparse_weights(conv, self.plan, edge_index, adj)
             if adj.value is not None and adj.given_as == "torch.sparse" else None)
-        state.port.exchanged_width = (rows.size(1), rows.element_size())
+        state.exchanged_width = (rows.size(1), rows.element_size())
         if torch.compiler.is_compiling() and state.port.traces_spmm(shard, state.settings):
             out = traced_aggregation(shard.halo, shard.num_owned, edge_index, weight, conv.aggr, rows.contiguous())
-            return from_node_rows(out, moved, conv.node_dim)
+            return from_node_rows(out, moved, node_dim)
         dtype = rows.dtype
 
         def aggregation() -> HaloAdj:
             shared = None if weight is None else shared_aggregation(adj, edge_index, weight, conv.aggr, dtype)
             return shared or state.adjacency.aggregation(edge_index, weight, conv.aggr, adj, dtype)
         cached = (edge_index, weight) if getattr(conv, "cached", False) else None
-        spmm = state.port.spmm(aggregation, shard, rows, state.settings, cached)
+        spmm = state.port.spmm(aggregation, shard, rows, state.settings, cached, (edge_index, weight, conv.aggr))
         out = state.port.multiply(spmm, rows.contiguous(), src, shard, depends_on)
-        return from_node_rows(out, moved, conv.node_dim)
+        return out.reshape((out.size(0),) + moved[1:]).movedim(0, node_dim)  # (from_node_rows, inline)
 
     def edge_update(self, edge_index: Any, size: Any, kwargs: dict[str, Any]) -> tuple:
         """``edge_updater``'s sources completed with halo rows, over ``size = (owned + halo, owned)``."""
-        assert self.shard is not None
+        shard = self.shard
+        assert shard is not None
         if self.state.recording:
             note_edge_update(self, edge_index)
-        return edge_update_sources(self.conv, edge_index, size, kwargs, self.shard, self.call_halos(),
-                                   self.state.port, self.plan.edge_update_sources)
+        size = shard.check_propagation(self.conv, edge_index, size)
+        return edge_index, size, with_halo(self.conv, kwargs, self.plan.edge_update_sources, shard,
+                                           self.halos or self.call_halos(),
+                                           self.state.port, "edge_updater")
 
     def leave(self) -> None:
         """The restore stage: the moved ``Linear`` modules, what the normalisation changed."""
@@ -274,12 +280,13 @@ class LayerCall:
             end_call(self.shard.normalisation)
         if self.key is not None:
             self.state.port.watch.end(self.key)
-        if self.halos is not None and self.halos.unused_fusion():
+        halos = self.halos  # (unused_fusion, inline)
+        if halos is not None and halos.fused is not None and not halos.fused_used:
             self.state.fuse = False  # the same code on every rank: every rank stops fusing together
         if self.state.recording:
             record(self, LayerCall)
-        stack = _stack()
-        if self in stack:
+        stack = getattr(_local, "stack", None)
+        if stack is not None and self in stack:
             stack.remove(self)
 
 
@@ -290,40 +297,30 @@ class InstanceMethod:
         self.conv, self.function, self.traced = conv, function, traced  # traced: the propagate override
 
     def __call__(self, edge_index: Any, size: Any = None, **kwargs: Any) -> Any:
-        if torch.compiler.is_compiling() or self.conv._sparsecomm.tracing is not None:  # (dynamo fell back)
+        state = self.conv._sparsecomm
+        if torch.compiler.is_compiling() or state.tracing is not None:  # (dynamo fell back)
             return traced_method(self, edge_index, size, kwargs)
-        return self.function(self.conv, edge_index, size, **kwargs)
+        call = state.calls[-1] if state.calls else None
+        if call is None:  # plain PyG
+            return self.function(self.conv, edge_index, size, **kwargs)
+        if self.traced:  # propagate on a shard: the call's propagate stage
+            return call.propagate(edge_index, size, kwargs)
+        edge_index, size, kwargs = call.edge_update(edge_index, size, kwargs)  # edge_updater: sources first
+        return pyg_edge_updater(self.conv)(edge_index, size=size, **kwargs)
 
 
 class EagerCall:
-    """``conv._compiled_call_impl`` of a distributed layer: what ``torch.nn.Module.__call__`` runs
-    in place of ``conv._call_impl`` when it is set (``Module.compile()`` sets it the same way), here
-    traced, :func:`~.steady_call.traced_call` (see the module doc); eagerly, the layer's call."""
+    """``conv._compiled_call_impl`` of a distributed layer (``Module.__call__`` runs it in place of
+    ``conv._call_impl``): traced, :func:`~.steady_call.traced_call`; eagerly, the layer's call."""
 
     def __init__(self, conv: MessagePassing) -> None:
         self.conv = conv
+        self.call = module_call(conv)  # bound once
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if torch.compiler.is_compiling():
             return traced_call(self.conv, args, kwargs)
-        return module_call(self.conv)(*args, **kwargs)
-
-
-def propagate(conv: MessagePassing, edge_index: Any, size: Any = None, **kwargs: Any) -> Any:
-    """The ``propagate`` override: the call's propagate stage on a shard, else PyG's ``propagate``."""
-    calls = conv._sparsecomm.calls  # running(conv), inlined: once per propagate
-    call = calls[-1] if calls else None
-    if call is None:
-        return pyg_propagate(conv)(edge_index, size=size, **kwargs)
-    return call.propagate(edge_index, size, kwargs)
-
-
-def edge_updater(conv: MessagePassing, edge_index: Any, size: Any = None, **kwargs: Any) -> Any:
-    """The ``edge_updater`` override: PyG's, on a shard with the sources completed first."""
-    call = running(conv)
-    if call is not None:
-        edge_index, size, kwargs = call.edge_update(edge_index, size, kwargs)
-    return pyg_edge_updater(conv)(edge_index, size=size, **kwargs)
+        return self.call(*args, **kwargs)
 
 
 def install_overrides(conv: MessagePassing) -> None:
@@ -339,18 +336,6 @@ def install_overrides(conv: MessagePassing) -> None:
         set_compiled_call(conv, EagerCall(conv))
 
 
-def _adjacency_at(conv: MessagePassing, args: tuple, kwargs: dict) -> int | str | None:
-    """Where the call passes its ``HaloAdj`` (``None``: it passes none)."""
-    at: list[int | str] = []
-    for k, v in (*enumerate(args), *kwargs.items()):  # a loop, not a comprehension: no frame per call
-        if isinstance(v, HaloAdj):
-            at.append(k)
-    if len(at) > 1:
-        raise ValueError(f"{type(conv).__name__} got {len(at)} HaloAdj arguments; distribute() runs layers "
-                         f"over one adjacency")
-    return at[0] if at else None
-
-
 @torch.compiler.disable
 def enter(conv: MessagePassing, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
     """The forward pre-hook: on a shard, the call's ``(args, kwargs)`` after the stages of its
@@ -363,14 +348,26 @@ def enter(conv: MessagePassing, args: tuple, kwargs: dict) -> tuple[tuple, dict]
         args (tuple): its positional arguments.
         kwargs (dict): its keyword arguments.
     """
-    install_overrides(conv)  # PyG's explain / decomposed_layers setters assign conv.propagate
     state: LayerState = conv._sparsecomm
-    at = _adjacency_at(conv, args, kwargs)
+    override = conv.__dict__.get("propagate")
+    if not state.installed or override.__class__ is not InstanceMethod or override.conv is not conv:
+        install_overrides(conv)  # PyG's explain / decomposed_layers setters assign conv.propagate; a copy
+        state.installed = True
+    at = None
+    for k, v in (*enumerate(args), *kwargs.items()):  # where the call passes its HaloAdj
+        if isinstance(v, HaloAdj):
+            if at is not None:
+                count = sum(isinstance(a, HaloAdj) for a in (*args, *kwargs.values()))
+                raise ValueError(f"{type(conv).__name__} got {count} HaloAdj arguments; distribute() runs layers "
+                                 f"over one adjacency")
+            at = k
     if at is None:
         return _enter_without_adjacency(conv, state, args, kwargs)
     adj: HaloAdj = args[at] if isinstance(at, int) else kwargs[at]
-    if isinstance(adj, RelationAdj) and not hetero.enter_own_type(conv, state, args, kwargs, adj):
-        return hetero.enter_relation(conv, state, args, kwargs, at, adj)  # sources completed first
+    if isinstance(adj, RelationAdj):
+        if not hetero.enter_own_type(conv, state, args, kwargs, adj):  # the "relation" path: sources, then PyG
+            return hetero.enter_relation(conv, state, args, kwargs, at, adj)
+        return LayerCall(conv, state, adj, state.plan.paths["own-type relation"]).enter(args, kwargs, at)
     return LayerCall(conv, state, adj).enter(args, kwargs, at)
 
 
@@ -382,12 +379,9 @@ def _enter_without_adjacency(conv: MessagePassing, state: LayerState, args: tupl
         check_plain_call(conv, state, args, kwargs)
         state.calls.append(None)
         return None
-    assert outer.shard is not None
-    call = LayerCall(conv, state, outer.adj)
-    call.begin(state.port.shard(outer.adj, state.settings, outer.shard))
-    if any(v is outer.shard.edge_index for v in list(args) + list(kwargs.values())):
-        args, kwargs = with_adjacency_values(conv, state.plan, args, kwargs, outer.adj)
-    return call.normalise(args, kwargs)
+    call = LayerCall(conv, state, outer.adj, state.plan.paths["nested"])
+    call.outer = outer
+    return call.enter(args, kwargs, None)
 
 
 @torch.compiler.disable
@@ -398,3 +392,9 @@ def leave(conv: MessagePassing, args: tuple, output: Any) -> None:
     call = calls.pop() if calls else None
     if call is not None:
         call.leave()
+
+
+#: the pre-hook's stages by name (a :class:`~.plan.CallPath` lists those of a path, in order)
+STAGES: dict[str, Callable[..., tuple[tuple, dict]]] = {
+    "check": check_stage, "outer shard": LayerCall.outer_shard, "local graph": LayerCall.local_graph,
+    "move linears": LayerCall.move_linears, "normalise": adapt}

@@ -57,8 +57,11 @@ class CallHalos:
     def take_recorded(self) -> Tensor | None:
         """The recorded output to exchange along, unless it was exchanged already."""
         t = self.recorded
-        if t is None or not self.fuse or any(e[0] is t for e in self.entries):
+        if t is None or not self.fuse:
             return None
+        for entry in self.entries:  # (a loop: no generator frame per call)
+            if entry[0] is t:
+                return None
         return t
 
     def add_fused(self, recorded: Tensor, halo: Tensor) -> None:
@@ -89,17 +92,17 @@ def _same_rows(src: Tensor, t: Tensor) -> bool:
     The test is structural (``src._base is t``, offsets and shapes), not by address: every rank
     must take the same decision, the exchanges being collectives, and a rank owning no rows has
     no address to compare."""
-    return (src._base is t and src.dtype == t.dtype and src.size(0) == t.size(0) and src.numel() == t.numel()
-            and src.storage_offset() == t.storage_offset() and _row_major(src) and _row_major(t))
-
-
-def _row_major(t: Tensor) -> bool:
-    """Row-major strides by the shape alone (``is_contiguous`` is true of any empty tensor)."""
-    expected, stride = [], 1
-    for n in reversed(t.shape):
-        expected.append(stride)
-        stride *= n
-    return t.stride() == tuple(reversed(expected))
+    if not (src._base is t and src.dtype == t.dtype and src.size(0) == t.size(0) and src.numel() == t.numel()
+            and src.storage_offset() == t.storage_offset()):
+        return False
+    for u in (src, t):  # row-major strides by the shape alone (is_contiguous is true of any empty tensor)
+        expected, stride = [], 1
+        for n in reversed(u.shape):
+            expected.append(stride)
+            stride *= n
+        if u.stride() != tuple(reversed(expected)):
+            return False
+    return True
 
 
 class RecordFirstOutput:
@@ -115,8 +118,13 @@ class RecordFirstOutput:
                 _record_eagerly(self, output)
             return
         calls = self.conv._sparsecomm.calls
-        if calls and calls[-1] is not None:
-            calls[-1].call_halos().record(output)
+        call = calls[-1] if calls else None
+        if call is not None and isinstance(output, Tensor) and output.dim() == 2:  # (CallHalos.record, inline)
+            halos = call.halos
+            if halos is None:  # (LayerCall.call_halos, inline)
+                halos = call.halos = CallHalos(call.state.fuse)
+            if halos.recorded is None:
+                halos.recorded = output
 
 
 @torch.compiler.disable  # per-call Python state, like the layer's other hooks

@@ -16,7 +16,6 @@ from torch_geometric.nn import MessagePassing
 from ...comm.group import host_all_reduce, is_distributed, raise_together, world_size
 from ...plan.halo_adj import HaloAdj
 from ...plan.homogeneous import RankPlan
-from ...plan.relation_adj import RelationAdj
 from ...sampling.sampled_adj import SampledAdj
 from .first_use import _digest, check_batch_inputs, check_first_use, check_parameters, parameter_digest
 from .plan import forward_signature
@@ -41,7 +40,8 @@ class CheckedPlan:
         self.batch_key: tuple | None = None  # the mini-batch call key whose features were agreed
 
     def is_(self, plan: RankPlan) -> bool:
-        return self._ref is not None and self._ref() is plan
+        ref = self._ref
+        return ref is not None and ref() is plan
 
     def set(self, plan: RankPlan) -> None:
         self._ref = weakref.ref(plan)
@@ -216,10 +216,11 @@ def call_key(conv: MessagePassing, args: tuple, kwargs: dict, adj: HaloAdj, stat
     if isinstance(x, (tuple, list)) and x:
         x = x[0]
     edges: list[Any] = []
-    if adj.is_minibatch:
+    plan = adj.plan  # (its fields, not the adjacency's properties: a hot path)
+    if plan.minibatch:
         for name in _EDGE_ARGUMENTS:
             value = arguments.get(name)
-            edges.append((tuple(value.shape[1:]), value.dim() == 0 or value.size(0) == adj.nnz)
+            edges.append((tuple(value.shape[1:]), value.dim() == 0 or value.size(0) == adj.col.numel())
                          if isinstance(value, Tensor) else None)
         features = (tuple(x.shape[1:]), x.dtype, x.device) if isinstance(x, Tensor) else None
         return (MINIBATCH, features, tuple(edges))
@@ -227,35 +228,45 @@ def call_key(conv: MessagePassing, args: tuple, kwargs: dict, adj: HaloAdj, stat
         value = arguments.get(name)
         edges.append(tuple(value.shape) if isinstance(value, Tensor) else None)
     features = (tuple(x.shape), x.dtype, x.device) if isinstance(x, Tensor) else None
-    return (id(adj.plan), adj.nnz, adj.num_owned, features, tuple(edges))
+    return (id(plan), adj.col.numel(), plan.num_owned, features, tuple(edges))
 
 
-def check_stage(call: Any, args: tuple, kwargs: dict) -> None:
+def check_stage(call: Any, args: tuple, kwargs: dict, at: Any = None) -> tuple[tuple, dict]:
     """The check stage of a :class:`~.call.LayerCall`: the checks of :func:`check_call`, agreed by
     every rank when the call's :func:`call_key` changed since the last agreed call, else by the
     header of its first exchange (:class:`AgreementWatch`); and the checks of this rank alone.
+    Returns ``(args, kwargs)`` unchanged (a stage of a :class:`~.plan.CallPath`).
 
     Args:
         call (LayerCall): the call on a shard.
         args (tuple): its positional arguments.
         kwargs (dict): its keyword arguments.
+        at (int or str, optional): where they hold the adjacency (unused). (default: ``None``)
     """
     conv, state, adj = call.conv, call.state, call.adj
     if getattr(conv, "explain", False):
         raise ValueError(f"{type(conv).__name__} is in explain mode (set by PyG's Explainer), whose edge masks "
                          f"cover the whole graph's edges; a shard's layer cannot apply them: explain on one "
                          f"process with the whole graph, or set conv.explain = False")
-    settings, port = state.settings, state.port
-    collective = port.collective_checks(settings)
-    call.key = call_key(conv, args, kwargs, adj, state) if collective and _may_watch(call) else None
+    settings, port, plan = state.settings, state.port, adj.plan
+    collective, watchable = port.check_modes(settings, call.plan, adj)
+    call.key = call_key(conv, args, kwargs, adj, state) if watchable else None
     watch = port.watch
-    if call.key is None or call.key != watch.key or not (adj.is_minibatch or state.checked_plan.is_(adj.plan)):
+    checked = state.checked_plan._ref  # (CheckedPlan.is_, inline: a hot path)
+    if call.key is None or call.key != watch.key or not (plan.minibatch or (checked is not None and checked() is plan)):
         if collective and watch.key is not None:
             port.announce_change(settings, adj)  # peers in a steady-state call wait in its first exchange
         watch.forget()
         agree(call, args, kwargs)
-    if call.key is not None:
-        watch.begin(lambda: agree(call, args, kwargs))
+    if call.key is not None:  # (watch.begin, inline: a hot path)
+        watch.armed, watch.headered, watch.agree = True, False, lambda: agree(call, args, kwargs)
+    if plan.minibatch or isinstance(adj, SampledAdj):
+        _minibatch_checks(conv, settings, adj)
+    return args, kwargs
+
+
+def _minibatch_checks(conv: MessagePassing, settings: Any, adj: HaloAdj) -> None:
+    """What a mini-batch call of a layer may not be: a cached layer's, a stale exchange's."""
     if isinstance(adj, SampledAdj) and getattr(conv, "cached", False):
         raise ValueError(f"{type(conv).__name__}(cached=True) keeps the normalised adjacency of the first graph "
                          f"it sees, but every mini-batch is another graph: build the layer with cached=False")
@@ -269,15 +280,8 @@ def agree(call: Any, args: tuple, kwargs: dict) -> None:
     """The checks of :func:`check_call` of a layer call, agreed by every rank."""
     state = call.state
     state.cached_key = check_call(call.conv, args, kwargs, call.adj, state.checked_plan, state.cached_key,
-                                  state.settings.group, state.port.collective_checks(state.settings),
+                                  state.settings.group, state.port.check_modes(state.settings, state.plan, call.adj)[0],
                                   state.plan.signature, call.key)
-
-
-def _may_watch(call: Any) -> bool:
-    """Whether the call's first collective is its first halo exchange whatever its inputs."""
-    state, plan, adj = call.state, call.plan, call.adj
-    return (state.port.exact_halos(state.settings) and plan.rule.adapter is None
-            and not isinstance(adj, RelationAdj) and (plan.spmm_weight is None or state.port.chosen_algorithm == "1d"))
 
 
 def _later_checks(conv: MessagePassing, arguments: dict[str, Any], args: tuple, adj: HaloAdj) -> None:
@@ -286,6 +290,10 @@ def _later_checks(conv: MessagePassing, arguments: dict[str, Any], args: tuple, 
     check_edge_arguments(conv, arguments, adj)
     if not adj.is_minibatch:
         check_rows(conv, node_features(arguments, args), adj)
+
+
+#: :attr:`AgreementWatch.previous` after a call whose first exchange filled a cache (a one-off)
+_FILLED = ("filled",)
 
 
 class AgreementWatch:
@@ -323,10 +331,13 @@ class AgreementWatch:
         self.headered = False  # the running call's first collective was the headered exchange
         self.agree: Any = None  # the running call's agreed checks
         self.headered_plan: tuple[Any, Any] | None = None  # (plan, HeaderedPlan) of the last plan
+        #: the running call's first exchange fills a cache (a normalisation's degrees, see
+        #: normalisation.kept_normalisation): the next call's first exchange is its steady one
+        self.filled = False
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "key": None, "recorded": None, "previous": None, "armed": False,
-                "headered": False, "agree": None, "headered_plan": None}
+                "headered": False, "agree": None, "headered_plan": None, "filled": False}
 
     def forget(self) -> None:
         """The next call agrees (and announces nothing): every rank's watch is off together."""
@@ -349,9 +360,10 @@ class AgreementWatch:
         """The call ended: ``key`` is agreed if its first collective was the headered exchange, the
         same as the previous call's."""
         recorded, previous = self.recorded, self.previous
-        if key is not None and key[0] == MINIBATCH and recorded is not None and previous is not None:
+        if key is not None and key[0] == MINIBATCH and recorded is not None and previous is not None \
+                and previous is not _FILLED:
             recorded, previous = recorded[2:], previous[2:]  # a new batch, new counts: the same rows' shape
-        steady = self.headered and recorded == previous
-        self.previous = self.recorded if self.headered else None
+        steady = self.headered and (previous is _FILLED or recorded == previous)
+        self.previous = (_FILLED if self.filled else self.recorded) if self.headered else None
         self.key = key if steady else None
-        self.armed, self.agree = False, None
+        self.armed, self.agree, self.filled = False, None, False

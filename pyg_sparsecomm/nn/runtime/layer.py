@@ -44,6 +44,7 @@ def attach(conv: MessagePassing, settings: DistributedSettings, own: bool = Fals
     conv.register_forward_pre_hook(enter, with_kwargs=True)
     conv.register_forward_hook(leave, always_call=True)
     install_overrides(conv)
+    conv._sparsecomm.installed = True
     fused = conv._sparsecomm.plan.fused_source
     if fused is not None:
         getattr(conv, fused).register_forward_hook(RecordFirstOutput(conv))

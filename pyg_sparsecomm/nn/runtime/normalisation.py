@@ -36,7 +36,6 @@ A call's ``"propagate"``/``"placeholder"`` normalisation is computed at its firs
 ``SGConv`` that reuses its output propagates, and so normalises, nothing.
 """
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from inspect import BoundArguments
 from typing import Any
 
@@ -48,36 +47,36 @@ from ...compat import gcn_norm_cache, set_gcn_norm_cache
 from ..rules.registry import GcnNormalisation
 from . import degree_norm
 from .aggregation import linear_weight_arg
+from .checks import shard_key
 from .port import Shard
 from .shared_adjacency import shared_normalisation
 
 Normalise = Callable[[Tensor, Tensor | None], tuple[Tensor, Tensor]]
 
 
-@dataclass
 class CallNormalisation:
-    """What one call of a distributed layer changed for its normalisation.
+    """What one call of a distributed layer changed for its normalisation (its fields set as the call
+    needs them; a plain class: making one runs no code).
 
     Attributes:
         normalise (Callable, optional): ``(edge_index, weight) -> (edge_index, weight)``, for
             ``propagate``'s graph (``None``: ``propagate`` gets the graph as the forward passes it).
-            (default: :obj:`None`)
         graph (tuple[Tensor, Tensor or None], optional): the call's real ``(edge_index, weight)`` behind a
-            placeholder (``None``: the graph ``propagate`` receives is normalised). (default: :obj:`None`)
-        target (str, optional): the ``propagate`` argument receiving the normalised weights.
-            (default: :obj:`"edge_weight"`)
-        undo (list[Callable[[], None]], optional): what the forward hook restores. (default: :obj:`[]`)
+            placeholder (``None``: the graph ``propagate`` receives is normalised).
+        target (str): the ``propagate`` argument receiving the normalised weights (``"edge_weight"``).
+        switched_off (tuple, optional): ``(conv, normalize)``: the ``normalize`` flag the forward hook puts back.
         memo (dict, optional): normalisations of this call, by the identity of their (kept alive) inputs.
-            (default: :obj:`{}`)
     """
     normalise: Normalise | None = None
     graph: tuple[Tensor, Tensor | None] | None = None
     target: str = "edge_weight"
-    undo: list[Callable[[], None]] = field(default_factory=list)
-    memo: dict[tuple[int, int], tuple[Tensor, Tensor | None, tuple[Tensor, Tensor]]] = field(default_factory=dict)
+    switched_off: tuple[MessagePassing, bool] | None = None
+    memo: dict[tuple[int, int], tuple[Tensor, Tensor | None, tuple[Tensor, Tensor]]] | None = None
 
     def normalised(self, edge_index: Tensor, weight: Tensor | None) -> tuple[Tensor, Tensor]:
         assert self.normalise is not None
+        if self.memo is None:
+            self.memo = {}
         key = (id(edge_index), id(weight))
         if key not in self.memo:
             self.memo[key] = (edge_index, weight, self.normalise(edge_index, weight))
@@ -90,16 +89,13 @@ def _call(context: Shard) -> CallNormalisation:
     return context.normalisation
 
 
-def _local(edge_index: Any) -> bool:
-    return isinstance(edge_index, Tensor) and edge_index.layout == torch.strided and edge_index.dim() == 2
-
-
 def _applies(conv: MessagePassing, use: GcnNormalisation, arguments: dict) -> bool:
     if not getattr(conv, "normalize", True) or (use.applies is not None and not use.applies(conv)):
         return False
     if use.weight is None and arguments.get("edge_weight") is not None:
         return False  # PyG's own code decides: FAConv asserts, LabelPropagation does not normalise
-    return _local(arguments.get("edge_index"))
+    edge_index = arguments.get("edge_index")  # a local edge index (not an adj_t)
+    return isinstance(edge_index, Tensor) and edge_index.layout == torch.strided and edge_index.dim() == 2
 
 
 def _normaliser(conv: MessagePassing, use: GcnNormalisation, arguments: dict,
@@ -130,16 +126,22 @@ def normalise_call(conv: MessagePassing, use: GcnNormalisation, bound: BoundArgu
     args = bound.arguments
     if not _applies(conv, use, args):
         return
-    normalise, choices = _normaliser(conv, use, args, context)
     weight = args.get(use.weight) if use.weight else None
+    if use.delivery == "arguments" and not (use.pyg_cache and getattr(conv, "cached", False)):
+        args["edge_index"], args[use.target] = kept_normalisation(conv, use, args, context, weight)
+        was = conv.normalize  # normalize=False for this call; the forward hook puts it back
+        conv.normalize = False
+        call = context.normalisation
+        if call is None:
+            call = context.normalisation = CallNormalisation()
+        call.switched_off = (conv, was)
+        return
+    normalise, choices = _normaliser(conv, use, args, context)
     if use.pyg_cache and getattr(conv, "cached", False):
         if gcn_norm_cache(conv) is None:  # one normalised graph per shard and choices (shared_adjacency)
             in_csr_order = linear_weight_arg(conv, conv._sparsecomm.plan) is not None  # propagation is the SpMM
             set_gcn_norm_cache(conv, shared_normalisation(context.adj, choices, args["edge_index"], weight,
                                                           normalise, in_csr_order))
-    elif use.delivery == "arguments":
-        args["edge_index"], args[use.target] = normalise(args["edge_index"], weight)
-        _switch_off(conv, context)
     elif use.delivery == "propagate":
         _switch_off(conv, context)
         call = _call(context)
@@ -150,9 +152,50 @@ def normalise_call(conv: MessagePassing, use: GcnNormalisation, bound: BoundArgu
 
 def _switch_off(conv: MessagePassing, context: Shard) -> None:
     """``normalize=False`` for this call; the forward hook puts back what it was."""
-    was = conv.normalize
+    _call(context).switched_off = (conv, conv.normalize)
     conv.normalize = False
-    _call(context).undo.append(lambda: setattr(conv, "normalize", was))
+
+
+def kept_normalisation(conv: MessagePassing, use: GcnNormalisation, args: dict, context: Shard,
+                       weight: Tensor | None) -> tuple[Tensor, Tensor]:
+    """The ``"arguments"`` delivery's normalised ``(edge_index, weight)`` of a call.  An unweighted
+    one is kept in the layer's state (``state.normalised``) and reused while the shard's graph and the
+    choices it depends on (``improved``, self-loops, dtype, flow) are the same: the same adjacency and
+    local ``edge_index``, or (after a new shard object) an equal shard (:func:`~.checks.shard_key`).
+    Its degrees then depend on nothing that changes between calls, so their halo exchange runs once
+    per shard, not per call, and every rank decides alike without a collective: a new shard equal to
+    the last is a hit on that rank as on the others; a different one on some rank only fails the agreed
+    first-use checks (on every rank) before any rank exchanges.  Weighted normalisations (edge
+    weights, which could change on one rank alone) are computed every call, as PyG does.  (Degrees
+    travel exactly whatever the layer's halo options: stale and compressed layers keep them too.)
+
+    Args:
+        conv (MessagePassing): the layer, on a shard.
+        use (GcnNormalisation): its rule's normalisation.
+        args (dict): its ``forward`` arguments.
+        context (Shard): the call on the shard.
+        weight (Tensor or None): the edge weights (``None``: unweighted).
+    """
+    edge_index = args["edge_index"]
+    value = args.get(use.dtype_of) if use.dtype_of else None
+    choices = (bool(conv.improved) if use.improved else False, bool(conv.add_self_loops) if use.self_loops else False,
+               value.dtype if isinstance(value, Tensor) else None, conv.flow)
+    state = conv._sparsecomm
+    kept = state.normalised
+    if weight is None and kept is not None and kept[3] == choices:
+        if kept[0] is context.adj and kept[1] is edge_index:
+            return kept[4]
+        if not context.plan.minibatch and kept[2] == shard_key(context.adj):  # a new shard object, equal
+            state.normalised = (context.adj, edge_index, kept[2], choices, kept[4])
+            return kept[4]
+    improved, self_loops, dtype, flow = choices
+    normalised = degree_norm.gcn_norm(context, edge_index, weight, None, improved, self_loops, flow, dtype)
+    if weight is not None or context.plan.minibatch:  # (a mini-batch: another graph every step)
+        state.normalised = None
+    else:  # kept: its degrees' exchange, if the call's first, is a one-off, not the steady-state one
+        state.normalised = (context.adj, edge_index, shard_key(context.adj), choices, normalised)
+        state.port.watch.filled = state.port.watch.headered  # (the pre-hook's: nothing else exchanged yet)
+    return normalised
 
 
 def replace_graph(conv: MessagePassing, bound: BoundArguments, context: Shard, normalise: Normalise, target: str,
@@ -201,5 +244,7 @@ def end_call(call: CallNormalisation) -> None:
     Args:
         call (CallNormalisation): what the call's normalisation changed.
     """
-    while call.undo:
-        call.undo.pop()()
+    if call.switched_off is not None:
+        conv, was = call.switched_off
+        conv.normalize = was
+

@@ -1,4 +1,5 @@
-r"""What a distributed layer does on every call, decided once: :class:`LayerPlan`.
+r"""What a distributed layer does on every call, decided once: :class:`LayerPlan` and its
+:class:`CallPath` objects (each path a declared list of stages, see ARCHITECTURE.md).
 
 :func:`compile_plan` reads the layer's :class:`~pyg_sparsecomm.nn.rules.registry.LayerRule` (found
 through its class's method resolution order) and what its class and instance say about it (the
@@ -71,6 +72,42 @@ class DistributedSettings:
 
 
 @dataclass(frozen=True)
+class CallPath:
+    """One way a call of a distributed layer runs, decided once (:func:`compile_plan`, at attach):
+    the stages its forward pre-hook runs, in order, and what its ``propagate`` does.  A call runs its
+    path's stages and nothing else (:meth:`~.call.LayerCall.enter`); ``propagate`` falls back to
+    ``"sources"`` only where PyG's forward passes no tensor the plan's aggregation reads.
+
+    Args:
+        name (str): ``"homogeneous"`` (a shard's ``HaloAdj``), ``"fused-source"`` (the same, the layer's
+            source module's output exchanged with ``edge_update``'s sources: ``GATConv``), ``"own-type
+            relation"`` (a relation within one node type, as a homogeneous shard), ``"nested"`` (a layer
+            called inside a distributed layer's forward, on its shard) or ``"relation"`` (a relation of a
+            heterogeneous shard: the sources completed, then plain PyG, :func:`~.hetero.enter_relation`).
+        stages (tuple[str, ...]): the pre-hook's stages: ``"check"``, ``"local graph"``, ``"outer
+            shard"``, ``"move linears"``, ``"normalise"``, ``"relation sources"``.
+        propagate (str, optional): ``"spmm"`` (the distributed SpMM), ``"attention"`` (one CSR SpMM per
+            head), ``"sources"`` (sources completed with halo rows, then PyG's ``propagate``) or
+            ``"pyg"`` (PyG's own). (default: ``"sources"``)
+    """
+    name: str
+    stages: tuple[str, ...]
+    propagate: str = "sources"
+
+
+def call_paths(spmm_weight: str | None, attention_weight: str | None, fused: str | None, moves_linears: bool,
+               adapts: bool) -> dict[str, CallPath]:
+    """The :class:`CallPath` of each kind of call of a layer whose plan has these fields, by name
+    (the first: a call on a shard's ``HaloAdj``)."""
+    after = (("move linears",) if moves_linears else ()) + (("normalise",) if adapts else ())
+    propagate = "spmm" if spmm_weight is not None else "attention" if attention_weight is not None else "sources"
+    main = CallPath("fused-source" if fused else "homogeneous", ("check", "local graph", *after), propagate)
+    return {main.name: main, "own-type relation": CallPath("own-type relation", main.stages, propagate),
+            "nested": CallPath("nested", ("outer shard",) + (("normalise",) if adapts else ()), propagate),
+            "relation": CallPath("relation", ("relation sources",), "pyg")}
+
+
+@dataclass(frozen=True)
 class LayerPlan:
     r"""A layer's rule compiled for its class and instance (see the module doc).
 
@@ -94,6 +131,11 @@ class LayerPlan:
             (default: ``None``)
         adapts (bool, optional): the call's arguments need the rule's normalisation or adapter.
             (default: ``False``)
+        moves_linears (bool, optional): the rule names a ``post_linear`` or ``input_linear`` (the call
+            has a *move linears* stage). (default: ``False``)
+        path (CallPath, optional): the path of a call on a shard's ``HaloAdj``. (default: ``None``)
+        paths (dict[str, CallPath], optional): every path of the layer, by name (:func:`call_paths`).
+            (default: ``{}``)
 
     Plain fields only (no properties): reading a plan runs no code.
     """
@@ -108,6 +150,9 @@ class LayerPlan:
     fused_source: str | None = None
     normalisation: GcnNormalisation | None = None
     adapts: bool = False
+    moves_linears: bool = False
+    path: CallPath | None = None
+    paths: dict[str, CallPath] = field(default_factory=dict)
 
 
 def source_names(arg_names: list[str]) -> tuple[str, ...]:
@@ -154,12 +199,15 @@ def compile_plan(conv: MessagePassing) -> LayerPlan:
     signature = forward_signature(type(conv))
     fused = next((name for name in rule.fused_source if isinstance(getattr(conv, name, None), torch.nn.Module)),
                  None)
+    spmm_weight = rule.weight if rule.aggregation == "spmm" and linear else None
+    attention_weight = rule.weight if rule.aggregation == "attention" and linear else None
+    adapts = rule.normalisation is not None or rule.adapter is not None
+    moves_linears = rule.post_linear is not None or rule.input_linear is not None
+    paths = call_paths(spmm_weight, attention_weight, fused, moves_linears, adapts)
     return LayerPlan(
-        rule, signature,
-        spmm_weight=rule.weight if rule.aggregation == "spmm" and linear else None,
-        attention_weight=rule.weight if rule.aggregation == "attention" and linear else None,
+        rule, signature, spmm_weight=spmm_weight, attention_weight=attention_weight,
         message_sources=source_names(message_arguments(conv)),
         edge_update_sources=source_names(edge_update_arguments(conv)),
         takes_edge_weight="edge_weight" in signature.parameters,
         drops_adj_values=_drops_values(conv, rule), fused_source=fused, normalisation=rule.normalisation,
-        adapts=rule.normalisation is not None or rule.adapter is not None)
+        adapts=adapts, moves_linears=moves_linears, path=next(iter(paths.values())), paths=paths)

@@ -17,10 +17,12 @@ Under ``torch.compile`` an exact exchange of a :class:`WatchedExchanger` is one 
 a peer's flag and the agreement that follows are unchanged.  (One module with the port: a steady-state
 call visits no module more, ``tests/nn/test_call_walk.py``.)
 """
+import copy
 import math
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, ClassVar
 
 import torch
@@ -28,17 +30,18 @@ import torch.distributed as dist
 from torch import Tensor
 
 from ...algorithms import SpMMAlgorithm, algorithm_class
-from ...algorithms.choice import CostRow, choose_algorithm
+from ...algorithms.choice import choose_algorithm
 from ...algorithms.settings import exchange_group
 from ...comm import traced_exchange
 from ...comm.exchanger import HaloExchanger
 from ...comm.group import host_all_reduce, world_size
 from ...comm.group import rank as group_rank
 from ...comm.halo import HeaderedPlan, announce_rows, headered_counts, headered_exchange
-from ...comm.halo_options import EXACT, ExchangeSlots
+from ...comm.halo_options import EXACT
 from ...compat import tensor_version
 from ...plan.halo_adj import HaloAdj
 from ...plan.homogeneous import RankPlan
+from ...plan.relation_adj import RelationAdj
 from .cached_spmm import CachedSpMM
 from .checks import AgreementWatch
 from .plan import DistributedSettings
@@ -207,6 +210,7 @@ class WatchedExchanger(HaloExchanger):
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state.pop("handle", None)  # a handle names an exchanger of this process
+        state.pop("halo_of", None)  # (bound to this object: made again at first use)
         return state
 
     def exchange(self, x: Tensor, key: str = "x") -> Tensor:
@@ -224,7 +228,7 @@ class WatchedExchanger(HaloExchanger):
             return super().exchange(x, key)  # no header: this call's first collective is a plain one
         kept = watch.headered_plan
         if kept is None or kept[0] is not self.plan:
-            kept = watch.headered_plan = (self.plan, HeaderedPlan(self.plan, group_rank(self.group)))
+            kept = watch.headered_plan = (self.plan, HeaderedPlan(self.plan, group_rank(self.group), self.group))
         while True:
             halo, flagged = headered_exchange(x, kept[1], self.group)
             watch.headered, watch.recorded = True, (kept[1].send_counts, kept[1].recv_counts, x.shape[1:], x.dtype)
@@ -236,9 +240,9 @@ class WatchedExchanger(HaloExchanger):
                 watch.forget()  # every rank agrees at its next call
                 raise
 
-    @property
+    @cached_property
     def halo_of(self) -> Callable[[Tensor], Tensor]:
-        """:meth:`exchange` (a call's first exchange may carry the header)."""
+        """:meth:`exchange` (a call's first exchange may carry the header), bound once."""
         return self.exchange
 
     def reduce(self, x_ext: Tensor) -> Tensor:
@@ -257,24 +261,22 @@ class _Link:
     bound: HaloExchanger
     grid: Any
     world: int
+    #: the :class:`Shard` of the last call on this plan (the next call on the same adjacency copies it)
+    shard: Shard | None = None
 
 
 class HaloPort:
     """A distributed layer's port to the exchanger and the SpMM algorithms (see the module doc)."""
 
-    def __init__(self) -> None:
-        self.slots = ExchangeSlots()  # state of stateful (stale) exchanges across calls
+    def __init__(self, state: Any) -> None:
+        #: the layer's :class:`~.state.LayerState`, which holds what the port finds out across calls
+        #: (its stale exchanges' slots, the algorithm chosen and its cost reports, the kept SpMM)
+        self.state = state
         self.static = StaticHalo()
-        self.chosen_algorithm: str | None = None
-        self.cost_report: list[CostRow] = []
-        self.exact_cost_report: list[CostRow] = []  # the same priced with exact halos
-        self.sync_cost_report: list[CostRow] = []  # the same bytes exchanged synchronously
-        #: (columns, element size) of the last exchanged rows, for summary()'s compressed-bytes line
-        self.exchanged_width: tuple[int, int] | None = None
-        self.cached_spmm = CachedSpMM()  # the SpMM a cached=True layer built on its first call
         self._link: _Link | None = None
-        self._checks: tuple[DistributedSettings, bool, bool] | None = None
-        self._built: tuple[HaloAdj, HaloExchanger, SpMMAlgorithm] | None = None
+        self._checks: tuple[DistributedSettings, bool, bool, str | None] | None = None
+        #: (aggregation adjacency, exchanger, algorithm, the inputs' key) of the SpMM last built
+        self._built: tuple[HaloAdj, HaloExchanger, SpMMAlgorithm, tuple | None] | None = None
         self.watch = AgreementWatch()  # lets steady-state calls skip the agreed checks (see watch)
 
     def __getstate__(self) -> dict:
@@ -285,14 +287,14 @@ class HaloPort:
     def forget(self) -> None:
         """Drops every tensor kept across calls (a move to another device, a reset)."""
         self.static = StaticHalo()
-        self.slots.clear()
+        self.state.exchange_slots.clear()
         self.forget_spmm()
         self._link = None  # its exchangers hold the shard's plan
         self.watch = AgreementWatch()
 
     def forget_spmm(self) -> None:
         """Drops the SpMM algorithms kept (it releases an ``"rdma"`` engine's lease)."""
-        self.cached_spmm = CachedSpMM()
+        self.state.cached_spmm = CachedSpMM()
         self._built = None
 
     def shard(self, adj: HaloAdj, settings: DistributedSettings, outer: Shard | None = None) -> Shard:
@@ -306,17 +308,23 @@ class HaloPort:
                 exchanger, local graph and memo are taken). (default: ``None``)
         """
         link = self._link
+        if outer is None and link is not None and link.shard is not None and link.shard.adj is adj \
+                and link.settings is settings and link.shard.plan is adj.plan:  # the last call's shard
+            shard = copy.copy(link.shard)  # (its fields once per shard; the per-call ones fresh)
+            shard.memo = {}
+            return shard
         if (link is None or link.plan() is not adj.plan or link.settings is not settings
                 or (outer is not None and link.exact is not outer.exchanger)):
             grid = settings.grid()
             group = exchange_group(adj, grid, settings.group)
             exact = outer.exchanger if outer is not None else WatchedExchanger(
                 adj.plan, group, watch=self.watch, watched_options=settings.halo_options).traced()
-            bound = exact.bind(options=settings.halo_options, slots=self.slots)
+            bound = exact.bind(options=settings.halo_options, slots=self.state.exchange_slots)
             link = self._link = _Link(weakref.ref(adj.plan), settings, exact, bound, grid, world_size(exact.group))
         if outer is not None:
             return Shard(adj, link.exact, outer.edge_index, link.world, outer.memo)
-        return Shard(adj, link.exact, adj.edge_index(), link.world)
+        link.shard = Shard(adj, link.exact, adj.edge_index(), link.world)
+        return copy.copy(link.shard)
 
     def announce_change(self, settings: DistributedSettings, adj: HaloAdj) -> None:
         """Sends the peers' steady-state first exchange with the flag set (:class:`~.checks.AgreementWatch`):
@@ -329,28 +337,26 @@ class HaloPort:
             announce_rows(recorded, settings.group)
             self.watch.recorded = None
 
-    def collective_checks(self, settings: DistributedSettings) -> bool:
-        """Whether a call's checks are agreed by all ranks: a 1D layout (1.5D block rows:
-        ``exchange_group`` checks them) over a group of more than one rank."""
-        if self._checks is None or self._checks[0] is not settings:
-            self._checks = (settings, not settings.replicated and world_size(settings.group) > 1,
-                            settings.halo_options.exact)
-        return self._checks[1]
-
-    def exact_halos(self, settings: DistributedSettings) -> bool:
-        """Whether the halos are exact (no compression, no staleness), after :meth:`collective_checks`."""
-        assert self._checks is not None and self._checks[0] is settings
-        return self._checks[2]
-
-    def begin_call(self, training: bool, settings: DistributedSettings) -> None:
-        """A new call of the layer: the stale exchanges' call sites count from the start.
+    def check_modes(self, settings: DistributedSettings, plan: Any, adj: HaloAdj) -> tuple[bool, bool]:
+        """``(collective, watched)`` of a call's checks on ``adj``, decided once per settings object and
+        algorithm: whether they are agreed by all ranks (a 1D layout, 1.5D block rows being checked by
+        ``exchange_group``, over a group of more than one rank), and whether a steady-state call's
+        agreement is carried by the header of its first exchange (:class:`~.checks.AgreementWatch`):
+        its first collective is the halo exchange whatever its inputs (exact halos, no adapter, no
+        relation, an SpMM by ``"1d"`` if any).
 
         Args:
-            training (bool): the layer's ``training`` flag.
-            settings (DistributedSettings): the layer's settings (only stale halos keep slots).
+            settings (DistributedSettings): the layer's settings.
+            plan (LayerPlan): the layer's plan.
+            adj (HaloAdj): the adjacency of the call.
         """
-        if settings.halo_options.staleness:
-            self.slots.begin_call(training)
+        modes = self._checks
+        if modes is None or modes[0] is not settings or modes[3] != self.state.chosen_algorithm:
+            collective = not settings.replicated and world_size(settings.group) > 1
+            watched = (collective and settings.halo_options.exact and plan.rule.adapter is None
+                       and (plan.spmm_weight is None or self.state.chosen_algorithm == "1d"))
+            modes = self._checks = (settings, collective, watched, self.state.chosen_algorithm)
+        return modes[1], modes[2] and not isinstance(adj, RelationAdj)
 
     def exchange_many(self, tensors: list[Tensor], key: str) -> list[Tensor]:
         """The halo rows of ``tensors`` under the layer's options, one exchange per dtype (see
@@ -373,7 +379,8 @@ class HaloPort:
         return self.static.fetch(key, src, rows, shard, depends_on)
 
     def spmm(self, adjacency: Callable[[], HaloAdj], shard: Shard, rows: Tensor, settings: DistributedSettings,
-             cached: tuple[Tensor, Tensor | None] | None = None) -> SpMMAlgorithm:
+             cached: tuple[Tensor, Tensor | None] | None = None,
+             inputs: tuple[Tensor, Tensor | None, str] | None = None) -> SpMMAlgorithm:
         """The SpMM algorithm of a call (``algorithm="auto"`` chooses at the first call).
 
         Args:
@@ -384,28 +391,41 @@ class HaloPort:
             settings (DistributedSettings): the layer's settings.
             cached (tuple, optional): ``(edge_index, weight)`` of a ``cached=True`` layer, whose
                 algorithm is kept with them (:class:`CachedSpMM`). (default: ``None``)
+            inputs (tuple, optional): ``(edge_index, weight, aggr)`` the adjacency is computed from: the
+                last algorithm is reused while they are the same objects, ``weight`` (``None``, or one
+                needing no gradient) at the same version, and so the rows' dtype. (default: ``None``)
         """
         link = self._link
         assert link is not None  # a call's shard() came first
-        if cached is not None and self.chosen_algorithm is not None:
-            kept = self.cached_spmm.get(*cached, shard.adj, rows.dtype, self.chosen_algorithm)
+        built = self._built
+        key = None
+        if inputs is not None and (inputs[1] is None or not inputs[1].requires_grad):
+            key = (*inputs, None if inputs[1] is None else tensor_version(inputs[1]), rows.dtype, shard.adj)
+            kept = None if built is None or built[1] is not link.bound else built[3]
+            if (kept is not None and kept[0] is key[0] and kept[1] is key[1] and kept[2] == key[2]  # by identity
+                    and kept[3] == key[3] and kept[4] == key[4] and kept[5] is key[5]
+                    and built[2].name == self.state.chosen_algorithm):  # type: ignore[index]  # (steady: the same SpMM)
+                return built[2]  # type: ignore[index]
+        if cached is not None and self.state.chosen_algorithm is not None:
+            kept = self.state.cached_spmm.get(*cached, shard.adj, rows.dtype, self.state.chosen_algorithm)
             if kept is not None:
                 return kept
         adj = adjacency()
-        if self.chosen_algorithm is None:
+        if self.state.chosen_algorithm is None:
             learnable = adj.value is not None and adj.value.requires_grad
             # priced on the shard's block row, as CommStats and predict_layouts price it
-            self.chosen_algorithm, self.cost_report, self.exact_cost_report, self.sync_cost_report = \
+            state = self.state
+            state.chosen_algorithm, state.cost_report, state.exact_cost_report, state.sync_cost_report = \
                 choose_algorithm(shard.adj, link.bound, link.grid, rows.size(1), rows.element_size(), learnable,
                                  settings.cost_model)
-        built = self._built
-        if built is not None and built[0] is adj and built[1] is link.bound and built[2].name == self.chosen_algorithm:
+        algorithm = self.state.chosen_algorithm
+        if built is not None and built[0] is adj and built[1] is link.bound and built[2].name == algorithm:
             spmm = built[2]
         else:
-            spmm = algorithm_class(self.chosen_algorithm)(adj, link.bound, link.grid)
-            self._built = (adj, link.bound, spmm)
+            spmm = algorithm_class(algorithm)(adj, link.bound, link.grid)
+        self._built = (adj, link.bound, spmm, key)
         if cached is not None:
-            self.cached_spmm.keep(spmm, *cached, shard.adj, rows.dtype, self.chosen_algorithm)
+            self.state.cached_spmm.keep(spmm, *cached, shard.adj, rows.dtype, self.state.chosen_algorithm)
         return spmm
 
     def last_aggregation(self) -> HaloAdj | None:
@@ -417,7 +437,7 @@ class HaloPort:
         ``"1d"`` algorithm (chosen at an eager first call) over the shard's traced exchanger."""
         traced = bool(getattr(shard.exchanger, "handle", ""))
         return (settings.halo_options.exact and not settings.replicated
-                and (shard.world == 1 or (self.chosen_algorithm == "1d" and traced)))
+                and (shard.world == 1 or (self.state.chosen_algorithm == "1d" and traced)))
 
     def multiply(self, spmm: SpMMAlgorithm, rows: Tensor, src: Tensor, shard: Shard,
                  depends_on: tuple[Tensor, ...]) -> Tensor:

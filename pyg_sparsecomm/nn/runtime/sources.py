@@ -15,7 +15,7 @@ For ``propagate`` the exchange runs in a hook registered with PyG's
 :meth:`~torch_geometric.nn.conv.MessagePassing.register_propagate_forward_pre_hook`, which PyG's
 ``explain``/``decomposed_layers`` setters leave in place.  PyG's generated ``edge_updater`` calls
 its pre-hooks only after gathering ``*_j`` (an index check on the owned rows fires first), so the
-``edge_updater`` override (:mod:`.call`) calls :func:`edge_update_sources` itself.  An
+``edge_updater`` override (:mod:`.call`) calls :func:`with_halo` itself.  An
 ``"attention"`` aggregation completes ``x`` here too and runs one CSR SpMM per head
 (:func:`attention_propagate`).
 """
@@ -26,8 +26,8 @@ import torch
 from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
-from ...plan.halo_adj import spmm
-from .aggregation import AdjacencyCache, aggregation_weights, from_node_rows, node_rows
+from ...plan.halo_adj import spmm_values
+from .aggregation import AdjacencyCache, aggregation_weights
 from .call_halos import CallHalos
 from .port import HaloPort, Shard
 
@@ -56,15 +56,6 @@ def propagate_sources(conv: MessagePassing, inputs: tuple, call: Shard, halos: C
     return edge_index, size, with_halo(conv, kwargs, names, call, halos, port, "propagate")
 
 
-def edge_update_sources(conv: MessagePassing, edge_index: Any, size: Any, kwargs: dict[str, Any], call: Shard,
-                        halos: CallHalos, port: HaloPort, names: tuple[str, ...]) -> tuple:
-    """As :func:`propagate_sources`, for the sources ``edge_update`` reads (``names``); called by
-    the ``edge_updater`` override: PyG's generated ``edge_updater`` runs its pre-hooks after
-    gathering ``*_j``, too late to complete the sources."""
-    size = call.check_propagation(conv, edge_index, size)
-    return edge_index, size, with_halo(conv, kwargs, names, call, halos, port, "edge_updater")
-
-
 def with_halo(conv: MessagePassing, kwargs: dict[str, Any], names: tuple[str, ...] | list[str], call: Shard,
               halos: CallHalos, port: HaloPort, key: str) -> dict[str, Any]:
     """``kwargs`` where every tensor read at sources is ``(cat[owned, halo], targets)``; the halo
@@ -81,7 +72,8 @@ def with_halo(conv: MessagePassing, kwargs: dict[str, Any], names: tuple[str, ..
             raise ValueError(f"{type(conv).__name__}: the message reads '{name}_j' from a tensor with "
                              f"{src.size(conv.node_dim)} rows in dimension {conv.node_dim}, but this rank owns "
                              f"{call.num_owned} rows: pass the shard's rows (local.x)")
-        rows, moved = node_rows(src, conv.node_dim)
+        first = src.movedim(conv.node_dim, 0)  # (node_rows, inline: the same tensor ops, the same autograd graph)
+        rows, moved = first.reshape(first.size(0), math.prod(first.shape[1:])), tuple(first.shape)
         sources.append((name, src, rows, dst, moved))
     if not sources:
         return kwargs
@@ -89,7 +81,7 @@ def with_halo(conv: MessagePassing, kwargs: dict[str, Any], names: tuple[str, ..
     out = dict(kwargs)
     for (name, _, rows, dst, moved), halo in zip(sources, fetched, strict=True):
         ext_shape = (rows.size(0) + halo.size(0),) + moved[1:]
-        out[name] = (from_node_rows(torch.cat([rows, halo], 0), ext_shape, conv.node_dim), dst)
+        out[name] = (torch.cat([rows, halo], 0).reshape(ext_shape).movedim(0, conv.node_dim), dst)  # (from_node_rows)
     return out
 
 
@@ -105,24 +97,42 @@ def fetch_halos(conv: MessagePassing, sources: list[tuple[str, Tensor, Tensor, A
             found[name] = kept
         elif not rows.requires_grad:
             found[name] = port.static_halo(name, _source(src), rows, call)
-    moving = [(name, src, rows) for name, src, rows, _, _ in sources if name not in found]
-    recorded = halos.take_recorded() if moving else None
-    if (recorded is not None and recorded.size(0) == call.num_owned and recorded.is_floating_point()
-            and not any(src is recorded for _, src, _ in moving)):
-        moving.append(("", recorded, recorded))  # fused: exchanged now, kept for propagate
+    moving, tensors = [], []  # (loops, not comprehensions: no frame per call)
+    for name, src, rows, _, _ in sources:
+        if name not in found:
+            moving.append((name, src, rows))
+            tensors.append(rows)
+    recorded = halos.recorded if moving and halos.fuse else None  # (CallHalos.take_recorded, inline)
+    for entry in halos.entries if recorded is not None else ():
+        if entry[0] is recorded:  # exchanged already
+            recorded = None
+            break
+    if recorded is not None and recorded.size(0) == call.num_owned and recorded.is_floating_point():
+        for _, src, _ in moving:  # (not one of the sources already)
+            if src is recorded:
+                break
+        else:
+            moving.append(("", recorded, recorded))  # fused: exchanged now, kept for propagate
+            tensors.append(recorded)
     if moving:
-        tensors = [rows for _, _, rows in moving]
-        port.exchanged_width = halo_width(tensors)
+        width = 0
+        for t in tensors:
+            width += math.prod(t.shape[1:])
+        port.state.exchanged_width = (width, tensors[0].element_size())  # (halo_width, inline)
         for (name, src, _), halo in zip(moving, port.exchange_many(tensors, key), strict=True):
             if name:
                 halos.add(src, conv.node_dim, halo)
                 found[name] = halo
             else:
-                halos.add_fused(src, halo)
+                halos.add(src, 0, halo)  # (add_fused, inline)
+                halos.fused = src
     for name, src, _, _, _ in sources:
         if halos.lookup(src, conv.node_dim) is None:
             halos.add(src, conv.node_dim, found[name])
-    return [found[name] for name, _, _, _, _ in sources]
+    out = []
+    for name, _, _, _, _ in sources:
+        out.append(found[name])
+    return out
 
 
 def _source(value: Any) -> Tensor:
@@ -146,13 +156,14 @@ def attention_propagate(conv: MessagePassing, call: Shard, halos: CallHalos, por
     if x.dim() != 3 or conv.node_dim not in (0, -3) or alpha.shape != (edge_index.size(1), heads):
         raise ValueError(f"{type(conv).__name__}: expected x of shape [N, heads, C] and {alpha_arg} of shape "
                          f"[E, heads], got {list(x.shape)} and {list(alpha.shape)}")
-    value = aggregation_weights(edge_index, alpha, conv.aggr, call.num_owned, x.dtype)
+    if conv.aggr == "mean":
+        value = aggregation_weights(edge_index, alpha, conv.aggr, call.num_owned, x.dtype)
+    else:  # (aggregation_weights of a sum, inline: alpha in the wider of its dtype and x's)
+        value = alpha.to(torch.promote_types(alpha.dtype, x.dtype) if alpha.is_floating_point() else x.dtype)
     assert value is not None  # alpha is given
-    outs = [spmm(adjacency.adjacency(edge_index, value[:, h], call.adj), x[:, h].contiguous())
-            for h in range(heads)]
+    structure, perm = adjacency.ordered(edge_index, call.adj)
+    value = value[perm]  # in CSR order, every head's
+    outs = []
+    for h in range(heads):  # (a loop: no comprehension frame per call)
+        outs.append(spmm_values(structure, value[:, h], x[:, h].contiguous()))
     return torch.stack(outs, dim=1)
-
-
-def halo_width(tensors: list[Tensor]) -> tuple[int, int]:
-    """``(columns, element size)`` of rows exchanged together, for ``summary()``."""
-    return (sum(math.prod(t.shape[1:]) for t in tensors), tensors[0].element_size())

@@ -9,7 +9,10 @@ from typing import Any
 import torch
 from torch_geometric.nn import MessagePassing
 
-from .aggregation import AdjacencyCache
+from ...algorithms.choice import CostRow
+from ...comm.halo_options import ExchangeSlots
+from .aggregation import AdjacencyCache, Narrowing
+from .cached_spmm import CachedSpMM
 from .checks import CheckedPlan
 from .plan import DistributedSettings, LayerPlan, compile_plan
 from .port import HaloPort
@@ -29,13 +32,24 @@ class LayerState:
     steady: Any = None
     tracing: Any = None
     recording = False
+    installed = False
+    narrowing: Any = None
+    normalised: Any = None
 
     def __init__(self, conv: MessagePassing, settings: DistributedSettings, own: bool = False) -> None:
         self.settings = settings
         self.own_settings = own
         self.plan: LayerPlan = compile_plan(conv)
-        self.port = HaloPort()  # exchanger, static halos, SpMM algorithms (see port)
-        self.port.chosen_algorithm = None if settings.algorithm == "auto" else settings.algorithm
+        # what the layer found out, read by summary(), DistributedGCNConv and checkpoints
+        self.exchange_slots = ExchangeSlots()  #: state of the stale exchanges across calls
+        self.chosen_algorithm: str | None = None if settings.algorithm == "auto" else settings.algorithm
+        self.cost_report: list[CostRow] = []  #: ``"auto"``'s predictions
+        self.exact_cost_report: list[CostRow] = []  #: the same priced with exact halos
+        self.sync_cost_report: list[CostRow] = []  #: the same bytes exchanged synchronously
+        #: ``(columns, element size)`` of the last exchanged rows (summary()'s compressed-bytes line)
+        self.exchanged_width: tuple[int, int] | None = None
+        self.cached_spmm = CachedSpMM()  #: the SpMM a ``cached=True`` layer built on its first call
+        self.port = HaloPort(self)  # exchanger, static halos, SpMM algorithms (see port)
         self.adjacency = AdjacencyCache()  # the CSR of the last local graph propagated over
         self.checked_plan = CheckedPlan()  # the plan the first-use check passed on (see first_use)
         self.cached_key: tuple | None = None  # the shard a cached=True layer filled its cache on
@@ -48,30 +62,28 @@ class LayerState:
         self.tracing: Any = None
         #: the running eager call leaves a record (it runs under ``torch.compile``)
         self.recording = False
+        #: the call overrides are installed on this object (a copy's first call installs them again)
+        self.installed = False
+        #: the layer's narrowing ``Linear`` modules and their stand-ins (see aggregation.Narrowing)
+        self.narrowing = Narrowing()
+        #: the last normalised graph of a call, reused while its inputs are the same (see normalisation)
+        self.normalised: Any = None
 
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "calls": [], "fuse": True, "steady": None, "tracing": None, "recording": False}
+        return {**self.__dict__, "calls": [], "fuse": True, "steady": None, "tracing": None, "recording": False,
+                "installed": False, "normalised": None}
 
     def forget(self) -> None:
         """Drops every tensor the layer kept across calls (a move to another device, a reset of its
         parameters): the next call builds them again."""
         self.adjacency = AdjacencyCache()
         self.steady = None
+        self.normalised = None
         self.port.forget()
 
     def forget_spmm(self) -> None:
         """Drops the SpMM a ``cached=True`` layer keeps (it releases an ``"rdma"`` engine's lease)."""
         self.port.forget_spmm()
-
-    # what the layer found out, read by summary(), DistributedGCNConv and checkpoints
-    cached_spmm = property(lambda self: self.port.cached_spmm, doc="The SpMM a ``cached=True`` layer keeps.")
-    exchange_slots = property(lambda self: self.port.slots, doc="State of the stale exchanges across calls.")
-    chosen_algorithm = property(lambda self: self.port.chosen_algorithm, doc="The SpMM algorithm in use.")
-    cost_report = property(lambda self: self.port.cost_report, doc="``\"auto\"``'s predictions.")
-    exact_cost_report = property(lambda self: self.port.exact_cost_report, doc="The same with exact halos.")
-    sync_cost_report = property(lambda self: self.port.sync_cost_report, doc="The same bytes, not pipelined.")
-    exchanged_width = property(lambda self: self.port.exchanged_width,
-                               doc="``(columns, element size)`` of the last exchanged rows.")
 
 
 def distributed_layers(module: torch.nn.Module) -> Iterator[tuple[str, LayerState]]:
