@@ -25,6 +25,7 @@ from ..graph.validate import check_hetero
 from ..plan.hetero import HeteroCommStats, NodeType, hetero_comm_stats
 from .methods import contiguous_partition, random_partition, row_nnz, symmetric_csr
 from .multiconstraint import metis_multiconstraint
+from .pickled_arrays import numpy_array, plain_array
 
 #: the methods :func:`partition_hetero` knows
 HETERO_METHODS = ("metis", "random", "contiguous")
@@ -33,12 +34,13 @@ HETERO_METHODS = ("metis", "random", "contiguous")
 # The pickling of HeteroCommStats (pyg_sparsecomm.plan.hetero) lives with the partitioner that attaches it,
 # as CommStats's does (partitioner.py), under the names that datasets processed before 0.3.0 recorded.
 def _hetero_comm_stats(num_parts: int, relations: dict, sources: dict, part_sizes: dict) -> HeteroCommStats:
-    """Rebuilds a pickled :class:`HeteroCommStats` (its part sizes travel as tensors)."""
-    return HeteroCommStats(num_parts, relations, sources, {t: s.numpy() for t, s in part_sizes.items()})
+    """Rebuilds a pickled :class:`HeteroCommStats` (its part sizes as plain numbers:
+    :mod:`~pyg_sparsecomm.partition.pickled_arrays`)."""
+    return HeteroCommStats(num_parts, relations, sources, {t: numpy_array(s) for t, s in part_sizes.items()})
 
 
 def _reduce_hetero_comm_stats(stats: HeteroCommStats):
-    sizes = {t: torch.from_numpy(np.ascontiguousarray(s)) for t, s in stats.part_sizes.items()}
+    sizes = {t: plain_array(s) for t, s in stats.part_sizes.items()}
     return _hetero_comm_stats, (stats.num_parts, stats.relations, stats.sources, sizes)
 
 

@@ -8,7 +8,6 @@ import hashlib
 import inspect
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor
 from torch_geometric.data import Data, HeteroData
@@ -21,6 +20,7 @@ from ..plan.known_pattern import remember_graph, remember_pattern
 from ..plan.stats import CommStats
 from .balance import _check_objective, balance_max_send
 from .methods import EDGE_FREE_METHODS, INT32_METHODS, METHODS, method_options
+from .pickled_arrays import numpy_array, plain_array
 
 
 class SparsityAwarePartitioner(BaseTransform):
@@ -214,19 +214,18 @@ def structure_key(edge_index: Tensor, num_nodes: int) -> str:
 
 
 def _comm_stats(fields: dict) -> CommStats:
-    """Rebuilds a pickled :class:`~pyg_sparsecomm.plan.stats.CommStats` (its arrays travel as tensors)."""
-    values: dict[str, Any] = {k: v.numpy() if isinstance(v, Tensor) else v for k, v in fields.items()}
-    return CommStats(**values)
+    """Rebuilds a pickled :class:`~pyg_sparsecomm.plan.stats.CommStats` (its arrays as plain numbers:
+    :mod:`~pyg_sparsecomm.partition.pickled_arrays`)."""
+    return CommStats(**{k: numpy_array(v) for k, v in fields.items()})
 
 
 def _reduce_comm_stats(stats: CommStats):
     fields = {f.name: getattr(stats, f.name) for f in dataclasses.fields(stats) if f.init}
-    return _comm_stats, ({k: torch.from_numpy(np.ascontiguousarray(v)) if isinstance(v, np.ndarray) else v
-                          for k, v in fields.items()},)
+    return _comm_stats, ({k: plain_array(v) for k, v in fields.items()},)
 
 
-# ``comm_stats`` pickles as tensors through an allow-listed constructor, so a dataset processed with
+# ``comm_stats`` pickles as plain numbers through an allow-listed constructor, so a dataset processed with
 # the partitioner as ``pre_transform`` loads with ``torch.load(weights_only=True)`` as PyG loads it
-# (no numpy globals, no fallback to unsafe loading).
+# (no numpy globals, no fallback to unsafe loading), and a partitioned graph passes to ``mp.spawn``.
 copyreg.pickle(CommStats, _reduce_comm_stats)
 torch.serialization.add_safe_globals([_comm_stats])
