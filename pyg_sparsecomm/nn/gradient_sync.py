@@ -222,7 +222,6 @@ class GradientSync:
                 "category=pyg_sparsecomm.LossNormalisationWarning) if your loss is normalised otherwise",
                 LossNormalisationWarning, stacklevel=2)
 
-
     def _used(self, bucket: list[int], flat: Tensor) -> dict[int, bool]:
         """Whether some rank used each parameter of a summed bucket: yes for those this rank used; for
         the others the bucket's summed flags say (read from the device only then)."""

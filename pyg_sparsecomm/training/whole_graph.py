@@ -83,23 +83,10 @@ class WholeGraphLoss(Tensor):
         return super().__rmul__(other)
 
 
-class _WholeGraphValue(torch.autograd.Function):
-    r"""Forward: :math:`\sum_r L_r`, the ranks' detached shares all-reduced on the group's collective
-    device (no host synchronisation); backward: the gradient passes to this rank's share
-    :math:`L_r` unchanged, so the ranks' parameter gradients still sum to the single-process one."""
-
-    @staticmethod
-    def forward(ctx, share: Tensor, group: dist.ProcessGroup | None) -> Tensor:
-        return all_reduce_value(share.detach().clone(), dist.ReduceOp.SUM, group, "distributed_loss")
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):
-        return grad, None
-
-
 class _GivenValue(torch.autograd.Function):
-    """Forward: ``value`` (the whole-graph loss, already summed over ranks); backward: the gradient
-    passes to this rank's ``share`` unchanged (as :class:`_WholeGraphValue`'s)."""
+    r"""Forward: ``value`` (the whole-graph loss :math:`\sum_r L_r`, already summed over ranks);
+    backward: the gradient passes to this rank's ``share`` :math:`L_r` unchanged, so the ranks'
+    parameter gradients still sum to the single-process one."""
 
     @staticmethod
     def forward(ctx, share: Tensor, value: Tensor) -> Tensor:
@@ -249,7 +236,8 @@ def whole_graph_value(share: Tensor, group: dist.ProcessGroup | None = None) -> 
         share (torch.Tensor): this rank's scalar share.
         group (torch.distributed.ProcessGroup, optional): the ranks. (default: all ranks)
     """
-    return _WholeGraphValue.apply(mark_normalised(share), group).as_subclass(WholeGraphLoss)
+    value = all_reduce_value(share.detach().clone(), dist.ReduceOp.SUM, group, "distributed_loss")
+    return _GivenValue.apply(mark_normalised(share), value).as_subclass(WholeGraphLoss)
 
 
 def _whole_graph_mean(total: Tensor, count: int | Tensor, group: dist.ProcessGroup | None) -> WholeGraphLoss:
