@@ -97,6 +97,9 @@ def _locked(method: Callable[[Any], None]) -> Callable[[Any], None]:
 def root_lock(root: str) -> Iterator[None]:
     """Holds the exclusive file lock of a dataset root (re-entered freely by the thread holding it).
 
+    A root where the lock file cannot be made (read-only) is not locked: no process can write its
+    files there either.
+
     Args:
         root (str): the dataset's root folder (made if missing).
     """
@@ -106,8 +109,13 @@ def root_lock(root: str) -> Iterator[None]:
     if path in held:
         yield
         return
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "a") as handle:
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        handle = open(path, "a")
+    except OSError:  # a read-only root (datasets kept ready on a shared volume): nothing can be written there
+        yield        # to race on, and PyG finds its files or fails to write them as without the lock
+        return
+    with handle:
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
         held.add(path)
         try:
