@@ -11,6 +11,7 @@ from .counters import comm_counter, row_nbytes
 from .device_check import check_devices
 from .group import collective_device, global_rank, host_all_gather, is_distributed, rank, world_size
 from .peer_failure import failures_named
+from .waiting import finish
 
 
 def broadcast_rows(buf: Tensor, src: int, group: dist.ProcessGroup | None = None) -> Tensor:
@@ -55,7 +56,7 @@ def all_reduce_value(value: Tensor, op: dist.ReduceOp.RedOpType = dist.ReduceOp.
     reduced = value.to(collective_device(group) or value.device, copy=True)
     check_devices(what, group, reduced)
     with failures_named(what, group):
-        dist.all_reduce(reduced, op=op, group=group)
+        finish(dist.all_reduce(reduced, op=op, group=group, async_op=True), group)
     return reduced.to(value.device)
 
 
@@ -80,7 +81,7 @@ def all_reduce_rows(buf: Tensor, group: dist.ProcessGroup | None = None, kind: s
     counter = comm_counter()
     check_devices("all_reduce_rows", group, buf)
     with counter.timed(buf.device), failures_named(kind, group):
-        dist.all_reduce(buf, op=dist.ReduceOp.SUM, group=group)
+        finish(dist.all_reduce(buf, op=dist.ReduceOp.SUM, group=group, async_op=True), group)
     counter.record(kind, *_ring_counts(buf.numel() * buf.element_size(), group), group)
     return buf
 

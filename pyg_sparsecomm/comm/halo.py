@@ -26,6 +26,7 @@ from .device_check import CHECK_DEVICES_ENV, check_devices
 from .group import join_all, raise_together
 from .peer_failure import failures_named, raise_named
 from .quantize import decode_rows, encode_rows
+from .waiting import SPIN, finish, spin_seconds
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..plan.homogeneous import RankPlan
@@ -58,7 +59,7 @@ class WorkList:
     def wait(self) -> None:
         try:  # every exchange waits here: failures_named's check at no cost while peers answer
             for work in self.works:
-                work.wait()
+                finish(work, self.group)
         except BaseException as error:
             raise_named(error, "the halo exchange", self.group)
             raise
@@ -274,8 +275,15 @@ def _all_to_all_body(send: Tensor, send_counts: list[int], recv_counts: list[int
     device = send.device
     start = time.perf_counter() if device.type != "cuda" else counter.start(device)  # (the host clock: inline)
     recv = send.new_empty((sum(recv_counts),) + tuple(send.shape[1:]))
-    dist.all_to_all_single(recv, send.contiguous(), output_split_sizes=recv_counts, input_split_sizes=send_counts,
-                           group=group)
+    work = dist.all_to_all_single(recv, send.contiguous(), output_split_sizes=recv_counts,
+                                  input_split_sizes=send_counts, group=group, async_op=True)
+    key = (group, dist.get_world_size(group))  # waiting.finish, inline: polled while that pays (comm/waiting.py)
+    spin = SPIN[key] if key in SPIN else spin_seconds(group)
+    if spin:
+        deadline = time.perf_counter() + spin
+        while not work.is_completed() and time.perf_counter() < deadline:
+            os.sched_yield()
+    work.wait()
     counter.exchanged(kind, body, math.prod(send.shape[1:]) * send.element_size(), start)
     return recv
 

@@ -11,6 +11,7 @@ from .counters import comm_counter
 from .device_check import check_devices
 from .group import collective_device, world_size
 from .halo import all_to_all_rows
+from .waiting import finish
 
 
 def exchange_counts(send_counts: list[int], group: dist.ProcessGroup | None = None,
@@ -25,7 +26,7 @@ def exchange_counts(send_counts: list[int], group: dist.ProcessGroup | None = No
     recv = torch.empty_like(send)
     check_devices("exchange_counts", group, send)
     with comm_counter().timed(send.device):
-        dist.all_to_all_single(recv, send, group=group)
+        finish(dist.all_to_all_single(recv, send, group=group, async_op=True), group)
     comm_counter().record(kind + "_counts", [8] * P, [8] * P, group)
     return recv.tolist()
 

@@ -50,6 +50,7 @@ from torch.nn.parameter import is_lazy
 from ..comm.group import collective_device, dedicated_group, global_rank
 from ..comm.group import world_size as group_world_size
 from ..comm.peer_failure import failures_named
+from ..comm.waiting import finish
 from ..compat import current_graph_task_id, queue_backward_callback, will_engine_execute_node
 from ..launch.runtime import join_job
 from ..training.grad_registry import is_synced, register_synced, was_normalised
@@ -195,7 +196,7 @@ class GradientSync:
         self._launch(complete_only=False)
         for bucket, flat, work in self.works:
             with failures_named("the gradient all-reduce", self.group):
-                work.wait()
+                finish(work, self.group)
             used = self._used(bucket, flat)
             offset = 0
             for i in bucket:

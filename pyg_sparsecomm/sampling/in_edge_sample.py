@@ -21,7 +21,7 @@ from torch import Tensor
 
 from ..plan.halo_adj import HaloAdj, compact_index_dtype
 from .host_reads import indices, read_counts
-from .randomness import raw_bits, stream_key
+from .randomness import raw_bits_table, stream_key
 
 
 def in_edge_order(rowptr: Tensor, source_ids: Tensor, edge_ids: Tensor) -> Tensor:
@@ -108,16 +108,17 @@ def _all_positions(degree: Tensor, total: int) -> tuple[Tensor, Tensor]:
 
 def _floyd(key: int | np.uint64, node_ids: Tensor, degree: Tensor, k: int) -> Tensor:
     """``[n, k]`` distinct positions in ``[0, degree)`` per node (every ``degree > k``): Floyd's
-    algorithm, step ``j`` drawing from the hash of the node's id under the key of ``(key, j)``."""
-    chosen = degree.new_empty((degree.numel(), k))
-    for step in range(k):
-        bound = degree - (k - step)  # the draw is uniform in [0, bound]
-        unit = raw_bits(stream_key(int(key), step), node_ids).double() * (1.0 / (1 << 53))
-        draw = torch.minimum((unit * (bound + 1).double()).long(), bound)
-        if step:
-            taken = (chosen[:, :step] == draw.unsqueeze(1)).any(1)
-            draw = torch.where(taken, bound, draw)
-        chosen[:, step] = draw
+    algorithm, step ``j`` drawing from the hash of the node's id under the key of ``(key, j)``.
+
+    Every step's draw is made at once (one hash pass over the ``[n, k]`` table, whose column ``j`` is
+    uniform in ``[0, degree - k + j]``); only the collisions are resolved step by step (a draw kept
+    already becomes ``degree - k + j``), a few operations per step instead of a hash pass each."""
+    bound = degree.unsqueeze(1) - torch.arange(k, 0, -1, device=degree.device)  # [n, k]: draw j in [0, bound_j]
+    unit = raw_bits_table([stream_key(int(key), step) for step in range(k)], node_ids).double() * (1.0 / (1 << 53))
+    chosen = torch.minimum((unit * (bound + 1).double()).long(), bound)
+    for step in range(1, k):
+        taken = (chosen[:, :step] == chosen[:, step:step + 1]).any(1)
+        chosen[:, step] = torch.where(taken, bound[:, step], chosen[:, step])
     return chosen
 
 

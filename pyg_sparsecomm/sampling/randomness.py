@@ -9,6 +9,8 @@ applied to the id plus a key derived from ``(seed, *stream)``.
 The hashes run in torch on the ids' device (int64 arithmetic, which wraps as ``uint64`` does,
 with logical shifts), so a sampler on a GPU draws there; NumPy callers get the same numbers.
 """
+from collections.abc import Sequence
+
 import numpy as np
 import torch
 from torch import Tensor
@@ -70,6 +72,15 @@ def raw_bits(key: int | np.uint64, ids: Tensor) -> Tensor:
     every id (non-negative, below :math:`2^{53}`), on the ids' device."""
     _HashCount.items += ids.numel()
     z = _mix(torch.mul(ids.long(), _signed(_GOLDEN)).add_(_signed(int(key))))
+    return torch.bitwise_right_shift(z, 11, out=z).bitwise_and_((1 << 53) - 1)
+
+
+def raw_bits_table(keys: Sequence[int | np.uint64], ids: Tensor) -> Tensor:
+    """``[n, len(keys)]`` int64: column ``j`` is :func:`raw_bits` of ``ids`` under ``keys[j]`` (bit for bit),
+    hashed in one pass over the table instead of one pass per key."""
+    _HashCount.items += ids.numel() * len(keys)
+    offsets = torch.tensor([_signed(int(key)) for key in keys], dtype=torch.long, device=ids.device)
+    z = _mix(torch.mul(ids.long(), _signed(_GOLDEN)).unsqueeze(1).add(offsets))
     return torch.bitwise_right_shift(z, 11, out=z).bitwise_and_((1 << 53) - 1)
 
 

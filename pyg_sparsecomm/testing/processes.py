@@ -56,6 +56,7 @@ def _worker(fn, rank, world_size, store_path, args, results, threads, pg_timeout
     # took 0.55-0.8 s per process and rank, most of a short job's time.
     gc.freeze()
     os.environ["OMP_NUM_THREADS"] = str(threads)
+    os.environ["LOCAL_WORLD_SIZE"] = str(world_size)  # every rank on this host, as torchrun says
     torch.set_num_threads(threads)
     try:
         try:

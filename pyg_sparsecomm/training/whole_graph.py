@@ -28,6 +28,7 @@ from ..comm.collectives import all_reduce_value
 from ..comm.device_check import check_devices
 from ..comm.group import collective_device, global_rank, host_all_reduce, is_distributed, raise_together
 from ..comm.peer_failure import failures_named
+from ..comm.waiting import finish
 from ..graph.node_index import FIX, ShardIndex
 from .grad_registry import is_synced, mark_normalised
 from .loss_reduction import local_terms, takes_reduction
@@ -274,7 +275,7 @@ def sync_gradients(module: torch.nn.Module, group: dist.ProcessGroup | None = No
     flat = torch.cat([g.reshape(-1) for g in grads])
     check_devices("sync_gradients", group, flat)
     with failures_named("sync_gradients", group):
-        dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group)
+        finish(dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=group, async_op=True), group)
     offset = 0
     for p in params:
         n = p.numel()

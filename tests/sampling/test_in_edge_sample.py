@@ -64,6 +64,17 @@ def test_hashes_are_splitmix64_as_numpy_computes_them():
         assert np.array_equal(uniform(key, torch.from_numpy(ids)), expected)
 
 
+def test_a_table_of_hashes_is_each_key_hashed_alone():
+    ids = torch.from_numpy(np.random.default_rng(2).integers(0, 2 ** 62, 500))
+    keys = [stream_key(4, 1, step) for step in range(7)] + [np.uint64(0), np.uint64(_U64 - 1)]
+    before = hashed_items()
+    table = randomness.raw_bits_table(keys, ids)
+    assert hashed_items() - before == ids.numel() * len(keys)
+    assert table.shape == (500, len(keys))
+    for j, key in enumerate(keys):
+        assert torch.equal(table[:, j], randomness.raw_bits(key, ids))
+
+
 def test_vectorised_floyd_equals_the_sequential_algorithm():
     rng = np.random.default_rng(1)
     for trial in range(40):
