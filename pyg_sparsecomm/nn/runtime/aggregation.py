@@ -75,10 +75,18 @@ class AdjacencyCache:
         self.structure: HaloAdj | None = None
         self.unweighted: dict[tuple[str, torch.dtype], HaloAdj] = {}
 
-    def ordered(self, edge_index: Tensor, like: HaloAdj) -> tuple[HaloAdj, Tensor]:
+    def ordered(self, edge_index: Tensor, like: HaloAdj) -> tuple[HaloAdj, Tensor | None]:
         """The unweighted CSR structure of ``edge_index`` and the order of its edges in it (``perm``:
-        edge ``perm[k]`` of ``edge_index`` is stored entry ``k``), sorted again only when it changed."""
-        same = self.structure is not None and self.structure.plan is like.plan and (
+        edge ``perm[k]`` of ``edge_index`` is stored entry ``k``; ``None``: in order), sorted again only
+        when it changed.  ``like``'s own edge index (``like.edge_index()``, what the local-graph stage
+        passes: a mini-batch's new adjacency every batch) is ``like``'s CSR as it is: no sort."""
+        if edge_index is like._structure.get("edge_index"):  # (HaloAdj.edge_index's cache, read inline)
+            if self.edge_index is not edge_index or self.perm is not None:
+                self.structure, self.perm = like.with_value(None), None
+                self.edge_index, self.unweighted = edge_index, {}
+            assert self.structure is not None
+            return self.structure, None
+        same = self.perm is not None and self.structure is not None and self.structure.plan is like.plan and (
             self.edge_index is edge_index or (self.edge_index is not None and self.edge_index.shape == edge_index.shape
                                               and torch.equal(self.edge_index, edge_index)))
         if not same:
@@ -87,13 +95,13 @@ class AdjacencyCache:
             assert self.perm is not None  # not is_sorted: always a permutation
             self.structure = HaloAdj(rowptr, col[self.perm], None, like.plan)
             self.edge_index, self.unweighted = edge_index, {}
-        assert self.structure is not None and self.perm is not None
+        assert self.structure is not None
         return self.structure, self.perm
 
     def adjacency(self, edge_index: Tensor, value: Tensor | None, like: HaloAdj) -> HaloAdj:
         """The CSR of ``edge_index`` with per-edge ``value`` (in ``edge_index``'s order)."""
         structure, perm = self.ordered(edge_index, like)
-        return structure.with_value(None if value is None else value[perm])
+        return structure.with_value(value if value is None or perm is None else value[perm])
 
     def aggregation(self, edge_index: Tensor, weight: Tensor | None, aggr: str, like: HaloAdj,
                     dtype: torch.dtype) -> HaloAdj:

@@ -162,7 +162,7 @@ def attention_propagate(conv: MessagePassing, call: Shard, halos: CallHalos, por
         value = alpha.to(torch.promote_types(alpha.dtype, x.dtype) if alpha.is_floating_point() else x.dtype)
     assert value is not None  # alpha is given
     structure, perm = adjacency.ordered(edge_index, call.adj)
-    value = value[perm]  # in CSR order, every head's
+    value = value if perm is None else value[perm]  # in CSR order, every head's
     outs = []
     for h in range(heads):  # (a loop: no comprehension frame per call)
         outs.append(spmm_values(structure, value[:, h], x[:, h].contiguous()))
