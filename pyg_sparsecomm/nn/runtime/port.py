@@ -368,11 +368,18 @@ class HaloPort:
         return (settings.halo_options.exact and not settings.replicated
                 and (shard.world == 1 or (self.state.chosen_algorithm == "1d" and traced)))
 
+    def folds_degrees(self, settings: DistributedSettings) -> bool:
+        """Whether a call's SpMM may take its rows' degrees folded in (:func:`~.normalisation.kept_normalisation`), the
+        same on every rank: no grid, a chosen algorithm multiplying given halos, no steady-state record being made."""
+        return (self.state.chosen_algorithm is not None and not settings.replicated and not self.state.recording
+                and algorithm_class(self.state.chosen_algorithm).multiplies_given_halo)
+
     def multiply(self, spmm: SpMMAlgorithm, rows: Tensor, src: Tensor, shard: Shard,
-                 depends_on: tuple[Tensor, ...]) -> Tensor:
-        """``spmm(rows)``; rows needing no gradient (the input features) fetch their halo once
-        (:class:`StaticHalo`) where the algorithm multiplies with given halo rows
-        (:attr:`~pyg_sparsecomm.algorithms.SpMMAlgorithm.multiplies_given_halo`).
+                 depends_on: tuple[Tensor, ...], weight: Tensor | None = None) -> Tensor:
+        """``spmm(rows)``; by the weights of a normalisation with folded degrees :math:`s`
+        (``shard.normalisation.folded``), ``spmm.multiply(rows, halo(s rows))``; else rows needing no
+        gradient (the input features) fetch their halo once (:class:`StaticHalo`) where the algorithm
+        multiplies given halo rows (:attr:`~pyg_sparsecomm.algorithms.SpMMAlgorithm.multiplies_given_halo`).
 
         Args:
             spmm (SpMMAlgorithm): the call's algorithm.
@@ -380,11 +387,14 @@ class HaloPort:
             src (Tensor): the tensor ``rows`` come from (the layer's input).
             shard (Shard): the shard of the call.
             depends_on (tuple[Tensor, ...]): the other tensors ``rows`` were computed from.
+            weight (Tensor, optional): the weights of the SpMM's adjacency. (default: ``None``)
 
         Shapes:
             - **input:** ``rows``: ``[num_owned, F]``
             - **output:** ``[num_owned, F]``
         """
+        if shard.normalisation is not None and shard.normalisation.folded is not None:  # (folds_degrees)
+            return spmm.multiply(rows, spmm.exchanger.halo_of(rows * shard.normalisation.halo_scale(weight)))
         if spmm.multiplies_given_halo and not rows.requires_grad:
             return spmm.multiply(rows, self.static_halo("x", src, rows, shard, depends_on))
         return spmm(rows)
