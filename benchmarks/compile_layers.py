@@ -128,8 +128,9 @@ def main() -> None:
                  f"`torch._dynamo.explain(model)(x, adj)` of rank 0, the compiled model's module after its steps "
                  f"(its layers' steady-state records left); times: "
                  f"rank 0's step (forward, loss, backward, gradient sync, SGD) over {args.rounds} rounds of one "
-                 f"eager and one compiled step back to back, after {args.warmup} warm-up steps (the first eager: "
-                 f"dynamo then runs BasicGNN's forward as Python and compiles one graph per layer call); whole: "
+                 f"eager and one compiled step back to back, after {args.warmup} warm-up steps (the first runs each "
+                 f"layer eagerly and leaves its record, after which the model's forward is traced again as one "
+                 f"graph: nn/runtime/outer_frames.py); whole: "
                  f"the same after torch._dynamo.reset() and {args.warmup} more warm-up steps (the forward one "
                  f"graph), against eager steps of the same rounds.  Load average "
                  f"(1 min) before / after: {load_before:.2f} / {load_after:.2f} (a shared 2-core machine).")

@@ -278,3 +278,13 @@ def storage_type(dtype: torch.dtype) -> Any:
             return getattr(torch, torch.TypedStorage(dtype=dtype, device="cpu")._pickle_storage_type())
     except (AttributeError, KeyError) as e:
         raise _missing("torch.TypedStorage._pickle_storage_type", e) from e
+
+
+def reset_compiled_code(code: Any) -> None:
+    """Drops what ``torch.compile`` cached for the frames of ``code`` (``torch._dynamo.reset_code``): the
+    next frame of it is traced again."""
+    try:
+        from torch._dynamo import reset_code
+    except ImportError as e:
+        raise _missing("torch._dynamo.reset_code", e) from e
+    reset_code(code)

@@ -52,6 +52,7 @@ from .rules.registry import layer_rule, swap_class
 from .runtime import hetero
 from .runtime.aggregation import edge_weighted_arg, linear_weight_arg
 from .runtime.layer import attach, distributed_layers
+from .runtime.outer_frames import register as register_outer_frames
 from .runtime.plan import DistributedSettings
 
 
@@ -193,6 +194,7 @@ def distribute(module: torch.nn.Module, algorithm: str = "1d", group: dist.Proce
                 attach_embedding(child, settings.group)  # a table sharded by owner: its gradient not summed
             convert_model(child, settings.group)  # DeepGraphInfomax, GAE and kin (and users' subclasses of them)
     gradient_sync.install(module, group, broadcast, sync_gradients)
+    register_outer_frames(module)  # under torch.compile: traced again once its layers have records
     return module
 
 

@@ -1,5 +1,6 @@
 """The walk of ``x`` through one forward of ``distribute(GraphSAGE(...))`` on a shard visits at
-most 12 package modules (issue 47).
+most 13 package modules (issue 47's 12, and the port's exchanger ``nn/runtime/watched_exchanger.py``,
+its own module since issue 57 split ``nn/runtime/port.py``).
 
 How it counts: ``sys.setprofile`` sees every Python frame entered while the forward runs (a call
 of the model after a first one, which ran the first-use checks); every frame whose code lives in
@@ -24,7 +25,7 @@ from pyg_sparsecomm import distribute, shard
 from pyg_sparsecomm.testing import launch
 
 #: the most package modules one forward of a distributed GraphSAGE may visit
-MOST_MODULES = 12
+MOST_MODULES = 13
 
 
 def _walk_worker(rank, world_size):
@@ -53,7 +54,7 @@ def _walk_worker(rank, world_size):
 
 
 @pytest.mark.parametrize("world_size", [1, 2])
-def test_one_graphsage_forward_visits_at_most_12_package_modules(world_size):
+def test_one_graphsage_forward_visits_at_most_13_package_modules(world_size):
     for rank, seen in enumerate(launch(_walk_worker, world_size)):
         listing = "\n".join(f"  {module}: {', '.join(functions)}" for module, functions in seen.items())
         assert len(seen) <= MOST_MODULES, \

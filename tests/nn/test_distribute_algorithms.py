@@ -105,7 +105,7 @@ def test_15d_layouts(world_size):
 # --- bytes -------------------------------------------------------------------------------
 # (forward columns per halo row, backward columns per halo row, forward all-to-allv calls)
 BYTES = {
-    "GCNConv": (lambda: GCNConv(F, OUT), True, (1 + OUT, OUT, 2)),               # degrees + SpMM
+    "GCNConv": (lambda: GCNConv(F, OUT), True, (OUT, OUT, 1)),                   # degrees folded into the rows
     "SAGEConv": (lambda: SAGEConv(F, OUT), False, (OUT, OUT, 1)),                 # lin_l moved first
     "SAGEConv(wide)": (lambda: SAGEConv(F, F + 2), False, (F, F, 1)),             # inputs are narrower
     "GINConv(narrowing)": (lambda: GINConv(Sequential(Linear(F, 3), ReLU(), Linear(3, OUT))), False,

@@ -48,7 +48,7 @@ def normalisations() -> dict[str, GcnNormalisation]:
     cached = GcnNormalisation("arguments", pyg_cache=True)
     placeholder = GcnNormalisation("placeholder")
     return {
-        "GCNConv": GcnNormalisation("arguments", improved=True, pyg_cache=True),
+        "GCNConv": GcnNormalisation("arguments", improved=True, pyg_cache=True, folds_degrees=True),
         "GCN2Conv": cached, "APPNP": cached, "DNAConv": cached,
         "FAConv": GcnNormalisation("arguments", weight=None, pyg_cache=True),
         "TAGConv": GcnNormalisation("arguments", self_loops=False),

@@ -70,6 +70,11 @@ class GcnNormalisation:
         applies (callable, optional): ``applies(conv)``: whether this instance normalises at all
             (beyond its ``normalize`` flag; ``EGConv``: with the ``"symnorm"`` aggregator).
             (default: ``None``)
+        folds_degrees (bool, optional): the forward passes the normalised ``target`` unchanged to a
+            ``propagate`` that aggregates linearly by it (``GCNConv``), so a weighted call's source
+            degrees may travel folded into the exchanged rows,
+            :math:`\hat d_j^{-1/2} w_{ji} \hat d_i^{-1/2} x_j = (w_{ji} \hat d_i^{-1/2}) (\hat d_j^{-1/2} x_j)`
+            (:func:`~pyg_sparsecomm.nn.runtime.normalisation.kept_normalisation`). (default: ``False``)
     """
     delivery: str
     weight: str | None = "edge_weight"
@@ -79,6 +84,7 @@ class GcnNormalisation:
     dtype_of: str | None = "x"
     pyg_cache: bool = False
     applies: Callable[[Any], bool] | None = None
+    folds_degrees: bool = False
 
     def __post_init__(self) -> None:
         if self.delivery not in DELIVERIES:

@@ -255,7 +255,7 @@ class LayerCall:
             return shared or state.adjacency.aggregation(edge_index, weight, conv.aggr, adj, dtype)
         cached = (edge_index, weight) if getattr(conv, "cached", False) else None
         spmm = state.port.spmm(aggregation, shard, rows, state.settings, cached, (edge_index, weight, conv.aggr))
-        out = state.port.multiply(spmm, rows.contiguous(), src, shard, depends_on)
+        out = state.port.multiply(spmm, rows.contiguous(), src, shard, depends_on, weight)
         return out.reshape((out.size(0),) + moved[1:]).movedim(0, node_dim)  # (from_node_rows, inline)
 
     def edge_update(self, edge_index: Any, size: Any, kwargs: dict[str, Any]) -> tuple:

@@ -59,6 +59,36 @@ def gcn_norm(context: Shard, edge_index: Tensor, edge_weight: Tensor | None = No
     return edge_index, ext[row] * edge_weight * deg_inv_sqrt[col]
 
 
+def gcn_norm_folded(context: Shard, edge_index: Tensor, edge_weight: Tensor, improved: bool = False,
+                    add_self_loops: bool = True) -> tuple[Tensor, Tensor, Tensor]:
+    r""":func:`gcn_norm` of a weighted graph without its degree exchange:
+    ``(edge_index, w', s)`` with :math:`w'_{ji} = \hat d_i^{-1/2} w_{ji}\, \hat d_j^{-1/2}` for owned
+    sources and :math:`w'_{ji} = \hat d_i^{-1/2} w_{ji}` for halo sources, and :math:`s = \hat d^{-1/2}`
+    of the owned rows, which scales the rows their owner sends: the aggregation
+    :math:`\sum_j w'_{ji} [x_{\mathrm{owned}} \mid \mathrm{halo}(s \odot x)]_j` is :func:`gcn_norm`'s
+    :math:`\sum_j \hat d_j^{-1/2} w_{ji} \hat d_i^{-1/2} x_j`, every degree computed by its owner.
+
+    Args:
+        context (Shard): the call's shard.
+        edge_index (Tensor): the local graph (sources in ``[owned | halo]`` columns).
+        edge_weight (Tensor): its weights.
+        improved (bool, optional): self-loops of weight 2. (default: ``False``)
+        add_self_loops (bool, optional): add them as :func:`gcn_norm` does. (default: ``True``)
+
+    Shapes:
+        - **input:** ``edge_index``: ``[2, E]``, ``edge_weight``: ``[E]``
+        - **output:** ``[2, E']``, ``[E']``, ``[num_owned]``
+    """
+    n = context.num_owned
+    if add_self_loops:
+        edge_index, edge_weight = _with_self_loops(context.adj.given_as, edge_index, edge_weight,
+                                                   2.0 if improved else 1.0, n)
+    row, col = edge_index[0], edge_index[1]
+    deg_inv_sqrt = _inv_sqrt(scatter(edge_weight, col, dim=0, dim_size=n, reduce="sum"))
+    local = torch.cat([deg_inv_sqrt, deg_inv_sqrt.new_ones(context.num_cols - n)])  # halo sources: 1
+    return edge_index, local[row] * edge_weight * deg_inv_sqrt[col], deg_inv_sqrt
+
+
 def _with_self_loops(form: str, edge_index: Tensor, edge_weight: Tensor | None, fill: float, n: int):
     """Self-loops as PyG's ``gcn_norm`` adds them to the form the script gave the graph in
     (:func:`~pyg_sparsecomm.graph.inputs.graph_form`; duplicate entries sum, as a coalesced sparse

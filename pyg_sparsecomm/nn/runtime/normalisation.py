@@ -35,6 +35,7 @@ A call's ``"propagate"``/``"placeholder"`` normalisation is computed at its firs
 ``propagate`` and reused by the others (``TAGConv``'s and ``SGConv``'s hops); a cached
 ``SGConv`` that reuses its output propagates, and so normalises, nothing.
 """
+import weakref
 from collections.abc import Callable
 from inspect import BoundArguments
 from typing import Any
@@ -43,7 +44,7 @@ import torch
 from torch import Tensor
 from torch_geometric.nn import MessagePassing
 
-from ...compat import gcn_norm_cache, set_gcn_norm_cache
+from ...compat import gcn_norm_cache, set_gcn_norm_cache, tensor_version
 from ..rules.registry import GcnNormalisation
 from . import degree_norm
 from .aggregation import linear_weight_arg
@@ -66,12 +67,24 @@ class CallNormalisation:
         target (str): the ``propagate`` argument receiving the normalised weights (``"edge_weight"``).
         switched_off (tuple, optional): ``(conv, normalize)``: the ``normalize`` flag the forward hook puts back.
         memo (dict, optional): normalisations of this call, by the identity of their (kept alive) inputs.
+        folded (tuple[Tensor, Tensor], optional): ``(weight, scale)``: the SpMM by ``weight`` multiplies
+            the halo of ``scale``-scaled rows (:func:`kept_normalisation`, degrees folded).
     """
     normalise: Normalise | None = None
     graph: tuple[Tensor, Tensor | None] | None = None
     target: str = "edge_weight"
     switched_off: tuple[MessagePassing, bool] | None = None
     memo: dict[tuple[int, int], tuple[Tensor, Tensor | None, tuple[Tensor, Tensor]]] | None = None
+    folded: tuple[Tensor, Tensor] | None = None
+
+    def halo_scale(self, weight: Tensor | None) -> Tensor:
+        """``[num_owned, 1]``: the degrees scaling the rows of an SpMM by ``weight``, the folded weights."""
+        assert self.folded is not None
+        if weight is not self.folded[0]:
+            raise RuntimeError("a layer whose rule folds degrees (GcnNormalisation.folds_degrees) aggregated by "
+                               "weights other than the normalised ones it was given: register its rule without "
+                               "folds_degrees")
+        return self.folded[1].unsqueeze(1)
 
     def normalised(self, edge_index: Tensor, weight: Tensor | None) -> tuple[Tensor, Tensor]:
         assert self.normalise is not None
@@ -165,9 +178,11 @@ def kept_normalisation(conv: MessagePassing, use: GcnNormalisation, args: dict, 
     Its degrees then depend on nothing that changes between calls, so their halo exchange runs once
     per shard, not per call, and every rank decides alike without a collective: a new shard equal to
     the last is a hit on that rank as on the others; a different one on some rank only fails the agreed
-    first-use checks (on every rank) before any rank exchanges.  Weighted normalisations (edge
-    weights, which could change on one rank alone) are computed every call, as PyG does.  (Degrees
-    travel exactly whatever the layer's halo options: stale and compressed layers keep them too.)
+    first-use checks (on every rank) before any rank exchanges.  A weighted one, where the rule folds
+    degrees and the port's SpMM takes them (:func:`_folded`), exchanges no degrees at all; otherwise
+    (and at a layer's first call, before its SpMM algorithm is chosen) it is computed every call, as
+    PyG does.  (Exchanged degrees travel exactly whatever the layer's halo options: stale and compressed
+    layers keep them too.)
 
     Args:
         conv (MessagePassing): the layer, on a shard.
@@ -182,7 +197,10 @@ def kept_normalisation(conv: MessagePassing, use: GcnNormalisation, args: dict, 
                value.dtype if isinstance(value, Tensor) else None, conv.flow)
     state = conv._sparsecomm
     kept = state.normalised
-    if weight is None and kept is not None and kept[3] == choices:
+    if (weight is not None and use.folds_degrees and not context.plan.minibatch
+            and state.port.folds_degrees(state.settings)):
+        return _folded(state, context, edge_index, weight, choices)
+    if weight is None and type(kept) is tuple and kept[3] == choices:
         if kept[0] is context.adj and kept[1] is edge_index:
             return kept[4]
         if not context.plan.minibatch and kept[2] == shard_key(context.adj):  # a new shard object, equal
@@ -192,10 +210,68 @@ def kept_normalisation(conv: MessagePassing, use: GcnNormalisation, args: dict, 
     normalised = degree_norm.gcn_norm(context, edge_index, weight, None, improved, self_loops, flow, dtype)
     if weight is not None or context.plan.minibatch:  # (a mini-batch: another graph every step)
         state.normalised = None
+        if weight is not None and use.folds_degrees and state.chosen_algorithm is None and not context.plan.minibatch:
+            state.port.watch.filled = state.port.watch.headered  # a first call: the next one folds
     else:  # kept: its degrees' exchange, if the call's first, is a one-off, not the steady-state one
         state.normalised = (context.adj, edge_index, shard_key(context.adj), choices, normalised)
         state.port.watch.filled = state.port.watch.headered  # (the pre-hook's: nothing else exchanged yet)
     return normalised
+
+
+class FoldedNormalisation:
+    r"""A weighted call's normalisation with its source degrees folded into the exchanged rows
+    (:func:`~.degree_norm.gcn_norm_folded`), kept while its inputs cannot have changed.
+
+    Args:
+        adj (HaloAdj): the call's adjacency.
+        edge_index (Tensor): its local graph.
+        weight (Tensor): its edge weights (held weakly).
+        choices (tuple): ``(improved, self-loops, dtype, flow)``.
+        graph (tuple[Tensor, Tensor]): the normalised ``(edge_index, weight)``.
+        scale (Tensor): :math:`\hat d^{-1/2}` of the owned rows, which scales the rows this rank sends.
+    """
+
+    def __init__(self, adj: Any, edge_index: Tensor, weight: Tensor, choices: tuple,
+                 graph: tuple[Tensor, Tensor], scale: Tensor) -> None:
+        self.adj, self.edge_index, self.choices, self.graph, self.scale = adj, edge_index, choices, graph, scale
+        self.weight, self.version = weakref.ref(weight), tensor_version(weight)
+
+
+def _folded(state: Any, context: Shard, edge_index: Tensor, weight: Tensor, choices: tuple) -> tuple[Tensor, Tensor]:
+    r"""A weighted call's normalised graph whose halo sources' degrees travel with their rows: the
+    call's SpMM multiplies ``[x | halo(s x)]`` by the weights
+    :math:`w'_{ji} = \hat d_i^{-1/2} w_{ji} (\hat d_j^{-1/2}` if :math:`j` is owned), and
+    :math:`s = \hat d^{-1/2}` (``context.normalisation.folded``, read by ``HaloPort.multiply``).
+
+    Kept while the weights cannot have changed (the same tensor at the same ``_version``, needing no
+    gradient; the same adjacency, local graph and choices); learned or changed weights are normalised
+    again, on this rank alone.  Why that is exact without a collective: what a rank keeps or
+    recomputes is its own degrees and the weights of its own in-edges only; every degree a peer needs
+    reaches it inside the rows of the exchange every call makes anyway, computed by its owner from the
+    owner's current weights.  So each rank decides on its own data, and whichever way a rank decides,
+    every rank exchanges the same single message: a weight edited on one rank is in that rank's next
+    rows, never a stale degree on a peer's side.  Whether a call folds at all depends only on what is
+    the same on every rank: the rule, a full-graph shard, the algorithm chosen (``HaloPort.folds_degrees``),
+    ``torch.compile``'s recording.  Under the layer's halo options the degrees travel as its rows do: a
+    compressed row carries them within its per-row scale, a stale row those of its step (equal while the
+    weights are constant).
+    """
+    kept = state.normalised
+    if (type(kept) is FoldedNormalisation and kept.adj is context.adj and kept.edge_index is edge_index
+            and kept.weight() is weight and kept.version == tensor_version(weight) and not weight.requires_grad
+            and kept.choices == choices):
+        graph, scale = kept.graph, kept.scale
+    else:
+        improved, self_loops, _, flow = choices
+        if flow != "source_to_target":
+            raise ValueError("gcn_norm with flow='target_to_source' cannot run distributed")
+        *folded, scale = degree_norm.gcn_norm_folded(context, edge_index, weight, improved, self_loops)
+        graph = (folded[0], folded[1])
+        state.normalised = None if weight.requires_grad else \
+            FoldedNormalisation(context.adj, edge_index, weight, choices, graph, scale)
+    call = _call(context)
+    call.folded = (graph[1], scale)
+    return graph
 
 
 def replace_graph(conv: MessagePassing, bound: BoundArguments, context: Shard, normalise: Normalise, target: str,

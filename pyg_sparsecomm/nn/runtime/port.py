@@ -6,24 +6,20 @@ fetched once (:meth:`HaloPort.static_halo`), the distributed SpMM of a linear ag
 (:meth:`HaloPort.spmm`, whose algorithm exchanges through the exchanger the port gives it), the
 degrees of a normalisation (:meth:`Shard.halo`, :meth:`Shard.fold`) and the source types of a
 heterogeneous shard (:func:`exchange_rows`).  Nothing else in ``nn/`` imports
-:mod:`~pyg_sparsecomm.comm.exchanger` or builds an SpMM algorithm.
+:mod:`~pyg_sparsecomm.comm.exchanger` or builds an SpMM algorithm, but the port's exchanger
+(:mod:`.watched_exchanger`).
 
 A layer's :class:`HaloPort` keeps what persists across its calls: the exchanger of the shard it
 last ran on (the group checked once per shard; its first exchange of a call headered,
-:class:`WatchedExchanger`), stale-exchange slots, static halos, the SpMM algorithm chosen and the
-one last built (while the aggregation adjacency and exchanger are the same), and ``summary()``'s.
-Under ``torch.compile`` an exact exchange of a :class:`WatchedExchanger` is one op of the traced graph
-(:mod:`pyg_sparsecomm.comm.traced_exchange`) that runs the same eager exchange at run time: the header,
-a peer's flag and the agreement that follows are unchanged.  (One module with the port: a steady-state
-call visits no module more, ``tests/nn/test_call_walk.py``.)
+:class:`~.watched_exchanger.WatchedExchanger`), stale-exchange slots, static halos, the SpMM
+algorithm chosen and the one last built (while the aggregation adjacency and exchanger are the
+same), and ``summary()``'s.
 """
 import copy
-import math
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cached_property
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -32,12 +28,10 @@ from torch import Tensor
 from ...algorithms import SpMMAlgorithm, algorithm_class
 from ...algorithms.choice import choose_algorithm
 from ...algorithms.settings import exchange_group
-from ...comm import traced_exchange
 from ...comm.exchanger import HaloExchanger
 from ...comm.group import host_all_reduce, world_size
 from ...comm.group import rank as group_rank
-from ...comm.halo import HeaderedPlan, announce_rows, headered_counts, headered_exchange
-from ...comm.halo_options import EXACT
+from ...comm.halo import announce_rows, headered_counts
 from ...compat import tensor_version
 from ...plan.halo_adj import HaloAdj
 from ...plan.homogeneous import RankPlan
@@ -45,6 +39,7 @@ from ...plan.relation_adj import RelationAdj
 from .cached_spmm import CachedSpMM
 from .checks import AgreementWatch
 from .plan import DistributedSettings
+from .watched_exchanger import WatchedExchanger
 
 
 @dataclass
@@ -184,72 +179,6 @@ class StaticHalo:
         halo = shard.halo(rows)
         self.entries[key] = ([(weakref.ref(t), tensor_version(t)) for t in tensors], shard.plan, halo)
         return halo
-
-
-@dataclass(frozen=True, eq=False)
-class WatchedExchanger(HaloExchanger):
-    """An exchanger whose call's first exact exchange is headered (:class:`~.checks.AgreementWatch`):
-    a peer's flag runs the call's agreed checks, then the exchange again.
-
-    Args:
-        watch (AgreementWatch, optional): the layer's watch. (default: ``None``)
-        watched_options (HaloOptions, optional): the layer's (exact) options. (default: ``None``)
-    """
-    watch: AgreementWatch | None = None
-    watched_options: Any = None
-    #: the handle of :meth:`traced` (``""``: none); no field, so that ``bind()``'s copies have none
-    handle: ClassVar[str] = ""
-
-    def traced(self) -> "WatchedExchanger":
-        """Gives this exchanger a handle of :func:`~pyg_sparsecomm.comm.traced_exchange.register`
-        (once): its exact exchanges are then one op of a graph ``torch.compile`` traces."""
-        if not self.handle and self.plan.world_size > 1:
-            object.__setattr__(self, "handle", traced_exchange.register(self))
-        return self
-
-    def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        state.pop("handle", None)  # a handle names an exchanger of this process
-        state.pop("halo_of", None)  # (bound to this object: made again at first use)
-        return state
-
-    def exchange(self, x: Tensor, key: str = "x") -> Tensor:
-        """The halo rows of ``x``, the call's first exchange headered; traced, one op that runs this
-        same method eagerly (:mod:`pyg_sparsecomm.comm.traced_exchange`)."""
-        if self.handle and torch.compiler.is_compiling() and self.options.exact:
-            return traced_exchange.halo_exchange(x, self.handle)
-        watch = self.watch
-        if watch is None or not watch.armed or self.plan.world_size == 1:
-            return super().exchange(x, key)
-        watch.armed = False
-        watched = self.options is EXACT or self.options is self.watched_options  # exact, as armed calls' are
-        if (not watched or x.device.type != "cpu" or x.dim() == 0 or math.prod(x.shape[1:]) == 0
-                or x.size(0) != self.plan.num_owned):  # (the same on every rank, one owning no rows too)
-            return super().exchange(x, key)  # no header: this call's first collective is a plain one
-        kept = watch.headered_plan
-        if kept is None or kept[0] is not self.plan:
-            kept = watch.headered_plan = (self.plan, HeaderedPlan(self.plan, group_rank(self.group), self.group))
-        while True:
-            halo, flagged = headered_exchange(x, kept[1], self.group)
-            watch.headered, watch.recorded = True, (kept[1].send_counts, kept[1].recv_counts, x.shape[1:], x.dtype)
-            if not flagged:
-                return halo
-            try:
-                watch.agree()  # raises on every rank, or passes: the announcing rank exchanges next
-            except BaseException:
-                watch.forget()  # every rank agrees at its next call
-                raise
-
-    @cached_property
-    def halo_of(self) -> Callable[[Tensor], Tensor]:
-        """:meth:`exchange` (a call's first exchange may carry the header), bound once."""
-        return self.exchange
-
-    def reduce(self, x_ext: Tensor) -> Tensor:
-        """The exact fold; as a call's first collective it turns the watch off for the next call."""
-        if self.watch is not None:
-            self.watch.taint()
-        return super().reduce(x_ext)
 
 
 @dataclass
@@ -439,11 +368,18 @@ class HaloPort:
         return (settings.halo_options.exact and not settings.replicated
                 and (shard.world == 1 or (self.state.chosen_algorithm == "1d" and traced)))
 
+    def folds_degrees(self, settings: DistributedSettings) -> bool:
+        """Whether a call's SpMM may take its rows' degrees folded in (:func:`~.normalisation.kept_normalisation`), the
+        same on every rank: no grid, a chosen algorithm multiplying given halos, no steady-state record being made."""
+        return (self.state.chosen_algorithm is not None and not settings.replicated and not self.state.recording
+                and algorithm_class(self.state.chosen_algorithm).multiplies_given_halo)
+
     def multiply(self, spmm: SpMMAlgorithm, rows: Tensor, src: Tensor, shard: Shard,
-                 depends_on: tuple[Tensor, ...]) -> Tensor:
-        """``spmm(rows)``; rows needing no gradient (the input features) fetch their halo once
-        (:class:`StaticHalo`) where the algorithm multiplies with given halo rows
-        (:attr:`~pyg_sparsecomm.algorithms.SpMMAlgorithm.multiplies_given_halo`).
+                 depends_on: tuple[Tensor, ...], weight: Tensor | None = None) -> Tensor:
+        """``spmm(rows)``; by the weights of a normalisation with folded degrees :math:`s`
+        (``shard.normalisation.folded``), ``spmm.multiply(rows, halo(s rows))``; else rows needing no
+        gradient (the input features) fetch their halo once (:class:`StaticHalo`) where the algorithm
+        multiplies given halo rows (:attr:`~pyg_sparsecomm.algorithms.SpMMAlgorithm.multiplies_given_halo`).
 
         Args:
             spmm (SpMMAlgorithm): the call's algorithm.
@@ -451,11 +387,14 @@ class HaloPort:
             src (Tensor): the tensor ``rows`` come from (the layer's input).
             shard (Shard): the shard of the call.
             depends_on (tuple[Tensor, ...]): the other tensors ``rows`` were computed from.
+            weight (Tensor, optional): the weights of the SpMM's adjacency. (default: ``None``)
 
         Shapes:
             - **input:** ``rows``: ``[num_owned, F]``
             - **output:** ``[num_owned, F]``
         """
+        if shard.normalisation is not None and shard.normalisation.folded is not None:  # (folds_degrees)
+            return spmm.multiply(rows, spmm.exchanger.halo_of(rows * shard.normalisation.halo_scale(weight)))
         if spmm.multiplies_given_halo and not rows.requires_grad:
             return spmm.multiply(rows, self.static_halo("x", src, rows, shard, depends_on))
         return spmm(rows)

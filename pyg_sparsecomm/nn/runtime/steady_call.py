@@ -40,6 +40,7 @@ from ...compat import module_call, module_hooks, pyg_edge_updater, pyg_propagate
 from ...plan.halo_adj import HaloAdj
 from .aggregation import AppliedLinear, linear_weight
 from .checks import check_stage
+from .outer_frames import retrace_above
 from .traced_spmm import local_spmm, register_adjacency
 
 #: the attribute marking a module hook a traced steady-state call may skip (it calls ``forward``)
@@ -393,3 +394,4 @@ def _recording_call(conv: MessagePassing, args: tuple, kwargs: dict) -> Any:
         return module_call(conv)(*args, **kwargs)
     finally:
         state.recording = False
+        retrace_above(state)  # the frames dynamo ran as Python around this break: traced again (outer_frames)
