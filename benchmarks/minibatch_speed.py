@@ -152,10 +152,23 @@ def graph_of(kind: str, num_nodes: int, degree: int, world_size: int):
     return data
 
 
+#: the environment variable naming the tree whose package the ranks must run (the default run's two trees)
+EXPECTED_ROOT = "MINIBATCH_SPEED_PACKAGE_ROOT"
+
+
+def _check_package_root() -> None:
+    """Raises when this rank imported ``pyg_sparsecomm`` from another tree than the one being measured."""
+    import pyg_sparsecomm
+    root = os.environ.get(EXPECTED_ROOT)
+    if root and not os.path.realpath(pyg_sparsecomm.__file__).startswith(os.path.realpath(root) + os.sep):
+        raise RuntimeError(f"this rank runs pyg_sparsecomm from {pyg_sparsecomm.__file__}, not from {root}")
+
+
 def _worker(rank, world_size, num_nodes, degree, fanouts, batch_size, batches, kind="uniform", account=False):
     from torch_geometric.nn.models import GraphSAGE
 
     from pyg_sparsecomm import distribute, shard
+    _check_package_root()
     from pyg_sparsecomm.loader import DistributedNeighborLoader
     data = graph_of(kind, num_nodes, degree, world_size)
     local = shard(data) if world_size > 1 else shard(data, rank=0, world_size=1)
@@ -285,12 +298,14 @@ def compare_main(args) -> None:
         archive = subprocess.run(["git", "archive", args.before, "pyg_sparsecomm"], cwd=here.parent,
                                  capture_output=True, check=True).stdout
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([tmp, str(here)])}
+        # the ranks are forked from a server started with ``python -c``, whose sys.path starts with the
+        # working directory: each tree runs from its own root, and every rank checks what it imported
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([tmp, str(here)]), EXPECTED_ROOT: tmp}
         subprocess.run([sys.executable, __file__, *common, "--label", f"before ({args.before})",
-                        "--section", "_before"], env=env, check=True)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here.parent), str(here)])}
+                        "--section", "_before"], env=env, check=True, cwd=tmp)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here.parent), str(here)]), EXPECTED_ROOT: str(here.parent)}
     subprocess.run([sys.executable, __file__, *common, "--label", "after (this tree)", "--section", "_after"],
-                   env=env, check=True)
+                   env=env, check=True, cwd=here.parent)
 
 
 def account_main(args) -> None:

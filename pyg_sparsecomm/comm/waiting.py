@@ -11,10 +11,12 @@ thread each, a few milliseconds of compute between collectives), a 2-element all
 :func:`finish` therefore polls ``is_completed()`` for up to :data:`SPIN_SECONDS`, giving the core to
 any other runnable thread between polls (``os.sched_yield``, which also releases the GIL: a loader's
 prefetching thread keeps running), then waits as before (so a dead peer still raises after the
-group's timeout, through ``wait()``).  It polls only where polling costs no other rank its core
-(:func:`spin_seconds`): a gloo group whose ranks on this host, times torch's threads per rank, fit
-the cores this process may run on.  NCCL's ``wait()`` does not block the host (it orders streams):
-never polled.  ``PYG_SPARSECOMM_WAIT=block`` turns polling off, ``=spin`` on (gloo only).
+group's timeout, through ``wait()``).  It polls on a gloo group whose ranks on this host, times
+torch's threads per rank, are at most :data:`MOST_THREADS_PER_CORE` per core this process may run on
+(:func:`spin_seconds`): a polling rank yields to the rank sharing its core, and at P = 4 on the 2
+cores polling was still 1.1-1.2x the seeds / s of blocking (``benchmarks/minibatch_speed.py``,
+interleaved runs); more crowded hosts block.  NCCL's ``wait()`` does not block the host (it orders
+streams): never polled.  ``PYG_SPARSECOMM_WAIT=block`` turns polling off, ``=spin`` on (gloo only).
 """
 import os
 import time
@@ -27,6 +29,8 @@ import torch.distributed as dist
 WAIT_ENV = "PYG_SPARSECOMM_WAIT"
 #: the longest a wait polls before blocking (a peer this much slower is waited for asleep)
 SPIN_SECONDS = 0.05
+#: the most rank threads per core at which waits poll (``auto``)
+MOST_THREADS_PER_CORE = 2
 
 #: :func:`spin_seconds` of every ``(group, world size)`` seen (a new job in the same process has
 #: other groups or another size)
@@ -35,8 +39,9 @@ SPIN: dict[tuple[object, int], float] = {}
 
 def spin_seconds(group: dist.ProcessGroup | None = None) -> float:
     """How long a wait on ``group`` polls before it blocks: :data:`SPIN_SECONDS` on a gloo group whose
-    local ranks times ``torch.get_num_threads()`` fit this process's cores (``LOCAL_WORLD_SIZE``, as
-    ``torchrun`` sets it; else the group's size), 0 otherwise or under ``PYG_SPARSECOMM_WAIT=block``;
+    local ranks times ``torch.get_num_threads()`` are at most :data:`MOST_THREADS_PER_CORE` per core of
+    this process (``LOCAL_WORLD_SIZE``, as ``torchrun`` sets it; else the group's size), 0 otherwise or
+    under ``PYG_SPARSECOMM_WAIT=block``;
     decided once per group and world size (:data:`SPIN`)."""
     size = dist.get_world_size(group)
     key = (group, size)
@@ -54,7 +59,8 @@ def _decide(group: dist.ProcessGroup | None, size: int) -> float:
     if mode == "spin":
         return SPIN_SECONDS
     local = int(os.environ.get("LOCAL_WORLD_SIZE", size))
-    return SPIN_SECONDS if local * torch.get_num_threads() <= len(os.sched_getaffinity(0)) else 0.0
+    cores = len(os.sched_getaffinity(0))
+    return SPIN_SECONDS if local * torch.get_num_threads() <= MOST_THREADS_PER_CORE * cores else 0.0
 
 
 def finish(work, group: dist.ProcessGroup | None = None) -> None:

@@ -1,6 +1,6 @@
 """Waiting for host collectives (issue 56, ``comm/waiting.py``): a gloo rank with a core of its own polls
 ``is_completed()`` (yielding the core between polls) before it blocks in ``wait()``; NCCL groups, a host
-with more rank threads than cores and ``PYG_SPARSECOMM_WAIT=block`` never poll; the polls stop after
+with more than two rank threads per core and ``PYG_SPARSECOMM_WAIT=block`` never poll; the polls stop after
 ``SPIN_SECONDS`` and the wait blocks.  Counted, not timed: the yields of a rank waiting for a peer that
 is deliberately late, in real gloo runs, through the halo exchange and the loss's all-reduce."""
 import time
@@ -64,8 +64,10 @@ def test_polling_stops_after_its_budget_and_the_wait_blocks(one_group):
 
 @pytest.mark.parametrize("backend,local,threads,cores,mode,spins", [
     ("gloo", 2, 1, 2, "auto", True),     # a core per rank thread
-    ("gloo", 4, 1, 2, "auto", False),    # oversubscribed: polling would take a peer's core
-    ("gloo", 2, 2, 2, "auto", False),    # two threads per rank on two cores
+    ("gloo", 4, 1, 2, "auto", True),     # two rank threads per core: a polling rank yields to the other
+    ("gloo", 2, 2, 2, "auto", True),
+    ("gloo", 6, 1, 2, "auto", False),    # more crowded: blocking
+    ("gloo", 4, 2, 2, "auto", False),
     ("gloo", 4, 1, 2, "spin", True),     # asked for
     ("gloo", 2, 1, 2, "block", False),   # asked for
     ("nccl", 2, 1, 16, "auto", False),   # NCCL's wait does not block the host
