@@ -11,13 +11,12 @@ import warnings
 
 import pytest
 import torch
-from graphs import NUM_FEATURES as F
 from graphs import OUT
 from test_adj_values import to_sparse_tensor
 from test_first_use_checks import N, graph
-from torch_geometric.nn import GCNConv
+from test_kept_normalisation import _layers
 
-from pyg_sparsecomm import LossNormalisationWarning, distribute, shard, sync_gradients
+from pyg_sparsecomm import LossNormalisationWarning, shard, sync_gradients
 from pyg_sparsecomm.comm.counters import comm_counter
 from pyg_sparsecomm.testing import launch
 from pyg_sparsecomm.testing.call_profile import CallProfile
@@ -30,15 +29,6 @@ def _data(world_size: int, adj_t: bool = False):
     data = graph(torch.arange(N) % world_size)
     data.edge_weight = torch.rand(data.edge_index.size(1), generator=torch.Generator().manual_seed(3)) + 0.5
     return to_sparse_tensor(data) if adj_t else data
-
-
-def _layers():
-    torch.manual_seed(0)
-    ref = GCNConv(F, OUT)
-    torch.nn.init.normal_(ref.bias)
-    ours = GCNConv(F, OUT)
-    ours.load_state_dict(ref.state_dict())
-    return ref, distribute(ours)
 
 
 def _step(ref, layer, data, local, ref_weight, weight, adj_t=False):
