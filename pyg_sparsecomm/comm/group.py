@@ -10,7 +10,6 @@ import torch.distributed as dist
 
 from ..compat import is_registered_group, process_group_timeout
 from .peer_failure import failures_named, forget_job, install_failure_hooks, raise_named
-from .waiting import finish
 
 
 def is_distributed(group: dist.ProcessGroup | None = None) -> bool:
@@ -159,8 +158,7 @@ def host_all_reduce(values: list[int], op: dist.ReduceOp.RedOpType = dist.Reduce
         return list(values)
     t = torch.tensor(values, dtype=torch.long)
     try:  # run by layer calls (StaticHalo's agreement): failures_named's check at no cost
-        host = host_group(group)
-        finish(dist.all_reduce(t, op=op, group=host, async_op=True), host)
+        dist.all_reduce(t, op=op, group=host_group(group))
     except BaseException as error:
         raise_named(error, "host_all_reduce", group)
         raise
@@ -176,8 +174,7 @@ def host_all_gather(values: list[int], group: dist.ProcessGroup | None = None) -
     t = torch.tensor(values, dtype=torch.long)
     out = [torch.empty_like(t) for _ in range(world_size(group))]
     with failures_named("host_all_gather", group):
-        host = host_group(group)
-        finish(dist.all_gather(out, t, group=host, async_op=True), host)
+        dist.all_gather(out, t, group=host_group(group))
     return [[int(v) for v in row.numpy()] for row in out]
 
 
