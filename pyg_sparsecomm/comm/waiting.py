@@ -24,6 +24,8 @@ import time
 import torch
 import torch.distributed as dist
 
+from .group import register_group_cache
+
 #: the environment variable choosing how host collectives are waited for: ``auto`` (default),
 #: ``spin`` or ``block``
 WAIT_ENV = "PYG_SPARSECOMM_WAIT"
@@ -33,8 +35,9 @@ SPIN_SECONDS = 0.05
 MOST_THREADS_PER_CORE = 2
 
 #: :func:`spin_seconds` of every ``(group, world size)`` seen (a new job in the same process has
-#: other groups or another size)
+#: other groups or another size); it holds the groups, so ``release_groups`` clears it
 SPIN: dict[tuple[object, int], float] = {}
+register_group_cache(SPIN.clear)
 
 
 def spin_seconds(group: dist.ProcessGroup | None = None) -> float:

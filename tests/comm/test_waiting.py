@@ -141,3 +141,24 @@ def test_a_rank_waiting_for_a_late_peer_polls_only_where_it_spins(mode):
         assert results[0][0] > 0, "rank 0 waited for its late peer without polling"
     else:
         assert results[0][0] == 0, f"rank 0 polled {results[0][0]} times under PYG_SPARSECOMM_WAIT=block"
+
+
+def _group_released(rank, world_size):
+    """Whether a group a wait decided on is freed once destroyed and the package's group caches released."""
+    import weakref
+
+    from pyg_sparsecomm.comm.group import release_groups
+    group = dist.new_group(list(range(world_size)))
+    waiting.finish(dist.all_reduce(torch.ones(1), group=group, async_op=True), group)
+    assert (group, world_size) in waiting.SPIN
+    ref = weakref.ref(group)
+    dist.destroy_process_group(group)
+    del group
+    release_groups()
+    return ref() is None
+
+
+def test_the_decisions_do_not_keep_a_destroyed_group_alive():
+    """``release_groups`` ends the job's groups (and gloo's threads) while the interpreter lives: the
+    decisions' cache is one it clears."""
+    assert all(launch(_group_released, 2))
