@@ -45,22 +45,30 @@ def gcn_norm(context: Shard, edge_index: Tensor, edge_weight: Tensor | None = No
              flow: str = "source_to_target", dtype: torch.dtype | None = None):
     r""":math:`w'_{ji} = \hat d_j^{-1/2} w_{ji} \hat d_i^{-1/2}` over a local edge index, with
     :math:`\hat d` the global weighted in-degree (PyG's ``gcn_norm``, ``source_to_target``)."""
+    edge_index, edge_weight, deg_inv_sqrt = _owned_degrees(context, edge_index, edge_weight, improved, add_self_loops,
+                                                           flow, dtype)  # (the flow checked before the node count)
+    _check_num_nodes("gcn_norm", num_nodes, context)
+    ext = _with_halo(deg_inv_sqrt, context)
+    return edge_index, ext[edge_index[0]] * edge_weight * deg_inv_sqrt[edge_index[1]]
+
+
+def _owned_degrees(context: Shard, edge_index: Tensor, edge_weight: Tensor | None, improved: bool,
+                   add_self_loops: bool, flow: str, dtype: torch.dtype | None) -> tuple[Tensor, Tensor, Tensor]:
+    r"""``(edge_index, weight, d)``: the local graph with PyG's self-loops, its weights (ones if none)
+    and :math:`\hat d^{-1/2}` of the owned rows, the weighted in-degree (every in-edge of a row is its owner's)."""
     if flow != "source_to_target":
         raise ValueError("gcn_norm with flow='target_to_source' cannot run distributed")
-    n = _check_num_nodes("gcn_norm", num_nodes, context)
+    n = context.num_owned
     if add_self_loops:
         edge_index, edge_weight = _with_self_loops(context.adj.given_as, edge_index, edge_weight,
                                                    2.0 if improved else 1.0, n)
     if edge_weight is None:
         edge_weight = torch.ones(edge_index.size(1), dtype=dtype, device=edge_index.device)
-    row, col = edge_index[0], edge_index[1]
-    deg_inv_sqrt = _inv_sqrt(scatter(edge_weight, col, dim=0, dim_size=n, reduce="sum"))
-    ext = _with_halo(deg_inv_sqrt, context)
-    return edge_index, ext[row] * edge_weight * deg_inv_sqrt[col]
+    return edge_index, edge_weight, _inv_sqrt(scatter(edge_weight, edge_index[1], dim=0, dim_size=n, reduce="sum"))
 
 
 def gcn_norm_folded(context: Shard, edge_index: Tensor, edge_weight: Tensor, improved: bool = False,
-                    add_self_loops: bool = True) -> tuple[Tensor, Tensor, Tensor]:
+                    add_self_loops: bool = True, flow: str = "source_to_target") -> tuple[Tensor, Tensor, Tensor]:
     r""":func:`gcn_norm` of a weighted graph without its degree exchange:
     ``(edge_index, w', s)`` with :math:`w'_{ji} = \hat d_i^{-1/2} w_{ji}\, \hat d_j^{-1/2}` for owned
     sources and :math:`w'_{ji} = \hat d_i^{-1/2} w_{ji}` for halo sources, and :math:`s = \hat d^{-1/2}`
@@ -74,19 +82,16 @@ def gcn_norm_folded(context: Shard, edge_index: Tensor, edge_weight: Tensor, imp
         edge_weight (Tensor): its weights.
         improved (bool, optional): self-loops of weight 2. (default: ``False``)
         add_self_loops (bool, optional): add them as :func:`gcn_norm` does. (default: ``True``)
+        flow (str, optional): ``"source_to_target"`` only, as :func:`gcn_norm`. (default: ``"source_to_target"``)
 
     Shapes:
         - **input:** ``edge_index``: ``[2, E]``, ``edge_weight``: ``[E]``
         - **output:** ``[2, E']``, ``[E']``, ``[num_owned]``
     """
-    n = context.num_owned
-    if add_self_loops:
-        edge_index, edge_weight = _with_self_loops(context.adj.given_as, edge_index, edge_weight,
-                                                   2.0 if improved else 1.0, n)
-    row, col = edge_index[0], edge_index[1]
-    deg_inv_sqrt = _inv_sqrt(scatter(edge_weight, col, dim=0, dim_size=n, reduce="sum"))
-    local = torch.cat([deg_inv_sqrt, deg_inv_sqrt.new_ones(context.num_cols - n)])  # halo sources: 1
-    return edge_index, local[row] * edge_weight * deg_inv_sqrt[col], deg_inv_sqrt
+    edge_index, edge_weight, deg_inv_sqrt = _owned_degrees(context, edge_index, edge_weight, improved, add_self_loops,
+                                                           flow, None)
+    local = torch.cat([deg_inv_sqrt, deg_inv_sqrt.new_ones(context.num_cols - context.num_owned)])  # halo sources: 1
+    return edge_index, local[edge_index[0]] * edge_weight * deg_inv_sqrt[edge_index[1]], deg_inv_sqrt
 
 
 def _with_self_loops(form: str, edge_index: Tensor, edge_weight: Tensor | None, fill: float, n: int):

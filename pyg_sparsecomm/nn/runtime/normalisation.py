@@ -263,9 +263,7 @@ def _folded(state: Any, context: Shard, edge_index: Tensor, weight: Tensor, choi
         graph, scale = kept.graph, kept.scale
     else:
         improved, self_loops, _, flow = choices
-        if flow != "source_to_target":
-            raise ValueError("gcn_norm with flow='target_to_source' cannot run distributed")
-        *folded, scale = degree_norm.gcn_norm_folded(context, edge_index, weight, improved, self_loops)
+        *folded, scale = degree_norm.gcn_norm_folded(context, edge_index, weight, improved, self_loops, flow)
         graph = (folded[0], folded[1])
         state.normalised = None if weight.requires_grad else \
             FoldedNormalisation(context.adj, edge_index, weight, choices, graph, scale)
